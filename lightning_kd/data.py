@@ -1,0 +1,187 @@
+"""Text data for distillation: read documents, tokenize with the teacher's tokenizer, batch.
+
+Two layouts:
+- ``pack=True`` (default): documents are joined with the EOS token and cut into fixed blocks of
+  ``block_size`` tokens, the usual layout for language-model training; no padding at all.
+- ``pack=False``: one document per example, truncated to ``block_size`` and padded per batch;
+  padded positions carry label ``-100`` and attention mask 0.
+
+The split into train and validation is by example, with a seeded permutation, so it is the same on
+every machine and every rank.
+
+Files: ``.txt`` (one document per file), ``.jsonl`` (one JSON object per line, text under
+``text_field``), either optionally gzipped. Glob patterns are expanded.
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from lightning.pytorch import LightningDataModule
+from torch import Tensor
+from torch.utils.data import DataLoader
+from transformers import PreTrainedTokenizerBase
+
+from lightning_kd.losses.logits import IGNORE_INDEX
+
+DEFAULT_CORPUS = Path(__file__).parent / "corpus" / "python_reference.jsonl.gz"
+"""The Python 3.11 Language Reference (see ``lightning_kd/corpus/README.md``)."""
+
+SUFFIXES = (".txt", ".jsonl", ".txt.gz", ".jsonl.gz")
+
+
+def expand_files(patterns: list[str]) -> list[Path]:
+    """The files named by ``patterns`` (paths or globs), checked to exist and be readable here."""
+    files: list[Path] = []
+    for pattern in patterns:
+        matches = sorted(glob.glob(str(Path(pattern).expanduser()))) if _is_glob(pattern) else []
+        if _is_glob(pattern) and not matches:
+            raise FileNotFoundError(f"data.files pattern {pattern!r} matches no file")
+        for name in matches or [pattern]:
+            path = Path(name).expanduser()
+            if not path.is_file():
+                raise FileNotFoundError(f"data.files entry {name!r} is not a file")
+            if not path.name.endswith(SUFFIXES):
+                raise ValueError(f"data.files entry {name!r}: use one of {', '.join(SUFFIXES)}")
+            files.append(path)
+    return files
+
+
+def _is_glob(pattern: str) -> bool:
+    return any(ch in pattern for ch in "*?[")
+
+
+def read_documents(path: Path, text_field: str = "text") -> Iterator[str]:
+    """The documents in one file: the whole of a .txt, each line's ``text_field`` of a .jsonl."""
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as handle:
+        if ".txt" in path.name:
+            yield handle.read()
+            return
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{number} is not valid JSON ({err.msg})") from err
+            if not isinstance(record, dict) or text_field not in record:
+                raise ValueError(
+                    f"{path}:{number} has no {text_field!r} field; set data.text_field to the key "
+                    "holding the text"
+                )
+            yield str(record[text_field])
+
+
+def pack_blocks(token_lists: list[list[int]], block_size: int, eos_id: int) -> Tensor:
+    """Join documents with ``eos_id``; cut into ``[n_blocks, block_size]`` (tail dropped)."""
+    stream = [token for tokens in token_lists for token in (*tokens, eos_id)]
+    count = len(stream) // block_size
+    return torch.tensor(stream[: count * block_size], dtype=torch.long).view(count, block_size)
+
+
+class TextDataModule(LightningDataModule):
+    """Tokenized text for a teacher/student pair, packed or padded, with a fixed val split."""
+
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        files: list[str] | None = None,
+        block_size: int = 256,
+        batch_size: int = 4,
+        val_batch_size: int | None = None,
+        val_fraction: float = 0.05,
+        pack: bool = True,
+        text_field: str = "text",
+        seed: int = 0,
+        num_workers: int = 0,
+    ) -> None:
+        super().__init__()
+        if block_size < 2:
+            raise ValueError(f"data.block_size={block_size}; a block needs at least 2 tokens")
+        if not 0.0 < val_fraction < 1.0:
+            raise ValueError(f"data.val_fraction={val_fraction} must lie strictly between 0 and 1")
+        if tokenizer.eos_token_id is None:
+            raise ValueError("the tokenizer has no EOS token to separate packed documents")
+        self.tokenizer = tokenizer
+        self.files = expand_files(list(files)) if files else [DEFAULT_CORPUS]
+        self.block_size = block_size
+        self.batch_size = batch_size
+        self.val_batch_size = val_batch_size or batch_size
+        self.val_fraction = val_fraction
+        self.pack = pack
+        self.text_field = text_field
+        self.seed = seed
+        self.num_workers = num_workers
+        self.train_examples: list[Tensor] = []
+        self.val_examples: list[Tensor] = []
+
+    def setup(self, stage: str | None = None) -> None:
+        """Read, tokenize and split the corpus (once; later stages reuse it)."""
+        if self.train_examples:
+            return
+        documents = [
+            text
+            for path in self.files
+            for text in read_documents(path, self.text_field)
+            if text.strip()
+        ]
+        if not documents:
+            raise ValueError(f"no text in {[str(p) for p in self.files]}: the files are empty")
+        token_lists = self.tokenizer(documents, add_special_tokens=False)["input_ids"]
+        if self.pack:
+            examples = list(pack_blocks(token_lists, self.block_size, self.tokenizer.eos_token_id))
+        else:
+            examples = [torch.tensor(t[: self.block_size]) for t in token_lists if len(t) >= 2]
+        if len(examples) < 2:
+            total = sum(len(t) for t in token_lists)
+            raise ValueError(
+                f"the corpus gives {len(examples)} example(s) of {self.block_size} tokens "
+                f"({total} tokens in all); one is needed for training and one for validation: "
+                "add text (data.files=[...]) or lower data.block_size"
+            )
+        order = torch.randperm(len(examples), generator=torch.Generator().manual_seed(self.seed))
+        val_count = min(max(1, round(self.val_fraction * len(examples))), len(examples) - 1)
+        self.val_examples = [examples[i] for i in order[:val_count].tolist()]
+        self.train_examples = [examples[i] for i in order[val_count:].tolist()]
+
+    @property
+    def train_tokens(self) -> int:
+        """Tokens in the training split (one epoch)."""
+        return sum(len(example) for example in self.train_examples)
+
+    def collate(self, examples: list[Tensor]) -> dict[str, Tensor]:
+        """Right-pad to the longest example; padding is masked from attention and labels."""
+        length = max(len(example) for example in examples)
+        pad_id = self.tokenizer.pad_token_id
+        pad_id = self.tokenizer.eos_token_id if pad_id is None else pad_id
+        input_ids = torch.full((len(examples), length), pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(examples), length), dtype=torch.long)
+        for row, example in enumerate(examples):
+            input_ids[row, : len(example)] = example
+            attention_mask[row, : len(example)] = 1
+        labels = input_ids.masked_fill(attention_mask == 0, IGNORE_INDEX)
+        return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(
+            self.train_examples,
+            batch_size=self.batch_size,
+            shuffle=True,
+            generator=torch.Generator().manual_seed(self.seed),
+            collate_fn=self.collate,
+            num_workers=self.num_workers,
+        )
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(
+            self.val_examples,
+            batch_size=self.val_batch_size,
+            collate_fn=self.collate,
+            num_workers=self.num_workers,
+        )

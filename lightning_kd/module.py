@@ -1,0 +1,406 @@
+"""The LightningModule: a frozen teacher, a trainable student, and the distillation step.
+
+The teacher
+- is built in ``configure_model`` (where a sharding strategy can wrap it), once;
+- has ``requires_grad=False``, runs under ``torch.no_grad()`` with ``use_cache=False``;
+- stays in eval mode through ``fit``/``validate`` and any ``module.train()`` (see :meth:`train`);
+- is never handed to the optimizer and never written to a checkpoint.
+
+Exact loss normalisation under gradient accumulation: each micro-batch returns the *sum* of its
+per-token loss, the window's scored tokens are counted as it goes, and the accumulated gradients
+are rescaled once in ``on_before_optimizer_step`` (which runs before clipping). The applied
+gradient is then that of the token mean over the whole window, whatever the token count of each
+micro-batch, in the last partial window too, and across ranks.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from lightning.pytorch import LightningModule
+from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.utilities.warnings import PossibleUserWarning
+from torch import Tensor, nn
+from torch.optim import Optimizer
+from transformers import PreTrainedTokenizerBase
+
+from lightning_kd.losses.chunked import (
+    OutputHead,
+    chunked_distillation_sums,
+    logit_chunks,
+    matmul_dtype,
+)
+from lightning_kd.losses.divergences import get_divergence
+from lightning_kd.losses.logits import (
+    IGNORE_INDEX,
+    LossSums,
+    evaluation_sums,
+    logit_distillation_sums,
+    shift_for_next_token,
+)
+from lightning_kd.metrics import Perplexity, TokenMean
+from lightning_kd.models import (
+    StudentSpec,
+    TeacherSpec,
+    build_student,
+    check_vocabularies,
+    load_teacher,
+    load_tokenizer,
+    logit_transform,
+    student_tokenizer,
+)
+from lightning_kd.optim import decay_groups
+
+TEACHER_PREFIX = "teacher."
+
+
+@dataclass
+class DistillConfig:
+    """What the student learns from: the logit divergence and its weight against plain CE."""
+
+    divergence: str = "forward_kl"
+    """forward_kl | reverse_kl | jsd | skew_kl | tvd (see ``lightning_kd.losses.divergences``)."""
+    temperature: float = 1.0
+    """Softmax temperature of the divergence; the term is multiplied by T² (Hinton et al.)."""
+    kd_weight: float = 0.5
+    """Weight of the divergence term."""
+    ce_weight: float = 0.5
+    """Weight of the student's own next-token cross-entropy (at T = 1)."""
+    beta: float = 0.5
+    """JSD mixture weight of the teacher: m = β p_t + (1 − β) p_s."""
+    skew: float = 0.1
+    """skew_kl mixture weight α of the teacher: KL(p_t ‖ α p_t + (1 − α) p_s)."""
+    chunked: bool = True
+    """Compute the logit losses from hidden states a chunk of tokens at a time (never holding
+    ``[batch, seq, vocab]`` logits); false uses the models' full logits (for checking)."""
+    chunk_size: int | None = None
+    """Tokens per chunk; None picks about 4M logits per chunk (``losses.chunked``)."""
+
+    def __post_init__(self) -> None:
+        get_divergence(self.divergence, beta=self.beta, skew=self.skew)  # raises on bad values
+        if self.temperature <= 0:
+            raise ValueError(f"distill.temperature={self.temperature}; it must be positive")
+        if self.kd_weight < 0 or self.ce_weight < 0:
+            raise ValueError("distill.kd_weight and distill.ce_weight must be non-negative")
+        if self.kd_weight == 0 and self.ce_weight == 0:
+            raise ValueError("distill.kd_weight and distill.ce_weight are both 0: nothing to learn")
+        if self.chunk_size is not None and self.chunk_size < 1:
+            raise ValueError(
+                f"distill.chunk_size={self.chunk_size}; use null (auto) or a count >= 1"
+            )
+
+
+class DistillationModule(LightningModule):
+    """Distils ``teacher`` into ``student`` with the objective ``distill`` describes."""
+
+    def __init__(
+        self,
+        teacher: TeacherSpec,
+        student: StudentSpec,
+        distill: DistillConfig,
+        optimizer: Callable[..., Optimizer],
+        scheduler: Callable[..., Any] | None = None,
+        tokenizer: PreTrainedTokenizerBase | None = None,
+    ) -> None:
+        super().__init__()
+        self.teacher_spec = teacher
+        self.student_spec = student
+        self.distill = distill
+        self.optimizer_factory = optimizer
+        self.scheduler_factory = scheduler
+        self.tokenizer = tokenizer
+        self.divergence = get_divergence(distill.divergence, beta=distill.beta, skew=distill.skew)
+        self.teacher: nn.Module | None = None
+        self.student: nn.Module | None = None
+        self.layer_map: list[int] | None = None
+        # Checkpoints omit the teacher; on_load_checkpoint checks everything else is present.
+        self.strict_loading = False
+        self.val_ppl = Perplexity()
+        self.val_teacher_ppl = Perplexity()
+        self.val_agreement = TokenMean()
+        self.val_kl = TokenMean()
+        self.val_loss = TokenMean()
+        self.teacher_perplexity: float | None = None
+        self.window = _Window()
+        self._heads_checked = False
+        self.tokens_seen = 0
+        """Scored training tokens so far, over all ranks."""
+
+    # ------------------------------------------------------------------------- models
+
+    def configure_model(self) -> None:
+        """Build teacher and student (Lightning calls this once per stage; build only once)."""
+        if self.student is not None:
+            return
+        if self.tokenizer is None:
+            self.tokenizer = load_tokenizer(self.teacher_spec)
+        teacher = load_teacher(self.teacher_spec)
+        models = build_student(self.student_spec, teacher, self.teacher_spec.task)
+        if self.teacher_spec.task == "causal_lm":
+            check_vocabularies(
+                teacher, models.student, self.tokenizer, student_tokenizer(self.student_spec)
+            )
+        self.teacher, self.student, self.layer_map = teacher, models.student, models.layer_map
+
+    def train(self, mode: bool = True) -> DistillationModule:
+        """Set train/eval mode on everything but the teacher, which always stays in eval."""
+        super().train(mode)
+        if self.teacher is not None:
+            self.teacher.eval()
+        return self
+
+    def trainable_parameters(self) -> Iterator[nn.Parameter]:
+        """Every parameter that learns: the student's (and projectors'), never the teacher's."""
+        return (p for p in self.parameters() if p.requires_grad)
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        optimizer = self.optimizer_factory(decay_groups(self.trainable_parameters()))
+        if self.scheduler_factory is None:
+            return {"optimizer": optimizer}
+        total_steps = int(self.trainer.estimated_stepping_batches)
+        scheduler = self.scheduler_factory(optimizer, total_steps=total_steps)
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
+        }
+
+    # ------------------------------------------------------------------------- forward passes
+
+    @property
+    def uses_teacher_in_training(self) -> bool:
+        """Whether a training step needs the teacher at all (a CE-only run skips it)."""
+        return self.distill.kd_weight > 0
+
+    def hidden_states(self, model: nn.Module, batch: dict[str, Tensor]) -> Tensor:
+        """Final hidden states (after the last norm) of ``model``'s body: no head, no logits."""
+        return model.base_model(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            use_cache=False,
+        ).last_hidden_state
+
+    def logits(self, model: nn.Module, batch: dict[str, Tensor]) -> Tensor:
+        """Full ``[batch, seq, vocab]`` logits (the unchunked path, kept for checking)."""
+        return model(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            use_cache=False,
+        ).logits
+
+    def output_head(self, model: nn.Module) -> OutputHead:
+        """``model``'s output projection, as the chunked loss applies it."""
+        head = model.get_output_embeddings()
+        return OutputHead(head.weight, head.bias, logit_transform(model.config))
+
+    def check_output_heads(self, batch: dict[str, Tensor]) -> None:
+        """Once: the chunked path's hidden→head logits must equal each model's own logits.
+
+        Catches architectures that post-process logits in a way :func:`logit_transform` does
+        not know, before they silently train on wrong logits.
+        """
+        if self._heads_checked:
+            return
+        sample = {key: value[:1, :8] for key, value in batch.items()}
+        for role, model in (("teacher", self.teacher), ("student", self.student)):
+            with torch.no_grad():
+                expected = self.logits(model, sample).float()
+                hidden = self.hidden_states(model, sample)
+                got = self.output_head(model).logits(hidden, matmul_dtype(hidden)).float()
+            if not torch.allclose(got, expected, rtol=2e-2, atol=2e-2):
+                raise ValueError(
+                    f"the {role} ({type(model).__name__}) computes its logits in a way the chunked "
+                    "loss does not reproduce (max difference "
+                    f"{(got - expected).abs().max():.3g}); set distill.chunked=false"
+                )
+        self._heads_checked = True
+
+    def step_objective(self, batch: dict[str, Tensor]) -> tuple[Tensor, LossSums]:
+        """The objective's token sum for one micro-batch (differentiable) and its parts."""
+        labels = batch["labels"]
+        with_teacher = self.uses_teacher_in_training
+        if not self.distill.chunked:
+            teacher_logits = None
+            if with_teacher:
+                with torch.no_grad():
+                    teacher_logits = self.logits(self.teacher, batch)
+            sums = logit_distillation_sums(
+                self.logits(self.student, batch),
+                teacher_logits,
+                labels,
+                self.divergence,
+                self.distill.temperature,
+            )
+            return self.objective(sums), sums
+        self.check_output_heads(batch)
+        teacher_hidden = None
+        if with_teacher:
+            with torch.no_grad():
+                teacher_hidden = self.hidden_states(self.teacher, batch)
+        return chunked_distillation_sums(
+            self.hidden_states(self.student, batch),
+            self.output_head(self.student),
+            teacher_hidden,
+            self.output_head(self.teacher),
+            labels,
+            self.divergence,
+            self.distill.temperature,
+            self.distill.kd_weight,
+            self.distill.ce_weight,
+            self.distill.chunk_size,
+        )
+
+    def objective(self, sums: LossSums) -> Tensor:
+        """The weighted token *sum* that is back-propagated."""
+        return self.distill.kd_weight * sums.kd + self.distill.ce_weight * sums.ce
+
+    # ------------------------------------------------------------------------- training
+
+    def on_fit_start(self) -> None:
+        # Lightning warns about every module in eval mode at the start of training. The teacher's
+        # modules are meant to be; a warning naming exactly that many would only be noise, while
+        # any other count (a student module left in eval) still warns.
+        count = sum(1 for _ in self.teacher.modules())
+        warnings.filterwarnings(
+            "ignore",
+            message=rf"Found {count} module\(s\) in eval mode at the start of training",
+            category=PossibleUserWarning,
+        )
+        self.window.reset()
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        objective, sums = self.step_objective(batch)
+        self.window.add(sums)
+        # Lightning divides this by accumulate_grad_batches; on_before_optimizer_step turns the
+        # accumulated gradient into that of the window's token mean.
+        return objective
+
+    def on_before_optimizer_step(self, optimizer: Optimizer) -> None:
+        kd, ce, tokens = self.window.totals(self.trainer.strategy)
+        scale = self.trainer.accumulate_grad_batches * self.trainer.world_size / tokens.clamp(min=1)
+        for param in self.trainable_parameters():
+            if param.grad is not None:
+                param.grad.mul_(scale.to(param.grad.dtype))
+        denominator = tokens.clamp(min=1)
+        loss = (self.distill.kd_weight * kd + self.distill.ce_weight * ce) / denominator
+        self.log("train/loss", loss.float(), prog_bar=True, on_step=True, on_epoch=False)
+        self.log_dict(
+            {"train/kd": (kd / denominator).float(), "train/ce": (ce / denominator).float()},
+            on_step=True,
+            on_epoch=False,
+        )
+        self.tokens_seen += int(tokens)
+        self.window.reset()
+
+    # ------------------------------------------------------------------------- validation
+
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        labels = batch["labels"]
+        if self.distill.chunked:
+            self.check_output_heads(batch)
+            chunks = logit_chunks(
+                self.hidden_states(self.student, batch),
+                self.output_head(self.student),
+                self.hidden_states(self.teacher, batch),
+                self.output_head(self.teacher),
+                labels,
+                self.distill.chunk_size,
+            )
+        else:
+            student_logits, targets = shift_for_next_token(self.logits(self.student, batch), labels)
+            teacher_logits, _ = shift_for_next_token(self.logits(self.teacher, batch), labels)
+            mask = targets != IGNORE_INDEX
+            chunks = [(student_logits[mask], teacher_logits[mask], targets[mask])]
+        sums = evaluation_sums(chunks, self.divergence, self.distill.temperature)
+        self.val_ppl.update(sums.student_nll, sums.tokens)
+        self.val_kl.update(sums.forward_kl, sums.tokens)
+        self.val_agreement.update(sums.agreement, sums.tokens)
+        self.val_loss.update(
+            self.objective(LossSums(sums.kd, sums.student_nll, sums.tokens)), sums.tokens
+        )
+        if self.teacher_perplexity is None:
+            self.val_teacher_ppl.update(sums.teacher_nll, sums.tokens)
+
+    def on_validation_epoch_end(self) -> None:
+        metrics = {
+            "val/ppl": self.val_ppl.compute(),
+            "val/agreement": self.val_agreement.compute(),
+            "val/kl": self.val_kl.compute(),
+            "val/loss": self.val_loss.compute(),
+        }
+        if self.teacher_perplexity is None:
+            teacher_ppl = self.val_teacher_ppl.compute()
+            metrics["val/teacher_ppl"] = teacher_ppl
+            # Once per run: the teacher does not change. A sanity check sees too few batches.
+            if not self.trainer.sanity_checking:
+                self.teacher_perplexity = float(teacher_ppl)
+        self.log_dict(metrics, prog_bar=True)
+        for metric in (
+            self.val_ppl,
+            self.val_agreement,
+            self.val_kl,
+            self.val_loss,
+            self.val_teacher_ppl,
+        ):
+            metric.reset()
+
+    # ------------------------------------------------------------------------- checkpoints
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Drop the frozen teacher's weights: they come from ``teacher.path``, not checkpoints."""
+        state = checkpoint["state_dict"]
+        for key in [k for k in state if k.startswith(TEACHER_PREFIX)]:
+            del state[key]
+        checkpoint["tokens_seen"] = self.tokens_seen
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Refuse a checkpoint that lacks any trainable weight (only teacher keys may be absent)."""
+        present = set(checkpoint["state_dict"])
+        missing = [
+            key
+            for key in self.state_dict()
+            if not key.startswith(TEACHER_PREFIX) and key not in present
+        ]
+        if missing:
+            raise KeyError(
+                f"checkpoint lacks {len(missing)} student weights (e.g. {missing[:3]}); it was "
+                "saved from a different student configuration"
+            )
+        self.tokens_seen = checkpoint.get("tokens_seen", 0)
+
+    @rank_zero_only
+    def export_student(self, directory: str) -> None:
+        """Save the student (without projectors or training state) with the teacher's tokenizer."""
+        self.student.save_pretrained(directory)
+        if self.tokenizer is not None:
+            self.tokenizer.save_pretrained(directory)
+
+
+class _Window:
+    """Running token sums of one accumulation window (detached; for logging and scaling)."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.kd = self.ce = self.tokens = None
+
+    def add(self, sums: LossSums) -> None:
+        values = (sums.kd.detach(), sums.ce.detach(), sums.tokens.detach())
+        if self.tokens is None:
+            self.kd, self.ce, self.tokens = values
+        else:
+            self.kd, self.ce, self.tokens = (
+                self.kd + values[0],
+                self.ce + values[1],
+                self.tokens + values[2],
+            )
+
+    def totals(self, strategy) -> tuple[Tensor, Tensor, Tensor]:
+        """The window's sums, added up over all ranks."""
+        stacked = torch.stack([self.kd.double(), self.ce.double(), self.tokens.double()])
+        stacked = strategy.reduce(stacked, reduce_op="sum")
+        return stacked[0], stacked[1], stacked[2]

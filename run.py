@@ -1,0 +1,90 @@
+"""Launch a distillation: compose the config, build the pieces, fit, report, export.
+
+python run.py                                   # SmolLM2-135M → 6-layer student, default corpus
+python run.py debug=smoke                       # tiny models, seconds
+python run.py distill.divergence=jsd data.files=[my.jsonl] hydra.run.dir=runs/a
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+import hydra
+import lightning as L
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from lightning_kd.models import load_tokenizer
+from lightning_kd.module import DistillationModule
+from lightning_kd.summary import RunSummary, TrainTimer
+
+log = logging.getLogger("lightning_kd")
+
+
+def build(
+    cfg: DictConfig,
+) -> tuple[DistillationModule, L.LightningDataModule, L.Trainer, TrainTimer]:
+    """Instantiate module, data and trainer from ``cfg`` (the models are built in the trainer)."""
+    teacher = instantiate(cfg.teacher, _convert_="all")
+    tokenizer = load_tokenizer(teacher)
+    datamodule = instantiate(cfg.data, tokenizer=tokenizer, _convert_="all")
+    module = DistillationModule(
+        teacher=teacher,
+        student=instantiate(cfg.student, _convert_="all"),
+        distill=instantiate(cfg.distill),
+        optimizer=instantiate(cfg.optimizer, _convert_="all"),
+        scheduler=instantiate(cfg.scheduler) if cfg.get("scheduler") else None,
+        tokenizer=tokenizer,
+    )
+    timer = TrainTimer()
+    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()] + [timer]
+    logger = instantiate(cfg.logger) if cfg.get("logger") else False
+    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=logger)
+    return module, datamodule, trainer, timer
+
+
+def distill(cfg: DictConfig) -> RunSummary:
+    """Run one distillation as ``cfg`` describes; returns (and writes) the summary."""
+    start = time.perf_counter()
+    L.seed_everything(cfg.seed, workers=True)
+    output_dir = Path(cfg.output_dir)
+    module, datamodule, trainer, timer = build(cfg)
+
+    before = trainer.validate(module, datamodule, verbose=False)[0] if cfg.validate_before else {}
+    trainer.fit(module, datamodule, ckpt_path=cfg.ckpt_path)
+    after = trainer.validate(module, datamodule, verbose=False)[0]
+    if cfg.export_student:
+        module.export_student(str(output_dir / "student"))
+
+    summary = RunSummary(
+        teacher_ppl=module.teacher_perplexity,
+        student_ppl_before=before.get("val/ppl"),
+        student_ppl_after=after["val/ppl"],
+        agreement_before=before.get("val/agreement"),
+        agreement_after=after["val/agreement"],
+        kl_before=before.get("val/kl"),
+        kl_after=after["val/kl"],
+        steps=trainer.global_step,
+        train_tokens=module.tokens_seen,
+        train_seconds=timer.seconds,
+        wall_seconds=time.perf_counter() - start,
+    )
+    if trainer.is_global_zero:
+        (output_dir / "summary.json").write_text(json.dumps(summary.as_dict(), indent=2))
+        (output_dir / "summary.md").write_text(summary.markdown() + "\n")
+        print("\n" + summary.markdown())
+        print(f"\nrun directory: {output_dir}")
+    return summary
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+def main(cfg: DictConfig) -> float:
+    """Hydra entry point; returns the final student perplexity (for sweeps)."""
+    return distill(cfg).student_ppl_after
+
+
+if __name__ == "__main__":
+    main()
