@@ -59,6 +59,9 @@ class TeacherSpec:
     """``causal_lm`` (a language-model head, logit KD) or ``encoder`` (a bare encoder, features)."""
     trust_remote_code: bool = False
     """Run code shipped with the checkpoint. Off unless you trust its source."""
+    init_seed: int = 0
+    """Seed of a ``config`` teacher's random weights: checkpoints omit the teacher, so a resumed
+    run must be able to rebuild the very same one."""
 
     def __post_init__(self) -> None:
         check_dtype(self.dtype, "teacher.dtype")
@@ -67,7 +70,8 @@ class TeacherSpec:
         if (self.path is None) == (self.config is None):
             raise ValueError(
                 "give exactly one of teacher.path (a pretrained model) or teacher.config "
-                f"(a random tiny model); got path={self.path!r}, config={self.config!r}"
+                f"(a random tiny model), setting the other to null; got path={self.path!r}, "
+                f"config={self.config!r}"
             )
 
 
@@ -277,7 +281,9 @@ def model_from_config(overrides: dict[str, Any], task: str, base=None) -> PreTra
 def load_teacher(spec: TeacherSpec) -> PreTrainedModel:
     """The frozen teacher: eval mode, no parameter requires grad, no KV cache."""
     if spec.config is not None:
-        teacher = model_from_config(spec.config, spec.task)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(spec.init_seed)
+            teacher = model_from_config(spec.config, spec.task)
     else:
         auto = AutoModelForCausalLM if spec.task == "causal_lm" else AutoModel
         teacher = auto.from_pretrained(

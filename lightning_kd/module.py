@@ -126,7 +126,7 @@ class DistillationModule(LightningModule):
         self.val_loss = TokenMean()
         self.teacher_perplexity: float | None = None
         self.window = _Window()
-        self._heads_checked = False
+        self._heads_checked: set[str] = set()
         self.tokens_seen = 0
         """Scored training tokens so far, over all ranks."""
 
@@ -196,16 +196,17 @@ class DistillationModule(LightningModule):
         head = model.get_output_embeddings()
         return OutputHead(head.weight, head.bias, logit_transform(model.config))
 
-    def check_output_heads(self, batch: dict[str, Tensor]) -> None:
-        """Once: the chunked path's hidden→head logits must equal each model's own logits.
+    def check_output_heads(self, batch: dict[str, Tensor], roles: tuple[str, ...]) -> None:
+        """Once per model: the chunked path's hidden→head logits must equal the model's own.
 
         Catches architectures that post-process logits in a way :func:`logit_transform` does
         not know, before they silently train on wrong logits.
         """
-        if self._heads_checked:
-            return
         sample = {key: value[:1, :8] for key, value in batch.items()}
-        for role, model in (("teacher", self.teacher), ("student", self.student)):
+        for role in roles:
+            if role in self._heads_checked:
+                continue
+            model = getattr(self, role)
             with torch.no_grad():
                 expected = self.logits(model, sample).float()
                 hidden = self.hidden_states(model, sample)
@@ -216,7 +217,7 @@ class DistillationModule(LightningModule):
                     "loss does not reproduce (max difference "
                     f"{(got - expected).abs().max():.3g}); set distill.chunked=false"
                 )
-        self._heads_checked = True
+            self._heads_checked.add(role)
 
     def step_objective(self, batch: dict[str, Tensor]) -> tuple[Tensor, LossSums]:
         """The objective's token sum for one micro-batch (differentiable) and its parts."""
@@ -235,7 +236,7 @@ class DistillationModule(LightningModule):
                 self.distill.temperature,
             )
             return self.objective(sums), sums
-        self.check_output_heads(batch)
+        self.check_output_heads(batch, ("student", "teacher") if with_teacher else ("student",))
         teacher_hidden = None
         if with_teacher:
             with torch.no_grad():
@@ -300,7 +301,7 @@ class DistillationModule(LightningModule):
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         labels = batch["labels"]
         if self.distill.chunked:
-            self.check_output_heads(batch)
+            self.check_output_heads(batch, ("student", "teacher"))
             chunks = logit_chunks(
                 self.hidden_states(self.student, batch),
                 self.output_head(self.student),

@@ -35,8 +35,10 @@ TokenDivergence = Callable[[Tensor, Tensor], Tensor]
 def _kl(logp: Tensor, logq: Tensor) -> Tensor:
     """KL(p ‖ q) over the last dim from log-probabilities; terms with p == 0 contribute 0."""
     p = logp.exp()
-    terms = p * (logp - logq)
-    return torch.where(p > 0, terms, torch.zeros_like(terms)).sum(-1)
+    # Zero both logs where p == 0 (rather than masking the product afterwards): a masked
+    # 0 · (−inf) still turns into a NaN gradient in backward.
+    absent = p == 0
+    return (p * (logp.masked_fill(absent, 0.0) - logq.masked_fill(absent, 0.0))).sum(-1)
 
 
 def _log_mixture(logp: Tensor, logq: Tensor, weight_p: float) -> Tensor:

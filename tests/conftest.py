@@ -1,0 +1,77 @@
+"""Shared fixtures: tiny models built from config and a small text corpus, all in milliseconds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from lightning.pytorch import Trainer
+
+from lightning_kd.data import TextDataModule
+from lightning_kd.models import StudentSpec, TeacherSpec, byte_tokenizer
+from lightning_kd.module import DistillationModule, DistillConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TINY_LLAMA = {
+    "model_type": "llama",
+    "vocab_size": 257,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 128,
+    "tie_word_embeddings": True,
+}
+
+TEXT = (
+    "The quick brown fox jumps over the lazy dog. Pack my box with five dozen liquor jugs. "
+    "How vexingly quick daft zebras jump! Sphinx of black quartz, judge my vow. "
+) * 20
+
+
+@pytest.fixture
+def tiny_teacher() -> TeacherSpec:
+    return TeacherSpec(path=None, config=dict(TINY_LLAMA))
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    path = tmp_path / "corpus.txt"
+    path.write_text(TEXT)
+    return path
+
+
+def make_datamodule(files: list[Path], **kwargs) -> TextDataModule:
+    """A byte-tokenized data module over ``files`` (block 32, batch 4 unless overridden)."""
+    options = {"block_size": 32, "batch_size": 4, "val_fraction": 0.2} | kwargs
+    return TextDataModule(byte_tokenizer(), files=[str(f) for f in files], **options)
+
+
+def make_module(teacher: TeacherSpec, **distill) -> DistillationModule:
+    """A module distilling ``teacher`` into a 2-layer copy with AdamW (lr 1e-3)."""
+    return DistillationModule(
+        teacher=teacher,
+        student=StudentSpec(num_layers=2),
+        distill=DistillConfig(**distill),
+        optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3),
+        tokenizer=byte_tokenizer(),
+    )
+
+
+def make_trainer(tmp_path: Path | None = None, **kwargs) -> Trainer:
+    """A quiet CPU trainer; checkpointing only when ``tmp_path`` is given."""
+    options = {
+        "accelerator": "cpu",
+        "devices": 1,
+        "max_steps": 3,
+        "logger": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "enable_checkpointing": tmp_path is not None,
+        "default_root_dir": tmp_path,
+        "num_sanity_val_steps": 0,
+    } | kwargs
+    return Trainer(**options)

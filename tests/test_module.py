@@ -1,0 +1,150 @@
+"""The LightningModule: frozen teacher, optimizer, checkpoints, metrics, chunked vs full."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lightning_kd.models import StudentSpec, TeacherSpec, byte_tokenizer
+from lightning_kd.module import DistillationModule, DistillConfig
+from tests.conftest import make_datamodule, make_module, make_trainer
+
+
+def teacher_snapshot(module: DistillationModule) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in module.teacher.state_dict().items()}
+
+
+def test_teacher_frozen_and_eval_through_fit_and_validate(tiny_teacher, corpus) -> None:
+    module, dm = make_module(tiny_teacher), make_datamodule([corpus])
+    trainer = make_trainer(max_steps=4, val_check_interval=2, limit_val_batches=2)
+    trainer.validate(module, dm, verbose=False)
+    before = teacher_snapshot(module)
+    trainer.fit(module, dm)
+    trainer.validate(module, dm, verbose=False)
+    assert not module.teacher.training
+    assert all(not m.training for m in module.teacher.modules())
+    assert all(p.grad is None and not p.requires_grad for p in module.teacher.parameters())
+    for key, value in module.teacher.state_dict().items():
+        torch.testing.assert_close(value, before[key], msg=key)
+    assert module.student.training
+
+
+def test_module_train_keeps_teacher_in_eval(tiny_teacher) -> None:
+    module = make_module(tiny_teacher)
+    module.configure_model()
+    module.train()
+    assert not module.teacher.training and module.student.training
+    module.eval()
+    module.train(True)
+    assert not any(m.training for m in module.teacher.modules())
+
+
+def test_configure_model_is_idempotent(tiny_teacher) -> None:
+    module = make_module(tiny_teacher)
+    module.configure_model()
+    student, teacher = module.student, module.teacher
+    module.configure_model()
+    assert module.student is student and module.teacher is teacher
+
+
+def test_optimizer_holds_only_student_parameters(tiny_teacher, corpus) -> None:
+    module = make_module(tiny_teacher)
+    trainer = make_trainer(max_steps=1)
+    trainer.fit(module, make_datamodule([corpus]))
+    optimized = {id(p) for group in trainer.optimizers[0].param_groups for p in group["params"]}
+    assert optimized == {id(p) for p in module.student.parameters()}
+    assert not optimized & {id(p) for p in module.teacher.parameters()}
+
+
+def test_checkpoint_has_no_teacher_and_resumes(tiny_teacher, corpus, tmp_path) -> None:
+    dm = make_datamodule([corpus])
+    trainer = make_trainer(tmp_path, max_steps=3)
+    module = make_module(tiny_teacher)
+    trainer.fit(module, dm)
+    path = tmp_path / "step3.ckpt"
+    trainer.save_checkpoint(path)
+    checkpoint = torch.load(path, weights_only=False)
+    keys = checkpoint["state_dict"].keys()
+    assert not [k for k in keys if k.startswith("teacher.")]
+    assert any(k.startswith("student.") for k in keys)
+    assert checkpoint["optimizer_states"] and checkpoint["lr_schedulers"] == []
+
+    resumed = make_module(tiny_teacher)
+    trainer = make_trainer(tmp_path, max_steps=5)
+    trainer.fit(resumed, dm, ckpt_path=path)
+    assert trainer.global_step == 5
+    # The teacher is rebuilt from its spec, identical to the one that trained the checkpoint.
+    for key, value in resumed.teacher.state_dict().items():
+        torch.testing.assert_close(value, module.teacher.state_dict()[key])
+
+
+def test_checkpoint_missing_student_weights_is_refused(tiny_teacher, corpus, tmp_path) -> None:
+    dm = make_datamodule([corpus])
+    trainer = make_trainer(tmp_path, max_steps=1)
+    trainer.fit(make_module(tiny_teacher), dm)
+    path = tmp_path / "bad.ckpt"
+    trainer.save_checkpoint(path)
+    checkpoint = torch.load(path, weights_only=False)
+    del checkpoint["state_dict"]["student.model.norm.weight"]
+    torch.save(checkpoint, path)
+    with pytest.raises(KeyError, match=r"lacks 1 student weights.*student.model.norm.weight"):
+        make_trainer(tmp_path, max_steps=2).fit(make_module(tiny_teacher), dm, ckpt_path=path)
+
+
+def test_full_depth_student_matches_teacher_metrics(tiny_teacher, corpus) -> None:
+    module = DistillationModule(
+        teacher=tiny_teacher,
+        student=StudentSpec(num_layers=4),
+        distill=DistillConfig(),
+        optimizer=torch.optim.AdamW,
+        tokenizer=byte_tokenizer(),
+    )
+    metrics = make_trainer().validate(module, make_datamodule([corpus]), verbose=False)[0]
+    assert metrics["val/agreement"] == pytest.approx(1.0)
+    assert metrics["val/kl"] == pytest.approx(0.0, abs=1e-5)
+    assert metrics["val/ppl"] == pytest.approx(metrics["val/teacher_ppl"], rel=1e-5)
+    assert module.teacher_perplexity == pytest.approx(metrics["val/teacher_ppl"])
+
+
+def test_ce_only_run_never_calls_the_teacher_in_training(tiny_teacher, corpus) -> None:
+    module = make_module(tiny_teacher, kd_weight=0.0, ce_weight=1.0)
+    module.configure_model()
+    calls = []
+    module.teacher.register_forward_hook(lambda *args: calls.append(1))
+    make_trainer(max_steps=2, limit_val_batches=0).fit(module, make_datamodule([corpus]))
+    assert calls == []
+
+
+def gradients_after_one_step(teacher: TeacherSpec, batch, **distill) -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    module = make_module(teacher, **distill)
+    module.configure_model()
+    module.student.double()
+    module.teacher.double()
+    objective, _ = module.step_objective(batch)
+    objective.backward()
+    return {n: p.grad.clone() for n, p in module.student.named_parameters()}
+
+
+@pytest.mark.parametrize("divergence", ["forward_kl", "jsd"])
+def test_chunked_module_gradients_equal_full_logits(tiny_teacher, corpus, divergence) -> None:
+    dm = make_datamodule([corpus])
+    dm.setup("fit")
+    batch = dm.collate(dm.train_examples[:3])
+    batch["labels"][0, 10:] = -100
+    options = {"divergence": divergence, "temperature": 2.0, "kd_weight": 0.7, "ce_weight": 0.3}
+    full = gradients_after_one_step(tiny_teacher, batch, chunked=False, **options)
+    chunked = gradients_after_one_step(tiny_teacher, batch, chunk_size=7, **options)
+    for name, grad in full.items():
+        torch.testing.assert_close(chunked[name], grad, rtol=1e-9, atol=1e-12, msg=name)
+
+
+def test_distill_config_errors() -> None:
+    with pytest.raises(ValueError, match="unknown divergence 'klx'"):
+        DistillConfig(divergence="klx")
+    with pytest.raises(ValueError, match="both 0"):
+        DistillConfig(kd_weight=0, ce_weight=0)
+    with pytest.raises(ValueError, match="distill.temperature=0"):
+        DistillConfig(temperature=0)
+    with pytest.raises(ValueError, match="distill.chunk_size=0"):
+        DistillConfig(chunk_size=0)

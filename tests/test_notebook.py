@@ -1,0 +1,26 @@
+"""notebooks/quickstart.ipynb runs top to bottom on the smoke config."""
+
+from __future__ import annotations
+
+import nbformat
+from nbclient import NotebookClient
+
+from tests.conftest import ROOT
+
+
+def test_quickstart_notebook_runs_on_smoke_config() -> None:
+    notebook = nbformat.read(ROOT / "notebooks" / "quickstart.ipynb", as_version=4)
+    parameters = [c for c in notebook.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(parameters) == 1, "the notebook needs exactly one cell tagged 'parameters'"
+    parameters[0].source = 'OVERRIDES = ["debug=smoke"]'
+    client = NotebookClient(
+        notebook,
+        timeout=600,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(ROOT / "notebooks")}},
+    )
+    client.execute()
+    outputs = "".join(
+        out.get("text", "") for cell in notebook.cells for out in cell.get("outputs", [])
+    )
+    assert "student perplexity" in outputs and "curves.png" in outputs
