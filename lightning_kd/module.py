@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,9 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 from transformers import PreTrainedTokenizerBase
 
+from lightning_kd.accumulation import Window
+from lightning_kd.capture import ModuleCapture, capture_step
+from lightning_kd.features import LayerPair, layer_pairs, make_projectors
 from lightning_kd.losses.chunked import (
     OutputHead,
     chunked_distillation_sums,
@@ -35,6 +39,7 @@ from lightning_kd.losses.chunked import (
     matmul_dtype,
 )
 from lightning_kd.losses.divergences import get_divergence
+from lightning_kd.losses.features import get_feature_loss, masked_feature_sum
 from lightning_kd.losses.logits import (
     IGNORE_INDEX,
     LossSums,
@@ -79,6 +84,16 @@ class DistillConfig:
     ``[batch, seq, vocab]`` logits); false uses the models' full logits (for checking)."""
     chunk_size: int | None = None
     """Tokens per chunk; None picks about 4M logits per chunk (``losses.chunked``)."""
+    features: str | list[dict[str, Any]] | None = None
+    """Feature matching: ``uniform`` or a list of ``{student, teacher, loss, weight}`` module
+    pairs (paths on the unwrapped Hugging Face models)."""
+    feature_loss: str = "cosine"
+    """Default loss of a pair (and the loss of ``uniform``): cosine | mse | l1."""
+    feature_weight: float = 1.0
+    """Default weight of a pair (and of each ``uniform`` pair)."""
+    projector: str = "linear"
+    """Where a pair's widths differ: ``linear`` (a trained nn.Linear, student → teacher) or
+    ``none`` (an error)."""
 
     def __post_init__(self) -> None:
         get_divergence(self.divergence, beta=self.beta, skew=self.skew)  # raises on bad values
@@ -86,8 +101,11 @@ class DistillConfig:
             raise ValueError(f"distill.temperature={self.temperature}; it must be positive")
         if self.kd_weight < 0 or self.ce_weight < 0:
             raise ValueError("distill.kd_weight and distill.ce_weight must be non-negative")
-        if self.kd_weight == 0 and self.ce_weight == 0:
-            raise ValueError("distill.kd_weight and distill.ce_weight are both 0: nothing to learn")
+        if self.kd_weight == 0 and self.ce_weight == 0 and not self.features:
+            raise ValueError(
+                "distill.kd_weight and distill.ce_weight are both 0 and no distill.features are "
+                "set: nothing to learn"
+            )
         if self.chunk_size is not None and self.chunk_size < 1:
             raise ValueError(
                 f"distill.chunk_size={self.chunk_size}; use null (auto) or a count >= 1"
@@ -125,7 +143,11 @@ class DistillationModule(LightningModule):
         self.val_kl = TokenMean()
         self.val_loss = TokenMean()
         self.teacher_perplexity: float | None = None
-        self.window = _Window()
+        self.layer_pairs: list[LayerPair] = []
+        self.projectors = nn.ModuleList()
+        self.captures: dict[str, ModuleCapture] = {}
+        self.val_features = TokenMean()
+        self.window = Window()
         self._heads_checked: set[str] = set()
         self.tokens_seen = 0
         """Scored training tokens so far, over all ranks."""
@@ -145,6 +167,27 @@ class DistillationModule(LightningModule):
                 teacher, models.student, self.tokenizer, student_tokenizer(self.student_spec)
             )
         self.teacher, self.student, self.layer_map = teacher, models.student, models.layer_map
+        self.layer_pairs = layer_pairs(
+            self.distill.features,
+            self.student,
+            self.teacher,
+            self.layer_map,
+            self.distill.feature_loss,
+            self.distill.feature_weight,
+        )
+        if self.layer_pairs:
+            # Hooks go on once, here; the step decides when they record (capture.py).
+            self.projectors = make_projectors(
+                self.layer_pairs, self.student, self.teacher, self.distill.projector
+            )
+            self.captures = {
+                "teacher": ModuleCapture(
+                    self.teacher, [p.teacher for p in self.layer_pairs], "teacher"
+                ),
+                "student": ModuleCapture(
+                    self.student, [p.student for p in self.layer_pairs], "student"
+                ),
+            }
 
     def train(self, mode: bool = True) -> DistillationModule:
         """Set train/eval mode on everything but the teacher, which always stays in eval."""
@@ -171,9 +214,13 @@ class DistillationModule(LightningModule):
     # ------------------------------------------------------------------------- forward passes
 
     @property
+    def is_causal_lm(self) -> bool:
+        return self.teacher_spec.task == "causal_lm"
+
+    @property
     def uses_teacher_in_training(self) -> bool:
         """Whether a training step needs the teacher at all (a CE-only run skips it)."""
-        return self.distill.kd_weight > 0
+        return self.distill.kd_weight > 0 or bool(self.layer_pairs)
 
     def hidden_states(self, model: nn.Module, batch: dict[str, Tensor]) -> Tensor:
         """Final hidden states (after the last norm) of ``model``'s body: no head, no logits."""
@@ -191,6 +238,31 @@ class DistillationModule(LightningModule):
             use_cache=False,
         ).logits
 
+    def run(self, role: str, batch: dict[str, Tensor]) -> Tensor:
+        """One forward of ``role`` with its capture armed: hidden states, or full logits.
+
+        The teacher runs without a graph. Only this forward records captures: a forward
+        elsewhere, or activation checkpointing's re-forward in backward, finds them disarmed.
+        """
+        model = getattr(self, role)
+        capture = self.captures.get(role)
+        armed = capture.arm() if capture else nullcontext()
+        with armed, torch.no_grad() if role == "teacher" else nullcontext():
+            if self.is_causal_lm and not self.distill.chunked:
+                return self.logits(model, batch)
+            return self.hidden_states(model, batch)
+
+    def scored_mask(self, batch: dict[str, Tensor]) -> Tensor:
+        """``[batch, seq]``: the positions every loss term scores (and counts as tokens).
+
+        For a causal LM, position t is scored when it predicts a label (``labels[t + 1]`` not
+        −100); for an encoder, every attended position.
+        """
+        if not self.is_causal_lm:
+            return batch["attention_mask"].bool()
+        predicts = batch["labels"][:, 1:] != IGNORE_INDEX
+        return torch.nn.functional.pad(predicts, (0, 1), value=False)
+
     def output_head(self, model: nn.Module) -> OutputHead:
         """``model``'s output projection, as the chunked loss applies it."""
         head = model.get_output_embeddings()
@@ -207,10 +279,15 @@ class DistillationModule(LightningModule):
             if role in self._heads_checked:
                 continue
             model = getattr(self, role)
-            with torch.no_grad():
-                expected = self.logits(model, sample).float()
-                hidden = self.hidden_states(model, sample)
-                got = self.output_head(model).logits(hidden, matmul_dtype(hidden)).float()
+            was_training = model.training
+            model.eval()  # dropout would make the two forwards differ
+            try:
+                with torch.no_grad():
+                    expected = self.logits(model, sample).float()
+                    hidden = self.hidden_states(model, sample)
+                    got = self.output_head(model).logits(hidden, matmul_dtype(hidden)).float()
+            finally:
+                model.train(was_training)
             if not torch.allclose(got, expected, rtol=2e-2, atol=2e-2):
                 raise ValueError(
                     f"the {role} ({type(model).__name__}) computes its logits in a way the chunked "
@@ -219,34 +296,25 @@ class DistillationModule(LightningModule):
                 )
             self._heads_checked.add(role)
 
-    def step_objective(self, batch: dict[str, Tensor]) -> tuple[Tensor, LossSums]:
-        """The objective's token sum for one micro-batch (differentiable) and its parts."""
-        labels = batch["labels"]
-        with_teacher = self.uses_teacher_in_training
+    def logit_objective(
+        self, student_out: Tensor, teacher_out: Tensor | None, batch: dict[str, Tensor]
+    ) -> tuple[Tensor, LossSums]:
+        """The logit terms' weighted token sum (differentiable) and the sums behind it."""
+        if not self.is_causal_lm:  # an encoder has no logits: features are the whole objective
+            tokens = self.scored_mask(batch).sum()
+            zero = student_out.new_zeros((), dtype=torch.float32)
+            return zero, LossSums(kd=zero, ce=zero, tokens=tokens)
         if not self.distill.chunked:
-            teacher_logits = None
-            if with_teacher:
-                with torch.no_grad():
-                    teacher_logits = self.logits(self.teacher, batch)
             sums = logit_distillation_sums(
-                self.logits(self.student, batch),
-                teacher_logits,
-                labels,
-                self.divergence,
-                self.distill.temperature,
+                student_out, teacher_out, batch["labels"], self.divergence, self.distill.temperature
             )
             return self.objective(sums), sums
-        self.check_output_heads(batch, ("student", "teacher") if with_teacher else ("student",))
-        teacher_hidden = None
-        if with_teacher:
-            with torch.no_grad():
-                teacher_hidden = self.hidden_states(self.teacher, batch)
         return chunked_distillation_sums(
-            self.hidden_states(self.student, batch),
+            student_out,
             self.output_head(self.student),
-            teacher_hidden,
+            teacher_out,
             self.output_head(self.teacher),
-            labels,
+            batch["labels"],
             self.divergence,
             self.distill.temperature,
             self.distill.kd_weight,
@@ -254,8 +322,38 @@ class DistillationModule(LightningModule):
             self.distill.chunk_size,
         )
 
+    def feature_sum(self, mask: Tensor) -> Tensor:
+        """Σ over pairs of weight · Σ over scored positions of the pair's loss; reads and clears
+        both captures."""
+        student, teacher = self.captures["student"].pop(), self.captures["teacher"].pop()
+        total = None
+        for pair, projector in zip(self.layer_pairs, self.projectors, strict=True):
+            value = pair.weight * masked_feature_sum(
+                projector(student[pair.student]),
+                teacher[pair.teacher],
+                mask,
+                get_feature_loss(pair.loss),
+            )
+            total = value if total is None else total + value
+        return total
+
+    def step_objective(self, batch: dict[str, Tensor]) -> tuple[Tensor, LossSums]:
+        """The objective's token sum for one micro-batch (differentiable) and its parts."""
+        with_teacher = self.uses_teacher_in_training
+        if self.is_causal_lm and self.distill.chunked:
+            self.check_output_heads(batch, ("student", "teacher") if with_teacher else ("student",))
+        with capture_step(*self.captures.values()):
+            teacher_out = self.run("teacher", batch) if with_teacher else None
+            student_out = self.run("student", batch)
+            objective, sums = self.logit_objective(student_out, teacher_out, batch)
+            if self.layer_pairs:
+                features = self.feature_sum(self.scored_mask(batch))
+                objective = objective + features
+                sums.features = features.detach()
+        return objective, sums
+
     def objective(self, sums: LossSums) -> Tensor:
-        """The weighted token *sum* that is back-propagated."""
+        """The weighted token *sum* of the logit terms."""
         return self.distill.kd_weight * sums.kd + self.distill.ce_weight * sums.ce
 
     # ------------------------------------------------------------------------- training
@@ -280,39 +378,56 @@ class DistillationModule(LightningModule):
         return objective
 
     def on_before_optimizer_step(self, optimizer: Optimizer) -> None:
-        kd, ce, tokens = self.window.totals(self.trainer.strategy)
-        scale = self.trainer.accumulate_grad_batches * self.trainer.world_size / tokens.clamp(min=1)
-        for param in self.trainable_parameters():
-            if param.grad is not None:
-                param.grad.mul_(scale.to(param.grad.dtype))
-        denominator = tokens.clamp(min=1)
-        loss = (self.distill.kd_weight * kd + self.distill.ce_weight * ce) / denominator
-        self.log("train/loss", loss.float(), prog_bar=True, on_step=True, on_epoch=False)
-        self.log_dict(
-            {"train/kd": (kd / denominator).float(), "train/ce": (ce / denominator).float()},
-            on_step=True,
-            on_epoch=False,
+        totals = self.window.reduced(self.trainer.strategy)
+        self.window.rescale_gradients(
+            self.trainable_parameters(),
+            totals["tokens"],
+            self.trainer.accumulate_grad_batches,
+            self.trainer.world_size,
         )
-        self.tokens_seen += int(tokens)
         self.window.reset()
+        tokens = totals["tokens"].clamp(min=1)
+        means = {name: (totals[name] / tokens).float() for name in ("kd", "ce", "features")}
+        loss = self.distill.kd_weight * means["kd"] + self.distill.ce_weight * means["ce"]
+        self.log(
+            "train/loss", loss + means["features"], prog_bar=True, on_step=True, on_epoch=False
+        )
+        logged = {f"train/{name}": value for name, value in means.items()}
+        if not self.layer_pairs:
+            del logged["train/features"]
+        self.log_dict(logged, on_step=True, on_epoch=False)
+        self.tokens_seen += int(totals["tokens"])
 
     # ------------------------------------------------------------------------- validation
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        labels = batch["labels"]
-        if self.distill.chunked:
+        if self.is_causal_lm and self.distill.chunked:
             self.check_output_heads(batch, ("student", "teacher"))
+        with capture_step(*self.captures.values()):
+            teacher_out = self.run("teacher", batch)
+            student_out = self.run("student", batch)
+            mask = self.scored_mask(batch)
+            if self.layer_pairs:
+                self.val_features.update(self.feature_sum(mask), mask.sum())
+        if self.is_causal_lm:
+            self.update_logit_metrics(student_out, teacher_out, batch["labels"])
+
+    def update_logit_metrics(
+        self, student_out: Tensor, teacher_out: Tensor, labels: Tensor
+    ) -> None:
+        """Perplexities, agreement and KL of one validation batch (chunked or full logits)."""
+        if self.distill.chunked:
             chunks = logit_chunks(
-                self.hidden_states(self.student, batch),
+                student_out,
                 self.output_head(self.student),
-                self.hidden_states(self.teacher, batch),
+                teacher_out,
                 self.output_head(self.teacher),
                 labels,
                 self.distill.chunk_size,
             )
         else:
-            student_logits, targets = shift_for_next_token(self.logits(self.student, batch), labels)
-            teacher_logits, _ = shift_for_next_token(self.logits(self.teacher, batch), labels)
+            student_logits, targets = shift_for_next_token(student_out, labels)
+            teacher_logits, _ = shift_for_next_token(teacher_out, labels)
             mask = targets != IGNORE_INDEX
             chunks = [(student_logits[mask], teacher_logits[mask], targets[mask])]
         sums = evaluation_sums(chunks, self.divergence, self.distill.temperature)
@@ -326,18 +441,22 @@ class DistillationModule(LightningModule):
             self.val_teacher_ppl.update(sums.teacher_nll, sums.tokens)
 
     def on_validation_epoch_end(self) -> None:
-        metrics = {
-            "val/ppl": self.val_ppl.compute(),
-            "val/agreement": self.val_agreement.compute(),
-            "val/kl": self.val_kl.compute(),
-            "val/loss": self.val_loss.compute(),
-        }
-        if self.teacher_perplexity is None:
-            teacher_ppl = self.val_teacher_ppl.compute()
-            metrics["val/teacher_ppl"] = teacher_ppl
-            # Once per run: the teacher does not change. A sanity check sees too few batches.
-            if not self.trainer.sanity_checking:
-                self.teacher_perplexity = float(teacher_ppl)
+        metrics = {}
+        if self.layer_pairs:
+            metrics["val/features"] = self.val_features.compute()
+        if self.is_causal_lm:
+            metrics |= {
+                "val/ppl": self.val_ppl.compute(),
+                "val/agreement": self.val_agreement.compute(),
+                "val/kl": self.val_kl.compute(),
+                "val/loss": self.val_loss.compute(),
+            }
+            if self.teacher_perplexity is None:
+                teacher_ppl = self.val_teacher_ppl.compute()
+                metrics["val/teacher_ppl"] = teacher_ppl
+                # Once per run: the teacher does not change. A sanity check sees too few batches.
+                if not self.trainer.sanity_checking:
+                    self.teacher_perplexity = float(teacher_ppl)
         self.log_dict(metrics, prog_bar=True)
         for metric in (
             self.val_ppl,
@@ -345,6 +464,7 @@ class DistillationModule(LightningModule):
             self.val_kl,
             self.val_loss,
             self.val_teacher_ppl,
+            self.val_features,
         ):
             metric.reset()
 
@@ -378,30 +498,3 @@ class DistillationModule(LightningModule):
         self.student.save_pretrained(directory)
         if self.tokenizer is not None:
             self.tokenizer.save_pretrained(directory)
-
-
-class _Window:
-    """Running token sums of one accumulation window (detached; for logging and scaling)."""
-
-    def __init__(self) -> None:
-        self.reset()
-
-    def reset(self) -> None:
-        self.kd = self.ce = self.tokens = None
-
-    def add(self, sums: LossSums) -> None:
-        values = (sums.kd.detach(), sums.ce.detach(), sums.tokens.detach())
-        if self.tokens is None:
-            self.kd, self.ce, self.tokens = values
-        else:
-            self.kd, self.ce, self.tokens = (
-                self.kd + values[0],
-                self.ce + values[1],
-                self.tokens + values[2],
-            )
-
-    def totals(self, strategy) -> tuple[Tensor, Tensor, Tensor]:
-        """The window's sums, added up over all ranks."""
-        stacked = torch.stack([self.kd.double(), self.ce.double(), self.tokens.double()])
-        stacked = strategy.reduce(stacked, reduce_op="sum")
-        return stacked[0], stacked[1], stacked[2]

@@ -26,6 +26,23 @@ TINY_LLAMA = {
     "tie_word_embeddings": True,
 }
 
+# GPT-2 computes everything in the parameters' dtype (Llama's RMSNorm computes in fp32 whatever
+# the input), so fp64 tests of whole-model gradients use it. Dropout off: steps are compared.
+TINY_GPT2 = {
+    "model_type": "gpt2",
+    "vocab_size": 257,
+    "n_embd": 32,
+    "n_layer": 4,
+    "n_head": 4,
+    "n_positions": 64,
+    "tie_word_embeddings": True,
+    "resid_pdrop": 0.0,
+    "embd_pdrop": 0.0,
+    "attn_pdrop": 0.0,
+    "bos_token_id": 256,
+    "eos_token_id": 256,
+}
+
 TEXT = (
     "The quick brown fox jumps over the lazy dog. Pack my box with five dozen liquor jugs. "
     "How vexingly quick daft zebras jump! Sphinx of black quartz, judge my vow. "

@@ -41,6 +41,8 @@ class LossSums:
     """Σ over unmasked tokens of the student's cross-entropy at T = 1 (fp32 scalar)."""
     tokens: Tensor
     """Number of unmasked (scored) tokens (int64 scalar)."""
+    features: Tensor | None = None
+    """Σ over the same tokens of the weighted feature-matching terms, when any are configured."""
 
 
 def math_dtype(dtype: torch.dtype) -> torch.dtype:

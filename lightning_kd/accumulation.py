@@ -1,0 +1,58 @@
+"""Exact loss normalisation over a gradient-accumulation window, across ranks.
+
+Averaging per-micro-batch means weights a token by 1/(its micro-batch's token count): wrong as soon
+as micro-batches hold different numbers of scored tokens (padding, masked prompts), and wrong for a
+last, partial window. Instead each micro-batch back-propagates the *sum* of its per-token loss,
+:class:`Window` counts the window's tokens as it goes, and :meth:`Window.rescale_gradients`
+divides the accumulated gradients once by the window's total token count — over all ranks — before
+the optimizer (and gradient clipping) sees them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from torch import Tensor, nn
+
+from lightning_kd.losses.logits import LossSums
+
+TERMS = ("kd", "ce", "features", "tokens")
+
+
+class Window:
+    """Detached token sums of the micro-batches since the last optimizer step."""
+
+    def __init__(self) -> None:
+        self.totals: Tensor | None = None
+
+    def reset(self) -> None:
+        self.totals = None
+
+    def add(self, sums: LossSums) -> None:
+        """Count one micro-batch's sums into the window."""
+        features = sums.features if sums.features is not None else torch.zeros_like(sums.kd)
+        values = torch.stack([sums.kd, sums.ce, features, sums.tokens.to(sums.kd)]).detach()
+        values = values.to(torch.float64)
+        self.totals = values if self.totals is None else self.totals + values
+
+    def reduced(self, strategy) -> dict[str, Tensor]:
+        """The window's sums over every rank, by term name (``tokens`` included)."""
+        if self.totals is None:
+            raise RuntimeError("an optimizer step came with no training micro-batch in its window")
+        totals = strategy.reduce(self.totals.clone(), reduce_op="sum")
+        return dict(zip(TERMS, totals, strict=True))
+
+    @staticmethod
+    def rescale_gradients(
+        params: Iterable[nn.Parameter], tokens: Tensor, accumulate: int, world_size: int
+    ) -> None:
+        """Turn accumulated gradients of token sums into the gradient of the window's token mean.
+
+        Lightning divided each micro-batch's loss by ``accumulate`` and DDP/FSDP average over
+        ``world_size`` ranks; both factors are undone here, then divided by the real count.
+        """
+        scale = accumulate * world_size / tokens.clamp(min=1)
+        for param in params:
+            if param.grad is not None:
+                param.grad.mul_(scale.to(param.grad.dtype))

@@ -1,0 +1,133 @@
+"""Forward hooks that capture named modules' outputs, with a lifecycle that cannot go wrong.
+
+The rules (see the README's "capture lifecycle"):
+
+1. Hooks are registered once per model (:class:`ModuleCapture`), not per step;
+   :meth:`ModuleCapture.remove` takes every one of them off again.
+2. A hook records only while its capture is *armed*. The step arms a capture around its own
+   forward and disarms it right after, so a forward outside a step — and the re-forward that
+   activation checkpointing runs during backward — record nothing.
+3. :meth:`ModuleCapture.pop` reads and clears every record. A configured module that did not run,
+   or ran twice in one armed forward, is a :class:`CaptureError` naming it: never a silent loss
+   without its feature term.
+4. :func:`capture_step` wraps a whole step: whatever happens, records are cleared when it ends, and
+   a step that ends normally with a record nobody read is an error (a loss that forgot its feature
+   term), not a warning on every micro-batch.
+
+This module knows torch modules and hooks, not Lightning: a plain PyTorch loop can use it too.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from torch import Tensor, nn
+
+
+class CaptureError(RuntimeError):
+    """A capture was misused: missing, duplicated or unconsumed records, or a bad module path."""
+
+
+def resolve_module(model: nn.Module, path: str, role: str) -> nn.Module:
+    """``model.get_submodule(path)``, or an error listing the nearest valid paths."""
+    try:
+        return model.get_submodule(path)
+    except AttributeError:
+        names = [name for name, _ in model.named_modules() if name]
+        nearest = difflib.get_close_matches(path, names, n=5, cutoff=0.0)
+        raise CaptureError(
+            f"the {role} ({type(model).__name__}) has no module {path!r}; nearest valid paths: "
+            f"{nearest}"
+        ) from None
+
+
+def first_tensor(output: object) -> Tensor:
+    """The main tensor of a module's output (decoder layers may return tuples or ModelOutputs)."""
+    if isinstance(output, Tensor):
+        return output
+    if isinstance(output, tuple | list) and output and isinstance(output[0], Tensor):
+        return output[0]
+    if hasattr(output, "to_tuple"):
+        return first_tensor(output.to_tuple())
+    raise CaptureError(f"cannot capture a module output of type {type(output).__name__}")
+
+
+class ModuleCapture:
+    """Forward hooks on ``paths`` of one model, recording outputs only while armed."""
+
+    def __init__(self, model: nn.Module, paths: list[str], role: str) -> None:
+        self.role = role
+        self.paths = list(dict.fromkeys(paths))  # a module shared by several pairs: one hook
+        self.armed = False
+        self.records: dict[str, list[Tensor]] = {}
+        self._handles = [
+            resolve_module(model, path, role).register_forward_hook(self._hook(path))
+            for path in self.paths
+        ]
+
+    def _hook(self, path: str):
+        def record(module: nn.Module, args: tuple, output: object) -> None:
+            if self.armed:
+                self.records.setdefault(path, []).append(first_tensor(output))
+
+        return record
+
+    @contextmanager
+    def arm(self) -> Iterator[None]:
+        """Record the hooked modules' outputs for the duration of the block (one forward)."""
+        if self.armed:
+            raise CaptureError(f"the {self.role} capture is already armed")
+        self.armed = True
+        try:
+            yield
+        finally:
+            self.armed = False
+
+    def pop(self) -> dict[str, Tensor]:
+        """Every configured module's output from the last armed forward; clears the records."""
+        records, self.records = self.records, {}
+        missing = [path for path in self.paths if path not in records]
+        repeated = [path for path, outputs in records.items() if len(outputs) > 1]
+        if missing:
+            raise CaptureError(
+                f"{self.role} modules {missing} did not run in the armed forward, so their "
+                "feature losses cannot be computed; check distill.features"
+            )
+        if repeated:
+            raise CaptureError(
+                f"{self.role} modules {repeated} ran more than once in one armed forward "
+                "(a module reused inside the model?); capture a module that runs once"
+            )
+        return {path: outputs[0] for path, outputs in records.items()}
+
+    def clear(self) -> None:
+        """Drop every record without reading it."""
+        self.records = {}
+
+    def remove(self) -> None:
+        """Take the hooks off the model, leaving it as it was before."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        self.clear()
+
+
+@contextmanager
+def capture_step(*captures: ModuleCapture) -> Iterator[None]:
+    """One step's capture scope: records never outlive it, and an unread record is an error."""
+    finished = False
+    try:
+        yield
+        finished = True
+    finally:
+        unread = {c.role: sorted(c.records) for c in captures if c.records}
+        for capture in captures:
+            capture.armed = False
+            capture.clear()
+    if finished and unread:
+        raise CaptureError(
+            f"captured outputs {unread} were never read by the loss: the step would silently "
+            "train without their feature terms"
+        )
