@@ -60,13 +60,9 @@ def distill(cfg: DictConfig) -> RunSummary:
         module.export_student(str(output_dir / "student"))
 
     summary = RunSummary(
+        after=after,
+        before=before,
         teacher_ppl=module.teacher_perplexity,
-        student_ppl_before=before.get("val/ppl"),
-        student_ppl_after=after["val/ppl"],
-        agreement_before=before.get("val/agreement"),
-        agreement_after=after["val/agreement"],
-        kl_before=before.get("val/kl"),
-        kl_after=after["val/kl"],
         steps=trainer.global_step,
         train_tokens=module.tokens_seen,
         train_seconds=timer.seconds,
@@ -81,9 +77,9 @@ def distill(cfg: DictConfig) -> RunSummary:
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
-def main(cfg: DictConfig) -> float:
-    """Hydra entry point; returns the final student perplexity (for sweeps)."""
-    return distill(cfg).student_ppl_after
+def main(cfg: DictConfig) -> float | None:
+    """Hydra entry point; returns the final student perplexity (for sweeps), if it has one."""
+    return distill(cfg).after.get("val/ppl")
 
 
 if __name__ == "__main__":

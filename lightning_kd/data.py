@@ -78,6 +78,11 @@ def read_documents(path: Path, text_field: str = "text") -> Iterator[str]:
             yield str(record[text_field])
 
 
+def separator_id(tokenizer: PreTrainedTokenizerBase) -> int | None:
+    """The token that ends a document: EOS for causal LMs, SEP for BERT-style encoders."""
+    return tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id
+
+
 def pack_blocks(token_lists: list[list[int]], block_size: int, eos_id: int) -> Tensor:
     """Join documents with ``eos_id``; cut into ``[n_blocks, block_size]`` (tail dropped)."""
     stream = [token for tokens in token_lists for token in (*tokens, eos_id)]
@@ -106,8 +111,8 @@ class TextDataModule(LightningDataModule):
             raise ValueError(f"data.block_size={block_size}; a block needs at least 2 tokens")
         if not 0.0 < val_fraction < 1.0:
             raise ValueError(f"data.val_fraction={val_fraction} must lie strictly between 0 and 1")
-        if tokenizer.eos_token_id is None:
-            raise ValueError("the tokenizer has no EOS token to separate packed documents")
+        if separator_id(tokenizer) is None:
+            raise ValueError("the tokenizer has no EOS or SEP token to separate packed documents")
         self.tokenizer = tokenizer
         self.files = expand_files(list(files)) if files else [DEFAULT_CORPUS]
         self.block_size = block_size
@@ -135,7 +140,7 @@ class TextDataModule(LightningDataModule):
             raise ValueError(f"no text in {[str(p) for p in self.files]}: the files are empty")
         token_lists = self.tokenizer(documents, add_special_tokens=False)["input_ids"]
         if self.pack:
-            examples = list(pack_blocks(token_lists, self.block_size, self.tokenizer.eos_token_id))
+            examples = list(pack_blocks(token_lists, self.block_size, separator_id(self.tokenizer)))
         else:
             examples = [torch.tensor(t[: self.block_size]) for t in token_lists if len(t) >= 2]
         if len(examples) < 2:
@@ -159,7 +164,7 @@ class TextDataModule(LightningDataModule):
         """Right-pad to the longest example; padding is masked from attention and labels."""
         length = max(len(example) for example in examples)
         pad_id = self.tokenizer.pad_token_id
-        pad_id = self.tokenizer.eos_token_id if pad_id is None else pad_id
+        pad_id = separator_id(self.tokenizer) if pad_id is None else pad_id
         input_ids = torch.full((len(examples), length), pad_id, dtype=torch.long)
         attention_mask = torch.zeros((len(examples), length), dtype=torch.long)
         for row, example in enumerate(examples):

