@@ -83,7 +83,7 @@ class DistillConfig:
     """Compute the logit losses from hidden states a chunk of tokens at a time (never holding
     ``[batch, seq, vocab]`` logits); false uses the models' full logits (for checking)."""
     chunk_size: int | None = None
-    """Tokens per chunk; None picks about 4M logits per chunk (``losses.chunked``)."""
+    """Tokens per chunk; None picks about 8M logits per chunk (``losses.chunked``)."""
     features: str | list[dict[str, Any]] | None = None
     """Feature matching: ``uniform`` or a list of ``{student, teacher, loss, weight}`` module
     pairs (paths on the unwrapped Hugging Face models)."""

@@ -132,5 +132,36 @@ def test_bf16_autocast_is_close_to_fp32() -> None:
 
 
 def test_auto_chunk_size() -> None:
-    assert auto_chunk_size(49152, 10_000) == 85
+    assert auto_chunk_size(49152, 10_000) == 170
     assert auto_chunk_size(257, 100) == 100  # small vocab: one chunk
+
+
+@pytest.mark.parametrize("name", ["forward_kl", "reverse_kl"])
+def test_masked_vocabulary_falls_back_exactly(name: str) -> None:
+    """−inf teacher logits (a masked vocabulary entry) take the exact route, not a NaN."""
+    embedding, _, _, hidden, t_hidden, t_weight, labels = inputs(3, True)
+
+    def mask_first(logits):
+        return logits.index_fill(-1, torch.tensor([0]), float("-inf"))
+
+    div = get_divergence(name)
+    ref = logit_distillation_sums(
+        hidden @ embedding.T, mask_first(t_hidden @ t_weight.T), labels, div
+    )
+    (want,) = torch.autograd.grad(ref.kd + ref.ce, [embedding], retain_graph=True)
+    objective, sums = chunked_distillation_sums(
+        hidden,
+        OutputHead(embedding),
+        t_hidden,
+        OutputHead(t_weight, transform=mask_first),
+        labels,
+        div,
+        kd_weight=1.0,
+        ce_weight=1.0,
+        chunk_size=4,
+    )
+    (got,) = torch.autograd.grad(objective, [embedding])
+    assert torch.isfinite(objective) or name == "reverse_kl"
+    torch.testing.assert_close(sums.kd, ref.kd)
+    if torch.isfinite(ref.kd):
+        torch.testing.assert_close(got, want)

@@ -25,11 +25,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lightning_kd.losses.divergences import TokenDivergence
+from lightning_kd.losses.divergences import Divergence, TokenDivergence
 from lightning_kd.losses.logits import IGNORE_INDEX, LossSums, math_dtype
 
-CHUNK_ELEMENTS = 1 << 22
-"""Automatic chunk size: about 4M logits (16 MB in fp32) per model per chunk."""
+CHUNK_ELEMENTS = 1 << 23
+"""Automatic chunk size: about 8M logits (32 MB in fp32) per model per chunk. Smaller chunks
+spend more time re-reading the head weights and accumulating their gradient; larger ones hold
+more memory (and on the CPU leave glibc's 32 MB mmap threshold, so every chunk page-faults)."""
 
 LogitTransform = Callable[[Tensor], Tensor]
 
@@ -42,6 +44,11 @@ class OutputHead:
     bias: Tensor | None = None
     transform: LogitTransform | None = None
     """Applied to raw logits (soft-capping, scaling) as the model itself does; None for most."""
+
+    def cast(self, dtype: torch.dtype) -> OutputHead:
+        """The same head with detached weights in ``dtype``: cast once, not once per chunk."""
+        bias = None if self.bias is None else self.bias.detach().to(dtype)
+        return OutputHead(self.weight.detach().to(dtype), bias, self.transform)
 
     def logits(self, hidden: Tensor, dtype: torch.dtype) -> Tensor:
         """Logits of ``hidden`` with the matmul in ``dtype``."""
@@ -84,6 +91,65 @@ def _chunk_terms(
     return kd, ce
 
 
+def _chunk_autograd(
+    logits: Tensor,
+    teacher_logits: Tensor | None,
+    targets: Tensor,
+    divergence: TokenDivergence,
+    temperature: float,
+    kd_weight: float,
+    ce_weight: float,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Summed KD and CE of one chunk and the objective's gradient w.r.t. ``logits``, by autograd."""
+    with torch.enable_grad():
+        logits = logits.detach().requires_grad_()
+        kd, ce = _chunk_terms(logits, teacher_logits, targets, divergence, temperature)
+        (grad,) = torch.autograd.grad(kd_weight * kd + ce_weight * ce, logits)
+    return kd.detach(), ce.detach(), grad
+
+
+def _chunk_fused(
+    logits: Tensor,
+    teacher_logits: Tensor | None,
+    targets: Tensor,
+    divergence: Divergence,
+    temperature: float,
+    kd_weight: float,
+    ce_weight: float,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """As :func:`_chunk_autograd`, from log-sum-exps and the divergence's closed form.
+
+    CE's gradient is softmax − one-hot. The divergence's gradient is w.r.t. the logits at
+    temperature T, so the chain rule adds 1/T and the T² scale leaves a factor T. Logits that
+    are not finite (−inf for masked vocabulary entries) go to the autograd route instead, which
+    handles 0 · log 0 exactly.
+    """
+    lse = torch.logsumexp(logits, dim=-1, keepdim=True)
+    ce = (lse.squeeze(-1) - logits.gather(1, targets.unsqueeze(1)).squeeze(-1)).sum()
+    if not torch.isfinite(ce):
+        return _chunk_autograd(
+            logits, teacher_logits, targets, divergence, temperature, kd_weight, ce_weight
+        )
+    grad = (logits - lse).exp_().mul_(ce_weight)
+    grad.scatter_add_(1, targets.unsqueeze(1), grad.new_full((len(targets), 1), -ce_weight))
+    if teacher_logits is None:
+        return torch.zeros_like(ce), ce, grad
+    vocab = min(logits.shape[-1], teacher_logits.shape[-1])
+    student, teacher = logits[:, :vocab], teacher_logits[:, :vocab]
+    if temperature != 1.0:
+        student, teacher = student / temperature, teacher / temperature
+    same = temperature == 1.0 and vocab == logits.shape[-1]
+    student_lse = lse if same else torch.logsumexp(student, dim=-1, keepdim=True)
+    teacher_lse = torch.logsumexp(teacher, dim=-1, keepdim=True)
+    value, divergence_grad = divergence.fused(student, teacher, student_lse, teacher_lse)
+    if not torch.isfinite(value).all():
+        return _chunk_autograd(
+            logits, teacher_logits, targets, divergence, temperature, kd_weight, ce_weight
+        )
+    grad[:, :vocab].add_(divergence_grad, alpha=kd_weight * temperature)
+    return value.sum() * temperature**2, ce, grad
+
+
 class _ChunkedDistillation(torch.autograd.Function):
     """Forward: loss sums and their gradients, chunk by chunk. Backward: scale the gradients."""
 
@@ -105,9 +171,9 @@ class _ChunkedDistillation(torch.autograd.Function):
     ) -> tuple[Tensor, Tensor, Tensor]:
         dtype = matmul_dtype(student_hidden)
         accumulate = math_dtype(student_weight.dtype)
-        weight = student_weight.detach().to(dtype)
-        bias = None if student_bias is None else student_bias.detach().to(dtype)
-        head = OutputHead(weight, bias, student_head.transform)
+        head = student_head.cast(dtype)
+        weight, bias = head.weight, head.bias
+        teacher_head = teacher_head.cast(dtype) if teacher_hidden is not None else None
         grad_hidden = torch.zeros_like(student_hidden)
         grad_weight = torch.zeros_like(student_weight, dtype=accumulate)
         grad_bias = (
@@ -123,27 +189,30 @@ class _ChunkedDistillation(torch.autograd.Function):
                 with torch.no_grad():
                     teacher_logits = teacher_head.logits(teacher_hidden[start:stop], dtype)
                 teacher_logits = teacher_logits.to(accumulate)
-            with torch.enable_grad():
-                logits = head.logits(hidden, dtype).detach().requires_grad_()
-                kd, ce = _chunk_terms(
-                    logits.to(accumulate),
-                    teacher_logits,
-                    targets[start:stop],
-                    divergence,
-                    temperature,
-                )
-                (grad_logits,) = torch.autograd.grad(kd_weight * kd + ce_weight * ce, logits)
+            with torch.no_grad():
+                logits = head.logits(hidden, dtype).to(accumulate)
+            chunk = _chunk_fused if getattr(divergence, "fused", None) else _chunk_autograd
+            kd, ce, grad_logits = chunk(
+                logits,
+                teacher_logits,
+                targets[start:stop],
+                divergence,
+                temperature,
+                kd_weight,
+                ce_weight,
+            )
             if head.transform is not None:  # chain through soft-capping/scaling to the raw logits
                 with torch.enable_grad():
                     raw = F.linear(hidden, weight, bias).requires_grad_()
                     (grad_logits,) = torch.autograd.grad(head.transform(raw), raw, grad_logits)
             grad_logits = grad_logits.to(dtype)
-            grad_hidden[start:stop] = (grad_logits @ weight).to(grad_hidden.dtype)
-            grad_weight += (grad_logits.T @ hidden).to(accumulate)
+            grad_hidden[start:stop] = grad_logits @ weight
+            # In-place adds promote to the accumulator's dtype without a vocab-sized temporary.
+            grad_weight += grad_logits.T @ hidden
             if grad_bias is not None:
-                grad_bias += grad_logits.sum(0).to(accumulate)
-            kd_total += kd.detach()
-            ce_total += ce.detach()
+                grad_bias += grad_logits.sum(0)
+            kd_total += kd
+            ce_total += ce
         objective = kd_weight * kd_total + ce_weight * ce_total
         ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
         ctx.weight_dtype = student_weight.dtype
@@ -227,6 +296,7 @@ def logit_chunks(
     teacher_hidden, _ = scored_positions(teacher_hidden, labels)
     chunk_size = chunk_size or auto_chunk_size(student_head.weight.shape[0], targets.numel())
     dtype = matmul_dtype(student_hidden)
+    student_head, teacher_head = student_head.cast(dtype), teacher_head.cast(dtype)
     for start in range(0, max(targets.numel(), 1), chunk_size):
         stop = start + chunk_size
         accumulate = math_dtype(student_head.weight.dtype)

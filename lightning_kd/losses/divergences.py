@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 
 import torch
 from torch import Tensor
 
 TokenDivergence = Callable[[Tensor, Tensor], Tensor]
-"""(student_logp, teacher_logp) -> per-token divergence, both inputs ``[..., vocab]``."""
+"""(student_logp, teacher_logp) -> per-token divergence, both inputs ``[..., vocab]``; in
+practice a :class:`Divergence`."""
 
 
 def _kl(logp: Tensor, logq: Tensor) -> Tensor:
@@ -78,6 +80,29 @@ def tvd(student_logp: Tensor, teacher_logp: Tensor) -> Tensor:
     return 0.5 * (teacher_logp.exp() - student_logp.exp()).abs().sum(-1)
 
 
+def forward_kl_fused(
+    student: Tensor, teacher: Tensor, student_lse: Tensor, teacher_lse: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Forward KL per token and its gradient w.r.t. ``student`` logits, from logits and their
+    log-sum-exps (``[..., 1]``): KL = Σ p_t (t − s) − lse_t + lse_s, gradient p_s − p_t."""
+    teacher_p = (teacher - teacher_lse).exp_()
+    value = torch.linalg.vecdot(teacher - student, teacher_p) - (teacher_lse - student_lse).squeeze(
+        -1
+    )
+    return value, (student - student_lse).exp_().sub_(teacher_p)
+
+
+def reverse_kl_fused(
+    student: Tensor, teacher: Tensor, student_lse: Tensor, teacher_lse: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Reverse KL per token and its gradient w.r.t. ``student`` logits:
+    KL = Σ p_s r with r = log p_s − log p_t, gradient p_s (r − KL)."""
+    log_ratio = (student - teacher).sub_(student_lse - teacher_lse)
+    student_p = (student - student_lse).exp_()
+    value = torch.linalg.vecdot(student_p, log_ratio)
+    return value, log_ratio.sub_(value.unsqueeze(-1)).mul_(student_p)
+
+
 DIVERGENCES: dict[str, Callable[..., Tensor]] = {
     "forward_kl": forward_kl,
     "reverse_kl": reverse_kl,
@@ -86,8 +111,30 @@ DIVERGENCES: dict[str, Callable[..., Tensor]] = {
     "tvd": tvd,
 }
 
+FusedDivergence = Callable[[Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
+"""``(student_logits, teacher_logits, student_lse, teacher_lse) -> (per-token value, gradient
+w.r.t. student_logits)``, logits already divided by the temperature."""
 
-def get_divergence(name: str, *, beta: float = 0.5, skew: float = 0.1) -> TokenDivergence:
+FUSED: dict[str, FusedDivergence] = {"forward_kl": forward_kl_fused, "reverse_kl": reverse_kl_fused}
+"""Closed-form value-and-gradient versions the chunked loss uses instead of autograd: a few passes
+over each vocab-sized chunk instead of dozens. Divergences without one fall back to autograd;
+tests check both routes against the full-logit computation."""
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """A per-token divergence (callable as ``(student_logp, teacher_logp) -> [...]``)."""
+
+    name: str
+    fn: Callable[[Tensor, Tensor], Tensor]
+    fused: FusedDivergence | None = None
+    """Value and gradient from logits in one go, when a closed form is known."""
+
+    def __call__(self, student_logp: Tensor, teacher_logp: Tensor) -> Tensor:
+        return self.fn(student_logp, teacher_logp)
+
+
+def get_divergence(name: str, *, beta: float = 0.5, skew: float = 0.1) -> Divergence:
     """The per-token divergence registered as ``name``, with its mixing parameter bound.
 
     Raises ``ValueError`` naming the allowed values for an unknown name or an out-of-range
@@ -101,9 +148,9 @@ def get_divergence(name: str, *, beta: float = 0.5, skew: float = 0.1) -> TokenD
     if name == "jsd":
         if not 0.0 <= beta <= 1.0:
             raise ValueError(f"distill.beta={beta} is outside [0, 1]; 0.5 is the symmetric JSD")
-        return partial(jsd, beta=beta)
+        return Divergence(name, partial(jsd, beta=beta))
     if name == "skew_kl":
         if not 0.0 <= skew < 1.0:
             raise ValueError(f"distill.skew={skew} is outside [0, 1); DistiLLM uses 0.1")
-        return partial(skew_kl, skew=skew)
-    return DIVERGENCES[name]
+        return Divergence(name, partial(skew_kl, skew=skew))
+    return Divergence(name, DIVERGENCES[name], FUSED.get(name))

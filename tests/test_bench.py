@@ -1,0 +1,60 @@
+"""The benchmark's report: ratios, table and plot from measured rows (the measuring itself is a
+command users run, python -m lightning_kd.bench, not a timed test)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from lightning_kd.bench import LOSS_TOKENS, SCENARIOS, markdown, parse, plot, run_loss, summarise
+from tests.conftest import ROOT
+
+
+def fake_report():
+    scenarios = {
+        name: {"scenario": name, "peak_mb": 1000.0 + 100 * i, "step_s": 1.0 + i}
+        for i, name in enumerate(SCENARIOS)
+    }
+    losses = [
+        {"tokens": t, "chunked": c, "loss_mb": (10.0 if c else t / 10), "step_s": 0.1}
+        for t in LOSS_TOKENS
+        for c in (False, True)
+    ]
+    return summarise(scenarios, losses, parse(["--out", "x"]))
+
+
+def test_ratios_are_against_floor_and_parts() -> None:
+    report = fake_report()
+    floor, teacher = report["scenarios"]["floor"], report["scenarios"]["teacher"]
+    ours = report["scenarios"]["lightning_kd"]
+    assert report["mem_ratio_vs_floor"] == pytest.approx(ours["peak_mb"] / floor["peak_mb"])
+    assert report["time_ratio_vs_parts"] == pytest.approx(
+        ours["step_s"] / (floor["step_s"] + teacher["step_s"])
+    )
+    assert report["loss_mem_ratio_vs_full"] == pytest.approx(10.0 / 819.2)
+
+
+def test_table_and_plot(tmp_path) -> None:
+    report = fake_report()
+    table = markdown(report)
+    assert table.count("\n| ") >= len(SCENARIOS) + len(LOSS_TOKENS) * 2
+    assert "mem_ratio_vs_floor" in table
+    plot(report, tmp_path / "bench.png")
+    assert (tmp_path / "bench.png").stat().st_size > 1000
+    json.dumps(report)
+
+
+def test_loss_measurement_runs() -> None:
+    args = parse(["--out", "x", "--device", "cpu", "--loss-repeats", "1"])
+    row = run_loss(512, chunked=True, args=args)
+    assert row["tokens"] == 512 and row["step_s"] > 0 and row["loss_mb"] >= 0
+
+
+def test_out_is_required() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "lightning_kd.bench"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert result.returncode == 2 and "--out DIR is required" in result.stderr
