@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 
 from lightning_kd.models import load_tokenizer
 from lightning_kd.module import DistillationModule
+from lightning_kd.strategies import check_accelerator
 from lightning_kd.summary import RunSummary, TrainTimer
 
 log = logging.getLogger("lightning_kd")
@@ -38,6 +39,11 @@ def build(
         optimizer=instantiate(cfg.optimizer, _convert_="all"),
         scheduler=instantiate(cfg.scheduler) if cfg.get("scheduler") else None,
         tokenizer=tokenizer,
+    )
+    strategy = cfg.trainer.get("strategy")
+    check_accelerator(
+        strategy.get("_target_") if isinstance(strategy, DictConfig) else strategy,
+        cfg.trainer.get("accelerator"),
     )
     timer = TrainTimer()
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()] + [timer]

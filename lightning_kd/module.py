@@ -59,6 +59,7 @@ from lightning_kd.models import (
     student_tokenizer,
 )
 from lightning_kd.optim import decay_groups
+from lightning_kd.strategies import ROLE
 
 TEACHER_PREFIX = "teacher."
 
@@ -168,6 +169,8 @@ class DistillationModule(LightningModule):
                 teacher, models.student, self.tokenizer, student_tokenizer(self.student_spec)
             )
         self.teacher, self.student, self.layer_map = teacher, models.student, models.layer_map
+        for role in ("teacher", "student"):  # lets strategies' wrap policies find each model
+            setattr(getattr(self, role), ROLE, role)
         self.layer_pairs = layer_pairs(
             self.distill.features,
             self.student,
