@@ -14,6 +14,7 @@ from pathlib import Path
 
 import hydra
 import lightning as L
+import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
@@ -73,6 +74,9 @@ def distill(cfg: DictConfig) -> RunSummary:
         train_tokens=module.tokens_seen,
         train_seconds=timer.seconds,
         wall_seconds=time.perf_counter() - start,
+        peak_cuda_mb=torch.cuda.max_memory_allocated() / 2**20
+        if torch.cuda.is_available()
+        else None,
     )
     if trainer.is_global_zero:
         (output_dir / "summary.json").write_text(json.dumps(summary.as_dict(), indent=2))

@@ -7,7 +7,9 @@ Two layouts:
   padded positions carry label ``-100`` and attention mask 0.
 
 The split into train and validation is by example, with a seeded permutation, so it is the same on
-every machine and every rank.
+every machine and every rank. Training order is a seeded permutation per epoch, and a run resumed
+from a mid-epoch checkpoint skips the batches that epoch already trained on, so it sees exactly the
+batches the uninterrupted run would have.
 
 Files: ``.txt`` (one document per file), ``.jsonl`` (one JSON object per line, text under
 ``text_field``), either optionally gzipped. Glob patterns are expanded.
@@ -18,13 +20,13 @@ from __future__ import annotations
 import glob
 import gzip
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
 from lightning.pytorch import LightningDataModule
 from torch import Tensor
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Sampler
 from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.losses.logits import IGNORE_INDEX
@@ -88,6 +90,48 @@ def pack_blocks(token_lists: list[list[int]], block_size: int, eos_id: int) -> T
     stream = [token for tokens in token_lists for token in (*tokens, eos_id)]
     count = len(stream) // block_size
     return torch.tensor(stream[: count * block_size], dtype=torch.long).view(count, block_size)
+
+
+class EpochSampler(Sampler[int]):
+    """A permutation of ``range(size)`` drawn from ``seed + epoch``: the same on every run.
+
+    Lightning calls :meth:`set_epoch` before each epoch (and replaces this sampler with a
+    ``DistributedSampler``, seeded the same way, under DDP).
+    """
+
+    def __init__(self, size: int, seed: int) -> None:
+        self.size, self.seed, self.epoch = size, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        return iter(torch.randperm(self.size, generator=generator).tolist())
+
+    def __len__(self) -> int:
+        return self.size
+
+
+class ResumableLoader(DataLoader):
+    """A DataLoader that starts an iteration ``skip_batches()`` batches in.
+
+    After a mid-epoch resume, that is the number of batches the interrupted epoch had trained on;
+    the skipped batches are never collated.
+    """
+
+    def __init__(self, *args, skip_batches: Callable[[], int] | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.skip_batches = skip_batches  # same name as the argument: Lightning re-creates loaders
+
+    def __iter__(self) -> Iterator:
+        skip = self.skip_batches() if self.skip_batches is not None else 0
+        if skip == 0:
+            yield from super().__iter__()
+            return
+        batches = list(self.batch_sampler)
+        for indices in batches[skip:]:
+            yield self.collate_fn([self.dataset[i] for i in indices])
 
 
 class TextDataModule(LightningDataModule):
@@ -174,14 +218,26 @@ class TextDataModule(LightningDataModule):
         return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(
+        return ResumableLoader(
             self.train_examples,
             batch_size=self.batch_size,
-            shuffle=True,
-            generator=torch.Generator().manual_seed(self.seed),
+            sampler=EpochSampler(len(self.train_examples), self.seed),
             collate_fn=self.collate,
             num_workers=self.num_workers,
+            skip_batches=self.batches_already_trained,
         )
+
+    def batches_already_trained(self) -> int:
+        """Batches of the current epoch a resumed run has trained on (0 unless resuming).
+
+        Read from Lightning's own loop progress, restored from the checkpoint: the one count that
+        knows what was trained, whatever the data fetcher had prefetched when it was saved.
+        """
+        trainer = self.trainer
+        if trainer is None or not trainer.fit_loop.restarting:
+            return 0
+        done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        return 0 if done >= trainer.num_training_batches else done
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(

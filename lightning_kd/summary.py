@@ -44,6 +44,8 @@ class RunSummary:
     train_tokens: int = 0
     train_seconds: float = 0.0
     wall_seconds: float = 0.0
+    peak_cuda_mb: float | None = None
+    """``torch.cuda.max_memory_allocated`` of this process, on a GPU."""
 
     @property
     def tokens_per_second(self) -> float:
@@ -72,6 +74,8 @@ class RunSummary:
             ("tokens/s (training)", "", f"{self.tokens_per_second:.0f}"),
             ("wall time (s)", "", f"{self.wall_seconds:.1f}"),
         ]
+        if self.peak_cuda_mb is not None:
+            rows.append(("peak CUDA memory (MB)", "", f"{self.peak_cuda_mb:.0f}"))
         lines = ["| | before | after |", "|---|---:|---:|"]
         lines += [f"| {name} | {before} | {after} |" for name, before, after in rows]
         return "\n".join(lines)

@@ -1,0 +1,23 @@
+"""Callbacks that tests inject into real runs (``+callbacks.<name>={_target_: tests.helpers...}``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from lightning.pytorch import Callback
+
+
+class KillAtStep(Callback):
+    """SIGKILL this process as optimizer step ``step`` begins: a crash, with no cleanup at all.
+
+    The checkpoint of step ``step`` has been written by then (checkpoint callbacks run at the end
+    of the previous batch).
+    """
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)
