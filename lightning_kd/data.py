@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from lightning.pytorch import LightningDataModule
 from torch import Tensor
-from torch.utils.data import DataLoader, Sampler
+from torch.utils.data import DataLoader, RandomSampler
 from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.losses.logits import IGNORE_INDEX
@@ -92,25 +92,24 @@ def pack_blocks(token_lists: list[list[int]], block_size: int, eos_id: int) -> T
     return torch.tensor(stream[: count * block_size], dtype=torch.long).view(count, block_size)
 
 
-class EpochSampler(Sampler[int]):
-    """A permutation of ``range(size)`` drawn from ``seed + epoch``: the same on every run.
+class EpochSampler(RandomSampler):
+    """A permutation of the dataset drawn from ``seed + epoch``: the same on every run.
 
-    Lightning calls :meth:`set_epoch` before each epoch (and replaces this sampler with a
-    ``DistributedSampler``, seeded the same way, under DDP).
+    It draws exactly the permutation ``DistributedSampler`` draws, and Lightning replaces a
+    ``RandomSampler`` by a ``DistributedSampler`` (seeded from the global seed) under DDP: so N
+    ranks together see the very batches one process sees. Lightning calls :meth:`set_epoch`.
     """
 
-    def __init__(self, size: int, seed: int) -> None:
-        self.size, self.seed, self.epoch = size, seed, 0
+    def __init__(self, data_source, seed: int) -> None:
+        super().__init__(data_source)
+        self.seed, self.epoch = seed, 0
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[int]:
         generator = torch.Generator().manual_seed(self.seed + self.epoch)
-        return iter(torch.randperm(self.size, generator=generator).tolist())
-
-    def __len__(self) -> int:
-        return self.size
+        return iter(torch.randperm(len(self.data_source), generator=generator).tolist())
 
 
 class ResumableLoader(DataLoader):
@@ -221,7 +220,7 @@ class TextDataModule(LightningDataModule):
         return ResumableLoader(
             self.train_examples,
             batch_size=self.batch_size,
-            sampler=EpochSampler(len(self.train_examples), self.seed),
+            sampler=EpochSampler(self.train_examples, self.seed),
             collate_fn=self.collate,
             num_workers=self.num_workers,
             skip_batches=self.batches_already_trained,

@@ -1,4 +1,4 @@
-"""Callbacks that tests inject into real runs (``+callbacks.<name>={_target_: tests.helpers...}``)."""
+"""Callbacks tests inject into real runs: +callbacks.<name>={_target_: tests.helpers.<Name>}."""
 
 from __future__ import annotations
 
@@ -21,3 +21,15 @@ class KillAtStep(Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if trainer.global_step == self.step:
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+class LifecycleProbe(Callback):
+    """Fail the run if any capture is armed or holds a tensor after a training batch."""
+
+    def on_train_batch_end(self, trainer, module, *args) -> None:
+        for capture in module.captures.values():
+            if capture.armed or capture.records:
+                raise AssertionError(
+                    f"rank {trainer.global_rank}: capture {capture.role} left "
+                    f"armed={capture.armed} records={sorted(capture.records)}"
+                )

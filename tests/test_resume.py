@@ -25,7 +25,8 @@ COMMON = [
 
 
 def train_losses(run_dir: Path) -> dict[int, float]:
-    rows = csv.DictReader(open(run_dir / "logs" / "metrics.csv"))
+    with open(run_dir / "logs" / "metrics.csv") as handle:
+        rows = list(csv.DictReader(handle))
     return {int(r["step"]): float(r["train/loss"]) for r in rows if r.get("train/loss")}
 
 

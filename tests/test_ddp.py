@@ -1,0 +1,74 @@
+"""Two processes over gloo (Lightning's DDP on CPUs) train the same student as one process."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tests.test_cli import run_cli
+
+
+def documents(path: Path, count: int = 200) -> Path:
+    """Documents of very different lengths: per-rank token counts differ in every batch."""
+    rng = random.Random(0)
+    words = [
+        "the",
+        "a",
+        "teacher",
+        "student",
+        "layer",
+        "token",
+        "loss",
+        "gradient",
+        "window",
+        "rank",
+        "batch",
+    ]
+    with path.open("w") as handle:
+        for _ in range(count):
+            text = " ".join(rng.choice(words) for _ in range(rng.randint(2, 14)))
+            handle.write(json.dumps({"text": text}) + "\n")
+    return path
+
+
+def common(data: Path, per_rank_batch: int) -> list[str]:
+    return [
+        "debug=smoke",
+        "teacher=tiny_gpt2",
+        "teacher.dtype=float64",
+        "student.dtype=float64",
+        f"data.files=[{data}]",
+        "data.pack=false",
+        f"data.batch_size={per_rank_batch}",
+        "trainer.max_steps=4",
+        "trainer.accumulate_grad_batches=3",
+        "trainer.gradient_clip_val=null",
+        "distill.features=uniform",
+        "+callbacks.probe={_target_: tests.helpers.LifecycleProbe}",
+        "validate_before=false",
+    ]
+
+
+@pytest.mark.slow
+def test_two_ranks_equal_one_process_over_the_same_global_batches(tmp_path: Path) -> None:
+    data = documents(tmp_path / "docs.jsonl")
+    one, two = tmp_path / "one", tmp_path / "two"
+    result = run_cli(*common(data, 4), f"hydra.run.dir={one}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    result = run_cli(*common(data, 2), "strategy=ddp", "trainer.devices=2", f"hydra.run.dir={two}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert not list(tmp_path.glob("two*/two")), "one run directory, shared by both ranks"
+    assert (two / "train_ddp_process_1.log").is_file()
+    summary_one = json.loads((one / "summary.json").read_text())
+    summary_two = json.loads((two / "summary.json").read_text())
+    assert summary_one["train_tokens"] == summary_two["train_tokens"]
+    single = load_file(one / "student" / "model.safetensors")
+    ranks = load_file(two / "student" / "model.safetensors")
+    assert summary_one["steps"] == summary_two["steps"] == 4 and summary_one["train_tokens"] > 0
+    for key, value in single.items():
+        torch.testing.assert_close(ranks[key], value, rtol=1e-9, atol=1e-12, msg=key)
