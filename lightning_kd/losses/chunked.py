@@ -13,7 +13,10 @@ comes from autograd on the chunk's logits, so a new divergence needs no hand-wri
 
 Numerics: the head matmuls run in the ambient autocast dtype (bf16 under ``bf16-mixed``) like the
 model's own head would; the softmaxes and divergences run in fp32 (fp64 when the inputs are fp64);
-the head-weight gradient is accumulated in fp32.
+the head-weight gradient is accumulated in the matmul dtype — fp32 (fp64) without autocast; bf16
+under ``bf16-mixed``, where an in-place ``addmm_`` into a bf16 accumulator costs a fifth of
+converting each chunk's vocab-sized contribution to fp32 (Liger accumulates in the weights' dtype
+too).
 """
 
 from __future__ import annotations
@@ -175,7 +178,7 @@ class _ChunkedDistillation(torch.autograd.Function):
         weight, bias = head.weight, head.bias
         teacher_head = teacher_head.cast(dtype) if teacher_hidden is not None else None
         grad_hidden = torch.zeros_like(student_hidden)
-        grad_weight = torch.zeros_like(student_weight, dtype=accumulate)
+        grad_weight = torch.zeros_like(student_weight, dtype=dtype)
         grad_bias = (
             None if student_bias is None else torch.zeros_like(student_bias, dtype=accumulate)
         )
@@ -207,8 +210,7 @@ class _ChunkedDistillation(torch.autograd.Function):
                     (grad_logits,) = torch.autograd.grad(head.transform(raw), raw, grad_logits)
             grad_logits = grad_logits.to(dtype)
             grad_hidden[start:stop] = grad_logits @ weight
-            # In-place adds promote to the accumulator's dtype without a vocab-sized temporary.
-            grad_weight += grad_logits.T @ hidden
+            grad_weight.addmm_(grad_logits.T, hidden)
             if grad_bias is not None:
                 grad_bias += grad_logits.sum(0)
             kd_total += kd
