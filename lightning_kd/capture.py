@@ -3,7 +3,8 @@
 The rules (see the README's "capture lifecycle"):
 
 1. Hooks are registered once per model (:class:`ModuleCapture`), not per step;
-   :meth:`ModuleCapture.remove` takes every one of them off again.
+   :meth:`ModuleCapture.remove` takes every one of them off again, and
+   :meth:`ModuleCapture.ensure_attached` puts back any that a strategy stripped.
 2. A hook records only while its capture is *armed*. The step arms a capture around its own
    forward and disarms it right after, so a forward outside a step — and the re-forward that
    activation checkpointing runs during backward — record nothing.
@@ -62,10 +63,11 @@ class ModuleCapture:
         self.paths = list(dict.fromkeys(paths))  # a module shared by several pairs: one hook
         self.armed = False
         self.records: dict[str, list[Tensor]] = {}
-        self._handles = [
-            resolve_module(model, path, role).register_forward_hook(self._hook(path))
-            for path in self.paths
-        ]
+        self._modules = {path: resolve_module(model, path, role) for path in self.paths}
+        self._handles = {
+            path: module.register_forward_hook(self._hook(path))
+            for path, module in self._modules.items()
+        }
 
     def _hook(self, path: str):
         def record(module: nn.Module, args: tuple, output: object) -> None:
@@ -73,6 +75,16 @@ class ModuleCapture:
                 self.records.setdefault(path, []).append(first_tensor(output))
 
         return record
+
+    def ensure_attached(self) -> None:
+        """Put back any hook something else took off.
+
+        DeepSpeed's inference setup (validate/test/predict outside ``fit``) removes every module
+        hook; without this the next armed forward would find nothing recorded.
+        """
+        for path, module in self._modules.items():
+            if self._handles[path].id not in module._forward_hooks:
+                self._handles[path] = module.register_forward_hook(self._hook(path))
 
     @contextmanager
     def arm(self) -> Iterator[None]:
@@ -108,9 +120,10 @@ class ModuleCapture:
 
     def remove(self) -> None:
         """Take the hooks off the model, leaving it as it was before."""
-        for handle in self._handles:
+        for handle in self._handles.values():
             handle.remove()
-        self._handles = []
+        self._handles = {}
+        self._modules = {}
         self.clear()
 
 

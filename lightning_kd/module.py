@@ -250,6 +250,8 @@ class DistillationModule(LightningModule):
         """
         model = getattr(self, role)
         capture = self.captures.get(role)
+        if capture is not None:
+            capture.ensure_attached()
         armed = capture.arm() if capture else nullcontext()
         with armed, torch.no_grad() if role == "teacher" else nullcontext():
             if self.is_causal_lm and not self.distill.chunked:

@@ -94,3 +94,17 @@ def test_arming_twice_is_an_error() -> None:
     capture = ModuleCapture(TwoLayers(), ["first"], "student")
     with pytest.raises(CaptureError, match="already armed"), capture.arm(), capture.arm():
         pass
+
+
+def test_stripped_hooks_are_put_back() -> None:
+    """As DeepSpeed's inference setup does: every forward hook removed behind our back."""
+    model = TwoLayers()
+    capture = ModuleCapture(model, ["first", "second"], "student")
+    for module in model.modules():
+        module._forward_hooks.clear()
+    capture.ensure_attached()
+    capture.ensure_attached()  # idempotent: one hook per module
+    assert len(model.first._forward_hooks) == len(model.second._forward_hooks) == 1
+    with capture.arm():
+        model(torch.randn(1, 4))
+    assert sorted(capture.pop()) == ["first", "second"]
