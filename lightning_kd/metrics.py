@@ -8,7 +8,7 @@ per-rank (or per-batch) means.
 from __future__ import annotations
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torchmetrics import Metric
 
 
@@ -43,3 +43,39 @@ class Perplexity(TokenMean):
 
     def compute(self) -> Tensor:
         return super().compute().exp()
+
+
+class ValidationMetrics(nn.Module):
+    """The validation metrics of a distillation run, logged as ``val/<name>``.
+
+    - ``ppl`` / ``teacher_ppl``: perplexity of the student / teacher on the held-out tokens
+    - ``agreement``: fraction of tokens where their top-1 predictions agree
+    - ``kl``: KL(teacher ‖ student) per token at T = 1
+    - ``loss``: the training objective's logit terms
+    - ``features``: the weighted feature-matching terms per token
+    - ``embedding_cosine``: cosine of mean-pooled sentence embeddings (encoders), per example
+
+    A metric nobody updated in an epoch is left out of :meth:`compute`.
+    """
+
+    NAMES = ("ppl", "teacher_ppl", "agreement", "kl", "loss", "features", "embedding_cosine")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.metrics = nn.ModuleDict(
+            {name: Perplexity() if name.endswith("ppl") else TokenMean() for name in self.NAMES}
+        )
+
+    def update(self, name: str, total: Tensor, count: Tensor | int) -> None:
+        self.metrics[name].update(total, count)
+
+    def compute(self) -> dict[str, Tensor]:
+        return {
+            f"val/{name}": metric.compute()
+            for name, metric in self.metrics.items()
+            if metric.update_called
+        }
+
+    def reset(self) -> None:
+        for metric in self.metrics.values():
+            metric.reset()

@@ -47,7 +47,7 @@ from lightning_kd.losses.logits import (
     logit_distillation_sums,
     shift_for_next_token,
 )
-from lightning_kd.metrics import Perplexity, TokenMean
+from lightning_kd.metrics import ValidationMetrics
 from lightning_kd.models import (
     StudentSpec,
     TeacherSpec,
@@ -138,17 +138,11 @@ class DistillationModule(LightningModule):
         self.layer_map: list[int] | None = None
         # Checkpoints omit the teacher; on_load_checkpoint checks everything else is present.
         self.strict_loading = False
-        self.val_ppl = Perplexity()
-        self.val_teacher_ppl = Perplexity()
-        self.val_agreement = TokenMean()
-        self.val_kl = TokenMean()
-        self.val_loss = TokenMean()
+        self.val_metrics = ValidationMetrics()
         self.teacher_perplexity: float | None = None
         self.layer_pairs: list[LayerPair] = []
         self.projectors = nn.ModuleList()
         self.captures: dict[str, ModuleCapture] = {}
-        self.val_features = TokenMean()
-        self.val_embedding_cosine = TokenMean()
         self.window = Window()
         self._heads_checked: set[str] = set()
         self.tokens_seen = 0
@@ -414,7 +408,7 @@ class DistillationModule(LightningModule):
             student_out = self.run("student", batch)
             mask = self.scored_mask(batch)
             if self.layer_pairs:
-                self.val_features.update(self.feature_sum(mask), mask.sum())
+                self.val_metrics.update("features", self.feature_sum(mask), mask.sum())
         if self.is_causal_lm:
             self.update_logit_metrics(student_out, teacher_out, batch["labels"])
         else:
@@ -423,7 +417,7 @@ class DistillationModule(LightningModule):
                 mean_pool(teacher_out, batch["attention_mask"]),
                 dim=-1,
             )
-            self.val_embedding_cosine.update(cosine.sum(), cosine.numel())
+            self.val_metrics.update("embedding_cosine", cosine.sum(), cosine.numel())
 
     def update_logit_metrics(
         self, student_out: Tensor, teacher_out: Tensor, labels: Tensor
@@ -444,45 +438,21 @@ class DistillationModule(LightningModule):
             mask = targets != IGNORE_INDEX
             chunks = [(student_logits[mask], teacher_logits[mask], targets[mask])]
         sums = evaluation_sums(chunks, self.divergence, self.distill.temperature)
-        self.val_ppl.update(sums.student_nll, sums.tokens)
-        self.val_kl.update(sums.forward_kl, sums.tokens)
-        self.val_agreement.update(sums.agreement, sums.tokens)
-        self.val_loss.update(
-            self.objective(LossSums(sums.kd, sums.student_nll, sums.tokens)), sums.tokens
-        )
-        if self.teacher_perplexity is None:
-            self.val_teacher_ppl.update(sums.teacher_nll, sums.tokens)
+        objective = self.objective(LossSums(sums.kd, sums.student_nll, sums.tokens))
+        self.val_metrics.update("ppl", sums.student_nll, sums.tokens)
+        self.val_metrics.update("kl", sums.forward_kl, sums.tokens)
+        self.val_metrics.update("agreement", sums.agreement, sums.tokens)
+        self.val_metrics.update("loss", objective, sums.tokens)
+        if self.teacher_perplexity is None:  # the teacher does not change: measure it once
+            self.val_metrics.update("teacher_ppl", sums.teacher_nll, sums.tokens)
 
     def on_validation_epoch_end(self) -> None:
-        metrics = {}
-        if self.layer_pairs:
-            metrics["val/features"] = self.val_features.compute()
-        if not self.is_causal_lm:
-            metrics["val/embedding_cosine"] = self.val_embedding_cosine.compute()
-        if self.is_causal_lm:
-            metrics |= {
-                "val/ppl": self.val_ppl.compute(),
-                "val/agreement": self.val_agreement.compute(),
-                "val/kl": self.val_kl.compute(),
-                "val/loss": self.val_loss.compute(),
-            }
-            if self.teacher_perplexity is None:
-                teacher_ppl = self.val_teacher_ppl.compute()
-                metrics["val/teacher_ppl"] = teacher_ppl
-                # Once per run: the teacher does not change. A sanity check sees too few batches.
-                if not self.trainer.sanity_checking:
-                    self.teacher_perplexity = float(teacher_ppl)
+        metrics = self.val_metrics.compute()
+        self.val_metrics.reset()
+        # A sanity check sees too few batches to be the teacher's perplexity.
+        if "val/teacher_ppl" in metrics and not self.trainer.sanity_checking:
+            self.teacher_perplexity = float(metrics["val/teacher_ppl"])
         self.log_dict(metrics, prog_bar=True)
-        for metric in (
-            self.val_ppl,
-            self.val_agreement,
-            self.val_kl,
-            self.val_loss,
-            self.val_teacher_ppl,
-            self.val_features,
-            self.val_embedding_cosine,
-        ):
-            metric.reset()
 
     # ------------------------------------------------------------------------- checkpoints
 
