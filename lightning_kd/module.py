@@ -18,7 +18,6 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -58,59 +57,11 @@ from lightning_kd.models import (
     logit_transform,
     student_tokenizer,
 )
+from lightning_kd.objective import DistillConfig
 from lightning_kd.optim import decay_groups
 from lightning_kd.strategies import ROLE
 
 TEACHER_PREFIX = "teacher."
-
-
-@dataclass
-class DistillConfig:
-    """What the student learns from: the logit divergence and its weight against plain CE."""
-
-    divergence: str = "forward_kl"
-    """forward_kl | reverse_kl | jsd | skew_kl | tvd (see ``lightning_kd.losses.divergences``)."""
-    temperature: float = 1.0
-    """Softmax temperature of the divergence; the term is multiplied by T² (Hinton et al.)."""
-    kd_weight: float = 0.5
-    """Weight of the divergence term."""
-    ce_weight: float = 0.5
-    """Weight of the student's own next-token cross-entropy (at T = 1)."""
-    beta: float = 0.5
-    """JSD mixture weight of the teacher: m = β p_t + (1 − β) p_s."""
-    skew: float = 0.1
-    """skew_kl mixture weight α of the teacher: KL(p_t ‖ α p_t + (1 − α) p_s)."""
-    chunked: bool = True
-    """Compute the logit losses from hidden states a chunk of tokens at a time (never holding
-    ``[batch, seq, vocab]`` logits); false uses the models' full logits (for checking)."""
-    chunk_size: int | None = None
-    """Tokens per chunk; None picks about 8M logits per chunk (``losses.chunked``)."""
-    features: str | list[dict[str, Any]] | None = None
-    """Feature matching: ``uniform`` or a list of ``{student, teacher, loss, weight}`` module
-    pairs (paths on the unwrapped Hugging Face models)."""
-    feature_loss: str = "cosine"
-    """Default loss of a pair (and the loss of ``uniform``): cosine | mse | l1."""
-    feature_weight: float = 1.0
-    """Default weight of a pair (and of each ``uniform`` pair)."""
-    projector: str = "linear"
-    """Where a pair's widths differ: ``linear`` (a trained nn.Linear, student → teacher) or
-    ``none`` (an error)."""
-
-    def __post_init__(self) -> None:
-        get_divergence(self.divergence, beta=self.beta, skew=self.skew)  # raises on bad values
-        if self.temperature <= 0:
-            raise ValueError(f"distill.temperature={self.temperature}; it must be positive")
-        if self.kd_weight < 0 or self.ce_weight < 0:
-            raise ValueError("distill.kd_weight and distill.ce_weight must be non-negative")
-        if self.kd_weight == 0 and self.ce_weight == 0 and not self.features:
-            raise ValueError(
-                "distill.kd_weight and distill.ce_weight are both 0 and no distill.features are "
-                "set: nothing to learn"
-            )
-        if self.chunk_size is not None and self.chunk_size < 1:
-            raise ValueError(
-                f"distill.chunk_size={self.chunk_size}; use null (auto) or a count >= 1"
-            )
 
 
 class DistillationModule(LightningModule):

@@ -10,7 +10,8 @@ from lightning.pytorch import Trainer
 
 from lightning_kd.data import TextDataModule
 from lightning_kd.models import StudentSpec, TeacherSpec, byte_tokenizer
-from lightning_kd.module import DistillationModule, DistillConfig
+from lightning_kd.module import DistillationModule
+from lightning_kd.objective import DistillConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,7 +13,8 @@ from torch.utils.data import DataLoader
 
 from lightning_kd.losses import IGNORE_INDEX
 from lightning_kd.models import StudentSpec, TeacherSpec, byte_tokenizer
-from lightning_kd.module import DistillationModule, DistillConfig
+from lightning_kd.module import DistillationModule
+from lightning_kd.objective import DistillConfig
 from lightning_kd.optim import decay_groups
 from tests.conftest import TINY_GPT2, TINY_LLAMA, make_trainer
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from lightning_kd.models import StudentSpec, TeacherSpec, byte_tokenizer
-from lightning_kd.module import DistillationModule, DistillConfig
+from lightning_kd.module import DistillationModule
+from lightning_kd.objective import DistillConfig
 from tests.conftest import make_datamodule, make_trainer
 
 TINY_BERT = {

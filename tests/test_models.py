@@ -16,8 +16,8 @@ from lightning_kd.models import (
     evenly_spaced,
     load_teacher,
     load_tokenizer,
-    smollm2_gguf,
 )
+from lightning_kd.sources import smollm2_gguf
 from tests.conftest import TINY_LLAMA
 
 
