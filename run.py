@@ -8,7 +8,6 @@ python run.py distill.divergence=jsd data.files=[my.jsonl] hydra.run.dir=runs/a
 from __future__ import annotations
 
 import json
-import logging
 import time
 from pathlib import Path
 
@@ -22,8 +21,6 @@ from lightning_kd.models import load_tokenizer
 from lightning_kd.module import DistillationModule
 from lightning_kd.strategies import check_accelerator
 from lightning_kd.summary import RunSummary, TrainTimer
-
-log = logging.getLogger("lightning_kd")
 
 
 def build(

@@ -149,3 +149,17 @@ def test_distill_config_errors() -> None:
         DistillConfig(temperature=0)
     with pytest.raises(ValueError, match="distill.chunk_size=0"):
         DistillConfig(chunk_size=0)
+
+
+def test_exported_student_gives_the_module_students_logits(tiny_teacher, corpus, tmp_path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    module = make_module(tiny_teacher, features="uniform")
+    make_trainer(max_steps=2, limit_val_batches=0).fit(module, make_datamodule([corpus]))
+    module.export_student(str(tmp_path / "student"))
+    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "student").eval()
+    ids = torch.randint(0, 256, (2, 16))
+    module.student.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(exported(ids).logits, module.student(ids).logits)
+    assert not any("projector" in key for key in exported.state_dict())
