@@ -1,9 +1,26 @@
-"""lightning-kd: distil a Hugging Face teacher into a smaller student with PyTorch Lightning."""
+"""lightning-kd: distil a Hugging Face teacher into a smaller student with PyTorch Lightning.
 
-from lightning_kd.data import TextDataModule
-from lightning_kd.models import StudentSpec, TeacherSpec
-from lightning_kd.module import DistillationModule
-from lightning_kd.objective import DistillConfig
+The names below load on first use, so ``import lightning_kd.losses`` (pure tensor functions)
+does not pull in Lightning or transformers.
+"""
 
-__all__ = ["DistillConfig", "DistillationModule", "StudentSpec", "TeacherSpec", "TextDataModule"]
+from __future__ import annotations
+
+import importlib
+
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "DistillConfig": "lightning_kd.objective",
+    "DistillationModule": "lightning_kd.module",
+    "StudentSpec": "lightning_kd.models",
+    "TeacherSpec": "lightning_kd.models",
+    "TextDataModule": "lightning_kd.data",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'lightning_kd' has no attribute {name!r}")

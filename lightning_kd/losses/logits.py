@@ -93,13 +93,21 @@ def logit_distillation_sums(
     """
     student_logits, targets = shift_for_next_token(student_logits, labels)
     mask = targets != IGNORE_INDEX
-    # Select the scored positions first: the vocab-sized fp32 work then runs on them alone.
-    ce = token_cross_entropy(student_logits[mask], targets[mask]).sum()
+    # The vocab-sized fp32 work runs on the scored positions alone.
+    student_logits, targets = scored(student_logits, mask), scored(targets, mask)
+    ce = token_cross_entropy(student_logits, targets).sum()
     if teacher_logits is None:
         return LossSums(kd=torch.zeros_like(ce), ce=ce, tokens=mask.sum())
-    teacher_logits, _ = shift_for_next_token(teacher_logits, labels)
-    kd = token_divergence(student_logits[mask], teacher_logits[mask], divergence, temperature)
+    teacher_logits = scored(shift_for_next_token(teacher_logits, labels)[0], mask)
+    kd = token_divergence(student_logits, teacher_logits, divergence, temperature)
     return LossSums(kd=kd.sum(), ce=ce, tokens=mask.sum())
+
+
+def scored(values: Tensor, mask: Tensor) -> Tensor:
+    """``values[mask]`` (positions first), without a copy when every position is scored."""
+    if bool(mask.all()):
+        return values.flatten(0, mask.ndim - 1)
+    return values[mask]
 
 
 @dataclass
