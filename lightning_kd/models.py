@@ -29,6 +29,11 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+try:  # transformers >= 5
+    from transformers.initialization import no_init_weights
+except ImportError:  # transformers 4.x
+    from transformers.modeling_utils import no_init_weights
+
 from lightning_kd.sources import SMOLLM2, checked_model_path, teacher_dir
 
 DTYPES = {
@@ -250,7 +255,8 @@ def student_from_teacher(teacher: PreTrainedModel, indices: list[int]) -> PreTra
     if getattr(config, "layer_types", None) is not None:
         config.layer_types = [config.layer_types[i] for i in indices]
     config.use_cache = True  # the exported student is a normal model; training turns it off
-    student = type(teacher)(config).to(torch.float32)
+    with no_init_weights():  # every weight is overwritten below: skip the random init
+        student = type(teacher)(config).to(torch.float32)
     path, teacher_blocks = decoder_layers(teacher)
     prefix = f"{path}."
     state = {k: v for k, v in teacher.state_dict().items() if not k.startswith(prefix)}
@@ -258,6 +264,7 @@ def student_from_teacher(teacher: PreTrainedModel, indices: list[int]) -> PreTra
         for key, value in teacher_blocks[i].state_dict().items():
             state[f"{prefix}{j}.{key}"] = value
     student.load_state_dict(state, strict=True)  # copies: no storage shared with the teacher
+    student.tie_weights()
     return student
 
 
