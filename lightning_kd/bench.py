@@ -1,8 +1,9 @@
 """Memory and speed of a KD step against its floor, side by side: ``python -m lightning_kd.bench``.
 
-Each scenario runs in a fresh process of its own, so its peak memory is its own: peak RSS on the
-CPU, ``torch.cuda.max_memory_allocated`` on a GPU. All use the same teacher, student, batch and
-optimizer (AdamW):
+Each scenario runs in a fresh process of its own and is measured after its warm-up: peak memory
+is the high-water mark of the timed steps (peak RSS, ``VmHWM``, on the CPU;
+``torch.cuda.max_memory_allocated`` on a GPU), step time their median. All use the same teacher,
+student, batch and optimizer (AdamW):
 
 - ``floor``        the student's own CE step (HF loss on full logits), teacher weights resident
 - ``teacher``      the teacher's forward alone, under no_grad (full logits)
@@ -21,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -46,11 +46,23 @@ def rss_mb() -> float:
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+def reset_peak(device: torch.device) -> None:
+    """Start a new peak-memory window (after warm-up, so one-off costs such as compiling the
+    loss do not count): CUDA's peak stats, or Linux's VmHWM via ``/proc/self/clear_refs``."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    with open("/proc/self/clear_refs", "w") as handle:
+        handle.write("5")
+
+
 def peak_mb(device: torch.device) -> float:
-    """Peak memory so far: CUDA max allocated on a GPU, peak RSS on the CPU."""
+    """Peak memory since :func:`reset_peak`: CUDA max allocated, or peak RSS (VmHWM)."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    with open("/proc/self/status") as handle:
+        line = next(row for row in handle if row.startswith("VmHWM:"))
+    return int(line.split()[1]) / 1024  # kB
 
 
 def current_mb(device: torch.device) -> float:
@@ -87,7 +99,7 @@ def build_module(args: argparse.Namespace, chunked: bool):
     module = DistillationModule(
         teacher=TeacherSpec(path=args.teacher, dtype=args.teacher_dtype),
         student=StudentSpec(num_layers=args.student_layers),
-        distill=DistillConfig(chunked=chunked),
+        distill=DistillConfig(chunked=chunked, compile=args.compile),
         optimizer=torch.optim.AdamW,
     )
     module.configure_model()
@@ -156,8 +168,7 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict:
     }[name]
     for _ in range(args.warmup):
         step(warmup_batch)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+    reset_peak(device)
     seconds = timed(lambda: step(batch), device, 0, args.repeats)
     return {"scenario": name, "peak_mb": peak_mb(device), "step_s": seconds}
 
@@ -195,6 +206,7 @@ def run_loss(tokens: int, chunked: bool, args: argparse.Namespace) -> dict:
                 1.0,
                 0.5,
                 0.5,
+                compile=args.compile,
             )
         else:
             with torch.no_grad():
@@ -204,11 +216,10 @@ def run_loss(tokens: int, chunked: bool, args: argparse.Namespace) -> dict:
         objective.backward()
         hidden.grad = weight.grad = None
 
-    if device.type == "cuda":
-        step()  # warm-up (allocator pools, kernels), then measure the peak from here
-        torch.cuda.reset_peak_memory_stats(device)
-    # On the CPU the peak RSS cannot be reset, so the baseline is taken before any loss runs.
+    if not args.quick or (chunked and args.compile):
+        step()  # warm-up: allocator pools, kernel selection, the compile of the chunked loss
     baseline = current_mb(device)
+    reset_peak(device)
     seconds = timed(step, device, 0, args.loss_repeats)
     return {
         "tokens": tokens,
@@ -236,7 +247,8 @@ def forwarded(args: argparse.Namespace) -> list[str]:
     options += ["--loss-repeats", str(args.loss_repeats), "--teacher", args.teacher]
     options += ["--teacher-dtype", args.teacher_dtype]
     options += ["--student-layers", str(args.student_layers)]
-    return options + (["--bf16"] if args.bf16 else []) + (["--quick"] if args.quick else [])
+    flags = {"--bf16": args.bf16, "--quick": args.quick, "--no-compile": not args.compile}
+    return options + [flag for flag, on in flags.items() if on]
 
 
 def summarise(scenarios: dict[str, dict], losses: list[dict], args: argparse.Namespace) -> dict:
@@ -256,6 +268,7 @@ def summarise(scenarios: dict[str, dict], losses: list[dict], args: argparse.Nam
             "batch": args.batch,
             "seq": args.seq,
             "bf16_autocast": args.bf16,
+            "compiled_loss": args.compile,
             "timed_steps": args.repeats,
             "torch": torch.__version__,
             "threads": torch.get_num_threads(),
@@ -334,6 +347,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--loss-repeats", type=int, default=3)
     parser.add_argument("--bf16", action="store_true", help="run the steps under bf16 autocast")
+    parser.add_argument(
+        "--no-compile",
+        dest="compile",
+        action="store_false",
+        help="lightning_kd's chunked loss without torch.compile (distill.compile=false)",
+    )
     parser.add_argument("--scenario", choices=SCENARIOS, help=argparse.SUPPRESS)
     parser.add_argument("--loss-tokens", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--chunked", action="store_true", help=argparse.SUPPRESS)

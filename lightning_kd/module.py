@@ -271,6 +271,7 @@ class DistillationModule(LightningModule):
             self.distill.kd_weight,
             self.distill.ce_weight,
             self.distill.chunk_size,
+            self.distill.compile,
         )
 
     def feature_sum(self, mask: Tensor) -> Tensor:

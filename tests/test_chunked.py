@@ -165,3 +165,20 @@ def test_masked_vocabulary_falls_back_exactly(name: str) -> None:
     torch.testing.assert_close(sums.kd, ref.kd)
     if torch.isfinite(ref.kd):
         torch.testing.assert_close(got, want)
+
+
+def test_compiled_terms_equal_eager() -> None:
+    """distill.compile: the torch.compile'd chunk math gives the eager values and gradients."""
+    embedding, _, _, hidden, t_hidden, t_weight, labels = inputs(4, True)
+    hidden, embedding = hidden.float(), embedding.detach().float().requires_grad_()
+    hidden = hidden.detach()
+    args = (OutputHead(embedding), t_hidden.float(), OutputHead(t_weight.float()), labels)
+    results = []
+    for compile in (False, True):
+        objective, sums = chunked_distillation_sums(
+            hidden, *args, get_divergence("forward_kl"), 2.0, 0.5, 0.5, 5, compile=compile
+        )
+        (grad,) = torch.autograd.grad(objective, [embedding])
+        results.append((objective, sums.kd, grad))
+    for eager, compiled in zip(*results, strict=True):
+        torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-5)
