@@ -163,3 +163,17 @@ def test_exported_student_gives_the_module_students_logits(tiny_teacher, corpus,
     with torch.no_grad():
         torch.testing.assert_close(exported(ids).logits, module.student(ids).logits)
     assert not any("projector" in key for key in exported.state_dict())
+
+
+def test_teacher_forward_keeps_no_graph(tiny_teacher, corpus) -> None:
+    """The lean teacher: final hidden states only, under no_grad, nothing for autograd to keep."""
+    module = make_module(tiny_teacher)
+    module.configure_model()
+    dm = make_datamodule([corpus])
+    dm.setup("fit")
+    batch = dm.collate(dm.train_examples[:2])
+    hidden = module.run("teacher", batch)
+    assert hidden.shape == (2, 32, 32)  # [batch, seq, hidden]: no vocab-sized logits
+    assert hidden.grad_fn is None and not hidden.requires_grad
+    student_hidden = module.run("student", batch)
+    assert student_hidden.grad_fn is not None
