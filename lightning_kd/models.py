@@ -287,10 +287,26 @@ def build_student(spec: StudentSpec, teacher: PreTrainedModel, task: str) -> Mod
     student.requires_grad_(True)
     student.train()  # from_pretrained returns eval mode: dropout and checkpointing would stay off
     if spec.activation_checkpointing:
-        student.gradient_checkpointing_enable(
-            gradient_checkpointing_kwargs={"use_reentrant": False}
-        )
+        enable_activation_checkpointing(student)
     return Models(teacher=teacher, student=student, layer_map=layer_map)
+
+
+def enable_activation_checkpointing(model: PreTrainedModel) -> None:
+    """Hugging Face's non-reentrant activation checkpointing on every decoder/encoder layer.
+
+    transformers 5.x renamed ``gradient_checkpointing_enable`` (deprecated, removed in v6);
+    older releases have only the old name.
+    """
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+def is_activation_checkpointing(model: PreTrainedModel) -> bool:
+    """Whether any of the model's layers checkpoints its activations (either transformers API)."""
+    return any(getattr(module, "gradient_checkpointing", False) for module in model.modules())
 
 
 def logit_transform(config) -> Callable[[Tensor], Tensor] | None:

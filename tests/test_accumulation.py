@@ -12,7 +12,12 @@ from lightning.pytorch import Callback
 from torch.utils.data import DataLoader
 
 from lightning_kd.losses import IGNORE_INDEX
-from lightning_kd.models import StudentSpec, TeacherSpec, byte_tokenizer
+from lightning_kd.models import (
+    StudentSpec,
+    TeacherSpec,
+    byte_tokenizer,
+    is_activation_checkpointing,
+)
 from lightning_kd.module import DistillationModule
 from lightning_kd.objective import DistillConfig
 from lightning_kd.optim import decay_groups
@@ -187,7 +192,7 @@ def test_checkpointing_records_once_and_matches_gradients() -> None:
     torch.manual_seed(0)
     checkpointed_module = make(checkpointing=True, **distill)
     checkpointed = fit(checkpointed_module, batches, accumulate=2, callbacks=[CountFires()])
-    assert checkpointed_module.student.is_gradient_checkpointing
+    assert is_activation_checkpointing(checkpointed_module.student)
     # 4 armed forwards; recompute in backward fires again (self_attn at least), unrecorded.
     assert fired.count("model.layers.0.self_attn") > 4
     for got, want in zip(checkpointed, plain, strict=True):
@@ -197,7 +202,10 @@ def test_checkpointing_records_once_and_matches_gradients() -> None:
 
 def live_tensors() -> int:
     gc.collect()
-    return sum(1 for obj in gc.get_objects() if isinstance(obj, torch.Tensor))
+    # isinstance on every live object touches deprecated module attributes, which warn.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return sum(1 for obj in gc.get_objects() if isinstance(obj, torch.Tensor))
 
 
 def test_no_tensor_growth_over_200_steps() -> None:
