@@ -20,6 +20,8 @@ Then a loss-only sweep at vocab 49152 (full-logit vs chunked forward + backward 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import json
 import os
 import statistics
@@ -44,6 +46,13 @@ def rss_mb() -> float:
     with open("/proc/self/statm") as handle:
         pages = int(handle.read().split()[1])
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def release_free_memory() -> None:
+    """Hand the C heap's free pages back to the OS (glibc ``malloc_trim``), so that memory an
+    earlier measurement freed but the allocator kept is neither counted nor silently reused."""
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def reset_peak(device: torch.device) -> None:
@@ -106,6 +115,18 @@ def build_module(args: argparse.Namespace, chunked: bool):
     return module
 
 
+def fault_in(model: torch.nn.Module) -> None:
+    """Read every parameter once, so its pages are resident before the measurement starts.
+
+    Weights loaded from safetensors are memory-mapped: pages a scenario never reads (the
+    teacher's, in ``floor``) would not count in its RSS, and the floor would be measured without
+    the teacher it is defined to hold.
+    """
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.sum().item()
+
+
 def make_batch(vocab: int, batch: int, seq: int, device: torch.device) -> dict:
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(0, vocab, (batch, seq), generator=generator).to(device)
@@ -118,6 +139,7 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict:
     torch.manual_seed(0)
     module = build_module(args, chunked=name != "full_logits").to(device)
     teacher, student = module.teacher, module.student
+    fault_in(module)
     batch = make_batch(teacher.config.vocab_size, args.batch, args.seq, device)
     # --quick warms up on a short batch: the one-time costs (kernel selection, lazy
     # initialisation) are paid, the seconds of a full-size step are not.
@@ -194,14 +216,15 @@ def run_loss(tokens: int, chunked: bool, args: argparse.Namespace) -> dict:
     labels = torch.randint(0, LOSS_VOCAB, (1, tokens), generator=generator).to(device)
     divergence = get_divergence("forward_kl")
 
-    def step() -> None:
+    def step(count: int = tokens) -> None:
+        student_hidden, targets = hidden[:, :count], labels[:, :count]
         if chunked:
             objective, _ = chunked_distillation_sums(
-                hidden,
+                student_hidden,
                 OutputHead(weight),
-                teacher_hidden,
+                teacher_hidden[:, :count],
                 OutputHead(teacher_weight),
-                labels,
+                targets,
                 divergence,
                 1.0,
                 0.5,
@@ -210,14 +233,17 @@ def run_loss(tokens: int, chunked: bool, args: argparse.Namespace) -> dict:
             )
         else:
             with torch.no_grad():
-                teacher_logits = teacher_hidden @ teacher_weight.T
-            sums = logit_distillation_sums(hidden @ weight.T, teacher_logits, labels, divergence)
+                teacher_logits = teacher_hidden[:, :count] @ teacher_weight.T
+            logits = student_hidden @ weight.T
+            sums = logit_distillation_sums(logits, teacher_logits, targets, divergence)
             objective = 0.5 * sums.kd + 0.5 * sums.ce
         objective.backward()
         hidden.grad = weight.grad = None
 
-    if not args.quick or (chunked and args.compile):
-        step()  # warm-up: allocator pools, kernel selection, the compile of the chunked loss
+    # Warm-up: allocator pools, kernel selection, the chunked loss's compile. --quick warms up on
+    # a short slice: the compiled loss is shape-generic, so a few tokens pay its one-time cost.
+    step(min(tokens, 64) if args.quick else tokens)
+    release_free_memory()
     baseline = current_mb(device)
     reset_peak(device)
     seconds = timed(step, device, 0, args.loss_repeats)
@@ -232,8 +258,8 @@ def run_loss(tokens: int, chunked: bool, args: argparse.Namespace) -> dict:
 # ----------------------------------------------------------------------------- driver
 
 
-def child(args: argparse.Namespace, *extra: str) -> dict:
-    """Run one measurement in a fresh process and return its JSON result."""
+def child(args: argparse.Namespace, *extra: str) -> dict | list[dict]:
+    """Run measurements in a fresh process and return its JSON result."""
     command = [sys.executable, "-m", "lightning_kd.bench", *extra, *forwarded(args)]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
@@ -354,7 +380,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         help="lightning_kd's chunked loss without torch.compile (distill.compile=false)",
     )
     parser.add_argument("--scenario", choices=SCENARIOS, help=argparse.SUPPRESS)
-    parser.add_argument("--loss-tokens", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--loss-tokens", type=int, nargs="+", help=argparse.SUPPRESS)
     parser.add_argument("--chunked", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:  # a check that everything runs, in under two minutes here
@@ -370,19 +396,21 @@ def main(argv: list[str] | None = None) -> dict | None:
         print(json.dumps(run_scenario(args.scenario, args)))
         return None
     if args.loss_tokens is not None:
-        print(json.dumps(run_loss(args.loss_tokens, args.chunked, args)))
+        rows = [run_loss(tokens, args.chunked, args) for tokens in args.loss_tokens]
+        print(json.dumps(rows))
         return None
     args.out.mkdir(parents=True, exist_ok=True)
     scenarios = {}
     for name in SCENARIOS:
         scenarios[name] = child(args, "--scenario", name)
         print(f"{name:>13}: {scenarios[name]['peak_mb']:.0f} MB, {scenarios[name]['step_s']:.2f} s")
-    losses = []
-    for tokens in LOSS_TOKENS:
-        for chunked in (False, True):
-            losses.append(
-                child(args, "--loss-tokens", str(tokens), *(["--chunked"] if chunked else []))
-            )
+    # One process per loss path, token counts in rising order; each measurement starts from a
+    # trimmed heap, so the sweep costs two process start-ups, not six.
+    tokens = [str(count) for count in LOSS_TOKENS]
+    losses = [
+        *child(args, "--loss-tokens", *tokens),
+        *child(args, "--loss-tokens", *tokens, "--chunked"),
+    ]
     report = summarise(scenarios, losses, args)
     (args.out / "bench.json").write_text(json.dumps(report, indent=2))
     table = markdown(report)

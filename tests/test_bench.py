@@ -53,6 +53,20 @@ def test_loss_measurement_runs() -> None:
     assert row["tokens"] == 512 and row["step_s"] > 0 and row["loss_mb"] >= 0
 
 
+def test_a_loss_child_measures_several_token_counts_in_rising_order() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "lightning_kd.bench", "--loss-tokens", "64", "256"]
+        + ["--loss-repeats", "1", "--quick", "--device", "cpu"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = json.loads(result.stdout.strip().splitlines()[-1])
+    assert [row["tokens"] for row in rows] == [64, 256]
+    assert all(not row["chunked"] and row["loss_mb"] >= 0 for row in rows)
+
+
 def test_out_is_required() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "lightning_kd.bench"], cwd=ROOT, capture_output=True, text=True
