@@ -3,7 +3,8 @@
 Each scenario runs in a fresh process of its own and is measured after its warm-up: peak memory
 is the high-water mark of the timed steps (peak RSS, ``VmHWM``, on the CPU;
 ``torch.cuda.max_memory_allocated`` on a GPU), step time their median. All use the same teacher,
-student, batch and optimizer (AdamW):
+student, batch and optimizer (AdamW), and every scenario first reads all weights once, so the
+memory-mapped ones are resident in each (the floor holds the teacher it never runs):
 
 - ``floor``        the student's own CE step (HF loss on full logits), teacher weights resident
 - ``teacher``      the teacher's forward alone, under no_grad (full logits)

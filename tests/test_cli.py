@@ -54,3 +54,32 @@ def test_bad_config_values_fail_with_a_clear_message(tmp_path: Path) -> None:
         result = run_cli(*override.split(), f"hydra.run.dir={tmp_path / 'bad'}")
         assert result.returncode != 0, override
         assert message in result.stderr + result.stdout, (override, result.stderr[-2000:])
+
+
+def test_multirun_sweep_gives_each_job_its_own_directory(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    before = stray_run_dirs()
+    result = run_cli(
+        "-m",
+        "debug=smoke",
+        "distill.divergence=forward_kl,reverse_kl",
+        "trainer.max_steps=2",
+        "validate_before=false",
+        f"hydra.sweep.dir={sweep}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs = sorted(path for path in sweep.iterdir() if path.is_dir() and path.name.isdigit())
+    assert [job.name for job in jobs] == ["0", "1"]
+    for job, divergence in zip(jobs, ("forward_kl", "reverse_kl"), strict=True):
+        overrides = (job / ".hydra" / "overrides.yaml").read_text()
+        assert f"distill.divergence={divergence}" in overrides
+        assert json.loads((job / "summary.json").read_text())["steps"] == 2
+        assert (job / "student" / "model.safetensors").is_file()
+        assert (job / "checkpoints" / "last.ckpt").is_file()
+        assert (job / "logs" / "metrics.csv").is_file()
+    assert stray_run_dirs() == before, "nothing of the sweep lands in the working directory"
+
+
+def stray_run_dirs() -> set[Path]:
+    """Hydra's default run and sweep directories under the working directory."""
+    return {*ROOT.glob("outputs/*/*"), *ROOT.glob("multirun/*/*")}
