@@ -99,9 +99,13 @@ def output_width(module: nn.Module, config) -> int:
 def make_projectors(
     pairs: list[LayerPair], student: nn.Module, teacher: nn.Module, kind: str
 ) -> nn.ModuleList:
-    """One projector per pair, in config order: ``nn.Linear`` where widths differ, else Identity."""
+    """One projector per pair, in config order: ``nn.Linear`` where widths differ, else Identity.
+
+    Projectors train with the student, so they take its parameters' dtype (``student.dtype``).
+    """
     if kind not in PROJECTORS:
         raise ValueError(f"distill.projector={kind!r}; choose one of {list(PROJECTORS)}")
+    dtype = next(student.parameters()).dtype
     projectors = nn.ModuleList()
     for pair in pairs:
         width_in = output_width(student.get_submodule(pair.student), student.config)
@@ -114,5 +118,5 @@ def make_projectors(
                 "width and distill.projector=none; set distill.projector=linear"
             )
         else:
-            projectors.append(nn.Linear(width_in, width_out, bias=False))
+            projectors.append(nn.Linear(width_in, width_out, bias=False, dtype=dtype))
     return projectors

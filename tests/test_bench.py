@@ -54,9 +54,9 @@ def test_loss_measurement_runs() -> None:
 
 
 def test_a_loss_child_measures_several_token_counts_in_rising_order() -> None:
+    command = ["-m", "lightning_kd.bench", "--loss-tokens", "64", "256", "--loss-repeats", "1"]
     result = subprocess.run(
-        [sys.executable, "-m", "lightning_kd.bench", "--loss-tokens", "64", "256"]
-        + ["--loss-repeats", "1", "--quick", "--device", "cpu"],
+        [sys.executable, *command, "--quick", "--device", "cpu"],
         cwd=ROOT,
         capture_output=True,
         text=True,

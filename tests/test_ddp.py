@@ -54,13 +54,23 @@ def common(data: Path, per_rank_batch: int) -> list[str]:
     ]
 
 
+# A student half the teacher's width (random init): every feature pair gets a projector, which
+# DDP must reduce like any student parameter, without an unused-parameter search.
+NARROW_STUDENT = "student.config={n_embd: 16, n_head: 2, n_layer: 2}"
+
+
 @pytest.mark.slow
-def test_two_ranks_equal_one_process_over_the_same_global_batches(tmp_path: Path) -> None:
+@pytest.mark.parametrize("student", [[], [NARROW_STUDENT]], ids=["copied", "projected"])
+def test_two_ranks_equal_one_process_over_the_same_global_batches(
+    tmp_path: Path, student: list[str]
+) -> None:
     data = documents(tmp_path / "docs.jsonl")
     one, two = tmp_path / "one", tmp_path / "two"
-    result = run_cli(*common(data, 4), f"hydra.run.dir={one}")
+    result = run_cli(*common(data, 4), *student, f"hydra.run.dir={one}")
     assert result.returncode == 0, result.stderr[-3000:]
-    result = run_cli(*common(data, 2), "strategy=ddp", "trainer.devices=2", f"hydra.run.dir={two}")
+    result = run_cli(
+        *common(data, 2), *student, "strategy=ddp", "trainer.devices=2", f"hydra.run.dir={two}"
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert not list(tmp_path.glob("two*/two")), "one run directory, shared by both ranks"
     assert (two / "train_ddp_process_1.log").is_file()
@@ -72,3 +82,10 @@ def test_two_ranks_equal_one_process_over_the_same_global_batches(tmp_path: Path
     assert summary_one["steps"] == summary_two["steps"] == 4 and summary_one["train_tokens"] > 0
     for key, value in single.items():
         torch.testing.assert_close(ranks[key], value, rtol=1e-9, atol=1e-12, msg=key)
+    # The projectors are trained state of the run, kept in its checkpoint (not in the export).
+    single_state = torch.load(one / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+    ranks_state = torch.load(two / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+    projectors = sorted(key for key in single_state if key.startswith("projectors."))
+    assert bool(projectors) == bool(student)
+    for key in projectors:
+        torch.testing.assert_close(ranks_state[key], single_state[key], rtol=1e-9, atol=1e-12)

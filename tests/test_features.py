@@ -83,6 +83,14 @@ def test_projectors_only_where_widths_differ(pair_of_models) -> None:
         make_projectors(pairs, models.student, teacher, "mlp2")
 
 
+def test_projectors_take_the_students_dtype(pair_of_models) -> None:
+    models, teacher = pair_of_models
+    student = models.student.to(torch.float64)
+    pairs = [LayerPair("model.layers.0.mlp.up_proj", "model.layers.1")]
+    (projector,) = make_projectors(pairs, student, teacher, "linear")
+    assert projector.weight.dtype == torch.float64
+
+
 def test_masked_feature_sum_ignores_padding() -> None:
     torch.manual_seed(0)
     student, teacher = torch.randn(2, 2, 5, 3, dtype=torch.float64)
