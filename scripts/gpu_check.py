@@ -5,7 +5,8 @@
 Each strategy runs as its own ``python run.py`` (a fresh process and CUDA context) with
 ``trainer.precision=bf16-mixed teacher.dtype=bfloat16``; the table prints each run's exit status,
 final student perplexity and peak CUDA memory (``torch.cuda.max_memory_allocated``, written by the
-run to its summary.json). DeepSpeed must be installed (``pip install deepspeed``).
+run to its summary.json), and checks that each last checkpoint holds the student and no teacher
+weights. DeepSpeed must be installed (``pip install deepspeed``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path(tempfile.mkdtemp(prefix="gpu-check-")))
     parser.add_argument("--strategies", nargs="+", default=list(STRATEGIES))
     args = parser.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():
+        print("no CUDA device here: run this on a GPU machine (pip install deepspeed there first)")
+        return 2
     rows, failed = [], 0
     for strategy in args.strategies:
         run_dir = args.out / strategy
@@ -45,12 +51,12 @@ def main() -> int:
         summary = run_dir / "summary.json"
         if result.returncode == 0 and summary.is_file():
             data = json.loads(summary.read_text())
-            rows.append((strategy, "ok", data["after"].get("val/ppl"), data.get("peak_cuda_mb")))
+            status = checkpoint_status(run_dir / "checkpoints" / "last.ckpt")
+            failed += status != "ok"
+            rows.append((strategy, status, data["after"].get("val/ppl"), data.get("peak_cuda_mb")))
         else:
             failed += 1
-            rows.append(
-                (strategy, f"failed ({result.stderr.strip().splitlines()[-1:]})", None, None)
-            )
+            rows.append((strategy, f"failed: {last_error(result.stderr)}", None, None))
     print("| strategy | status | student ppl | peak CUDA MB |\n|---|---|---:|---:|")
     for strategy, status, ppl, peak in rows:
         ppl_text = "—" if ppl is None else f"{ppl:.2f}"
@@ -58,6 +64,32 @@ def main() -> int:
         print(f"| {strategy} | {status} | {ppl_text} | {peak_text} |")
     print(f"logs: {args.out}")
     return 1 if failed else 0
+
+
+def checkpoint_status(path: Path) -> str:
+    """ "ok" if the run's last checkpoint holds the student and no teacher weights.
+
+    A file is Lightning's full state dict (single device, DDP, FSDP); DeepSpeed writes a directory
+    whose model states exclude frozen parameters, so its size is what can be checked here.
+    """
+    import torch
+
+    if path.is_file():
+        keys = torch.load(path, map_location="cpu", weights_only=False)["state_dict"].keys()
+        if any(key.startswith("teacher.") for key in keys):
+            return "checkpoint holds teacher weights"
+        if not any(key.startswith("student.") for key in keys):
+            return "checkpoint lacks student weights"
+        return "ok"
+    if path.is_dir():
+        return "ok" if any(path.rglob("*model_states.pt")) else "checkpoint has no model states"
+    return "no checkpoint written"
+
+
+def last_error(stderr: str) -> str:
+    """The last line of a failed run that says something (not Hydra's HYDRA_FULL_ERROR hint)."""
+    lines = [line for line in stderr.strip().splitlines() if "HYDRA_FULL_ERROR" not in line]
+    return lines[-1][:200] if lines else "no output"
 
 
 if __name__ == "__main__":

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy
@@ -88,3 +91,28 @@ def test_deepspeed_config_excludes_frozen_parameters() -> None:
         return  # DeepSpeed itself is a GPU-machine install; the config is checked above
     strategy = instantiate(cfg.trainer.strategy)
     assert strategy.exclude_frozen_parameters
+
+
+def load_gpu_check():
+    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_check_flags_checkpoints_with_teacher_weights(tmp_path) -> None:
+    gpu_check = load_gpu_check()
+    path = tmp_path / "last.ckpt"
+    weight = torch.zeros(1)
+    torch.save({"state_dict": {"student.w": weight, "teacher.w": weight}}, path)
+    assert gpu_check.checkpoint_status(path) == "checkpoint holds teacher weights"
+    torch.save({"state_dict": {"student.w": weight}}, path)
+    assert gpu_check.checkpoint_status(path) == "ok"
+    deepspeed = tmp_path / "ds.ckpt" / "checkpoint"
+    deepspeed.mkdir(parents=True)
+    assert gpu_check.checkpoint_status(deepspeed.parent) == "checkpoint has no model states"
+    (deepspeed / "zero_pp_rank_0_mp_rank_00_model_states.pt").write_bytes(b"x")
+    assert gpu_check.checkpoint_status(deepspeed.parent) == "ok"
+    assert gpu_check.checkpoint_status(tmp_path / "none.ckpt") == "no checkpoint written"
+    hint = "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace."
+    assert gpu_check.last_error(f"x\nValueError: needs a GPU\n{hint}") == "ValueError: needs a GPU"
