@@ -83,3 +83,24 @@ def test_multirun_sweep_gives_each_job_its_own_directory(tmp_path: Path) -> None
 def stray_run_dirs() -> set[Path]:
     """Hydra's default run and sweep directories under the working directory."""
     return {*ROOT.glob("outputs/*/*"), *ROOT.glob("multirun/*/*")}
+
+
+def test_local_directories_serve_as_teacher_and_student(tmp_path: Path) -> None:
+    """A run's exported student is a plain HF directory: distil it further (teacher.path=DIR),
+    and start a student from it (student.path=DIR) — nothing from a hub."""
+    first = tmp_path / "first"
+    result = run_cli("debug=smoke", "validate_before=false", f"hydra.run.dir={first}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    exported = first / "student"
+    runs = {
+        "teacher": ["teacher.config=null", f"teacher.path={exported}", "student.num_layers=1"],
+        "student": [f"student.path={exported}"],
+    }
+    for role, overrides in runs.items():
+        run_dir = tmp_path / role
+        result = run_cli("debug=smoke", *overrides, f"hydra.run.dir={run_dir}")
+        assert result.returncode == 0, (role, result.stderr[-3000:])
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["steps"] == 6 and summary["after"]["val/ppl"] > 0
+    config = json.loads((tmp_path / "teacher" / "student" / "config.json").read_text())
+    assert config["num_hidden_layers"] == 1
