@@ -21,6 +21,7 @@ import glob
 import gzip
 import json
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -133,6 +134,25 @@ class ResumableLoader(DataLoader):
             yield self.collate_fn([self.dataset[i] for i in indices])
 
 
+@dataclass(frozen=True)
+class Unscored:
+    """An example's tokens, run through the models but scored nowhere (its labels are all -100).
+
+    It pads the validation set to a multiple of the world size: Lightning's DistributedSampler
+    would otherwise repeat real examples on some ranks, and those would count twice in every
+    metric. Ranks keep equal batch counts (so no rank waits in a collective), and the padding
+    adds no token to any sum.
+    """
+
+    tokens: Tensor
+
+
+def pad_for_ranks(examples: list[Tensor], world_size: int) -> list[Tensor | Unscored]:
+    """``examples`` plus unscored copies of the first few, to a multiple of ``world_size``."""
+    extra = -len(examples) % world_size
+    return examples + [Unscored(examples[i % len(examples)]) for i in range(extra)]
+
+
 class TextDataModule(LightningDataModule):
     """Tokenized text for a teacher/student pair, packed or padded, with a fixed val split."""
 
@@ -203,8 +223,13 @@ class TextDataModule(LightningDataModule):
         """Tokens in the training split (one epoch)."""
         return sum(len(example) for example in self.train_examples)
 
-    def collate(self, examples: list[Tensor]) -> dict[str, Tensor]:
-        """Right-pad to the longest example; padding is masked from attention and labels."""
+    def collate(self, examples: list[Tensor | Unscored]) -> dict[str, Tensor]:
+        """Right-pad to the longest example; padding is masked from attention and labels, and
+        :class:`Unscored` examples from labels."""
+        unscored = [isinstance(example, Unscored) for example in examples]
+        examples = [
+            example.tokens if isinstance(example, Unscored) else example for example in examples
+        ]
         length = max(len(example) for example in examples)
         pad_id = self.tokenizer.pad_token_id
         pad_id = separator_id(self.tokenizer) if pad_id is None else pad_id
@@ -214,6 +239,7 @@ class TextDataModule(LightningDataModule):
             input_ids[row, : len(example)] = example
             attention_mask[row, : len(example)] = 1
         labels = input_ids.masked_fill(attention_mask == 0, IGNORE_INDEX)
+        labels[torch.tensor(unscored)] = IGNORE_INDEX
         return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
     def train_dataloader(self) -> DataLoader:
@@ -239,8 +265,9 @@ class TextDataModule(LightningDataModule):
         return 0 if done >= trainer.num_training_batches else done
 
     def val_dataloader(self) -> DataLoader:
+        world_size = self.trainer.world_size if self.trainer is not None else 1
         return DataLoader(
-            self.val_examples,
+            pad_for_ranks(self.val_examples, world_size),
             batch_size=self.val_batch_size,
             collate_fn=self.collate,
             num_workers=self.num_workers,

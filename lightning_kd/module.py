@@ -207,10 +207,14 @@ class DistillationModule(LightningModule):
         """``[batch, seq]``: the positions every loss term scores (and counts as tokens).
 
         For a causal LM, position t is scored when it predicts a label (``labels[t + 1]`` not
-        −100); for an encoder, every attended position.
+        −100); for an encoder, every attended position. A row whose labels are all −100 (the
+        padding that evens out validation across ranks) scores nothing in either.
         """
         if not self.is_causal_lm:
-            return batch["attention_mask"].bool()
+            attended = batch["attention_mask"].bool()
+            if "labels" not in batch:
+                return attended
+            return attended & (batch["labels"] != IGNORE_INDEX).any(dim=-1, keepdim=True)
         predicts = batch["labels"][:, 1:] != IGNORE_INDEX
         return torch.nn.functional.pad(predicts, (0, 1), value=False)
 
@@ -369,7 +373,8 @@ class DistillationModule(LightningModule):
                 mean_pool(teacher_out, batch["attention_mask"]),
                 dim=-1,
             )
-            self.val_metrics.update("embedding_cosine", cosine.sum(), cosine.numel())
+            scored = mask.any(dim=-1)  # passages, not the unscored padding rows
+            self.val_metrics.update("embedding_cosine", cosine[scored].sum(), scored.sum())
 
     def update_logit_metrics(
         self, student_out: Tensor, teacher_out: Tensor, labels: Tensor

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from lightning_kd.data import DEFAULT_CORPUS, pack_blocks, read_documents
+from lightning_kd.data import DEFAULT_CORPUS, Unscored, pack_blocks, pad_for_ranks, read_documents
 from lightning_kd.losses import IGNORE_INDEX
 from tests.conftest import make_datamodule
 
@@ -51,6 +51,27 @@ def test_unpacked_documents_are_padded_and_masked(tmp_path) -> None:
     for row, length in enumerate(lengths.tolist()):
         assert (batch["labels"][row, length:] == IGNORE_INDEX).all()
         assert (batch["labels"][row, :length] != IGNORE_INDEX).all()
+
+
+@pytest.mark.parametrize(
+    ("count", "world_size", "extra"), [(5, 1, 0), (5, 2, 1), (5, 4, 3), (8, 4, 0)]
+)
+def test_validation_is_padded_for_ranks_with_unscored_copies(count, world_size, extra) -> None:
+    examples = [torch.arange(3 + i) for i in range(count)]
+    padded = pad_for_ranks(examples, world_size)
+    assert len(padded) == count + extra and len(padded) % world_size == 0
+    assert padded[:count] == examples
+    assert all(isinstance(item, Unscored) for item in padded[count:])
+
+
+def test_unscored_examples_run_with_all_labels_masked(corpus) -> None:
+    dm = make_datamodule([corpus], pack=False)
+    real, copy = torch.arange(5), Unscored(torch.arange(7))
+    batch = dm.collate([real, copy])
+    assert batch["attention_mask"].sum(1).tolist() == [5, 7]  # both run through the models
+    assert batch["input_ids"][1].tolist() == list(range(7))
+    assert (batch["labels"][0, :5] == real).all()
+    assert (batch["labels"][1] == IGNORE_INDEX).all()  # the copy counts nowhere
 
 
 def test_reads_txt_jsonl_and_gzip(tmp_path) -> None:

@@ -51,6 +51,9 @@ def common(data: Path, per_rank_batch: int) -> list[str]:
         "distill.features=uniform",
         "+callbacks.probe={_target_: tests.helpers.LifecycleProbe}",
         "validate_before=false",
+        # 11 validation documents: the second rank's share is evened out with an unscored copy.
+        "data.val_fraction=0.055",
+        "trainer.limit_val_batches=1.0",
     ]
 
 
@@ -82,6 +85,10 @@ def test_two_ranks_equal_one_process_over_the_same_global_batches(
     assert summary_one["steps"] == summary_two["steps"] == 4 and summary_one["train_tokens"] > 0
     for key, value in single.items():
         torch.testing.assert_close(ranks[key], value, rtol=1e-9, atol=1e-12, msg=key)
+    # Validation metrics are token sums over both ranks' shares: the one-process values.
+    assert set(summary_one["after"]) == set(summary_two["after"])
+    for name, value in summary_one["after"].items():
+        assert summary_two["after"][name] == pytest.approx(value, rel=1e-9), name
     # The projectors are trained state of the run, kept in its checkpoint (not in the export).
     single_state = torch.load(one / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
     ranks_state = torch.load(two / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]

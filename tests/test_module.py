@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.utils.data import DataLoader
 
+from lightning_kd.data import Unscored
 from lightning_kd.models import StudentSpec, TeacherSpec, byte_tokenizer
 from lightning_kd.module import DistillationModule
 from lightning_kd.objective import DistillConfig
 from tests.conftest import make_datamodule, make_module, make_trainer
+from tests.test_encoder import TINY_BERT
 
 
 def teacher_snapshot(module: DistillationModule) -> dict[str, torch.Tensor]:
@@ -177,3 +180,36 @@ def test_teacher_forward_keeps_no_graph(tiny_teacher, corpus) -> None:
     assert hidden.grad_fn is None and not hidden.requires_grad
     student_hidden = module.run("student", batch)
     assert student_hidden.grad_fn is not None
+
+
+@pytest.mark.parametrize("task", ["causal_lm", "encoder"])
+def test_unscored_padding_leaves_validation_metrics_unchanged(tiny_teacher, corpus, task) -> None:
+    """The copies that even out validation across ranks run but count nowhere — also when a
+    whole batch is made of them."""
+    if task == "encoder":
+        teacher = TeacherSpec(path=None, config=dict(TINY_BERT), task="encoder")
+        distill = DistillConfig(kd_weight=0.0, ce_weight=0.0, features="uniform")
+    else:
+        teacher, distill = tiny_teacher, DistillConfig(features="uniform")
+    module = DistillationModule(
+        teacher=teacher,
+        student=StudentSpec(num_layers=2),
+        distill=distill,
+        optimizer=torch.optim.AdamW,
+        tokenizer=byte_tokenizer(),
+    )
+    dm = make_datamodule([corpus])
+    dm.setup()
+    examples = dm.val_examples[:5]
+    # In batches of 2: [e0, e1], [e2, e3], [e4, u0], [u1, u2] — one mixed, one all unscored.
+    padded = [*examples, *(Unscored(example) for example in examples[:3])]
+
+    def validate(items: list) -> dict[str, float]:
+        loader = DataLoader(items, batch_size=2, collate_fn=dm.collate)
+        module.teacher_perplexity = None  # measured once per module otherwise
+        return make_trainer().validate(module, loader, verbose=False)[0]
+
+    plain, with_padding = validate(examples), validate(padded)
+    assert set(plain) == set(with_padding)
+    for name, value in plain.items():
+        assert with_padding[name] == pytest.approx(value, rel=1e-6), name
