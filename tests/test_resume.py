@@ -6,6 +6,7 @@ import csv
 import signal
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -30,13 +31,22 @@ def train_losses(run_dir: Path) -> dict[int, float]:
     return {int(r["step"]): float(r["train/loss"]) for r in rows if r.get("train/loss")}
 
 
-def test_killed_run_resumes_with_the_same_losses(tmp_path: Path) -> None:
+LAUNCHES = {
+    "one_process": [],
+    # Every rank kills itself at the same step; the sampler's shards must resume where they were.
+    "ddp": pytest.param(["strategy=ddp", "trainer.devices=2"], marks=pytest.mark.slow),
+}
+
+
+@pytest.mark.parametrize("launch", LAUNCHES.values(), ids=LAUNCHES.keys())
+def test_killed_run_resumes_with_the_same_losses(tmp_path: Path, launch: list[str]) -> None:
     whole, killed, resumed = tmp_path / "whole", tmp_path / "killed", tmp_path / "resumed"
-    result = run_cli(*COMMON, f"hydra.run.dir={whole}")
+    common = [*COMMON, *launch]
+    result = run_cli(*common, f"hydra.run.dir={whole}")
     assert result.returncode == 0, result.stderr[-3000:]
 
     kill = "+callbacks.kill={_target_: tests.helpers.KillAtStep, step: 5}"
-    result = run_cli(*COMMON, kill, f"hydra.run.dir={killed}")
+    result = run_cli(*common, kill, f"hydra.run.dir={killed}")
     assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
     checkpoint = killed / "checkpoints" / "last.ckpt"
     state = torch.load(checkpoint, weights_only=False)
@@ -45,7 +55,7 @@ def test_killed_run_resumes_with_the_same_losses(tmp_path: Path) -> None:
     assert "projectors.0.weight" in state["state_dict"]
     assert state["optimizer_states"] and state["lr_schedulers"]
 
-    result = run_cli(*COMMON, f"ckpt_path={checkpoint}", f"hydra.run.dir={resumed}")
+    result = run_cli(*common, f"ckpt_path={checkpoint}", f"hydra.run.dir={resumed}")
     assert result.returncode == 0, result.stderr[-3000:]
     expected, got = train_losses(whole), train_losses(resumed)
     assert sorted(got) == [5, 6, 7], got  # steps 6..8 (logged at global_step - 1)
