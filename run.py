@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from pathlib import Path
 
 import hydra
@@ -21,6 +22,12 @@ from lightning_kd.models import load_tokenizer
 from lightning_kd.module import DistillationModule
 from lightning_kd.strategies import check_accelerator
 from lightning_kd.summary import RunSummary, TrainTimer
+
+# Warnings the installed Lightning raises about itself, with nothing in them for a user to act on.
+LIGHTNING_NOISE = (
+    r"`isinstance\(treespec, LeafSpec\)` is deprecated",  # its pytree helper, on torch >= 2.10
+    r"Precision bf16-mixed is not supported by the model summary",  # the size column is fp32
+)
 
 
 def build(
@@ -86,6 +93,8 @@ def distill(cfg: DictConfig) -> RunSummary:
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
     """Hydra entry point; returns the final student perplexity (for sweeps), if it has one."""
+    for message in LIGHTNING_NOISE:
+        warnings.filterwarnings("ignore", message=message)
     return distill(cfg).after.get("val/ppl")
 
 
