@@ -403,15 +403,21 @@ def main(argv: list[str] | None = None) -> dict | None:
     args.out.mkdir(parents=True, exist_ok=True)
     scenarios = {}
     for name in SCENARIOS:
-        scenarios[name] = child(args, "--scenario", name)
-        print(f"{name:>13}: {scenarios[name]['peak_mb']:.0f} MB, {scenarios[name]['step_s']:.2f} s")
+        started = time.perf_counter()
+        row = scenarios[name] = child(args, "--scenario", name)
+        elapsed = time.perf_counter() - started
+        print(f"{name:>13}: {row['peak_mb']:.0f} MB, {row['step_s']:.2f} s/step ({elapsed:.0f} s)")
     # One process per loss path, token counts in rising order; each measurement starts from a
     # trimmed heap, so the sweep costs two process start-ups, not six.
     tokens = [str(count) for count in LOSS_TOKENS]
-    losses = [
-        *child(args, "--loss-tokens", *tokens),
-        *child(args, "--loss-tokens", *tokens, "--chunked"),
-    ]
+    losses = []
+    for path in ([], ["--chunked"]):
+        started = time.perf_counter()
+        rows = child(args, "--loss-tokens", *tokens, *path)
+        elapsed = time.perf_counter() - started
+        sizes = ", ".join(f"{row['loss_mb']:.0f}" for row in rows)
+        print(f"{'loss ' + ('chunked' if path else 'full'):>13}: {sizes} MB ({elapsed:.0f} s)")
+        losses += rows
     report = summarise(scenarios, losses, args)
     (args.out / "bench.json").write_text(json.dumps(report, indent=2))
     table = markdown(report)
