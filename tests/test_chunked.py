@@ -34,6 +34,21 @@ def inputs(seed: int, tied: bool):
     return embedding, head_weight, head_bias, hidden, teacher_hidden, teacher_weight, labels
 
 
+def kd_plus_ce(hidden, t_hidden, student_head, teacher_head, labels, div, chunk_size):
+    """The chunked objective KD + CE (both weight 1) and its sums."""
+    return chunked_distillation_sums(
+        hidden,
+        student_head,
+        t_hidden,
+        teacher_head,
+        labels,
+        div,
+        kd_weight=1.0,
+        ce_weight=1.0,
+        chunk_size=chunk_size,
+    )
+
+
 def full_reference(params, hidden, head_weight, head_bias, teacher_logits, labels, kw):
     logits = hidden @ head_weight.T + (0 if head_bias is None else head_bias)
     sums = logit_distillation_sums(logits, teacher_logits, labels, kw["div"], kw["temperature"])
@@ -89,17 +104,8 @@ def test_soft_capped_head_matches() -> None:
     logits = softcap(hidden @ embedding.T)
     ref = logit_distillation_sums(logits, softcap(t_hidden @ t_weight.T), labels, div)
     (want,) = torch.autograd.grad(ref.kd + ref.ce, [embedding], retain_graph=True)
-    objective, _ = chunked_distillation_sums(
-        hidden,
-        OutputHead(embedding, transform=softcap),
-        t_hidden,
-        OutputHead(t_weight, transform=softcap),
-        labels,
-        div,
-        kd_weight=1.0,
-        ce_weight=1.0,
-        chunk_size=5,
-    )
+    heads = OutputHead(embedding, transform=softcap), OutputHead(t_weight, transform=softcap)
+    objective, _ = kd_plus_ce(hidden, t_hidden, *heads, labels, div, chunk_size=5)
     (got,) = torch.autograd.grad(objective, [embedding])
     torch.testing.assert_close(objective, ref.kd + ref.ce)
     torch.testing.assert_close(got, want)
@@ -149,17 +155,8 @@ def test_masked_vocabulary_falls_back_exactly(name: str) -> None:
         hidden @ embedding.T, mask_first(t_hidden @ t_weight.T), labels, div
     )
     (want,) = torch.autograd.grad(ref.kd + ref.ce, [embedding], retain_graph=True)
-    objective, sums = chunked_distillation_sums(
-        hidden,
-        OutputHead(embedding),
-        t_hidden,
-        OutputHead(t_weight, transform=mask_first),
-        labels,
-        div,
-        kd_weight=1.0,
-        ce_weight=1.0,
-        chunk_size=4,
-    )
+    heads = OutputHead(embedding), OutputHead(t_weight, transform=mask_first)
+    objective, sums = kd_plus_ce(hidden, t_hidden, *heads, labels, div, chunk_size=4)
     (got,) = torch.autograd.grad(objective, [embedding])
     assert torch.isfinite(objective) or name == "reverse_kl"
     torch.testing.assert_close(sums.kd, ref.kd)
