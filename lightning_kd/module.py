@@ -114,8 +114,8 @@ class DistillationModule(LightningModule):
                 teacher, models.student, self.tokenizer, student_tokenizer(self.student_spec)
             )
         self.teacher, self.student, self.layer_map = teacher, models.student, models.layer_map
-        for role in ("teacher", "student"):  # lets strategies' wrap policies find each model
-            setattr(getattr(self, role), ROLE, role)
+        for role in ("teacher", "student"):  # the bodies the step calls, for wrap policies
+            setattr(getattr(self, role).base_model, ROLE, role)
         self.layer_pairs = layer_pairs(
             self.distill.features,
             self.student,
@@ -217,6 +217,12 @@ class DistillationModule(LightningModule):
             return attended & (batch["labels"] != IGNORE_INDEX).any(dim=-1, keepdim=True)
         predicts = batch["labels"][:, 1:] != IGNORE_INDEX
         return torch.nn.functional.pad(predicts, (0, 1), value=False)
+
+    def unsharded_parameters(self) -> list[nn.Parameter]:
+        """What a sharding strategy must leave whole: the teacher's output head (its embedding,
+        when tied), which the chunked loss reads outside any of the teacher's forwards."""
+        head = self.teacher.get_output_embeddings() if self.is_causal_lm else None
+        return [] if head is None else list(head.parameters())
 
     def output_head(self, model: nn.Module) -> OutputHead:
         """``model``'s output projection, as the chunked loss applies it."""

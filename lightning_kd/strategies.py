@@ -1,13 +1,18 @@
 """Lightning's own distributed strategies, configured for a frozen teacher beside a student.
 
-Nothing here re-implements a strategy: these functions only build Lightning's ``DDPStrategy``,
-``FSDPStrategy`` and ``DeepSpeedStrategy`` with the settings a second, frozen model needs.
+Nothing here re-implements a strategy: these build Lightning's ``DDPStrategy``, ``FSDPStrategy``
+and ``DeepSpeedStrategy`` with the settings a second, frozen model needs.
 
 - DDP: frozen teacher parameters are not in the reducer, so ``find_unused_parameters`` stays off.
-- FSDP: every transformer block, and each whole model, is a wrap unit of its own, so a bf16
-  teacher and an fp32 student never share a flat parameter ("Must flatten tensors with uniform
-  dtype"), and the teacher is sharded too. Activation checkpointing by policy goes to trainable
-  blocks only: the student's, never the teacher's (which keeps no activations anyway).
+- FSDP: FSDP gathers a unit's parameters only while that unit's own forward (or backward) runs,
+  and the step calls the models' bodies and reads their output heads directly (the chunked loss
+  never runs the heads as modules). So the wrap units are what the step calls: every transformer
+  block, and the teacher's body (``teacher.base_model``). The student's embeddings, final norm
+  and head stay in the root unit with the projectors, gathered for the whole step (forward and
+  backward), where the chunked loss reads the head. The teacher's output head (its embedding,
+  when tied) is left unsharded (FSDP ``ignored_states``), so the loss can read it too. No flat
+  parameter mixes a bf16 teacher with an fp32 student ("Must flatten tensors with uniform
+  dtype"). Activation checkpointing by policy goes to trainable blocks only: the student's.
 - DeepSpeed: frozen parameters are excluded from checkpoints; the optimizer never sees them.
 """
 
@@ -17,6 +22,7 @@ import functools
 from typing import Any
 
 import torch
+from lightning.pytorch.strategies import FSDPStrategy
 from torch import nn
 from transformers.modeling_layers import GradientCheckpointingLayer
 
@@ -29,14 +35,14 @@ def is_block(module: nn.Module) -> bool:
 
 
 ROLE = "distillation_role"
-"""Attribute the LightningModule sets on its teacher and student (``"teacher"``/``"student"``):
-how a wrap policy, which sees one module at a time, tells a whole model from its inner base model
-(wrapping both would split a tied embedding and head across two units)."""
+"""Attribute the LightningModule sets on the module whose forward the step calls for each model
+(``"teacher"``/``"student"``: their bodies, ``base_model``): how a wrap policy, which sees one
+module at a time, finds them."""
 
 
 def is_wrap_unit(module: nn.Module) -> bool:
-    """FSDP wrap units: each block, and each whole model (teacher, student)."""
-    return is_block(module) or getattr(module, ROLE, None) is not None
+    """FSDP wrap units: each block, and the teacher's body (see the module doc)."""
+    return is_block(module) or getattr(module, ROLE, None) == "teacher"
 
 
 def is_trainable_block(module: nn.Module) -> bool:
@@ -57,21 +63,33 @@ def ddp(**kwargs: Any):
     return DDPStrategy(**{"find_unused_parameters": False, **kwargs})
 
 
-def fsdp(activation_checkpointing: bool = False, **kwargs: Any):
-    """Lightning's FSDPStrategy with teacher and student in separate units (see module doc).
+class DistillationFSDPStrategy(FSDPStrategy):
+    """Lightning's FSDPStrategy, told at wrap time which parameters to leave unsharded.
+
+    The models exist only once ``configure_model`` has run, after the strategy was built: this
+    asks the LightningModule (``unsharded_parameters()``) just before FSDP wraps it.
+    """
+
+    def _setup_model(self, model: nn.Module) -> nn.Module:
+        unsharded = getattr(model, "unsharded_parameters", None)
+        if unsharded is not None and "ignored_states" not in self.kwargs:
+            self.kwargs["ignored_states"] = list(unsharded())
+        return super()._setup_model(model)
+
+
+def fsdp(activation_checkpointing: bool = False, **kwargs: Any) -> DistillationFSDPStrategy:
+    """FSDP with the wrap units and unsharded heads the step needs (see the module doc).
 
     ``activation_checkpointing=True`` checkpoints the student's blocks by FSDP's policy (use it
     instead of ``student.activation_checkpointing``, not with it).
     """
-    from lightning.pytorch.strategies import FSDPStrategy
-
     options: dict[str, Any] = {
         "auto_wrap_policy": _lambda_policy(is_wrap_unit),
         "state_dict_type": "full",
     }
     if activation_checkpointing:
         options["activation_checkpointing_policy"] = _lambda_policy(is_trainable_block)
-    return FSDPStrategy(**{**options, **kwargs})
+    return DistillationFSDPStrategy(**{**options, **kwargs})
 
 
 def deepspeed(stage: int = 3, **kwargs: Any):

@@ -3,21 +3,30 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import socket
 
 import pytest
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy
+from torch import nn
 
+from lightning_kd.models import StudentSpec, TeacherSpec, byte_tokenizer
+from lightning_kd.module import DistillationModule
+from lightning_kd.objective import DistillConfig
 from lightning_kd.strategies import (
+    DistillationFSDPStrategy,
     check_accelerator,
     ddp,
     fsdp,
     is_trainable_block,
     is_wrap_unit,
 )
-from tests.conftest import ROOT, make_module
+from tests.conftest import ROOT, TINY_LLAMA, make_module
 
 
 @pytest.fixture
@@ -27,7 +36,7 @@ def built(tiny_teacher):
     return module
 
 
-def test_fsdp_wraps_each_model_and_block_separately(built) -> None:
+def test_fsdp_units_are_what_the_step_calls(built) -> None:
     strategy = fsdp()
     policy = strategy.kwargs["auto_wrap_policy"]
     units = {
@@ -35,12 +44,21 @@ def test_fsdp_wraps_each_model_and_block_separately(built) -> None:
         for name, m in built.named_modules()
         if policy(module=m, recurse=False, nonwrapped_numel=0)
     }
-    assert {"teacher", "student"} <= units
-    assert {f"teacher.model.layers.{i}" for i in range(4)} <= units
-    assert {f"student.model.layers.{i}" for i in range(2)} <= units
-    # Nothing else: embeddings, norms and heads stay inside their own model's unit, so no
-    # flat parameter mixes teacher and student (or a bf16 teacher with an fp32 student).
-    assert len(units) == 2 + 4 + 2
+    # Each block, and the teacher's body (what hidden_states() calls). The student's embedding,
+    # norm and tied head stay in the root unit, gathered for the whole step, where the chunked
+    # loss reads the head; no unit mixes the two models.
+    assert units == {
+        "teacher.model",
+        *(f"teacher.model.layers.{i}" for i in range(4)),
+        *(f"student.model.layers.{i}" for i in range(2)),
+    }
+    assert isinstance(strategy, DistillationFSDPStrategy)
+
+
+def test_fsdp_leaves_the_teachers_head_unsharded(built) -> None:
+    head = built.teacher.get_output_embeddings().weight
+    assert built.unsharded_parameters() == [head]
+    assert head is built.teacher.get_input_embeddings().weight  # tied: the embedding too
 
 
 def test_fsdp_checkpoints_only_student_blocks(built) -> None:
@@ -51,7 +69,7 @@ def test_fsdp_checkpoints_only_student_blocks(built) -> None:
     }
     assert chosen == {"student.model.layers.0", "student.model.layers.1"}
     assert not any(is_trainable_block(m) for m in built.teacher.modules())
-    assert is_wrap_unit(built.teacher) and is_wrap_unit(built.student)
+    assert is_wrap_unit(built.teacher.base_model) and not is_wrap_unit(built.student)
 
 
 def test_fsdp_saves_a_full_state_dict() -> None:
@@ -116,3 +134,88 @@ def test_gpu_check_flags_checkpoints_with_teacher_weights(tmp_path) -> None:
     assert gpu_check.checkpoint_status(tmp_path / "none.ckpt") == "no checkpoint written"
     hint = "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace."
     assert gpu_check.last_error(f"x\nValueError: needs a GPU\n{hint}") == "ValueError: needs a GPU"
+
+
+class StepRoot(nn.Module):
+    """Stands in for Lightning's wrapper around the LightningModule: FSDP's root unit, whose
+    forward runs the distillation step (as Lightning runs ``training_step`` through it)."""
+
+    def __init__(self, module: DistillationModule) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        objective, sums = self.module.step_objective(batch)
+        return objective / sums.tokens
+
+
+def build_mixed_precision_pair(chunked: bool) -> DistillationModule:
+    """A bf16 teacher and a narrower fp32 student (so projectors too), the same on every call."""
+    torch.manual_seed(0)
+    module = DistillationModule(
+        teacher=TeacherSpec(path=None, config=dict(TINY_LLAMA), dtype="bfloat16"),
+        student=StudentSpec(config={"hidden_size": 16, "num_hidden_layers": 2}),
+        distill=DistillConfig(features="uniform", chunked=chunked),
+        optimizer=torch.optim.AdamW,
+        tokenizer=byte_tokenizer(),
+    )
+    module.configure_model()
+    return module
+
+
+def fsdp_worker(rank: int, world_size: int, port: int, chunked: bool) -> None:
+    """One rank: the step under FSDP (our policy) gives the unsharded module's loss on this rank's
+    batch and, after backward, the rank-mean of its gradients."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    module, reference = build_mixed_precision_pair(chunked), build_mixed_precision_pair(chunked)
+    ids = torch.randint(0, 257, (2, 12), generator=torch.Generator().manual_seed(rank))
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
+
+    # The trap the policy avoids: one flat unit for a bf16 teacher and an fp32 student.
+    with pytest.raises(ValueError, match="uniform dtype"):
+        FSDP(StepRoot(build_mixed_precision_pair(chunked)), device_id=torch.device("cpu"))
+
+    want_loss = StepRoot(reference)(batch)
+    want_loss.backward()
+    want = {}
+    for name, parameter in reference.named_parameters():
+        if parameter.requires_grad:
+            dist.all_reduce(grad := parameter.grad.clone())
+            want[name] = grad / world_size
+
+    strategy = fsdp()
+    root = FSDP(
+        StepRoot(module),
+        auto_wrap_policy=strategy.kwargs["auto_wrap_policy"],
+        ignored_states=module.unsharded_parameters(),
+        use_orig_params=True,
+        device_id=torch.device("cpu"),
+    )
+    loss = root(batch)
+    loss.backward()
+    torch.testing.assert_close(loss, want_loss, rtol=1e-5, atol=1e-6)
+    with FSDP.summon_full_params(root, with_grads=True):
+        got = {
+            name.replace("_fsdp_wrapped_module.", ""): parameter.grad.clone()
+            for name, parameter in module.named_parameters()
+            if parameter.requires_grad
+        }
+    assert set(got) == set(want) and any(name.startswith("projectors.") for name in got)
+    for name, grad in want.items():
+        torch.testing.assert_close(got[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chunked", [True, False], ids=["chunked", "full_logits"])
+def test_step_under_fsdp_equals_the_unsharded_step(chunked: bool) -> None:
+    """FSDP on CPUs over gloo (torch's own; Lightning's FSDPStrategy wants a GPU): the wrap
+    units and unsharded heads of ``strategy=fsdp`` let the chunked loss read both output heads
+    and train the student, projectors included, as one device would."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    mp.spawn(fsdp_worker, args=(2, port, chunked), nprocs=2)
