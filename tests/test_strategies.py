@@ -103,12 +103,9 @@ def test_deepspeed_config_excludes_frozen_parameters() -> None:
         cfg = compose("config", overrides=["strategy=deepspeed", "output_dir=/tmp/x"])
     assert cfg.trainer.strategy._target_ == "lightning_kd.strategies.deepspeed"
     assert cfg.trainer.strategy.stage == 3
-    try:
-        import deepspeed  # noqa: F401
-    except ImportError:
-        return  # DeepSpeed itself is a GPU-machine install; the config is checked above
     strategy = instantiate(cfg.trainer.strategy)
     assert strategy.exclude_frozen_parameters
+    assert strategy.config["zero_optimization"]["stage"] == 3
 
 
 def load_gpu_check():
@@ -215,7 +212,63 @@ def test_step_under_fsdp_equals_the_unsharded_step(chunked: bool) -> None:
     """FSDP on CPUs over gloo (torch's own; Lightning's FSDPStrategy wants a GPU): the wrap
     units and unsharded heads of ``strategy=fsdp`` let the chunked loss read both output heads
     and train the student, projectors included, as one device would."""
+    mp.spawn(fsdp_worker, args=(2, free_port(), chunked), nprocs=2)
+
+
+def deepspeed_worker(rank: int, world_size: int, port: int, chunked: bool) -> None:
+    """One rank: the step under DeepSpeed ZeRO-3, every parameter partitioned, gives the unsharded
+    module's loss on this rank's batch and the rank-mean of its gradients."""
+    import deepspeed
+    from deepspeed.utils import safe_get_full_grad
+
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank)
+    )
+    os.environ["WORLD_SIZE"] = str(world_size)
+    deepspeed.init_distributed(dist_backend="gloo")
+    module, reference = build_mixed_precision_pair(chunked), build_mixed_precision_pair(chunked)
+    ids = torch.randint(0, 257, (2, 12), generator=torch.Generator().manual_seed(rank))
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
+    want_loss = StepRoot(reference)(batch)
+    want_loss.backward()
+    want = {}
+    for name, parameter in reference.named_parameters():
+        if parameter.requires_grad:
+            dist.all_reduce(grad := parameter.grad.clone())
+            want[name] = grad / world_size
+
+    config = {
+        "train_micro_batch_size_per_gpu": 2,
+        # Threshold 0: even the tiny models' parameters are partitioned, as a real head would be.
+        "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0},
+        "optimizer": {"type": "SGD", "params": {"lr": 0.1}},
+        "zero_allow_untested_optimizer": True,
+    }
+    root = StepRoot(module)
+    trainable = [p for p in root.parameters() if p.requires_grad]
+    engine, *_ = deepspeed.initialize(model=root, model_parameters=trainable, config=config)
+    head = module.student.get_output_embeddings().weight
+    assert head.data.numel() == 0, "partitioned outside the forward"
+    loss = engine(batch)
+    engine.backward(loss)
+    torch.testing.assert_close(loss, want_loss, rtol=1e-5, atol=1e-6)
+    parameters = dict(module.named_parameters())
+    assert any(name.startswith("projectors.") for name in want)
+    for name, grad in want.items():
+        got = safe_get_full_grad(parameters[name])
+        torch.testing.assert_close(got, grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chunked", [True, False], ids=["chunked", "full_logits"])
+def test_step_under_deepspeed_zero3_equals_the_unsharded_step(chunked: bool) -> None:
+    """DeepSpeed ZeRO-3 on CPUs over gloo (Lightning's DeepSpeedStrategy wants a GPU) with a
+    second, frozen bf16 model inside the module: the chunked loss reads both partitioned heads
+    and trains the student, projectors included, as one device would."""
+    mp.spawn(deepspeed_worker, args=(2, free_port(), chunked), nprocs=2)
+
+
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    mp.spawn(fsdp_worker, args=(2, port, chunked), nprocs=2)
+        return probe.getsockname()[1]
