@@ -203,6 +203,7 @@ def fsdp_worker(rank: int, world_size: int, port: int, chunked: bool) -> None:
     assert set(got) == set(want) and any(name.startswith("projectors.") for name in got)
     for name, grad in want.items():
         torch.testing.assert_close(got[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+    dist.barrier()
     dist.destroy_process_group()
 
 
@@ -257,6 +258,10 @@ def deepspeed_worker(rank: int, world_size: int, port: int, chunked: bool) -> No
     for name, grad in want.items():
         got = safe_get_full_grad(parameters[name])
         torch.testing.assert_close(got, grad, rtol=1e-4, atol=1e-6, msg=name)
+    # Tear down in step: a rank leaving with its process group alive can abort the other.
+    engine.destroy()
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 @pytest.mark.slow
