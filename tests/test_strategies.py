@@ -55,10 +55,15 @@ def test_fsdp_units_are_what_the_step_calls(built) -> None:
     assert isinstance(strategy, DistillationFSDPStrategy)
 
 
-def test_fsdp_leaves_the_teachers_head_unsharded(built) -> None:
+def test_fsdp_leaves_the_teachers_head_unsharded(built, monkeypatch) -> None:
     head = built.teacher.get_output_embeddings().weight
     assert built.unsharded_parameters() == [head]
     assert head is built.teacher.get_input_embeddings().weight  # tied: the embedding too
+    # At wrap time (the models exist only then) the strategy hands them to FSDP as ignored.
+    monkeypatch.setattr(FSDPStrategy, "_setup_model", lambda self, model: model)
+    strategy = fsdp()
+    assert strategy._setup_model(built) is built
+    assert strategy.kwargs["ignored_states"] == [head]
 
 
 def test_fsdp_checkpoints_only_student_blocks(built) -> None:
