@@ -165,6 +165,25 @@ def build_mixed_precision_pair(chunked: bool) -> DistillationModule:
     return module
 
 
+def rank_batch(rank: int) -> dict[str, torch.Tensor]:
+    ids = torch.randint(0, 257, (2, 12), generator=torch.Generator().manual_seed(rank))
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
+
+
+def unsharded_step(
+    reference: DistillationModule, batch: dict[str, torch.Tensor], world_size: int
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """This rank's loss on one device, and the rank-mean gradients a sharded step must produce."""
+    loss = StepRoot(reference)(batch)
+    loss.backward()
+    grads = {}
+    for name, parameter in reference.named_parameters():
+        if parameter.requires_grad:
+            dist.all_reduce(grad := parameter.grad.clone())
+            grads[name] = grad / world_size
+    return loss, grads
+
+
 def fsdp_worker(rank: int, world_size: int, port: int, chunked: bool) -> None:
     """One rank: the step under FSDP (our policy) gives the unsharded module's loss on this rank's
     batch and, after backward, the rank-mean of its gradients."""
@@ -173,20 +192,13 @@ def fsdp_worker(rank: int, world_size: int, port: int, chunked: bool) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     module, reference = build_mixed_precision_pair(chunked), build_mixed_precision_pair(chunked)
-    ids = torch.randint(0, 257, (2, 12), generator=torch.Generator().manual_seed(rank))
-    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
+    batch = rank_batch(rank)
 
     # The trap the policy avoids: one flat unit for a bf16 teacher and an fp32 student.
     with pytest.raises(ValueError, match="uniform dtype"):
         FSDP(StepRoot(build_mixed_precision_pair(chunked)), device_id=torch.device("cpu"))
 
-    want_loss = StepRoot(reference)(batch)
-    want_loss.backward()
-    want = {}
-    for name, parameter in reference.named_parameters():
-        if parameter.requires_grad:
-            dist.all_reduce(grad := parameter.grad.clone())
-            want[name] = grad / world_size
+    want_loss, want = unsharded_step(reference, batch, world_size)
 
     strategy = fsdp()
     root = FSDP(
@@ -233,15 +245,8 @@ def deepspeed_worker(rank: int, world_size: int, port: int, chunked: bool) -> No
     os.environ["WORLD_SIZE"] = str(world_size)
     deepspeed.init_distributed(dist_backend="gloo")
     module, reference = build_mixed_precision_pair(chunked), build_mixed_precision_pair(chunked)
-    ids = torch.randint(0, 257, (2, 12), generator=torch.Generator().manual_seed(rank))
-    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
-    want_loss = StepRoot(reference)(batch)
-    want_loss.backward()
-    want = {}
-    for name, parameter in reference.named_parameters():
-        if parameter.requires_grad:
-            dist.all_reduce(grad := parameter.grad.clone())
-            want[name] = grad / world_size
+    batch = rank_batch(rank)
+    want_loss, want = unsharded_step(reference, batch, world_size)
 
     config = {
         "train_micro_batch_size_per_gpu": 2,
