@@ -24,7 +24,7 @@ import functools
 from typing import Any
 
 import torch
-from lightning.pytorch.strategies import FSDPStrategy
+from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy, FSDPStrategy
 from torch import nn
 from transformers.modeling_layers import GradientCheckpointingLayer
 
@@ -60,8 +60,6 @@ def _lambda_policy(predicate):
 
 def ddp(**kwargs: Any):
     """Lightning's DDPStrategy (gloo on CPU, NCCL on GPU) without unused-parameter search."""
-    from lightning.pytorch.strategies import DDPStrategy
-
     return DDPStrategy(**{"find_unused_parameters": False, **kwargs})
 
 
@@ -96,8 +94,6 @@ def fsdp(activation_checkpointing: bool = False, **kwargs: Any) -> DistillationF
 
 def deepspeed(stage: int = 3, **kwargs: Any):
     """Lightning's DeepSpeedStrategy (ZeRO ``stage``) saving no frozen teacher parameters."""
-    from lightning.pytorch.strategies import DeepSpeedStrategy
-
     return DeepSpeedStrategy(**{"stage": stage, "exclude_frozen_parameters": True, **kwargs})
 
 

@@ -6,7 +6,7 @@ Each strategy runs as its own ``python run.py`` (a fresh process and CUDA contex
 ``trainer.precision=bf16-mixed teacher.dtype=bfloat16``; the table prints each run's exit status,
 final student perplexity and peak CUDA memory (``torch.cuda.max_memory_allocated``, written by the
 run to its summary.json), and checks that each last checkpoint holds the student and no teacher
-weights. DeepSpeed must be installed (``pip install deepspeed``).
+weights. DeepSpeed comes with the ``dev`` extras (``pip install -e ".[deepspeed]"`` alone).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def main() -> int:
     import torch
 
     if not torch.cuda.is_available():
-        print("no CUDA device here: run this on a GPU machine (pip install deepspeed there first)")
+        print("no CUDA device here: run this on a GPU machine")
         return 2
     rows, failed = [], 0
     for strategy in args.strategies:
