@@ -287,3 +287,11 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def test_gpu_check_without_cuda_says_so(monkeypatch, capsys) -> None:
+    gpu_check = load_gpu_check()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr("sys.argv", ["gpu_check.py"])
+    assert gpu_check.main() == 2
+    assert "no CUDA device here" in capsys.readouterr().out
