@@ -16,10 +16,12 @@ import hydra
 import lightning as L
 import torch
 from hydra.utils import instantiate
+from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
 
 from lightning_kd.models import load_tokenizer
 from lightning_kd.module import DistillationModule
+from lightning_kd.precision import PrecisionChoice, probe_hardware, resolve_precision
 from lightning_kd.strategies import check_accelerator
 from lightning_kd.summary import RunSummary, TrainTimer
 
@@ -30,10 +32,28 @@ LIGHTNING_NOISE = (
 )
 
 
+def resolve_auto_precision(cfg: DictConfig) -> PrecisionChoice:
+    """Replace ``auto`` in ``trainer.precision`` / ``teacher.dtype`` by what the hardware computes
+    fast (see ``lightning_kd.precision``), in ``cfg`` itself, and say so once."""
+    choice = resolve_precision(
+        cfg.trainer.get("precision"),
+        cfg.teacher.get("dtype"),
+        probe_hardware(cfg.trainer.get("accelerator")),
+    )
+    cfg.trainer.precision = choice.precision
+    cfg.teacher.dtype = choice.teacher_dtype
+    if rank_zero_only.rank == 0:
+        print(choice.line(), flush=True)
+    return choice
+
+
 def build(
     cfg: DictConfig,
 ) -> tuple[DistillationModule, L.LightningDataModule, L.Trainer, TrainTimer]:
-    """Instantiate module, data and trainer from ``cfg`` (the models are built in the trainer)."""
+    """Instantiate module, data and trainer from ``cfg`` (the models are built in the trainer).
+
+    ``trainer.precision`` and ``teacher.dtype`` must be concrete: see :func:`resolve_auto_precision`.
+    """
     teacher = instantiate(cfg.teacher, _convert_="all")
     tokenizer = load_tokenizer(teacher)
     datamodule = instantiate(cfg.data, tokenizer=tokenizer, _convert_="all")
@@ -62,11 +82,16 @@ def distill(cfg: DictConfig) -> RunSummary:
     start = time.perf_counter()
     L.seed_everything(cfg.seed, workers=True)
     output_dir = Path(cfg.output_dir)
+    precision = resolve_auto_precision(cfg)
     module, datamodule, trainer, timer = build(cfg)
 
     before = trainer.validate(module, datamodule, verbose=False)[0] if cfg.validate_before else {}
     trainer.fit(module, datamodule, ckpt_path=cfg.ckpt_path)
-    after = trainer.validate(module, datamodule, verbose=False)[0]
+    # A validation at the last step (val_check_interval dividing max_steps) already measured
+    # the final student: reuse it rather than run the teacher over the split once more.
+    after = module.validation_at(trainer.global_step)
+    if after is None:
+        after = trainer.validate(module, datamodule, verbose=False)[0]
     if cfg.export_student:
         module.export_student(str(output_dir / "student"))
 
@@ -81,6 +106,7 @@ def distill(cfg: DictConfig) -> RunSummary:
         peak_cuda_mb=torch.cuda.max_memory_allocated() / 2**20
         if torch.cuda.is_available()
         else None,
+        precision=precision.as_dict(),
     )
     if trainer.is_global_zero:
         (output_dir / "summary.json").write_text(json.dumps(summary.as_dict(), indent=2))

@@ -34,6 +34,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from lightning_kd.precision import probe_hardware, resolve_precision
+
 SCENARIOS = ("floor", "teacher", "naive", "full_logits", "lightning_kd")
 LOSS_TOKENS = (512, 2048, 8192)
 LOSS_VOCAB, LOSS_HIDDEN = 49152, 576
@@ -146,7 +148,11 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict:
     # initialisation) are paid, the seconds of a full-size step are not.
     warmup_batch = make_batch(teacher.config.vocab_size, 1, 32, device) if args.quick else batch
     optimizer = torch.optim.AdamW(student.parameters(), lr=1e-5)
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16)
+    autocast = torch.autocast(
+        device.type,
+        dtype=torch.float16 if args.precision.startswith("16") else torch.bfloat16,
+        enabled=args.precision.endswith("-mixed"),
+    )
 
     def optimizer_step(loss: torch.Tensor) -> None:
         loss.backward()
@@ -272,9 +278,9 @@ def forwarded(args: argparse.Namespace) -> list[str]:
     options = ["--device", args.device, "--batch", str(args.batch), "--seq", str(args.seq)]
     options += ["--warmup", str(args.warmup), "--repeats", str(args.repeats)]
     options += ["--loss-repeats", str(args.loss_repeats), "--teacher", args.teacher]
-    options += ["--teacher-dtype", args.teacher_dtype]
+    options += ["--teacher-dtype", args.teacher_dtype, "--precision", args.precision]
     options += ["--student-layers", str(args.student_layers)]
-    flags = {"--bf16": args.bf16, "--quick": args.quick, "--no-compile": not args.compile}
+    flags = {"--quick": args.quick, "--no-compile": not args.compile}
     return options + [flag for flag, on in flags.items() if on]
 
 
@@ -294,7 +300,8 @@ def summarise(scenarios: dict[str, dict], losses: list[dict], args: argparse.Nam
             "student_layers": args.student_layers,
             "batch": args.batch,
             "seq": args.seq,
-            "bf16_autocast": args.bf16,
+            "precision": args.precision,
+            "precision_reason": args.precision_reason,
             "compiled_loss": args.compile,
             "timed_steps": args.repeats,
             "torch": torch.__version__,
@@ -366,14 +373,21 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--teacher", default="smollm2", help="teacher.path of the models")
-    parser.add_argument("--teacher-dtype", default="float32")
+    parser.add_argument(
+        "--precision",
+        default="auto",
+        help="as trainer.precision: auto (from the hardware), 32-true, bf16-mixed, 16-mixed",
+    )
+    parser.add_argument("--teacher-dtype", default="auto", help="as teacher.dtype (auto follows)")
     parser.add_argument("--student-layers", type=int, default=6)
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--seq", type=int, default=256)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--loss-repeats", type=int, default=3)
-    parser.add_argument("--bf16", action="store_true", help="run the steps under bf16 autocast")
+    parser.add_argument(
+        "--bf16", action="store_true", help="short for --precision bf16-mixed (bf16 autocast)"
+    )
     parser.add_argument(
         "--no-compile",
         dest="compile",
@@ -384,6 +398,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--loss-tokens", type=int, nargs="+", help=argparse.SUPPRESS)
     parser.add_argument("--chunked", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.bf16:
+        args.precision = "bf16-mixed"
+    # Resolved as python run.py resolves it; children get the concrete values.
+    choice = resolve_precision(args.precision, args.teacher_dtype, probe_hardware(args.device))
+    args.precision, args.teacher_dtype = choice.precision, choice.teacher_dtype
+    args.precision_reason = choice.reason
     if args.quick:  # a check that everything runs, in under two minutes here
         args.seq, args.warmup, args.repeats, args.loss_repeats = 128, 1, 1, 1
     if args.scenario is None and args.loss_tokens is None and args.out is None:

@@ -98,6 +98,8 @@ class DistillationModule(LightningModule):
         self._heads_checked: set[str] = set()
         self.tokens_seen = 0
         """Scored training tokens so far, over all ranks."""
+        self.fit_validation: tuple[int, dict[str, float]] | None = None
+        """``(global_step, metrics)`` of the latest validation inside ``fit``."""
 
     # ------------------------------------------------------------------------- models
 
@@ -107,7 +109,9 @@ class DistillationModule(LightningModule):
             return
         if self.tokenizer is None:
             self.tokenizer = load_tokenizer(self.teacher_spec)
-        teacher = load_teacher(self.teacher_spec)
+        # teacher.dtype=auto follows the trainer's precision (bf16-mixed: a bf16 teacher).
+        precision = str(self._trainer.precision) if self._trainer is not None else None
+        teacher = load_teacher(self.teacher_spec, precision)
         models = build_student(self.student_spec, teacher, self.teacher_spec.task)
         if self.teacher_spec.task == "causal_lm":
             check_vocabularies(
@@ -416,6 +420,16 @@ class DistillationModule(LightningModule):
         if "val/teacher_ppl" in metrics and not self.trainer.sanity_checking:
             self.teacher_perplexity = float(metrics["val/teacher_ppl"])
         self.log_dict(metrics, prog_bar=True)
+        if self.trainer.state.fn == "fit" and not self.trainer.sanity_checking:
+            values = {name: float(value) for name, value in metrics.items()}
+            self.fit_validation = (self.trainer.global_step, values)
+
+    def validation_at(self, step: int) -> dict[str, float] | None:
+        """The metrics of a validation inside ``fit`` at optimizer step ``step``, if one ran:
+        the final student need not be validated a second time."""
+        if self.fit_validation is None or self.fit_validation[0] != step:
+            return None
+        return dict(self.fit_validation[1])
 
     # ------------------------------------------------------------------------- checkpoints
 

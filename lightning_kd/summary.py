@@ -46,6 +46,8 @@ class RunSummary:
     wall_seconds: float = 0.0
     peak_cuda_mb: float | None = None
     """``torch.cuda.max_memory_allocated`` of this process, on a GPU."""
+    precision: dict[str, str] | None = None
+    """The resolved ``trainer.precision`` and ``teacher.dtype``, and why (``auto`` or explicit)."""
 
     @property
     def tokens_per_second(self) -> float:
@@ -74,6 +76,15 @@ class RunSummary:
             ("tokens/s (training)", "", f"{self.tokens_per_second:.0f}"),
             ("wall time (s)", "", f"{self.wall_seconds:.1f}"),
         ]
+        if self.precision is not None:
+            rows.append(
+                (
+                    "precision",
+                    "",
+                    f"{self.precision['trainer.precision']}, "
+                    f"teacher {self.precision['teacher.dtype']}",
+                )
+            )
         if self.peak_cuda_mb is not None:
             rows.append(("peak CUDA memory (MB)", "", f"{self.peak_cuda_mb:.0f}"))
         lines = ["| | before | after |", "|---|---:|---:|"]

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from lightning_kd.precision import probe_hardware, resolve_precision
 from tests.conftest import ROOT
 
 
@@ -31,6 +32,8 @@ def test_smoke_run_writes_everything_under_the_run_dir(tmp_path: Path) -> None:
     assert summary["steps"] == 6
     assert summary["after"]["val/ppl"] < summary["before"]["val/ppl"]
     assert summary["teacher_ppl"] > 0 and summary["tokens_per_second"] > 0
+    assert summary["precision"]["trainer.precision"] == "32-true"  # debug=smoke pins it
+    assert "precision: trainer.precision=32-true teacher.dtype=float32" in result.stdout
     assert "| student perplexity (val) |" in result.stdout
     assert (run_dir / "logs" / "metrics.csv").is_file()
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
@@ -93,7 +96,14 @@ def test_local_directories_serve_as_teacher_and_student(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     exported = first / "student"
     runs = {
-        "teacher": ["teacher.config=null", f"teacher.path={exported}", "student.num_layers=1"],
+        # auto precision, as the default run resolves it on this machine
+        "teacher": [
+            "teacher.config=null",
+            f"teacher.path={exported}",
+            "student.num_layers=1",
+            "trainer.precision=auto",
+            "teacher.dtype=auto",
+        ],
         "student": [f"student.path={exported}"],
     }
     for role, overrides in runs.items():
@@ -102,5 +112,8 @@ def test_local_directories_serve_as_teacher_and_student(tmp_path: Path) -> None:
         assert result.returncode == 0, (role, result.stderr[-3000:])
         summary = json.loads((run_dir / "summary.json").read_text())
         assert summary["steps"] == 6 and summary["after"]["val/ppl"] > 0
+    expected = resolve_precision("auto", "auto", probe_hardware("cpu"))
+    summary = json.loads((tmp_path / "teacher" / "summary.json").read_text())
+    assert summary["precision"] == expected.as_dict()
     config = json.loads((tmp_path / "teacher" / "student" / "config.json").read_text())
     assert config["num_hidden_layers"] == 1
