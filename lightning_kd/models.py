@@ -34,6 +34,7 @@ try:  # transformers >= 5
 except ImportError:  # transformers 4.x
     from transformers.modeling_utils import no_init_weights
 
+from lightning_kd.precision import AUTO, teacher_dtype_for
 from lightning_kd.sources import SMOLLM2, checked_model_path, teacher_dir
 
 DTYPES = {
@@ -54,8 +55,9 @@ class TeacherSpec:
     """A GGUF file inside ``path`` to dequantise (cached once, as for ``smollm2``)."""
     config: dict[str, Any] | None = None
     """Build a randomly initialised teacher from this config instead (tests, ``debug=smoke``)."""
-    dtype: str = "float32"
-    """Precision of the frozen teacher's weights: float32, bfloat16 or float16."""
+    dtype: str = "auto"
+    """Precision of the frozen teacher's weights: ``auto`` (the dtype that goes with
+    ``trainer.precision``, see ``lightning_kd.precision``), float32, bfloat16, float16 or float64."""
     task: str = "causal_lm"
     """``causal_lm`` (a language-model head, logit KD) or ``encoder`` (a bare encoder, features)."""
     trust_remote_code: bool = False
@@ -65,7 +67,7 @@ class TeacherSpec:
     run must be able to rebuild the very same one."""
 
     def __post_init__(self) -> None:
-        check_dtype(self.dtype, "teacher.dtype")
+        check_dtype(self.dtype, "teacher.dtype", allowed=(AUTO,))
         if self.task not in ("causal_lm", "encoder"):
             raise ValueError(f"teacher.task={self.task!r}; choose causal_lm or encoder")
         if (self.path is None) == (self.config is None):
@@ -90,6 +92,10 @@ class StudentSpec:
     """Randomly initialise a student: overrides applied to the teacher's config."""
     activation_checkpointing: bool = False
     """Recompute the student's decoder layers in backward (non-reentrant) to save memory."""
+    freeze_embeddings: bool = False
+    """Keep the token embeddings and the output head as they are (the teacher's, for a student
+    copied from it): only the blocks and norms train. Saves the head's weight gradient — a
+    vocab-sized matmul per token — and keeps the rows of tokens the corpus never shows intact."""
     trust_remote_code: bool = False
     """Run code shipped with ``path``'s checkpoint."""
     dtype: str = "float32"
@@ -122,10 +128,14 @@ class Models:
     """``layer_map[j]`` is the teacher layer that student layer j was copied from (None if not)."""
 
 
-def check_dtype(name: str, key: str) -> torch.dtype:
-    """The torch dtype for ``name``, or a ValueError naming the allowed names."""
+def check_dtype(name: str, key: str, allowed: tuple[str, ...] = ()) -> torch.dtype | None:
+    """The torch dtype for ``name`` (None for one of ``allowed``, e.g. ``auto``), or a
+    ValueError naming the allowed names."""
+    if name in allowed:
+        return None
     if name not in DTYPES:
-        raise ValueError(f"{key}={name!r} is not a dtype here; choose one of {sorted(DTYPES)}")
+        choices = [*allowed, *sorted(DTYPES)]
+        raise ValueError(f"{key}={name!r} is not a dtype here; choose one of {choices}")
     return DTYPES[name]
 
 
@@ -185,8 +195,12 @@ def model_from_config(overrides: dict[str, Any], task: str, base=None) -> PreTra
     return auto.from_config(config)
 
 
-def load_teacher(spec: TeacherSpec) -> PreTrainedModel:
-    """The frozen teacher: eval mode, no parameter requires grad, no KV cache."""
+def load_teacher(spec: TeacherSpec, precision: str | None = None) -> PreTrainedModel:
+    """The frozen teacher: eval mode, no parameter requires grad, no KV cache.
+
+    ``teacher.dtype=auto`` takes the dtype that goes with ``precision`` (the trainer's), or with
+    what this machine computes fast when there is no trainer.
+    """
     if spec.config is not None:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(spec.init_seed)
@@ -198,7 +212,8 @@ def load_teacher(spec: TeacherSpec) -> PreTrainedModel:
             trust_remote_code=spec.trust_remote_code,
             dtype=torch.float32,
         )
-    teacher = teacher.to(DTYPES[spec.dtype])
+    dtype = teacher_dtype_for(precision) if spec.dtype == AUTO else spec.dtype
+    teacher = teacher.to(DTYPES[dtype])
     teacher.requires_grad_(False)
     teacher.eval()
     teacher.config.use_cache = False
@@ -285,10 +300,19 @@ def build_student(spec: StudentSpec, teacher: PreTrainedModel, task: str) -> Mod
         student = student_from_teacher(teacher, layer_map)
     student = student.to(DTYPES[spec.dtype])
     student.requires_grad_(True)
+    if spec.freeze_embeddings:
+        freeze_embeddings(student)
     student.train()  # from_pretrained returns eval mode: dropout and checkpointing would stay off
     if spec.activation_checkpointing:
         enable_activation_checkpointing(student)
     return Models(teacher=teacher, student=student, layer_map=layer_map)
+
+
+def freeze_embeddings(model: PreTrainedModel) -> None:
+    """Stop gradients to the input embeddings and the output head (one matrix when tied)."""
+    for module in (model.get_input_embeddings(), model.get_output_embeddings()):
+        if module is not None:
+            module.requires_grad_(False)
 
 
 def enable_activation_checkpointing(model: PreTrainedModel) -> None:

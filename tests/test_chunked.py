@@ -179,3 +179,27 @@ def test_compiled_terms_equal_eager() -> None:
         results.append((objective, sums.kd, grad))
     for eager, compiled in zip(*results, strict=True):
         torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-5)
+
+
+def test_frozen_head_gets_no_gradient_and_the_same_hidden_gradient() -> None:
+    """A frozen head (student.freeze_embeddings) skips the head-weight gradient, and the hidden
+    states' gradient is the one the trainable head gives."""
+    _, head_weight, head_bias, _, t_hidden, t_weight, labels = inputs(3, tied=False)
+    hidden = torch.randn(B, T, H_S, dtype=torch.float64, requires_grad=True)
+    div = get_divergence("forward_kl")
+    grads = []
+    for trainable in (True, False):
+        weight = head_weight.detach().clone().requires_grad_(trainable)
+        bias = head_bias.detach().clone().requires_grad_(trainable)
+        objective, _ = kd_plus_ce(
+            hidden, t_hidden, OutputHead(weight, bias), OutputHead(t_weight), labels, div, 4
+        )
+        (grad,) = torch.autograd.grad(objective, hidden)
+        grads.append(grad)
+        if not trainable:
+            objective, _ = kd_plus_ce(
+                hidden, t_hidden, OutputHead(weight, bias), OutputHead(t_weight), labels, div, 4
+            )
+            objective.backward()
+            assert weight.grad is None and bias.grad is None
+    torch.testing.assert_close(grads[0], grads[1], rtol=0, atol=0)

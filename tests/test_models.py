@@ -57,6 +57,20 @@ def test_student_copies_embeddings_norm_head_and_chosen_layers(tiny_teacher: Tea
     assert student.lm_head.weight is student.model.embed_tokens.weight, "head stays tied"
 
 
+def test_frozen_embeddings_keep_the_teachers_and_train_the_rest(tiny_teacher: TeacherSpec) -> None:
+    teacher = load_teacher(tiny_teacher)
+    student = build_student(StudentSpec(num_layers=2, freeze_embeddings=True), teacher, "causal_lm")
+    model = student.student
+    assert not model.get_input_embeddings().weight.requires_grad
+    assert not model.get_output_embeddings().weight.requires_grad  # tied: the same matrix
+    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all(".layers." in name or "norm" in name for name in trainable)
+    ids = torch.randint(0, 257, (2, 8))
+    model(input_ids=ids, labels=ids).loss.backward()
+    assert model.get_input_embeddings().weight.grad is None
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
 def test_full_depth_student_reproduces_teacher(tiny_teacher: TeacherSpec) -> None:
     teacher = load_teacher(tiny_teacher)
     student = build_student(StudentSpec(num_layers=4), teacher, "causal_lm").student.eval()

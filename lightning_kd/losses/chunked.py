@@ -232,9 +232,15 @@ class _ChunkedDistillation(torch.autograd.Function):
         weight, bias = head.weight, head.bias
         teacher_head = teacher_head.cast(dtype) if teacher_hidden is not None else None
         grad_hidden = torch.zeros_like(student_hidden)
-        grad_weight = torch.zeros_like(student_weight, dtype=dtype)
+        # A frozen head (student.freeze_embeddings) needs no weight gradient: skipping it saves
+        # one of the three vocab-sized matmuls of each chunk.
+        grad_weight = (
+            torch.zeros_like(student_weight, dtype=dtype) if student_weight.requires_grad else None
+        )
         grad_bias = (
-            None if student_bias is None else torch.zeros_like(student_bias, dtype=accumulate)
+            None
+            if student_bias is None or not student_bias.requires_grad
+            else torch.zeros_like(student_bias, dtype=accumulate)
         )
         kd_total = torch.zeros((), dtype=accumulate, device=student_hidden.device)
         ce_total = torch.zeros_like(kd_total)
@@ -259,7 +265,8 @@ class _ChunkedDistillation(torch.autograd.Function):
                     (grad_logits,) = torch.autograd.grad(head.transform(raw), raw, grad_logits)
             grad_logits = grad_logits.to(dtype)
             grad_hidden[start:stop] = grad_logits @ weight
-            grad_weight.addmm_(grad_logits.T, hidden)
+            if grad_weight is not None:
+                grad_weight.addmm_(grad_logits.T, hidden)
             if grad_bias is not None:
                 grad_bias += grad_logits.sum(0)
             kd_total += kd
@@ -277,7 +284,8 @@ class _ChunkedDistillation(torch.autograd.Function):
         grad_hidden, grad_weight, grad_bias = ctx.gradients
         del ctx.gradients
         # In place: these buffers are ours, and a vocab-sized copy here is a step's peak memory.
-        grad_weight = grad_weight.mul_(grad_objective).to(ctx.weight_dtype)
+        if grad_weight is not None:
+            grad_weight = grad_weight.mul_(grad_objective).to(ctx.weight_dtype)
         if grad_bias is not None:
             grad_bias = grad_bias.mul_(grad_objective).to(ctx.weight_dtype)
         grad_hidden = grad_hidden.mul_(grad_objective.to(grad_hidden.dtype))
