@@ -34,14 +34,24 @@ from lightning_kd.losses.logits import IGNORE_INDEX
 
 DEFAULT_CORPUS = Path(__file__).parent / "corpus" / "python_reference.jsonl.gz"
 """The Python 3.11 Language Reference (see ``lightning_kd/corpus/README.md``)."""
+TEACHER_CORPUS = Path(__file__).parent / "corpus" / "smollm2_generated.jsonl.gz"
+"""General English written by the default teacher itself (``lightning_kd/corpus/README.md``)."""
+DEFAULT_FILES = (DEFAULT_CORPUS, TEACHER_CORPUS)
+"""What ``data.files: null`` reads: technical prose and the teacher's own broad English."""
+EMBEDDED = {"python_reference": DEFAULT_CORPUS, "smollm2_generated": TEACHER_CORPUS}
+"""Names that ``data.files`` entries may use for the embedded corpora."""
 
 SUFFIXES = (".txt", ".jsonl", ".txt.gz", ".jsonl.gz")
 
 
 def expand_files(patterns: list[str]) -> list[Path]:
-    """The files named by ``patterns`` (paths or globs), checked to exist and be readable here."""
+    """The files named by ``patterns`` — paths, globs, or the names of the embedded corpora
+    (``python_reference``, ``smollm2_generated``) — checked to exist and be readable here."""
     files: list[Path] = []
     for pattern in patterns:
+        if pattern in EMBEDDED:
+            files.append(EMBEDDED[pattern])
+            continue
         matches = sorted(glob.glob(str(Path(pattern).expanduser()))) if _is_glob(pattern) else []
         if _is_glob(pattern) and not matches:
             raise FileNotFoundError(f"data.files pattern {pattern!r} matches no file")
@@ -177,7 +187,7 @@ class TextDataModule(LightningDataModule):
         if separator_id(tokenizer) is None:
             raise ValueError("the tokenizer has no EOS or SEP token to separate packed documents")
         self.tokenizer = tokenizer
-        self.files = expand_files(list(files)) if files else [DEFAULT_CORPUS]
+        self.files = expand_files(list(files)) if files else list(DEFAULT_FILES)
         self.block_size = block_size
         self.batch_size = batch_size
         self.val_batch_size = val_batch_size or batch_size

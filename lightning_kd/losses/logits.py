@@ -132,18 +132,33 @@ def evaluation_sums(
 ) -> EvalSums:
     """Validation sums over ``(student_logits, teacher_logits, targets)`` chunks of scored tokens.
 
-    Full-logit callers pass one chunk; the chunked path passes logits a chunk at a time.
+    Full-logit callers pass one chunk; the chunked path passes logits a chunk at a time. Each
+    model's log-softmax is computed once per chunk and shared by its NLL and the KL (and by the
+    trained divergence when that is forward KL at T = 1): validation's vocab-sized passes are as
+    expensive per token as a training step's.
     """
     forward = get_divergence("forward_kl")
     totals = None
     for student_logits, teacher_logits, targets in chunks:
         vocab = min(student_logits.shape[-1], teacher_logits.shape[-1])
-        agree = student_logits[:, :vocab].argmax(-1) == teacher_logits[:, :vocab].argmax(-1)
+        dtype = math_dtype(student_logits.dtype)
+        student_logp = F.log_softmax(student_logits.to(dtype), dim=-1)
+        teacher_logp = F.log_softmax(teacher_logits.to(dtype), dim=-1)
+        shared = [  # over the shared vocabulary (padding rows of either model dropped)
+            logp if logp.shape[-1] == vocab else F.log_softmax(logits[:, :vocab].to(dtype), -1)
+            for logp, logits in ((student_logp, student_logits), (teacher_logp, teacher_logits))
+        ]
+        forward_kl = forward(*shared).sum()
+        if divergence == forward and temperature == 1.0:
+            kd = forward_kl
+        else:
+            kd = token_divergence(student_logits, teacher_logits, divergence, temperature).sum()
+        agree = shared[0].argmax(-1) == shared[1].argmax(-1)
         values = [
-            token_cross_entropy(student_logits, targets).sum(),
-            token_cross_entropy(teacher_logits, targets).sum(),
-            token_divergence(student_logits, teacher_logits, forward).sum(),
-            token_divergence(student_logits, teacher_logits, divergence, temperature).sum(),
+            -student_logp.gather(-1, targets.unsqueeze(-1)).sum(),
+            -teacher_logp.gather(-1, targets.unsqueeze(-1)).sum(),
+            forward_kl,
+            kd,
             agree.sum(),
             torch.tensor(targets.numel(), device=targets.device),
         ]
