@@ -90,6 +90,7 @@ class LastCheckpoint(Checkpoint):
         self.stop = StopRequest()
         self._step_seen = 0
         self._at_boundary = False  # no micro-batch has run since the last optimizer step
+        self._stopping = False  # a stop was agreed on: raise before the next batch or validation
 
     @property
     def path(self) -> Path:
@@ -106,6 +107,7 @@ class LastCheckpoint(Checkpoint):
         self.stop.install()
 
     def on_train_batch_start(self, trainer: Trainer, *args) -> None:
+        self._raise_if_stopping(trainer)
         self._at_boundary = False
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args) -> None:
@@ -113,10 +115,19 @@ class LastCheckpoint(Checkpoint):
             return  # inside an accumulation window: no optimizer step yet
         self._step_seen = trainer.global_step
         self._at_boundary = True
-        stopping = self.stop.agreed(trainer)
-        if stopping or trainer.global_step % self.every == 0:
+        self._stopping = self.stop.agreed(trainer)
+        if self._stopping or trainer.global_step % self.every == 0:
             self.save(trainer, pl_module)
-        if stopping:
+
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._raise_if_stopping(trainer)
+
+    def _raise_if_stopping(self, trainer: Trainer) -> None:
+        # Raised here, not right after the save: Lightning logs the step's metrics after
+        # on_train_batch_end, and the logs should hold every step the checkpoint holds.
+        if self._stopping:
+            for logger in trainer.loggers:
+                logger.save()
             raise RunInterrupted(self.stop.signum or signal.SIGTERM, trainer.global_step, self.path)
 
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
