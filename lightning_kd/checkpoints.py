@@ -15,6 +15,7 @@ When checkpoints are written (every N steps, at validation, on interruption) is
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import zipfile
 from pathlib import Path
@@ -119,6 +120,12 @@ def load_local(path: Path, map_location: Any = None) -> dict[str, Any]:
     check_whole(path)
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise CheckpointError(
+            f"checkpoint {path} cannot be read with weights_only=True: it holds objects other "
+            f"than tensors and plain data, which could run code when unpickled ({err}). "
+            "Only checkpoints written by lightning-kd are resumed from"
+        ) from None
     except (EOFError, RuntimeError, OSError, zipfile.BadZipFile) as err:
         raise CheckpointError(
             f"checkpoint {path} cannot be read ({type(err).__name__}: {err}); it is truncated "
