@@ -158,8 +158,17 @@ def config_errors(cfg: Mapping) -> list[str]:
             continue
         fix = f"; e.g. {key}={rule.example}" if rule.example else ""
         errors.append(f"{key}={value!r}: must be {rule.describe()}{fix}")
-    errors += _list_errors(cfg) + _device_errors(cfg)
+    errors += _list_errors(cfg) + _device_errors(cfg) + _encoder_errors(cfg)
     return errors
+
+
+def _encoder_errors(cfg: Mapping) -> list[str]:
+    if lookup(cfg, "teacher.task") == "encoder" and not lookup(cfg, "distill.features"):
+        return [
+            "teacher.task=encoder with distill.features unset: an encoder has no logits, so "
+            "feature matching is the whole objective; e.g. distill.features=uniform"
+        ]
+    return []
 
 
 def _list_errors(cfg: Mapping) -> list[str]:
