@@ -53,13 +53,14 @@ def resolve_ckpt_path(ckpt_path: str | None, checkpoint_dir: Path) -> Path | Non
             "comes from, and pass the local path"
         )
     path = checkpoint_dir / LAST_NAME if text == LAST else Path(text).expanduser()
-    if not path.is_file():
+    if not path.exists():
         where = f"; this run directory has no checkpoint yet ({checkpoint_dir})"
         raise CheckpointError(
             f"ckpt_path={text!r}: no checkpoint file at {path}"
             + (where if text == LAST else "; give the path of a .ckpt file, or ckpt_path=last")
         )
-    check_whole(path)
+    if path.is_file():  # (DeepSpeed writes a directory)
+        check_whole(path)
     return path
 
 
