@@ -80,8 +80,6 @@ def distill(cfg: DictConfig, ckpt_path: Path | None = None) -> RunSummary:
     except BaseException as err:
         if trainer.is_global_zero:
             print(stop_report(err, trainer.checkpoint_callback, resume_hint(output_dir)))
-        if isinstance(err, SIGTERMException):  # Lightning's own SIGTERM exit would read 0
-            raise SystemExit(128 + signal.SIGTERM) from err
         raise
     after = trainer.validate(module, datamodule, verbose=False)[0]
     if cfg.export_student:
@@ -122,6 +120,8 @@ def main(cfg: DictConfig) -> float | None:
             return distill(cfg, ckpt_path).after.get("val/ppl")
         except RunInterrupted as stop:
             sys.exit(stop.exit_code)
+        except SIGTERMException:  # Lightning's own SIGTERM stop (outside training) exits 0
+            sys.exit(128 + signal.SIGTERM)
 
 
 def resume_hint(output_dir: Path) -> str:

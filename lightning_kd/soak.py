@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -92,10 +93,14 @@ def main() -> int:
         "export_student=false",
         f"+callbacks.soak={{_target_: lightning_kd.soak.SoakProbe, out: {out / REPORT}, "
         f"warmup: {args.warmup}}}",
+        "~callbacks.progress",
+        "+trainer.enable_progress_bar=false",
         f"hydra.run.dir={out}",
         "overwrite=true",
     ]
-    result = subprocess.run(command, capture_output=True, text=True)
+    # Tiny matrices: one thread each is faster than several spinning on shared cores.
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    result = subprocess.run(command, capture_output=True, text=True, env=env)
     if result.returncode != 0:
         print(result.stderr[-3000:], file=sys.stderr)
         return result.returncode
