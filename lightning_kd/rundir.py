@@ -79,6 +79,11 @@ def claim_run_dir(run_dir: Path, resuming: bool, overwrite: bool) -> Iterator[No
     if not is_rank_zero():
         yield
         return
+    if resuming and overwrite:
+        raise RunDirError(
+            f"overwrite=true would remove the checkpoints a resume (ckpt_path=...) reads in "
+            f"{run_dir}; give one of the two"
+        )
     fd = _lock(run_dir)
     try:
         found = previous_outputs(run_dir)

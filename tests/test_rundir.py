@@ -31,6 +31,9 @@ def test_earlier_outputs_are_refused_unless_resuming_or_overwriting(tmp_path: Pa
     with claim_run_dir(tmp_path, resuming=False, overwrite=True):
         assert not (tmp_path / "checkpoints").exists()
         assert (tmp_path / "notes.txt").read_text() == "mine", "only a run's own outputs go"
+    both = pytest.raises(RunDirError, match="give one of the two")
+    with both, claim_run_dir(tmp_path, resuming=True, overwrite=True):
+        pass
 
 
 def test_a_second_process_is_refused_with_the_holder_pid(tmp_path: Path) -> None:
