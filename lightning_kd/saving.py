@@ -156,13 +156,30 @@ class LastCheckpoint(Checkpoint):
         """Write ``last.ckpt`` for the current step, unless it is written already."""
         if trainer.global_step == 0 or self.saved_step == trainer.global_step:
             return
-        student = getattr(pl_module, "student", None)
-        if student is not None:
-            check_finite_model(student, f"saving {self.path}", trainer.global_step)
+        self._refuse_non_finite(trainer, pl_module)
         trainer.save_checkpoint(self.path)
         self.saved_step = trainer.global_step
         for logger in trainer.loggers:  # the logs on disk match the checkpoint
             logger.save()
+
+    def _refuse_non_finite(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Raise :class:`NonFiniteError`, on every rank, if any rank's student weights hold a NaN
+        or an infinity. The ranks decide together: a sharded rank may hold the only NaN, and a
+        save is a collective that a rank left alone in would wait in forever."""
+        student = getattr(pl_module, "student", None)
+        what = f"saving {self.path}"
+        try:
+            if student is not None:
+                check_finite_model(student, what, trainer.global_step)
+        except NonFiniteError:
+            if trainer.world_size > 1:
+                trainer.strategy.reduce_boolean_decision(True, all=False)
+            raise
+        if trainer.world_size > 1 and trainer.strategy.reduce_boolean_decision(False, all=False):
+            raise NonFiniteError(
+                f"another rank's student weights are not finite after optimizer step "
+                f"{trainer.global_step}: {what} is refused"
+            )
 
 
 def stop_report(error: BaseException, callback: object, resume: str) -> str:
