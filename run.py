@@ -8,6 +8,8 @@ python run.py distill.divergence=jsd data.files=[my.jsonl] hydra.run.dir=runs/a
 from __future__ import annotations
 
 import json
+import signal
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -15,13 +17,20 @@ from pathlib import Path
 import hydra
 import lightning as L
 import torch
+from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
+from lightning_kd.checkpoints import resolve_ckpt_path
+from lightning_kd.checks import check_config
+from lightning_kd.finite import check_finite_model, strict_json
 from lightning_kd.models import load_tokenizer
 from lightning_kd.module import DistillationModule
 from lightning_kd.precision import PrecisionChoice, probe_hardware, resolve_precision
+from lightning_kd.rundir import claim_run_dir, resume_command
+from lightning_kd.saving import RunInterrupted, stop_report
 from lightning_kd.strategies import check_accelerator
 from lightning_kd.summary import RunSummary, TrainTimer
 
@@ -52,7 +61,7 @@ def build(
 ) -> tuple[DistillationModule, L.LightningDataModule, L.Trainer, TrainTimer]:
     """Instantiate module, data and trainer from ``cfg`` (the models are built in the trainer).
 
-    ``trainer.precision`` and ``teacher.dtype`` must be concrete: see :func:`resolve_auto_precision`.
+    ``trainer.precision`` and ``teacher.dtype`` must be concrete (:func:`resolve_auto_precision`).
     """
     teacher = instantiate(cfg.teacher, _convert_="all")
     tokenizer = load_tokenizer(teacher)
@@ -77,8 +86,9 @@ def build(
     return module, datamodule, trainer, timer
 
 
-def distill(cfg: DictConfig) -> RunSummary:
-    """Run one distillation as ``cfg`` describes; returns (and writes) the summary."""
+def distill(cfg: DictConfig, ckpt_path: Path | None = None) -> RunSummary:
+    """Run one distillation as ``cfg`` describes, resuming from ``ckpt_path`` if given; returns
+    (and writes) the summary."""
     start = time.perf_counter()
     L.seed_everything(cfg.seed, workers=True)
     output_dir = Path(cfg.output_dir)
@@ -86,13 +96,19 @@ def distill(cfg: DictConfig) -> RunSummary:
     module, datamodule, trainer, timer = build(cfg)
 
     before = trainer.validate(module, datamodule, verbose=False)[0] if cfg.validate_before else {}
-    trainer.fit(module, datamodule, ckpt_path=cfg.ckpt_path)
+    try:
+        trainer.fit(module, datamodule, ckpt_path=ckpt_path)
+    except BaseException as err:
+        if trainer.is_global_zero:
+            print(stop_report(err, trainer.checkpoint_callback, resume_hint(output_dir)))
+        raise
     # A validation at the last step (val_check_interval dividing max_steps) already measured
     # the final student: reuse it rather than run the teacher over the split once more.
     after = module.validation_at(trainer.global_step)
     if after is None:
         after = trainer.validate(module, datamodule, verbose=False)[0]
     if cfg.export_student:
+        check_finite_model(module.student, "exporting the student")
         module.export_student(str(output_dir / "student"))
 
     summary = RunSummary(
@@ -109,7 +125,8 @@ def distill(cfg: DictConfig) -> RunSummary:
         precision=precision.as_dict(),
     )
     if trainer.is_global_zero:
-        (output_dir / "summary.json").write_text(json.dumps(summary.as_dict(), indent=2))
+        strict = json.dumps(strict_json(summary.as_dict()), indent=2, allow_nan=False)
+        (output_dir / "summary.json").write_text(strict)
         (output_dir / "summary.md").write_text(summary.markdown() + "\n")
         print("\n" + summary.markdown())
         print(f"\nrun directory: {output_dir}")
@@ -121,7 +138,22 @@ def main(cfg: DictConfig) -> float | None:
     """Hydra entry point; returns the final student perplexity (for sweeps), if it has one."""
     for message in LIGHTNING_NOISE:
         warnings.filterwarnings("ignore", message=message)
-    return distill(cfg).after.get("val/ppl")
+    check_config(cfg)  # before anything loads
+    output_dir = Path(cfg.output_dir)
+    ckpt_path = resolve_ckpt_path(cfg.ckpt_path, output_dir / "checkpoints")
+    with claim_run_dir(output_dir, resuming=ckpt_path is not None, overwrite=cfg.overwrite):
+        try:
+            return distill(cfg, ckpt_path).after.get("val/ppl")
+        except RunInterrupted as stop:
+            sys.exit(stop.exit_code)
+        except SIGTERMException:  # Lightning's own SIGTERM stop (outside training) exits 0
+            sys.exit(128 + signal.SIGTERM)
+
+
+def resume_hint(output_dir: Path) -> str:
+    """The command that resumes this run (its task overrides, its directory, ckpt_path=last)."""
+    overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    return resume_command(Path(sys.argv[0]).name, overrides, output_dir)
 
 
 if __name__ == "__main__":

@@ -18,8 +18,6 @@ Files: ``.txt`` (one document per file), ``.jsonl`` (one JSON object per line, t
 from __future__ import annotations
 
 import glob
-import gzip
-import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +29,13 @@ from torch.utils.data import DataLoader, RandomSampler
 from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.losses.logits import IGNORE_INDEX
+from lightning_kd.reading import (
+    FORMATS,
+    file_format,
+    read_documents,
+    unique_documents,
+    unique_files,
+)
 
 DEFAULT_CORPUS = Path(__file__).parent / "corpus" / "python_reference.jsonl.gz"
 """The Python 3.11 Language Reference (see ``lightning_kd/corpus/README.md``)."""
@@ -41,7 +46,7 @@ DEFAULT_FILES = (DEFAULT_CORPUS, TEACHER_CORPUS)
 EMBEDDED = {"python_reference": DEFAULT_CORPUS, "smollm2_generated": TEACHER_CORPUS}
 """Names that ``data.files`` entries may use for the embedded corpora."""
 
-SUFFIXES = (".txt", ".jsonl", ".txt.gz", ".jsonl.gz")
+SUFFIXES = tuple(FORMATS)
 
 
 def expand_files(patterns: list[str]) -> list[Path]:
@@ -59,36 +64,14 @@ def expand_files(patterns: list[str]) -> list[Path]:
             path = Path(name).expanduser()
             if not path.is_file():
                 raise FileNotFoundError(f"data.files entry {name!r} is not a file")
-            if not path.name.endswith(SUFFIXES):
+            if file_format(path) is None:
                 raise ValueError(f"data.files entry {name!r}: use one of {', '.join(SUFFIXES)}")
             files.append(path)
-    return files
+    return unique_files(files)
 
 
 def _is_glob(pattern: str) -> bool:
     return any(ch in pattern for ch in "*?[")
-
-
-def read_documents(path: Path, text_field: str = "text") -> Iterator[str]:
-    """The documents in one file: the whole of a .txt, each line's ``text_field`` of a .jsonl."""
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as handle:
-        if ".txt" in path.name:
-            yield handle.read()
-            return
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{number} is not valid JSON ({err.msg})") from err
-            if not isinstance(record, dict) or text_field not in record:
-                raise ValueError(
-                    f"{path}:{number} has no {text_field!r} field; set data.text_field to the key "
-                    "holding the text"
-                )
-            yield str(record[text_field])
 
 
 def separator_id(tokenizer: PreTrainedTokenizerBase) -> int | None:
@@ -187,7 +170,12 @@ class TextDataModule(LightningDataModule):
         if separator_id(tokenizer) is None:
             raise ValueError("the tokenizer has no EOS or SEP token to separate packed documents")
         self.tokenizer = tokenizer
-        self.files = expand_files(list(files)) if files else list(DEFAULT_FILES)
+        if files is not None and not files:
+            raise ValueError(
+                "data.files is empty; list your files (data.files=[a.txt,'dir/*.jsonl']), or "
+                "set data.files=null for the built-in corpus"
+            )
+        self.files = expand_files(list(files)) if files is not None else list(DEFAULT_FILES)
         self.block_size = block_size
         self.batch_size = batch_size
         self.val_batch_size = val_batch_size or batch_size
@@ -203,12 +191,14 @@ class TextDataModule(LightningDataModule):
         """Read, tokenize and split the corpus (once; later stages reuse it)."""
         if self.train_examples:
             return
-        documents = [
-            text
-            for path in self.files
-            for text in read_documents(path, self.text_field)
-            if text.strip()
-        ]
+        documents = unique_documents(
+            [
+                text
+                for path in self.files
+                for text in read_documents(path, self.text_field)
+                if text.strip()
+            ]
+        )
         if not documents:
             raise ValueError(f"no text in {[str(p) for p in self.files]}: the files are empty")
         token_lists = self.tokenizer(documents, add_special_tokens=False)["input_ids"]

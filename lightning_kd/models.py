@@ -57,7 +57,7 @@ class TeacherSpec:
     """Build a randomly initialised teacher from this config instead (tests, ``debug=smoke``)."""
     dtype: str = "auto"
     """Precision of the frozen teacher's weights: ``auto`` (the dtype that goes with
-    ``trainer.precision``, see ``lightning_kd.precision``), float32, bfloat16, float16 or float64."""
+    ``trainer.precision``; ``lightning_kd.precision``), float32, bfloat16, float16, float64."""
     task: str = "causal_lm"
     """``causal_lm`` (a language-model head, logit KD) or ``encoder`` (a bare encoder, features)."""
     trust_remote_code: bool = False

@@ -31,6 +31,7 @@ from transformers import PreTrainedTokenizerBase
 from lightning_kd.accumulation import Window
 from lightning_kd.capture import ModuleCapture, capture_step
 from lightning_kd.features import LayerPair, layer_pairs, make_projectors
+from lightning_kd.finite import check_finite_loss
 from lightning_kd.losses.chunked import (
     OutputHead,
     chunked_distillation_sums,
@@ -59,6 +60,7 @@ from lightning_kd.models import (
 )
 from lightning_kd.objective import DistillConfig
 from lightning_kd.optim import decay_groups
+from lightning_kd.provenance import weights_digest
 from lightning_kd.strategies import ROLE
 
 TEACHER_PREFIX = "teacher."
@@ -100,6 +102,8 @@ class DistillationModule(LightningModule):
         """Scored training tokens so far, over all ranks."""
         self.fit_validation: tuple[int, dict[str, float]] | None = None
         """``(global_step, metrics)`` of the latest validation inside ``fit``."""
+        self.teacher_digest: str | None = None
+        """``provenance.weights_digest`` of the teacher as loaded (checkpoints record it)."""
 
     # ------------------------------------------------------------------------- models
 
@@ -112,6 +116,7 @@ class DistillationModule(LightningModule):
         # teacher.dtype=auto follows the trainer's precision (bf16-mixed: a bf16 teacher).
         precision = str(self._trainer.precision) if self._trainer is not None else None
         teacher = load_teacher(self.teacher_spec, precision)
+        self.teacher_digest = weights_digest(teacher)  # before any strategy shards it
         models = build_student(self.student_spec, teacher, self.teacher_spec.task)
         if self.teacher_spec.task == "causal_lm":
             check_vocabularies(
@@ -355,6 +360,11 @@ class DistillationModule(LightningModule):
         tokens = totals["tokens"].clamp(min=1)
         means = {name: (totals[name] / tokens).float() for name in ("kd", "ce", "features")}
         loss = self.distill.kd_weight * means["kd"] + self.distill.ce_weight * means["ce"]
+        # Before the optimizer applies it: the weights stay those of the last finite step.
+        parts = {"loss": loss + means["features"], **means}
+        if not self.layer_pairs:
+            del parts["features"]
+        check_finite_loss(self.trainer.global_step + 1, parts)
         self.log(
             "train/loss", loss + means["features"], prog_bar=True, on_step=True, on_epoch=False
         )

@@ -84,9 +84,7 @@ def cpu_native_bf16() -> bool:
 def probe_hardware(accelerator: str | None = AUTO) -> Hardware:
     """The device ``trainer.accelerator`` runs on and whether it computes bf16 natively."""
     accelerator = (accelerator or AUTO).lower()
-    use_cuda = accelerator in ("cuda", "gpu") or (
-        accelerator == AUTO and torch.cuda.is_available()
-    )
+    use_cuda = accelerator in ("cuda", "gpu") or (accelerator == AUTO and torch.cuda.is_available())
     if use_cuda and torch.cuda.is_available():
         native = torch.cuda.is_bf16_supported(including_emulation=False)
         return Hardware("cuda", native, torch.cuda.get_device_name())

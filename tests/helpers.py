@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import signal as signal_module
 
 from lightning.pytorch import Callback
 
@@ -33,3 +34,32 @@ class LifecycleProbe(Callback):
                     f"rank {trainer.global_rank}: capture {capture.role} left "
                     f"armed={capture.armed} records={sorted(capture.records)}"
                 )
+
+
+class SignalAtStep(Callback):
+    """Send this process ``signal`` (a name: SIGINT, SIGTERM) as the micro-batch at ``batch``
+    begins: mid-run, mid-accumulation-window when ``batch`` is not a window's first."""
+
+    def __init__(self, batch: int, signal: str) -> None:
+        self.batch, self.signum = batch, getattr(signal_module, signal)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.fit_loop.total_batch_idx == self.batch:
+            os.kill(os.getpid(), self.signum)
+
+
+class KillDuringCheckpointWrite(Callback):
+    """SIGKILL this process while it writes the checkpoint of optimizer step ``step``: after the
+    bytes are in the temporary file, before it replaces ``last.ckpt`` (a crash mid-write)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        if trainer.global_step == self.step:
+            import lightning_kd.checkpoints as checkpoints
+
+            def crash(fd: int) -> None:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+            checkpoints.os.fsync = crash

@@ -28,13 +28,14 @@ def test_smoke_run_writes_everything_under_the_run_dir(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     result = run_cli("debug=smoke", f"hydra.run.dir={run_dir}")
     assert result.returncode == 0, result.stderr[-3000:]
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = json.loads((run_dir / "summary.json").read_text(), parse_constant=no_constants)
     assert summary["steps"] == 6
     assert summary["after"]["val/ppl"] < summary["before"]["val/ppl"]
     assert summary["teacher_ppl"] > 0 and summary["tokens_per_second"] > 0
     assert summary["precision"]["trainer.precision"] == "32-true"  # debug=smoke pins it
     assert "precision: trainer.precision=32-true teacher.dtype=float32" in result.stdout
     assert "| student perplexity (val) |" in result.stdout
+    assert "Resume with" not in result.stdout
     assert (run_dir / "logs" / "metrics.csv").is_file()
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
     assert (run_dir / ".hydra" / "config.yaml").is_file()
@@ -44,6 +45,16 @@ def test_smoke_run_writes_everything_under_the_run_dir(tmp_path: Path) -> None:
     ids = tokenizer("def f(x): return x", return_tensors="pt")["input_ids"]
     assert student.config.num_hidden_layers == 2
     assert torch.isfinite(student(ids).logits).all()
+
+    # The finished run directory is not run into again by mistake (refused before any load).
+    again = run_cli("debug=smoke", f"hydra.run.dir={run_dir}")
+    assert again.returncode != 0
+    assert f"run directory {run_dir} already holds a run's outputs" in again.stderr
+    assert (run_dir / "student" / "model.safetensors").is_file()
+
+
+def no_constants(name: str) -> None:
+    raise ValueError(f"summary.json holds a bare {name}: not strict JSON")
 
 
 def test_bad_config_values_fail_with_a_clear_message(tmp_path: Path) -> None:

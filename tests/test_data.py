@@ -41,7 +41,8 @@ def test_packed_batches_have_no_padding(corpus) -> None:
 
 def test_unpacked_documents_are_padded_and_masked(tmp_path) -> None:
     path = tmp_path / "docs.jsonl"
-    docs = ["short", "a much longer document here", "mid length"] * 4
+    texts = ["short", "a much longer document here", "mid length"]
+    docs = [f"{text} {copy}" for copy in range(4) for text in texts]  # distinct documents
     path.write_text("\n".join(json.dumps({"text": d}) for d in docs))
     dm = make_datamodule([path], pack=False, batch_size=12, val_fraction=0.1)
     dm.setup("fit")

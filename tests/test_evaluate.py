@@ -18,7 +18,9 @@ from tests.conftest import TEXT, TINY_LLAMA
 def save_tiny(directory, seed: int) -> AutoModelForCausalLM:
     torch.manual_seed(seed)
     config = dict(TINY_LLAMA)
-    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(config.pop("model_type"), **config))
+    model = AutoModelForCausalLM.from_config(
+        AutoConfig.for_model(config.pop("model_type"), **config)
+    )
     model.save_pretrained(directory)
     byte_tokenizer().save_pretrained(directory)
     return model.eval()
@@ -29,8 +31,19 @@ def test_perplexities_match_a_direct_computation(tmp_path) -> None:
     text = tmp_path / "heldout.jsonl"
     text.write_text("".join(json.dumps({"text": line}) + "\n" for line in TEXT.split(". ")))
     out = tmp_path / "ppl.json"
-    rows = main(["--files", str(text), "--block-size", "32", "--out", str(out), "--",
-                 str(tmp_path / "a"), str(tmp_path / "b")])
+    rows = main(
+        [
+            "--files",
+            str(text),
+            "--block-size",
+            "32",
+            "--out",
+            str(out),
+            "--",
+            str(tmp_path / "a"),
+            str(tmp_path / "b"),
+        ]
+    )
     assert [row["perplexity"] for row in json.loads(out.read_text())["rows"]] == [
         row["perplexity"] for row in rows
     ]

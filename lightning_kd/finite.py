@@ -1,0 +1,60 @@
+"""What a run does when its numbers stop being finite: stop, name the step, keep nothing non-finite.
+
+A non-finite training loss stops the run before its optimizer step (so the weights are still
+those of the last finite step); a checkpoint or an export of non-finite weights is refused; and
+the summary writes a non-finite figure as ``null``, which strict JSON parsers accept.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+
+class NonFiniteError(FloatingPointError):
+    """Training produced a NaN or an infinity; the message names the step and the culprit."""
+
+
+def check_finite_loss(step: int, parts: Mapping[str, Tensor | float]) -> None:
+    """Raise :class:`NonFiniteError` if any of the loss ``parts`` of optimizer ``step`` is not
+    finite, naming each part's value (so the diverging term is visible)."""
+    values = {name: float(value) for name, value in parts.items()}
+    if all(math.isfinite(value) for value in values.values()):
+        return
+    shown = ", ".join(f"{name}={value:.6g}" for name, value in values.items())
+    raise NonFiniteError(
+        f"the training loss is not finite at optimizer step {step} ({shown}); the run stops "
+        "before applying it. Lower optimizer.lr, check distill.temperature and the loss "
+        "weights, or resume from the last checkpoint with a smaller learning rate"
+    )
+
+
+def non_finite_parameters(named: Iterable[tuple[str, nn.Parameter]]) -> list[str]:
+    """Names of the parameters holding a NaN or an infinity."""
+    return [name for name, p in named if p.numel() and not bool(torch.isfinite(p).all())]
+
+
+def check_finite_model(model: nn.Module, what: str, step: int | None = None) -> None:
+    """Raise :class:`NonFiniteError` if ``model`` has a non-finite trainable weight."""
+    bad = non_finite_parameters((n, p) for n, p in model.named_parameters() if p.requires_grad)
+    if bad:
+        at = f" after optimizer step {step}" if step is not None else ""
+        raise NonFiniteError(
+            f"{len(bad)} weights of the student are not finite{at} (e.g. {bad[:3]}): {what} "
+            "is refused. Lower optimizer.lr and resume from the last checkpoint"
+        )
+
+
+def strict_json(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by None (JSON has no NaN or Infinity)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {key: strict_json(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [strict_json(item) for item in value]
+    return value

@@ -1,0 +1,116 @@
+"""Checks that need the built models, run once before the first validation or training batch.
+
+What they catch used to fail at step 1 (or later) with an error that named neither key nor fix:
+
+- a sequence length (``data.block_size``) beyond a model's position embeddings;
+- a feature module the step never runs — the step calls each model's body (``base_model``) and
+  the chunked loss applies the output head itself, so a hook on ``lm_head`` would never fire;
+- a projector whose widths were read off the module structure wrongly (``features.output_width``
+  guesses, e.g., the residual width for an MLP's inner activation).
+
+The last two are found by one forward of each model on a 1 × 8 token batch, exactly as the step
+runs it (its captures armed), reading the captured widths.
+"""
+
+from __future__ import annotations
+
+import torch
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.strategies import DeepSpeedStrategy, FSDPStrategy
+from torch import nn
+
+POSITION_KEYS = ("max_position_embeddings", "n_positions")
+SAMPLE_TOKENS = 8
+
+
+def max_positions(model: nn.Module) -> int | None:
+    """The longest sequence ``model``'s position embeddings cover, if its config says."""
+    for key in POSITION_KEYS:
+        value = getattr(model.config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def check_block_size(block_size: int, module: LightningModule) -> None:
+    """Refuse ``data.block_size`` beyond the teacher's or the student's positions."""
+    for role in ("teacher", "student"):
+        limit = max_positions(getattr(module, role))
+        if limit is not None and block_size > limit:
+            raise ValueError(
+                f"data.block_size={block_size} is longer than the {role}'s "
+                f"{limit} positions (config max_position_embeddings); set "
+                f"data.block_size={limit} or less"
+            )
+
+
+def captured_widths(module: LightningModule, role: str) -> dict[str, int]:
+    """Output width of each of ``role``'s captured modules in one step-like forward of it."""
+    capture = module.captures[role]
+    model = getattr(module, role)
+    vocab = model.get_input_embeddings().num_embeddings
+    ids = torch.arange(SAMPLE_TOKENS, device=module.device).remainder(vocab).unsqueeze(0)
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
+    try:
+        with torch.no_grad():
+            module.run(role, batch)
+        return {path: outputs[0].shape[-1] for path, outputs in capture.records.items()}
+    finally:
+        capture.clear()
+
+
+def check_features(module: LightningModule) -> None:
+    """Every feature pair's modules run in the step, and its projector fits their widths."""
+    if not module.layer_pairs:
+        return
+    widths = {role: captured_widths(module, role) for role in ("student", "teacher")}
+    for pair, projector in zip(module.layer_pairs, module.projectors, strict=True):
+        for role in ("student", "teacher"):
+            path = getattr(pair, role)
+            if path not in widths[role]:
+                raise ValueError(
+                    f"distill.features: the {role} module {path!r} never runs in the training "
+                    "step, so its feature loss could not be computed: the step runs the model's "
+                    "body (base_model) and the chunked loss applies the output head itself. "
+                    "Match a module inside the body (a decoder layer, the final norm), or set "
+                    "distill.chunked=false"
+                )
+        got = (widths["student"][pair.student], widths["teacher"][pair.teacher])
+        expected = (
+            (projector.in_features, projector.out_features)
+            if isinstance(projector, nn.Linear)
+            else (got[1], got[1])
+        )
+        if got != expected:
+            raise ValueError(
+                f"distill.features pair {pair.student} -> {pair.teacher}: the modules output "
+                f"{got[0]} and {got[1]} wide features, but the projector was built for "
+                f"{expected[0]} -> {expected[1]} (widths read off the module structure); "
+                "match modules whose output is the residual stream (decoder layers, norms) or "
+                "a linear layer"
+            )
+
+
+class Preflight(Callback):
+    """Runs the checks above once, before the first validation or training batch."""
+
+    def __init__(self) -> None:
+        self.done = False
+
+    def _check(self, trainer: Trainer, module: LightningModule) -> None:
+        if self.done:
+            return
+        block_size = getattr(trainer.datamodule, "block_size", None)
+        if block_size is not None:
+            check_block_size(block_size, module)
+        # A forward outside the step would find FSDP's root parameters sharded: there the
+        # features are checked by the first step itself (the capture errors name the module).
+        if not isinstance(trainer.strategy, FSDPStrategy | DeepSpeedStrategy):
+            check_features(module)
+        self.done = True
+
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._check(trainer, pl_module)
+
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._check(trainer, pl_module)

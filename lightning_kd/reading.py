@@ -1,0 +1,128 @@
+"""Reading ``data.files``: format by suffix, every error at its file and line, duplicates out.
+
+- The format comes from the name's suffix alone: ``.txt`` (one document per file), ``.jsonl``
+  (one JSON object per line), each optionally ``.gz``. ``notes.txt.jsonl`` is JSON lines.
+- A byte that is not UTF-8, a broken gzip stream, a line that is not JSON, a record without the
+  text field or whose text is not a string: each is a ``ValueError`` naming ``file:line``.
+- The same file named twice (same resolved path, or identical content under another name, as
+  overlapping globs produce) is read once, with a warning; exact duplicate documents are kept
+  once, with a warning saying how many went, so no text sits in both training and validation.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import warnings
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+FORMATS = {".txt": "txt", ".jsonl": "jsonl", ".txt.gz": "txt", ".jsonl.gz": "jsonl"}
+"""Suffix → format; a name must end with one of these."""
+
+
+def file_format(path: Path) -> str | None:
+    """``txt`` or ``jsonl`` from ``path``'s suffix (``.gz`` allowed after it), else None."""
+    for suffix, kind in FORMATS.items():
+        if path.name.endswith(suffix):
+            return kind
+    return None
+
+
+def _decode(data: bytes, path: Path, line: int) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line += data[: err.start].count(b"\n")
+        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise ValueError(
+            f"{path}:{line}: byte 0x{data[err.start]:02x} at column {column} is not UTF-8; "
+            "re-encode the file as UTF-8 (e.g. iconv -t utf-8)"
+        ) from None
+
+
+def _open(path: Path) -> IO[bytes]:
+    return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
+
+
+def read_documents(path: Path, text_field: str = "text") -> Iterator[str]:
+    """The documents in one file: the whole of a .txt, each line's ``text_field`` of a .jsonl."""
+    kind = file_format(path)
+    if kind is None:
+        raise ValueError(f"{path}: name a .txt or .jsonl file (optionally .gz)")
+    number = 1
+    try:
+        with _open(path) as handle:
+            if kind == "txt":
+                yield _decode(handle.read(), path, 1)
+                return
+            for number, raw in enumerate(handle, start=1):
+                line = _decode(raw, path, number)
+                if line.strip():
+                    yield _record_text(line, path, number, text_field)
+    except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+        raise ValueError(
+            f"{path}:{number}: not a readable gzip file ({type(err).__name__}: {err}); "
+            "check the file, or drop .gz from a name whose content is not compressed"
+        ) from None
+
+
+def _record_text(line: str, path: Path, number: int, text_field: str) -> str:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}:{number} is not valid JSON ({err.msg})") from None
+    if not isinstance(record, dict) or text_field not in record:
+        raise ValueError(
+            f"{path}:{number} has no {text_field!r} field; set data.text_field to the key "
+            "holding the text"
+        )
+    text = record[text_field]
+    if not isinstance(text, str):
+        raise ValueError(
+            f"{path}:{number}: field {text_field!r} holds {type(text).__name__} "
+            f"{json.dumps(text)[:40]}, not a string; give every record text, or set "
+            "data.text_field to the key holding it"
+        )
+    return text
+
+
+def _content_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def unique_files(paths: list[Path]) -> list[Path]:
+    """``paths`` without repeats of one file (same resolved path or identical bytes), warning
+    about each repeat (overlapping globs, a copy under another name)."""
+    seen: dict[object, Path] = {}
+    kept = []
+    for path in paths:
+        resolved = path.resolve()
+        key = (path.stat().st_size, _content_digest(path))
+        first = seen.get(resolved) or seen.get(key)
+        if first is not None:
+            how = "the same file as" if first.resolve() == resolved else "identical in content to"
+            warnings.warn(f"data.files: {path} is {how} {first}: read once", stacklevel=2)
+            continue
+        seen[resolved] = seen[key] = path
+        kept.append(path)
+    return kept
+
+
+def unique_documents(documents: list[str]) -> list[str]:
+    """``documents`` with exact repeats dropped (first kept), warning with the count."""
+    kept = list(dict.fromkeys(documents))
+    if len(kept) < len(documents):
+        warnings.warn(
+            f"data: removed {len(documents) - len(kept)} duplicate document(s) of "
+            f"{len(documents)} (identical text), so none is in both training and validation",
+            stacklevel=2,
+        )
+    return kept

@@ -1,0 +1,42 @@
+"""Checkpoints record the teacher, tokenizer and objective; a resume with others is refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lightning_kd.models import TeacherSpec
+from lightning_kd.provenance import Provenance, ProvenanceMismatch
+from lightning_kd.saving import LastCheckpoint
+from tests.conftest import TINY_LLAMA, make_datamodule, make_module, make_trainer
+
+
+def fit(tmp_path: Path, teacher: TeacherSpec, corpus: Path, ckpt: Path | None, mode="error", **d):
+    module = make_module(teacher, **d)
+    trainer = make_trainer(
+        max_steps=4 if ckpt else 2,
+        enable_checkpointing=True,
+        callbacks=[LastCheckpoint(str(tmp_path / "checkpoints"), every=1), Provenance(mode)],
+    )
+    trainer.fit(module, make_datamodule([corpus]), ckpt_path=ckpt)
+    return tmp_path / "checkpoints" / "last.ckpt"
+
+
+def test_a_resume_with_another_teacher_or_objective_is_refused(
+    tmp_path: Path, corpus: Path
+) -> None:
+    teacher = TeacherSpec(path=None, config=dict(TINY_LLAMA))
+    checkpoint = fit(tmp_path, teacher, corpus, None)
+    reseeded = TeacherSpec(path=None, config=dict(TINY_LLAMA), init_seed=1)
+    with pytest.raises(ProvenanceMismatch) as error:
+        fit(tmp_path, reseeded, corpus, checkpoint)
+    assert "teacher.init_seed: checkpoint 0, this run 1" in str(error.value)
+    assert "teacher.weights: checkpoint '" in str(error.value)
+    assert "resume_mismatch=warn" in str(error.value)
+    with pytest.raises(
+        ProvenanceMismatch, match=r"distill\.temperature: checkpoint 1\.0, this run"
+    ):
+        fit(tmp_path, teacher, corpus, checkpoint, temperature=2.0)
+    with pytest.warns(UserWarning, match="resume_mismatch=warn: continuing"):
+        fit(tmp_path, teacher, corpus, checkpoint, "warn", temperature=2.0)
