@@ -157,7 +157,9 @@ class LastCheckpoint(Checkpoint):
         if trainer.global_step == 0 or self.saved_step == trainer.global_step:
             return
         self._refuse_non_finite(trainer, pl_module)
-        trainer.save_checkpoint(self.path)
+        # weights_only=False: the full training state (optimizer, loops), said explicitly so that
+        # Lightning does not log that it defaulted.
+        trainer.save_checkpoint(self.path, weights_only=False)
         self.saved_step = trainer.global_step
         for logger in trainer.loggers:  # the logs on disk match the checkpoint
             logger.save()

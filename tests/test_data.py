@@ -8,7 +8,16 @@ import json
 import pytest
 import torch
 
-from lightning_kd.data import DEFAULT_CORPUS, Unscored, pack_blocks, pad_for_ranks, read_documents
+from lightning_kd.data import (
+    DEFAULT_CORPUS,
+    DEFAULT_FILES,
+    TEACHER_CORPUS,
+    Unscored,
+    expand_files,
+    pack_blocks,
+    pad_for_ranks,
+    read_documents,
+)
 from lightning_kd.losses import IGNORE_INDEX
 from tests.conftest import make_datamodule
 
@@ -118,3 +127,11 @@ def test_bad_files_are_errors(tmp_path) -> None:
     (tmp_path / "bad.jsonl").write_text('{"text": "ok"}\n{"content": "no text key"}\n')
     with pytest.raises(ValueError, match=r"bad.jsonl:2 has no 'text' field"):
         list(read_documents(tmp_path / "bad.jsonl"))
+
+
+def test_default_files_are_the_reference_and_the_teachers_english() -> None:
+    assert DEFAULT_FILES == (DEFAULT_CORPUS, TEACHER_CORPUS)
+    answers = list(read_documents(TEACHER_CORPUS))
+    assert len(answers) == 224 and sum(map(len, answers)) > 200_000
+    # the embedded corpora by name, as data.files entries (experiment=long uses one)
+    assert expand_files(["python_reference", "smollm2_generated"]) == list(DEFAULT_FILES)
