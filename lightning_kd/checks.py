@@ -98,7 +98,7 @@ COUNT = Number(low=1, integer=True)
 
 RULES: dict[str, Number | CountOrFraction] = {
     "seed": Number(integer=True, example="0"),
-    "optimizer.lr": Number(low=0, low_open=True, example="6e-4"),
+    "optimizer.lr": Number(low=0, low_open=True, example="1e-3"),
     "optimizer.weight_decay": Number(low=0, example="0.01"),
     "optimizer.eps": Number(low=0, low_open=True, example="1e-8"),
     "optimizer.momentum": Number(low=0, high=1, high_open=True, example="0.9"),
@@ -118,7 +118,7 @@ RULES: dict[str, Number | CountOrFraction] = {
     "data.num_workers": Number(low=0, integer=True, example="0"),
     "student.num_layers": Number(low=1, integer=True, nullable=True, example="6"),
     "teacher.init_seed": Number(integer=True, example="0"),
-    "trainer.max_steps": Number(low=1, integer=True, special=(-1,), example="300"),
+    "trainer.max_steps": Number(low=1, integer=True, special=(-1,), example="140"),
     "trainer.max_epochs": Number(low=1, integer=True, nullable=True, special=(-1,), example="1"),
     "trainer.accumulate_grad_batches": Number(low=1, integer=True, example="1"),
     "trainer.val_check_interval": CountOrFraction(example="100"),
