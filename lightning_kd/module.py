@@ -360,17 +360,13 @@ class DistillationModule(LightningModule):
         tokens = totals["tokens"].clamp(min=1)
         means = {name: (totals[name] / tokens).float() for name in ("kd", "ce", "features")}
         loss = self.distill.kd_weight * means["kd"] + self.distill.ce_weight * means["ce"]
-        # Before the optimizer applies it: the weights stay those of the last finite step.
         parts = {"loss": loss + means["features"], **means}
         if not self.layer_pairs:
             del parts["features"]
+        # Before the optimizer applies it: the weights stay those of the last finite step.
         check_finite_loss(self.trainer.global_step + 1, parts)
-        self.log(
-            "train/loss", loss + means["features"], prog_bar=True, on_step=True, on_epoch=False
-        )
-        logged = {f"train/{name}": value for name, value in means.items()}
-        if not self.layer_pairs:
-            del logged["train/features"]
+        self.log("train/loss", parts.pop("loss"), prog_bar=True, on_step=True, on_epoch=False)
+        logged = {f"train/{name}": value for name, value in parts.items()}
         self.log_dict(logged, on_step=True, on_epoch=False)
         self.tokens_seen += int(totals["tokens"])
 
