@@ -72,10 +72,10 @@ def checkpoint_status(path: Path) -> str:
     A file is Lightning's full state dict (single device, DDP, FSDP); DeepSpeed writes a directory
     whose model states exclude frozen parameters, so its size is what can be checked here.
     """
-    import torch
+    from lightning_kd.checkpoints import load_local  # weights_only=True, as a resume loads it
 
     if path.is_file():
-        keys = torch.load(path, map_location="cpu", weights_only=False)["state_dict"].keys()
+        keys = load_local(path, map_location="cpu")["state_dict"].keys()
         if any(key.startswith("teacher.") for key in keys):
             return "checkpoint holds teacher weights"
         if not any(key.startswith("student.") for key in keys):
