@@ -400,10 +400,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.bf16:
         args.precision = "bf16-mixed"
-    # Resolved as python run.py resolves it; children get the concrete values.
-    choice = resolve_precision(args.precision, args.teacher_dtype, probe_hardware(args.device))
-    args.precision, args.teacher_dtype = choice.precision, choice.teacher_dtype
-    args.precision_reason = choice.reason
+    # Resolved once, in the parent, as python run.py resolves it (with its one warning); the
+    # children are handed the concrete values and resolve nothing again.
+    if args.scenario is None and args.loss_tokens is None:
+        choice = resolve_precision(args.precision, args.teacher_dtype, probe_hardware(args.device))
+        args.precision, args.teacher_dtype = choice.precision, choice.teacher_dtype
+        args.precision_reason = choice.reason
     if args.quick:  # a check that everything runs, in under two minutes here
         args.seq, args.warmup, args.repeats, args.loss_repeats = 128, 1, 1, 1
     if args.scenario is None and args.loss_tokens is None and args.out is None:
