@@ -15,7 +15,7 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor, nn
 
-from lightning_kd.losses.logits import LossSums
+from lightning_kd.losses.logits import LogitObjective, LossSums
 
 TERMS = ("kd", "ce", "features", "tokens")
 
@@ -42,6 +42,13 @@ class Window:
             raise RuntimeError("an optimizer step came with no training micro-batch in its window")
         totals = strategy.reduce(self.totals.clone(), reduce_op="sum")
         return dict(zip(TERMS, totals, strict=True))
+
+    @staticmethod
+    def means(totals: dict[str, Tensor], objective: LogitObjective) -> dict[str, Tensor]:
+        """The window's token means of each term and of the whole objective (``loss``)."""
+        tokens = totals["tokens"].clamp(min=1)
+        means = {name: (totals[name] / tokens).float() for name in ("kd", "ce", "features")}
+        return {"loss": objective.combine(means["kd"], means["ce"]) + means["features"], **means}
 
     @staticmethod
     def rescale_gradients(

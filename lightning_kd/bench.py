@@ -183,7 +183,7 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict:
 
     def lightning_kd(batch: dict) -> None:
         with autocast:
-            objective, sums = module.step_objective(batch)
+            objective, sums = module.distiller(batch)
         optimizer_step(objective / sums.tokens)
 
     if name == "naive":  # the common mistake: a teacher that is not frozen keeps its graph

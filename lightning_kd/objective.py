@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lightning_kd.losses.divergences import get_divergence
+from lightning_kd.losses.logits import LogitObjective
 
 
 @dataclass
@@ -60,3 +61,8 @@ class DistillConfig:
             raise ValueError(
                 f"distill.chunk_size={self.chunk_size}; use null (auto) or a count >= 1"
             )
+
+    def logit_objective(self) -> LogitObjective:
+        """The logit terms and their weights, as the losses take them."""
+        divergence = get_divergence(self.divergence, beta=self.beta, skew=self.skew)
+        return LogitObjective(divergence, self.temperature, self.kd_weight, self.ce_weight)

@@ -46,14 +46,15 @@ def check_block_size(block_size: int, module: LightningModule) -> None:
 
 def captured_widths(module: LightningModule, role: str) -> dict[str, int]:
     """Output width of each of ``role``'s captured modules in one step-like forward of it."""
-    capture = module.captures[role]
-    model = getattr(module, role)
+    distiller = module.distiller
+    capture = distiller.captures[role]
+    model = getattr(distiller, role)
     vocab = model.get_input_embeddings().num_embeddings
     ids = torch.arange(SAMPLE_TOKENS, device=module.device).remainder(vocab).unsqueeze(0)
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
     try:
         with torch.no_grad():
-            module.run(role, batch)
+            distiller.run(role, batch)
         return {path: outputs[0].shape[-1] for path, outputs in capture.records.items()}
     finally:
         capture.clear()
@@ -61,10 +62,11 @@ def captured_widths(module: LightningModule, role: str) -> dict[str, int]:
 
 def check_features(module: LightningModule) -> None:
     """Every feature pair's modules run in the step, and its projector fits their widths."""
-    if not module.layer_pairs:
+    distiller = module.distiller
+    if not distiller.layer_pairs:
         return
     widths = {role: captured_widths(module, role) for role in ("student", "teacher")}
-    for pair, projector in zip(module.layer_pairs, module.projectors, strict=True):
+    for pair, projector in zip(distiller.layer_pairs, distiller.projectors, strict=True):
         for role in ("student", "teacher"):
             path = getattr(pair, role)
             if path not in widths[role]:

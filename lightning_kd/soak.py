@@ -54,7 +54,7 @@ class SoakProbe(Callback):
         self.tensors[step] = live_tensors()
 
     def on_train_batch_end(self, trainer: Trainer, module: LightningModule, *args) -> None:
-        for capture in getattr(module, "captures", {}).values():
+        for capture in module.distiller.captures.values():
             self.captures_retained += bool(capture.armed or capture.records)
         step = trainer.global_step
         if step != self._step and step >= self.warmup and step % self.every == 0:

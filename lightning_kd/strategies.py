@@ -67,11 +67,11 @@ class DistillationFSDPStrategy(FSDPStrategy):
     """Lightning's FSDPStrategy, told at wrap time which parameters to leave unsharded.
 
     The models exist only once ``configure_model`` has run, after the strategy was built: this
-    asks the LightningModule (``unsharded_parameters()``) just before FSDP wraps it.
+    asks the module's distiller (``unsharded_parameters()``) just before FSDP wraps it.
     """
 
     def _setup_model(self, model: nn.Module) -> nn.Module:
-        unsharded = getattr(model, "unsharded_parameters", None)
+        unsharded = getattr(getattr(model, "distiller", None), "unsharded_parameters", None)
         if unsharded is not None and "ignored_states" not in self.kwargs:
             self.kwargs["ignored_states"] = list(unsharded())
         return super()._setup_model(model)

@@ -73,12 +73,13 @@ def checkpoint_status(path: Path) -> str:
     whose model states exclude frozen parameters, so its size is what can be checked here.
     """
     from lightning_kd.checkpoints import load_local  # weights_only=True, as a resume loads it
+    from lightning_kd.module import STUDENT_PREFIX, TEACHER_PREFIX
 
     if path.is_file():
         keys = load_local(path, map_location="cpu")["state_dict"].keys()
-        if any(key.startswith("teacher.") for key in keys):
+        if any(key.startswith(TEACHER_PREFIX) for key in keys):
             return "checkpoint holds teacher weights"
-        if not any(key.startswith("student.") for key in keys):
+        if not any(key.startswith(STUDENT_PREFIX) for key in keys):
             return "checkpoint lacks student weights"
         return "ok"
     if path.is_dir():

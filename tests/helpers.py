@@ -28,7 +28,7 @@ class LifecycleProbe(Callback):
     """Fail the run if any capture is armed or holds a tensor after a training batch."""
 
     def on_train_batch_end(self, trainer, module, *args) -> None:
-        for capture in module.captures.values():
+        for capture in module.distiller.captures.values():
             if capture.armed or capture.records:
                 raise AssertionError(
                     f"rank {trainer.global_rank}: capture {capture.role} left "

@@ -84,12 +84,14 @@ def fit(module: DistillationModule, batches: list[dict], accumulate: int, **trai
 def reference_gradients(module: DistillationModule, batches: list[dict], accumulate: int) -> list:
     """One optimizer step per window, on the token mean of the window's micro-batches."""
     module.configure_model()
-    optimizer = RecordingSGD(decay_groups(module.trainable_parameters()))  # same order as fit
+    optimizer = RecordingSGD(
+        decay_groups(module.distiller.trainable_parameters())
+    )  # same order as fit
     windows = [batches[i : i + accumulate] for i in range(0, len(batches), accumulate)]
     losses = []
     for window in windows:
         optimizer.zero_grad()
-        parts = [module.step_objective(batch) for batch in window]
+        parts = [module.distiller(batch) for batch in window]
         tokens = sum(sums.tokens for _, sums in parts)
         loss = sum(objective for objective, _ in parts) / tokens
         loss.backward()
@@ -141,7 +143,7 @@ class LifecycleProbe(Callback):
         self.checked = 0
 
     def on_train_batch_end(self, trainer, module, *args) -> None:
-        for capture in module.captures.values():
+        for capture in module.distiller.captures.values():
             assert not capture.armed and capture.records == {}
         self.checked += 1
 

@@ -12,7 +12,7 @@ from lightning_kd.losses.chunked import (
     chunked_distillation_sums,
 )
 from lightning_kd.losses.divergences import DIVERGENCES
-from lightning_kd.losses.logits import logit_distillation_sums
+from lightning_kd.losses.logits import LogitObjective, logit_distillation_sums
 
 B, T, H_S, H_T, V = 3, 9, 6, 8, 23
 
@@ -42,9 +42,7 @@ def kd_plus_ce(hidden, t_hidden, student_head, teacher_head, labels, div, chunk_
         t_hidden,
         teacher_head,
         labels,
-        div,
-        kd_weight=1.0,
-        ce_weight=1.0,
+        LogitObjective(div, kd_weight=1.0, ce_weight=1.0),
         chunk_size=chunk_size,
     )
 
@@ -77,10 +75,7 @@ def test_chunked_equals_full_logits(name: str, tied: bool, chunk_size: int) -> N
         t_hidden,
         OutputHead(t_weight),
         labels,
-        kw["div"],
-        kw["temperature"],
-        kw["kd_weight"],
-        kw["ce_weight"],
+        LogitObjective(kw["div"], kw["temperature"], kw["kd_weight"], kw["ce_weight"]),
         chunk_size=chunk_size,
     )
     grads = torch.autograd.grad(objective, params)
@@ -115,7 +110,12 @@ def test_without_teacher_is_cross_entropy_only() -> None:
     embedding, _, _, hidden, _, _, labels = inputs(2, True)
     div = get_divergence("forward_kl")
     objective, sums = chunked_distillation_sums(
-        hidden, OutputHead(embedding), None, None, labels, div, kd_weight=0.0, ce_weight=1.0
+        hidden,
+        OutputHead(embedding),
+        None,
+        None,
+        labels,
+        LogitObjective(div, kd_weight=0.0, ce_weight=1.0),
     )
     ref = logit_distillation_sums(hidden @ embedding.T, None, labels, div)
     assert sums.kd == 0
@@ -129,10 +129,16 @@ def test_bf16_autocast_is_close_to_fp32() -> None:
     t_hidden, t_weight = torch.randn(2, 16, 32), torch.randn(500, 32) * 0.1
     labels = torch.randint(0, 500, (2, 16))
     div = get_divergence("forward_kl")
-    args = (OutputHead(weight), t_hidden, OutputHead(t_weight), labels, div, 1.0, 0.5, 0.5, 8)
-    exact, _ = chunked_distillation_sums(hidden, *args)
+    args = (
+        OutputHead(weight),
+        t_hidden,
+        OutputHead(t_weight),
+        labels,
+        LogitObjective(div, 1.0, 0.5, 0.5),
+    )
+    exact, _ = chunked_distillation_sums(hidden, *args, chunk_size=8)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        approx, _ = chunked_distillation_sums(hidden, *args)
+        approx, _ = chunked_distillation_sums(hidden, *args, chunk_size=8)
     assert approx.dtype == torch.float32
     torch.testing.assert_close(approx, exact, rtol=2e-2, atol=0.5)
 
@@ -173,7 +179,11 @@ def test_compiled_terms_equal_eager() -> None:
     results = []
     for compile in (False, True):
         objective, sums = chunked_distillation_sums(
-            hidden, *args, get_divergence("forward_kl"), 2.0, 0.5, 0.5, 5, compile=compile
+            hidden,
+            *args,
+            LogitObjective(get_divergence("forward_kl"), 2.0, 0.5, 0.5),
+            chunk_size=5,
+            compile=compile,
         )
         (grad,) = torch.autograd.grad(objective, [embedding])
         results.append((objective, sums.kd, grad))

@@ -92,7 +92,7 @@ def test_two_ranks_equal_one_process_over_the_same_global_batches(
     # The projectors are trained state of the run, kept in its checkpoint (not in the export).
     single_state = torch.load(one / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
     ranks_state = torch.load(two / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
-    projectors = sorted(key for key in single_state if key.startswith("projectors."))
+    projectors = sorted(key for key in single_state if key.startswith("distiller.projectors."))
     assert bool(projectors) == bool(student)
     for key in projectors:
         torch.testing.assert_close(ranks_state[key], single_state[key], rtol=1e-9, atol=1e-12)

@@ -36,7 +36,10 @@ def test_encoder_distillation_by_hidden_states(corpus) -> None:
     before = trainer.validate(module, dm, verbose=False)[0]
     trainer.fit(module, dm)
     after = trainer.validate(module, dm, verbose=False)[0]
-    assert [p.teacher for p in module.layer_pairs] == ["encoder.layer.0", "encoder.layer.3"]
+    assert [p.teacher for p in module.distiller.layer_pairs] == [
+        "encoder.layer.0",
+        "encoder.layer.3",
+    ]
     assert "val/ppl" not in after
     assert after["val/features"] < before["val/features"]
     assert after["val/embedding_cosine"] > before["val/embedding_cosine"]

@@ -69,8 +69,8 @@ def test_checkpoint_has_no_teacher_and_resumes(tiny_teacher, corpus, tmp_path) -
     trainer.save_checkpoint(path)
     checkpoint = torch.load(path, weights_only=False)
     keys = checkpoint["state_dict"].keys()
-    assert not [k for k in keys if k.startswith("teacher.")]
-    assert any(k.startswith("student.") for k in keys)
+    assert not [k for k in keys if k.startswith("distiller.teacher.")]
+    assert any(k.startswith("distiller.student.") for k in keys)
     assert checkpoint["optimizer_states"] and checkpoint["lr_schedulers"] == []
 
     resumed = make_module(tiny_teacher)
@@ -89,7 +89,7 @@ def test_checkpoint_missing_student_weights_is_refused(tiny_teacher, corpus, tmp
     path = tmp_path / "bad.ckpt"
     trainer.save_checkpoint(path)
     checkpoint = torch.load(path, weights_only=False)
-    del checkpoint["state_dict"]["student.model.norm.weight"]
+    del checkpoint["state_dict"]["distiller.student.model.norm.weight"]
     torch.save(checkpoint, path)
     with pytest.raises(KeyError, match=r"lacks 1 student weights.*student.model.norm.weight"):
         make_trainer(tmp_path, max_steps=2).fit(make_module(tiny_teacher), dm, ckpt_path=path)
@@ -125,7 +125,7 @@ def gradients_after_one_step(teacher: TeacherSpec, batch, **distill) -> dict[str
     module.configure_model()
     module.student.double()
     module.teacher.double()
-    objective, _ = module.step_objective(batch)
+    objective, _ = module.distiller(batch)
     objective.backward()
     return {n: p.grad.clone() for n, p in module.student.named_parameters()}
 
@@ -175,10 +175,10 @@ def test_teacher_forward_keeps_no_graph(tiny_teacher, corpus) -> None:
     dm = make_datamodule([corpus])
     dm.setup("fit")
     batch = dm.collate(dm.train_examples[:2])
-    hidden = module.run("teacher", batch)
+    hidden = module.distiller.run("teacher", batch)
     assert hidden.shape == (2, 32, 32)  # [batch, seq, hidden]: no vocab-sized logits
     assert hidden.grad_fn is None and not hidden.requires_grad
-    student_hidden = module.run("student", batch)
+    student_hidden = module.distiller.run("student", batch)
     assert student_hidden.grad_fn is not None
 
 

@@ -84,8 +84,8 @@ def test_killed_run_resumes_with_the_same_losses(
     # checkpoint.every=5: step 5's checkpoint, not only the validations' (steps 2 and 4)
     state = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
     assert state["global_step"] == 5
-    assert not [k for k in state["state_dict"] if k.startswith("teacher.")]
-    assert "projectors.0.weight" in state["state_dict"]
+    assert not [k for k in state["state_dict"] if k.startswith("distiller.teacher.")]
+    assert "distiller.projectors.0.weight" in state["state_dict"]
     assert state["optimizer_states"] and state["lr_schedulers"]
 
     result = run_cli(*COMMON, *launch, "ckpt_path=last", f"hydra.run.dir={run_dir}")

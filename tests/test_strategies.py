@@ -48,16 +48,16 @@ def test_fsdp_units_are_what_the_step_calls(built) -> None:
     # norm and tied head stay in the root unit, gathered for the whole step, where the chunked
     # loss reads the head; no unit mixes the two models.
     assert units == {
-        "teacher.model",
-        *(f"teacher.model.layers.{i}" for i in range(4)),
-        *(f"student.model.layers.{i}" for i in range(2)),
+        "distiller.teacher.model",
+        *(f"distiller.teacher.model.layers.{i}" for i in range(4)),
+        *(f"distiller.student.model.layers.{i}" for i in range(2)),
     }
     assert isinstance(strategy, DistillationFSDPStrategy)
 
 
 def test_fsdp_leaves_the_teachers_head_unsharded(built, monkeypatch) -> None:
     head = built.teacher.get_output_embeddings().weight
-    assert built.unsharded_parameters() == [head]
+    assert built.distiller.unsharded_parameters() == [head]
     assert head is built.teacher.get_input_embeddings().weight  # tied: the embedding too
     # At wrap time (the models exist only then) the strategy hands them to FSDP as ignored.
     monkeypatch.setattr(FSDPStrategy, "_setup_model", lambda self, model: model)
@@ -72,7 +72,7 @@ def test_fsdp_checkpoints_only_student_blocks(built) -> None:
     chosen = {
         n for n, m in built.named_modules() if policy(module=m, recurse=False, nonwrapped_numel=0)
     }
-    assert chosen == {"student.model.layers.0", "student.model.layers.1"}
+    assert chosen == {"distiller.student.model.layers.0", "distiller.student.model.layers.1"}
     assert not any(is_trainable_block(m) for m in built.teacher.modules())
     assert is_wrap_unit(built.teacher.base_model) and not is_wrap_unit(built.student)
 
@@ -124,9 +124,9 @@ def test_gpu_check_flags_checkpoints_with_teacher_weights(tmp_path) -> None:
     gpu_check = load_gpu_check()
     path = tmp_path / "last.ckpt"
     weight = torch.zeros(1)
-    torch.save({"state_dict": {"student.w": weight, "teacher.w": weight}}, path)
+    torch.save({"state_dict": {"distiller.student.w": weight, "distiller.teacher.w": weight}}, path)
     assert gpu_check.checkpoint_status(path) == "checkpoint holds teacher weights"
-    torch.save({"state_dict": {"student.w": weight}}, path)
+    torch.save({"state_dict": {"distiller.student.w": weight}}, path)
     assert gpu_check.checkpoint_status(path) == "ok"
     deepspeed = tmp_path / "ds.ckpt" / "checkpoint"
     deepspeed.mkdir(parents=True)
@@ -147,7 +147,7 @@ class StepRoot(nn.Module):
         self.module = module
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        objective, sums = self.module.step_objective(batch)
+        objective, sums = self.module.distiller(batch)
         return objective / sums.tokens
 
 
@@ -204,7 +204,7 @@ def fsdp_worker(rank: int, world_size: int, port: int, chunked: bool) -> None:
     root = FSDP(
         StepRoot(module),
         auto_wrap_policy=strategy.kwargs["auto_wrap_policy"],
-        ignored_states=module.unsharded_parameters(),
+        ignored_states=module.distiller.unsharded_parameters(),
         use_orig_params=True,
         device_id=torch.device("cpu"),
     )
@@ -217,7 +217,7 @@ def fsdp_worker(rank: int, world_size: int, port: int, chunked: bool) -> None:
             for name, parameter in module.named_parameters()
             if parameter.requires_grad
         }
-    assert set(got) == set(want) and any(name.startswith("projectors.") for name in got)
+    assert set(got) == set(want) and any(name.startswith("distiller.projectors.") for name in got)
     for name, grad in want.items():
         torch.testing.assert_close(got[name], grad, rtol=1e-4, atol=1e-6, msg=name)
     dist.barrier()
@@ -264,7 +264,7 @@ def deepspeed_worker(rank: int, world_size: int, port: int, chunked: bool) -> No
     engine.backward(loss)
     torch.testing.assert_close(loss, want_loss, rtol=1e-5, atol=1e-6)
     parameters = dict(module.named_parameters())
-    assert any(name.startswith("projectors.") for name in want)
+    assert any(name.startswith("distiller.projectors.") for name in want)
     for name, grad in want.items():
         got = safe_get_full_grad(parameters[name])
         torch.testing.assert_close(got, grad, rtol=1e-4, atol=1e-6, msg=name)

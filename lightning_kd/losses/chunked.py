@@ -30,8 +30,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lightning_kd.losses.divergences import Divergence, FusedDivergence, TokenDivergence
-from lightning_kd.losses.logits import IGNORE_INDEX, LossSums, math_dtype
+from lightning_kd.losses.divergences import FusedDivergence, TokenDivergence
+from lightning_kd.losses.logits import (
+    LogitObjective,
+    LossSums,
+    math_dtype,
+    scored_next_token,
+    shared_vocab,
+)
 
 CHUNK_ELEMENTS = 1 << 23
 """Automatic chunk size: about 8M logits (32 MB in fp32) per model per chunk. Smaller chunks
@@ -89,21 +95,15 @@ def _chunk_terms(
     ce = F.cross_entropy(student_logits, targets, reduction="sum")
     if teacher_logits is None:
         return torch.zeros_like(ce), ce
-    vocab = min(student_logits.shape[-1], teacher_logits.shape[-1])
-    student_logp = F.log_softmax(student_logits[:, :vocab] / temperature, dim=-1)
-    teacher_logp = F.log_softmax(teacher_logits[:, :vocab] / temperature, dim=-1)
+    student_logits, teacher_logits = shared_vocab(student_logits, teacher_logits)
+    student_logp = F.log_softmax(student_logits / temperature, dim=-1)
+    teacher_logp = F.log_softmax(teacher_logits / temperature, dim=-1)
     kd = divergence(student_logp, teacher_logp).sum() * temperature**2
     return kd, ce
 
 
 def _chunk_autograd(
-    logits: Tensor,
-    teacher_logits: Tensor | None,
-    targets: Tensor,
-    divergence: TokenDivergence,
-    temperature: float,
-    kd_weight: float,
-    ce_weight: float,
+    logits: Tensor, teacher_logits: Tensor | None, targets: Tensor, objective: LogitObjective
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Summed KD and CE of one chunk and the objective's gradient w.r.t. ``logits``, by autograd."""
     dtype = math_dtype(logits.dtype)
@@ -111,8 +111,10 @@ def _chunk_autograd(
         teacher_logits = teacher_logits.to(dtype)
     with torch.enable_grad():
         logits = logits.detach().to(dtype).requires_grad_()
-        kd, ce = _chunk_terms(logits, teacher_logits, targets, divergence, temperature)
-        (grad,) = torch.autograd.grad(kd_weight * kd + ce_weight * ce, logits)
+        kd, ce = _chunk_terms(
+            logits, teacher_logits, targets, objective.divergence, objective.temperature
+        )
+        (grad,) = torch.autograd.grad(objective.combine(kd, ce), logits)
     return kd.detach(), ce.detach(), grad
 
 
@@ -140,9 +142,8 @@ def _fused_terms(
     grad = grad.scatter_add(1, targets.unsqueeze(1), grad.new_full((len(targets), 1), -ce_weight))
     if teacher_logits is None:
         return None, ce, grad.to(logits.dtype)
-    vocab = min(logits.shape[-1], teacher_logits.shape[-1])
-    teacher = teacher_logits[:, :vocab].to(student.dtype)
-    shared = student[:, :vocab]
+    shared, teacher = shared_vocab(student, teacher_logits.to(student.dtype))
+    vocab = shared.shape[-1]
     if temperature != 1.0:
         shared, teacher = shared / temperature, teacher / temperature
     same = temperature == 1.0 and vocab == logits.shape[-1]
@@ -184,10 +185,7 @@ def _chunk_fused(
     logits: Tensor,
     teacher_logits: Tensor | None,
     targets: Tensor,
-    divergence: Divergence,
-    temperature: float,
-    kd_weight: float,
-    ce_weight: float,
+    objective: LogitObjective,
     compile: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """As :func:`_chunk_autograd`, from log-sum-exps and the divergence's closed form.
@@ -195,15 +193,33 @@ def _chunk_fused(
     Logits that are not finite (−inf for masked vocabulary entries) take the autograd route,
     which handles 0 · log 0 exactly.
     """
-    args = (logits, teacher_logits, targets, divergence.fused, temperature, kd_weight, ce_weight)
+    temperature = objective.temperature
+    args = (
+        logits,
+        teacher_logits,
+        targets,
+        objective.divergence.fused,
+        temperature,
+        objective.kd_weight,
+        objective.ce_weight,
+    )
     value, ce, grad = _compiled_or_eager(args) if compile else _fused_terms(*args)
     finite = bool(torch.isfinite(ce)) and (value is None or bool(torch.isfinite(value).all()))
     if not finite:
-        return _chunk_autograd(
-            logits, teacher_logits, targets, divergence, temperature, kd_weight, ce_weight
-        )
+        return _chunk_autograd(logits, teacher_logits, targets, objective)
     kd = torch.zeros_like(ce) if value is None else value.sum() * temperature**2
     return kd, ce, grad
+
+
+@dataclass(frozen=True)
+class ChunkedLoss:
+    """How the chunked loss runs: the objective, the chunk length, whether to compile."""
+
+    objective: LogitObjective
+    chunk_size: int
+    """Scored tokens per chunk."""
+    compile: bool = False
+    """Run the fused chunk math through ``torch.compile``."""
 
 
 class _ChunkedDistillation(torch.autograd.Function):
@@ -216,21 +232,18 @@ class _ChunkedDistillation(torch.autograd.Function):
         student_weight: Tensor,
         student_bias: Tensor | None,
         teacher_hidden: Tensor | None,
-        student_head: OutputHead,
-        teacher_head: OutputHead,
+        heads: tuple[OutputHead, OutputHead | None],
         targets: Tensor,
-        divergence: TokenDivergence,
-        temperature: float,
-        kd_weight: float,
-        ce_weight: float,
-        chunk_size: int,
-        compile: bool,
+        options: ChunkedLoss,
     ) -> tuple[Tensor, Tensor, Tensor]:
+        # The weight and bias come in as inputs (as well as inside the head) so that autograd
+        # routes their gradients; the head supplies the transform.
+        objective = options.objective
         dtype = matmul_dtype(student_hidden)
         accumulate = math_dtype(student_weight.dtype)
-        head = student_head.cast(dtype)
+        head = heads[0].cast(dtype)
         weight, bias = head.weight, head.bias
-        teacher_head = teacher_head.cast(dtype) if teacher_hidden is not None else None
+        teacher_head = heads[1].cast(dtype) if teacher_hidden is not None else None
         grad_hidden = torch.zeros_like(student_hidden)
         # A frozen head (student.freeze_embeddings) needs no weight gradient: skipping it saves
         # one of the three vocab-sized matmuls of each chunk.
@@ -244,21 +257,25 @@ class _ChunkedDistillation(torch.autograd.Function):
         )
         kd_total = torch.zeros((), dtype=accumulate, device=student_hidden.device)
         ce_total = torch.zeros_like(kd_total)
-        for start in range(0, student_hidden.shape[0], chunk_size):
-            stop = start + chunk_size
+        fused = getattr(objective.divergence, "fused", None) is not None and head.transform is None
+        for start in range(0, student_hidden.shape[0], options.chunk_size):
+            stop = start + options.chunk_size
             hidden = student_hidden[start:stop].detach().to(dtype)
             with torch.no_grad():
                 logits = head.logits(hidden, dtype)
                 teacher_logits = None
-                if teacher_hidden is not None:
+                if teacher_head is not None:
                     teacher_logits = teacher_head.logits(teacher_hidden[start:stop], dtype)
             # A copy, not a view: a view's base size would make torch.compile specialise on it.
             chunk_targets = targets[start:stop].clone()
-            terms = (logits, teacher_logits, chunk_targets, divergence, temperature)
-            if getattr(divergence, "fused", None) is not None and head.transform is None:
-                kd, ce, grad_logits = _chunk_fused(*terms, kd_weight, ce_weight, compile)
+            if fused:
+                kd, ce, grad_logits = _chunk_fused(
+                    logits, teacher_logits, chunk_targets, objective, options.compile
+                )
             else:
-                kd, ce, grad_logits = _chunk_autograd(*terms, kd_weight, ce_weight)
+                kd, ce, grad_logits = _chunk_autograd(
+                    logits, teacher_logits, chunk_targets, objective
+                )
             if head.transform is not None:  # chain through soft-capping/scaling to the raw logits
                 with torch.enable_grad():
                     raw = F.linear(hidden, weight, bias).requires_grad_()
@@ -271,13 +288,12 @@ class _ChunkedDistillation(torch.autograd.Function):
                 grad_bias += grad_logits.sum(0)
             kd_total += kd
             ce_total += ce
-        objective = kd_weight * kd_total + ce_weight * ce_total
         # Attributes, not save_for_backward: backward drops its reference, so autograd can hand
         # the head's gradient buffer straight to ``.grad`` instead of copying a vocab-sized tensor.
         ctx.gradients = (grad_hidden, grad_weight, grad_bias)
         ctx.weight_dtype = student_weight.dtype
         ctx.mark_non_differentiable(kd_total, ce_total)
-        return objective, kd_total, ce_total
+        return objective.combine(kd_total, ce_total), kd_total, ce_total
 
     @staticmethod
     def backward(ctx, grad_objective: Tensor, *_unused: Tensor):
@@ -289,7 +305,8 @@ class _ChunkedDistillation(torch.autograd.Function):
         if grad_bias is not None:
             grad_bias = grad_bias.mul_(grad_objective).to(ctx.weight_dtype)
         grad_hidden = grad_hidden.mul_(grad_objective.to(grad_hidden.dtype))
-        return (grad_hidden, grad_weight, grad_bias, *([None] * 10))
+        # One gradient per input of forward; teacher_hidden, heads, targets and options get none.
+        return grad_hidden, grad_weight, grad_bias, None, None, None, None
 
 
 def chunked_distillation_sums(
@@ -298,10 +315,8 @@ def chunked_distillation_sums(
     teacher_hidden: Tensor | None,
     teacher_head: OutputHead | None,
     labels: Tensor,
-    divergence: TokenDivergence,
-    temperature: float = 1.0,
-    kd_weight: float = 1.0,
-    ce_weight: float = 0.0,
+    objective: LogitObjective,
+    *,
     chunk_size: int | None = None,
     compile: bool = False,
 ) -> tuple[Tensor, LossSums]:
@@ -311,38 +326,27 @@ def chunked_distillation_sums(
     the final norm), ``labels`` ``[batch, seq]`` aligned with the inputs (shifted here, ``-100``
     masked). Gradients reach ``student_hidden`` and the student head's weight and bias.
     ``teacher_hidden=None`` skips the teacher (the divergence term is then 0: CE-only training).
+    ``chunk_size`` is in scored tokens (None: about 8M logits a chunk); ``compile`` runs the
+    chunk math through ``torch.compile``.
     """
-    student_hidden, targets = scored_positions(student_hidden, labels)
+    student_hidden, targets = scored_next_token(student_hidden, labels)
     if teacher_hidden is not None:
-        teacher_hidden, _ = scored_positions(teacher_hidden, labels)
+        teacher_hidden = scored_next_token(teacher_hidden, labels)[0]
     tokens = torch.tensor(targets.numel(), device=targets.device)
     if chunk_size is None:
         chunk_size = auto_chunk_size(student_head.weight.shape[0], max(1, targets.numel()))
     if chunk_size < 1:
         raise ValueError(f"distill.chunk_size={chunk_size}; use a positive number or auto")
-    objective, kd, ce = _ChunkedDistillation.apply(
+    value, kd, ce = _ChunkedDistillation.apply(
         student_hidden,
         student_head.weight,
         student_head.bias,
         teacher_hidden,
-        student_head,
-        teacher_head,
+        (student_head, teacher_head),
         targets,
-        divergence,
-        temperature,
-        kd_weight,
-        ce_weight,
-        chunk_size,
-        compile,
+        ChunkedLoss(objective, chunk_size, compile),
     )
-    return objective, LossSums(kd=kd, ce=ce, tokens=tokens)
-
-
-def scored_positions(hidden: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
-    """Hidden states ``[tokens, hidden]`` of the positions that predict a label, and the labels."""
-    targets = labels[..., 1:]
-    mask = targets != IGNORE_INDEX
-    return hidden[..., :-1, :][mask], targets[mask]
+    return value, LossSums(kd=kd, ce=ce, tokens=tokens)
 
 
 @torch.no_grad()
@@ -358,8 +362,8 @@ def logit_chunks(
 
     For evaluation (no gradients): feed it to :func:`lightning_kd.losses.logits.evaluation_sums`.
     """
-    student_hidden, targets = scored_positions(student_hidden, labels)
-    teacher_hidden, _ = scored_positions(teacher_hidden, labels)
+    student_hidden, targets = scored_next_token(student_hidden, labels)
+    teacher_hidden = scored_next_token(teacher_hidden, labels)[0]
     chunk_size = chunk_size or auto_chunk_size(student_head.weight.shape[0], targets.numel())
     dtype = matmul_dtype(student_hidden)
     student_head, teacher_head = student_head.cast(dtype), teacher_head.cast(dtype)

@@ -27,6 +27,22 @@ from lightning_kd.losses.divergences import TokenDivergence, get_divergence
 IGNORE_INDEX = -100
 
 
+@dataclass(frozen=True)
+class LogitObjective:
+    """What the logit terms are and how they combine: ``kd_weight · Σ T²·divergence +
+    ce_weight · Σ CE``. The one place that combination is written."""
+
+    divergence: TokenDivergence
+    temperature: float = 1.0
+    """Softmax temperature of the divergence (CE always uses T = 1)."""
+    kd_weight: float = 1.0
+    ce_weight: float = 0.0
+
+    def combine(self, kd: Tensor, ce: Tensor) -> Tensor:
+        """The weighted objective from the divergence and cross-entropy terms (sums or means)."""
+        return self.kd_weight * kd + self.ce_weight * ce
+
+
 @dataclass
 class LossSums:
     """Token sums of the two logit terms and the number of tokens they were summed over.
@@ -50,9 +66,29 @@ def math_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def shift_for_next_token(logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
-    """Drop the last position's logits and the first label so position t predicts token t + 1."""
-    return logits[..., :-1, :], labels[..., 1:]
+def next_token_targets(labels: Tensor) -> tuple[Tensor, Tensor]:
+    """``(targets, scored)`` of positions ``0 .. seq−2``: position t is scored against
+    ``labels[t + 1]`` unless that label is −100. The one place the causal shift is written."""
+    targets = labels[..., 1:]
+    return targets, targets != IGNORE_INDEX
+
+
+def scored_mask(labels: Tensor) -> Tensor:
+    """``[batch, seq]``: the positions that predict a label (the last one never does)."""
+    return F.pad(next_token_targets(labels)[1], (0, 1), value=False)
+
+
+def scored_next_token(values: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
+    """``values`` (``[batch, seq, ...]``: logits or hidden states) at the positions that predict a
+    label, flattened to ``[tokens, ...]``, and those labels ``[tokens]``."""
+    targets, mask = next_token_targets(labels)
+    return scored(values[..., :-1, :], mask), scored(targets, mask)
+
+
+def shared_vocab(student_logits: Tensor, teacher_logits: Tensor) -> tuple[Tensor, Tensor]:
+    """Both logits over the vocabulary range they share (padding rows of either dropped)."""
+    vocab = min(student_logits.shape[-1], teacher_logits.shape[-1])
+    return student_logits[..., :vocab], teacher_logits[..., :vocab]
 
 
 def token_divergence(
@@ -62,10 +98,10 @@ def token_divergence(
     temperature: float = 1.0,
 ) -> Tensor:
     """Per-token ``T² · divergence(softmax(s / T), softmax(t / T))`` over the shared vocab."""
-    vocab = min(student_logits.shape[-1], teacher_logits.shape[-1])
     dtype = math_dtype(student_logits.dtype)
-    student_logp = F.log_softmax(student_logits[..., :vocab].to(dtype) / temperature, dim=-1)
-    teacher_logp = F.log_softmax(teacher_logits[..., :vocab].to(dtype) / temperature, dim=-1)
+    student_logits, teacher_logits = shared_vocab(student_logits, teacher_logits)
+    student_logp = F.log_softmax(student_logits.to(dtype) / temperature, dim=-1)
+    teacher_logp = F.log_softmax(teacher_logits.to(dtype) / temperature, dim=-1)
     return divergence(student_logp, teacher_logp) * temperature**2
 
 
@@ -91,16 +127,15 @@ def logit_distillation_sums(
 
     ``teacher_logits=None`` (a CE-only run that skips the teacher) gives a zero divergence term.
     """
-    student_logits, targets = shift_for_next_token(student_logits, labels)
-    mask = targets != IGNORE_INDEX
     # The vocab-sized fp32 work runs on the scored positions alone.
-    student_logits, targets = scored(student_logits, mask), scored(targets, mask)
+    student_logits, targets = scored_next_token(student_logits, labels)
+    tokens = torch.tensor(targets.numel(), device=targets.device)
     ce = token_cross_entropy(student_logits, targets).sum()
     if teacher_logits is None:
-        return LossSums(kd=torch.zeros_like(ce), ce=ce, tokens=mask.sum())
-    teacher_logits = scored(shift_for_next_token(teacher_logits, labels)[0], mask)
+        return LossSums(kd=torch.zeros_like(ce), ce=ce, tokens=tokens)
+    teacher_logits = scored_next_token(teacher_logits, labels)[0]
     kd = token_divergence(student_logits, teacher_logits, divergence, temperature)
-    return LossSums(kd=kd.sum(), ce=ce, tokens=mask.sum())
+    return LossSums(kd=kd.sum(), ce=ce, tokens=tokens)
 
 
 def scored(values: Tensor, mask: Tensor) -> Tensor:
@@ -140,13 +175,16 @@ def evaluation_sums(
     forward = get_divergence("forward_kl")
     totals = None
     for student_logits, teacher_logits, targets in chunks:
-        vocab = min(student_logits.shape[-1], teacher_logits.shape[-1])
         dtype = math_dtype(student_logits.dtype)
         student_logp = F.log_softmax(student_logits.to(dtype), dim=-1)
         teacher_logp = F.log_softmax(teacher_logits.to(dtype), dim=-1)
-        shared = [  # over the shared vocabulary (padding rows of either model dropped)
-            logp if logp.shape[-1] == vocab else F.log_softmax(logits[:, :vocab].to(dtype), -1)
-            for logp, logits in ((student_logp, student_logits), (teacher_logp, teacher_logits))
+        shared = [  # over the shared vocabulary (renormalised where a model has padding rows)
+            logp if logp.shape[-1] == trimmed.shape[-1] else F.log_softmax(trimmed.to(dtype), -1)
+            for logp, trimmed in zip(
+                (student_logp, teacher_logp),
+                shared_vocab(student_logits, teacher_logits),
+                strict=True,
+            )
         ]
         forward_kl = forward(*shared).sum()
         if divergence == forward and temperature == 1.0:
@@ -184,12 +222,10 @@ def logit_distillation_loss(
     A convenience for plain PyTorch loops and for checking against other implementations; the
     Lightning module works with :func:`logit_distillation_sums` so accumulation stays exact.
     """
-    sums = logit_distillation_sums(
-        student_logits,
-        teacher_logits,
-        labels,
-        get_divergence(divergence, beta=beta, skew=skew),
-        temperature,
+    objective = LogitObjective(
+        get_divergence(divergence, beta=beta, skew=skew), temperature, kd_weight, ce_weight
     )
-    tokens = sums.tokens.clamp(min=1)
-    return (kd_weight * sums.kd + ce_weight * sums.ce) / tokens
+    sums = logit_distillation_sums(
+        student_logits, teacher_logits, labels, objective.divergence, temperature
+    )
+    return objective.combine(sums.kd, sums.ce) / sums.tokens.clamp(min=1)
