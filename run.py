@@ -18,72 +18,23 @@ import hydra
 import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
-from hydra.utils import instantiate
-from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
 from lightning_kd.checkpoints import resolve_ckpt_path
 from lightning_kd.checks import check_config
+from lightning_kd.config import register_defaults
 from lightning_kd.finite import check_finite_model, strict_json
-from lightning_kd.models import load_tokenizer
-from lightning_kd.module import DistillationModule
-from lightning_kd.precision import PrecisionChoice, probe_hardware, resolve_precision
+from lightning_kd.launch import build, resolve_auto_precision
 from lightning_kd.rundir import claim_run_dir, resume_command
 from lightning_kd.saving import RunInterrupted, stop_report
-from lightning_kd.strategies import check_accelerator
-from lightning_kd.summary import RunSummary, TrainTimer
+from lightning_kd.summary import RunSummary
 
 # Warnings the installed Lightning raises about itself, with nothing in them for a user to act on.
 LIGHTNING_NOISE = (
     r"`isinstance\(treespec, LeafSpec\)` is deprecated",  # its pytree helper, on torch >= 2.10
     r"Precision bf16-mixed is not supported by the model summary",  # the size column is fp32
 )
-
-
-def resolve_auto_precision(cfg: DictConfig) -> PrecisionChoice:
-    """Replace ``auto`` in ``trainer.precision`` / ``teacher.dtype`` by what the hardware computes
-    fast (see ``lightning_kd.precision``), in ``cfg`` itself, and say so once."""
-    choice = resolve_precision(
-        cfg.trainer.get("precision"),
-        cfg.teacher.get("dtype"),
-        probe_hardware(cfg.trainer.get("accelerator")),
-    )
-    cfg.trainer.precision = choice.precision
-    cfg.teacher.dtype = choice.teacher_dtype
-    if rank_zero_only.rank == 0:
-        print(choice.line(), flush=True)
-    return choice
-
-
-def build(
-    cfg: DictConfig,
-) -> tuple[DistillationModule, L.LightningDataModule, L.Trainer, TrainTimer]:
-    """Instantiate module, data and trainer from ``cfg`` (the models are built in the trainer).
-
-    ``trainer.precision`` and ``teacher.dtype`` must be concrete (:func:`resolve_auto_precision`).
-    """
-    teacher = instantiate(cfg.teacher, _convert_="all")
-    tokenizer = load_tokenizer(teacher)
-    datamodule = instantiate(cfg.data, tokenizer=tokenizer, _convert_="all")
-    module = DistillationModule(
-        teacher=teacher,
-        student=instantiate(cfg.student, _convert_="all"),
-        distill=instantiate(cfg.distill),
-        optimizer=instantiate(cfg.optimizer, _convert_="all"),
-        scheduler=instantiate(cfg.scheduler) if cfg.get("scheduler") else None,
-        tokenizer=tokenizer,
-    )
-    strategy = cfg.trainer.get("strategy")
-    check_accelerator(
-        strategy.get("_target_") if isinstance(strategy, DictConfig) else strategy,
-        cfg.trainer.get("accelerator"),
-    )
-    timer = TrainTimer()
-    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()] + [timer]
-    logger = instantiate(cfg.logger) if cfg.get("logger") else False
-    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=logger)
-    return module, datamodule, trainer, timer
 
 
 def distill(cfg: DictConfig, ckpt_path: Path | None = None) -> RunSummary:
@@ -131,6 +82,9 @@ def distill(cfg: DictConfig, ckpt_path: Path | None = None) -> RunSummary:
         print("\n" + summary.markdown())
         print(f"\nrun directory: {output_dir}")
     return summary
+
+
+register_defaults()  # the groups' defaults come from the dataclasses (lightning_kd.config)
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")

@@ -102,20 +102,22 @@ def timed(step, device: torch.device, warmup: int, repeats: int) -> float:
 # ----------------------------------------------------------------------------- scenarios
 
 
-def build_module(args: argparse.Namespace, chunked: bool):
-    """A DistillationModule on the real teacher, with its models built (no Trainer needed)."""
-    from lightning_kd.models import StudentSpec, TeacherSpec
-    from lightning_kd.module import DistillationModule
-    from lightning_kd.objective import DistillConfig
+def build_distiller(args: argparse.Namespace, chunked: bool):
+    """The distiller of ``python run.py`` (the same composed config) on ``--teacher``, with the
+    benchmark's own student depth, precision and loss path."""
+    from lightning_kd.config import compose_config
+    from lightning_kd.launch import build_distiller as build
 
-    module = DistillationModule(
-        teacher=TeacherSpec(path=args.teacher, dtype=args.teacher_dtype),
-        student=StudentSpec(num_layers=args.student_layers),
-        distill=DistillConfig(chunked=chunked, compile=args.compile),
-        optimizer=torch.optim.AdamW,
+    cfg = compose_config(
+        [
+            f"teacher.path={args.teacher}",
+            f"teacher.dtype={args.teacher_dtype}",
+            f"student.num_layers={args.student_layers}",
+            f"distill.chunked={chunked}",
+            f"distill.compile={args.compile}",
+        ]
     )
-    module.configure_model()
-    return module
+    return build(cfg)[0]
 
 
 def fault_in(model: torch.nn.Module) -> None:
@@ -140,9 +142,9 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict:
     """One scenario's peak memory and median step time, in this process."""
     device = torch.device(args.device)
     torch.manual_seed(0)
-    module = build_module(args, chunked=name != "full_logits").to(device)
-    teacher, student = module.teacher, module.student
-    fault_in(module)
+    distiller = build_distiller(args, chunked=name != "full_logits").to(device)
+    teacher, student = distiller.teacher, distiller.student
+    fault_in(distiller)
     batch = make_batch(teacher.config.vocab_size, args.batch, args.seq, device)
     # --quick warms up on a short batch: the one-time costs (kernel selection, lazy
     # initialisation) are paid, the seconds of a full-size step are not.
@@ -183,7 +185,7 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict:
 
     def lightning_kd(batch: dict) -> None:
         with autocast:
-            objective, sums = module.distiller(batch)
+            objective, sums = distiller(batch)
         optimizer_step(objective / sums.tokens)
 
     if name == "naive":  # the common mistake: a teacher that is not frozen keeps its graph
@@ -206,7 +208,7 @@ def run_loss(tokens: int, chunked: bool, args: argparse.Namespace) -> dict:
     """Memory and time of the logit loss alone (forward + backward) at vocab 49152."""
     from lightning_kd.losses import get_divergence
     from lightning_kd.losses.chunked import OutputHead, chunked_distillation_sums
-    from lightning_kd.losses.logits import logit_distillation_sums
+    from lightning_kd.losses.logits import LogitObjective, logit_distillation_sums
 
     device = torch.device(args.device)
     generator = torch.Generator().manual_seed(0)
@@ -232,10 +234,7 @@ def run_loss(tokens: int, chunked: bool, args: argparse.Namespace) -> dict:
                 teacher_hidden[:, :count],
                 OutputHead(teacher_weight),
                 targets,
-                divergence,
-                1.0,
-                0.5,
-                0.5,
+                LogitObjective(divergence, 1.0, 0.5, 0.5),
                 compile=args.compile,
             )
         else:

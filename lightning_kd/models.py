@@ -92,10 +92,11 @@ class StudentSpec:
     """Randomly initialise a student: overrides applied to the teacher's config."""
     activation_checkpointing: bool = False
     """Recompute the student's decoder layers in backward (non-reentrant) to save memory."""
-    freeze_embeddings: bool = False
-    """Keep the token embeddings and the output head as they are (the teacher's, for a student
-    copied from it): only the blocks and norms train. Saves the head's weight gradient — a
-    vocab-sized matmul per token — and keeps the rows of tokens the corpus never shows intact."""
+    freeze_embeddings: bool | None = None
+    """Keep the token embeddings and the output head as they are: only the blocks and norms
+    train. Saves the head's weight gradient — a vocab-sized matmul per token — and keeps the rows
+    of tokens the corpus never shows intact. None (the default): frozen when they are copied from
+    the teacher, trained for a pretrained (``path``) or random (``config``) student."""
     trust_remote_code: bool = False
     """Run code shipped with ``path``'s checkpoint."""
     dtype: str = "float32"
@@ -111,6 +112,13 @@ class StudentSpec:
             )
         if self.num_layers is not None and self.num_layers < 1:
             raise ValueError(f"student.num_layers={self.num_layers}; it must be at least 1")
+
+    @property
+    def frozen_embeddings(self) -> bool:
+        """Whether the embeddings and head stay as built (``freeze_embeddings`` resolved)."""
+        if self.freeze_embeddings is None:
+            return self.from_teacher
+        return self.freeze_embeddings
 
     @property
     def from_teacher(self) -> bool:
@@ -300,7 +308,7 @@ def build_student(spec: StudentSpec, teacher: PreTrainedModel, task: str) -> Mod
         student = student_from_teacher(teacher, layer_map)
     student = student.to(DTYPES[spec.dtype])
     student.requires_grad_(True)
-    if spec.freeze_embeddings:
+    if spec.frozen_embeddings:
         freeze_embeddings(student)
     student.train()  # from_pretrained returns eval mode: dropout and checkpointing would stay off
     if spec.activation_checkpointing:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from lightning.pytorch import LightningModule
@@ -29,6 +29,7 @@ from torch.optim import Optimizer
 from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.accumulation import Window
+from lightning_kd.config import plain_data
 from lightning_kd.distiller import Distiller
 from lightning_kd.finite import check_finite_loss
 from lightning_kd.metrics import ValidationMetrics
@@ -40,16 +41,6 @@ from lightning_kd.strategies import ROLE
 
 TEACHER_PREFIX = "distiller.teacher."
 STUDENT_PREFIX = "distiller.student."
-
-
-def plain_data(value: Any) -> Any:
-    """``value`` with every mapping a dict and every sequence a list (a Hydra ListConfig
-    included): what a checkpoint read with ``weights_only=True`` can hold."""
-    if isinstance(value, Mapping):
-        return {key: plain_data(item) for key, item in value.items()}
-    if isinstance(value, Sequence) and not isinstance(value, str):
-        return [plain_data(item) for item in value]
-    return value
 
 
 def as_spec(value: Any, spec: type) -> Any:

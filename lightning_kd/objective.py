@@ -31,7 +31,7 @@ class DistillConfig:
     ``[batch, seq, vocab]`` logits); false uses the models' full logits (for checking)."""
     chunk_size: int | None = None
     """Tokens per chunk; None picks about 8M logits per chunk (``losses.chunked``)."""
-    compile: bool = False
+    compile: bool = True
     """Run the chunked loss's vocab-sized math through ``torch.compile`` (forward_kl and
     reverse_kl): one fused kernel per chunk instead of a dozen passes, after a one-off compile
     (≈15 s on a CPU). Falls back to eager, with a warning, where compiling fails."""

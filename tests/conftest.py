@@ -6,12 +6,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from hydra.utils import instantiate
 from lightning.pytorch import Trainer
 
+from lightning_kd.config import compose_config
 from lightning_kd.data import TextDataModule
-from lightning_kd.models import StudentSpec, TeacherSpec, byte_tokenizer
+from lightning_kd.models import TeacherSpec, byte_tokenizer
 from lightning_kd.module import DistillationModule
-from lightning_kd.objective import DistillConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,12 +69,15 @@ def make_datamodule(files: list[Path], **kwargs) -> TextDataModule:
     return TextDataModule(byte_tokenizer(), files=[str(f) for f in files], **options)
 
 
-def make_module(teacher: TeacherSpec, **distill) -> DistillationModule:
-    """A module distilling ``teacher`` into a 2-layer copy with AdamW (lr 1e-3)."""
+def make_module(teacher: TeacherSpec, student: dict | None = None, **distill) -> DistillationModule:
+    """A module distilling ``teacher`` into ``debug=smoke``'s student (a 2-layer copy) with its
+    objective — the CLI's defaults plus the smoke test's — overridden by ``student`` and
+    ``distill``; AdamW (lr 1e-3)."""
+    cfg = compose_config(["debug=smoke"])
     return DistillationModule(
         teacher=teacher,
-        student=StudentSpec(num_layers=2),
-        distill=DistillConfig(**distill),
+        student=instantiate(cfg.student, _convert_="all", **(student or {})),
+        distill=instantiate(cfg.distill, _convert_="all", **distill),
         optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3),
         tokenizer=byte_tokenizer(),
     )

@@ -5,29 +5,26 @@ from __future__ import annotations
 import math
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from lightning_kd.checks import check_config, config_errors
-from tests.conftest import ROOT
+from lightning_kd.config import compose_config
 
 
 @pytest.fixture(scope="module")
 def default_cfg():
-    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
-        return compose("config", overrides=["output_dir=/tmp/unused"])
+    return compose_config(output_dir="/tmp/unused")
 
 
 def test_the_shipped_configs_pass(default_cfg) -> None:
     assert config_errors(default_cfg) == []
-    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
-        for extra in (
-            ["debug=smoke"],
-            ["experiment=minilm"],
-            ["experiment=ce_only"],
-            ["experiment=long"],
-        ):
-            cfg = compose("config", overrides=["output_dir=/tmp/unused", *extra])
-            assert config_errors(cfg) == [], extra
+    for extra in (
+        ["debug=smoke"],
+        ["experiment=minilm"],
+        ["experiment=ce_only"],
+        ["experiment=long"],
+    ):
+        cfg = compose_config(extra, output_dir="/tmp/unused")
+        assert config_errors(cfg) == [], extra
 
 
 BAD = {

@@ -37,7 +37,9 @@ def test_teacher_is_frozen_and_in_eval(tiny_teacher: TeacherSpec) -> None:
 
 def test_student_copies_embeddings_norm_head_and_chosen_layers(tiny_teacher: TeacherSpec) -> None:
     teacher = load_teacher(tiny_teacher)
-    models = build_student(StudentSpec(layers=[3, 1]), teacher, "causal_lm")
+    models = build_student(
+        StudentSpec(layers=[3, 1], freeze_embeddings=False), teacher, "causal_lm"
+    )
     student = models.student
     assert models.layer_map == [3, 1]
     assert student.config.num_hidden_layers == 2
@@ -69,6 +71,20 @@ def test_frozen_embeddings_keep_the_teachers_and_train_the_rest(tiny_teacher: Te
     model(input_ids=ids, labels=ids).loss.backward()
     assert model.get_input_embeddings().weight.grad is None
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+@pytest.mark.parametrize(
+    ("spec", "frozen"),
+    [
+        ({"num_layers": 2}, True),  # copied from the teacher: keep its embeddings and head
+        ({"config": {"num_hidden_layers": 1}}, False),  # random: they must train
+        ({"num_layers": 2, "freeze_embeddings": False}, False),  # explicit wins
+        ({"config": {"num_hidden_layers": 1}, "freeze_embeddings": True}, True),
+    ],
+)
+def test_embeddings_freeze_by_default_only_when_copied(tiny_teacher, spec, frozen) -> None:
+    student = build_student(StudentSpec(**spec), load_teacher(tiny_teacher), "causal_lm").student
+    assert student.get_input_embeddings().weight.requires_grad is not frozen
 
 
 def test_full_depth_student_reproduces_teacher(tiny_teacher: TeacherSpec) -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from lightning_kd.checks import config_errors
+from lightning_kd.config import compose_config
 from lightning_kd.preflight import Preflight
-from tests.conftest import ROOT, make_datamodule, make_module, make_trainer
+from tests.conftest import make_datamodule, make_module, make_trainer
 
 
 def fit(teacher, corpus: Path, block_size: int = 32, **distill) -> None:
@@ -37,8 +37,7 @@ def test_a_block_longer_than_the_positions_is_refused(tiny_teacher, corpus: Path
 
 
 def test_an_encoder_teacher_without_features_is_refused_up_front() -> None:
-    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("config", ["output_dir=/x", "experiment=minilm", "distill.features=null"])
+    cfg = compose_config(["experiment=minilm", "distill.features=null"], output_dir="/x")
     assert any(
         e.startswith("teacher.task=encoder with distill.features unset") for e in config_errors(cfg)
     )

@@ -10,11 +10,11 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy
 from torch import nn
 
+from lightning_kd.config import compose_config
 from lightning_kd.models import StudentSpec, TeacherSpec, byte_tokenizer
 from lightning_kd.module import DistillationModule
 from lightning_kd.objective import DistillConfig
@@ -98,14 +98,12 @@ def test_gpu_only_strategy_on_cpu_names_the_alternative() -> None:
 
 @pytest.mark.parametrize(("name", "kind"), [("ddp", DDPStrategy), ("fsdp", FSDPStrategy)])
 def test_strategy_configs_compose_and_build(name, kind) -> None:
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=[f"strategy={name}", "output_dir=/tmp/x"])
+    cfg = compose_config([f"strategy={name}"], output_dir="/tmp/x")
     assert isinstance(instantiate(cfg.trainer.strategy), kind)
 
 
 def test_deepspeed_config_excludes_frozen_parameters() -> None:
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=["strategy=deepspeed", "output_dir=/tmp/x"])
+    cfg = compose_config(["strategy=deepspeed"], output_dir="/tmp/x")
     assert cfg.trainer.strategy._target_ == "lightning_kd.strategies.deepspeed"
     assert cfg.trainer.strategy.stage == 3
     strategy = instantiate(cfg.trainer.strategy)
@@ -157,7 +155,7 @@ def build_mixed_precision_pair(chunked: bool) -> DistillationModule:
     module = DistillationModule(
         teacher=TeacherSpec(path=None, config=dict(TINY_LLAMA), dtype="bfloat16"),
         student=StudentSpec(config={"hidden_size": 16, "num_hidden_layers": 2}),
-        distill=DistillConfig(features="uniform", chunked=chunked),
+        distill=DistillConfig(features="uniform", chunked=chunked, compile=False),
         optimizer=torch.optim.AdamW,
         tokenizer=byte_tokenizer(),
     )

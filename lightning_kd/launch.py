@@ -1,0 +1,101 @@
+"""The wiring, written once: a composed config → module, data module and trainer.
+
+``run.py``, the tests, the benchmark and the notebooks build through these functions, so each
+runs the objects users get from ``python run.py``. Config stops here: what is built receives
+plain arguments.
+"""
+
+from __future__ import annotations
+
+import lightning as L
+from hydra.utils import instantiate
+from lightning.pytorch.utilities import rank_zero_only
+from omegaconf import DictConfig
+from transformers import PreTrainedTokenizerBase
+
+from lightning_kd.data import TextDataModule
+from lightning_kd.distiller import Distiller
+from lightning_kd.models import load_tokenizer
+from lightning_kd.module import DistillationModule
+from lightning_kd.precision import PrecisionChoice, probe_hardware, resolve_precision
+from lightning_kd.strategies import check_accelerator
+from lightning_kd.summary import TrainTimer
+
+
+def resolve_auto_precision(cfg: DictConfig, announce: bool = True) -> PrecisionChoice:
+    """Replace ``auto`` in ``trainer.precision`` / ``teacher.dtype`` by what the hardware computes
+    fast (see ``lightning_kd.precision``), in ``cfg`` itself, and say so once."""
+    choice = resolve_precision(
+        cfg.trainer.get("precision"),
+        cfg.teacher.get("dtype"),
+        probe_hardware(cfg.trainer.get("accelerator")),
+    )
+    cfg.trainer.precision = choice.precision
+    cfg.teacher.dtype = choice.teacher_dtype
+    if announce and rank_zero_only.rank == 0:
+        print(choice.line(), flush=True)
+    return choice
+
+
+def build_datamodule(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase) -> TextDataModule:
+    """The data module of ``cfg.data``, tokenizing with ``tokenizer``."""
+    return instantiate(cfg.data, tokenizer=tokenizer, _convert_="all")
+
+
+def build_module(
+    cfg: DictConfig, tokenizer: PreTrainedTokenizerBase | None = None
+) -> DistillationModule:
+    """The LightningModule of ``cfg`` (its models are built by ``configure_model``)."""
+    teacher = instantiate(cfg.teacher, _convert_="all")
+    return DistillationModule(
+        teacher=teacher,
+        student=instantiate(cfg.student, _convert_="all"),
+        distill=instantiate(cfg.distill, _convert_="all"),
+        optimizer=instantiate(cfg.optimizer, _convert_="all"),
+        scheduler=instantiate(cfg.scheduler) if cfg.get("scheduler") else None,
+        tokenizer=tokenizer if tokenizer is not None else load_tokenizer(teacher),
+    )
+
+
+def build_distiller(cfg: DictConfig) -> tuple[Distiller, PreTrainedTokenizerBase]:
+    """The plain-PyTorch distiller of ``cfg`` (models built, no Lightning) and the tokenizer.
+
+    ``teacher.dtype`` must be concrete (:func:`resolve_auto_precision`) or ``auto`` (then the
+    teacher takes the dtype this machine computes fast).
+    """
+    teacher = instantiate(cfg.teacher, _convert_="all")
+    tokenizer = load_tokenizer(teacher)
+    distiller = Distiller.from_specs(
+        teacher,
+        instantiate(cfg.student, _convert_="all"),
+        instantiate(cfg.distill, _convert_="all"),
+        tokenizer,
+    )
+    return distiller, tokenizer
+
+
+def build_trainer(cfg: DictConfig) -> tuple[L.Trainer, TrainTimer]:
+    """The Trainer of ``cfg.trainer`` with the configured callbacks and logger, and the timer
+    whose seconds the summary reports."""
+    strategy = cfg.trainer.get("strategy")
+    check_accelerator(
+        strategy.get("_target_") if isinstance(strategy, DictConfig) else strategy,
+        cfg.trainer.get("accelerator"),
+    )
+    timer = TrainTimer()
+    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()] + [timer]
+    logger = instantiate(cfg.logger) if cfg.get("logger") else False
+    return instantiate(cfg.trainer, callbacks=callbacks, logger=logger), timer
+
+
+def build(
+    cfg: DictConfig,
+) -> tuple[DistillationModule, TextDataModule, L.Trainer, TrainTimer]:
+    """Module, data module and trainer from ``cfg`` (the models are built in the trainer).
+
+    ``trainer.precision`` and ``teacher.dtype`` must be concrete (:func:`resolve_auto_precision`).
+    """
+    module = build_module(cfg)
+    datamodule = build_datamodule(cfg, module.tokenizer)
+    trainer, timer = build_trainer(cfg)
+    return module, datamodule, trainer, timer
