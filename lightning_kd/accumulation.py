@@ -36,11 +36,14 @@ class Window:
         values = values.to(torch.float64)
         self.totals = values if self.totals is None else self.totals + values
 
-    def reduced(self, strategy) -> dict[str, Tensor]:
-        """The window's sums over every rank, by term name (``tokens`` included)."""
+    def reduced(self, strategy=None) -> dict[str, Tensor]:
+        """The window's sums over every rank (a Lightning strategy's ``reduce``; this process's
+        alone without one), by term name (``tokens`` included)."""
         if self.totals is None:
             raise RuntimeError("an optimizer step came with no training micro-batch in its window")
-        totals = strategy.reduce(self.totals.clone(), reduce_op="sum")
+        totals = self.totals.clone()
+        if strategy is not None:
+            totals = strategy.reduce(totals, reduce_op="sum")
         return dict(zip(TERMS, totals, strict=True))
 
     @staticmethod
