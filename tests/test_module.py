@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from torch.utils.data import DataLoader
@@ -81,6 +83,31 @@ def test_checkpoint_has_no_teacher_and_resumes(tiny_teacher, corpus, tmp_path) -
     # The teacher is rebuilt from its spec, identical to the one that trained the checkpoint.
     for key, value in resumed.teacher.state_dict().items():
         torch.testing.assert_close(value, module.teacher.state_dict()[key])
+
+
+def test_load_from_checkpoint_rebuilds_the_module_without_the_teacher_in_the_file(
+    tiny_teacher, corpus, tmp_path
+) -> None:
+    """save_hyperparameters keeps the specs as plain data: a checkpoint read with
+    weights_only=True rebuilds the module, its teacher loaded from the spec, its student trained."""
+    module = make_module(tiny_teacher, features="uniform")
+    trainer = make_trainer(tmp_path, max_steps=2)
+    trainer.fit(module, make_datamodule([corpus]))
+    path = tmp_path / "trained.ckpt"
+    trainer.save_checkpoint(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "missing keys" warning for the teacher either
+        loaded = DistillationModule.load_from_checkpoint(path, weights_only=True)
+    assert loaded.distill == module.distill and loaded.student_spec == module.student_spec
+    for role in ("student", "teacher"):
+        want = getattr(module, role).state_dict()
+        for key, value in getattr(loaded, role).state_dict().items():
+            torch.testing.assert_close(value, want[key], msg=f"{role}.{key}")
+    projector = module.distiller.projectors.state_dict()
+    for key, value in loaded.distiller.projectors.state_dict().items():
+        torch.testing.assert_close(value, projector[key])
+    with pytest.raises(ValueError, match="pass optimizer="):
+        loaded.configure_optimizers()
 
 
 def test_checkpoint_missing_student_weights_is_refused(tiny_teacher, corpus, tmp_path) -> None:

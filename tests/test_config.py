@@ -1,0 +1,41 @@
+"""One source for defaults: the composed config is the dataclasses' defaults, and every entry point
+composes it the same way."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra.utils import instantiate
+
+from lightning_kd.config import CONF_DIR, GROUP_TARGETS, compose_config, defaults_node
+from lightning_kd.data import TextDataModule
+from lightning_kd.models import StudentSpec, TeacherSpec, byte_tokenizer
+from lightning_kd.objective import DistillConfig
+
+
+def test_the_cli_defaults_are_the_dataclass_defaults() -> None:
+    cfg = compose_config()
+    assert instantiate(cfg.distill, _convert_="all") == DistillConfig()
+    assert instantiate(cfg.student, _convert_="all") == StudentSpec()
+    assert instantiate(cfg.teacher, _convert_="all") == TeacherSpec()
+    data = instantiate(cfg.data, tokenizer=byte_tokenizer(), _convert_="all")
+    for key, default in defaults_node(TextDataModule).items():
+        if key not in ("_target_", "files", "seed"):  # files: resolved paths; seed: ${seed}
+            assert getattr(data, key) == default, key
+    assert cfg.data.seed == cfg.seed
+
+
+@pytest.mark.parametrize("group", sorted(GROUP_TARGETS))
+def test_no_group_file_restates_a_default(group: str) -> None:
+    """A YAML value equal to the code's default is a second copy that would drift: group files
+    hold only what differs (a teacher's path, a tiny config)."""
+    defaults = defaults_node(GROUP_TARGETS[group])
+    for path in sorted(Path(CONF_DIR, group).glob("*.yaml")):
+        node = yaml.safe_load(path.read_text()) or {}
+        assert "base" in node.get("defaults", []), f"{path.name} must build on {group}/base"
+        restated = [
+            key for key, value in node.items() if key in defaults and defaults[key] == value
+        ]
+        assert not restated, f"conf/{group}/{path.name} restates defaults {restated}"
