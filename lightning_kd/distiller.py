@@ -33,13 +33,13 @@ from lightning_kd.losses.logits import LossSums
 from lightning_kd.models import (
     StudentSpec,
     TeacherSpec,
-    build_student,
     check_vocabularies,
     load_teacher,
     logit_transform,
     student_tokenizer,
 )
 from lightning_kd.objective import DistillConfig
+from lightning_kd.student import build_student
 from lightning_kd.tasks import Heads, MetricSums, make_task
 
 ROLES = ("teacher", "student")

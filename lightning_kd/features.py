@@ -15,7 +15,7 @@ from torch import nn
 
 from lightning_kd.capture import CaptureError, resolve_module
 from lightning_kd.losses.features import get_feature_loss
-from lightning_kd.models import decoder_layers, evenly_spaced
+from lightning_kd.student import decoder_layers, evenly_spaced
 
 UNIFORM = "uniform"
 PROJECTORS = ("linear", "none")

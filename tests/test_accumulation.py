@@ -12,15 +12,11 @@ from lightning.pytorch import Callback
 from torch.utils.data import DataLoader
 
 from lightning_kd.losses import IGNORE_INDEX
-from lightning_kd.models import (
-    StudentSpec,
-    TeacherSpec,
-    byte_tokenizer,
-    is_activation_checkpointing,
-)
+from lightning_kd.models import StudentSpec, TeacherSpec, byte_tokenizer
 from lightning_kd.module import DistillationModule
 from lightning_kd.objective import DistillConfig
 from lightning_kd.optim import decay_groups
+from lightning_kd.student import is_activation_checkpointing
 from tests.conftest import TINY_GPT2, TINY_LLAMA, make_trainer
 
 

@@ -8,7 +8,8 @@ import torch
 from lightning_kd.capture import CaptureError
 from lightning_kd.features import LayerPair, layer_pairs, make_projectors
 from lightning_kd.losses.features import cosine, get_feature_loss, masked_feature_sum, mse
-from lightning_kd.models import StudentSpec, build_student, load_teacher
+from lightning_kd.models import StudentSpec, load_teacher
+from lightning_kd.student import build_student
 
 
 @pytest.fixture

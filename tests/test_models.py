@@ -9,15 +9,13 @@ from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 from lightning_kd.models import (
     StudentSpec,
     TeacherSpec,
-    build_student,
     byte_tokenizer,
     check_vocabularies,
-    decoder_layers,
-    evenly_spaced,
     load_teacher,
     load_tokenizer,
 )
 from lightning_kd.sources import smollm2_gguf
+from lightning_kd.student import build_student, decoder_layers, evenly_spaced
 from tests.conftest import TINY_LLAMA
 
 

@@ -8,8 +8,9 @@ states and head weights are computed *in the forward loop* (as Liger Kernel's ``
 does). Backward then only scales those stored gradients: the head matmul is never recomputed and no
 vocab-sized tensor outlives its chunk.
 
-Every divergence of :mod:`lightning_kd.losses.divergences` works unchanged: the per-chunk gradient
-comes from autograd on the chunk's logits, so a new divergence needs no hand-written gradient.
+Each chunk's numbers come from :mod:`lightning_kd.losses.chunk_terms`: a closed form for forward and
+reverse KL, autograd on the chunk's logits for every other divergence of
+:mod:`lightning_kd.losses.divergences`, so a new divergence needs no hand-written gradient.
 
 Numerics: the head matmuls run in the ambient autocast dtype (bf16 under ``bf16-mixed``) like the
 model's own head would; the softmaxes and divergences run in fp32 (fp64 when the inputs are fp64);
@@ -21,8 +22,6 @@ too).
 
 from __future__ import annotations
 
-import functools
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -30,14 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lightning_kd.losses.divergences import FusedDivergence, TokenDivergence
-from lightning_kd.losses.logits import (
-    LogitObjective,
-    LossSums,
-    math_dtype,
-    scored_next_token,
-    shared_vocab,
-)
+from lightning_kd.losses.chunk_terms import chunk_autograd, chunk_fused
+from lightning_kd.losses.logits import LogitObjective, LossSums, math_dtype, scored_next_token
 
 CHUNK_ELEMENTS = 1 << 23
 """Automatic chunk size: about 8M logits (32 MB in fp32) per model per chunk. Smaller chunks
@@ -81,136 +74,6 @@ def matmul_dtype(reference: Tensor) -> torch.dtype:
     return reference.dtype
 
 
-def _chunk_terms(
-    student_logits: Tensor,
-    teacher_logits: Tensor | None,
-    targets: Tensor,
-    divergence: TokenDivergence,
-    temperature: float,
-) -> tuple[Tensor, Tensor]:
-    """Summed T²-scaled divergence and cross-entropy of one chunk (logits in math dtype).
-
-    Without teacher logits (a CE-only run skips the teacher) the divergence term is 0.
-    """
-    ce = F.cross_entropy(student_logits, targets, reduction="sum")
-    if teacher_logits is None:
-        return torch.zeros_like(ce), ce
-    student_logits, teacher_logits = shared_vocab(student_logits, teacher_logits)
-    student_logp = F.log_softmax(student_logits / temperature, dim=-1)
-    teacher_logp = F.log_softmax(teacher_logits / temperature, dim=-1)
-    kd = divergence(student_logp, teacher_logp).sum() * temperature**2
-    return kd, ce
-
-
-def _chunk_autograd(
-    logits: Tensor, teacher_logits: Tensor | None, targets: Tensor, objective: LogitObjective
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Summed KD and CE of one chunk and the objective's gradient w.r.t. ``logits``, by autograd."""
-    dtype = math_dtype(logits.dtype)
-    if teacher_logits is not None:
-        teacher_logits = teacher_logits.to(dtype)
-    with torch.enable_grad():
-        logits = logits.detach().to(dtype).requires_grad_()
-        kd, ce = _chunk_terms(
-            logits, teacher_logits, targets, objective.divergence, objective.temperature
-        )
-        (grad,) = torch.autograd.grad(objective.combine(kd, ce), logits)
-    return kd.detach(), ce.detach(), grad
-
-
-def _fused_terms(
-    logits: Tensor,
-    teacher_logits: Tensor | None,
-    targets: Tensor,
-    fused: FusedDivergence,
-    temperature: float,
-    kd_weight: float,
-    ce_weight: float,
-) -> tuple[Tensor | None, Tensor, Tensor]:
-    """Per-token divergence, summed CE and the objective's gradient w.r.t. ``logits``.
-
-    Pure tensor code (what ``distill.compile`` hands to ``torch.compile``): logits come in the
-    matmul dtype, the math runs in fp32 (fp64 for fp64 inputs), the gradient goes back out in
-    the logits' dtype. CE's gradient is softmax − one-hot; the divergence's is w.r.t. the logits
-    at temperature T, so the chain rule adds 1/T and the T² scale leaves a factor T. At T = 1 the
-    student's log-sum-exp is shared by both terms.
-    """
-    student = logits.to(math_dtype(logits.dtype))
-    lse = torch.logsumexp(student, dim=-1, keepdim=True)
-    ce = (lse.squeeze(-1) - student.gather(1, targets.unsqueeze(1)).squeeze(-1)).sum()
-    grad = (student - lse).exp() * ce_weight
-    grad = grad.scatter_add(1, targets.unsqueeze(1), grad.new_full((len(targets), 1), -ce_weight))
-    if teacher_logits is None:
-        return None, ce, grad.to(logits.dtype)
-    shared, teacher = shared_vocab(student, teacher_logits.to(student.dtype))
-    vocab = shared.shape[-1]
-    if temperature != 1.0:
-        shared, teacher = shared / temperature, teacher / temperature
-    same = temperature == 1.0 and vocab == logits.shape[-1]
-    student_lse = lse if same else torch.logsumexp(shared, dim=-1, keepdim=True)
-    teacher_lse = torch.logsumexp(teacher, dim=-1, keepdim=True)
-    value, divergence_grad = fused(shared, teacher, student_lse, teacher_lse)
-    grad[:, :vocab] += (kd_weight * temperature) * divergence_grad
-    return value, ce, grad.to(logits.dtype)
-
-
-@functools.cache
-def _compiled_fused_terms() -> Callable:
-    """:func:`_fused_terms` through ``torch.compile``: one fused kernel instead of a dozen passes
-    over each vocab-sized chunk. Compiled once per process (≈15 s on a CPU), for any shape."""
-    return torch.compile(_fused_terms, dynamic=True)
-
-
-def _compiled_or_eager(args: tuple) -> tuple[Tensor | None, Tensor, Tensor]:
-    """The compiled terms, or, if compiling fails here (no C++ compiler, an unsupported
-    backend), the eager ones from then on, with one warning."""
-    global _COMPILE_FAILED
-    if not _COMPILE_FAILED:
-        try:
-            return _compiled_fused_terms()(*args)
-        except Exception as error:  # compile errors come in many types; eager re-raises real ones
-            _COMPILE_FAILED = True
-            warnings.warn(
-                f"distill.compile: torch.compile failed ({type(error).__name__}: "
-                f"{str(error).splitlines()[0][:200]}); the chunked loss runs eagerly",
-                stacklevel=2,
-            )
-    return _fused_terms(*args)
-
-
-_COMPILE_FAILED = False
-
-
-def _chunk_fused(
-    logits: Tensor,
-    teacher_logits: Tensor | None,
-    targets: Tensor,
-    objective: LogitObjective,
-    compile: bool = False,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """As :func:`_chunk_autograd`, from log-sum-exps and the divergence's closed form.
-
-    Logits that are not finite (−inf for masked vocabulary entries) take the autograd route,
-    which handles 0 · log 0 exactly.
-    """
-    temperature = objective.temperature
-    args = (
-        logits,
-        teacher_logits,
-        targets,
-        objective.divergence.fused,
-        temperature,
-        objective.kd_weight,
-        objective.ce_weight,
-    )
-    value, ce, grad = _compiled_or_eager(args) if compile else _fused_terms(*args)
-    finite = bool(torch.isfinite(ce)) and (value is None or bool(torch.isfinite(value).all()))
-    if not finite:
-        return _chunk_autograd(logits, teacher_logits, targets, objective)
-    kd = torch.zeros_like(ce) if value is None else value.sum() * temperature**2
-    return kd, ce, grad
-
-
 @dataclass(frozen=True)
 class ChunkedLoss:
     """How the chunked loss runs: the objective, the chunk length, whether to compile."""
@@ -220,6 +83,36 @@ class ChunkedLoss:
     """Scored tokens per chunk."""
     compile: bool = False
     """Run the fused chunk math through ``torch.compile``."""
+
+
+def _chunk_gradient(
+    hidden: Tensor,
+    teacher_hidden: Tensor | None,
+    targets: Tensor,
+    head: OutputHead,
+    teacher_head: OutputHead | None,
+    options: ChunkedLoss,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """One chunk's KD and CE sums and the objective's gradient w.r.t. its raw student logits
+    (``hidden`` and the heads already in the matmul dtype)."""
+    dtype = hidden.dtype
+    with torch.no_grad():
+        logits = head.logits(hidden, dtype)
+        teacher_logits = None
+        if teacher_head is not None:
+            teacher_logits = teacher_head.logits(teacher_hidden, dtype)
+    # A copy, not a view: a view's base size would make torch.compile specialise on it.
+    targets = targets.clone()
+    objective = options.objective
+    if getattr(objective.divergence, "fused", None) is not None and head.transform is None:
+        kd, ce, grad = chunk_fused(logits, teacher_logits, targets, objective, options.compile)
+    else:
+        kd, ce, grad = chunk_autograd(logits, teacher_logits, targets, objective)
+    if head.transform is not None:  # chain through soft-capping/scaling to the raw logits
+        with torch.enable_grad():
+            raw = F.linear(hidden, head.weight, head.bias).requires_grad_()
+            (grad,) = torch.autograd.grad(head.transform(raw), raw, grad)
+    return kd, ce, grad.to(dtype)
 
 
 class _ChunkedDistillation(torch.autograd.Function):
@@ -242,7 +135,7 @@ class _ChunkedDistillation(torch.autograd.Function):
         dtype = matmul_dtype(student_hidden)
         accumulate = math_dtype(student_weight.dtype)
         head = heads[0].cast(dtype)
-        weight, bias = head.weight, head.bias
+        weight = head.weight
         teacher_head = heads[1].cast(dtype) if teacher_hidden is not None else None
         grad_hidden = torch.zeros_like(student_hidden)
         # A frozen head (student.freeze_embeddings) needs no weight gradient: skipping it saves
@@ -257,30 +150,13 @@ class _ChunkedDistillation(torch.autograd.Function):
         )
         kd_total = torch.zeros((), dtype=accumulate, device=student_hidden.device)
         ce_total = torch.zeros_like(kd_total)
-        fused = getattr(objective.divergence, "fused", None) is not None and head.transform is None
         for start in range(0, student_hidden.shape[0], options.chunk_size):
             stop = start + options.chunk_size
             hidden = student_hidden[start:stop].detach().to(dtype)
-            with torch.no_grad():
-                logits = head.logits(hidden, dtype)
-                teacher_logits = None
-                if teacher_head is not None:
-                    teacher_logits = teacher_head.logits(teacher_hidden[start:stop], dtype)
-            # A copy, not a view: a view's base size would make torch.compile specialise on it.
-            chunk_targets = targets[start:stop].clone()
-            if fused:
-                kd, ce, grad_logits = _chunk_fused(
-                    logits, teacher_logits, chunk_targets, objective, options.compile
-                )
-            else:
-                kd, ce, grad_logits = _chunk_autograd(
-                    logits, teacher_logits, chunk_targets, objective
-                )
-            if head.transform is not None:  # chain through soft-capping/scaling to the raw logits
-                with torch.enable_grad():
-                    raw = F.linear(hidden, weight, bias).requires_grad_()
-                    (grad_logits,) = torch.autograd.grad(head.transform(raw), raw, grad_logits)
-            grad_logits = grad_logits.to(dtype)
+            teacher_chunk = None if teacher_head is None else teacher_hidden[start:stop]
+            kd, ce, grad_logits = _chunk_gradient(
+                hidden, teacher_chunk, targets[start:stop], head, teacher_head, options
+            )
             grad_hidden[start:stop] = grad_logits @ weight
             if grad_weight is not None:
                 grad_weight.addmm_(grad_logits.T, hidden)

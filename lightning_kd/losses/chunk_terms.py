@@ -1,0 +1,153 @@
+"""One chunk's logit terms and their gradient w.r.t. the student's logits.
+
+:mod:`lightning_kd.losses.chunked` cuts the scored tokens into chunks and owns the gradient
+bookkeeping; this module supplies each chunk's numbers, by one of two routes:
+
+- **fused**: a divergence with a closed-form gradient (forward and reverse KL) computes value and
+  gradient from log-sum-exps in a few passes over the chunk, optionally through ``torch.compile``;
+- **autograd**: any other divergence (or a chunk with −inf logits) is differentiated by autograd on
+  the chunk's logits, so a new divergence needs no hand-written gradient.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from lightning_kd.losses.divergences import FusedDivergence, TokenDivergence
+from lightning_kd.losses.logits import LogitObjective, math_dtype, shared_vocab
+
+
+def _chunk_terms(
+    student_logits: Tensor,
+    teacher_logits: Tensor | None,
+    targets: Tensor,
+    divergence: TokenDivergence,
+    temperature: float,
+) -> tuple[Tensor, Tensor]:
+    """Summed T²-scaled divergence and cross-entropy of one chunk (logits in math dtype).
+
+    Without teacher logits (a CE-only run skips the teacher) the divergence term is 0.
+    """
+    ce = F.cross_entropy(student_logits, targets, reduction="sum")
+    if teacher_logits is None:
+        return torch.zeros_like(ce), ce
+    student_logits, teacher_logits = shared_vocab(student_logits, teacher_logits)
+    student_logp = F.log_softmax(student_logits / temperature, dim=-1)
+    teacher_logp = F.log_softmax(teacher_logits / temperature, dim=-1)
+    kd = divergence(student_logp, teacher_logp).sum() * temperature**2
+    return kd, ce
+
+
+def chunk_autograd(
+    logits: Tensor, teacher_logits: Tensor | None, targets: Tensor, objective: LogitObjective
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Summed KD and CE of one chunk and the objective's gradient w.r.t. ``logits``, by autograd."""
+    dtype = math_dtype(logits.dtype)
+    if teacher_logits is not None:
+        teacher_logits = teacher_logits.to(dtype)
+    with torch.enable_grad():
+        logits = logits.detach().to(dtype).requires_grad_()
+        kd, ce = _chunk_terms(
+            logits, teacher_logits, targets, objective.divergence, objective.temperature
+        )
+        (grad,) = torch.autograd.grad(objective.combine(kd, ce), logits)
+    return kd.detach(), ce.detach(), grad
+
+
+def _fused_terms(
+    logits: Tensor,
+    teacher_logits: Tensor | None,
+    targets: Tensor,
+    fused: FusedDivergence,
+    temperature: float,
+    kd_weight: float,
+    ce_weight: float,
+) -> tuple[Tensor | None, Tensor, Tensor]:
+    """Per-token divergence, summed CE and the objective's gradient w.r.t. ``logits``.
+
+    Pure tensor code (what ``distill.compile`` hands to ``torch.compile``): logits come in the
+    matmul dtype, the math runs in fp32 (fp64 for fp64 inputs), the gradient goes back out in
+    the logits' dtype. CE's gradient is softmax − one-hot; the divergence's is w.r.t. the logits
+    at temperature T, so the chain rule adds 1/T and the T² scale leaves a factor T. At T = 1 the
+    student's log-sum-exp is shared by both terms.
+    """
+    student = logits.to(math_dtype(logits.dtype))
+    lse = torch.logsumexp(student, dim=-1, keepdim=True)
+    ce = (lse.squeeze(-1) - student.gather(1, targets.unsqueeze(1)).squeeze(-1)).sum()
+    grad = (student - lse).exp() * ce_weight
+    grad = grad.scatter_add(1, targets.unsqueeze(1), grad.new_full((len(targets), 1), -ce_weight))
+    if teacher_logits is None:
+        return None, ce, grad.to(logits.dtype)
+    shared, teacher = shared_vocab(student, teacher_logits.to(student.dtype))
+    vocab = shared.shape[-1]
+    if temperature != 1.0:
+        shared, teacher = shared / temperature, teacher / temperature
+    same = temperature == 1.0 and vocab == logits.shape[-1]
+    student_lse = lse if same else torch.logsumexp(shared, dim=-1, keepdim=True)
+    teacher_lse = torch.logsumexp(teacher, dim=-1, keepdim=True)
+    value, divergence_grad = fused(shared, teacher, student_lse, teacher_lse)
+    grad[:, :vocab] += (kd_weight * temperature) * divergence_grad
+    return value, ce, grad.to(logits.dtype)
+
+
+@functools.cache
+def _compiled_fused_terms() -> Callable:
+    """:func:`_fused_terms` through ``torch.compile``: one fused kernel instead of a dozen passes
+    over each vocab-sized chunk. Compiled once per process (≈15 s on a CPU), for any shape."""
+    return torch.compile(_fused_terms, dynamic=True)
+
+
+def _compiled_or_eager(args: tuple) -> tuple[Tensor | None, Tensor, Tensor]:
+    """The compiled terms, or, if compiling fails here (no C++ compiler, an unsupported
+    backend), the eager ones from then on, with one warning."""
+    global _COMPILE_FAILED
+    if not _COMPILE_FAILED:
+        try:
+            return _compiled_fused_terms()(*args)
+        except Exception as error:  # compile errors come in many types; eager re-raises real ones
+            _COMPILE_FAILED = True
+            warnings.warn(
+                f"distill.compile: torch.compile failed ({type(error).__name__}: "
+                f"{str(error).splitlines()[0][:200]}); the chunked loss runs eagerly",
+                stacklevel=2,
+            )
+    return _fused_terms(*args)
+
+
+_COMPILE_FAILED = False
+
+
+def chunk_fused(
+    logits: Tensor,
+    teacher_logits: Tensor | None,
+    targets: Tensor,
+    objective: LogitObjective,
+    compile: bool = False,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """As :func:`chunk_autograd`, from log-sum-exps and the divergence's closed form.
+
+    Logits that are not finite (−inf for masked vocabulary entries) take the autograd route,
+    which handles 0 · log 0 exactly.
+    """
+    temperature = objective.temperature
+    args = (
+        logits,
+        teacher_logits,
+        targets,
+        objective.divergence.fused,
+        temperature,
+        objective.kd_weight,
+        objective.ce_weight,
+    )
+    value, ce, grad = _compiled_or_eager(args) if compile else _fused_terms(*args)
+    finite = bool(torch.isfinite(ce)) and (value is None or bool(torch.isfinite(value).all()))
+    if not finite:
+        return chunk_autograd(logits, teacher_logits, targets, objective)
+    kd = torch.zeros_like(ce) if value is None else value.sum() * temperature**2
+    return kd, ce, grad
