@@ -15,7 +15,6 @@ micro-batch, in the last partial window too, and across ranks.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from typing import Any
@@ -23,13 +22,13 @@ from typing import Any
 import torch
 from lightning.pytorch import LightningModule
 from lightning.pytorch.utilities import rank_zero_only
-from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from torch import Tensor, nn
 from torch.optim import Optimizer
 from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.accumulation import Window
 from lightning_kd.capture import ModuleCapture, capture_step
+from lightning_kd.compat import silence_eval_mode_warning
 from lightning_kd.features import LayerPair, layer_pairs, make_projectors
 from lightning_kd.finite import check_finite_loss
 from lightning_kd.losses.chunked import (
@@ -334,11 +333,7 @@ class DistillationModule(LightningModule):
         # modules are meant to be; a warning naming exactly that many would only be noise, while
         # any other count (a student module left in eval) still warns.
         count = sum(1 for _ in self.teacher.modules())
-        warnings.filterwarnings(
-            "ignore",
-            message=rf"Found {count} module\(s\) in eval mode at the start of training",
-            category=PossibleUserWarning,
-        )
+        silence_eval_mode_warning(self.trainer, count)
         self.window.reset()
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
