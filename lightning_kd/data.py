@@ -28,6 +28,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, RandomSampler
 from transformers import PreTrainedTokenizerBase
 
+from lightning_kd.compat import resumed_batches_in_epoch
 from lightning_kd.losses.logits import IGNORE_INDEX
 from lightning_kd.reading import (
     FORMATS,
@@ -259,9 +260,9 @@ class TextDataModule(LightningDataModule):
         knows what was trained, whatever the data fetcher had prefetched when it was saved.
         """
         trainer = self.trainer
-        if trainer is None or not trainer.fit_loop.restarting:
+        if trainer is None:
             return 0
-        done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        done = resumed_batches_in_epoch(trainer)
         return 0 if done >= trainer.num_training_batches else done
 
     def val_dataloader(self) -> DataLoader:

@@ -1,48 +1,22 @@
 """Token-weighted validation metrics that reduce correctly across ranks.
 
-Each metric keeps a sum and a token count as ``dist_reduce_fx="sum"`` states, so the value over
-several ranks is Σ sums / Σ counts — the token mean of the whole validation set, not a mean of
-per-rank (or per-batch) means.
+Each metric is a pair of torchmetrics ``SumMetric`` s, a sum and a token count, both reduced by
+summing, so the value over several ranks is Σ sums / Σ counts — the token mean of the whole
+validation set, not a mean of per-rank (or per-batch) means. (``MeanMetric`` with weights would
+need the per-batch mean as its input, dividing by zero for a batch with no scored tokens.)
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
-from torchmetrics import Metric
+from torchmetrics.aggregation import SumMetric
 
 
-class TokenMean(Metric):
-    """Mean of a per-token quantity over all tokens seen (on every rank)."""
-
-    full_state_update = False
-    higher_is_better: bool | None = None
-
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.add_state(
-            "total", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum"
-        )
-        self.add_state("count", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
-
-    def update(self, total: Tensor, count: Tensor | int) -> None:
-        """Add a sum over ``count`` tokens."""
-        # Out of place: states reset under ``trainer.validate``'s inference mode are inference
-        # tensors, which refuse in-place updates during ``fit``'s (no_grad) validation.
-        self.total = self.total + total.detach().to(torch.float64)
-        self.count = self.count + count
-
-    def compute(self) -> Tensor:
-        return (self.total / self.count.clamp(min=1)).float()
-
-
-class Perplexity(TokenMean):
-    """exp of the token-mean negative log-likelihood."""
-
-    higher_is_better = False
-
-    def compute(self) -> Tensor:
-        return super().compute().exp()
+def fp64_sum() -> SumMetric:
+    """A ``SumMetric`` that adds in fp64 and keeps NaN/inf, so a non-finite loss shows up as a
+    non-finite metric rather than being dropped (torchmetrics' default, with a warning)."""
+    return SumMetric(nan_strategy="disable").set_dtype(torch.float64)
 
 
 class ValidationMetrics(nn.Module):
@@ -62,20 +36,29 @@ class ValidationMetrics(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.metrics = nn.ModuleDict(
-            {name: Perplexity() if name.endswith("ppl") else TokenMean() for name in self.NAMES}
-        )
+        self.sums = nn.ModuleDict({name: fp64_sum() for name in self.NAMES})
+        self.counts = nn.ModuleDict({name: fp64_sum() for name in self.NAMES})
 
     def update(self, name: str, total: Tensor, count: Tensor | int) -> None:
-        self.metrics[name].update(total, count)
+        """Add ``total``, a sum over ``count`` tokens (or examples), to metric ``name``."""
+        self.sums[name].update(total.detach())
+        self.counts[name].update(count)
 
     def compute(self) -> dict[str, Tensor]:
-        return {
-            f"val/{name}": metric.compute()
-            for name, metric in self.metrics.items()
-            if metric.update_called
-        }
+        """Each updated metric's token mean over all ranks (``exp`` of it for perplexities)."""
+        results = {}
+        for name in self.NAMES:
+            if not self.sums[name].update_called:
+                continue
+            mean = (self.sums[name].compute() / self.counts[name].compute().clamp(min=1)).float()
+            results[f"val/{name}"] = mean.exp() if name.endswith("ppl") else mean
+        return results
 
     def reset(self) -> None:
-        for metric in self.metrics.values():
-            metric.reset()
+        """Zero every metric for the next validation."""
+        # Outside inference mode: states reset under ``trainer.validate``'s inference mode would
+        # be inference tensors, which refuse the in-place updates of ``fit``'s (no_grad)
+        # validation.
+        with torch.inference_mode(False):
+            for metric in [*self.sums.values(), *self.counts.values()]:
+                metric.reset()

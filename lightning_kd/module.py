@@ -17,18 +17,17 @@ The distiller owns the models and the step's math; this module adds what Lightni
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Callable
 from typing import Any
 
 from lightning.pytorch import LightningModule
 from lightning.pytorch.utilities import rank_zero_only
-from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from torch import Tensor, nn
 from torch.optim import Optimizer
 from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.accumulation import Window
+from lightning_kd.compat import silence_eval_mode_warning
 from lightning_kd.config import plain_data
 from lightning_kd.distiller import Distiller
 from lightning_kd.finite import check_finite_loss
@@ -133,11 +132,7 @@ class DistillationModule(LightningModule):
         # modules are meant to be; a warning naming exactly that many would only be noise, while
         # any other count (a student module left in eval) still warns.
         count = sum(1 for _ in self.teacher.modules())
-        warnings.filterwarnings(
-            "ignore",
-            message=rf"Found {count} module\(s\) in eval mode at the start of training",
-            category=PossibleUserWarning,
-        )
+        silence_eval_mode_warning(self.trainer, count)
         self.window.reset()
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:

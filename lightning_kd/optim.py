@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
+from transformers import get_cosine_with_min_lr_schedule_with_warmup
 
 
 def warmup_cosine(
@@ -16,25 +16,33 @@ def warmup_cosine(
     warmup_fraction: float = 0.05,
     final_lr_fraction: float = 0.1,
 ) -> LambdaLR:
-    """Linear warmup over ``warmup_fraction`` of the steps, then cosine decay.
+    """Linear warmup over ``warmup_fraction`` of the steps, then cosine decay to
+    ``final_lr_fraction`` of the peak (transformers' cosine schedule with a floor).
 
-    The rate ends at ``final_lr_fraction`` of its peak.
+    ``total_steps`` counts optimizer steps (Lightning's ``estimated_stepping_batches``). Two
+    edges differ from transformers, as they always did here:
 
-    ``total_steps`` counts optimizer steps (Lightning's ``estimated_stepping_batches``).
+    - warmup step ``s`` (from 0) trains at ``(s + 1) / warmup`` of the peak, not ``s / warmup``:
+      no step trains at 0 (a 1-step run, whose warmup ``max(1, …)`` is that step, would train
+      nothing). The peak is reached at the last warmup step and held one more step.
+    - steps past ``total_steps`` (Lightning's estimate can fall a step short when each epoch's
+      last, partial accumulation window also steps) stay at ``final_lr_fraction``; transformers'
+      cosine would rise again.
     """
     if not 0.0 <= warmup_fraction < 1.0:
         raise ValueError(f"scheduler.warmup_fraction={warmup_fraction} must lie in [0, 1)")
     warmup = max(1, round(warmup_fraction * total_steps)) if warmup_fraction > 0 else 0
-
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
-        return final_lr_fraction + (1 - final_lr_fraction) * 0.5 * (
-            1 + math.cos(math.pi * progress)
-        )
-
-    return LambdaLR(optimizer, factor)
+    # transformers hands out its factor only inside a LambdaLR (one per parameter group, all
+    # alike): take it from there.
+    factor = get_cosine_with_min_lr_schedule_with_warmup(
+        optimizer,
+        num_warmup_steps=warmup,
+        num_training_steps=total_steps,
+        min_lr_rate=final_lr_fraction,
+    ).lr_lambdas[0]
+    # Where the cosine reaches its floor (one step after a warmup as long as the run).
+    end = max(total_steps, warmup + 1)
+    return LambdaLR(optimizer, lambda step: factor(step + 1 if step < warmup else min(step, end)))
 
 
 def decay_groups(params: Iterable[nn.Parameter]) -> list[dict]:

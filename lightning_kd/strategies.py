@@ -24,9 +24,11 @@ import functools
 from typing import Any
 
 import torch
-from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy, FSDPStrategy
+from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy
 from torch import nn
 from transformers.modeling_layers import GradientCheckpointingLayer
+
+from lightning_kd.compat import FSDPStrategyWithWrapHook
 
 GPU_ONLY = {"fsdp": "FSDPStrategy", "deepspeed": "DeepSpeedStrategy"}
 
@@ -63,18 +65,18 @@ def ddp(**kwargs: Any):
     return DDPStrategy(**{"find_unused_parameters": False, **kwargs})
 
 
-class DistillationFSDPStrategy(FSDPStrategy):
+class DistillationFSDPStrategy(FSDPStrategyWithWrapHook):
     """Lightning's FSDPStrategy, told at wrap time which parameters to leave unsharded.
 
     The models exist only once ``configure_model`` has run, after the strategy was built: this
     asks the module's distiller (``unsharded_parameters()``) just before FSDP wraps it.
     """
 
-    def _setup_model(self, model: nn.Module) -> nn.Module:
+    def before_wrap(self, model: nn.Module) -> None:
+        """Hand the distiller's ``unsharded_parameters()`` to FSDP as ``ignored_states``."""
         unsharded = getattr(getattr(model, "distiller", None), "unsharded_parameters", None)
         if unsharded is not None and "ignored_states" not in self.kwargs:
             self.kwargs["ignored_states"] = list(unsharded())
-        return super()._setup_model(model)
 
 
 def fsdp(activation_checkpointing: bool = False, **kwargs: Any) -> DistillationFSDPStrategy:

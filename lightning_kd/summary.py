@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 
+from lightning.fabric.utilities.throughput import Throughput
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 ROWS = (
@@ -18,19 +19,51 @@ ROWS = (
 
 
 class TrainTimer(Callback):
-    """Wall time spent in training batches (validation and checkpointing excluded)."""
+    """Wall time spent in training batches (validation, data loading and checkpoint writes
+    excluded), for the summary's tokens/s; and on that clock, the throughput logged as
+    ``throughput/…`` (Lightning's ``Throughput``: batches, samples and tokens per second, per
+    device and, on several devices, in all, over the last ``window`` batches).
 
-    def __init__(self) -> None:
+    Not Lightning's ``ThroughputMonitor``: its clock runs from the start of training minus
+    validation, so it counts data loading and checkpoint writes, and reading it back needs its
+    private state; it logs validation throughput at a step that counts validation batches (rows
+    at meaningless steps in the one ``metrics.csv`` a resumed run appends to, dropping rows by
+    step); and it warns on every run unless the module defines ``flops_per_batch``.
+    """
+
+    def __init__(self, window: int = 10) -> None:
         self.seconds = 0.0
+        self.window = window
+        self.throughput = Throughput(window_size=window)
         self._start: float | None = None
+        self._batches = self._samples = self._tokens = 0
+
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.throughput = Throughput(world_size=trainer.world_size, window_size=self.window)
 
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, *args) -> None:
         self._start = time.perf_counter()
 
-    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args) -> None:
-        if self._start is not None:
-            self.seconds += time.perf_counter() - self._start
-            self._start = None
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int
+    ) -> None:
+        if self._start is None:
+            return
+        self.seconds += time.perf_counter() - self._start
+        self._start = None
+        self._batches += 1
+        self._samples += len(batch["input_ids"])
+        self._tokens += int(batch["attention_mask"].sum())
+        self.throughput.update(
+            time=self.seconds, batches=self._batches, samples=self._samples, lengths=self._tokens
+        )
+        rates = {
+            f"throughput/{name.replace('items', 'tokens')}": value
+            for name, value in self.throughput.compute().items()
+            if name.endswith("_per_sec")
+        }
+        if rates:  # once ``window`` batches have run
+            pl_module.log_dict(rates, on_step=True, on_epoch=False)
 
 
 @dataclass

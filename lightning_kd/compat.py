@@ -1,0 +1,78 @@
+"""Every use of Lightning's private API, in one place.
+
+Lightning offers no public way to do these three things, and each is private API that can change
+in any release. ``tests/test_compat.py`` checks each one against the installed Lightning and
+fails naming what moved; fix it here, and nothing else needs to change.
+
+- :class:`FSDPStrategyWithWrapHook`: a hook just before FSDP wraps the LightningModule
+  (``FSDPStrategy._setup_model``), when the models exist (``configure_model`` has run).
+- :func:`resumed_batches_in_epoch`: the batches of the current epoch a resumed fit has trained
+  on (``fit_loop.restarting``, ``fit_loop.epoch_loop.batch_progress``).
+- :func:`silence_eval_mode_warning`: drop the start-of-training warning about modules in eval
+  mode when it counts exactly the frozen teacher's (``_FitLoop._warn_if_modules_in_eval_mode``).
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Callable
+
+from lightning.pytorch import Trainer
+from lightning.pytorch.strategies import FSDPStrategy
+from lightning.pytorch.utilities.warnings import PossibleUserWarning
+from torch import nn
+
+EVAL_MODE_CHECK = "_warn_if_modules_in_eval_mode"
+"""The fit loop's method that warns, once per ``fit``, about modules in eval mode."""
+
+EVAL_MODE_WARNING = "Found {count} module(s) in eval mode at the start of training"
+"""The start of that warning's text (a ``PossibleUserWarning``)."""
+
+
+class FSDPStrategyWithWrapHook(FSDPStrategy):
+    """Lightning's ``FSDPStrategy`` with a public hook, :meth:`before_wrap`, run on the
+    LightningModule just before FSDP wraps it."""
+
+    def before_wrap(self, model: nn.Module) -> None:
+        """Override: the models exist now, and ``self.kwargs`` still reaches FSDP."""
+
+    def _setup_model(self, model: nn.Module) -> nn.Module:
+        # Private: the one place FSDPStrategy builds FSDP from ``self.kwargs``, after
+        # ``configure_model`` (the strategy is built before the models exist).
+        self.before_wrap(model)
+        return super()._setup_model(model)
+
+
+def resumed_batches_in_epoch(trainer: Trainer) -> int:
+    """Training batches of the current epoch that a fit resumed from a checkpoint has already
+    processed (restored from the checkpoint's loop state); 0 unless the fit loop is restarting."""
+    loop = trainer.fit_loop
+    if not loop.restarting:
+        return 0
+    return loop.epoch_loop.batch_progress.current.processed
+
+
+def silence_eval_mode_warning(trainer: Trainer, count: int) -> None:
+    """Drop Lightning's "Found N module(s) in eval mode at the start of training" warning in
+    this trainer's next ``fit`` when N is ``count``; any other count still warns.
+
+    Call it from ``on_fit_start`` (the check runs after it, as training starts). Lightning has no
+    switch for the check, so this wraps the check on this trainer's fit loop alone and filters
+    only while it runs. Should the check move, it falls back to a process-wide filter on the
+    same text.
+    """
+    message = re.escape(EVAL_MODE_WARNING.format(count=count))
+    loop = trainer.fit_loop
+    loop.__dict__.pop(EVAL_MODE_CHECK, None)  # a second fit on this trainer: unwrap first
+    check: Callable[[], None] | None = getattr(loop, EVAL_MODE_CHECK, None)
+    if check is None:
+        warnings.filterwarnings("ignore", message=message, category=PossibleUserWarning)
+        return
+
+    def filtered_check() -> None:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=message, category=PossibleUserWarning)
+            check()
+
+    setattr(loop, EVAL_MODE_CHECK, filtered_check)
