@@ -24,7 +24,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
 from lightning_kd.checkpoints import resolve_ckpt_path
-from lightning_kd.checks import check_config
+from lightning_kd.checks import check_config, logger_configs
 from lightning_kd.finite import check_finite_model, strict_json
 from lightning_kd.models import load_tokenizer
 from lightning_kd.module import DistillationModule
@@ -81,7 +81,8 @@ def build(
     )
     timer = TrainTimer()
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()] + [timer]
-    logger = instantiate(cfg.logger) if cfg.get("logger") else False
+    # The logger group's {name: config} (logger=[csv,tensorboard] for two); none with ~logger.
+    logger = [instantiate(c) for c in logger_configs(cfg).values()] or False
     trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=logger)
     return module, datamodule, trainer, timer
 
