@@ -3,6 +3,8 @@
 A bad value found here costs a second; found by the run, it costs a model load, or a whole run
 that trains on NaN. Each rule names its key, its allowed range and an example value, and
 :func:`check_config` reports every bad key at once, each with the value it got and the fix.
+A few choices that would otherwise fail only after the models load are checked here too: a
+logger whose package is not installed, a callback that needs a logger when there is none.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from importlib.util import find_spec
 from typing import Any
 
 _ABSENT = object()
@@ -159,6 +162,60 @@ def config_errors(cfg: Mapping) -> list[str]:
         fix = f"; e.g. {key}={rule.example}" if rule.example else ""
         errors.append(f"{key}={value!r}: must be {rule.describe()}{fix}")
     errors += _list_errors(cfg) + _device_errors(cfg) + _encoder_errors(cfg)
+    return errors + _logger_errors(cfg)
+
+
+LOGGER_PACKAGES: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "TensorBoardLogger": ("tensorboard", ("tensorboard", "tensorboardX"), "tensorboard"),
+    "MLFlowLogger": ("mlflow", ("mlflow",), "mlflow"),
+    "WandbLogger": ("wandb", ("wandb",), "wandb"),
+}
+"""Lightning logger class -> (its ``logger=`` option, modules any one of which it runs on, the
+pip package to install). Lightning itself would say so only once the models are built."""
+
+NEEDS_LOGGER = ("LearningRateMonitor", "DeviceStatsMonitor")
+"""Callbacks that Lightning refuses to run without a logger."""
+
+
+def _class_name(node: Any) -> str:
+    target = node.get("_target_") if isinstance(node, Mapping) else None
+    return str(target).rsplit(".", 1)[-1] if target else ""
+
+
+def logger_configs(cfg: Mapping) -> dict[str, Any]:
+    """``cfg.logger`` as ``{name: logger config}``: the logger group's form, or one config with
+    its own ``_target_``; empty without a logger (``~logger``)."""
+    logger = lookup(cfg, "logger")
+    if not isinstance(logger, Mapping):
+        return {}
+    if "_target_" in logger:
+        return {"logger": logger}
+    return {name: node for name, node in logger.items() if isinstance(node, Mapping)}
+
+
+def _logger_errors(cfg: Mapping) -> list[str]:
+    loggers = logger_configs(cfg)
+    if not loggers:
+        callbacks = lookup(cfg, "callbacks")
+        names = [
+            name
+            for name, node in (callbacks.items() if isinstance(callbacks, Mapping) else ())
+            if _class_name(node) in NEEDS_LOGGER
+        ]
+        removals = " ".join(f"'~callbacks.{name}'" for name in names)
+        return [
+            f"no logger, but callbacks.{name} ({_class_name(callbacks[name])}) logs to one: "
+            f"keep a logger (e.g. logger=csv) or also remove the callback: ~logger {removals}"
+            for name in names
+        ]
+    errors = []
+    for name, node in loggers.items():
+        option, modules, package = LOGGER_PACKAGES.get(_class_name(node), (name, (), ""))
+        if modules and not any(find_spec(module) for module in modules):
+            errors.append(
+                f"logger={option} ({node['_target_']}) needs the {package} package, which is "
+                f"not installed: pip install {package} (or choose another logger, e.g. logger=csv)"
+            )
     return errors
 
 

@@ -13,6 +13,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
 from transformers import PreTrainedTokenizerBase
 
+from lightning_kd.checks import logger_configs
 from lightning_kd.data import TextDataModule
 from lightning_kd.distiller import Distiller
 from lightning_kd.models import load_tokenizer
@@ -84,7 +85,8 @@ def build_trainer(cfg: DictConfig) -> tuple[L.Trainer, TrainTimer]:
     )
     timer = TrainTimer()
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()] + [timer]
-    logger = instantiate(cfg.logger) if cfg.get("logger") else False
+    # The logger group's {name: config} (logger=[csv,tensorboard] for two); none with ~logger.
+    logger = [instantiate(c) for c in logger_configs(cfg).values()] or False
     return instantiate(cfg.trainer, callbacks=callbacks, logger=logger), timer
 
 
