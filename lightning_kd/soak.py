@@ -20,17 +20,10 @@ from pathlib import Path
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
+from lightning_kd.measure import rss_mb
+
 REPORT = "soak.json"
 MAX_GROWTH = 0.01
-
-
-def rss_mb() -> float:
-    """This process's resident set size now (not its peak), in MB."""
-    with open("/proc/self/status") as handle:
-        for line in handle:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS in /proc/self/status (the soak needs Linux)")
 
 
 def live_tensors() -> int:

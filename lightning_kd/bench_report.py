@@ -1,0 +1,93 @@
+"""The benchmark's report: ratios against the floor, the markdown table and the loss-memory plot,
+from the rows :mod:`lightning_kd.bench_scenarios` measured."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+
+def summarise(scenarios: dict[str, dict], losses: list[dict], args: argparse.Namespace) -> dict:
+    """``bench.json``: each scenario against the floor and against (student step + teacher
+    forward), and the chunked loss's memory against the full-logit one at the most tokens."""
+    floor, teacher, ours = scenarios["floor"], scenarios["teacher"], scenarios["lightning_kd"]
+    parts = floor["step_s"] + teacher["step_s"]
+    most = max(row["tokens"] for row in losses)
+    full_most = next(r for r in losses if r["tokens"] == most and not r["chunked"])
+    chunked_most = next(r for r in losses if r["tokens"] == most and r["chunked"])
+    for row in scenarios.values():
+        row["mem_vs_floor"] = row["peak_mb"] / floor["peak_mb"]
+        row["time_vs_parts"] = row["step_s"] / parts
+    return {
+        "device": args.device if args.device == "cpu" else torch.cuda.get_device_name(),
+        "settings": {
+            "teacher": args.teacher,
+            "teacher_dtype": args.teacher_dtype,
+            "student_layers": args.student_layers,
+            "batch": args.batch,
+            "seq": args.seq,
+            "precision": args.precision,
+            "precision_reason": args.precision_reason,
+            "compiled_loss": args.compile,
+            "timed_steps": args.repeats,
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+        },
+        "mem_ratio_vs_floor": ours["mem_vs_floor"],
+        "time_ratio_vs_parts": ours["time_vs_parts"],
+        "loss_mem_ratio_vs_full": chunked_most["loss_mb"] / max(full_most["loss_mb"], 1e-9),
+        "scenarios": scenarios,
+        "loss_sweep": losses,
+    }
+
+
+def markdown(report: dict) -> str:
+    """``bench.md``: the scenarios' table, the loss sweep's table and the three ratios."""
+    memory = "CUDA max allocated" if report["device"] != "cpu" else "peak RSS"
+    lines = [
+        f"| scenario | {memory} (MB) | vs floor | step (s) | vs (student step + teacher fwd) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, row in report["scenarios"].items():
+        ratio = "—" if name in ("floor", "teacher") else f"{row['time_vs_parts']:.2f}"
+        lines.append(
+            f"| {name} | {row['peak_mb']:.0f} | {row['mem_vs_floor']:.2f} | "
+            f"{row['step_s']:.2f} | {ratio} |"
+        )
+    lines += [
+        "",
+        "| loss alone, vocab 49152 | tokens | memory (MB) | time (s) |",
+        "|---|---:|---:|---:|",
+    ]
+    for row in report["loss_sweep"]:
+        kind = "chunked" if row["chunked"] else "full logits"
+        lines.append(f"| {kind} | {row['tokens']} | {row['loss_mb']:.0f} | {row['step_s']:.3f} |")
+    lines += [
+        "",
+        f"mem_ratio_vs_floor {report['mem_ratio_vs_floor']:.3f}, "
+        f"time_ratio_vs_parts {report['time_ratio_vs_parts']:.3f}, "
+        f"loss_mem_ratio_vs_full (8192 tokens) {report['loss_mem_ratio_vs_full']:.3f}",
+    ]
+    return "\n".join(lines)
+
+
+def plot(report: dict, path: Path) -> None:
+    """``bench.png``: the loss's memory against the token count, full logits and chunked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for chunked, label in ((False, "full logits"), (True, "chunked (lightning_kd)")):
+        rows = [r for r in report["loss_sweep"] if r["chunked"] == chunked]
+        ax.plot([r["tokens"] for r in rows], [r["loss_mb"] for r in rows], marker="o", label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("tokens")
+    ax.set_ylabel("loss memory (MB)")
+    ax.set_title("KD loss memory at vocab 49152")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)

@@ -1,0 +1,193 @@
+"""What the benchmark measures, in the process that runs it: the five KD-step scenarios of
+:mod:`lightning_kd.bench` on the composed configuration, and the logit loss alone at vocab 49152."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from lightning_kd.measure import (
+    current_mb,
+    fault_in,
+    peak_mb,
+    release_free_memory,
+    reset_peak,
+    timed,
+)
+
+SCENARIOS = ("floor", "teacher", "naive", "full_logits", "lightning_kd")
+LOSS_TOKENS = (512, 2048, 8192)
+LOSS_VOCAB, LOSS_HIDDEN = 49152, 576
+
+Step = Callable[[dict], None]
+
+
+def build_distiller(args: argparse.Namespace, chunked: bool):
+    """The distiller of ``python run.py`` (the same composed config) on ``--teacher``, with the
+    benchmark's own student depth, precision and loss path."""
+    from lightning_kd.config import compose_config
+    from lightning_kd.launch import build_distiller as build
+
+    cfg = compose_config(
+        [
+            f"teacher.path={args.teacher}",
+            f"teacher.dtype={args.teacher_dtype}",
+            f"student.num_layers={args.student_layers}",
+            f"distill.chunked={chunked}",
+            f"distill.compile={args.compile}",
+        ]
+    )
+    return build(cfg)[0]
+
+
+def make_batch(vocab: int, batch: int, seq: int, device: torch.device) -> dict:
+    """A seeded batch of random token ids, all attended, labelled with themselves."""
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, vocab, (batch, seq), generator=generator).to(device)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
+
+
+def autocast_for(device: torch.device, precision: str) -> torch.autocast:
+    """The autocast context of ``trainer.precision``: on for ``*-mixed``, a no-op otherwise."""
+    return torch.autocast(
+        device.type,
+        dtype=torch.float16 if precision.startswith("16") else torch.bfloat16,
+        enabled=precision.endswith("-mixed"),
+    )
+
+
+def scenario_steps(
+    distiller: torch.nn.Module, optimizer: torch.optim.Optimizer, autocast: torch.autocast
+) -> dict[str, Step]:
+    """Each scenario's step on a batch, by name (``full_logits`` and ``lightning_kd`` differ only
+    in the distiller they are given)."""
+    teacher, student = distiller.teacher, distiller.student
+
+    def optimizer_step(loss: torch.Tensor) -> None:
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    def floor(batch: dict) -> None:
+        with autocast:
+            loss = student(**batch, use_cache=False).loss
+        optimizer_step(loss)
+
+    def teacher_forward(batch: dict) -> None:
+        with torch.no_grad(), autocast:
+            teacher(input_ids=batch["input_ids"], use_cache=False).logits.sum().item()
+
+    def naive(batch: dict) -> None:
+        with autocast:
+            teacher_out = teacher(**batch, output_hidden_states=True, use_cache=False)
+            student_out = student(**batch, output_hidden_states=True, use_cache=False)
+            kd = F.kl_div(
+                F.log_softmax(student_out.logits.float(), -1),
+                F.log_softmax(teacher_out.logits.detach().float(), -1),
+                log_target=True,
+                reduction="batchmean",
+            )
+        optimizer_step(0.5 * kd + 0.5 * student_out.loss)
+        del teacher_out  # the teacher's graph lived through the whole step
+
+    def lightning_kd(batch: dict) -> None:
+        with autocast:
+            objective, sums = distiller(batch)
+        optimizer_step(objective / sums.tokens)
+
+    return {
+        "floor": floor,
+        "teacher": teacher_forward,
+        "naive": naive,
+        "full_logits": lightning_kd,
+        "lightning_kd": lightning_kd,
+    }
+
+
+def run_scenario(name: str, args: argparse.Namespace) -> dict:
+    """One scenario's peak memory and median step time, in this process."""
+    device = torch.device(args.device)
+    torch.manual_seed(0)
+    distiller = build_distiller(args, chunked=name != "full_logits").to(device)
+    fault_in(distiller)
+    vocab = distiller.teacher.config.vocab_size
+    batch = make_batch(vocab, args.batch, args.seq, device)
+    # --quick warms up on a short batch: the one-time costs (kernel selection, lazy
+    # initialisation) are paid, the seconds of a full-size step are not.
+    warmup_batch = make_batch(vocab, 1, 32, device) if args.quick else batch
+    optimizer = torch.optim.AdamW(distiller.student.parameters(), lr=1e-5)
+    step = scenario_steps(distiller, optimizer, autocast_for(device, args.precision))[name]
+    if name == "naive":  # the common mistake: a teacher that is not frozen keeps its graph
+        distiller.teacher.requires_grad_(True)
+    for _ in range(args.warmup):
+        step(warmup_batch)
+    reset_peak(device)
+    seconds = timed(lambda: step(batch), device, 0, args.repeats)
+    return {"scenario": name, "peak_mb": peak_mb(device), "step_s": seconds}
+
+
+def loss_step(tokens: int, chunked: bool, device: torch.device, compile: bool) -> Callable:
+    """Forward + backward of the logit loss (forward KL + CE, weights 0.5) over the first
+    ``count`` of ``tokens`` seeded random hidden states, full-logit or chunked."""
+    from lightning_kd.losses import get_divergence
+    from lightning_kd.losses.chunked import OutputHead, chunked_distillation_sums
+    from lightning_kd.losses.logits import LogitObjective, logit_distillation_sums
+
+    generator = torch.Generator().manual_seed(0)
+
+    def tensor(*shape: int, grad: bool = False) -> torch.Tensor:
+        value = torch.randn(*shape, generator=generator).to(device) * 0.05
+        return value.requires_grad_(grad)
+
+    hidden, weight = (
+        tensor(1, tokens, LOSS_HIDDEN, grad=True),
+        tensor(LOSS_VOCAB, LOSS_HIDDEN, grad=True),
+    )
+    teacher_hidden, teacher_weight = tensor(1, tokens, LOSS_HIDDEN), tensor(LOSS_VOCAB, LOSS_HIDDEN)
+    labels = torch.randint(0, LOSS_VOCAB, (1, tokens), generator=generator).to(device)
+    divergence = get_divergence("forward_kl")
+
+    def step(count: int = tokens) -> None:
+        student_hidden, targets = hidden[:, :count], labels[:, :count]
+        if chunked:
+            objective, _ = chunked_distillation_sums(
+                student_hidden,
+                OutputHead(weight),
+                teacher_hidden[:, :count],
+                OutputHead(teacher_weight),
+                targets,
+                LogitObjective(divergence, 1.0, 0.5, 0.5),
+                compile=compile,
+            )
+        else:
+            with torch.no_grad():
+                teacher_logits = teacher_hidden[:, :count] @ teacher_weight.T
+            logits = student_hidden @ weight.T
+            sums = logit_distillation_sums(logits, teacher_logits, targets, divergence)
+            objective = 0.5 * sums.kd + 0.5 * sums.ce
+        objective.backward()
+        hidden.grad = weight.grad = None
+
+    return step
+
+
+def run_loss(tokens: int, chunked: bool, args: argparse.Namespace) -> dict:
+    """Memory and time of the logit loss alone (forward + backward) at vocab 49152."""
+    device = torch.device(args.device)
+    step = loss_step(tokens, chunked, device, compile=args.compile)
+    # Warm-up: allocator pools, kernel selection, the chunked loss's compile. --quick warms up on
+    # a short slice: the compiled loss is shape-generic, so a few tokens pay its one-time cost.
+    step(min(tokens, 64) if args.quick else tokens)
+    release_free_memory()
+    baseline = current_mb(device)
+    reset_peak(device)
+    seconds = timed(step, device, 0, args.loss_repeats)
+    return {
+        "tokens": tokens,
+        "chunked": chunked,
+        "loss_mb": max(peak_mb(device) - baseline, 0.0),
+        "step_s": seconds,
+    }
