@@ -153,3 +153,25 @@ class SafeCheckpointIO(TorchCheckpointIO):
             raise CheckpointError(f"only local checkpoints are loaded, not {path}")
         # weights_only is always True here, whatever the caller asks for: see the module doc.
         return load_local(Path(path), map_location or (lambda storage, loc: storage))
+
+
+TEACHER_PREFIX = "distiller.teacher."
+"""Where the frozen teacher's weights sit in a DistillationModule's state dict."""
+STUDENT_PREFIX = "distiller.student."
+
+
+def drop_teacher(state: dict[str, Any]) -> None:
+    """Remove the frozen teacher's weights from a module state dict: they come from
+    ``teacher.path`` (or ``teacher.config`` and its seed), never from checkpoints."""
+    for key in [k for k in state if k.startswith(TEACHER_PREFIX)]:
+        del state[key]
+
+
+def check_trainable_keys(saved: dict[str, Any], own: dict[str, Any]) -> None:
+    """Refuse a checkpoint that lacks any weight of ``own`` but the teacher's."""
+    missing = [k for k in own if not k.startswith(TEACHER_PREFIX) and k not in saved]
+    if missing:
+        raise KeyError(
+            f"checkpoint lacks {len(missing)} student weights (e.g. {missing[:3]}); it was "
+            "saved from a different student configuration"
+        )

@@ -1,22 +1,17 @@
 """The LightningModule: Lightning's hooks around a :class:`~lightning_kd.distiller.Distiller`.
 
-The distiller owns the models and the step's math; this module adds what Lightning runs:
+The distiller owns the models and the step's math. This module builds it in ``configure_model``
+(where a strategy can wrap it), keeps the teacher out of the optimizer and the checkpoints, and
+makes accumulation exact: each micro-batch returns its per-token loss *sum*, and
+``on_before_optimizer_step`` (before clipping) divides the window's gradients once by its scored
+tokens over all ranks — a last partial window included.
 
-- the models are built in ``configure_model`` (where a sharding strategy can wrap them), once;
-- the teacher is never handed to the optimizer and never written to a checkpoint;
-- exact loss normalisation under gradient accumulation: each micro-batch returns the *sum* of its
-  per-token loss, the window's scored tokens are counted as it goes, and the accumulated gradients
-  are rescaled once in ``on_before_optimizer_step`` (before clipping): the applied gradient is that
-  of the token mean over the whole window — in a last partial window too, and across ranks.
-
-``save_hyperparameters`` stores the teacher, student and distill settings as plain data, so
-``DistillationModule.load_from_checkpoint(path)`` rebuilds the module (teacher from
-``teacher.path``) without the teacher in the file.
+``save_hyperparameters`` keeps the specs as plain data: ``load_from_checkpoint(path)`` rebuilds
+the module, its teacher from ``teacher.path``, without the teacher in the file.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -27,24 +22,17 @@ from torch.optim import Optimizer
 from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.accumulation import Window
+from lightning_kd.checkpoints import TEACHER_PREFIX, check_trainable_keys, drop_teacher
 from lightning_kd.compat import silence_eval_mode_warning
-from lightning_kd.config import plain_data
+from lightning_kd.config import as_spec, plain_data
 from lightning_kd.distiller import Distiller
 from lightning_kd.finite import check_finite_loss
 from lightning_kd.metrics import ValidationMetrics
 from lightning_kd.models import StudentSpec, TeacherSpec, load_tokenizer
 from lightning_kd.objective import DistillConfig
-from lightning_kd.optim import decay_groups
+from lightning_kd.optim import optimizer_config
 from lightning_kd.provenance import weights_digest
 from lightning_kd.strategies import ROLE
-
-TEACHER_PREFIX = "distiller.teacher."
-STUDENT_PREFIX = "distiller.student."
-
-
-def as_spec(value: Any, spec: type) -> Any:
-    """``value`` as a ``spec`` dataclass (checkpoints store specs as plain dicts)."""
-    return value if isinstance(value, spec) else spec(**value)
 
 
 class DistillationModule(LightningModule):
@@ -63,19 +51,12 @@ class DistillationModule(LightningModule):
         self.teacher_spec = as_spec(teacher, TeacherSpec)
         self.student_spec = as_spec(student, StudentSpec)
         self.distill = as_spec(distill, DistillConfig)
-        specs = {
-            "teacher": self.teacher_spec,
-            "student": self.student_spec,
-            "distill": self.distill,
-        }
-        self.save_hyperparameters(
-            {name: plain_data(dataclasses.asdict(s)) for name, s in specs.items()}
-        )
+        specs = {"teacher": self.teacher_spec, "student": self.student_spec}
+        self.save_hyperparameters(plain_data(specs | {"distill": self.distill}))
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
         self.tokenizer = tokenizer
         self.distiller: Distiller | None = None
-        # Checkpoints omit the teacher; on_load_checkpoint checks everything else is present.
-        self.strict_loading = False
+        self.strict_loading = False  # checkpoints omit the teacher (see on_load_checkpoint)
         self.val_metrics = ValidationMetrics()
         self.window = Window()
         self.teacher_perplexity: float | None = None
@@ -110,44 +91,32 @@ class DistillationModule(LightningModule):
             setattr(getattr(self, role).base_model, ROLE, role)
 
     def configure_optimizers(self) -> dict[str, Any]:
-        if self.optimizer_factory is None:
-            raise ValueError(
-                "DistillationModule has no optimizer (a module loaded with load_from_checkpoint "
-                "does not store one): pass optimizer=functools.partial(torch.optim.AdamW, lr=...)"
-            )
-        optimizer = self.optimizer_factory(decay_groups(self.distiller.trainable_parameters()))
-        if self.scheduler_factory is None:
-            return {"optimizer": optimizer}
-        total_steps = int(self.trainer.estimated_stepping_batches)
-        scheduler = self.scheduler_factory(optimizer, total_steps=total_steps)
-        return {
-            "optimizer": optimizer,
-            "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
-        }
+        params = self.distiller.trainable_parameters()  # never the teacher's
+
+        def total_steps() -> int:
+            return int(self.trainer.estimated_stepping_batches)
+
+        return optimizer_config(self.optimizer_factory, self.scheduler_factory, params, total_steps)
 
     # ------------------------------------------------------------------------- training
 
     def on_fit_start(self) -> None:
-        # Lightning warns about every module in eval mode at the start of training. The teacher's
-        # modules are meant to be; a warning naming exactly that many would only be noise, while
-        # any other count (a student module left in eval) still warns.
-        count = sum(1 for _ in self.teacher.modules())
-        silence_eval_mode_warning(self.trainer, count)
+        # Lightning warns about every module in eval mode when training starts: the teacher's
+        # are meant to be; any other count (a student module left in eval) still warns.
+        silence_eval_mode_warning(self.trainer, sum(1 for _ in self.teacher.modules()))
         self.window.reset()
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         objective, sums = self.distiller(batch)
         self.window.add(sums)
-        # Lightning divides this by accumulate_grad_batches; on_before_optimizer_step turns the
-        # accumulated gradient into that of the window's token mean.
-        return objective
+        return objective  # a token sum: on_before_optimizer_step turns it into the window's mean
 
     def on_before_optimizer_step(self, optimizer: Optimizer) -> None:
         totals = self.window.reduced(self.trainer.strategy)
         self.window.rescale_gradients(
             self.distiller.trainable_parameters(),
             totals["tokens"],
-            self.trainer.accumulate_grad_batches,
+            self.trainer.accumulate_grad_batches,  # Lightning divided each loss by it
             self.trainer.world_size,
         )
         self.window.reset()
@@ -190,25 +159,13 @@ class DistillationModule(LightningModule):
     # ------------------------------------------------------------------------- checkpoints
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Drop the frozen teacher's weights: they come from ``teacher.path``, not checkpoints."""
-        state = checkpoint["state_dict"]
-        for key in [k for k in state if k.startswith(TEACHER_PREFIX)]:
-            del state[key]
+        drop_teacher(checkpoint["state_dict"])
         checkpoint["tokens_seen"] = self.tokens_seen
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Refuse a checkpoint that lacks any trainable weight (only teacher keys may be absent)."""
-        state = checkpoint["state_dict"]
-        own = self.state_dict()
-        missing = [k for k in own if not k.startswith(TEACHER_PREFIX) and k not in state]
-        if missing:
-            raise KeyError(
-                f"checkpoint lacks {len(missing)} student weights (e.g. {missing[:3]}); it was "
-                "saved from a different student configuration"
-            )
-        if self._trainer is None:
-            # load_from_checkpoint: the teacher just loaded from teacher.path fills its own
-            # keys, so loading reports no hundreds of "missing" teacher weights.
+        state, own = checkpoint["state_dict"], self.state_dict()
+        check_trainable_keys(state, own)
+        if self._trainer is None:  # load_from_checkpoint: the teacher just loaded fills its keys
             state.update({k: v for k, v in own.items() if k.startswith(TEACHER_PREFIX)})
         self.tokens_seen = checkpoint.get("tokens_seen", 0)
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from torch import nn
 from torch.optim import Optimizer
@@ -56,3 +57,24 @@ def decay_groups(params: Iterable[nn.Parameter]) -> list[dict]:
         if param.requires_grad:
             (decay if param.ndim >= 2 else no_decay).append(param)
     return [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def optimizer_config(
+    optimizer: Callable[..., Optimizer] | None,
+    scheduler: Callable[..., Any] | None,
+    params: Iterable[nn.Parameter],
+    total_steps: Callable[[], int],
+) -> dict[str, Any]:
+    """What ``configure_optimizers`` returns: ``optimizer`` over ``params`` in decay groups, and
+    ``scheduler`` (``(optimizer, total_steps) -> scheduler``, ``total_steps()`` asked only then)
+    stepped every optimizer step."""
+    if optimizer is None:
+        raise ValueError(
+            "DistillationModule has no optimizer (a module loaded with load_from_checkpoint "
+            "does not store one): pass optimizer=functools.partial(torch.optim.AdamW, lr=...)"
+        )
+    built = optimizer(decay_groups(params))
+    if scheduler is None:
+        return {"optimizer": built}
+    schedule = scheduler(built, total_steps=total_steps())
+    return {"optimizer": built, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

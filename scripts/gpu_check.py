@@ -72,8 +72,11 @@ def checkpoint_status(path: Path) -> str:
     A file is Lightning's full state dict (single device, DDP, FSDP); DeepSpeed writes a directory
     whose model states exclude frozen parameters, so its size is what can be checked here.
     """
-    from lightning_kd.checkpoints import load_local  # weights_only=True, as a resume loads it
-    from lightning_kd.module import STUDENT_PREFIX, TEACHER_PREFIX
+    from lightning_kd.checkpoints import (
+        STUDENT_PREFIX,
+        TEACHER_PREFIX,
+        load_local,  # weights_only=True, as a resume loads it
+    )
 
     if path.is_file():
         keys = load_local(path, map_location="cpu")["state_dict"].keys()

@@ -143,11 +143,8 @@ class _ChunkedDistillation(torch.autograd.Function):
         grad_weight = (
             torch.zeros_like(student_weight, dtype=dtype) if student_weight.requires_grad else None
         )
-        grad_bias = (
-            None
-            if student_bias is None or not student_bias.requires_grad
-            else torch.zeros_like(student_bias, dtype=accumulate)
-        )
+        trains_bias = student_bias is not None and student_bias.requires_grad
+        grad_bias = torch.zeros_like(student_bias, dtype=accumulate) if trains_bias else None
         kd_total = torch.zeros((), dtype=accumulate, device=student_hidden.device)
         ce_total = torch.zeros_like(kd_total)
         for start in range(0, student_hidden.shape[0], options.chunk_size):
