@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from lightning_kd.data import expand_files, pack_blocks, read_documents, separator_id
+from lightning_kd.losses.logits import scored_next_token
 from lightning_kd.sources import teacher_dir
 
 
@@ -46,9 +47,9 @@ def perplexity(model, blocks: torch.Tensor, batch_size: int) -> tuple[float, int
     nll, count = 0.0, 0
     for start in range(0, len(blocks), batch_size):
         ids = blocks[start : start + batch_size]
-        logits = model(input_ids=ids, use_cache=False).logits[:, :-1].float()
-        nll += F.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten(), reduction="sum").item()
-        count += ids[:, 1:].numel()
+        logits, targets = scored_next_token(model(input_ids=ids, use_cache=False).logits, ids)
+        nll += F.cross_entropy(logits.float(), targets, reduction="sum").item()
+        count += targets.numel()
     return math.exp(nll / count), count
 
 
