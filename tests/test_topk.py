@@ -1,0 +1,75 @@
+"""Divergences from a top-k teacher plus its tail mass (the cached-teacher loss)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from lightning_kd.losses import get_divergence
+from lightning_kd.losses.divergences import DIVERGENCES
+from lightning_kd.losses.logits import token_divergence
+from lightning_kd.losses.topk import teacher_top_k, top_k_divergence
+
+V = 11
+
+
+def logits(seed: int, *shape: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, V, generator=generator, dtype=torch.float64) * 2
+
+
+@pytest.mark.parametrize("name", sorted(DIVERGENCES))
+def test_with_k_the_vocabulary_it_is_the_online_divergence(name: str) -> None:
+    """k = V: value and gradient equal the online divergence exactly (fp64)."""
+    divergence = get_divergence(name, beta=0.3, skew=0.2)
+    teacher = logits(0, 3, 5)
+    student = logits(1, 3, 5).requires_grad_()
+    ids, log_probs, tail = teacher_top_k(teacher, V)
+    assert torch.isneginf(tail).all()
+    cached = top_k_divergence(student, ids, log_probs, tail, divergence)
+    online = token_divergence(student, teacher, divergence)
+    torch.testing.assert_close(cached, online, rtol=1e-12, atol=1e-12)
+    (got,) = torch.autograd.grad(cached.sum(), student)
+    (want,) = torch.autograd.grad(online.sum(), student)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_the_tail_term_on_a_distribution_built_by_hand() -> None:
+    """Teacher p = (0.5, 0.3, 0.1, 0.1) with k = 2: tail r = 0.2. Student q = (0.25, 0.25, 0.25,
+    0.25): tail 0.5. Forward KL of the buckets = 0.5 log(0.5/0.25) + 0.3 log(0.3/0.25) +
+    0.2 log(0.2/0.5), written out here."""
+    teacher = torch.tensor([[0.5, 0.3, 0.1, 0.1]], dtype=torch.float64).log()
+    student = torch.zeros(1, 4, dtype=torch.float64)
+    ids, log_probs, tail = teacher_top_k(teacher, 2)
+    assert ids.tolist() == [[0, 1]]
+    torch.testing.assert_close(tail, torch.tensor([math.log(0.2)], dtype=torch.float64))
+    want = 0.5 * math.log(2) + 0.3 * math.log(0.3 / 0.25) + 0.2 * math.log(0.2 / 0.5)
+    got = top_k_divergence(student, ids, log_probs, tail, get_divergence("forward_kl"))
+    torch.testing.assert_close(got, torch.tensor([want], dtype=torch.float64))
+
+
+def test_top_k_forward_kl_is_a_lower_bound_that_tightens_with_k() -> None:
+    teacher, student = logits(2, 64), logits(3, 64)
+    forward = get_divergence("forward_kl")
+    full = token_divergence(student, teacher, forward)
+    previous = torch.zeros_like(full)
+    for k in (1, 3, 6, V):
+        value = top_k_divergence(student, *teacher_top_k(teacher, k), forward)
+        assert (value <= full + 1e-12).all() and (value >= previous - 1e-12).all()
+        previous = value
+    torch.testing.assert_close(previous, full)
+
+
+def test_a_tail_that_is_almost_empty_keeps_its_digits() -> None:
+    """log(1 − Σ top-k) would round to log(0); the tail is summed over itself instead."""
+    teacher = torch.tensor([[0.0, -40.0, -41.0]], dtype=torch.float64)
+    _, _, tail = teacher_top_k(teacher, 2)
+    want = -41.0 - torch.logsumexp(teacher, -1)
+    torch.testing.assert_close(tail, want)
+
+
+def test_bad_k_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"cache.k=0; choose 1..11"):
+        teacher_top_k(logits(0, 2), 0)
