@@ -7,10 +7,11 @@ import math
 import pytest
 import torch
 
-from lightning_kd.losses import get_divergence
+from lightning_kd.losses import IGNORE_INDEX, get_divergence
+from lightning_kd.losses.chunked import OutputHead, chunked_distillation_sums
 from lightning_kd.losses.divergences import DIVERGENCES
-from lightning_kd.losses.logits import token_divergence
-from lightning_kd.losses.topk import teacher_top_k, top_k_divergence
+from lightning_kd.losses.logits import LogitObjective, token_divergence
+from lightning_kd.losses.topk import TopKTeacher, teacher_top_k, top_k_divergence
 
 V = 11
 
@@ -73,3 +74,46 @@ def test_a_tail_that_is_almost_empty_keeps_its_digits() -> None:
 def test_bad_k_is_refused() -> None:
     with pytest.raises(ValueError, match=r"cache.k=0; choose 1..11"):
         teacher_top_k(logits(0, 2), 0)
+
+
+@pytest.mark.parametrize("name", sorted(DIVERGENCES))
+@pytest.mark.parametrize("chunk_size", [4, 1000])
+def test_chunked_loss_from_full_records_equals_online(name: str, chunk_size: int) -> None:
+    """The chunked loss fed a cached teacher's records (k = vocabulary) gives the online chunked
+    loss's objective, sums and gradients (student hidden states and head), fp64."""
+    torch.manual_seed(0)
+    batch, seq, hidden_size = 2, 7, 5
+    student_weight = torch.randn(V, hidden_size, dtype=torch.float64, requires_grad=True)
+    teacher_weight = torch.randn(V, hidden_size, dtype=torch.float64)
+    student_hidden = torch.randn(batch, seq, hidden_size, dtype=torch.float64, requires_grad=True)
+    teacher_hidden = torch.randn(batch, seq, hidden_size, dtype=torch.float64)
+    labels = torch.randint(0, V, (batch, seq))
+    labels[0, 4:] = IGNORE_INDEX
+    objective = LogitObjective(get_divergence(name, beta=0.3, skew=0.2), 1.0, 0.6, 0.4)
+    online = chunked_distillation_sums(
+        student_hidden,
+        OutputHead(student_weight),
+        teacher_hidden,
+        OutputHead(teacher_weight),
+        labels,
+        objective,
+        chunk_size=chunk_size,
+    )
+    ids, log_probs, tail = teacher_top_k(teacher_hidden[:, :-1] @ teacher_weight.T, V)
+    cached = chunked_distillation_sums(
+        student_hidden,
+        OutputHead(student_weight),
+        TopKTeacher(ids, log_probs, tail, V),
+        None,
+        labels,
+        objective,
+        chunk_size=chunk_size,
+    )
+    for got, want in ((cached[0], online[0]), (cached[1].kd, online[1].kd)):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    assert cached[1].tokens == online[1].tokens
+    params = [student_hidden, student_weight]
+    got = torch.autograd.grad(cached[0], params)
+    want = torch.autograd.grad(online[0], params)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12)

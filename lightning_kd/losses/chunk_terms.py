@@ -21,22 +21,27 @@ from torch import Tensor
 
 from lightning_kd.losses.divergences import FusedDivergence, TokenDivergence
 from lightning_kd.losses.logits import LogitObjective, math_dtype, shared_vocab
+from lightning_kd.losses.topk import TopKTeacher
 
 
 def _chunk_terms(
     student_logits: Tensor,
-    teacher_logits: Tensor | None,
+    teacher_logits: Tensor | TopKTeacher | None,
     targets: Tensor,
     divergence: TokenDivergence,
     temperature: float,
 ) -> tuple[Tensor, Tensor]:
     """Summed T²-scaled divergence and cross-entropy of one chunk (logits in math dtype).
 
-    Without teacher logits (a CE-only run skips the teacher) the divergence term is 0.
+    Without teacher logits (a CE-only run skips the teacher) the divergence term is 0; a cached
+    teacher's top-k records give the divergence of the bucketed distributions (``losses.topk``).
     """
     ce = F.cross_entropy(student_logits, targets, reduction="sum")
     if teacher_logits is None:
         return torch.zeros_like(ce), ce
+    if isinstance(teacher_logits, TopKTeacher):
+        kd = teacher_logits.divergence(student_logits / temperature, divergence)
+        return kd.sum() * temperature**2, ce
     student_logits, teacher_logits = shared_vocab(student_logits, teacher_logits)
     student_logp = F.log_softmax(student_logits / temperature, dim=-1)
     teacher_logp = F.log_softmax(teacher_logits / temperature, dim=-1)
@@ -45,11 +50,14 @@ def _chunk_terms(
 
 
 def chunk_autograd(
-    logits: Tensor, teacher_logits: Tensor | None, targets: Tensor, objective: LogitObjective
+    logits: Tensor,
+    teacher_logits: Tensor | TopKTeacher | None,
+    targets: Tensor,
+    objective: LogitObjective,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Summed KD and CE of one chunk and the objective's gradient w.r.t. ``logits``, by autograd."""
     dtype = math_dtype(logits.dtype)
-    if teacher_logits is not None:
+    if isinstance(teacher_logits, Tensor):
         teacher_logits = teacher_logits.to(dtype)
     with torch.enable_grad():
         logits = logits.detach().to(dtype).requires_grad_()

@@ -30,7 +30,14 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lightning_kd.losses.chunk_terms import chunk_autograd, chunk_fused
-from lightning_kd.losses.logits import LogitObjective, LossSums, math_dtype, scored_next_token
+from lightning_kd.losses.logits import (
+    LogitObjective,
+    LossSums,
+    math_dtype,
+    next_token_targets,
+    scored_next_token,
+)
+from lightning_kd.losses.topk import TopKTeacher
 
 CHUNK_ELEMENTS = 1 << 23
 """Automatic chunk size: about 8M logits (32 MB in fp32) per model per chunk. Smaller chunks
@@ -87,24 +94,26 @@ class ChunkedLoss:
 
 def _chunk_gradient(
     hidden: Tensor,
-    teacher_hidden: Tensor | None,
+    teacher: Tensor | TopKTeacher | None,
     targets: Tensor,
     head: OutputHead,
     teacher_head: OutputHead | None,
     options: ChunkedLoss,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """One chunk's KD and CE sums and the objective's gradient w.r.t. its raw student logits
-    (``hidden`` and the heads already in the matmul dtype)."""
+    (``hidden`` and the heads already in the matmul dtype). ``teacher``: the teacher's hidden
+    states, a cached teacher's top-k records, or None (CE only)."""
     dtype = hidden.dtype
     with torch.no_grad():
         logits = head.logits(hidden, dtype)
-        teacher_logits = None
-        if teacher_head is not None:
-            teacher_logits = teacher_head.logits(teacher_hidden, dtype)
+        teacher_logits = teacher
+        if isinstance(teacher, Tensor):
+            teacher_logits = teacher_head.logits(teacher, dtype)
     # A copy, not a view: a view's base size would make torch.compile specialise on it.
     targets = targets.clone()
     objective = options.objective
-    if getattr(objective.divergence, "fused", None) is not None and head.transform is None:
+    closed_form = getattr(objective.divergence, "fused", None) is not None
+    if closed_form and head.transform is None and not isinstance(teacher, TopKTeacher):
         kd, ce, grad = chunk_fused(logits, teacher_logits, targets, objective, options.compile)
     else:
         kd, ce, grad = chunk_autograd(logits, teacher_logits, targets, objective)
@@ -124,7 +133,7 @@ class _ChunkedDistillation(torch.autograd.Function):
         student_hidden: Tensor,
         student_weight: Tensor,
         student_bias: Tensor | None,
-        teacher_hidden: Tensor | None,
+        teacher_hidden: Tensor | TopKTeacher | None,
         heads: tuple[OutputHead, OutputHead | None],
         targets: Tensor,
         options: ChunkedLoss,
@@ -136,7 +145,7 @@ class _ChunkedDistillation(torch.autograd.Function):
         accumulate = math_dtype(student_weight.dtype)
         head = heads[0].cast(dtype)
         weight = head.weight
-        teacher_head = heads[1].cast(dtype) if teacher_hidden is not None else None
+        teacher_head = heads[1].cast(dtype) if isinstance(teacher_hidden, Tensor) else None
         grad_hidden = torch.zeros_like(student_hidden)
         # A frozen head (student.freeze_embeddings) needs no weight gradient: skipping it saves
         # one of the three vocab-sized matmuls of each chunk.
@@ -150,7 +159,7 @@ class _ChunkedDistillation(torch.autograd.Function):
         for start in range(0, student_hidden.shape[0], options.chunk_size):
             stop = start + options.chunk_size
             hidden = student_hidden[start:stop].detach().to(dtype)
-            teacher_chunk = None if teacher_head is None else teacher_hidden[start:stop]
+            teacher_chunk = None if teacher_hidden is None else teacher_hidden[start:stop]
             kd, ce, grad_logits = _chunk_gradient(
                 hidden, teacher_chunk, targets[start:stop], head, teacher_head, options
             )
@@ -203,7 +212,9 @@ def chunked_distillation_sums(
     chunk math through ``torch.compile``.
     """
     student_hidden, targets = scored_next_token(student_hidden, labels)
-    if teacher_hidden is not None:
+    if isinstance(teacher_hidden, TopKTeacher):  # records of positions 0 .. seq−2
+        teacher_hidden = teacher_hidden.select(next_token_targets(labels)[1])
+    elif teacher_hidden is not None:
         teacher_hidden = scored_next_token(teacher_hidden, labels)[0]
     tokens = torch.tensor(targets.numel(), device=targets.device)
     if chunk_size is None:

@@ -20,11 +20,38 @@ Pure tensor functions: ``losses/`` imports neither the module nor Lightning.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
 from lightning_kd.losses.divergences import TokenDivergence
 from lightning_kd.losses.logits import math_dtype
+
+
+@dataclass(frozen=True)
+class TopKTeacher:
+    """A cached teacher's records of scored tokens, aligned with them: ``ids`` / ``log_probs``
+    ``[tokens, k]``, ``tail`` ``[tokens]``, over a vocabulary of ``vocab`` entries (a student
+    with padding rows beyond it is compared over these)."""
+
+    ids: Tensor
+    log_probs: Tensor
+    tail: Tensor
+    vocab: int
+
+    def select(self, mask: Tensor) -> TopKTeacher:
+        """The records where ``mask`` (``[batch, positions]``) holds, flattened to ``[tokens]``."""
+        return TopKTeacher(self.ids[mask], self.log_probs[mask], self.tail[mask], self.vocab)
+
+    def __getitem__(self, rows: slice) -> TopKTeacher:
+        """The records of tokens ``rows`` (a chunk)."""
+        return TopKTeacher(self.ids[rows], self.log_probs[rows], self.tail[rows], self.vocab)
+
+    def divergence(self, student_logits: Tensor, divergence: TokenDivergence) -> Tensor:
+        """Per-token ``divergence`` of the student's bucketed distribution from these records."""
+        student_logits = student_logits[..., : self.vocab]
+        return top_k_divergence(student_logits, self.ids, self.log_probs, self.tail, divergence)
 
 
 def teacher_top_k(teacher_logits: Tensor, k: int, temperature: float = 1.0) -> tuple[Tensor, ...]:
