@@ -18,7 +18,7 @@ the validation metrics as ``(sum, count)`` pairs. Nothing here imports Lightning
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import torch
@@ -43,6 +43,23 @@ from lightning_kd.student import build_student
 from lightning_kd.tasks import Heads, MetricSums, make_task
 
 ROLES = ("teacher", "student")
+
+
+def gathered(heads: Heads | None) -> AbstractContextManager:
+    """The output heads' weights whole for the block, where DeepSpeed ZeRO-3 has partitioned them.
+
+    ZeRO-3 gathers a parameter only inside its own module's forward; the chunked loss applies the
+    heads outside any forward (from hidden states), so it gathers them itself, read-only. The
+    head-weight gradient is computed inside the block and returned in backward, when the weight
+    may be partitioned again. Nothing to do (and no DeepSpeed import) anywhere else.
+    """
+    params = [] if heads is None else [p for head in heads for p in (head.weight, head.bias)]
+    partitioned = [p for p in params if p is not None and hasattr(p, "ds_id")]
+    if not partitioned:
+        return nullcontext()
+    import deepspeed
+
+    return deepspeed.zero.GatheredParameters(partitioned, modifier_rank=None)
 
 
 class Distiller(nn.Module):
@@ -151,7 +168,8 @@ class Distiller(nn.Module):
         with capture_step(*self.captures.values()):
             teacher_out = self.run("teacher", batch) if with_teacher else None
             student_out = self.run("student", batch)
-            objective, sums = self.task.logit_terms(student_out, teacher_out, batch, heads)
+            with gathered(heads):
+                objective, sums = self.task.logit_terms(student_out, teacher_out, batch, heads)
             if self.layer_pairs:
                 features = self.feature_sum(self.task.scored_mask(batch))
                 objective = objective + features
@@ -169,7 +187,8 @@ class Distiller(nn.Module):
             if self.layer_pairs:
                 mask = self.task.scored_mask(batch)
                 metrics["features"] = (self.feature_sum(mask), mask.sum())
-        return metrics | self.task.metric_sums(student_out, teacher_out, batch, heads)
+        with gathered(heads):
+            return metrics | self.task.metric_sums(student_out, teacher_out, batch, heads)
 
     def feature_sum(self, mask: Tensor) -> Tensor:
         """Σ over pairs of weight · Σ over scored positions of the pair's loss; reads and clears
@@ -231,8 +250,9 @@ class Distiller(nn.Module):
 
     def unsharded_parameters(self) -> list[nn.Parameter]:
         """What a sharding strategy must leave whole: the teacher's output head (its embedding,
-        when tied), which the chunked loss reads outside any of the teacher's forwards."""
-        head = self.teacher.get_output_embeddings() if self.task.uses_heads else None
+        when tied), which the chunked loss reads outside any of the teacher's forwards — and which,
+        tied, the full-logit forward applies after the body's unit has resharded it."""
+        head = self.teacher.get_output_embeddings() if self.task.name == "causal_lm" else None
         return [] if head is None else list(head.parameters())
 
     def export(self, directory: str | Path, tokenizer: PreTrainedTokenizerBase | None) -> None:
