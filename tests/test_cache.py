@@ -66,6 +66,26 @@ def test_records_are_the_teachers_top_k_and_tail(written, teacher) -> None:
     assert stats["bytes_per_entry"] <= 6  # 2 (uint16 id) + 2 (fp16) + 4/k (fp32 tail) + headers
 
 
+def test_unpacked_documents_are_stored_padded(teacher, tmp_path: Path) -> None:
+    """data.pack=false: one document per block, shorter than block_size; the positions past a
+    block's last scored one hold zeros."""
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text("\n".join(json.dumps({"text": "word " * n}) for n in (3, 5, 9, 2, 7)))
+    datamodule = make_datamodule([corpus], pack=False)
+    datamodule.setup()
+    write_cache(teacher, datamodule.tokenizer, datamodule, SPEC, tmp_path / "cache")
+    cache = TeacherCache.open(tmp_path / "cache", expect=expected(teacher, datamodule))
+    for split, examples in (("train", datamodule.train_examples), ("val", datamodule.val_examples)):
+        records = cache.records(split, range(len(examples)))
+        assert records.ids.shape == (len(examples), 31, SPEC.k)
+        for row, example in enumerate(examples):
+            scored = len(example) - 1
+            with torch.no_grad():
+                logits = teacher(input_ids=example[None]).logits[0, :-1]
+            assert torch.equal(records.ids[row, :scored], logits.topk(SPEC.k, -1).indices)
+            assert not records.ids[row, scored:].any() and not records.tail[row, scored:].any()
+
+
 def test_every_bad_cache_is_refused_before_training(written, teacher, tmp_path: Path) -> None:
     directory, datamodule = written
     other_tokenizer = byte_tokenizer()

@@ -118,15 +118,7 @@ def shard_records(
         flat = hidden.reshape(rows * length, -1)
         stats.forward_seconds += time.perf_counter() - started
         started = time.perf_counter()
-        chunk = auto_chunk_size(vocab, flat.shape[0])
-        parts = [
-            teacher_top_k(
-                head.logits(flat[start : start + chunk], matmul_dtype(flat)),
-                spec.k,
-                spec.temperature,
-            )
-            for start in range(0, flat.shape[0], chunk)
-        ]
+        parts = top_k_chunks(head, flat, spec)
         for name, values in zip(
             ("ids", "log_probs", "tail"), zip(*parts, strict=True), strict=True
         ):
@@ -141,6 +133,19 @@ def shard_records(
     out["log_probs"] = out["log_probs"].masked_fill(~scored.unsqueeze(-1), 0).to(LOG_PROB_DTYPE)
     out["tail"] = out["tail"].masked_fill(~scored, 0).to(TAIL_DTYPE)
     return out
+
+
+def top_k_chunks(head: OutputHead, hidden: Tensor, spec: CacheSpec) -> list[tuple[Tensor, ...]]:
+    """``teacher_top_k`` of ``hidden`` ``[tokens, width]``, the logits a chunk at a time."""
+    chunk = auto_chunk_size(head.weight.shape[0], hidden.shape[0])
+    return [
+        teacher_top_k(
+            head.logits(hidden[start : start + chunk], matmul_dtype(hidden)),
+            spec.k,
+            spec.temperature,
+        )
+        for start in range(0, hidden.shape[0], chunk)
+    ]
 
 
 def kept_mass(tensors: dict[str, Tensor]) -> tuple[int, float]:
@@ -170,47 +175,25 @@ def write_cache(
     directory = Path(directory)
     device = device or next(teacher.parameters()).device
     splits = {"train": datamodule.train_examples, "val": datamodule.val_examples}
-    key = cache_key(teacher, tokenizer, datamodule, spec.k, spec.temperature)
-    vocab = teacher.get_output_embeddings().weight.shape[0]
-    meta = metadata(
-        key, Layout(str(ids_dtype(vocab)).removeprefix("torch."), shard_blocks=spec.shard_blocks)
-    )
-    check_earlier(directory, meta, overwrite)
-    barrier()  # every rank has looked at the earlier meta.json before rank 0 replaces it
-    if rank == 0:
-        if overwrite:
-            shutil.rmtree(directory / SHARD_DIR, ignore_errors=True)
-        (directory / INDEX_NAME).unlink(missing_ok=True)  # incomplete until this write ends
-        write_json(directory / META_NAME, meta)
-    barrier()
-
+    key, meta = describe(teacher, tokenizer, datamodule, spec)
+    prepare(directory, meta, rank, barrier, overwrite)
     with torch.no_grad():
         sample = datamodule.collate(splits["train"][:1])
         check_head(teacher, teacher_head(teacher), {k: v.to(device) for k, v in sample.items()})
     shards = plan_shards(key.splits, spec.shard_blocks)
     mine = shards[rank::world_size]
-    stats = WriteStats()
     todo = [shard for shard in mine if completed(directory, shard) is None]
-    stats.shards_kept = len(mine) - len(todo)
-    blocks_total = sum(len(splits[s.split][s.start : s.start + s.blocks]) for s in todo)
-    with tqdm(
-        total=blocks_total * datamodule.block_size,
-        unit="tok",
-        unit_scale=True,
-        desc=f"teacher cache (rank {rank})" if world_size > 1 else "teacher cache",
-        disable=rank != 0,
-        dynamic_ncols=True,
-    ) as progress:
+    stats = WriteStats(shards_kept=len(mine) - len(todo))
+    tokens = sum(
+        len(block) for s in todo for block in splits[s.split][s.start : s.start + s.blocks]
+    )
+    label = f"teacher cache (rank {rank})" if world_size > 1 else "teacher cache"
+    with tqdm(total=tokens, unit="tok", unit_scale=True, desc=label, disable=rank != 0) as progress:
         for shard in todo:
             before = stats.tokens
+            blocks = splits[shard.split][shard.start : shard.start + shard.blocks]
             tensors = shard_records(
-                teacher,
-                splits[shard.split][shard.start : shard.start + shard.blocks],
-                datamodule.collate,
-                spec,
-                datamodule.block_size,
-                device,
-                stats,
+                teacher, blocks, datamodule.collate, spec, datamodule.block_size, device, stats
             )
             started = time.perf_counter()
             scored, mass = kept_mass(tensors)
@@ -223,6 +206,34 @@ def write_cache(
         write_index(directory, meta, shards, key)
     barrier()
     return stats
+
+
+def describe(
+    teacher: nn.Module, tokenizer: Any, datamodule: Any, spec: CacheSpec
+) -> tuple[CacheKey, dict[str, Any]]:
+    """The key of the cache to write and its ``meta.json``."""
+    key = cache_key(teacher, tokenizer, datamodule, spec.k, spec.temperature)
+    ids = str(ids_dtype(teacher.get_output_embeddings().weight.shape[0])).removeprefix("torch.")
+    return key, metadata(key, Layout(ids, shard_blocks=spec.shard_blocks))
+
+
+def prepare(
+    directory: Path,
+    meta: dict[str, Any],
+    rank: int,
+    barrier: Callable[[], None],
+    overwrite: bool,
+) -> None:
+    """Check what ``directory`` holds, then (rank 0) write ``meta.json`` and drop the index:
+    the cache counts as incomplete until this write finishes."""
+    check_earlier(directory, meta, overwrite)
+    barrier()  # every rank has looked at the earlier meta.json before rank 0 replaces it
+    if rank == 0:
+        if overwrite:
+            shutil.rmtree(directory / SHARD_DIR, ignore_errors=True)
+        (directory / INDEX_NAME).unlink(missing_ok=True)
+        write_json(directory / META_NAME, meta)
+    barrier()
 
 
 def check_earlier(directory: Path, meta: dict[str, Any], overwrite: bool) -> None:
