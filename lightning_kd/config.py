@@ -24,6 +24,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig
 
+from lightning_kd.cache.format import CacheSpec
 from lightning_kd.data import TextDataModule
 from lightning_kd.models import StudentSpec, TeacherSpec
 from lightning_kd.objective import DistillConfig
@@ -36,6 +37,7 @@ GROUP_TARGETS: dict[str, Callable[..., Any]] = {
     "student": StudentSpec,
     "distill": DistillConfig,
     "data": TextDataModule,
+    "cache": CacheSpec,
 }
 """Config group → what its node instantiates; its keyword defaults are the group's defaults."""
 

@@ -70,7 +70,8 @@ def command_overrides(words: list[str], where: str) -> tuple[list[str], bool]:
 
 
 def commands_in(text: str, first_line: int, path: str) -> list[Example]:
-    """Every `python run.py ...` command in shell ``text`` (continuations, &&, ;, # comments)."""
+    """Every `python run.py ...` (or `python -m lightning_kd.cache ...`) command in shell ``text``
+    (continuations, &&, ;, # comments)."""
     examples = []
     lines = text.split("\n")
     index = 0
@@ -84,11 +85,16 @@ def commands_in(text: str, first_line: int, path: str) -> list[Example]:
         lexer.whitespace_split = True
         words = list(lexer)
         for at in (i for i, word in enumerate(words[:-1]) if word == "python"):
-            if words[at + 1] != "run.py":
+            # run.py and the cache writer compose the same config
+            if words[at + 1] == "run.py":
+                first = at + 2
+            elif words[at + 1 : at + 3] == ["-m", "lightning_kd.cache"]:
+                first = at + 3
+            else:
                 continue
-            end = next((i for i in range(at + 2, len(words)) if words[i] in (";", "&&", "|")), None)
+            end = next((i for i in range(first, len(words)) if words[i] in (";", "&&", "|")), None)
             where = f"{path}:{first_line + start}"
-            overrides, multirun = command_overrides(words[at + 2 : end], where)
+            overrides, multirun = command_overrides(words[first:end], where)
             examples.append(Example(where, overrides, multirun=multirun))
     return examples
 

@@ -1,0 +1,89 @@
+"""Write the teacher cache: ``python -m lightning_kd.cache hydra.run.dir=DIR [overrides]``.
+
+The same config groups as ``run.py`` (``teacher=``, ``data=``, ``debug=smoke``, ...) plus
+``cache.*`` (``conf/cache/default.yaml``). ``strategy=ddp trainer.devices=N`` writes with N
+processes (Lightning Fabric's launcher; gloo on CPUs), each its own shards.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import hydra
+from hydra.utils import instantiate
+from lightning.fabric import Fabric
+from omegaconf import DictConfig
+
+from lightning_kd.cache.format import INDEX_NAME
+from lightning_kd.cache.writer import write_cache
+from lightning_kd.checks import check_config
+from lightning_kd.config import CONF_DIR, register_defaults
+from lightning_kd.launch import build_datamodule, resolve_auto_precision
+from lightning_kd.models import load_teacher, load_tokenizer
+
+
+def fabric_for(cfg: DictConfig) -> Fabric:
+    """One process per device: ``strategy=`` set (any) means DDP over ``trainer.devices``."""
+    strategy = cfg.trainer.get("strategy")
+    ddp = strategy not in (None, "auto")
+    return Fabric(
+        accelerator=cfg.trainer.get("accelerator") or "auto",
+        devices=cfg.trainer.get("devices") or 1,
+        strategy="ddp" if ddp else "auto",
+    )
+
+
+def write(cfg: DictConfig) -> None:
+    """Build the data and the teacher of ``cfg`` and write the cache into ``cfg.output_dir``."""
+    check_config(cfg)
+    resolve_auto_precision(cfg)
+    teacher_spec = instantiate(cfg.teacher, _convert_="all")
+    if teacher_spec.task != "causal_lm":
+        raise ValueError(
+            f"teacher.task={teacher_spec.task!r}: only a causal LM's logits are cached"
+        )
+    spec = instantiate(cfg.cache, _convert_="all")
+    fabric = fabric_for(cfg)
+    fabric.launch()
+    tokenizer = load_tokenizer(teacher_spec)
+    datamodule = build_datamodule(cfg, tokenizer)
+    datamodule.setup("fit")
+    teacher = load_teacher(teacher_spec, cfg.trainer.precision).to(fabric.device)
+    directory = Path(cfg.output_dir)
+    stats = write_cache(
+        teacher,
+        tokenizer,
+        datamodule,
+        spec,
+        directory,
+        rank=fabric.global_rank,
+        world_size=fabric.world_size,
+        barrier=fabric.barrier,
+        device=fabric.device,
+        overwrite=cfg.overwrite,
+    )
+    print(stats.line(fabric.global_rank), flush=True)
+    if fabric.global_rank == 0:
+        summary = json.loads((directory / INDEX_NAME).read_text())["stats"]
+        print(
+            f"teacher cache: {directory} ({summary['bytes'] / 2**20:.1f} MiB, "
+            f"{summary['scored_positions']} scored positions, "
+            f"{summary['bytes_per_scored_position']:.1f} bytes each, "
+            f"{summary['bytes_per_entry']:.2f} per top-k entry; the top {spec.k} hold "
+            f"{summary['mean_top_k_mass']:.4f} of the mass on average)",
+            flush=True,
+        )
+
+
+register_defaults()
+
+
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
+def main(cfg: DictConfig) -> None:
+    """Hydra entry point."""
+    write(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,243 @@
+"""The teacher cache on disk: what it is valid for, how it is laid out, how a shard is written.
+
+A cache directory holds
+
+- ``meta.json``: the :class:`CacheKey` (what the cache is valid for: teacher weights and config,
+  tokenizer, the token blocks of each split, block size, k, temperature, teacher dtype) and the
+  :class:`Layout` (stored dtypes, blocks per shard), written before any shard;
+- ``shards/<split>-<nnnnn>.safetensors``: for ``blocks`` consecutive blocks of one split,
+  ``ids`` ``[blocks, block_size − 1, k]`` (uint16 when the vocabulary fits, else int32),
+  ``log_probs`` ``[blocks, block_size − 1, k]`` fp16, ``tail`` ``[blocks, block_size − 1]`` fp32
+  (the log of the mass outside the top k) and ``lengths`` ``[blocks]`` (tokens in each block).
+  Position t of a block holds the teacher's distribution for the token at t + 1 (the causal
+  shift): the last position is never scored, so a block of ``block_size`` tokens stores
+  ``block_size − 1`` positions. A block shorter than ``block_size`` (``data.pack=false``) is
+  stored padded: its positions from ``length − 1`` on hold zeros and are never read as scored;
+- ``shards/<name>.json`` beside each shard: its size and sha256, written once the shard is in
+  place (a killed writer resumes from these);
+- ``index.json``: ``meta.json`` plus the list of every shard with its size and sha256, written
+  last: its presence means the cache is complete.
+
+Every file is written to a temporary name beside its target and moved into place, so a crash
+leaves a whole file or none.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save as safetensors_bytes
+from torch import Tensor
+
+from lightning_kd.checkpoints import TEMP_SUFFIX
+from lightning_kd.provenance import config_digest, vocab_digest, weights_digest
+
+FORMAT_VERSION = 1
+META_NAME = "meta.json"
+INDEX_NAME = "index.json"
+SHARD_DIR = "shards"
+SPLITS = ("train", "val")
+LOG_PROB_DTYPE = torch.float16
+"""fp16 keeps 11 significant bits down to ±65504: log-probs in [−20, 0] to within 0.008
+(a relative probability error under 1 %); bf16 keeps 8 bits (0.06 at −20)."""
+TAIL_DTYPE = torch.float32
+
+
+@dataclass
+class CacheSpec:
+    """The ``cache`` config group: what ``python -m lightning_kd.cache`` writes."""
+
+    k: int = 32
+    """Teacher tokens kept per scored position (most probable first); the rest is one tail."""
+    temperature: float = 1.0
+    """Temperature of the stored distribution (``conf/cache/default.yaml``: distill.temperature).
+    A run at another temperature cannot use the cache: the tail's logits are not stored."""
+    shard_blocks: int = 64
+    """Blocks per shard file: the unit of resuming and of the work split between ranks."""
+    batch_size: int = 8
+    """Blocks per teacher forward."""
+
+    def __post_init__(self) -> None:
+        if self.k < 1 or self.shard_blocks < 1 or self.batch_size < 1:
+            raise ValueError(
+                f"cache.k={self.k}, cache.shard_blocks={self.shard_blocks}, cache.batch_size="
+                f"{self.batch_size}: each must be at least 1"
+            )
+        if self.temperature <= 0:
+            raise ValueError(f"cache.temperature={self.temperature}; it must be positive")
+
+
+@dataclass(frozen=True)
+class CacheKey:
+    """What a cache is valid for; a run may use a cache only if its own key is equal."""
+
+    teacher_weights: str
+    """``provenance.weights_digest`` of the teacher as it ran (its dtype included)."""
+    teacher_config: str
+    """``provenance.config_digest`` of the teacher's Hugging Face config."""
+    teacher_dtype: str
+    tokenizer: str
+    """``provenance.vocab_digest`` of the tokenizer the data was tokenized with."""
+    block_size: int
+    pack: bool
+    k: int
+    temperature: float
+    splits: dict[str, dict[str, Any]]
+    """``split → {"blocks": count, "digest": sha256 of the blocks' tokens in order}``: another
+    corpus, seed, validation fraction or block size gives another digest."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the records are stored."""
+
+    ids_dtype: str
+    log_probs_dtype: str = str(LOG_PROB_DTYPE).removeprefix("torch.")
+    tail_dtype: str = str(TAIL_DTYPE).removeprefix("torch.")
+    shard_blocks: int = 64
+
+
+@dataclass(frozen=True)
+class Shard:
+    """``blocks`` consecutive blocks of ``split`` from ``start``, stored in one file."""
+
+    name: str
+    split: str
+    start: int
+    blocks: int
+
+    @property
+    def file(self) -> str:
+        return f"{SHARD_DIR}/{self.name}.safetensors"
+
+    @property
+    def receipt(self) -> str:
+        return f"{SHARD_DIR}/{self.name}.json"
+
+
+def ids_dtype(vocab: int) -> torch.dtype:
+    """uint16 when every id fits in 16 bits, else int32."""
+    return torch.uint16 if vocab <= 2**16 else torch.int32
+
+
+def blocks_digest(blocks: list[Tensor]) -> str:
+    """sha256 of the blocks' lengths and token ids, in order."""
+    digest = hashlib.sha256()
+    for block in blocks:
+        tokens = block.to(torch.int64).contiguous()
+        digest.update(len(tokens).to_bytes(8, "little"))
+        digest.update(tokens.numpy().tobytes())
+    return digest.hexdigest()
+
+
+def plan_shards(splits: dict[str, dict[str, Any]], shard_blocks: int) -> list[Shard]:
+    """Every shard of the cache, train first: the same list wherever and however often asked."""
+    shards = []
+    for split in SPLITS:
+        count = splits[split]["blocks"]
+        for number, start in enumerate(range(0, count, shard_blocks)):
+            shards.append(
+                Shard(f"{split}-{number:05d}", split, start, min(shard_blocks, count - start))
+            )
+    return shards
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file beside it: all of it or nothing."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f".{path.name}.{os.getpid()}{TEMP_SUFFIX}")
+    try:
+        with open(temp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, value: dict[str, Any]) -> None:
+    atomic_write_bytes(path, (json.dumps(value, indent=1, sort_keys=True) + "\n").encode())
+
+
+def write_shard(
+    directory: Path, shard: Shard, tensors: dict[str, Tensor], extra: dict[str, Any]
+) -> dict[str, Any]:
+    """Write one shard, then its receipt (size, sha256 and ``extra``); returns the receipt."""
+    data = safetensors_bytes({name: t.contiguous() for name, t in tensors.items()})
+    atomic_write_bytes(directory / shard.file, data)
+    receipt = (
+        dataclasses.asdict(shard)
+        | {
+            "bytes": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(),
+        }
+        | extra
+    )
+    write_json(directory / shard.receipt, receipt)
+    return receipt
+
+
+def completed(directory: Path, shard: Shard) -> dict[str, Any] | None:
+    """The receipt of ``shard`` if the shard is on disk whole (size and sha256 as receipted)."""
+    receipt_path, path = directory / shard.receipt, directory / shard.file
+    if not receipt_path.is_file() or not path.is_file():
+        return None
+    try:
+        receipt = json.loads(receipt_path.read_text())
+    except json.JSONDecodeError:
+        return None
+    if {k: receipt.get(k) for k in ("name", "split", "start", "blocks")} != dataclasses.asdict(
+        shard
+    ):
+        return None
+    if path.stat().st_size != receipt.get("bytes") or sha256_file(path) != receipt.get("sha256"):
+        return None
+    return receipt
+
+
+def metadata(key: CacheKey, layout: Layout) -> dict[str, Any]:
+    """``meta.json``'s content."""
+    return {"format": FORMAT_VERSION, "key": key.as_dict(), "layout": dataclasses.asdict(layout)}
+
+
+def cache_key(
+    teacher: torch.nn.Module, tokenizer: Any, datamodule: Any, k: int, temperature: float
+) -> CacheKey:
+    """The key of a cache of ``teacher`` over ``datamodule``'s blocks (its ``train_examples`` and
+    ``val_examples`` after ``setup()``): what the writer records, and what a run that reads the
+    cache must match."""
+    splits = {"train": datamodule.train_examples, "val": datamodule.val_examples}
+    return CacheKey(
+        teacher_weights=weights_digest(teacher),
+        teacher_config=config_digest(teacher.config),
+        teacher_dtype=str(next(teacher.parameters()).dtype).removeprefix("torch."),
+        tokenizer=vocab_digest(tokenizer),
+        block_size=datamodule.block_size,
+        pack=datamodule.pack,
+        k=k,
+        temperature=float(temperature),
+        splits={
+            split: {"blocks": len(blocks), "digest": blocks_digest(blocks)}
+            for split, blocks in splits.items()
+        },
+    )

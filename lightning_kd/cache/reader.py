@@ -1,0 +1,175 @@
+"""Open a teacher cache for a run: refuse it before training unless it is whole and is the cache
+of this run's teacher, tokenizer, data, block size, k, temperature and dtype."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+from safetensors.torch import load_file
+from torch import Tensor
+
+from lightning_kd.cache.format import (
+    FORMAT_VERSION,
+    INDEX_NAME,
+    SPLITS,
+    CacheKey,
+    Shard,
+    sha256_file,
+)
+
+REBUILD = (
+    "rebuild it for this run with `python -m lightning_kd.cache hydra.run.dir=<dir> <this run's "
+    "teacher=, data=, distill.temperature and cache.k overrides>`"
+)
+SPLIT_CAUSES = "another data.files, data.seed, data.val_fraction, data.block_size or data.pack"
+
+
+class CacheError(ValueError):
+    """A cache directory that is incomplete or whose files are not as the index records."""
+
+
+class CacheMismatch(CacheError):
+    """A whole cache, but of another teacher, tokenizer, data split or setting than the run's."""
+
+
+class Records(NamedTuple):
+    """A batch of blocks' records: ``ids`` ``[blocks, block_size − 1, k]`` int64, ``log_probs``
+    the same shape (fp32), ``tail`` ``[blocks, block_size − 1]`` (fp32)."""
+
+    ids: Tensor
+    log_probs: Tensor
+    tail: Tensor
+
+
+def mismatches(cache: CacheKey, run: CacheKey) -> list[str]:
+    """One line per field where the cache's key differs from the run's, naming both values."""
+    found = []
+    for field, value in cache.as_dict().items():
+        if field == "splits":
+            continue
+        now = getattr(run, field)
+        if value != now:
+            found.append(f"{field}: the cache has {value!r}, this run {now!r}")
+    for split in SPLITS:
+        have, want = cache.splits.get(split), run.splits.get(split)
+        if have != want:
+            found.append(
+                f"data split {split!r}: the cache holds {_blocks(have)}, this run {_blocks(want)} "
+                f"({SPLIT_CAUSES})"
+            )
+    return found
+
+
+def _blocks(split: dict[str, Any] | None) -> str:
+    if split is None:
+        return "nothing"
+    return f"{split['blocks']} blocks with digest {split['digest'][:12]}"
+
+
+class TeacherCache:
+    """A verified cache: every shard present, of its recorded size and sha256, and its key the
+    run's. Use :meth:`open`; :meth:`records` reads blocks."""
+
+    def __init__(self, directory: Path, index: dict[str, Any]) -> None:
+        self.directory = directory
+        self.key = CacheKey(**index["key"])
+        self.layout = index["layout"]
+        self.stats = index.get("stats", {})
+        self.shards = [
+            Shard(s["name"], s["split"], s["start"], s["blocks"]) for s in index["shards"]
+        ]
+        self.shard_blocks = self.layout["shard_blocks"]
+
+    @classmethod
+    def open(cls, directory: str | Path, expect: CacheKey | None = None) -> TeacherCache:
+        """The cache in ``directory``, checked whole and (given ``expect``) matching the run.
+
+        Reads every shard once to check its sha256: a truncated shard or a flipped byte is an
+        error naming the shard, found here rather than mid-training.
+        """
+        directory = Path(directory)
+        index = read_index(directory)
+        cache = cls(directory, index)
+        if expect is not None:
+            found = mismatches(cache.key, expect)
+            if found:
+                raise CacheMismatch(
+                    f"the teacher cache in {directory} was not written for this run:\n  "
+                    + "\n  ".join(found)
+                    + f"\nUse the cache written for these settings, or {REBUILD}"
+                )
+        for entry in index["shards"]:
+            verify_shard(directory, entry)
+        return cache
+
+    def records(self, split: str, block_indices: list[int] | Tensor) -> Records:
+        """The records of ``block_indices`` (indices into the data module's ``train_examples`` or
+        ``val_examples``), stacked in the order given."""
+        blocks = self.key.splits[split]["blocks"]
+        rows = []
+        for index in [int(i) for i in block_indices]:
+            if not 0 <= index < blocks:
+                raise IndexError(f"block {index} of split {split!r}: the cache holds {blocks}")
+            shard = self._shard(split, index // self.shard_blocks)
+            rows.append({name: tensor[index % self.shard_blocks] for name, tensor in shard.items()})
+        return Records(
+            torch.stack([row["ids"] for row in rows]).to(torch.int64),
+            torch.stack([row["log_probs"] for row in rows]).float(),
+            torch.stack([row["tail"] for row in rows]).float(),
+        )
+
+    @lru_cache(maxsize=8)  # noqa: B019 (the cache lives as long as the TeacherCache)
+    def _shard(self, split: str, number: int) -> dict[str, Tensor]:
+        return load_file(self.directory / Shard(f"{split}-{number:05d}", split, 0, 0).file)
+
+
+def read_index(directory: Path) -> dict[str, Any]:
+    """``index.json`` of a complete cache, or a :class:`CacheError` saying what is missing."""
+    path = directory / INDEX_NAME
+    if not path.is_file():
+        partial = (directory / "meta.json").is_file()
+        raise CacheError(
+            f"{directory} holds no complete teacher cache (no {INDEX_NAME})"
+            + (
+                ": its writer stopped before finishing; run it again to complete it"
+                if partial
+                else ""
+            )
+            + f"; write one with `python -m lightning_kd.cache hydra.run.dir={directory}`"
+        )
+    try:
+        index = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise CacheError(f"{path} is not valid JSON ({err}); {REBUILD}") from None
+    if index.get("format") != FORMAT_VERSION:
+        raise CacheError(
+            f"{path} is format {index.get('format')!r}; this version reads format "
+            f"{FORMAT_VERSION}: {REBUILD}"
+        )
+    return index
+
+
+def verify_shard(directory: Path, entry: dict[str, Any]) -> None:
+    """Raise :class:`CacheError` unless the shard is present with its recorded size and sha256."""
+    path = directory / Shard(entry["name"], entry["split"], entry["start"], entry["blocks"]).file
+    fix = (
+        f"run the writer again on {directory} (it rewrites every shard that fails its checksum "
+        "and keeps the rest)"
+    )
+    if not path.is_file():
+        raise CacheError(f"teacher cache shard {path} is missing; {fix}")
+    size = path.stat().st_size
+    if size != entry["bytes"]:
+        raise CacheError(
+            f"teacher cache shard {path} has {size} bytes, the index records {entry['bytes']}: "
+            f"it is truncated or was replaced; {fix}"
+        )
+    if sha256_file(path) != entry["sha256"]:
+        raise CacheError(
+            f"teacher cache shard {path} fails its checksum (sha256 differs from the index's): "
+            f"its bytes are corrupt; {fix}"
+        )

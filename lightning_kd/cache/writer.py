@@ -1,0 +1,279 @@
+"""Run the teacher once over the training and validation blocks and write its top-k cache.
+
+Blocks are read in the data module's order (``train_examples``, then ``val_examples``), a batch
+at a time; logits are computed from the final hidden states a chunk of tokens at a time (never
+``[batch, seq, vocab]`` at once), reduced to top-k log-probs and the tail's log-mass
+(:func:`~lightning_kd.losses.topk.teacher_top_k`) and written a shard at a time. Rank r of N
+writes shards r, r + N, ...; a shard whose receipt and checksum are on disk is not written
+again, so a killed writer resumes with what it completed. Rank 0 writes ``index.json`` last.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from lightning_kd.cache.format import (
+    INDEX_NAME,
+    LOG_PROB_DTYPE,
+    META_NAME,
+    SHARD_DIR,
+    TAIL_DTYPE,
+    CacheKey,
+    CacheSpec,
+    Layout,
+    Shard,
+    cache_key,
+    completed,
+    ids_dtype,
+    metadata,
+    plan_shards,
+    write_json,
+    write_shard,
+)
+from lightning_kd.cache.reader import CacheError, mismatches
+from lightning_kd.distiller import Distiller
+from lightning_kd.losses.chunked import OutputHead, auto_chunk_size, matmul_dtype
+from lightning_kd.losses.topk import teacher_top_k
+from lightning_kd.models import logit_transform
+
+
+@dataclass
+class WriteStats:
+    """Where one rank's writing time went, and how much mass the top k held."""
+
+    tokens: int = 0
+    forward_seconds: float = 0.0
+    top_k_seconds: float = 0.0
+    write_seconds: float = 0.0
+    shards_written: int = 0
+    shards_kept: int = 0
+
+    def line(self, rank: int) -> str:
+        total = self.forward_seconds + self.top_k_seconds + self.write_seconds
+        rate = self.tokens / total if total else 0.0
+        return (
+            f"cache rank {rank}: {self.shards_written} shards written, {self.shards_kept} kept "
+            f"from an earlier run; {self.tokens} tokens in {total:.1f} s ({rate:.0f} tok/s): "
+            f"teacher forward {self.forward_seconds:.1f} s, top-k {self.top_k_seconds:.1f} s, "
+            f"writing {self.write_seconds:.1f} s"
+        )
+
+
+def teacher_head(teacher: nn.Module) -> OutputHead:
+    """The teacher's output projection as the chunked loss applies it to hidden states."""
+    head = teacher.get_output_embeddings()
+    return OutputHead(head.weight, head.bias, logit_transform(teacher.config))
+
+
+def check_head(teacher: nn.Module, head: OutputHead, batch: dict[str, Tensor]) -> None:
+    """The head applied to hidden states must give the model's own logits (as the distiller
+    checks for training): otherwise the cache would hold another distribution."""
+    sample = {key: value[:1, :8] for key, value in batch.items()}
+    expected = Distiller.forward_model(teacher, sample, logits=True).float()
+    hidden = Distiller.forward_model(teacher, sample, logits=False)
+    got = head.logits(hidden, matmul_dtype(hidden)).float()
+    if not torch.allclose(got, expected, rtol=2e-2, atol=2e-2):
+        raise ValueError(
+            f"the teacher ({type(teacher).__name__}) computes its logits in a way the cache "
+            f"writer does not reproduce (max difference {(got - expected).abs().max():.3g})"
+        )
+
+
+@torch.no_grad()
+def shard_records(
+    teacher: nn.Module,
+    blocks: list[Tensor],
+    collate: Callable[[list[Tensor]], dict[str, Tensor]],
+    spec: CacheSpec,
+    block_size: int,
+    device: torch.device,
+    stats: WriteStats,
+) -> dict[str, Tensor]:
+    """The stored tensors of one shard's ``blocks`` (see ``cache.format``)."""
+    head = teacher_head(teacher)
+    vocab = head.weight.shape[0]
+    positions = block_size - 1
+    out = {  # filled in int64 / fp32, stored as the layout says
+        "ids": torch.zeros(len(blocks), positions, spec.k, dtype=torch.int64),
+        "log_probs": torch.zeros(len(blocks), positions, spec.k),
+        "tail": torch.zeros(len(blocks), positions),
+        "lengths": torch.tensor([len(block) for block in blocks], dtype=torch.int32),
+    }
+    for first in range(0, len(blocks), spec.batch_size):
+        batch = collate(blocks[first : first + spec.batch_size])
+        batch = {key: value.to(device) for key, value in batch.items()}
+        started = time.perf_counter()
+        hidden = Distiller.forward_model(teacher, batch, logits=False)[:, :-1]
+        rows, length = hidden.shape[:2]
+        flat = hidden.reshape(rows * length, -1)
+        stats.forward_seconds += time.perf_counter() - started
+        started = time.perf_counter()
+        parts = top_k_chunks(head, flat, spec)
+        for name, values in zip(
+            ("ids", "log_probs", "tail"), zip(*parts, strict=True), strict=True
+        ):
+            out[name][first : first + rows, :length] = (
+                torch.cat(values).view(rows, length, *out[name].shape[2:]).cpu()
+            )
+        stats.top_k_seconds += time.perf_counter() - started
+        stats.tokens += int(batch["attention_mask"].sum())
+    # Positions past a short block's end are padding: zeros, whatever the teacher said there.
+    scored = torch.arange(positions) < (out["lengths"] - 1).unsqueeze(-1)
+    out["ids"] = out["ids"].masked_fill(~scored.unsqueeze(-1), 0).to(ids_dtype(vocab))
+    out["log_probs"] = out["log_probs"].masked_fill(~scored.unsqueeze(-1), 0).to(LOG_PROB_DTYPE)
+    out["tail"] = out["tail"].masked_fill(~scored, 0).to(TAIL_DTYPE)
+    return out
+
+
+def top_k_chunks(head: OutputHead, hidden: Tensor, spec: CacheSpec) -> list[tuple[Tensor, ...]]:
+    """``teacher_top_k`` of ``hidden`` ``[tokens, width]``, the logits a chunk at a time."""
+    chunk = auto_chunk_size(head.weight.shape[0], hidden.shape[0])
+    return [
+        teacher_top_k(
+            head.logits(hidden[start : start + chunk], matmul_dtype(hidden)),
+            spec.k,
+            spec.temperature,
+        )
+        for start in range(0, hidden.shape[0], chunk)
+    ]
+
+
+def kept_mass(tensors: dict[str, Tensor]) -> tuple[int, float]:
+    """``(scored positions, Σ over them of the mass the top k hold)`` of one shard."""
+    positions = tensors["tail"].shape[1]
+    scored = torch.arange(positions) < (tensors["lengths"] - 1).unsqueeze(-1)
+    mass = -torch.expm1(tensors["tail"].double())[scored]
+    return int(scored.sum()), float(mass.sum())
+
+
+def write_cache(
+    teacher: nn.Module,
+    tokenizer: Any,
+    datamodule: Any,
+    spec: CacheSpec,
+    directory: Path,
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+    barrier: Callable[[], None] = lambda: None,
+    device: torch.device | None = None,
+    overwrite: bool = False,
+) -> WriteStats:
+    """Write (or complete) the cache of ``teacher`` over ``datamodule``'s blocks in
+    ``directory``; this process is ``rank`` of ``world_size`` (each calls this with the same
+    arguments). Returns this rank's timings."""
+    directory = Path(directory)
+    device = device or next(teacher.parameters()).device
+    splits = {"train": datamodule.train_examples, "val": datamodule.val_examples}
+    key, meta = describe(teacher, tokenizer, datamodule, spec)
+    prepare(directory, meta, rank, barrier, overwrite)
+    with torch.no_grad():
+        sample = datamodule.collate(splits["train"][:1])
+        check_head(teacher, teacher_head(teacher), {k: v.to(device) for k, v in sample.items()})
+    shards = plan_shards(key.splits, spec.shard_blocks)
+    mine = shards[rank::world_size]
+    todo = [shard for shard in mine if completed(directory, shard) is None]
+    stats = WriteStats(shards_kept=len(mine) - len(todo))
+    tokens = sum(
+        len(block) for s in todo for block in splits[s.split][s.start : s.start + s.blocks]
+    )
+    label = f"teacher cache (rank {rank})" if world_size > 1 else "teacher cache"
+    with tqdm(total=tokens, unit="tok", unit_scale=True, desc=label, disable=rank != 0) as progress:
+        for shard in todo:
+            before = stats.tokens
+            blocks = splits[shard.split][shard.start : shard.start + shard.blocks]
+            tensors = shard_records(
+                teacher, blocks, datamodule.collate, spec, datamodule.block_size, device, stats
+            )
+            started = time.perf_counter()
+            scored, mass = kept_mass(tensors)
+            write_shard(directory, shard, tensors, {"scored": scored, "top_k_mass": mass})
+            stats.write_seconds += time.perf_counter() - started
+            stats.shards_written += 1
+            progress.update(stats.tokens - before)
+    barrier()
+    if rank == 0:
+        write_index(directory, meta, shards, key)
+    barrier()
+    return stats
+
+
+def describe(
+    teacher: nn.Module, tokenizer: Any, datamodule: Any, spec: CacheSpec
+) -> tuple[CacheKey, dict[str, Any]]:
+    """The key of the cache to write and its ``meta.json``."""
+    key = cache_key(teacher, tokenizer, datamodule, spec.k, spec.temperature)
+    ids = str(ids_dtype(teacher.get_output_embeddings().weight.shape[0])).removeprefix("torch.")
+    return key, metadata(key, Layout(ids, shard_blocks=spec.shard_blocks))
+
+
+def prepare(
+    directory: Path,
+    meta: dict[str, Any],
+    rank: int,
+    barrier: Callable[[], None],
+    overwrite: bool,
+) -> None:
+    """Check what ``directory`` holds, then (rank 0) write ``meta.json`` and drop the index:
+    the cache counts as incomplete until this write finishes."""
+    check_earlier(directory, meta, overwrite)
+    barrier()  # every rank has looked at the earlier meta.json before rank 0 replaces it
+    if rank == 0:
+        if overwrite:
+            shutil.rmtree(directory / SHARD_DIR, ignore_errors=True)
+        (directory / INDEX_NAME).unlink(missing_ok=True)
+        write_json(directory / META_NAME, meta)
+    barrier()
+
+
+def check_earlier(directory: Path, meta: dict[str, Any], overwrite: bool) -> None:
+    """Refuse to add shards to a directory that holds a cache written for other settings."""
+    path = directory / META_NAME
+    if overwrite or not path.is_file():
+        return
+    earlier = json.loads(path.read_text())
+    if earlier == meta:
+        return
+    found = (
+        mismatches(CacheKey(**earlier["key"]), CacheKey(**meta["key"]))
+        if earlier.get("key", {}).keys() == meta["key"].keys()
+        else []
+    )
+    if earlier.get("layout") != meta["layout"]:
+        found.append(f"layout: the cache has {earlier.get('layout')}, this run {meta['layout']}")
+    raise CacheError(
+        f"{directory} holds a teacher cache written for other settings:\n  "
+        + "\n  ".join(found or ["format or fields differ"])
+        + "\nWrite this one into another hydra.run.dir, or pass overwrite=true to replace it"
+    )
+
+
+def write_index(directory: Path, meta: dict[str, Any], shards: list[Shard], key: CacheKey) -> None:
+    """``index.json``: the metadata, every shard's receipt and what the cache holds."""
+    receipts = [completed(directory, shard) for shard in shards]
+    missing = [
+        shard.name for shard, receipt in zip(shards, receipts, strict=True) if receipt is None
+    ]
+    if missing:
+        raise CacheError(f"shards {missing} of {directory} were not written whole; run again")
+    scored = sum(r["scored"] for r in receipts)
+    entries = scored * key.k
+    total_bytes = sum(r["bytes"] for r in receipts)
+    stats = {
+        "scored_positions": scored,
+        "bytes": total_bytes,
+        "bytes_per_scored_position": total_bytes / max(scored, 1),
+        "bytes_per_entry": total_bytes / max(entries, 1),
+        "mean_top_k_mass": sum(r["top_k_mass"] for r in receipts) / max(scored, 1),
+    }
+    write_json(directory / INDEX_NAME, meta | {"shards": receipts, "stats": stats})
