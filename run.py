@@ -25,6 +25,7 @@ from lightning_kd.checkpoints import resolve_ckpt_path
 from lightning_kd.checks import check_config
 from lightning_kd.config import register_defaults
 from lightning_kd.finite import check_finite_model, strict_json
+from lightning_kd.importance import choose_layers
 from lightning_kd.launch import build, resolve_auto_precision
 from lightning_kd.rundir import claim_run_dir, resume_command
 from lightning_kd.saving import RunInterrupted, stop_report
@@ -44,6 +45,7 @@ def distill(cfg: DictConfig, ckpt_path: Path | None = None) -> RunSummary:
     L.seed_everything(cfg.seed, workers=True)
     output_dir = Path(cfg.output_dir)
     precision = resolve_auto_precision(cfg)
+    ranking = choose_layers(cfg, ckpt_path)  # student.layers=importance → indices, before build
     module, datamodule, trainer, timer = build(cfg)
 
     before = trainer.validate(module, datamodule, verbose=False)[0] if cfg.validate_before else {}
@@ -74,6 +76,7 @@ def distill(cfg: DictConfig, ckpt_path: Path | None = None) -> RunSummary:
         if torch.cuda.is_available()
         else None,
         precision=precision.as_dict(),
+        importance=ranking.as_dict() if ranking is not None else None,
     )
     if trainer.is_global_zero:
         strict = json.dumps(strict_json(summary.as_dict()), indent=2, allow_nan=False)

@@ -124,6 +124,7 @@ RULES: dict[str, Number | CountOrFraction] = {
     "data.val_fraction": Number(low=0, high=1, low_open=True, high_open=True, example="0.05"),
     "data.num_workers": Number(low=0, integer=True, example="0"),
     "student.num_layers": Number(low=1, integer=True, nullable=True, example="6"),
+    "student.calibration_blocks": Number(low=1, integer=True, example="4"),
     "teacher.init_seed": Number(integer=True, example="0"),
     "trainer.max_steps": Number(low=1, integer=True, special=(-1,), example="140"),
     "trainer.max_epochs": Number(low=1, integer=True, nullable=True, special=(-1,), example="1"),

@@ -32,6 +32,10 @@ from transformers import (
 from lightning_kd.precision import AUTO, teacher_dtype_for
 from lightning_kd.sources import SMOLLM2, teacher_dir
 
+IMPORTANCE = "importance"
+"""The ``student.layers`` value that asks for the most important layers (``importance.py``)."""
+IMPORTANCE_SCORES = ("skip_kl", "block_influence", "greedy_kl")  # see layer_scores.py
+
 DTYPES = {
     "float32": torch.float32,
     "bfloat16": torch.bfloat16,
@@ -79,8 +83,18 @@ class StudentSpec:
 
     num_layers: int | None = 6
     """Copy this many evenly spaced teacher layers (first and last included)."""
-    layers: list[int] | None = None
-    """Copy exactly these teacher layer indices instead (overrides ``num_layers``)."""
+    layers: list[int] | str | None = None
+    """Copy exactly these teacher layer indices instead (overrides ``num_layers``), or
+    ``importance``: the ``num_layers`` layers that matter most on calibration data
+    (``lightning_kd.importance``), resolved to indices before the student is built."""
+    importance: str = "skip_kl"
+    """With ``layers=importance``, what ranks layers: ``skip_kl`` (KL increase when the layer
+    alone is skipped), ``block_influence`` (1 − cos(input, output)), ``greedy_kl`` (remove the
+    least harmful layer one at a time; about L²/2 pruned forwards)."""
+    calibration_blocks: int = 4
+    """With ``layers=importance``: training blocks the scores are measured on (never val)."""
+    keep_ends: bool = True
+    """With ``layers=importance``: keep the first and last layer always (false: scores decide)."""
     path: str | None = None
     """Load a pretrained student (Hugging Face id or local directory) instead of copying layers."""
     config: dict[str, Any] | None = None
@@ -101,12 +115,34 @@ class StudentSpec:
         check_dtype(self.dtype, "student.dtype")
         if self.path is not None and self.config is not None:
             raise ValueError("set student.path or student.config, not both")
-        if self.layers is not None and len(self.layers) == 0:
+        if isinstance(self.layers, str):
+            self._check_importance()
+        elif self.layers is not None and len(self.layers) == 0:
             raise ValueError(
                 "student.layers is empty; list teacher layer indices, e.g. [0, 15, 29]"
             )
         if self.num_layers is not None and self.num_layers < 1:
             raise ValueError(f"student.num_layers={self.num_layers}; it must be at least 1")
+
+    def _check_importance(self) -> None:
+        if self.layers != IMPORTANCE:
+            raise ValueError(
+                f"student.layers={self.layers!r}; give teacher layer indices ([0,15,29]) or "
+                f"{IMPORTANCE!r} (the num_layers most important ones)"
+            )
+        if self.importance not in IMPORTANCE_SCORES:
+            raise ValueError(
+                f"student.importance={self.importance!r}; choose one of {list(IMPORTANCE_SCORES)}"
+            )
+        if self.num_layers is None:
+            raise ValueError("student.layers=importance keeps student.num_layers layers; set it")
+        if self.calibration_blocks < 1:
+            raise ValueError(f"student.calibration_blocks={self.calibration_blocks}; use >= 1")
+
+    @property
+    def by_importance(self) -> bool:
+        """Whether the layers are still to be chosen (``layers=importance``)."""
+        return self.layers == IMPORTANCE
 
     @property
     def frozen_embeddings(self) -> bool:

@@ -31,7 +31,7 @@ from lightning.pytorch.loggers.logger import rank_zero_experiment
 LOCK_NAME = ".lock"
 HYDRA_OWN = (".hydra",)
 """Entries Hydra writes into a run directory before the task runs (plus ``*.log`` files)."""
-OUTPUTS = ("checkpoints", "logs", "student", "summary.json", "summary.md")
+OUTPUTS = ("checkpoints", "logs", "student", "summary.json", "summary.md", "importance.json")
 """What a run writes into its directory: what ``overwrite=true`` removes."""
 
 

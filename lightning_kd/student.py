@@ -56,6 +56,12 @@ def evenly_spaced(count: int, total: int) -> list[int]:
 
 def student_layer_indices(spec: StudentSpec, teacher_layers: int) -> list[int]:
     """The teacher layers a from-teacher student copies, checked against the teacher's depth."""
+    if spec.by_importance:
+        raise ValueError(
+            "student.layers=importance must be resolved to layer indices from calibration data "
+            "before the student is built: run.py does it; from Python, pass the indices of "
+            "lightning_kd.importance.rank_for_student(...).kept as student.layers"
+        )
     if spec.layers is not None:
         bad = [i for i in spec.layers if not 0 <= i < teacher_layers]
         if bad:
@@ -66,12 +72,18 @@ def student_layer_indices(spec: StudentSpec, teacher_layers: int) -> list[int]:
     count = spec.num_layers
     if count is None:
         raise ValueError("set student.num_layers, student.layers, student.path or student.config")
-    if count > teacher_layers:
-        raise ValueError(
-            f"student.num_layers={count} is larger than the teacher's {teacher_layers} layers; "
-            f"choose 1..{teacher_layers}"
-        )
+    check_num_layers(count, teacher_layers)
     return evenly_spaced(count, teacher_layers)
+
+
+def check_num_layers(count: int, teacher_layers: int) -> None:
+    """Raise unless a student of ``count`` copied layers fits a teacher of ``teacher_layers``."""
+    if not 1 <= count <= teacher_layers:
+        raise ValueError(
+            f"student.num_layers={count} is "
+            + ("larger than" if count > teacher_layers else "outside")
+            + f" the teacher's {teacher_layers} layers; choose 1..{teacher_layers}"
+        )
 
 
 def student_from_teacher(teacher: PreTrainedModel, indices: list[int]) -> PreTrainedModel:

@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, field
 from lightning.fabric.utilities.throughput import Throughput
 from lightning.pytorch import Callback, LightningModule, Trainer
 
+from lightning_kd.layer_scores import Ranking
+
 ROWS = (
     ("val/ppl", "student perplexity (val)", 2),
     ("val/agreement", "top-1 agreement with teacher", 3),
@@ -81,6 +83,9 @@ class RunSummary:
     """``torch.cuda.max_memory_allocated`` of this process, on a GPU."""
     precision: dict[str, str] | None = None
     """The resolved ``trainer.precision`` and ``teacher.dtype``, and why (``auto`` or explicit)."""
+    importance: dict | None = None
+    """With ``student.layers=importance``: the layer scores and the layers kept
+    (``layer_scores.Ranking.as_dict``)."""
 
     @property
     def tokens_per_second(self) -> float:
@@ -120,6 +125,11 @@ class RunSummary:
             )
         if self.peak_cuda_mb is not None:
             rows.append(("peak CUDA memory (MB)", "", f"{self.peak_cuda_mb:.0f}"))
+        if self.importance is not None:
+            kept = ", ".join(map(str, self.importance["kept"]))
+            rows.append((f"student layers (by {self.importance['by']})", "", kept))
         lines = ["| | before | after |", "|---|---:|---:|"]
         lines += [f"| {name} | {before} | {after} |" for name, before, after in rows]
+        if self.importance is not None:
+            lines += ["", "Teacher layer scores:", "", Ranking.from_dict(self.importance).table()]
         return "\n".join(lines)

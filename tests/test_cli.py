@@ -63,6 +63,9 @@ def test_bad_config_values_fail_with_a_clear_message(tmp_path: Path) -> None:
         "teacher.path=/no/such/model": "teacher.path=/no/such/model does not exist",
         "debug=smoke teacher.path=x/y": "give exactly one of teacher.path",
         "debug=smoke student.num_layers=9": "student.num_layers=9 is larger than the teacher's 4",
+        "debug=smoke student.layers=importance student.num_layers=9": (
+            "student.num_layers=9 is larger than the teacher's 4 layers; choose 1..4"
+        ),
     }
     for override, message in cases.items():
         result = run_cli(*override.split(), f"hydra.run.dir={tmp_path / 'bad'}")
