@@ -67,8 +67,9 @@ def test_bad_config_values_fail_with_a_clear_message(tmp_path: Path) -> None:
             "student.num_layers=9 is larger than the teacher's 4 layers; choose 1..4"
         ),
     }
-    for override, message in cases.items():
-        result = run_cli(*override.split(), f"hydra.run.dir={tmp_path / 'bad'}")
+    for number, (override, message) in enumerate(cases.items()):
+        # A directory each: a run that failed after its logger started leaves logs/ behind.
+        result = run_cli(*override.split(), f"hydra.run.dir={tmp_path / f'bad{number}'}")
         assert result.returncode != 0, override
         assert message in result.stderr + result.stdout, (override, result.stderr[-2000:])
 
