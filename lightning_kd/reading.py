@@ -90,7 +90,8 @@ def _record_text(line: str, path: Path, number: int, text_field: str) -> str:
     return text
 
 
-def _content_digest(path: Path) -> str:
+def file_digest(path: Path) -> str:
+    """sha256 of a file's bytes, read a MiB at a time."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -105,7 +106,7 @@ def unique_files(paths: list[Path]) -> list[Path]:
     kept = []
     for path in paths:
         resolved = path.resolve()
-        key = (path.stat().st_size, _content_digest(path))
+        key = (path.stat().st_size, file_digest(path))
         first = seen.get(resolved) or seen.get(key)
         if first is not None:
             how = "the same file as" if first.resolve() == resolved else "identical in content to"

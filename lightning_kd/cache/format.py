@@ -38,6 +38,7 @@ from torch import Tensor
 
 from lightning_kd.checkpoints import TEMP_SUFFIX
 from lightning_kd.provenance import config_digest, vocab_digest, weights_digest
+from lightning_kd.reading import file_digest
 
 FORMAT_VERSION = 1
 META_NAME = "meta.json"
@@ -152,12 +153,8 @@ def plan_shards(splits: dict[str, dict[str, Any]], shard_blocks: int) -> list[Sh
     return shards
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+sha256_file = file_digest
+"""sha256 of a shard's bytes (the receipt's checksum)."""
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
