@@ -30,16 +30,9 @@ from lightning_kd.features import LayerPair, layer_pairs, make_projectors
 from lightning_kd.losses.chunked import OutputHead, matmul_dtype
 from lightning_kd.losses.features import get_feature_loss, masked_feature_sum
 from lightning_kd.losses.logits import LossSums
-from lightning_kd.models import (
-    StudentSpec,
-    TeacherSpec,
-    check_vocabularies,
-    load_teacher,
-    logit_transform,
-    student_tokenizer,
-)
+from lightning_kd.models import StudentSpec, TeacherSpec, load_teacher, logit_transform
 from lightning_kd.objective import DistillConfig
-from lightning_kd.student import build_student
+from lightning_kd.student import build_student, check_vocabularies, student_tokenizer
 from lightning_kd.tasks import Heads, MetricSums, make_task
 
 ROLES = ("teacher", "student")

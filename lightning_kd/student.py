@@ -3,6 +3,7 @@
 The default student keeps the teacher's embeddings, final norm, head and an evenly spaced subset of
 its decoder layers (first and last included); ``student.layers`` picks them explicitly,
 ``student.path`` loads a pretrained student and ``student.config`` initialises one at random.
+:func:`check_vocabularies` refuses a student that does not score the teacher tokenizer's ids.
 This module knows transformers, not Lightning.
 """
 
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel
+from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 try:  # transformers >= 5
     from transformers.initialization import no_init_weights
@@ -156,3 +157,45 @@ def enable_activation_checkpointing(model: PreTrainedModel) -> None:
 def is_activation_checkpointing(model: PreTrainedModel) -> bool:
     """Whether any of the model's layers checkpoints its activations (either transformers API)."""
     return any(getattr(module, "gradient_checkpointing", False) for module in model.modules())
+
+
+# ----------------------------------------------------------------------------- vocabulary
+
+
+def student_tokenizer(spec: StudentSpec) -> PreTrainedTokenizerBase | None:
+    """The tokenizer saved with a pretrained student, if it has one (to check it matches)."""
+    if spec.path is None:
+        return None
+    try:
+        return AutoTokenizer.from_pretrained(spec.path, trust_remote_code=spec.trust_remote_code)
+    except (OSError, ValueError):
+        return None  # weights without a tokenizer: check_vocabularies compares sizes only
+
+
+def check_vocabularies(
+    teacher: PreTrainedModel,
+    student: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    student_tokenizer: PreTrainedTokenizerBase | None = None,
+) -> None:
+    """Raise unless both models score the teacher tokenizer's ids in the same vocabulary.
+
+    Sizes may differ by padding rows (logits are then compared over the shared range); a student
+    with its own, different tokenizer cannot be distilled on logits.
+    """
+    if student_tokenizer is not None and student_tokenizer.get_vocab() != tokenizer.get_vocab():
+        diff = set(student_tokenizer.get_vocab().items()) ^ set(tokenizer.get_vocab().items())
+        example = sorted(diff, key=str)[:3]
+        raise ValueError(
+            "the student's tokenizer differs from the teacher's (e.g. "
+            f"{example}); logit distillation needs one shared tokenizer. Use a student of the "
+            "teacher's family, or build it from the teacher (student.num_layers=...)"
+        )
+    needed = len(tokenizer)
+    for role, model in (("teacher", teacher), ("student", student)):
+        size = model.get_input_embeddings().num_embeddings
+        if size < needed:
+            raise ValueError(
+                f"the {role}'s vocabulary has {size} rows but the tokenizer has {needed} tokens: "
+                "the two do not belong together (different tokenizers)"
+            )

@@ -10,12 +10,16 @@ from lightning_kd.models import (
     StudentSpec,
     TeacherSpec,
     byte_tokenizer,
-    check_vocabularies,
     load_teacher,
     load_tokenizer,
 )
 from lightning_kd.sources import smollm2_gguf
-from lightning_kd.student import build_student, decoder_layers, evenly_spaced
+from lightning_kd.student import (
+    build_student,
+    check_vocabularies,
+    decoder_layers,
+    evenly_spaced,
+)
 from tests.conftest import TINY_LLAMA
 
 
