@@ -64,8 +64,9 @@ class Distiller(nn.Module):
         self.teacher = teacher.requires_grad_(False).eval()
         self.adapter = Adapter(student) if is_peft_model(student) else None
         """A LoRA student's ``PeftModel``, outside the module tree (None for a plain student)."""
-        self.student = student.get_base_model() if self.adapter is not None else student
-        student = self.student
+        if self.adapter is not None:  # the same model, adapters inside: plain paths and heads
+            student = student.get_base_model()
+        self.student = student
         self.distill = distill
         self.objective = distill.logit_objective()
         self.task = make_task(

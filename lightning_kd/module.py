@@ -1,7 +1,8 @@
 """The LightningModule: Lightning's hooks around a :class:`~lightning_kd.distiller.Distiller`.
 
 The distiller owns the models and the step's math. This module builds it in ``configure_model``
-(where a strategy can wrap it), keeps the teacher out of the optimizer and the checkpoints, and
+(where a strategy can wrap it), keeps the teacher out of the optimizer and the checkpoints (and a
+LoRA student's frozen base, rebuilt like the teacher: only adapters and projectors are saved), and
 makes accumulation exact: each micro-batch returns its per-token loss *sum*, and
 ``on_before_optimizer_step`` (before clipping) divides the window's gradients once by its scored
 tokens over all ranks — a last partial window included.
@@ -23,6 +24,7 @@ from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.accumulation import Window
 from lightning_kd.checkpoints import (
+    STUDENT_PREFIX,
     check_trainable_keys,
     drop_rebuilt,
     frozen_student_keys,
@@ -73,6 +75,8 @@ class DistillationModule(LightningModule):
         """``provenance.weights_digest`` of the teacher as loaded (checkpoints record it)."""
         self.rebuilt_student_keys: frozenset[str] = frozenset()
         """A LoRA student's frozen base: rebuilt on load like the teacher, never checkpointed."""
+        self.student_base_digest: str | None = None
+        """``weights_digest`` of a LoRA student's frozen base as built (checkpoints record it)."""
 
     @property
     def teacher(self) -> nn.Module | None:
@@ -96,6 +100,8 @@ class DistillationModule(LightningModule):
         self.teacher_digest = weights_digest(self.teacher)  # before any strategy shards it
         if self.distiller.adapter is not None:  # names as built, before a strategy wraps them
             self.rebuilt_student_keys = frozen_student_keys(self.student)
+            base = {key.removeprefix(STUDENT_PREFIX) for key in self.rebuilt_student_keys}
+            self.student_base_digest = weights_digest(self.student, base)
         for role in ("teacher", "student"):  # the bodies the step calls, for wrap policies
             setattr(getattr(self, role).base_model, ROLE, role)
 

@@ -10,12 +10,15 @@ from pathlib import Path
 import pytest
 import torch
 from hydra.utils import instantiate
+from lightning.pytorch import Callback
 
+from lightning_kd.checkpoints import LAST_NAME
 from lightning_kd.config import compose_config
 from lightning_kd.lora import ADAPTER_DIR
 from lightning_kd.models import StudentSpec, TeacherSpec, byte_tokenizer, load_teacher
 from lightning_kd.module import DistillationModule
 from lightning_kd.objective import DistillConfig
+from lightning_kd.saving import LastCheckpoint
 from lightning_kd.student import build_student, is_activation_checkpointing, student_from_teacher
 from tests.conftest import TINY_GPT2, TINY_LLAMA, make_datamodule, make_module, make_trainer
 from tests.test_accumulation import (
@@ -44,16 +47,12 @@ def make(config: dict = TINY_LLAMA, checkpointing: bool = False, **distill) -> D
     )
 
 
-def lora_state(module: DistillationModule) -> dict[str, torch.Tensor]:
-    return {k: v.clone() for k, v in module.student.state_dict().items() if "lora_" in k}
-
-
 def test_only_adapters_and_projectors_train_and_sit_in_the_checkpoint(
     tiny_teacher, corpus, tmp_path
 ) -> None:
-    features = [
-        {"student": "model.layers.1.mlp.down_proj", "teacher": "model.layers.3.mlp.up_proj"}
-    ]
+    # A LoRA-wrapped up_proj (64 wide) matched to a decoder layer (32 wide): a projector sized
+    # from the wrapped layer trains with the adapters.
+    features = [{"student": "model.layers.1.mlp.up_proj", "teacher": "model.layers.3"}]
     module = make_module(tiny_teacher, student={"lora": LORA}, features=features)
     dm = make_datamodule([corpus])
     trainer = make_trainer(tmp_path, max_steps=2)
@@ -61,8 +60,8 @@ def test_only_adapters_and_projectors_train_and_sit_in_the_checkpoint(
     optimized = {id(p) for group in trainer.optimizers[0].param_groups for p in group["params"]}
     student_trainable = [n for n, p in module.student.named_parameters() if p.requires_grad]
     assert student_trainable and all(".lora_A." in n or ".lora_B." in n for n in student_trainable)
-    # A down_proj (32 wide) matched to an up_proj (64 wide): a projector trains with the adapters.
     projector = module.distiller.projectors[0].weight
+    assert projector.shape == (32, 64)
     trainable = {id(p) for p in module.student.parameters() if p.requires_grad} | {id(projector)}
     assert optimized == trainable
 
@@ -90,6 +89,43 @@ def test_load_from_checkpoint_rebuilds_the_base(tiny_teacher, corpus, tmp_path) 
         torch.testing.assert_close(value, want[key], rtol=0, atol=0, msg=key)
 
 
+class Crash(Callback):
+    """Raise as the optimizer step after ``step`` begins (LastCheckpoint saved ``step``)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer, *args) -> None:
+        if trainer.global_step == self.step:
+            raise RuntimeError("crash")
+
+
+def test_a_crashed_lora_run_resumes_exactly(tiny_teacher, corpus, tmp_path) -> None:
+    """The checkpoint holds no base student; the resumed run rebuilds it and continues to the
+    very adapters and projector of a run never interrupted."""
+    features = [{"student": "model.layers.1.mlp.up_proj", "teacher": "model.layers.3"}]
+
+    def run(directory: Path, ckpt: Path | None = None, *callbacks: Callback):
+        module = make_module(tiny_teacher, student={"lora": LORA}, features=features)
+        saver = LastCheckpoint(str(directory), every=2)
+        callbacks = [saver, *callbacks]
+        trainer = make_trainer(max_steps=4, callbacks=callbacks, enable_checkpointing=True)
+        trainer.fit(module, make_datamodule([corpus]), ckpt_path=ckpt)
+        return module
+
+    torch.manual_seed(0)
+    straight = run(tmp_path / "straight")
+    torch.manual_seed(0)
+    with pytest.raises(RuntimeError, match="crash"):
+        run(tmp_path / "crashed", None, Crash(step=2))
+    torch.manual_seed(1)  # other initial adapters and projector: the checkpoint replaces them
+    resumed = run(tmp_path / "crashed", tmp_path / "crashed" / LAST_NAME)
+    want = straight.distiller.state_dict()
+    for key, value in resumed.distiller.state_dict().items():
+        torch.testing.assert_close(value, want[key], rtol=0, atol=0, msg=key)
+
+
+@pytest.mark.slow
 def test_killed_lora_run_resumes_exactly(tmp_path: Path) -> None:
     """Killed after step 5 and resumed from a checkpoint without the base student: the same
     losses and, bit for bit, the same merged student as a run never interrupted."""
