@@ -12,10 +12,12 @@ memory-mapped ones are resident in each (the floor holds the teacher it never ru
                    full-logit KL
 - ``full_logits``  lightning_kd with ``distill.chunked=false``: lean teacher, full-logit KL
 - ``lightning_kd`` lightning_kd's step: lean teacher, chunked logit distillation
+- ``lora``         the same step on a LoRA student (``student.lora``'s defaults): adapters train
 
 Then a loss-only sweep at vocab 49152 (full-logit vs chunked forward + backward over 512, 2048 and
 8192 tokens). Writes ``bench.json`` (with ``mem_ratio_vs_floor``, ``time_ratio_vs_parts`` and
-``loss_mem_ratio_vs_full``), ``bench.md`` and ``bench.png`` under ``--out``.
+``loss_mem_ratio_vs_full``, and ``lora_vs_full``: the LoRA step's trainable parameters, memory and
+time over lightning_kd's), ``bench.md`` and ``bench.png`` under ``--out``.
 """
 
 from __future__ import annotations

@@ -38,6 +38,9 @@ def summarise(scenarios: dict[str, dict], losses: list[dict], args: argparse.Nam
         "mem_ratio_vs_floor": ours["mem_vs_floor"],
         "time_ratio_vs_parts": ours["time_vs_parts"],
         "loss_mem_ratio_vs_full": chunked_most["loss_mb"] / max(full_most["loss_mb"], 1e-9),
+        "lora_vs_full": {
+            key: scenarios["lora"][key] / ours[key] for key in ("trainable", "peak_mb", "step_s")
+        },
         "scenarios": scenarios,
         "loss_sweep": losses,
     }
@@ -47,13 +50,15 @@ def markdown(report: dict) -> str:
     """``bench.md``: the scenarios' table, the loss sweep's table and the three ratios."""
     memory = "CUDA max allocated" if report["device"] != "cpu" else "peak RSS"
     lines = [
-        f"| scenario | {memory} (MB) | vs floor | step (s) | vs (student step + teacher fwd) |",
-        "|---|---:|---:|---:|---:|",
+        f"| scenario | trainable params | {memory} (MB) | vs floor | step (s) | "
+        "vs (student step + teacher fwd) |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for name, row in report["scenarios"].items():
         ratio = "—" if name in ("floor", "teacher") else f"{row['time_vs_parts']:.2f}"
+        params = "—" if name == "teacher" else f"{row['trainable'] / 1e6:.2f}M"
         lines.append(
-            f"| {name} | {row['peak_mb']:.0f} | {row['mem_vs_floor']:.2f} | "
+            f"| {name} | {params} | {row['peak_mb']:.0f} | {row['mem_vs_floor']:.2f} | "
             f"{row['step_s']:.2f} | {ratio} |"
         )
     lines += [
@@ -69,6 +74,12 @@ def markdown(report: dict) -> str:
         f"mem_ratio_vs_floor {report['mem_ratio_vs_floor']:.3f}, "
         f"time_ratio_vs_parts {report['time_ratio_vs_parts']:.3f}, "
         f"loss_mem_ratio_vs_full (8192 tokens) {report['loss_mem_ratio_vs_full']:.3f}",
+        "",
+        "LoRA over lightning_kd's full student: "
+        + ", ".join(
+            f"{label} {report['lora_vs_full'][key]:.3f}×"
+            for label, key in (("params", "trainable"), ("memory", "peak_mb"), ("time", "step_s"))
+        ),
     ]
     return "\n".join(lines)
 

@@ -1,4 +1,4 @@
-"""What the benchmark measures, in the process that runs it: the five KD-step scenarios of
+"""What the benchmark measures, in the process that runs it: the KD-step scenarios of
 :mod:`lightning_kd.bench` on the composed configuration, and the logit loss alone at vocab 49152."""
 
 from __future__ import annotations
@@ -18,16 +18,17 @@ from lightning_kd.measure import (
     timed,
 )
 
-SCENARIOS = ("floor", "teacher", "naive", "full_logits", "lightning_kd")
+SCENARIOS = ("floor", "teacher", "naive", "full_logits", "lightning_kd", "lora")
 LOSS_TOKENS = (512, 2048, 8192)
 LOSS_VOCAB, LOSS_HIDDEN = 49152, 576
 
 Step = Callable[[dict], None]
 
 
-def build_distiller(args: argparse.Namespace, chunked: bool):
+def build_distiller(args: argparse.Namespace, chunked: bool, lora: bool = False):
     """The distiller of ``python run.py`` (the same composed config) on ``--teacher``, with the
-    benchmark's own student depth, precision and loss path."""
+    benchmark's own student depth, precision and loss path; ``lora``: ``student.lora``'s
+    defaults."""
     from lightning_kd.config import compose_config
     from lightning_kd.launch import build_distiller as build
 
@@ -38,6 +39,7 @@ def build_distiller(args: argparse.Namespace, chunked: bool):
             f"student.num_layers={args.student_layers}",
             f"distill.chunked={chunked}",
             f"distill.compile={args.compile}",
+            *(["student.lora={}"] if lora else []),
         ]
     )
     return build(cfg)[0]
@@ -104,6 +106,7 @@ def scenario_steps(
         "naive": naive,
         "full_logits": lightning_kd,
         "lightning_kd": lightning_kd,
+        "lora": lightning_kd,
     }
 
 
@@ -111,14 +114,16 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict:
     """One scenario's peak memory and median step time, in this process."""
     device = torch.device(args.device)
     torch.manual_seed(0)
-    distiller = build_distiller(args, chunked=name != "full_logits").to(device)
+    distiller = build_distiller(args, chunked=name != "full_logits", lora=name == "lora")
+    distiller = distiller.to(device)
     fault_in(distiller)
     vocab = distiller.teacher.config.vocab_size
     batch = make_batch(vocab, args.batch, args.seq, device)
     # --quick warms up on a short batch: the one-time costs (kernel selection, lazy
     # initialisation) are paid, the seconds of a full-size step are not.
     warmup_batch = make_batch(vocab, 1, 32, device) if args.quick else batch
-    optimizer = torch.optim.AdamW(distiller.student.parameters(), lr=1e-5)
+    trainable = list(distiller.trainable_parameters())
+    optimizer = torch.optim.AdamW(trainable, lr=1e-5)
     step = scenario_steps(distiller, optimizer, autocast_for(device, args.precision))[name]
     if name == "naive":  # the common mistake: a teacher that is not frozen keeps its graph
         distiller.teacher.requires_grad_(True)
@@ -126,7 +131,8 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict:
         step(warmup_batch)
     reset_peak(device)
     seconds = timed(lambda: step(batch), device, 0, args.repeats)
-    return {"scenario": name, "peak_mb": peak_mb(device), "step_s": seconds}
+    params = sum(p.numel() for p in trainable)
+    return {"scenario": name, "peak_mb": peak_mb(device), "step_s": seconds, "trainable": params}
 
 
 def loss_step(tokens: int, chunked: bool, device: torch.device, compile: bool) -> Callable:

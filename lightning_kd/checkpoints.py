@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from torch import nn
 
 LAST = "last"
 """``ckpt_path`` value meaning "this run directory's latest checkpoint"."""
@@ -160,16 +161,31 @@ TEACHER_PREFIX = "distiller.teacher."
 STUDENT_PREFIX = "distiller.student."
 
 
-def drop_teacher(state: dict[str, Any]) -> None:
-    """Remove the frozen teacher's weights from a module state dict: they come from
-    ``teacher.path`` (or ``teacher.config`` and its seed), never from checkpoints."""
-    for key in [k for k in state if k.startswith(TEACHER_PREFIX)]:
+def frozen_student_keys(student: nn.Module) -> frozenset[str]:
+    """The module state-dict keys of ``student``'s frozen parameters (a tied one under each of
+    its names): what a LoRA student's checkpoint leaves out."""
+    named = student.named_parameters(remove_duplicate=False)
+    return frozenset(STUDENT_PREFIX + name for name, p in named if not p.requires_grad)
+
+
+def is_rebuilt(key: str, student_keys: frozenset[str] = frozenset()) -> bool:
+    """Whether ``key`` is rebuilt on load rather than read from a checkpoint: the teacher's
+    weights (from ``teacher.path``, or ``teacher.config`` and its seed) and ``student_keys`` (a
+    LoRA student's frozen base, copied from the teacher or loaded from ``student.path`` again)."""
+    return key.startswith(TEACHER_PREFIX) or key in student_keys
+
+
+def drop_rebuilt(state: dict[str, Any], student_keys: frozenset[str] = frozenset()) -> None:
+    """Remove every key :func:`is_rebuilt` names from a module state dict."""
+    for key in [k for k in state if is_rebuilt(k, student_keys)]:
         del state[key]
 
 
-def check_trainable_keys(saved: dict[str, Any], own: dict[str, Any]) -> None:
-    """Refuse a checkpoint that lacks any weight of ``own`` but the teacher's."""
-    missing = [k for k in own if not k.startswith(TEACHER_PREFIX) and k not in saved]
+def check_trainable_keys(
+    saved: dict[str, Any], own: dict[str, Any], student_keys: frozenset[str] = frozenset()
+) -> None:
+    """Refuse a checkpoint that lacks any weight of ``own`` but those rebuilt on load."""
+    missing = [k for k in own if not is_rebuilt(k, student_keys) and k not in saved]
     if missing:
         raise KeyError(
             f"checkpoint lacks {len(missing)} student weights (e.g. {missing[:3]}); it was "

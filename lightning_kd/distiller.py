@@ -4,7 +4,9 @@ A :class:`Distiller` holds
 
 - the **teacher**, frozen: ``requires_grad=False``, run under ``torch.no_grad()``, kept in eval
   mode through any ``.train()``;
-- the **student**, trainable, and the **projectors** of feature pairs whose widths differ;
+- the **student**, trainable, and the **projectors** of feature pairs whose widths differ; a LoRA
+  student (a ``PeftModel``) is held unwrapped, with the ``PeftModel`` kept for the export only
+  (``lora.py``), so paths, forwards and heads are those of the plain model;
 - the **captures**: forward hooks on the mapped modules, armed only inside :meth:`forward` and
   :meth:`evaluate` and read-and-cleared before they return (a re-forward by activation
   checkpointing finds them disarmed; an unread capture is an error, see ``capture.py``).
@@ -27,6 +29,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lightning_kd.capture import ModuleCapture, capture_step
 from lightning_kd.features import LayerPair, layer_pairs, make_projectors
+from lightning_kd.lora import ADAPTER_DIR, Adapter, is_peft_model
 from lightning_kd.losses.chunked import OutputHead, matmul_dtype
 from lightning_kd.losses.features import get_feature_loss, masked_feature_sum
 from lightning_kd.losses.logits import LossSums
@@ -69,6 +72,10 @@ class Distiller(nn.Module):
     ) -> None:
         super().__init__()
         self.teacher = teacher.requires_grad_(False).eval()
+        self.adapter = Adapter(student) if is_peft_model(student) else None
+        """A LoRA student's ``PeftModel``, outside the module tree (None for a plain student)."""
+        if self.adapter is not None:  # the same model, adapters inside: plain paths and heads
+            student = student.get_base_model()
         self.student = student
         self.distill = distill
         self.objective = distill.logit_objective()
@@ -249,7 +256,15 @@ class Distiller(nn.Module):
         return [] if head is None else list(head.parameters())
 
     def export(self, directory: str | Path, tokenizer: PreTrainedTokenizerBase | None) -> None:
-        """Save the student (no projectors, no training state) with the teacher's tokenizer."""
-        self.student.save_pretrained(directory)
+        """Save the student (no projectors, no training state) with the teacher's tokenizer.
+
+        A LoRA student is saved with its adapters merged into the weights (a plain model for
+        ``from_pretrained``), and its adapter alone in ``directory/adapter``.
+        """
+        if self.adapter is None:
+            self.student.save_pretrained(directory)
+        else:
+            self.adapter.merged().save_pretrained(directory)
+            self.adapter.save(Path(directory) / ADAPTER_DIR)
         if tokenizer is not None:
             tokenizer.save_pretrained(directory)

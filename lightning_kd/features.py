@@ -86,8 +86,9 @@ def layer_pairs(
 
 def output_width(module: nn.Module, config) -> int:
     """The last dimension of ``module``'s output, read off its structure."""
-    if isinstance(module, nn.Linear):
-        return module.out_features
+    width = getattr(module, "out_features", None)  # nn.Linear, and LoRA layers wrapping one
+    if isinstance(width, int):
+        return width
     if isinstance(module, nn.Embedding):
         return module.embedding_dim
     weight = getattr(module, "weight", None)

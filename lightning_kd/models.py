@@ -29,6 +29,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from lightning_kd.lora import LoraSpec
 from lightning_kd.precision import AUTO, teacher_dtype_for
 from lightning_kd.sources import SMOLLM2, teacher_dir
 
@@ -110,9 +111,25 @@ class StudentSpec:
     """Run code shipped with ``path``'s checkpoint."""
     dtype: str = "float32"
     """Precision of the student's master weights (use ``trainer.precision`` for mixed precision)."""
+    lora: dict[str, Any] | None = None
+    """Train LoRA adapters instead of the student's weights (``lightning_kd.lora.LoraSpec``):
+    ``{r: 16, alpha: 32, dropout: 0.0, target_modules: all-linear}``, any key left out taking
+    that default; the rest of the student stays frozen."""
 
     def __post_init__(self) -> None:
         check_dtype(self.dtype, "student.dtype")
+        if self.lora is not None:
+            LoraSpec.from_mapping(self.lora)  # a bad mapping fails here, before anything loads
+            if self.config is not None:
+                raise ValueError(
+                    "student.lora adapts a pretrained or teacher-copied student; a random "
+                    "student.config has no weights worth freezing. Drop one of them"
+                )
+            if self.freeze_embeddings is False:
+                raise ValueError(
+                    "student.lora trains the adapters only, so student.freeze_embeddings=false "
+                    "cannot apply; leave it unset"
+                )
         if self.path is not None and self.config is not None:
             raise ValueError("set student.path or student.config, not both")
         if isinstance(self.layers, str):
@@ -150,6 +167,11 @@ class StudentSpec:
         if self.freeze_embeddings is None:
             return self.from_teacher
         return self.freeze_embeddings
+
+    @property
+    def lora_spec(self) -> LoraSpec | None:
+        """``lora`` checked and with its defaults filled in (None: no LoRA)."""
+        return None if self.lora is None else LoraSpec.from_mapping(self.lora)
 
     @property
     def from_teacher(self) -> bool:

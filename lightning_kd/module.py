@@ -1,7 +1,8 @@
 """The LightningModule: Lightning's hooks around a :class:`~lightning_kd.distiller.Distiller`.
 
 The distiller owns the models and the step's math. This module builds it in ``configure_model``
-(where a strategy can wrap it), keeps the teacher out of the optimizer and the checkpoints, and
+(where a strategy can wrap it), keeps the teacher out of the optimizer and the checkpoints (and a
+LoRA student's frozen base, rebuilt like the teacher: only adapters and projectors are saved), and
 makes accumulation exact: each micro-batch returns its per-token loss *sum*, and
 ``on_before_optimizer_step`` (before clipping) divides the window's gradients once by its scored
 tokens over all ranks — a last partial window included.
@@ -22,7 +23,13 @@ from torch.optim import Optimizer
 from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.accumulation import Window
-from lightning_kd.checkpoints import TEACHER_PREFIX, check_trainable_keys, drop_teacher
+from lightning_kd.checkpoints import (
+    STUDENT_PREFIX,
+    check_trainable_keys,
+    drop_rebuilt,
+    frozen_student_keys,
+    is_rebuilt,
+)
 from lightning_kd.compat import silence_eval_mode_warning
 from lightning_kd.config import as_spec, plain_data
 from lightning_kd.distiller import Distiller
@@ -66,6 +73,10 @@ class DistillationModule(LightningModule):
         """``(global_step, metrics)`` of the latest validation inside ``fit``."""
         self.teacher_digest: str | None = None
         """``provenance.weights_digest`` of the teacher as loaded (checkpoints record it)."""
+        self.rebuilt_student_keys: frozenset[str] = frozenset()
+        """A LoRA student's frozen base: rebuilt on load like the teacher, never checkpointed."""
+        self.student_base_digest: str | None = None
+        """``weights_digest`` of a LoRA student's frozen base as built (checkpoints record it)."""
 
     @property
     def teacher(self) -> nn.Module | None:
@@ -87,6 +98,10 @@ class DistillationModule(LightningModule):
             self.teacher_spec, self.student_spec, self.distill, self.tokenizer, precision
         )
         self.teacher_digest = weights_digest(self.teacher)  # before any strategy shards it
+        if self.distiller.adapter is not None:  # names as built, before a strategy wraps them
+            self.rebuilt_student_keys = frozen_student_keys(self.student)
+            base = {key.removeprefix(STUDENT_PREFIX) for key in self.rebuilt_student_keys}
+            self.student_base_digest = weights_digest(self.student, base)
         for role in ("teacher", "student"):  # the bodies the step calls, for wrap policies
             setattr(getattr(self, role).base_model, ROLE, role)
 
@@ -159,14 +174,15 @@ class DistillationModule(LightningModule):
     # ------------------------------------------------------------------------- checkpoints
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        drop_teacher(checkpoint["state_dict"])
+        drop_rebuilt(checkpoint["state_dict"], self.rebuilt_student_keys)
         checkpoint["tokens_seen"] = self.tokens_seen
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state, own = checkpoint["state_dict"], self.state_dict()
-        check_trainable_keys(state, own)
-        if self._trainer is None:  # load_from_checkpoint: the teacher just loaded fills its keys
-            state.update({k: v for k, v in own.items() if k.startswith(TEACHER_PREFIX)})
+        check_trainable_keys(state, own, self.rebuilt_student_keys)
+        if self._trainer is None:  # load_from_checkpoint: the models just built fill their keys
+            rebuilt = {k: v for k, v in own.items() if is_rebuilt(k, self.rebuilt_student_keys)}
+            state.update(rebuilt)
         self.tokens_seen = checkpoint.get("tokens_seen", 0)
 
     @rank_zero_only

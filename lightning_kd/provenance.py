@@ -3,9 +3,9 @@
 Checkpoints leave the teacher out (it comes from ``teacher.path``), so a resume could silently
 continue against another teacher. Each checkpoint records the teacher (path, config digest, a
 digest of sampled weights, ``init_seed`` for a config-built one), the tokenizer (a digest of its
-vocabulary) and the distillation objective; a resume whose teacher, tokenizer or objective
-differs is refused with the differences named, or only warned about with
-``resume_mismatch=warn``.
+vocabulary), the distillation objective and, for a LoRA student, a digest of its frozen base
+(rebuilt on load too); a resume whose teacher, tokenizer, objective or base differs is refused
+with the differences named, or only warned about with ``resume_mismatch=warn``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import json
 import warnings
+from collections.abc import Container
 from typing import Any
 
 import torch
@@ -54,8 +55,9 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
 
-def weights_digest(model: nn.Module) -> str:
-    """A digest of ``model``'s parameter names, shapes and up to 4096 evenly strided values each.
+def weights_digest(model: nn.Module, names: Container[str] | None = None) -> str:
+    """A digest of ``model``'s parameter names, shapes and up to 4096 evenly strided values each
+    (of the state-dict entries ``names`` only, if given).
 
     Cheap (milliseconds for a 135M model) and sensitive to any retraining, fine-tune or
     different initialisation; not to an edit of a single unsampled weight.
@@ -63,6 +65,8 @@ def weights_digest(model: nn.Module) -> str:
     digest = hashlib.sha256()
     with torch.no_grad():
         for name, tensor in model.state_dict().items():
+            if names is not None and name not in names:
+                continue
             flat = tensor.detach().reshape(-1)
             stride = max(1, flat.numel() // SAMPLES_PER_TENSOR)
             sample = flat[::stride].to(device="cpu", dtype=torch.float32).contiguous()
@@ -96,11 +100,14 @@ def record(module: LightningModule) -> dict[str, Any]:
     }
     tokenizer = module.tokenizer
     distill = dataclasses.asdict(module.distill)
-    return {
+    found = {
         "teacher": teacher,
         "tokenizer": {"vocab": vocab_digest(tokenizer) if tokenizer is not None else None},
         "distill": json.loads(json.dumps({k: distill[k] for k in OBJECTIVE_FIELDS}, default=str)),
     }
+    if module.student_base_digest is not None:  # LoRA: the base is not in the checkpoint either
+        found["student"] = {"base": module.student_base_digest}
+    return found
 
 
 def differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:

@@ -21,6 +21,7 @@ try:  # transformers >= 5
 except ImportError:  # transformers 4.x
     from transformers.modeling_utils import no_init_weights
 
+from lightning_kd.lora import apply_lora
 from lightning_kd.models import DTYPES, StudentSpec, auto_class, model_from_config
 from lightning_kd.sources import checked_model_path
 
@@ -31,6 +32,7 @@ class Models:
 
     teacher: PreTrainedModel
     student: PreTrainedModel
+    """The student; a ``PeftModel`` around it with ``student.lora``."""
     layer_map: list[int] | None = field(default=None)
     """``layer_map[j]`` is the teacher layer that student layer j was copied from (None if not)."""
 
@@ -111,7 +113,8 @@ def student_from_teacher(teacher: PreTrainedModel, indices: list[int]) -> PreTra
 
 
 def build_student(spec: StudentSpec, teacher: PreTrainedModel, task: str) -> Models:
-    """The student described by ``spec``, trainable, with activation checkpointing if asked."""
+    """The student described by ``spec``, trainable, with activation checkpointing if asked; with
+    ``spec.lora`` a ``PeftModel`` whose adapters alone train."""
     layer_map = None
     if spec.path is not None:
         student = auto_class(task).from_pretrained(
@@ -131,6 +134,8 @@ def build_student(spec: StudentSpec, teacher: PreTrainedModel, task: str) -> Mod
     student.train()  # from_pretrained returns eval mode: dropout and checkpointing would stay off
     if spec.activation_checkpointing:
         enable_activation_checkpointing(student)
+    if spec.lora is not None:
+        student = apply_lora(student, spec.lora_spec)
     return Models(teacher=teacher, student=student, layer_map=layer_map)
 
 

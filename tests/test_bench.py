@@ -15,7 +15,7 @@ from tests.conftest import ROOT
 
 def fake_report():
     scenarios = {
-        name: {"scenario": name, "peak_mb": 1000.0 + 100 * i, "step_s": 1.0 + i}
+        name: {"scenario": name, "peak_mb": 1000.0 + 100 * i, "step_s": 1.0 + i, "trainable": 1e6}
         for i, name in enumerate(SCENARIOS)
     }
     losses = [
@@ -35,6 +35,8 @@ def test_ratios_are_against_floor_and_parts() -> None:
         ours["step_s"] / (floor["step_s"] + teacher["step_s"])
     )
     assert report["loss_mem_ratio_vs_full"] == pytest.approx(10.0 / 819.2)
+    lora = report["scenarios"]["lora"]
+    assert report["lora_vs_full"]["peak_mb"] == pytest.approx(lora["peak_mb"] / ours["peak_mb"])
 
 
 def test_table_and_plot(tmp_path) -> None:

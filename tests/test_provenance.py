@@ -40,3 +40,13 @@ def test_a_resume_with_another_teacher_or_objective_is_refused(
         fit(tmp_path, teacher, corpus, checkpoint, temperature=2.0)
     with pytest.warns(UserWarning, match="resume_mismatch=warn: continuing"):
         fit(tmp_path, teacher, corpus, checkpoint, "warn", temperature=2.0)
+
+
+def test_a_lora_resume_onto_another_base_student_is_refused(tmp_path: Path, corpus: Path) -> None:
+    """The base is rebuilt, not read from the checkpoint: adapters trained on layers [0, 3] must
+    not silently continue on a student copied from layers [1, 3] (same shapes, other weights)."""
+    teacher = TeacherSpec(path=None, config=dict(TINY_LLAMA))
+    lora = {"r": 2, "alpha": 4}
+    checkpoint = fit(tmp_path, teacher, corpus, None, student={"layers": [0, 3], "lora": lora})
+    with pytest.raises(ProvenanceMismatch, match=r"student\.base: checkpoint '"):
+        fit(tmp_path, teacher, corpus, checkpoint, student={"layers": [1, 3], "lora": lora})

@@ -1,0 +1,172 @@
+"""LoRA students through ``peft``: ``student.lora={r: 16, alpha: 32, target_modules: [...]}``.
+
+The student is built as usual (copied from the teacher, or ``student.path``), then ``peft``
+injects low-rank adapters into the targeted linear layers and freezes everything else. Only the
+adapters (and the feature projectors) train, sit in the optimizer and in the checkpoint; the frozen
+base is rebuilt from the teacher or ``student.path`` on resume.
+
+The distiller runs the unwrapped Hugging Face model (``PeftModel.get_base_model()``, the same
+object with adapters inside), so module paths, hidden-state forwards and output heads are those
+of a plain model. The ``PeftModel`` is kept beside it in an :class:`Adapter` — outside the module
+tree, so its weights are counted, moved and saved once, as the student's — for the export: a
+merged model that loads with ``from_pretrained``, and the adapter alone.
+
+``peft`` is imported only when a LoRA student is built. This module knows transformers and peft,
+not Lightning.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import re
+import warnings
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+ADAPTER_DIR = "adapter"
+"""Where the export puts a LoRA student's adapter alone, inside the student's directory."""
+ALL_LINEAR = "all-linear"
+"""peft's shorthand: every linear layer of the blocks, never the output head."""
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    """The ``student.lora`` mapping: which layers get adapters, and their size."""
+
+    r: int = 16
+    """Rank of each adapter: the update of a ``[out, in]`` weight is ``B @ A`` with A ``[r, in]``
+    and B ``[out, r]`` (B starts at zero, so training starts from the student as built)."""
+    alpha: float = 32.0
+    """Scale of the update: ``alpha / r · B @ A``."""
+    dropout: float = 0.0
+    """Dropout on the adapters' input in training."""
+    target_modules: str | list[str] = ALL_LINEAR
+    """Module names to adapt: a path's last parts (``q_proj``, ``self_attn.q_proj``) or a full
+    path; ``all-linear`` (the default) adapts every linear layer of the blocks (Llama: q/k/v/o,
+    gate/up/down_proj)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.r, bool) or not isinstance(self.r, int) or self.r < 1:
+            raise ValueError(f"student.lora.r={self.r!r}: an integer >= 1, e.g. 16")
+        if not self.alpha > 0:
+            raise ValueError(f"student.lora.alpha={self.alpha!r}: must be > 0, e.g. 2 · r")
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"student.lora.dropout={self.dropout!r}: must be in [0, 1)")
+        if not self.target_modules or not isinstance(self.target_modules, str | list | tuple):
+            raise ValueError(
+                f"student.lora.target_modules={self.target_modules!r}: give module names "
+                f"(e.g. [q_proj, v_proj]) or {ALL_LINEAR!r}"
+            )
+
+    @classmethod
+    def from_mapping(cls, value: dict[str, Any]) -> LoraSpec:
+        """The spec of a ``student.lora`` mapping; an unknown key names the nearest valid one."""
+        if not isinstance(value, dict):
+            raise ValueError(
+                f"student.lora={value!r}: give a mapping, e.g. 'student.lora={{r: 16, alpha: 32}}'"
+            )
+        known = [field.name for field in fields(cls)]
+        for key in value:
+            if key not in known:
+                nearest = difflib.get_close_matches(str(key), known, n=1, cutoff=0.0)
+                raise ValueError(
+                    f"student.lora has no key {key!r} (did you mean {nearest[0]!r}?); the keys "
+                    f"are {known}"
+                )
+        spec = dict(value)
+        if isinstance(spec.get("target_modules"), tuple):
+            spec["target_modules"] = list(spec["target_modules"])
+        return cls(**spec)
+
+
+def adaptable_modules(model: nn.Module) -> dict[str, nn.Module]:
+    """The modules peft can put a LoRA adapter on, by path: layers with a 2-D weight (linear
+    layers, GPT-2's ``Conv1D``), without the embeddings and the output head — the chunked loss
+    reads the head's weight itself and would not see an adapter there."""
+    head = model.get_output_embeddings()
+    found = {}
+    for name, module in model.named_modules():
+        weight = getattr(module, "weight", None)
+        if isinstance(module, nn.Embedding) or module is head:
+            continue
+        if isinstance(weight, nn.Parameter) and weight.ndim == 2:
+            found[name] = module
+    return found
+
+
+def matches(target: str, path: str) -> bool:
+    """peft's rule for a listed target name: the whole path, or its last dotted parts."""
+    return path == target or path.endswith(f".{target}")
+
+
+def check_targets(model: nn.Module, targets: str | list[str]) -> None:
+    """Raise unless every target names at least one adaptable module of ``model``, listing the
+    nearest valid names (the layer names the model has, e.g. ``q_proj``)."""
+    if targets == ALL_LINEAR:
+        return
+    adaptable = adaptable_modules(model)
+    names = sorted({path.rsplit(".", 1)[-1] for path in adaptable})
+    every = [name for name, _ in model.named_modules() if name]
+    for target in [targets] if isinstance(targets, str) else targets:
+        if isinstance(targets, str):  # a single string is a regular expression over paths
+            hit = [path for path in every if re.fullmatch(target, path)]
+        else:
+            hit = [path for path in every if matches(target, path)]
+        if hit and all(path in adaptable for path in hit):
+            continue
+        kind = type(model.get_submodule(hit[0])).__name__ if hit else None
+        why = f"matches {kind} modules, which LoRA does not adapt" if hit else "matches no module"
+        nearest = difflib.get_close_matches(target, names, n=5, cutoff=0.0)
+        raise ValueError(
+            f"student.lora.target_modules: {target!r} {why} of the student "
+            f"({type(model).__name__}); nearest valid names: {nearest} (all: {names}, or "
+            f"{ALL_LINEAR!r})"
+        )
+
+
+def apply_lora(model: nn.Module, spec: LoraSpec) -> nn.Module:
+    """``model`` wrapped in a ``PeftModel`` with ``spec``'s adapters; only they require grad."""
+    check_targets(model, spec.target_modules)
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError:
+        raise ImportError(
+            "student.lora needs the peft package: pip install -e '.[lora]' (or pip install peft)"
+        ) from None
+    config = LoraConfig(
+        r=spec.r,
+        lora_alpha=spec.alpha,
+        lora_dropout=spec.dropout,
+        target_modules=spec.target_modules,
+    )
+    with warnings.catch_warnings():
+        # peft reads transformers' deprecated is_gradient_checkpointing: nothing to act on here
+        warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated")
+        return get_peft_model(model, config)
+
+
+def is_peft_model(model: nn.Module) -> bool:
+    """Whether ``model`` is a ``PeftModel`` (without importing peft when it is not loaded)."""
+    return any(cls.__module__.startswith("peft.") for cls in type(model).__mro__)
+
+
+class Adapter:
+    """A ``PeftModel`` kept outside the module tree: its weights are the student's own, so the
+    distiller's parameters, state dict and device moves see them once, under ``student``."""
+
+    def __init__(self, peft_model: nn.Module) -> None:
+        self.peft_model = peft_model
+
+    def merged(self) -> nn.Module:
+        """A plain Hugging Face model with the adapters merged into the weights (a copy: the
+        training model keeps its adapters, exactly as they are)."""
+        return copy.deepcopy(self.peft_model).merge_and_unload()
+
+    def save(self, directory: str | Path) -> None:
+        """The adapter alone (``adapter_config.json``, ``adapter_model.safetensors``), loadable
+        onto the student's base with ``PeftModel.from_pretrained(base, directory)``."""
+        self.peft_model.save_pretrained(directory)
