@@ -39,6 +39,7 @@ from lightning_kd.models import (
     student_tokenizer,
 )
 from lightning_kd.objective import DistillConfig
+from lightning_kd.quantize import quantize_teacher
 from lightning_kd.student import build_student
 from lightning_kd.tasks import Heads, MetricSums, make_task
 
@@ -94,10 +95,13 @@ class Distiller(nn.Module):
         tokenizer: PreTrainedTokenizerBase | None = None,
         precision: str | None = None,
     ) -> Distiller:
-        """Load the teacher, build the student from it, check their vocabularies against
-        ``tokenizer``; ``precision`` (a Lightning precision) resolves ``teacher.dtype=auto``."""
+        """Load the teacher, build the student from it, quantize the teacher if
+        ``teacher.quantize`` says so, check their vocabularies against ``tokenizer``;
+        ``precision`` (a Lightning precision) resolves ``teacher.dtype=auto``."""
         teacher_model = load_teacher(teacher, precision)
         models = build_student(student, teacher_model, teacher.task)
+        if teacher.quantize is not None:  # after the student copied full-precision layers
+            quantize_teacher(teacher_model, teacher.quantize)
         if teacher.task == "causal_lm" and tokenizer is not None:
             check_vocabularies(teacher_model, models.student, tokenizer, student_tokenizer(student))
         return cls(

@@ -23,7 +23,7 @@ from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.accumulation import Window
 from lightning_kd.checkpoints import TEACHER_PREFIX, check_trainable_keys, drop_teacher
-from lightning_kd.compat import silence_eval_mode_warning
+from lightning_kd.compat import exclude_from_ddp, silence_eval_mode_warning
 from lightning_kd.config import as_spec, plain_data
 from lightning_kd.distiller import Distiller
 from lightning_kd.finite import check_finite_loss
@@ -87,6 +87,11 @@ class DistillationModule(LightningModule):
             self.teacher_spec, self.student_spec, self.distill, self.tokenizer, precision
         )
         self.teacher_digest = weights_digest(self.teacher)  # before any strategy shards it
+        if self.teacher_spec.quantize is not None:
+            # DDP broadcasts every weight from rank 0 at setup, and torchao's int8 tensors
+            # cannot be broadcast; each rank loads and quantizes the very same teacher anyway.
+            names = [f"distiller.teacher.{name}" for name in self.teacher.state_dict()]
+            exclude_from_ddp(self, names)
         for role in ("teacher", "student"):  # the bodies the step calls, for wrap policies
             setattr(getattr(self, role).base_model, ROLE, role)
 
