@@ -1,4 +1,4 @@
-"""What the benchmark measures, in the process that runs it: the five KD-step scenarios of
+"""What the benchmark measures, in the process that runs it: the KD-step scenarios of
 :mod:`lightning_kd.bench` on the composed configuration, and the logit loss alone at vocab 49152."""
 
 from __future__ import annotations
@@ -18,16 +18,16 @@ from lightning_kd.measure import (
     timed,
 )
 
-SCENARIOS = ("floor", "teacher", "naive", "full_logits", "lightning_kd")
+SCENARIOS = ("floor", "teacher", "teacher_int8", "naive", "full_logits", "lightning_kd")
 LOSS_TOKENS = (512, 2048, 8192)
 LOSS_VOCAB, LOSS_HIDDEN = 49152, 576
 
 Step = Callable[[dict], None]
 
 
-def build_distiller(args: argparse.Namespace, chunked: bool):
+def build_distiller(args: argparse.Namespace, chunked: bool, quantize: str | None = None):
     """The distiller of ``python run.py`` (the same composed config) on ``--teacher``, with the
-    benchmark's own student depth, precision and loss path."""
+    benchmark's own student depth, precision, loss path and ``teacher.quantize``."""
     from lightning_kd.config import compose_config
     from lightning_kd.launch import build_distiller as build
 
@@ -38,6 +38,7 @@ def build_distiller(args: argparse.Namespace, chunked: bool):
             f"student.num_layers={args.student_layers}",
             f"distill.chunked={chunked}",
             f"distill.compile={args.compile}",
+            f"teacher.quantize={quantize or 'null'}",
         ]
     )
     return build(cfg)[0]
@@ -101,6 +102,7 @@ def scenario_steps(
     return {
         "floor": floor,
         "teacher": teacher_forward,
+        "teacher_int8": teacher_forward,
         "naive": naive,
         "full_logits": lightning_kd,
         "lightning_kd": lightning_kd,
@@ -111,7 +113,8 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict:
     """One scenario's peak memory and median step time, in this process."""
     device = torch.device(args.device)
     torch.manual_seed(0)
-    distiller = build_distiller(args, chunked=name != "full_logits").to(device)
+    quantize = "int8" if name == "teacher_int8" else None
+    distiller = build_distiller(args, chunked=name != "full_logits", quantize=quantize).to(device)
     fault_in(distiller)
     vocab = distiller.teacher.config.vocab_size
     batch = make_batch(vocab, args.batch, args.seq, device)
