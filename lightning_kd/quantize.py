@@ -31,8 +31,8 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 ACCELERATORS = ("auto", "cpu", "cuda", "gpu")
 """Where the int8 kernels run."""
 STRATEGIES = ("fsdp", "deepspeed")
-"""Strategies that shard or partition the teacher's parameters: they flatten plain tensors and
-cannot hold torchao's int8 weights."""
+"""Strategies that flatten or partition the teacher's parameters as plain tensors, which torchao's
+int8 weights are not (refused rather than tried: they run on GPUs only)."""
 INSTALL = "pip install torchao"
 
 
@@ -75,8 +75,8 @@ def backend_errors(mode: str | None, accelerator: str | None, strategy: str | No
     if sharding is not None:
         errors.append(
             f"teacher.quantize={mode} with strategy={sharding}: {sharding} shards the teacher's "
-            "weights and cannot hold int8 ones; use strategy=ddp (each rank holds the small int8 "
-            "teacher), or teacher.quantize=null"
+            "weights as plain tensors, not int8 ones; use strategy=ddp (each rank holds the small "
+            "int8 teacher), or teacher.quantize=null"
         )
     return errors
 
