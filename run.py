@@ -75,7 +75,7 @@ def distill(cfg: DictConfig, ckpt_path: Path | None = None) -> RunSummary:
         peak_cuda_mb=torch.cuda.max_memory_allocated() / 2**20
         if torch.cuda.is_available()
         else None,
-        precision=precision.as_dict(),
+        precision=precision.as_dict() | quantized(cfg),
         importance=ranking.as_dict() if ranking is not None else None,
     )
     if trainer.is_global_zero:
@@ -105,6 +105,12 @@ def main(cfg: DictConfig) -> float | None:
             sys.exit(stop.exit_code)
         except SIGTERMException:  # Lightning's own SIGTERM stop (outside training) exits 0
             sys.exit(128 + signal.SIGTERM)
+
+
+def quantized(cfg: DictConfig) -> dict[str, str]:
+    """``{"quantize": "int8"}`` for the summary when the teacher is quantized, else nothing."""
+    mode = cfg.teacher.get("quantize")
+    return {"quantize": mode} if mode else {}
 
 
 def resume_hint(output_dir: Path) -> str:

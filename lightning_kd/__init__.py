@@ -7,6 +7,14 @@ does not pull in Lightning or transformers.
 from __future__ import annotations
 
 import importlib
+import logging
+
+# transformers imports torchao whenever it is installed (teacher.quantize uses it), and torchao's
+# wheel then logs a warning for each CUDA kernel a CPU-only torch cannot load: nothing to act on.
+# Quietened unless the user set that logger's level themselves.
+_torchao_logger = logging.getLogger("torchao")
+if _torchao_logger.level == logging.NOTSET:
+    _torchao_logger.setLevel(logging.ERROR)
 
 __version__ = "0.1.0"
 

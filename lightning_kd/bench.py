@@ -8,6 +8,7 @@ memory-mapped ones are resident in each (the floor holds the teacher it never ru
 
 - ``floor``        the student's own CE step (HF loss on full logits), teacher weights resident
 - ``teacher``      the teacher's forward alone, under no_grad (full logits)
+- ``teacher_int8`` the same with ``teacher.quantize=int8`` (skipped without torchao)
 - ``naive``        KD as often written: the teacher's graph kept, every hidden state returned,
                    full-logit KL
 - ``full_logits``  lightning_kd with ``distill.chunked=false``: lean teacher, full-logit KL
@@ -27,6 +28,7 @@ import json
 import subprocess
 import sys
 import time
+from importlib.util import find_spec
 from pathlib import Path
 
 import torch
@@ -124,6 +126,9 @@ def main(argv: list[str] | None = None) -> dict | None:
     args.out.mkdir(parents=True, exist_ok=True)
     scenarios = {}
     for name in SCENARIOS:
+        if name == "teacher_int8" and find_spec("torchao") is None:
+            print(f"{name:>13}: skipped (needs torchao: pip install torchao)")
+            continue
         started = time.perf_counter()
         row = scenarios[name] = child(args, "--scenario", name)
         elapsed = time.perf_counter() - started

@@ -55,8 +55,8 @@ def markdown(report: dict) -> str:
         "|---|---:|---:|---:|---:|---:|",
     ]
     for name, row in report["scenarios"].items():
-        ratio = "—" if name in ("floor", "teacher") else f"{row['time_vs_parts']:.2f}"
-        params = "—" if name == "teacher" else f"{row['trainable'] / 1e6:.2f}M"
+        ratio = "—" if name.startswith(("floor", "teacher")) else f"{row['time_vs_parts']:.2f}"
+        params = "—" if name.startswith("teacher") else f"{row['trainable'] / 1e6:.2f}M"
         lines.append(
             f"| {name} | {params} | {row['peak_mb']:.0f} | {row['mem_vs_floor']:.2f} | "
             f"{row['step_s']:.2f} | {ratio} |"

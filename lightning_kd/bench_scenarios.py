@@ -18,17 +18,19 @@ from lightning_kd.measure import (
     timed,
 )
 
-SCENARIOS = ("floor", "teacher", "naive", "full_logits", "lightning_kd", "lora")
+SCENARIOS = ("floor", "teacher", "teacher_int8", "naive", "full_logits", "lightning_kd", "lora")
 LOSS_TOKENS = (512, 2048, 8192)
 LOSS_VOCAB, LOSS_HIDDEN = 49152, 576
 
 Step = Callable[[dict], None]
 
 
-def build_distiller(args: argparse.Namespace, chunked: bool, lora: bool = False):
+def build_distiller(
+    args: argparse.Namespace, chunked: bool, quantize: str | None = None, lora: bool = False
+):
     """The distiller of ``python run.py`` (the same composed config) on ``--teacher``, with the
-    benchmark's own student depth, precision and loss path; ``lora``: ``student.lora``'s
-    defaults."""
+    benchmark's own student depth, precision, loss path and ``teacher.quantize``; ``lora``:
+    ``student.lora``'s defaults."""
     from lightning_kd.config import compose_config
     from lightning_kd.launch import build_distiller as build
 
@@ -39,6 +41,7 @@ def build_distiller(args: argparse.Namespace, chunked: bool, lora: bool = False)
             f"student.num_layers={args.student_layers}",
             f"distill.chunked={chunked}",
             f"distill.compile={args.compile}",
+            f"teacher.quantize={quantize or 'null'}",
             *(["student.lora={}"] if lora else []),
         ]
     )
@@ -103,6 +106,7 @@ def scenario_steps(
     return {
         "floor": floor,
         "teacher": teacher_forward,
+        "teacher_int8": teacher_forward,
         "naive": naive,
         "full_logits": lightning_kd,
         "lightning_kd": lightning_kd,
@@ -114,7 +118,10 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict:
     """One scenario's peak memory and median step time, in this process."""
     device = torch.device(args.device)
     torch.manual_seed(0)
-    distiller = build_distiller(args, chunked=name != "full_logits", lora=name == "lora")
+    quantize = "int8" if name == "teacher_int8" else None
+    distiller = build_distiller(
+        args, chunked=name != "full_logits", quantize=quantize, lora=name == "lora"
+    )
     distiller = distiller.to(device)
     fault_in(distiller)
     vocab = distiller.teacher.config.vocab_size

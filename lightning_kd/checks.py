@@ -4,7 +4,8 @@ A bad value found here costs a second; found by the run, it costs a model load, 
 that trains on NaN. Each rule names its key, its allowed range and an example value, and
 :func:`check_config` reports every bad key at once, each with the value it got and the fix.
 A few choices that would otherwise fail only after the models load are checked here too: a
-logger whose package is not installed, a callback that needs a logger when there is none.
+logger whose package is not installed, a callback that needs a logger when there is none, an int8
+teacher on an accelerator or strategy that cannot run it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib.util import find_spec
 from typing import Any
+
+from lightning_kd.quantize import backend_errors
 
 _ABSENT = object()
 
@@ -167,7 +170,7 @@ def config_errors(cfg: Mapping) -> list[str]:
         fix = f"; e.g. {key}={rule.example}" if rule.example else ""
         errors.append(f"{key}={value!r}: must be {rule.describe()}{fix}")
     errors += _list_errors(cfg) + _device_errors(cfg) + _encoder_errors(cfg)
-    return errors + _logger_errors(cfg)
+    return errors + _quantize_errors(cfg) + _logger_errors(cfg)
 
 
 LOGGER_PACKAGES: dict[str, tuple[str, tuple[str, ...], str]] = {
@@ -231,6 +234,21 @@ def _encoder_errors(cfg: Mapping) -> list[str]:
             "feature matching is the whole objective; e.g. distill.features=uniform"
         ]
     return []
+
+
+def _quantize_errors(cfg: Mapping) -> list[str]:
+    mode = lookup(cfg, "teacher.quantize")
+    if mode is _ABSENT or mode is None:
+        return []
+    strategy = lookup(cfg, "trainer.strategy")
+    if isinstance(strategy, Mapping):
+        strategy = strategy.get("_target_")
+    accelerator = lookup(cfg, "trainer.accelerator")
+    return backend_errors(
+        mode,
+        None if accelerator is _ABSENT else accelerator,
+        None if strategy is _ABSENT else strategy,
+    )
 
 
 def _list_errors(cfg: Mapping) -> list[str]:

@@ -1,6 +1,6 @@
 """Every use of Lightning's private API, in one place.
 
-Lightning offers no public way to do these three things, and each is private API that can change
+Lightning offers no public way to do these four things, and each is private API that can change
 in any release. ``tests/test_compat.py`` checks each one against the installed Lightning and
 fails naming what moved; fix it here, and nothing else needs to change.
 
@@ -10,6 +10,9 @@ fails naming what moved; fix it here, and nothing else needs to change.
   on (``fit_loop.restarting``, ``fit_loop.epoch_loop.batch_progress``).
 - :func:`silence_eval_mode_warning`: drop the start-of-training warning about modules in eval
   mode when it counts exactly the frozen teacher's (``_FitLoop._warn_if_modules_in_eval_mode``).
+- :func:`exclude_from_ddp`: keep named parameters and buffers out of DDP's broadcast from rank 0
+  and out of its reducer (``_ddp_params_and_buffers_to_ignore``, read by torch's DDP and by
+  Lightning's own ``_sync_module_states`` outside ``fit``).
 """
 
 from __future__ import annotations
@@ -76,3 +79,13 @@ def silence_eval_mode_warning(trainer: Trainer, count: int) -> None:
             check()
 
     setattr(loop, EVAL_MODE_CHECK, filtered_check)
+
+
+DDP_IGNORE = "_ddp_params_and_buffers_to_ignore"
+"""The module attribute torch's DDP and Lightning's ``_sync_module_states`` leave out."""
+
+
+def exclude_from_ddp(module: nn.Module, names: list[str]) -> None:
+    """Leave ``module``'s parameters and buffers called ``names`` out of DDP: not broadcast from
+    rank 0 when DDP (or Lightning, outside ``fit``) syncs the ranks, not in the reducer."""
+    setattr(module, DDP_IGNORE, sorted({*getattr(module, DDP_IGNORE, ()), *names}))

@@ -35,6 +35,7 @@ from lightning_kd.losses.features import get_feature_loss, masked_feature_sum
 from lightning_kd.losses.logits import LossSums
 from lightning_kd.models import StudentSpec, TeacherSpec, load_teacher, logit_transform
 from lightning_kd.objective import DistillConfig
+from lightning_kd.quantize import quantize_teacher
 from lightning_kd.student import build_student, check_vocabularies, student_tokenizer
 from lightning_kd.tasks import Heads, MetricSums, make_task
 
@@ -111,10 +112,13 @@ class Distiller(nn.Module):
         tokenizer: PreTrainedTokenizerBase | None = None,
         precision: str | None = None,
     ) -> Distiller:
-        """Load the teacher, build the student from it, check their vocabularies against
-        ``tokenizer``; ``precision`` (a Lightning precision) resolves ``teacher.dtype=auto``."""
+        """Load the teacher, build the student from it, quantize the teacher if
+        ``teacher.quantize`` says so, check their vocabularies against ``tokenizer``;
+        ``precision`` (a Lightning precision) resolves ``teacher.dtype=auto``."""
         teacher_model = load_teacher(teacher, precision)
         models = build_student(student, teacher_model, teacher.task)
+        if teacher.quantize is not None:  # after the student copied full-precision layers
+            quantize_teacher(teacher_model, teacher.quantize)
         if teacher.task == "causal_lm" and tokenizer is not None:
             check_vocabularies(teacher_model, models.student, tokenizer, student_tokenizer(student))
         return cls(

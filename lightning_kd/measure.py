@@ -12,6 +12,8 @@ from collections.abc import Callable
 
 import torch
 
+from lightning_kd.quantize import is_quantized
+
 
 def rss_mb() -> float:
     """This process's resident memory now (not its peak), in MB (Linux)."""
@@ -78,4 +80,5 @@ def fault_in(model: torch.nn.Module) -> None:
     """
     with torch.no_grad():
         for parameter in model.parameters():
-            parameter.sum().item()
+            if not is_quantized(parameter):  # quantized in memory (teacher.quantize): not mapped
+                parameter.sum().item()

@@ -30,7 +30,7 @@ from lightning_kd.checkpoints import (
     frozen_student_keys,
     is_rebuilt,
 )
-from lightning_kd.compat import silence_eval_mode_warning
+from lightning_kd.compat import exclude_from_ddp, silence_eval_mode_warning
 from lightning_kd.config import as_spec, plain_data
 from lightning_kd.distiller import Distiller
 from lightning_kd.finite import check_finite_loss
@@ -102,6 +102,11 @@ class DistillationModule(LightningModule):
             self.rebuilt_student_keys = frozen_student_keys(self.student)
             base = {key.removeprefix(STUDENT_PREFIX) for key in self.rebuilt_student_keys}
             self.student_base_digest = weights_digest(self.student, base)
+        if self.teacher_spec.quantize is not None:
+            # DDP broadcasts every weight from rank 0 at setup, and torchao's int8 tensors
+            # cannot be broadcast; each rank loads and quantizes the very same teacher anyway.
+            names = [f"distiller.teacher.{name}" for name in self.teacher.state_dict()]
+            exclude_from_ddp(self, names)
         for role in ("teacher", "student"):  # the bodies the step calls, for wrap policies
             setattr(getattr(self, role).base_model, ROLE, role)
 

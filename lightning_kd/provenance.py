@@ -21,6 +21,8 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from torch import nn
 
+from lightning_kd.quantize import plain
+
 KEY = "provenance"
 """Checkpoint entry holding the record."""
 MODES = ("error", "warn")
@@ -60,14 +62,15 @@ def weights_digest(model: nn.Module, names: Container[str] | None = None) -> str
     (of the state-dict entries ``names`` only, if given).
 
     Cheap (milliseconds for a 135M model) and sensitive to any retraining, fine-tune or
-    different initialisation; not to an edit of a single unsampled weight.
+    different initialisation; not to an edit of a single unsampled weight. A quantized weight
+    (``teacher.quantize``) is sampled as the values it computes with, dequantized.
     """
     digest = hashlib.sha256()
     with torch.no_grad():
         for name, tensor in model.state_dict().items():
             if names is not None and name not in names:
                 continue
-            flat = tensor.detach().reshape(-1)
+            flat = plain(tensor).detach().reshape(-1)
             stride = max(1, flat.numel() // SAMPLES_PER_TENSOR)
             sample = flat[::stride].to(device="cpu", dtype=torch.float32).contiguous()
             digest.update(f"{name}:{tuple(tensor.shape)}:".encode())
@@ -94,6 +97,7 @@ def record(module: LightningModule) -> dict[str, Any]:
         "gguf_file": spec.gguf_file,
         "task": spec.task,
         "dtype": spec.dtype,
+        "quantize": spec.quantize,
         "init_seed": spec.init_seed if spec.config is not None else None,
         "config": config_digest(module.teacher.config),
         "weights": module.teacher_digest,

@@ -82,7 +82,8 @@ class RunSummary:
     peak_cuda_mb: float | None = None
     """``torch.cuda.max_memory_allocated`` of this process, on a GPU."""
     precision: dict[str, str] | None = None
-    """The resolved ``trainer.precision`` and ``teacher.dtype``, and why (``auto`` or explicit)."""
+    """The resolved ``trainer.precision`` and ``teacher.dtype``, and why (``auto`` or explicit);
+    ``quantize`` when the teacher's weights are quantized (``teacher.quantize``)."""
     importance: dict | None = None
     """With ``student.layers=importance``: the layer scores and the layers kept
     (``layer_scores.Ranking.as_dict``)."""
@@ -115,14 +116,10 @@ class RunSummary:
             ("wall time (s)", "", f"{self.wall_seconds:.1f}"),
         ]
         if self.precision is not None:
-            rows.append(
-                (
-                    "precision",
-                    "",
-                    f"{self.precision['trainer.precision']}, "
-                    f"teacher {self.precision['teacher.dtype']}",
-                )
-            )
+            teacher = f"teacher {self.precision['teacher.dtype']}"
+            if self.precision.get("quantize"):
+                teacher += f", {self.precision['quantize']} weights"
+            rows.append(("precision", "", f"{self.precision['trainer.precision']}, {teacher}"))
         if self.peak_cuda_mb is not None:
             rows.append(("peak CUDA memory (MB)", "", f"{self.peak_cuda_mb:.0f}"))
         if self.importance is not None:

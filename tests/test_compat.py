@@ -126,3 +126,15 @@ def test_silencing_again_on_one_trainer_replaces_the_count(tmp_path) -> None:
     compat.silence_eval_mode_warning(trainer, 1)
     compat.silence_eval_mode_warning(trainer, 2)  # a second fit's count: 1 no longer silenced
     assert len(eval_mode_warnings(tmp_path, WithEvalModule(silenced=None), trainer)) == 1
+
+
+def test_ddp_and_lightnings_sync_leave_out_what_exclude_from_ddp_names() -> None:
+    from lightning.pytorch.overrides import distributed as lightning_ddp
+    from torch.nn.parallel import distributed as torch_ddp
+
+    for where in (torch_ddp.DistributedDataParallel.__init__, lightning_ddp._sync_module_states):
+        assert compat.DDP_IGNORE in inspect.getsource(where), f"{where.__qualname__} moved"
+    module = nn.Linear(2, 2)
+    compat.exclude_from_ddp(module, ["weight"])
+    compat.exclude_from_ddp(module, ["bias"])
+    assert getattr(module, compat.DDP_IGNORE) == ["bias", "weight"]
