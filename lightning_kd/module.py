@@ -13,6 +13,7 @@ the module, its teacher from ``teacher.path``, without the teacher in the file.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from lightning.pytorch import LightningModule
@@ -31,7 +32,7 @@ from lightning_kd.metrics import ValidationMetrics
 from lightning_kd.models import StudentSpec, TeacherSpec, load_tokenizer
 from lightning_kd.objective import DistillConfig
 from lightning_kd.optim import optimizer_config
-from lightning_kd.provenance import weights_digest
+from lightning_kd.provenance import config_digest, weights_digest
 from lightning_kd.strategies import ROLE
 
 
@@ -66,6 +67,8 @@ class DistillationModule(LightningModule):
         """``(global_step, metrics)`` of the latest validation inside ``fit``."""
         self.teacher_digest: str | None = None
         """``provenance.weights_digest`` of the teacher as loaded (checkpoints record it)."""
+        self.teacher_config: str | None = None
+        """``provenance.config_digest`` of the teacher's Hugging Face config."""
 
     @property
     def teacher(self) -> nn.Module | None:
@@ -83,12 +86,23 @@ class DistillationModule(LightningModule):
             self.tokenizer = load_tokenizer(self.teacher_spec)
         # teacher.dtype=auto follows the trainer's precision (bf16-mixed: a bf16 teacher).
         precision = str(self._trainer.precision) if self._trainer is not None else None
+        distill = self.distill
+        data = self._trainer.datamodule if self._trainer is not None else None
+        if distill.teacher_cache is not None and data is None:
+            # load_from_checkpoint (no trainer, no data to match a cache to): the teacher itself.
+            distill = replace(distill, teacher_cache=None)
         self.distiller = Distiller.from_specs(
-            self.teacher_spec, self.student_spec, self.distill, self.tokenizer, precision
+            self.teacher_spec, self.student_spec, distill, self.tokenizer, precision, data
         )
-        self.teacher_digest = weights_digest(self.teacher)  # before any strategy shards it
+        cached = self.distiller.cached_teacher
+        # Before any strategy shards it; a cached teacher's is the one its cache was keyed by.
+        self.teacher_digest = cached.key.teacher_weights if cached else weights_digest(self.teacher)
+        self.teacher_config = (
+            cached.key.teacher_config if cached else config_digest(self.teacher.config)
+        )
         for role in ("teacher", "student"):  # the bodies the step calls, for wrap policies
-            setattr(getattr(self, role).base_model, ROLE, role)
+            if getattr(self, role) is not None:
+                setattr(getattr(self, role).base_model, ROLE, role)
 
     def configure_optimizers(self) -> dict[str, Any]:
         params = self.distiller.trainable_parameters()  # never the teacher's
@@ -103,7 +117,8 @@ class DistillationModule(LightningModule):
     def on_fit_start(self) -> None:
         # Lightning warns about every module in eval mode when training starts: the teacher's
         # are meant to be; any other count (a student module left in eval) still warns.
-        silence_eval_mode_warning(self.trainer, sum(1 for _ in self.teacher.modules()))
+        teacher_modules = 0 if self.teacher is None else sum(1 for _ in self.teacher.modules())
+        silence_eval_mode_warning(self.trainer, teacher_modules)
         self.window.reset()
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:

@@ -91,7 +91,7 @@ def record(module: LightningModule) -> dict[str, Any]:
         "task": spec.task,
         "dtype": spec.dtype,
         "init_seed": spec.init_seed if spec.config is not None else None,
-        "config": config_digest(module.teacher.config),
+        "config": module.teacher_config,
         "weights": module.teacher_digest,
     }
     tokenizer = module.tokenizer

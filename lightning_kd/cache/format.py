@@ -8,7 +8,10 @@ A cache directory holds
 - ``shards/<split>-<nnnnn>.safetensors``: for ``blocks`` consecutive blocks of one split,
   ``ids`` ``[blocks, block_size − 1, k]`` (uint16 when the vocabulary fits, else int32),
   ``log_probs`` ``[blocks, block_size − 1, k]`` fp16, ``tail`` ``[blocks, block_size − 1]`` fp32
-  (the log of the mass outside the top k) and ``lengths`` ``[blocks]`` (tokens in each block).
+  (the log of the mass outside the top k), ``target`` ``[blocks, block_size − 1]`` fp32 (the
+  teacher's log-probability at T = 1 of the token that follows: its exact perplexity, which the
+  top k alone do not give when that token is outside them) and ``lengths`` ``[blocks]`` (tokens
+  in each block).
   Position t of a block holds the teacher's distribution for the token at t + 1 (the causal
   shift): the last position is never scored, so a block of ``block_size`` tokens stores
   ``block_size − 1`` positions. A block shorter than ``block_size`` (``data.pack=false``) is
@@ -40,7 +43,7 @@ from lightning_kd.checkpoints import TEMP_SUFFIX
 from lightning_kd.provenance import config_digest, vocab_digest, weights_digest
 from lightning_kd.reading import file_digest
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 META_NAME = "meta.json"
 INDEX_NAME = "index.json"
 SHARD_DIR = "shards"

@@ -38,11 +38,12 @@ class CacheMismatch(CacheError):
 
 class Records(NamedTuple):
     """A batch of blocks' records: ``ids`` ``[blocks, block_size − 1, k]`` int64, ``log_probs``
-    the same shape (fp32), ``tail`` ``[blocks, block_size − 1]`` (fp32)."""
+    the same shape (fp32), ``tail`` and ``target`` ``[blocks, block_size − 1]`` (fp32)."""
 
     ids: Tensor
     log_probs: Tensor
     tail: Tensor
+    target: Tensor
 
 
 def mismatches(cache: CacheKey, run: CacheKey) -> list[str]:
@@ -120,6 +121,7 @@ class TeacherCache:
             torch.stack([row["ids"] for row in rows]).to(torch.int64),
             torch.stack([row["log_probs"] for row in rows]).float(),
             torch.stack([row["tail"] for row in rows]).float(),
+            torch.stack([row["target"] for row in rows]).float(),
         )
 
     @lru_cache(maxsize=8)  # noqa: B019 (the cache lives as long as the TeacherCache)

@@ -41,10 +41,9 @@ from lightning_kd.cache.format import (
     write_shard,
 )
 from lightning_kd.cache.reader import CacheError, mismatches
-from lightning_kd.distiller import Distiller
+from lightning_kd.heads import check_head, final_hidden, output_head
 from lightning_kd.losses.chunked import OutputHead, auto_chunk_size, matmul_dtype
-from lightning_kd.losses.topk import teacher_top_k
-from lightning_kd.models import logit_transform
+from lightning_kd.losses.topk import target_log_prob, teacher_top_k
 
 
 @dataclass
@@ -69,26 +68,6 @@ class WriteStats:
         )
 
 
-def teacher_head(teacher: nn.Module) -> OutputHead:
-    """The teacher's output projection as the chunked loss applies it to hidden states."""
-    head = teacher.get_output_embeddings()
-    return OutputHead(head.weight, head.bias, logit_transform(teacher.config))
-
-
-def check_head(teacher: nn.Module, head: OutputHead, batch: dict[str, Tensor]) -> None:
-    """The head applied to hidden states must give the model's own logits (as the distiller
-    checks for training): otherwise the cache would hold another distribution."""
-    sample = {key: value[:1, :8] for key, value in batch.items()}
-    expected = Distiller.forward_model(teacher, sample, logits=True).float()
-    hidden = Distiller.forward_model(teacher, sample, logits=False)
-    got = head.logits(hidden, matmul_dtype(hidden)).float()
-    if not torch.allclose(got, expected, rtol=2e-2, atol=2e-2):
-        raise ValueError(
-            f"the teacher ({type(teacher).__name__}) computes its logits in a way the cache "
-            f"writer does not reproduce (max difference {(got - expected).abs().max():.3g})"
-        )
-
-
 @torch.no_grad()
 def shard_records(
     teacher: nn.Module,
@@ -100,27 +79,29 @@ def shard_records(
     stats: WriteStats,
 ) -> dict[str, Tensor]:
     """The stored tensors of one shard's ``blocks`` (see ``cache.format``)."""
-    head = teacher_head(teacher)
+    head = output_head(teacher)
     vocab = head.weight.shape[0]
     positions = block_size - 1
     out = {  # filled in int64 / fp32, stored as the layout says
         "ids": torch.zeros(len(blocks), positions, spec.k, dtype=torch.int64),
         "log_probs": torch.zeros(len(blocks), positions, spec.k),
         "tail": torch.zeros(len(blocks), positions),
+        "target": torch.zeros(len(blocks), positions),
         "lengths": torch.tensor([len(block) for block in blocks], dtype=torch.int32),
     }
     for first in range(0, len(blocks), spec.batch_size):
         batch = collate(blocks[first : first + spec.batch_size])
         batch = {key: value.to(device) for key, value in batch.items()}
         started = time.perf_counter()
-        hidden = Distiller.forward_model(teacher, batch, logits=False)[:, :-1]
+        hidden = final_hidden(teacher, batch, logits=False)[:, :-1]
         rows, length = hidden.shape[:2]
         flat = hidden.reshape(rows * length, -1)
         stats.forward_seconds += time.perf_counter() - started
         started = time.perf_counter()
-        parts = top_k_chunks(head, flat, spec)
+        targets = batch["input_ids"][:, 1:].reshape(-1)
+        parts = top_k_chunks(head, flat, targets, spec)
         for name, values in zip(
-            ("ids", "log_probs", "tail"), zip(*parts, strict=True), strict=True
+            ("ids", "log_probs", "tail", "target"), zip(*parts, strict=True), strict=True
         ):
             out[name][first : first + rows, :length] = (
                 torch.cat(values).view(rows, length, *out[name].shape[2:]).cpu()
@@ -132,20 +113,23 @@ def shard_records(
     out["ids"] = out["ids"].masked_fill(~scored.unsqueeze(-1), 0).to(ids_dtype(vocab))
     out["log_probs"] = out["log_probs"].masked_fill(~scored.unsqueeze(-1), 0).to(LOG_PROB_DTYPE)
     out["tail"] = out["tail"].masked_fill(~scored, 0).to(TAIL_DTYPE)
+    out["target"] = out["target"].masked_fill(~scored, 0).to(TAIL_DTYPE)
     return out
 
 
-def top_k_chunks(head: OutputHead, hidden: Tensor, spec: CacheSpec) -> list[tuple[Tensor, ...]]:
-    """``teacher_top_k`` of ``hidden`` ``[tokens, width]``, the logits a chunk at a time."""
+def top_k_chunks(
+    head: OutputHead, hidden: Tensor, targets: Tensor, spec: CacheSpec
+) -> list[tuple[Tensor, ...]]:
+    """``teacher_top_k`` of ``hidden`` ``[tokens, width]`` and the log-probability (T = 1) of
+    each next token ``targets`` ``[tokens]``, the logits a chunk at a time."""
     chunk = auto_chunk_size(head.weight.shape[0], hidden.shape[0])
-    return [
-        teacher_top_k(
-            head.logits(hidden[start : start + chunk], matmul_dtype(hidden)),
-            spec.k,
-            spec.temperature,
-        )
-        for start in range(0, hidden.shape[0], chunk)
-    ]
+    parts = []
+    for start in range(0, hidden.shape[0], chunk):
+        logits = head.logits(hidden[start : start + chunk], matmul_dtype(hidden))
+        ids, log_probs, tail = teacher_top_k(logits, spec.k, spec.temperature)
+        target = target_log_prob(logits, targets[start : start + chunk])
+        parts.append((ids, log_probs, tail, target))
+    return parts
 
 
 def kept_mass(tensors: dict[str, Tensor]) -> tuple[int, float]:
@@ -178,8 +162,8 @@ def write_cache(
     key, meta = describe(teacher, tokenizer, datamodule, spec)
     prepare(directory, meta, rank, barrier, overwrite)
     with torch.no_grad():
-        sample = datamodule.collate(splits["train"][:1])
-        check_head(teacher, teacher_head(teacher), {k: v.to(device) for k, v in sample.items()})
+        sample = {k: v.to(device) for k, v in datamodule.collate(splits["train"][:1]).items()}
+        check_head(teacher, sample, "teacher", "the cache would hold other logits than its own")
     shards = plan_shards(key.splits, spec.shard_blocks)
     mine = shards[rank::world_size]
     todo = [shard for shard in mine if completed(directory, shard) is None]
