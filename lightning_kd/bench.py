@@ -12,10 +12,15 @@ memory-mapped ones are resident in each (the floor holds the teacher it never ru
                    full-logit KL
 - ``full_logits``  lightning_kd with ``distill.chunked=false``: lean teacher, full-logit KL
 - ``lightning_kd`` lightning_kd's step: lean teacher, chunked logit distillation
+- ``free_floor``   the teacher-free floor: lightning_kd's CE-only step (``distill.kd_weight=0``)
+                   with no teacher weights in the process
+- ``cached``       lightning_kd's KD step from the teacher's top-k records (``cache.k``, as
+                   ``python -m lightning_kd.cache`` writes them), no teacher weights in the process
 
 Then a loss-only sweep at vocab 49152 (full-logit vs chunked forward + backward over 512, 2048 and
-8192 tokens). Writes ``bench.json`` (with ``mem_ratio_vs_floor``, ``time_ratio_vs_parts`` and
-``loss_mem_ratio_vs_full``), ``bench.md`` and ``bench.png`` under ``--out``.
+8192 tokens). Writes ``bench.json`` (with ``mem_ratio_vs_floor``, ``time_ratio_vs_parts``,
+``loss_mem_ratio_vs_full`` and ``cached_{mem,time}_ratio_vs_free_floor``), ``bench.md`` and
+``bench.png`` under ``--out``.
 """
 
 from __future__ import annotations

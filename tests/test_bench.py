@@ -35,6 +35,13 @@ def test_ratios_are_against_floor_and_parts() -> None:
         ours["step_s"] / (floor["step_s"] + teacher["step_s"])
     )
     assert report["loss_mem_ratio_vs_full"] == pytest.approx(10.0 / 819.2)
+    free, cached = report["scenarios"]["free_floor"], report["scenarios"]["cached"]
+    assert report["cached_mem_ratio_vs_free_floor"] == pytest.approx(
+        cached["peak_mb"] / free["peak_mb"]
+    )
+    assert report["cached_time_ratio_vs_free_floor"] == pytest.approx(
+        cached["step_s"] / free["step_s"]
+    )
 
 
 def test_table_and_plot(tmp_path) -> None:

@@ -48,8 +48,9 @@ class TopKTeacher:
         """The records where ``mask`` (``[batch, positions]``) holds, flattened to ``[tokens]``."""
         return self._map(lambda tensor: tensor[mask])
 
-    def __getitem__(self, rows: slice) -> TopKTeacher:
-        """The records of tokens ``rows`` (a chunk)."""
+    def __getitem__(self, rows: slice | tuple[slice, ...]) -> TopKTeacher:
+        """The records of tokens ``rows`` (a chunk; or rows and positions of unflattened
+        records)."""
         return self._map(lambda tensor: tensor[rows])
 
     def _map(self, take) -> TopKTeacher:
