@@ -16,6 +16,7 @@ from lightning.fabric import Fabric
 from omegaconf import DictConfig
 
 from lightning_kd.cache.format import INDEX_NAME
+from lightning_kd.cache.narrow import narrow_cache
 from lightning_kd.cache.writer import write_cache
 from lightning_kd.checks import check_config
 from lightning_kd.config import CONF_DIR, register_defaults
@@ -51,20 +52,32 @@ def write(cfg: DictConfig) -> None:
     datamodule.setup("fit")
     teacher = load_teacher(teacher_spec, cfg.trainer.precision).to(fabric.device)
     directory = Path(cfg.output_dir)
-    stats = write_cache(
-        teacher,
-        tokenizer,
-        datamodule,
-        spec,
-        directory,
-        rank=fabric.global_rank,
-        world_size=fabric.world_size,
-        barrier=fabric.barrier,
-        device=fabric.device,
-        overwrite=cfg.overwrite,
-    )
-    print(stats.line(fabric.global_rank), flush=True)
-    if fabric.global_rank == 0:
+    if spec.source is not None:  # no teacher forward: one process derives it
+        if fabric.global_rank == 0:
+            arguments = (spec.source, teacher, tokenizer, datamodule, spec, directory)
+            count = narrow_cache(*arguments, overwrite=cfg.overwrite)
+            print(f"teacher cache: {count} shards narrowed from {spec.source}", flush=True)
+        fabric.barrier()
+    else:
+        stats = write_cache(
+            teacher,
+            tokenizer,
+            datamodule,
+            spec,
+            directory,
+            rank=fabric.global_rank,
+            world_size=fabric.world_size,
+            barrier=fabric.barrier,
+            device=fabric.device,
+            overwrite=cfg.overwrite,
+        )
+        print(stats.line(fabric.global_rank), flush=True)
+    report(directory, spec, fabric.global_rank)
+
+
+def report(directory: Path, spec, rank: int) -> None:
+    """One line on the cache written: size, bytes per position and entry, mass kept."""
+    if rank == 0:
         summary = json.loads((directory / INDEX_NAME).read_text())["stats"]
         print(
             f"teacher cache: {directory} ({summary['bytes'] / 2**20:.1f} MiB, "

@@ -67,6 +67,9 @@ class CacheSpec:
     """Blocks per shard file: the unit of resuming and of the work split between ranks."""
     batch_size: int = 8
     """Blocks per teacher forward."""
+    source: str | None = None
+    """A cache of this run at a larger k to derive this one from, without running the teacher
+    (``lightning_kd/cache/narrow.py``); null: run the teacher."""
 
     def __post_init__(self) -> None:
         if self.k < 1 or self.shard_blocks < 1 or self.batch_size < 1:
