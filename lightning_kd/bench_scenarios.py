@@ -56,7 +56,7 @@ class RecordsInMemory:
 
     def records(self, batch: dict, split: str):
         rows, positions = batch["input_ids"].shape[0], batch["input_ids"].shape[1] - 1
-        return self.cached[:rows, :positions]  # the warm-up batch is the timed one's corner
+        return self.cached[:rows, :positions], {}  # the warm-up batch: the timed one's corner
 
 
 def teacher_free(name: str, args: argparse.Namespace, batch: dict):

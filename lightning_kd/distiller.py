@@ -66,6 +66,11 @@ class Distiller(nn.Module):
         super().__init__()
         if (teacher is None) == (cache is None):
             raise ValueError("a Distiller takes a teacher model or a teacher cache (one of them)")
+        if teacher is None and distill.features:
+            raise ValueError(
+                "distill.features from a teacher cache: the pairs are resolved on the teacher's "
+                "modules; build with Distiller.from_specs (which loads it, then drops it)"
+            )
         self.teacher = None if teacher is None else teacher.requires_grad_(False).eval()
         self.cached_teacher = cache
         self.student = student
@@ -76,13 +81,17 @@ class Distiller(nn.Module):
         )
         self.layer_map = layer_map
         """``layer_map[j]``: the teacher layer student layer j was copied from (or None)."""
-        self.layer_pairs: list[LayerPair] = layer_pairs(
-            distill.features,
-            student,
-            teacher,
-            layer_map,
-            distill.feature_loss,
-            distill.feature_weight,
+        self.layer_pairs: list[LayerPair] = (
+            []
+            if teacher is None
+            else layer_pairs(
+                distill.features,
+                student,
+                teacher,
+                layer_map,
+                distill.feature_loss,
+                distill.feature_weight,
+            )
         )
         self.projectors = nn.ModuleList()
         self.captures: dict[str, ModuleCapture] = {}
@@ -117,20 +126,22 @@ class Distiller(nn.Module):
         models = build_student(student, teacher_model, teacher.task)
         if teacher.task == "causal_lm" and tokenizer is not None:
             check_vocabularies(teacher_model, models.student, tokenizer, student_tokenizer(student))
-        cache = None
-        if distill.teacher_cache is not None:
-            cache = CachedTeacher.for_distiller(
-                distill, teacher.task, teacher_model, tokenizer, data
-            )
-            teacher_model = None  # the records stand in for it from here on
-        return cls(
-            teacher_model,
-            models.student,
-            distill,
-            task=teacher.task,
-            layer_map=models.layer_map,
-            cache=cache,
+        distiller = cls(
+            teacher_model, models.student, distill, task=teacher.task, layer_map=models.layer_map
         )
+        if distill.teacher_cache is not None:
+            paths = tuple(sorted({pair.teacher for pair in distiller.layer_pairs}))
+            args = (distill, teacher.task, teacher_model, tokenizer, data, paths)
+            distiller.replace_teacher(CachedTeacher.for_distiller(*args))
+        return distiller
+
+    def replace_teacher(self, cache: CachedTeacher) -> None:
+        """Drop the teacher (and its hooks) for ``cache``, which holds its outputs: from here on
+        no step runs or holds it. The feature pairs and projectors built on it stay."""
+        if "teacher" in self.captures:
+            self.captures.pop("teacher").remove()
+        self.teacher = None
+        self.cached_teacher = cache
 
     def train(self, mode: bool = True) -> Distiller:
         """Set train/eval mode on everything but the teacher, which always stays in eval."""
@@ -167,24 +178,28 @@ class Distiller(nn.Module):
 
     forward_model = staticmethod(final_hidden)
 
-    def teacher_output(self, batch: dict[str, Tensor], split: str) -> Tensor | TopKTeacher:
-        """What the loss compares the student with: the teacher's forward, or the cached
-        records of the batch's blocks of ``split``."""
+    def teacher_output(
+        self, batch: dict[str, Tensor], split: str
+    ) -> tuple[Tensor | TopKTeacher, dict[str, Tensor] | None]:
+        """What the loss compares the student with: the teacher's forward (its features then
+        come from the capture), or the cached records and features of the batch's blocks."""
         if self.cached_teacher is not None:
             return self.cached_teacher.records(batch, split)
-        return self.run("teacher", batch)
+        return self.run("teacher", batch), None
 
     def forward(self, batch: dict[str, Tensor]) -> tuple[Tensor, LossSums]:
         """The objective's token sum for one micro-batch (differentiable) and its parts."""
         with_teacher = self.uses_teacher_in_training
         heads = self.heads(batch, ROLES if with_teacher else ("student",))
         with capture_step(*self.captures.values()):
-            teacher_out = self.teacher_output(batch, "train") if with_teacher else None
+            teacher_out, cached = (
+                self.teacher_output(batch, "train") if with_teacher else (None, None)
+            )
             student_out = self.run("student", batch)
             with gathered(heads):
                 objective, sums = self.task.logit_terms(student_out, teacher_out, batch, heads)
             if self.layer_pairs:
-                features = self.feature_sum(self.task.scored_mask(batch))
+                features = self.feature_sum(self.task.scored_mask(batch), cached)
                 objective = objective + features
                 sums.features = features.detach()
         return objective, sums
@@ -194,19 +209,20 @@ class Distiller(nn.Module):
         """Validation metrics of one batch as ``name → (sum, count)`` (see ``tasks``)."""
         heads = self.heads(batch, ROLES)
         with capture_step(*self.captures.values()):
-            teacher_out = self.teacher_output(batch, "val")
+            teacher_out, cached = self.teacher_output(batch, "val")
             student_out = self.run("student", batch)
             metrics = {}
             if self.layer_pairs:
                 mask = self.task.scored_mask(batch)
-                metrics["features"] = (self.feature_sum(mask), mask.sum())
+                metrics["features"] = (self.feature_sum(mask, cached), mask.sum())
         with gathered(heads):
             return metrics | self.task.metric_sums(student_out, teacher_out, batch, heads)
 
-    def feature_sum(self, mask: Tensor) -> Tensor:
+    def feature_sum(self, mask: Tensor, cached: dict[str, Tensor] | None = None) -> Tensor:
         """Σ over pairs of weight · Σ over scored positions of the pair's loss; reads and clears
-        both captures."""
-        student, teacher = self.captures["student"].pop(), self.captures["teacher"].pop()
+        both captures (the student's only, given the teacher's ``cached`` outputs)."""
+        student = self.captures["student"].pop()
+        teacher = cached if cached is not None else self.captures["teacher"].pop()
         total = None
         for pair, projector in zip(self.layer_pairs, self.projectors, strict=True):
             value = pair.weight * masked_feature_sum(

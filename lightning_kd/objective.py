@@ -49,7 +49,8 @@ class DistillConfig:
     """A directory written by ``python -m lightning_kd.cache`` for this run: the divergence runs
     over the teacher's cached top-k (+ tail) records and the teacher does not run. It is loaded
     once at the start — to build a copied student and check that the cache is its own (weights,
-    tokenizer, data, block size, temperature) — and released before training."""
+    tokenizer, data, block size, temperature; with ``distill.features``, the mapped teacher
+    modules' outputs, written with ``cache.features=true``) — and released before training."""
 
     def __post_init__(self) -> None:
         get_divergence(self.divergence, beta=self.beta, skew=self.skew)  # raises on bad values
@@ -71,12 +72,6 @@ class DistillConfig:
 
     def _check_cached(self) -> None:
         """What a cache of top-k logits cannot serve, refused before anything loads."""
-        if self.features:
-            raise ValueError(
-                "distill.features with distill.teacher_cache: the cache holds the teacher's "
-                "logits, not its hidden states; drop the features (distill.features=null) or "
-                "distil online (distill.teacher_cache=null)"
-            )
         if not self.chunked:
             raise ValueError(
                 "distill.teacher_cache needs distill.chunked=true: the cached records are read "

@@ -4,12 +4,16 @@ before the first step."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from lightning_kd.cache import CacheMismatch, CacheSpec
+from lightning_kd.cache.features import feature_paths
 from lightning_kd.cache.writer import write_cache
 from lightning_kd.data import IndexedBlocks
 from lightning_kd.distiller import Distiller
@@ -19,20 +23,24 @@ from lightning_kd.losses.logits import LogitObjective
 from lightning_kd.losses.topk import TopKTeacher, teacher_top_k
 from lightning_kd.models import StudentSpec, TeacherSpec, byte_tokenizer, load_teacher
 from lightning_kd.objective import DistillConfig
-from tests.conftest import TINY_LLAMA, make_datamodule, make_module, make_trainer
+from tests.conftest import ROOT, TINY_LLAMA, make_datamodule, make_module, make_trainer
 
 VOCAB = 257  # the tiny teacher's (byte tokenizer)
 TEACHER = TeacherSpec(path=None, config=dict(TINY_LLAMA))
+STUDENT = StudentSpec(num_layers=2)
 
 
-def write(directory: Path, corpus: Path, k: int, **data) -> Path:
-    """A cache of the tiny teacher (as a float32 run loads it) over ``corpus``."""
+def write(directory: Path, corpus: Path, k: int, features: str | None = None, **data) -> Path:
+    """A cache of the tiny teacher (as a float32 run loads it) over ``corpus``, with the
+    teacher layers ``features`` maps for the 2-layer student."""
     teacher = load_teacher(TEACHER, "32-true")
     datamodule = make_datamodule([corpus], **data)
     datamodule.setup()
-    write_cache(
-        teacher, datamodule.tokenizer, datamodule, CacheSpec(k=k, shard_blocks=4), directory
-    )
+    paths = []
+    if features:
+        paths = feature_paths(DistillConfig(features=features), STUDENT, teacher, "causal_lm")
+    spec = CacheSpec(k=k, shard_blocks=4)
+    write_cache(teacher, datamodule.tokenizer, datamodule, spec, directory, features=paths)
     return directory
 
 
@@ -67,18 +75,20 @@ def test_a_full_cache_trains_the_online_student_without_a_teacher(corpus, tmp_pa
     assert cached.teacher_digest == online.teacher_digest
 
 
-def test_a_full_cache_gives_online_kds_loss_and_gradients(corpus, tmp_path) -> None:
-    """One micro-batch through two distillers, one online, one from a k = vocabulary cache:
-    the same objective and student gradients (to the stored log-probs' fp16 rounding)."""
-    cache = write(tmp_path / "cache", corpus, k=VOCAB)
+@pytest.mark.parametrize("features", [None, "uniform"])
+def test_a_full_cache_gives_online_kds_loss_and_gradients(corpus, tmp_path, features) -> None:
+    """One micro-batch through two distillers, one online, one from a k = vocabulary cache
+    (with the mapped layers' outputs): the same objective, feature term and student gradients
+    (to the stored log-probs' fp16 and features' bf16 rounding)."""
+    cache = write(tmp_path / "cache", corpus, k=VOCAB, features=features)
     datamodule = make_datamodule([corpus])
     datamodule.setup()
     batch = next(iter(datamodule.train_dataloader()))
     results = []
     for teacher_cache in (None, str(cache)):
-        distill = DistillConfig(teacher_cache=teacher_cache, compile=False)
+        distill = DistillConfig(teacher_cache=teacher_cache, compile=False, features=features)
         distiller = Distiller.from_specs(
-            TEACHER, StudentSpec(num_layers=2), distill, byte_tokenizer(), "32-true", datamodule
+            TEACHER, STUDENT, distill, byte_tokenizer(), "32-true", datamodule
         )
         objective, sums = distiller(batch)
         objective.backward()
@@ -90,8 +100,10 @@ def test_a_full_cache_gives_online_kds_loss_and_gradients(corpus, tmp_path) -> N
     # (fp64 exactness with k = vocabulary: tests/test_topk.py, on the records themselves.)
     torch.testing.assert_close(cached_sums.kd, online_sums.kd, rtol=0, atol=1e-3)
     assert cached_sums.tokens == online_sums.tokens
+    if features:
+        torch.testing.assert_close(cached_sums.features, online_sums.features, rtol=1e-2, atol=0)
     for got, want in zip(cached_grads, online_grads, strict=True):
-        torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-4)
+        assert (got - want).norm() <= 1e-2 * want.norm()
 
 
 def test_a_top_k_cache_gives_the_exact_teacher_perplexity(corpus, tmp_path) -> None:
@@ -113,16 +125,45 @@ def test_a_cache_of_other_data_is_refused_before_any_step(corpus, tmp_path) -> N
     assert trainer.global_step == 0
 
 
-@pytest.mark.parametrize(
-    ("distill", "message"),
-    [
-        ({"features": "uniform"}, "not its hidden states"),
-        ({"chunked": False}, "needs distill.chunked=true"),
-    ],
-)
-def test_what_a_cache_cannot_serve_is_refused(tmp_path, distill, message) -> None:
-    with pytest.raises(ValueError, match=message):
-        DistillConfig(teacher_cache=str(tmp_path), **distill)
+def test_an_unchunked_run_from_a_cache_is_refused(tmp_path) -> None:
+    with pytest.raises(ValueError, match="needs distill.chunked=true"):
+        DistillConfig(teacher_cache=str(tmp_path), chunked=False)
+
+
+def test_the_command_line_writes_features_and_trains_from_them(corpus, tmp_path: Path) -> None:
+    """``python -m lightning_kd.cache cache.features=true`` stores the mapped teacher layers;
+    ``python run.py distill.teacher_cache=`` trains from them with no teacher; a run mapping
+    features the cache lacks is refused with the command that writes them."""
+    smoke = ["debug=smoke", "distill.features=uniform", f"data.files=[{corpus}]"]
+    written = command(
+        "lightning_kd.cache", *smoke, "cache.features=true", f"hydra.run.dir={tmp_path}/c"
+    )
+    assert written.returncode == 0, written.stderr[-3000:]
+    run = command(
+        "run", *smoke, f"distill.teacher_cache={tmp_path}/c", f"hydra.run.dir={tmp_path}/r"
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["after"]["val/features"] < summary["before"]["val/features"]
+    assert summary["teacher_ppl"] > 0
+    plain = command("lightning_kd.cache", *smoke[::2], f"hydra.run.dir={tmp_path}/p")
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    refused = command(
+        "run", *smoke, f"distill.teacher_cache={tmp_path}/p", f"hydra.run.dir={tmp_path}/x"
+    )
+    assert refused.returncode != 0
+    assert "the cache does not hold" in refused.stderr and "cache.features=true" in refused.stderr
+
+
+def command(module: str, *overrides: str) -> subprocess.CompletedProcess:
+    program = ["run.py"] if module == "run" else ["-m", module]
+    return subprocess.run(
+        [sys.executable, *program, *overrides],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @pytest.mark.parametrize("temperature", [1.0, 2.0])

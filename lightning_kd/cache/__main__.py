@@ -15,6 +15,7 @@ from hydra.utils import instantiate
 from lightning.fabric import Fabric
 from omegaconf import DictConfig
 
+from lightning_kd.cache.features import feature_paths
 from lightning_kd.cache.format import INDEX_NAME
 from lightning_kd.cache.narrow import narrow_cache
 from lightning_kd.cache.writer import write_cache
@@ -52,10 +53,15 @@ def write(cfg: DictConfig) -> None:
     datamodule.setup("fit")
     teacher = load_teacher(teacher_spec, cfg.trainer.precision).to(fabric.device)
     directory = Path(cfg.output_dir)
+    features = []
+    if spec.features:
+        student = instantiate(cfg.student, _convert_="all")
+        distill = instantiate(cfg.distill, _convert_="all")
+        features = feature_paths(distill, student, teacher, teacher_spec.task)
     if spec.source is not None:  # no teacher forward: one process derives it
         if fabric.global_rank == 0:
             arguments = (spec.source, teacher, tokenizer, datamodule, spec, directory)
-            count = narrow_cache(*arguments, overwrite=cfg.overwrite)
+            count = narrow_cache(*arguments, overwrite=cfg.overwrite, features=tuple(features))
             print(f"teacher cache: {count} shards narrowed from {spec.source}", flush=True)
         fabric.barrier()
     else:
@@ -70,6 +76,7 @@ def write(cfg: DictConfig) -> None:
             barrier=fabric.barrier,
             device=fabric.device,
             overwrite=cfg.overwrite,
+            features=features,
         )
         print(stats.line(fabric.global_rank), flush=True)
     report(directory, spec, fabric.global_rank)

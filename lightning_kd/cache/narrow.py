@@ -22,11 +22,12 @@ from lightning_kd.cache.format import (
     CacheSpec,
     cache_key,
     completed,
+    kept_mass,
     plan_shards,
     write_shard,
 )
 from lightning_kd.cache.reader import CacheError, TeacherCache, read_index
-from lightning_kd.cache.writer import describe, kept_mass, prepare, write_index
+from lightning_kd.cache.writer import describe, prepare, write_index
 
 
 def narrow_records(tensors: dict[str, Tensor], k: int) -> dict[str, Tensor]:
@@ -52,9 +53,11 @@ def narrow_cache(
     directory: Path,
     *,
     overwrite: bool = False,
+    features: tuple[str, ...] = (),
 ) -> int:
     """Write into ``directory`` the ``spec.k`` cache of this run from ``source``, the run's own
-    cache at a larger k; returns the number of shards written."""
+    cache at a larger k (holding the teacher modules ``features``, which are copied with every
+    other module it holds); returns the number of shards written."""
     source = Path(source)
     larger = read_index(source)["key"]["k"]
     if spec.k > larger:
@@ -63,10 +66,10 @@ def narrow_cache(
             f"derived from it; choose cache.k <= {larger}, or write it from the teacher "
             "(cache.source=null)"
         )
-    expect = cache_key(teacher, tokenizer, datamodule, larger, spec.temperature)
+    expect = cache_key(teacher, tokenizer, datamodule, larger, spec.temperature, features)
     cache = TeacherCache.open(source, expect)
     spec = replace(spec, shard_blocks=cache.shard_blocks)  # the same shards, narrower
-    key, meta = describe(teacher, tokenizer, datamodule, spec)
+    key, meta = describe(teacher, tokenizer, datamodule, spec, cache.key.features)
     prepare(directory, meta, 0, lambda: None, overwrite)
     shards = plan_shards(key.splits, spec.shard_blocks)
     written = 0

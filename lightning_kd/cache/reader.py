@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 from torch import Tensor
 
 from lightning_kd.cache.format import (
+    FEATURE_PREFIX,
     FORMAT_VERSION,
     INDEX_NAME,
     SPLITS,
@@ -44,6 +45,8 @@ class Records(NamedTuple):
     log_probs: Tensor
     tail: Tensor
     target: Tensor
+    features: dict[str, Tensor]
+    """Teacher module path → its outputs ``[blocks, block_size, width]`` (bf16), where cached."""
 
 
 def mismatches(cache: CacheKey, run: CacheKey) -> list[str]:
@@ -51,6 +54,15 @@ def mismatches(cache: CacheKey, run: CacheKey) -> list[str]:
     found = []
     for field, value in cache.as_dict().items():
         if field == "splits":
+            continue
+        if field == "features":  # a cache may hold more than a run uses, never less
+            lacking = sorted(set(run.features) - set(value))
+            if lacking:
+                found.append(
+                    f"features: the run maps teacher modules {lacking} the cache does not hold "
+                    f"(it holds {list(value)}); write it with cache.features=true and this "
+                    "run's distill.features"
+                )
             continue
         now = getattr(run, field)
         if value != now:
@@ -122,6 +134,11 @@ class TeacherCache:
             torch.stack([row["log_probs"] for row in rows]).float(),
             torch.stack([row["tail"] for row in rows]).float(),
             torch.stack([row["target"] for row in rows]).float(),
+            {
+                name.removeprefix(FEATURE_PREFIX): torch.stack([row[name] for row in rows])
+                for name in rows[0]
+                if name.startswith(FEATURE_PREFIX)
+            },
         )
 
     @lru_cache(maxsize=8)  # noqa: B019 (the cache lives as long as the TeacherCache)

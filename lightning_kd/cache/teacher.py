@@ -46,20 +46,28 @@ class CachedTeacher:
         tokenizer: Any,
         data: Any,
         temperature: float,
+        features: tuple[str, ...] = (),
     ) -> CachedTeacher:
         """The cache in ``directory``, checked whole and written for this ``teacher``,
         ``tokenizer``, ``data`` (a set-up :class:`~lightning_kd.data.TextDataModule`) and
-        ``temperature``; any k."""
+        ``temperature``, holding the outputs of the teacher modules ``features``; any k."""
         k = read_index(Path(directory))["key"]["k"]
-        expect = cache_key(teacher, tokenizer, data, k, temperature)
+        expect = cache_key(teacher, tokenizer, data, k, temperature, features)
         vocab = teacher.get_output_embeddings().weight.shape[0]
         return cls(TeacherCache.open(directory, expect), vocab)
 
     @classmethod
     def for_distiller(
-        cls, distill: Any, task: str, teacher: nn.Module, tokenizer: Any, data: Any
+        cls,
+        distill: Any,
+        task: str,
+        teacher: nn.Module,
+        tokenizer: Any,
+        data: Any,
+        features: tuple[str, ...] = (),
     ) -> CachedTeacher:
-        """The cache ``distill.teacher_cache`` names, refused unless written for this run."""
+        """The cache ``distill.teacher_cache`` names, refused unless written for this run
+        (and holding the teacher modules ``features``)."""
         if task != "causal_lm":
             raise ValueError(
                 f"distill.teacher_cache: teacher.task={task!r}; only causal LMs' logits are cached"
@@ -69,12 +77,17 @@ class CachedTeacher:
                 "distill.teacher_cache: the cache is matched to the run's data and tokenizer; "
                 "pass the set-up data module (a Trainer fit/validate with datamodule=...)"
             )
-        return cls.for_run(distill.teacher_cache, teacher, tokenizer, data, distill.temperature)
+        return cls.for_run(
+            distill.teacher_cache, teacher, tokenizer, data, distill.temperature, features
+        )
 
-    def records(self, batch: dict[str, Tensor], split: str) -> TopKTeacher:
-        """The records of ``batch``'s rows (blocks of ``split``), positions 0 .. seq − 2, on the
-        batch's device. Unscored rows (index −1) get block 0's records: their labels are all
-        −100, so no loss or metric reads them."""
+    def records(
+        self, batch: dict[str, Tensor], split: str
+    ) -> tuple[TopKTeacher, dict[str, Tensor]]:
+        """The records of ``batch``'s rows (blocks of ``split``), positions 0 .. seq − 2, and the
+        cached teacher module outputs (positions 0 .. seq − 1), on the batch's device. Unscored
+        rows (index −1) get block 0's records: their labels are all −100, so no loss or metric
+        reads them."""
         if "block_index" not in batch:
             raise ValueError(
                 "distill.teacher_cache: the batch has no 'block_index' (which cached block each "
@@ -88,10 +101,15 @@ class CachedTeacher:
         def take(tensor: Tensor) -> Tensor:
             return tensor[:, :positions].to(device, non_blocking=True)
 
-        return TopKTeacher(
+        top_k = TopKTeacher(
             take(records.ids),
             take(records.log_probs),
             take(records.tail),
             self.vocab,
             take(records.target),
         )
+        features = {
+            path: value[:, : positions + 1].to(device, non_blocking=True)
+            for path, value in records.features.items()
+        }
+        return top_k, features

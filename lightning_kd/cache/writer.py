@@ -14,6 +14,7 @@ import json
 import shutil
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from lightning_kd.cache.features import FeatureRecorder
 from lightning_kd.cache.format import (
     INDEX_NAME,
     LOG_PROB_DTYPE,
@@ -35,6 +37,7 @@ from lightning_kd.cache.format import (
     cache_key,
     completed,
     ids_dtype,
+    kept_mass,
     metadata,
     plan_shards,
     write_json,
@@ -77,6 +80,7 @@ def shard_records(
     block_size: int,
     device: torch.device,
     stats: WriteStats,
+    recorder: FeatureRecorder | None = None,
 ) -> dict[str, Tensor]:
     """The stored tensors of one shard's ``blocks`` (see ``cache.format``)."""
     head = output_head(teacher)
@@ -93,7 +97,10 @@ def shard_records(
         batch = collate(blocks[first : first + spec.batch_size])
         batch = {key: value.to(device) for key, value in batch.items()}
         started = time.perf_counter()
-        hidden = final_hidden(teacher, batch, logits=False)[:, :-1]
+        with recorder.armed() if recorder else nullcontext():
+            hidden = final_hidden(teacher, batch, logits=False)[:, :-1]
+        if recorder:
+            recorder.store(out, first, block_size)
         rows, length = hidden.shape[:2]
         flat = hidden.reshape(rows * length, -1)
         stats.forward_seconds += time.perf_counter() - started
@@ -132,14 +139,6 @@ def top_k_chunks(
     return parts
 
 
-def kept_mass(tensors: dict[str, Tensor]) -> tuple[int, float]:
-    """``(scored positions, Σ over them of the mass the top k hold)`` of one shard."""
-    positions = tensors["tail"].shape[1]
-    scored = torch.arange(positions) < (tensors["lengths"] - 1).unsqueeze(-1)
-    mass = -torch.expm1(tensors["tail"].double())[scored]
-    return int(scored.sum()), float(mass.sum())
-
-
 def write_cache(
     teacher: nn.Module,
     tokenizer: Any,
@@ -152,15 +151,18 @@ def write_cache(
     barrier: Callable[[], None] = lambda: None,
     device: torch.device | None = None,
     overwrite: bool = False,
+    features: list[str] | tuple[str, ...] = (),
 ) -> WriteStats:
     """Write (or complete) the cache of ``teacher`` over ``datamodule``'s blocks in
-    ``directory``; this process is ``rank`` of ``world_size`` (each calls this with the same
-    arguments). Returns this rank's timings."""
+    ``directory`` (with the outputs of the teacher modules ``features``); this process is
+    ``rank`` of ``world_size`` (each calls this with the same arguments). Returns this rank's
+    timings."""
     directory = Path(directory)
     device = device or next(teacher.parameters()).device
     splits = {"train": datamodule.train_examples, "val": datamodule.val_examples}
-    key, meta = describe(teacher, tokenizer, datamodule, spec)
+    key, meta = describe(teacher, tokenizer, datamodule, spec, features)
     prepare(directory, meta, rank, barrier, overwrite)
+    recorder = FeatureRecorder(teacher, list(key.features))
     with torch.no_grad():
         sample = {k: v.to(device) for k, v in datamodule.collate(splits["train"][:1]).items()}
         check_head(teacher, sample, "teacher", "the cache would hold other logits than its own")
@@ -168,23 +170,15 @@ def write_cache(
     mine = shards[rank::world_size]
     todo = [shard for shard in mine if completed(directory, shard) is None]
     stats = WriteStats(shards_kept=len(mine) - len(todo))
-    tokens = sum(
-        len(block) for s in todo for block in splits[s.split][s.start : s.start + s.blocks]
-    )
     label = f"teacher cache (rank {rank})" if world_size > 1 else "teacher cache"
+    write = ShardWriter(teacher, datamodule, spec, device, stats, recorder)
+    tokens = sum(len(block) for shard in todo for block in write.blocks(shard))
     with tqdm(total=tokens, unit="tok", unit_scale=True, desc=label, disable=rank != 0) as progress:
         for shard in todo:
             before = stats.tokens
-            blocks = splits[shard.split][shard.start : shard.start + shard.blocks]
-            tensors = shard_records(
-                teacher, blocks, datamodule.collate, spec, datamodule.block_size, device, stats
-            )
-            started = time.perf_counter()
-            scored, mass = kept_mass(tensors)
-            write_shard(directory, shard, tensors, {"scored": scored, "top_k_mass": mass})
-            stats.write_seconds += time.perf_counter() - started
-            stats.shards_written += 1
+            write(directory, shard)
             progress.update(stats.tokens - before)
+    recorder.remove()
     barrier()
     if rank == 0:
         write_index(directory, meta, shards, key)
@@ -192,11 +186,48 @@ def write_cache(
     return stats
 
 
+@dataclass
+class ShardWriter:
+    """Computes and writes one shard at a time, adding to ``stats``."""
+
+    teacher: nn.Module
+    datamodule: Any
+    spec: CacheSpec
+    device: torch.device
+    stats: WriteStats
+    recorder: FeatureRecorder
+
+    def blocks(self, shard: Shard) -> list[Tensor]:
+        examples = getattr(self.datamodule, f"{shard.split}_examples")
+        return examples[shard.start : shard.start + shard.blocks]
+
+    def __call__(self, directory: Path, shard: Shard) -> None:
+        tensors = shard_records(
+            self.teacher,
+            self.blocks(shard),
+            self.datamodule.collate,
+            self.spec,
+            self.datamodule.block_size,
+            self.device,
+            self.stats,
+            self.recorder,
+        )
+        started = time.perf_counter()
+        scored, mass = kept_mass(tensors)
+        write_shard(directory, shard, tensors, {"scored": scored, "top_k_mass": mass})
+        self.stats.write_seconds += time.perf_counter() - started
+        self.stats.shards_written += 1
+
+
 def describe(
-    teacher: nn.Module, tokenizer: Any, datamodule: Any, spec: CacheSpec
+    teacher: nn.Module,
+    tokenizer: Any,
+    datamodule: Any,
+    spec: CacheSpec,
+    features: list[str] | tuple[str, ...] = (),
 ) -> tuple[CacheKey, dict[str, Any]]:
     """The key of the cache to write and its ``meta.json``."""
-    key = cache_key(teacher, tokenizer, datamodule, spec.k, spec.temperature)
+    key = cache_key(teacher, tokenizer, datamodule, spec.k, spec.temperature, tuple(features))
     ids = str(ids_dtype(teacher.get_output_embeddings().weight.shape[0])).removeprefix("torch.")
     return key, metadata(key, Layout(ids, shard_blocks=spec.shard_blocks))
 
