@@ -12,9 +12,12 @@ import logging
 # transformers imports torchao whenever it is installed (teacher.quantize uses it), and torchao's
 # wheel then logs a warning for each CUDA kernel a CPU-only torch cannot load: nothing to act on.
 # Quietened unless the user set that logger's level themselves.
-_torchao_logger = logging.getLogger("torchao")
-if _torchao_logger.level == logging.NOTSET:
-    _torchao_logger.setLevel(logging.ERROR)
+# torch itself then warns that torchao registers its enums as pytree constants (a deprecation
+# between those two libraries, twice per process).
+for _name in ("torchao", "torch.utils._pytree"):
+    _logger = logging.getLogger(_name)
+    if _logger.level == logging.NOTSET:
+        _logger.setLevel(logging.ERROR)
 
 __version__ = "0.1.0"
 

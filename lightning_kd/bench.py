@@ -15,10 +15,17 @@ memory-mapped ones are resident in each (the floor holds the teacher it never ru
 - ``lightning_kd`` lightning_kd's step: lean teacher, chunked logit distillation
 - ``lora``         the same step on a LoRA student (``student.lora``'s defaults): adapters train
 
+- ``free_floor``   the teacher-free floor: lightning_kd's CE-only step (``distill.kd_weight=0``)
+                   with no teacher weights in the process
+- ``cached``       lightning_kd's KD step from the teacher's top-k records (``cache.k``, as
+                   ``python -m lightning_kd.cache`` writes them), no teacher weights in the process
+
+
 Then a loss-only sweep at vocab 49152 (full-logit vs chunked forward + backward over 512, 2048 and
-8192 tokens). Writes ``bench.json`` (with ``mem_ratio_vs_floor``, ``time_ratio_vs_parts`` and
-``loss_mem_ratio_vs_full``, and ``lora_vs_full``: the LoRA step's trainable parameters, memory and
-time over lightning_kd's), ``bench.md`` and ``bench.png`` under ``--out``.
+8192 tokens). Writes ``bench.json`` (with ``mem_ratio_vs_floor``, ``time_ratio_vs_parts``,
+``loss_mem_ratio_vs_full``, ``lora_vs_full`` — the LoRA step's trainable parameters, memory and
+time over lightning_kd's — and ``cached_{mem,time}_ratio_vs_free_floor``), ``bench.md`` and
+``bench.png`` under ``--out``.
 """
 
 from __future__ import annotations

@@ -18,7 +18,20 @@ from lightning_kd.measure import (
     timed,
 )
 
-SCENARIOS = ("floor", "teacher", "teacher_int8", "naive", "full_logits", "lightning_kd", "lora")
+SCENARIOS = (
+    "floor",
+    "teacher",
+    "teacher_int8",
+    "naive",
+    "full_logits",
+    "lightning_kd",
+    "lora",
+    "free_floor",
+    "cached",
+)
+CACHED = ("free_floor", "cached")
+"""Scenarios without teacher weights in the process: ``free_floor`` a CE-only step (chunked CE,
+``distill.kd_weight=0``), ``cached`` a KD step from the teacher's top-k records."""
 LOSS_TOKENS = (512, 2048, 8192)
 LOSS_VOCAB, LOSS_HIDDEN = 49152, 576
 
@@ -26,7 +39,11 @@ Step = Callable[[dict], None]
 
 
 def build_distiller(
-    args: argparse.Namespace, chunked: bool, quantize: str | None = None, lora: bool = False
+    args: argparse.Namespace,
+    chunked: bool,
+    *overrides: str,
+    quantize: str | None = None,
+    lora: bool = False,
 ):
     """The distiller of ``python run.py`` (the same composed config) on ``--teacher``, with the
     benchmark's own student depth, precision, loss path and ``teacher.quantize``; ``lora``:
@@ -43,9 +60,56 @@ def build_distiller(
             f"distill.compile={args.compile}",
             f"teacher.quantize={quantize or 'null'}",
             *(["student.lora={}"] if lora else []),
+            *overrides,
         ]
     )
     return build(cfg)[0]
+
+
+class RecordsInMemory:
+    """A cached teacher whose records of the benchmark's one batch are held in memory: the
+    step's cost without the shard read (a dictionary lookup of an already-loaded shard)."""
+
+    def __init__(self, records) -> None:
+        self.cached = records
+
+    def records(self, batch: dict, split: str):
+        rows, positions = batch["input_ids"].shape[0], batch["input_ids"].shape[1] - 1
+        return self.cached[:rows, :positions], {}  # the warm-up batch: the timed one's corner
+
+
+def teacher_free(name: str, args: argparse.Namespace, batch: dict):
+    """The distiller of a teacher-free scenario: built as usual, the teacher's top-k records of
+    ``batch`` taken (``cache.k`` of the composed config, as ``python -m lightning_kd.cache``
+    writes them), then the teacher dropped and its memory handed back."""
+    from lightning_kd.config import compose_config
+    from lightning_kd.distiller import Distiller
+    from lightning_kd.heads import final_hidden, output_head
+    from lightning_kd.losses.topk import TopKTeacher, target_log_prob, teacher_top_k
+
+    overrides = ["distill.kd_weight=0"] if name == "free_floor" else []
+    built = build_distiller(args, True, *overrides)
+    device = torch.device(args.device)
+    teacher = built.teacher.to(device)
+    k = compose_config([]).cache.k
+    with torch.no_grad(), autocast_for(device, args.precision):
+        hidden = final_hidden(teacher, batch, logits=False)[:, :-1]
+        logits = output_head(teacher).logits(hidden, hidden.dtype)
+        ids, log_probs, tail = teacher_top_k(logits, k)
+        target = target_log_prob(logits, batch["input_ids"][:, 1:])
+    vocab = logits.shape[-1]
+    records = TopKTeacher(ids, log_probs.half().float(), tail, vocab, target)
+    del teacher, hidden, logits
+    distiller = Distiller(
+        None,
+        built.student,
+        built.distill,
+        layer_map=built.layer_map,
+        cache=RecordsInMemory(records),
+    )
+    del built
+    release_free_memory()
+    return distiller.to(device)
 
 
 def make_batch(vocab: int, batch: int, seq: int, device: torch.device) -> dict:
@@ -111,6 +175,8 @@ def scenario_steps(
         "full_logits": lightning_kd,
         "lightning_kd": lightning_kd,
         "lora": lightning_kd,
+        "free_floor": lightning_kd,
+        "cached": lightning_kd,  # the same step; its distiller holds records, not a teacher
     }
 
 
@@ -118,17 +184,18 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict:
     """One scenario's peak memory and median step time, in this process."""
     device = torch.device(args.device)
     torch.manual_seed(0)
-    quantize = "int8" if name == "teacher_int8" else None
-    distiller = build_distiller(
-        args, chunked=name != "full_logits", quantize=quantize, lora=name == "lora"
-    )
-    distiller = distiller.to(device)
+    batch = make_batch(teacher_vocab(args), args.batch, args.seq, device)
+    if name in CACHED:
+        distiller = teacher_free(name, args, batch)
+    else:
+        quantize = "int8" if name == "teacher_int8" else None
+        distiller = build_distiller(
+            args, chunked=name != "full_logits", quantize=quantize, lora=name == "lora"
+        ).to(device)
     fault_in(distiller)
-    vocab = distiller.teacher.config.vocab_size
-    batch = make_batch(vocab, args.batch, args.seq, device)
     # --quick warms up on a short batch: the one-time costs (kernel selection, lazy
     # initialisation) are paid, the seconds of a full-size step are not.
-    warmup_batch = make_batch(vocab, 1, 32, device) if args.quick else batch
+    warmup_batch = {key: value[:1, :32] for key, value in batch.items()} if args.quick else batch
     trainable = list(distiller.trainable_parameters())
     optimizer = torch.optim.AdamW(trainable, lr=1e-5)
     step = scenario_steps(distiller, optimizer, autocast_for(device, args.precision))[name]
@@ -140,6 +207,15 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict:
     seconds = timed(lambda: step(batch), device, 0, args.repeats)
     params = sum(p.numel() for p in trainable)
     return {"scenario": name, "peak_mb": peak_mb(device), "step_s": seconds, "trainable": params}
+
+
+def teacher_vocab(args: argparse.Namespace) -> int:
+    """The teacher's vocabulary size, from its config alone (no weights)."""
+    from transformers import AutoConfig
+
+    from lightning_kd.sources import teacher_dir
+
+    return AutoConfig.from_pretrained(teacher_dir(args.teacher, None)).vocab_size
 
 
 def loss_step(tokens: int, chunked: bool, device: torch.device, compile: bool) -> Callable:

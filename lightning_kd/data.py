@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from lightning.pytorch import LightningDataModule
 from torch import Tensor
-from torch.utils.data import DataLoader, RandomSampler
+from torch.utils.data import DataLoader, Dataset, RandomSampler
 from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.compat import resumed_batches_in_epoch
@@ -141,6 +141,22 @@ class Unscored:
     tokens: Tensor
 
 
+class IndexedBlocks(Dataset):
+    """``blocks[i]`` as ``(i, block)``: each batch then says which blocks it holds
+    (``block_index``, −1 for :class:`Unscored` padding), which a cached teacher's records are
+    looked up by."""
+
+    def __init__(self, blocks: list[Tensor | Unscored]) -> None:
+        self.blocks = blocks
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+    def __getitem__(self, index: int) -> tuple[int, Tensor | Unscored]:
+        block = self.blocks[index]
+        return (-1 if isinstance(block, Unscored) else index), block
+
+
 def pad_for_ranks(examples: list[Tensor], world_size: int) -> list[Tensor | Unscored]:
     """``examples`` plus unscored copies of the first few, to a multiple of ``world_size``."""
     extra = -len(examples) % world_size
@@ -224,9 +240,16 @@ class TextDataModule(LightningDataModule):
         """Tokens in the training split (one epoch)."""
         return sum(len(example) for example in self.train_examples)
 
-    def collate(self, examples: list[Tensor | Unscored]) -> dict[str, Tensor]:
+    def collate(
+        self, examples: list[Tensor | Unscored] | list[tuple[int, Tensor | Unscored]]
+    ) -> dict[str, Tensor]:
         """Right-pad to the longest example; padding is masked from attention and labels, and
-        :class:`Unscored` examples from labels."""
+        :class:`Unscored` examples from labels. Examples given as ``(block index, tokens)``
+        (:class:`IndexedBlocks`) add ``block_index`` ``[batch]`` to the batch."""
+        block_index = None
+        if examples and isinstance(examples[0], tuple):
+            block_index = torch.tensor([index for index, _ in examples], dtype=torch.long)
+            examples = [example for _, example in examples]
         unscored = [isinstance(example, Unscored) for example in examples]
         examples = [
             example.tokens if isinstance(example, Unscored) else example for example in examples
@@ -241,11 +264,12 @@ class TextDataModule(LightningDataModule):
             attention_mask[row, : len(example)] = 1
         labels = input_ids.masked_fill(attention_mask == 0, IGNORE_INDEX)
         labels[torch.tensor(unscored)] = IGNORE_INDEX
-        return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+        batch = {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+        return batch if block_index is None else batch | {"block_index": block_index}
 
     def train_dataloader(self) -> DataLoader:
         return ResumableLoader(
-            self.train_examples,
+            IndexedBlocks(self.train_examples),
             batch_size=self.batch_size,
             sampler=EpochSampler(self.train_examples, self.seed),
             collate_fn=self.collate,
@@ -268,7 +292,7 @@ class TextDataModule(LightningDataModule):
     def val_dataloader(self) -> DataLoader:
         world_size = self.trainer.world_size if self.trainer is not None else 1
         return DataLoader(
-            pad_for_ranks(self.val_examples, world_size),
+            IndexedBlocks(pad_for_ranks(self.val_examples, world_size)),
             batch_size=self.val_batch_size,
             collate_fn=self.collate,
             num_workers=self.num_workers,

@@ -3,7 +3,8 @@
 A :class:`Distiller` holds
 
 - the **teacher**, frozen: ``requires_grad=False``, run under ``torch.no_grad()``, kept in eval
-  mode through any ``.train()``;
+  mode through any ``.train()`` — or, with ``distill.teacher_cache``, no teacher at all but its
+  cached top-k records (:class:`~lightning_kd.cache.teacher.CachedTeacher`);
 - the **student**, trainable, and the **projectors** of feature pairs whose widths differ; a LoRA
   student (a ``PeftModel``) is held unwrapped, with the ``PeftModel`` kept for the export only
   (``lora.py``), so paths, forwards and heads are those of the plain model;
@@ -20,20 +21,25 @@ the validation metrics as ``(sum, count)`` pairs. Nothing here imports Lightning
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from lightning_kd.cache.teacher import CachedTeacher
 from lightning_kd.capture import ModuleCapture, capture_step
 from lightning_kd.features import LayerPair, layer_pairs, make_projectors
+from lightning_kd.heads import check_head, final_hidden, gathered, output_head
 from lightning_kd.lora import ADAPTER_DIR, Adapter, is_peft_model
-from lightning_kd.losses.chunked import OutputHead, matmul_dtype
+from lightning_kd.losses.chunked import OutputHead
 from lightning_kd.losses.features import get_feature_loss, masked_feature_sum
 from lightning_kd.losses.logits import LossSums
-from lightning_kd.models import StudentSpec, TeacherSpec, load_teacher, logit_transform
+from lightning_kd.losses.topk import TopKTeacher
+from lightning_kd.models import StudentSpec, TeacherSpec, load_teacher
 from lightning_kd.objective import DistillConfig
 from lightning_kd.quantize import quantize_teacher
 from lightning_kd.student import build_student, check_vocabularies, student_tokenizer
@@ -42,21 +48,17 @@ from lightning_kd.tasks import Heads, MetricSums, make_task
 ROLES = ("teacher", "student")
 
 
-def gathered(heads: Heads | None) -> AbstractContextManager:
-    """The output heads' weights whole for the block, where DeepSpeed ZeRO-3 has partitioned them.
-
-    ZeRO-3 gathers a parameter only inside its own module's forward; the chunked loss applies the
-    heads outside any forward (from hidden states), so it gathers them itself, read-only. The
-    head-weight gradient is computed inside the block and returned in backward, when the weight
-    may be partitioned again. Nothing to do (and no DeepSpeed import) anywhere else.
-    """
-    params = [] if heads is None else [p for head in heads for p in (head.weight, head.bias)]
-    partitioned = [p for p in params if p is not None and hasattr(p, "ds_id")]
-    if not partitioned:
-        return nullcontext()
-    import deepspeed
-
-    return deepspeed.zero.GatheredParameters(partitioned, modifier_rank=None)
+def check_teacher_source(
+    teacher: PreTrainedModel | None, cache: CachedTeacher | None, distill: DistillConfig
+) -> None:
+    """A distiller learns from a teacher model or from a teacher cache, never both or neither."""
+    if (teacher is None) == (cache is None):
+        raise ValueError("a Distiller takes a teacher model or a teacher cache (one of them)")
+    if teacher is None and distill.features:
+        raise ValueError(
+            "distill.features from a teacher cache: the pairs are resolved on the teacher's "
+            "modules; build with Distiller.from_specs (which loads it, then drops it)"
+        )
 
 
 class Distiller(nn.Module):
@@ -64,15 +66,18 @@ class Distiller(nn.Module):
 
     def __init__(
         self,
-        teacher: PreTrainedModel,
+        teacher: PreTrainedModel | None,
         student: PreTrainedModel,
         distill: DistillConfig,
         *,
         task: str = "causal_lm",
         layer_map: list[int] | None = None,
+        cache: CachedTeacher | None = None,
     ) -> None:
         super().__init__()
-        self.teacher = teacher.requires_grad_(False).eval()
+        check_teacher_source(teacher, cache, distill)
+        self.teacher = None if teacher is None else teacher.requires_grad_(False).eval()
+        self.cached_teacher = cache
         self.adapter = Adapter(student) if is_peft_model(student) else None
         """A LoRA student's ``PeftModel``, outside the module tree (None for a plain student)."""
         if self.adapter is not None:  # the same model, adapters inside: plain paths and heads
@@ -85,13 +90,17 @@ class Distiller(nn.Module):
         )
         self.layer_map = layer_map
         """``layer_map[j]``: the teacher layer student layer j was copied from (or None)."""
-        self.layer_pairs: list[LayerPair] = layer_pairs(
-            distill.features,
-            student,
-            teacher,
-            layer_map,
-            distill.feature_loss,
-            distill.feature_weight,
+        self.layer_pairs: list[LayerPair] = (
+            []
+            if teacher is None
+            else layer_pairs(
+                distill.features,
+                student,
+                teacher,
+                layer_map,
+                distill.feature_loss,
+                distill.feature_weight,
+            )
         )
         self.projectors = nn.ModuleList()
         self.captures: dict[str, ModuleCapture] = {}
@@ -111,24 +120,47 @@ class Distiller(nn.Module):
         distill: DistillConfig,
         tokenizer: PreTrainedTokenizerBase | None = None,
         precision: str | None = None,
+        data: Any = None,
     ) -> Distiller:
         """Load the teacher, build the student from it, quantize the teacher if
         ``teacher.quantize`` says so, check their vocabularies against ``tokenizer``;
-        ``precision`` (a Lightning precision) resolves ``teacher.dtype=auto``."""
+        ``precision`` (a Lightning precision) resolves ``teacher.dtype=auto``.
+
+        With ``distill.teacher_cache`` the teacher is loaded as the cache's writer loaded it
+        (its dtype, its quantization), the cache is opened against it, ``tokenizer`` and ``data``
+        (the set-up data module), and the teacher is released: the distiller holds the records
+        instead.
+        """
+        if distill.teacher_cache is not None:
+            teacher = replace(teacher, dtype=CachedTeacher.stored_dtype(distill.teacher_cache))
         teacher_model = load_teacher(teacher, precision)
         models = build_student(student, teacher_model, teacher.task)
         if teacher.quantize is not None:  # after the student copied full-precision layers
             quantize_teacher(teacher_model, teacher.quantize)
         if teacher.task == "causal_lm" and tokenizer is not None:
             check_vocabularies(teacher_model, models.student, tokenizer, student_tokenizer(student))
-        return cls(
+        distiller = cls(
             teacher_model, models.student, distill, task=teacher.task, layer_map=models.layer_map
         )
+        if distill.teacher_cache is not None:
+            paths = tuple(sorted({pair.teacher for pair in distiller.layer_pairs}))
+            args = (distill, teacher.task, teacher_model, tokenizer, data, paths)
+            distiller.replace_teacher(CachedTeacher.for_distiller(*args))
+        return distiller
+
+    def replace_teacher(self, cache: CachedTeacher) -> None:
+        """Drop the teacher (and its hooks) for ``cache``, which holds its outputs: from here on
+        no step runs or holds it. The feature pairs and projectors built on it stay."""
+        if "teacher" in self.captures:
+            self.captures.pop("teacher").remove()
+        self.teacher = None
+        self.cached_teacher = cache
 
     def train(self, mode: bool = True) -> Distiller:
         """Set train/eval mode on everything but the teacher, which always stays in eval."""
         super().train(mode)
-        self.teacher.eval()
+        if self.teacher is not None:
+            self.teacher.eval()
         return self
 
     def trainable_parameters(self) -> Iterator[nn.Parameter]:
@@ -157,25 +189,30 @@ class Distiller(nn.Module):
         with armed, torch.no_grad() if role == "teacher" else nullcontext():
             return self.forward_model(model, batch, logits=self.task.wants_logits)
 
-    @staticmethod
-    def forward_model(model: nn.Module, batch: dict[str, Tensor], logits: bool) -> Tensor:
-        """``model``'s full logits, or its body's final hidden states (no head, no logits)."""
-        inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
-        if logits:
-            return model(**inputs, use_cache=False).logits
-        return model.base_model(**inputs, use_cache=False).last_hidden_state
+    forward_model = staticmethod(final_hidden)
+
+    def teacher_output(
+        self, batch: dict[str, Tensor], split: str
+    ) -> tuple[Tensor | TopKTeacher, dict[str, Tensor] | None]:
+        """What the loss compares the student with: the teacher's forward (its features then
+        come from the capture), or the cached records and features of the batch's blocks."""
+        if self.cached_teacher is not None:
+            return self.cached_teacher.records(batch, split)
+        return self.run("teacher", batch), None
 
     def forward(self, batch: dict[str, Tensor]) -> tuple[Tensor, LossSums]:
         """The objective's token sum for one micro-batch (differentiable) and its parts."""
         with_teacher = self.uses_teacher_in_training
         heads = self.heads(batch, ROLES if with_teacher else ("student",))
         with capture_step(*self.captures.values()):
-            teacher_out = self.run("teacher", batch) if with_teacher else None
+            teacher_out, cached = (
+                self.teacher_output(batch, "train") if with_teacher else (None, None)
+            )
             student_out = self.run("student", batch)
             with gathered(heads):
                 objective, sums = self.task.logit_terms(student_out, teacher_out, batch, heads)
             if self.layer_pairs:
-                features = self.feature_sum(self.task.scored_mask(batch))
+                features = self.feature_sum(self.task.scored_mask(batch), cached)
                 objective = objective + features
                 sums.features = features.detach()
         return objective, sums
@@ -185,19 +222,20 @@ class Distiller(nn.Module):
         """Validation metrics of one batch as ``name → (sum, count)`` (see ``tasks``)."""
         heads = self.heads(batch, ROLES)
         with capture_step(*self.captures.values()):
-            teacher_out = self.run("teacher", batch)
+            teacher_out, cached = self.teacher_output(batch, "val")
             student_out = self.run("student", batch)
             metrics = {}
             if self.layer_pairs:
                 mask = self.task.scored_mask(batch)
-                metrics["features"] = (self.feature_sum(mask), mask.sum())
+                metrics["features"] = (self.feature_sum(mask, cached), mask.sum())
         with gathered(heads):
             return metrics | self.task.metric_sums(student_out, teacher_out, batch, heads)
 
-    def feature_sum(self, mask: Tensor) -> Tensor:
+    def feature_sum(self, mask: Tensor, cached: dict[str, Tensor] | None = None) -> Tensor:
         """Σ over pairs of weight · Σ over scored positions of the pair's loss; reads and clears
-        both captures."""
-        student, teacher = self.captures["student"].pop(), self.captures["teacher"].pop()
+        both captures (the student's only, given the teacher's ``cached`` outputs)."""
+        student = self.captures["student"].pop()
+        teacher = cached if cached is not None else self.captures["teacher"].pop()
         total = None
         for pair, projector in zip(self.layer_pairs, self.projectors, strict=True):
             value = pair.weight * masked_feature_sum(
@@ -213,50 +251,26 @@ class Distiller(nn.Module):
 
     def output_head(self, role: str) -> OutputHead:
         """``role``'s output projection, as the chunked loss applies it."""
-        model = getattr(self, role)
-        head = model.get_output_embeddings()
-        return OutputHead(head.weight, head.bias, logit_transform(model.config))
+        return output_head(getattr(self, role))
 
     def heads(self, batch: dict[str, Tensor], roles: tuple[str, ...]) -> Heads | None:
-        """The (student, teacher) heads when the task applies them itself, checked once."""
+        """The (student, teacher) heads when the task applies them itself, each checked once
+        against its model's own logits (no teacher head for a cached teacher)."""
         if not self.task.uses_heads:
             return None
-        self.check_output_heads(batch, roles)
-        return self.output_head("student"), self.output_head("teacher")
-
-    def check_output_heads(self, batch: dict[str, Tensor], roles: tuple[str, ...]) -> None:
-        """Once per model: the chunked path's hidden→head logits must equal the model's own.
-
-        Catches architectures that post-process logits in a way :func:`logit_transform` does
-        not know, before they silently train on wrong logits.
-        """
-        sample = {key: value[:1, :8] for key, value in batch.items()}
         for role in roles:
-            if role in self._heads_checked:
-                continue
-            model = getattr(self, role)
-            was_training = model.training
-            model.eval()  # dropout would make the two forwards differ
-            try:
-                with torch.no_grad():
-                    expected = self.forward_model(model, sample, logits=True).float()
-                    hidden = self.forward_model(model, sample, logits=False)
-                    got = self.output_head(role).logits(hidden, matmul_dtype(hidden)).float()
-            finally:
-                model.train(was_training)
-            if not torch.allclose(got, expected, rtol=2e-2, atol=2e-2):
-                raise ValueError(
-                    f"the {role} ({type(model).__name__}) computes its logits in a way the chunked "
-                    "loss does not reproduce (max difference "
-                    f"{(got - expected).abs().max():.3g}); set distill.chunked=false"
-                )
-            self._heads_checked.add(role)
+            if getattr(self, role) is not None and role not in self._heads_checked:
+                check_head(getattr(self, role), batch, role, "set distill.chunked=false")
+                self._heads_checked.add(role)
+        teacher = self.output_head("teacher") if self.teacher is not None else None
+        return self.output_head("student"), teacher
 
     def unsharded_parameters(self) -> list[nn.Parameter]:
         """What a sharding strategy must leave whole: the teacher's output head (its embedding,
         when tied), which the chunked loss reads outside any of the teacher's forwards — and which,
         tied, the full-logit forward applies after the body's unit has resharded it."""
-        head = self.teacher.get_output_embeddings() if self.task.name == "causal_lm" else None
+        causal = self.task.name == "causal_lm" and self.teacher is not None
+        head = self.teacher.get_output_embeddings() if causal else None
         return [] if head is None else list(head.parameters())
 
     def export(self, directory: str | Path, tokenizer: PreTrainedTokenizerBase | None) -> None:

@@ -14,6 +14,7 @@ the module, its teacher from ``teacher.path``, without the teacher in the file.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from lightning.pytorch import LightningModule
@@ -38,7 +39,7 @@ from lightning_kd.metrics import ValidationMetrics
 from lightning_kd.models import StudentSpec, TeacherSpec, load_tokenizer
 from lightning_kd.objective import DistillConfig
 from lightning_kd.optim import optimizer_config
-from lightning_kd.provenance import weights_digest
+from lightning_kd.provenance import config_digest, weights_digest
 from lightning_kd.strategies import ROLE
 
 
@@ -77,6 +78,8 @@ class DistillationModule(LightningModule):
         """A LoRA student's frozen base: rebuilt on load like the teacher, never checkpointed."""
         self.student_base_digest: str | None = None
         """``weights_digest`` of a LoRA student's frozen base as built (checkpoints record it)."""
+        self.teacher_config: str | None = None
+        """``provenance.config_digest`` of the teacher's Hugging Face config."""
 
     @property
     def teacher(self) -> nn.Module | None:
@@ -94,21 +97,38 @@ class DistillationModule(LightningModule):
             self.tokenizer = load_tokenizer(self.teacher_spec)
         # teacher.dtype=auto follows the trainer's precision (bf16-mixed: a bf16 teacher).
         precision = str(self._trainer.precision) if self._trainer is not None else None
+        distill = self.distill
+        data = self._trainer.datamodule if self._trainer is not None else None
+        if distill.teacher_cache is not None and data is None:
+            # load_from_checkpoint (no trainer, no data to match a cache to): the teacher itself.
+            distill = replace(distill, teacher_cache=None)
         self.distiller = Distiller.from_specs(
-            self.teacher_spec, self.student_spec, self.distill, self.tokenizer, precision
+            self.teacher_spec, self.student_spec, distill, self.tokenizer, precision, data
         )
-        self.teacher_digest = weights_digest(self.teacher)  # before any strategy shards it
-        if self.distiller.adapter is not None:  # names as built, before a strategy wraps them
-            self.rebuilt_student_keys = frozen_student_keys(self.student)
-            base = {key.removeprefix(STUDENT_PREFIX) for key in self.rebuilt_student_keys}
-            self.student_base_digest = weights_digest(self.student, base)
-        if self.teacher_spec.quantize is not None:
+        cached = self.distiller.cached_teacher
+        # Before any strategy shards it; a cached teacher's is the one its cache was keyed by.
+        self.teacher_digest = cached.key.teacher_weights if cached else weights_digest(self.teacher)
+        self.teacher_config = (
+            cached.key.teacher_config if cached else config_digest(self.teacher.config)
+        )
+        self.note_student_base()
+        if self.teacher_spec.quantize is not None and self.teacher is not None:
             # DDP broadcasts every weight from rank 0 at setup, and torchao's int8 tensors
             # cannot be broadcast; each rank loads and quantizes the very same teacher anyway.
             names = [f"distiller.teacher.{name}" for name in self.teacher.state_dict()]
             exclude_from_ddp(self, names)
         for role in ("teacher", "student"):  # the bodies the step calls, for wrap policies
-            setattr(getattr(self, role).base_model, ROLE, role)
+            if getattr(self, role) is not None:
+                setattr(getattr(self, role).base_model, ROLE, role)
+
+    def note_student_base(self) -> None:
+        """A LoRA student's frozen base: its keys (rebuilt on load, never checkpointed) and its
+        digest, by the names as built, before a strategy wraps them."""
+        if self.distiller.adapter is None:
+            return
+        self.rebuilt_student_keys = frozen_student_keys(self.student)
+        base = {key.removeprefix(STUDENT_PREFIX) for key in self.rebuilt_student_keys}
+        self.student_base_digest = weights_digest(self.student, base)
 
     def configure_optimizers(self) -> dict[str, Any]:
         params = self.distiller.trainable_parameters()  # never the teacher's
@@ -123,7 +143,8 @@ class DistillationModule(LightningModule):
     def on_fit_start(self) -> None:
         # Lightning warns about every module in eval mode when training starts: the teacher's
         # are meant to be; any other count (a student module left in eval) still warns.
-        silence_eval_mode_warning(self.trainer, sum(1 for _ in self.teacher.modules()))
+        teacher_modules = 0 if self.teacher is None else sum(1 for _ in self.teacher.modules())
+        silence_eval_mode_warning(self.trainer, teacher_modules)
         self.window.reset()
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:

@@ -45,6 +45,12 @@ class DistillConfig:
     projector: str = "linear"
     """Where a pair's widths differ: ``linear`` (a trained nn.Linear, student → teacher) or
     ``none`` (an error)."""
+    teacher_cache: str | None = None
+    """A directory written by ``python -m lightning_kd.cache`` for this run: the divergence runs
+    over the teacher's cached top-k (+ tail) records and the teacher does not run. It is loaded
+    once at the start — to build a copied student and check that the cache is its own (weights,
+    tokenizer, data, block size, temperature; with ``distill.features``, the mapped teacher
+    modules' outputs, written with ``cache.features=true``) — and released before training."""
 
     def __post_init__(self) -> None:
         get_divergence(self.divergence, beta=self.beta, skew=self.skew)  # raises on bad values
@@ -57,9 +63,19 @@ class DistillConfig:
                 "distill.kd_weight and distill.ce_weight are both 0 and no distill.features are "
                 "set: nothing to learn"
             )
+        if self.teacher_cache is not None:
+            self._check_cached()
         if self.chunk_size is not None and self.chunk_size < 1:
             raise ValueError(
                 f"distill.chunk_size={self.chunk_size}; use null (auto) or a count >= 1"
+            )
+
+    def _check_cached(self) -> None:
+        """What a cache of top-k logits cannot serve, refused before anything loads."""
+        if not self.chunked:
+            raise ValueError(
+                "distill.teacher_cache needs distill.chunked=true: the cached records are read "
+                "by the chunked loss (the full-logit path is for checking online KD)"
             )
 
     def logit_objective(self) -> LogitObjective:

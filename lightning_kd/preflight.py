@@ -33,8 +33,11 @@ def max_positions(model: nn.Module) -> int | None:
 
 
 def check_block_size(block_size: int, module: LightningModule) -> None:
-    """Refuse ``data.block_size`` beyond the teacher's or the student's positions."""
+    """Refuse ``data.block_size`` beyond the teacher's or the student's positions (a cached
+    teacher is not here: its cache was written with this very block size)."""
     for role in ("teacher", "student"):
+        if getattr(module, role) is None:
+            continue
         limit = max_positions(getattr(module, role))
         if limit is not None and block_size > limit:
             raise ValueError(
@@ -65,9 +68,11 @@ def check_features(module: LightningModule) -> None:
     distiller = module.distiller
     if not distiller.layer_pairs:
         return
-    widths = {role: captured_widths(module, role) for role in ("student", "teacher")}
+    # A cached teacher's outputs were captured by the writer from the step's own forward.
+    roles = tuple(role for role in ("student", "teacher") if role in distiller.captures)
+    widths = {role: captured_widths(module, role) for role in roles}
     for pair, projector in zip(distiller.layer_pairs, distiller.projectors, strict=True):
-        for role in ("student", "teacher"):
+        for role in roles:
             path = getattr(pair, role)
             if path not in widths[role]:
                 raise ValueError(
@@ -77,6 +82,8 @@ def check_features(module: LightningModule) -> None:
                     "Match a module inside the body (a decoder layer, the final norm), or set "
                     "distill.chunked=false"
                 )
+        if "teacher" not in widths:
+            continue
         got = (widths["student"][pair.student], widths["teacher"][pair.teacher])
         expected = (
             (projector.in_features, projector.out_features)

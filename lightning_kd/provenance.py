@@ -99,7 +99,7 @@ def record(module: LightningModule) -> dict[str, Any]:
         "dtype": spec.dtype,
         "quantize": spec.quantize,
         "init_seed": spec.init_seed if spec.config is not None else None,
-        "config": config_digest(module.teacher.config),
+        "config": module.teacher_config,
         "weights": module.teacher_digest,
     }
     tokenizer = module.tokenizer

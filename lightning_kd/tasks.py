@@ -29,6 +29,7 @@ from lightning_kd.losses.logits import (
     scored_mask,
     scored_next_token,
 )
+from lightning_kd.losses.topk import TopKTeacher, top_k_evaluation_sums
 
 Heads = tuple[OutputHead, OutputHead]
 """``(student_head, teacher_head)``: the output projections the chunked loss applies."""
@@ -75,10 +76,14 @@ class CausalLM:
         return scored_mask(batch["labels"])
 
     def logit_terms(
-        self, student: Tensor, teacher: Tensor | None, batch: dict[str, Tensor], heads: Heads | None
+        self,
+        student: Tensor,
+        teacher: Tensor | TopKTeacher | None,
+        batch: dict[str, Tensor],
+        heads: Heads | None,
     ) -> tuple[Tensor, LossSums]:
         """The weighted KD + CE token sum (differentiable) and its parts; ``teacher=None`` for a
-        CE-only step."""
+        CE-only step, a cached teacher's records (chunked path only) in place of its output."""
         if not self.chunked:
             sums = logit_distillation_sums(
                 student,
@@ -104,20 +109,25 @@ class CausalLM:
     ) -> MetricSums:
         """Perplexities, top-1 agreement, KL and the objective's logit terms, as token sums."""
         labels = batch["labels"]
+        cached = isinstance(teacher, TopKTeacher)
         if self.chunked:
             chunks = logit_chunks(student, heads[0], teacher, heads[1], labels, self.chunk_size)
         else:
             student_logits, targets = scored_next_token(student, labels)
             chunks = [(student_logits, scored_next_token(teacher, labels)[0], targets)]
-        sums = evaluation_sums(chunks, self.objective.divergence, self.objective.temperature)
+        sums_of = top_k_evaluation_sums if cached else evaluation_sums
+        sums = sums_of(chunks, self.objective.divergence, self.objective.temperature)
         tokens = sums.tokens
-        return {
+        metrics = {
             "ppl": (sums.student_nll, tokens),
             "teacher_ppl": (sums.teacher_nll, tokens),
             "kl": (sums.forward_kl, tokens),
             "agreement": (sums.agreement, tokens),
             "loss": (self.objective.combine(sums.kd, sums.student_nll), tokens),
         }
+        if cached and self.objective.temperature != 1.0:
+            del metrics["kl"]  # the records hold the teacher at T alone, not at 1
+        return metrics
 
 
 class Encoder:

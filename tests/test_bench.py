@@ -37,6 +37,13 @@ def test_ratios_are_against_floor_and_parts() -> None:
     assert report["loss_mem_ratio_vs_full"] == pytest.approx(10.0 / 819.2)
     lora = report["scenarios"]["lora"]
     assert report["lora_vs_full"]["peak_mb"] == pytest.approx(lora["peak_mb"] / ours["peak_mb"])
+    free, cached = report["scenarios"]["free_floor"], report["scenarios"]["cached"]
+    assert report["cached_mem_ratio_vs_free_floor"] == pytest.approx(
+        cached["peak_mb"] / free["peak_mb"]
+    )
+    assert report["cached_time_ratio_vs_free_floor"] == pytest.approx(
+        cached["step_s"] / free["step_s"]
+    )
 
 
 def test_table_and_plot(tmp_path) -> None:

@@ -13,6 +13,7 @@ import torch
 
 from lightning_kd.cache import CacheError, CacheMismatch, CacheSpec, TeacherCache, cache_key
 from lightning_kd.cache.__main__ import write
+from lightning_kd.cache.narrow import narrow_cache
 from lightning_kd.cache.writer import write_cache
 from lightning_kd.config import compose_config
 from lightning_kd.losses.logits import math_dtype
@@ -211,3 +212,24 @@ def test_two_ranks_write_the_cache_one_rank_writes(tmp_path: Path) -> None:
     write(compose_config(overrides, output_dir=tmp_path / "one"))
     assert index_shards(tmp_path / "two") == index_shards(tmp_path / "one")
     TeacherCache.open(tmp_path / "two")
+
+
+def test_a_smaller_k_is_derived_from_a_larger_cache(written, teacher, tmp_path: Path) -> None:
+    """cache.source: the k = 3 cache narrowed from the k = 8 one is the k = 3 cache the teacher
+    writes (the tail to the fp16 rounding of the entries folded into it); k above the source's
+    is refused."""
+    directory, datamodule = written
+    small = CacheSpec(k=3, shard_blocks=SPEC.shard_blocks, batch_size=2)
+    narrow_cache(directory, teacher, datamodule.tokenizer, datamodule, small, tmp_path / "narrow")
+    write_cache(teacher, datamodule.tokenizer, datamodule, small, tmp_path / "direct")
+    key = expected(teacher, datamodule, k=3)
+    narrowed = TeacherCache.open(tmp_path / "narrow", expect=key)
+    direct = TeacherCache.open(tmp_path / "direct", expect=key)
+    blocks = range(len(datamodule.train_examples))
+    got, want = narrowed.records("train", blocks), direct.records("train", blocks)
+    assert torch.equal(got.ids, want.ids) and torch.equal(got.log_probs, want.log_probs)
+    assert torch.equal(got.target, want.target)
+    torch.testing.assert_close(got.tail, want.tail, atol=2e-3, rtol=0)
+    with pytest.raises(CacheError, match="holds k=8: a cache of cache.k=9 cannot be derived"):
+        large = CacheSpec(k=9, shard_blocks=SPEC.shard_blocks)
+        narrow_cache(directory, teacher, datamodule.tokenizer, datamodule, large, tmp_path / "x")

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from lightning_kd import quantize
+from lightning_kd.cache.__main__ import write
 from lightning_kd.checks import config_errors
 from lightning_kd.compat import DDP_IGNORE
 from lightning_kd.config import compose_config
@@ -158,3 +159,21 @@ def test_ddp_runs_an_int8_teacher_on_each_rank(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads((run_dir / "summary.json").read_text())["steps"] == 6
+
+
+def test_a_cache_written_with_an_int8_teacher_serves_int8_runs_only(tmp_path: Path, corpus) -> None:
+    """The cache writer quantizes the teacher as the run does, so an int8 run's digest matches
+    the int8 cache (and not a full-precision one: their weights differ)."""
+    smoke = ["debug=smoke", f"data.files=[{corpus}]"]
+    write(compose_config([*smoke, "teacher.quantize=int8"], output_dir=tmp_path / "int8"))
+    ran = run_cli(
+        *smoke,
+        "teacher.quantize=int8",
+        f"distill.teacher_cache={tmp_path / 'int8'}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    refused = run_cli(
+        *smoke, f"distill.teacher_cache={tmp_path / 'int8'}", f"hydra.run.dir={tmp_path / 'x'}"
+    )
+    assert refused.returncode != 0 and "teacher_weights: the cache has" in refused.stderr

@@ -11,16 +11,20 @@ import json
 from pathlib import Path
 
 import hydra
+import torch
 from hydra.utils import instantiate
 from lightning.fabric import Fabric
 from omegaconf import DictConfig
 
+from lightning_kd.cache.features import feature_paths
 from lightning_kd.cache.format import INDEX_NAME
+from lightning_kd.cache.narrow import narrow_cache
 from lightning_kd.cache.writer import write_cache
 from lightning_kd.checks import check_config
 from lightning_kd.config import CONF_DIR, register_defaults
 from lightning_kd.launch import build_datamodule, resolve_auto_precision
 from lightning_kd.models import load_teacher, load_tokenizer
+from lightning_kd.quantize import quantize_teacher
 
 
 def fabric_for(cfg: DictConfig) -> Fabric:
@@ -32,6 +36,20 @@ def fabric_for(cfg: DictConfig) -> Fabric:
         devices=cfg.trainer.get("devices") or 1,
         strategy="ddp" if ddp else "auto",
     )
+
+
+def cached_teacher(cfg: DictConfig, teacher_spec, spec) -> tuple[torch.nn.Module, list[str]]:
+    """The teacher as a training run of ``cfg`` loads it (``teacher.quantize`` applied, so the
+    weights digest is that run's), and the module paths whose outputs ``cache.features`` stores."""
+    teacher = load_teacher(teacher_spec, cfg.trainer.precision)
+    features = []
+    if spec.features:  # resolved on the full-precision teacher, as the distiller resolves them
+        student = instantiate(cfg.student, _convert_="all")
+        distill = instantiate(cfg.distill, _convert_="all")
+        features = feature_paths(distill, student, teacher, teacher_spec.task)
+    if teacher_spec.quantize is not None:
+        quantize_teacher(teacher, teacher_spec.quantize)
+    return teacher, features
 
 
 def write(cfg: DictConfig) -> None:
@@ -49,22 +67,36 @@ def write(cfg: DictConfig) -> None:
     tokenizer = load_tokenizer(teacher_spec)
     datamodule = build_datamodule(cfg, tokenizer)
     datamodule.setup("fit")
-    teacher = load_teacher(teacher_spec, cfg.trainer.precision).to(fabric.device)
+    teacher, features = cached_teacher(cfg, teacher_spec, spec)
+    teacher = teacher.to(fabric.device)
     directory = Path(cfg.output_dir)
-    stats = write_cache(
-        teacher,
-        tokenizer,
-        datamodule,
-        spec,
-        directory,
-        rank=fabric.global_rank,
-        world_size=fabric.world_size,
-        barrier=fabric.barrier,
-        device=fabric.device,
-        overwrite=cfg.overwrite,
-    )
-    print(stats.line(fabric.global_rank), flush=True)
-    if fabric.global_rank == 0:
+    if spec.source is not None:  # no teacher forward: one process derives it
+        if fabric.global_rank == 0:
+            arguments = (spec.source, teacher, tokenizer, datamodule, spec, directory)
+            count = narrow_cache(*arguments, overwrite=cfg.overwrite, features=tuple(features))
+            print(f"teacher cache: {count} shards narrowed from {spec.source}", flush=True)
+        fabric.barrier()
+    else:
+        stats = write_cache(
+            teacher,
+            tokenizer,
+            datamodule,
+            spec,
+            directory,
+            rank=fabric.global_rank,
+            world_size=fabric.world_size,
+            barrier=fabric.barrier,
+            device=fabric.device,
+            overwrite=cfg.overwrite,
+            features=features,
+        )
+        print(stats.line(fabric.global_rank), flush=True)
+    report(directory, spec, fabric.global_rank)
+
+
+def report(directory: Path, spec, rank: int) -> None:
+    """One line on the cache written: size, bytes per position and entry, mass kept."""
+    if rank == 0:
         summary = json.loads((directory / INDEX_NAME).read_text())["stats"]
         print(
             f"teacher cache: {directory} ({summary['bytes'] / 2**20:.1f} MiB, "

@@ -8,7 +8,12 @@ A cache directory holds
 - ``shards/<split>-<nnnnn>.safetensors``: for ``blocks`` consecutive blocks of one split,
   ``ids`` ``[blocks, block_size − 1, k]`` (uint16 when the vocabulary fits, else int32),
   ``log_probs`` ``[blocks, block_size − 1, k]`` fp16, ``tail`` ``[blocks, block_size − 1]`` fp32
-  (the log of the mass outside the top k) and ``lengths`` ``[blocks]`` (tokens in each block).
+  (the log of the mass outside the top k), ``target`` ``[blocks, block_size − 1]`` fp32 (the
+  teacher's log-probability at T = 1 of the token that follows: its exact perplexity, which the
+  top k alone do not give when that token is outside them) and ``lengths`` ``[blocks]`` (tokens
+  in each block); with ``cache.features``, ``features.<module path>``
+  ``[blocks, block_size, width]`` bf16 for each teacher module that ``distill.features`` maps
+  (every position; zeros past a short block's end).
   Position t of a block holds the teacher's distribution for the token at t + 1 (the causal
   shift): the last position is never scored, so a block of ``block_size`` tokens stores
   ``block_size − 1`` positions. A block shorter than ``block_size`` (``data.pack=false``) is
@@ -40,7 +45,7 @@ from lightning_kd.checkpoints import TEMP_SUFFIX
 from lightning_kd.provenance import config_digest, vocab_digest, weights_digest
 from lightning_kd.reading import file_digest
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 META_NAME = "meta.json"
 INDEX_NAME = "index.json"
 SHARD_DIR = "shards"
@@ -49,6 +54,10 @@ LOG_PROB_DTYPE = torch.float16
 """fp16 keeps 11 significant bits down to ±65504: log-probs in [−20, 0] to within 0.008
 (a relative probability error under 1 %); bf16 keeps 8 bits (0.06 at −20)."""
 TAIL_DTYPE = torch.float32
+FEATURE_DTYPE = torch.bfloat16
+"""Cached hidden states: bf16 keeps fp32's range (residual streams hold outliers in the
+thousands) at half the bytes; a bf16-mixed run's teacher computes them in bf16 anyway."""
+FEATURE_PREFIX = "features."
 
 
 @dataclass
@@ -64,6 +73,12 @@ class CacheSpec:
     """Blocks per shard file: the unit of resuming and of the work split between ranks."""
     batch_size: int = 8
     """Blocks per teacher forward."""
+    source: str | None = None
+    """A cache of this run at a larger k to derive this one from, without running the teacher
+    (``lightning_kd/cache/narrow.py``); null: run the teacher."""
+    features: bool = False
+    """Also store the outputs of the teacher modules ``distill.features`` maps (for the run's
+    student), so that a run from the cache matches features without the teacher."""
 
     def __post_init__(self) -> None:
         if self.k < 1 or self.shard_blocks < 1 or self.batch_size < 1:
@@ -93,6 +108,11 @@ class CacheKey:
     splits: dict[str, dict[str, Any]]
     """``split → {"blocks": count, "digest": sha256 of the blocks' tokens in order}``: another
     corpus, seed, validation fraction or block size gives another digest."""
+    features: tuple[str, ...] = ()
+    """Teacher module paths whose outputs the cache holds (a run may use any of them)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "features", tuple(sorted(self.features)))  # JSON gives a list
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -213,12 +233,18 @@ def completed(directory: Path, shard: Shard) -> dict[str, Any] | None:
 
 
 def metadata(key: CacheKey, layout: Layout) -> dict[str, Any]:
-    """``meta.json``'s content."""
-    return {"format": FORMAT_VERSION, "key": key.as_dict(), "layout": dataclasses.asdict(layout)}
+    """``meta.json``'s content, as JSON reads it back (tuples as lists: comparable to a file's)."""
+    meta = {"format": FORMAT_VERSION, "key": key.as_dict(), "layout": dataclasses.asdict(layout)}
+    return json.loads(json.dumps(meta))
 
 
 def cache_key(
-    teacher: torch.nn.Module, tokenizer: Any, datamodule: Any, k: int, temperature: float
+    teacher: torch.nn.Module,
+    tokenizer: Any,
+    datamodule: Any,
+    k: int,
+    temperature: float,
+    features: tuple[str, ...] = (),
 ) -> CacheKey:
     """The key of a cache of ``teacher`` over ``datamodule``'s blocks (its ``train_examples`` and
     ``val_examples`` after ``setup()``): what the writer records, and what a run that reads the
@@ -237,4 +263,13 @@ def cache_key(
             split: {"blocks": len(blocks), "digest": blocks_digest(blocks)}
             for split, blocks in splits.items()
         },
+        features=tuple(features),
     )
+
+
+def kept_mass(tensors: dict[str, Tensor]) -> tuple[int, float]:
+    """``(scored positions, Σ over them of the mass the top k hold)`` of one shard."""
+    positions = tensors["tail"].shape[1]
+    scored = torch.arange(positions) < (tensors["lengths"] - 1).unsqueeze(-1)
+    mass = -torch.expm1(tensors["tail"].double())[scored]
+    return int(scored.sum()), float(mass.sum())

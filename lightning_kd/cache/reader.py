@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 from torch import Tensor
 
 from lightning_kd.cache.format import (
+    FEATURE_PREFIX,
     FORMAT_VERSION,
     INDEX_NAME,
     SPLITS,
@@ -38,11 +39,14 @@ class CacheMismatch(CacheError):
 
 class Records(NamedTuple):
     """A batch of blocks' records: ``ids`` ``[blocks, block_size − 1, k]`` int64, ``log_probs``
-    the same shape (fp32), ``tail`` ``[blocks, block_size − 1]`` (fp32)."""
+    the same shape (fp32), ``tail`` and ``target`` ``[blocks, block_size − 1]`` (fp32)."""
 
     ids: Tensor
     log_probs: Tensor
     tail: Tensor
+    target: Tensor
+    features: dict[str, Tensor]
+    """Teacher module path → its outputs ``[blocks, block_size, width]`` (bf16), where cached."""
 
 
 def mismatches(cache: CacheKey, run: CacheKey) -> list[str]:
@@ -50,6 +54,15 @@ def mismatches(cache: CacheKey, run: CacheKey) -> list[str]:
     found = []
     for field, value in cache.as_dict().items():
         if field == "splits":
+            continue
+        if field == "features":  # a cache may hold more than a run uses, never less
+            lacking = sorted(set(run.features) - set(value))
+            if lacking:
+                found.append(
+                    f"features: the run maps teacher modules {lacking} the cache does not hold "
+                    f"(it holds {list(value)}); write it with cache.features=true and this "
+                    "run's distill.features"
+                )
             continue
         now = getattr(run, field)
         if value != now:
@@ -120,6 +133,12 @@ class TeacherCache:
             torch.stack([row["ids"] for row in rows]).to(torch.int64),
             torch.stack([row["log_probs"] for row in rows]).float(),
             torch.stack([row["tail"] for row in rows]).float(),
+            torch.stack([row["target"] for row in rows]).float(),
+            {
+                name.removeprefix(FEATURE_PREFIX): torch.stack([row[name] for row in rows])
+                for name in rows[0]
+                if name.startswith(FEATURE_PREFIX)
+            },
         )
 
     @lru_cache(maxsize=8)  # noqa: B019 (the cache lives as long as the TeacherCache)

@@ -14,6 +14,7 @@ import json
 import shutil
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from lightning_kd.cache.features import FeatureRecorder
 from lightning_kd.cache.format import (
     INDEX_NAME,
     LOG_PROB_DTYPE,
@@ -35,16 +37,16 @@ from lightning_kd.cache.format import (
     cache_key,
     completed,
     ids_dtype,
+    kept_mass,
     metadata,
     plan_shards,
     write_json,
     write_shard,
 )
 from lightning_kd.cache.reader import CacheError, mismatches
-from lightning_kd.distiller import Distiller
+from lightning_kd.heads import check_head, final_hidden, output_head
 from lightning_kd.losses.chunked import OutputHead, auto_chunk_size, matmul_dtype
-from lightning_kd.losses.topk import teacher_top_k
-from lightning_kd.models import logit_transform
+from lightning_kd.losses.topk import target_log_prob, teacher_top_k
 
 
 @dataclass
@@ -69,26 +71,6 @@ class WriteStats:
         )
 
 
-def teacher_head(teacher: nn.Module) -> OutputHead:
-    """The teacher's output projection as the chunked loss applies it to hidden states."""
-    head = teacher.get_output_embeddings()
-    return OutputHead(head.weight, head.bias, logit_transform(teacher.config))
-
-
-def check_head(teacher: nn.Module, head: OutputHead, batch: dict[str, Tensor]) -> None:
-    """The head applied to hidden states must give the model's own logits (as the distiller
-    checks for training): otherwise the cache would hold another distribution."""
-    sample = {key: value[:1, :8] for key, value in batch.items()}
-    expected = Distiller.forward_model(teacher, sample, logits=True).float()
-    hidden = Distiller.forward_model(teacher, sample, logits=False)
-    got = head.logits(hidden, matmul_dtype(hidden)).float()
-    if not torch.allclose(got, expected, rtol=2e-2, atol=2e-2):
-        raise ValueError(
-            f"the teacher ({type(teacher).__name__}) computes its logits in a way the cache "
-            f"writer does not reproduce (max difference {(got - expected).abs().max():.3g})"
-        )
-
-
 @torch.no_grad()
 def shard_records(
     teacher: nn.Module,
@@ -98,29 +80,35 @@ def shard_records(
     block_size: int,
     device: torch.device,
     stats: WriteStats,
+    recorder: FeatureRecorder | None = None,
 ) -> dict[str, Tensor]:
     """The stored tensors of one shard's ``blocks`` (see ``cache.format``)."""
-    head = teacher_head(teacher)
+    head = output_head(teacher)
     vocab = head.weight.shape[0]
     positions = block_size - 1
     out = {  # filled in int64 / fp32, stored as the layout says
         "ids": torch.zeros(len(blocks), positions, spec.k, dtype=torch.int64),
         "log_probs": torch.zeros(len(blocks), positions, spec.k),
         "tail": torch.zeros(len(blocks), positions),
+        "target": torch.zeros(len(blocks), positions),
         "lengths": torch.tensor([len(block) for block in blocks], dtype=torch.int32),
     }
     for first in range(0, len(blocks), spec.batch_size):
         batch = collate(blocks[first : first + spec.batch_size])
         batch = {key: value.to(device) for key, value in batch.items()}
         started = time.perf_counter()
-        hidden = Distiller.forward_model(teacher, batch, logits=False)[:, :-1]
+        with recorder.armed() if recorder else nullcontext():
+            hidden = final_hidden(teacher, batch, logits=False)[:, :-1]
+        if recorder:
+            recorder.store(out, first, block_size)
         rows, length = hidden.shape[:2]
         flat = hidden.reshape(rows * length, -1)
         stats.forward_seconds += time.perf_counter() - started
         started = time.perf_counter()
-        parts = top_k_chunks(head, flat, spec)
+        targets = batch["input_ids"][:, 1:].reshape(-1)
+        parts = top_k_chunks(head, flat, targets, spec)
         for name, values in zip(
-            ("ids", "log_probs", "tail"), zip(*parts, strict=True), strict=True
+            ("ids", "log_probs", "tail", "target"), zip(*parts, strict=True), strict=True
         ):
             out[name][first : first + rows, :length] = (
                 torch.cat(values).view(rows, length, *out[name].shape[2:]).cpu()
@@ -132,28 +120,23 @@ def shard_records(
     out["ids"] = out["ids"].masked_fill(~scored.unsqueeze(-1), 0).to(ids_dtype(vocab))
     out["log_probs"] = out["log_probs"].masked_fill(~scored.unsqueeze(-1), 0).to(LOG_PROB_DTYPE)
     out["tail"] = out["tail"].masked_fill(~scored, 0).to(TAIL_DTYPE)
+    out["target"] = out["target"].masked_fill(~scored, 0).to(TAIL_DTYPE)
     return out
 
 
-def top_k_chunks(head: OutputHead, hidden: Tensor, spec: CacheSpec) -> list[tuple[Tensor, ...]]:
-    """``teacher_top_k`` of ``hidden`` ``[tokens, width]``, the logits a chunk at a time."""
+def top_k_chunks(
+    head: OutputHead, hidden: Tensor, targets: Tensor, spec: CacheSpec
+) -> list[tuple[Tensor, ...]]:
+    """``teacher_top_k`` of ``hidden`` ``[tokens, width]`` and the log-probability (T = 1) of
+    each next token ``targets`` ``[tokens]``, the logits a chunk at a time."""
     chunk = auto_chunk_size(head.weight.shape[0], hidden.shape[0])
-    return [
-        teacher_top_k(
-            head.logits(hidden[start : start + chunk], matmul_dtype(hidden)),
-            spec.k,
-            spec.temperature,
-        )
-        for start in range(0, hidden.shape[0], chunk)
-    ]
-
-
-def kept_mass(tensors: dict[str, Tensor]) -> tuple[int, float]:
-    """``(scored positions, Σ over them of the mass the top k hold)`` of one shard."""
-    positions = tensors["tail"].shape[1]
-    scored = torch.arange(positions) < (tensors["lengths"] - 1).unsqueeze(-1)
-    mass = -torch.expm1(tensors["tail"].double())[scored]
-    return int(scored.sum()), float(mass.sum())
+    parts = []
+    for start in range(0, hidden.shape[0], chunk):
+        logits = head.logits(hidden[start : start + chunk], matmul_dtype(hidden))
+        ids, log_probs, tail = teacher_top_k(logits, spec.k, spec.temperature)
+        target = target_log_prob(logits, targets[start : start + chunk])
+        parts.append((ids, log_probs, tail, target))
+    return parts
 
 
 def write_cache(
@@ -168,39 +151,34 @@ def write_cache(
     barrier: Callable[[], None] = lambda: None,
     device: torch.device | None = None,
     overwrite: bool = False,
+    features: list[str] | tuple[str, ...] = (),
 ) -> WriteStats:
     """Write (or complete) the cache of ``teacher`` over ``datamodule``'s blocks in
-    ``directory``; this process is ``rank`` of ``world_size`` (each calls this with the same
-    arguments). Returns this rank's timings."""
+    ``directory`` (with the outputs of the teacher modules ``features``); this process is
+    ``rank`` of ``world_size`` (each calls this with the same arguments). Returns this rank's
+    timings."""
     directory = Path(directory)
     device = device or next(teacher.parameters()).device
     splits = {"train": datamodule.train_examples, "val": datamodule.val_examples}
-    key, meta = describe(teacher, tokenizer, datamodule, spec)
+    key, meta = describe(teacher, tokenizer, datamodule, spec, features)
     prepare(directory, meta, rank, barrier, overwrite)
+    recorder = FeatureRecorder(teacher, list(key.features))
     with torch.no_grad():
-        sample = datamodule.collate(splits["train"][:1])
-        check_head(teacher, teacher_head(teacher), {k: v.to(device) for k, v in sample.items()})
+        sample = {k: v.to(device) for k, v in datamodule.collate(splits["train"][:1]).items()}
+        check_head(teacher, sample, "teacher", "the cache would hold other logits than its own")
     shards = plan_shards(key.splits, spec.shard_blocks)
     mine = shards[rank::world_size]
     todo = [shard for shard in mine if completed(directory, shard) is None]
     stats = WriteStats(shards_kept=len(mine) - len(todo))
-    tokens = sum(
-        len(block) for s in todo for block in splits[s.split][s.start : s.start + s.blocks]
-    )
     label = f"teacher cache (rank {rank})" if world_size > 1 else "teacher cache"
+    write = ShardWriter(teacher, datamodule, spec, device, stats, recorder)
+    tokens = sum(len(block) for shard in todo for block in write.blocks(shard))
     with tqdm(total=tokens, unit="tok", unit_scale=True, desc=label, disable=rank != 0) as progress:
         for shard in todo:
             before = stats.tokens
-            blocks = splits[shard.split][shard.start : shard.start + shard.blocks]
-            tensors = shard_records(
-                teacher, blocks, datamodule.collate, spec, datamodule.block_size, device, stats
-            )
-            started = time.perf_counter()
-            scored, mass = kept_mass(tensors)
-            write_shard(directory, shard, tensors, {"scored": scored, "top_k_mass": mass})
-            stats.write_seconds += time.perf_counter() - started
-            stats.shards_written += 1
+            write(directory, shard)
             progress.update(stats.tokens - before)
+    recorder.remove()
     barrier()
     if rank == 0:
         write_index(directory, meta, shards, key)
@@ -208,11 +186,48 @@ def write_cache(
     return stats
 
 
+@dataclass
+class ShardWriter:
+    """Computes and writes one shard at a time, adding to ``stats``."""
+
+    teacher: nn.Module
+    datamodule: Any
+    spec: CacheSpec
+    device: torch.device
+    stats: WriteStats
+    recorder: FeatureRecorder
+
+    def blocks(self, shard: Shard) -> list[Tensor]:
+        examples = getattr(self.datamodule, f"{shard.split}_examples")
+        return examples[shard.start : shard.start + shard.blocks]
+
+    def __call__(self, directory: Path, shard: Shard) -> None:
+        tensors = shard_records(
+            self.teacher,
+            self.blocks(shard),
+            self.datamodule.collate,
+            self.spec,
+            self.datamodule.block_size,
+            self.device,
+            self.stats,
+            self.recorder,
+        )
+        started = time.perf_counter()
+        scored, mass = kept_mass(tensors)
+        write_shard(directory, shard, tensors, {"scored": scored, "top_k_mass": mass})
+        self.stats.write_seconds += time.perf_counter() - started
+        self.stats.shards_written += 1
+
+
 def describe(
-    teacher: nn.Module, tokenizer: Any, datamodule: Any, spec: CacheSpec
+    teacher: nn.Module,
+    tokenizer: Any,
+    datamodule: Any,
+    spec: CacheSpec,
+    features: list[str] | tuple[str, ...] = (),
 ) -> tuple[CacheKey, dict[str, Any]]:
     """The key of the cache to write and its ``meta.json``."""
-    key = cache_key(teacher, tokenizer, datamodule, spec.k, spec.temperature)
+    key = cache_key(teacher, tokenizer, datamodule, spec.k, spec.temperature, tuple(features))
     ids = str(ids_dtype(teacher.get_output_embeddings().weight.shape[0])).removeprefix("torch.")
     return key, metadata(key, Layout(ids, shard_blocks=spec.shard_blocks))
 

@@ -104,20 +104,66 @@ def _fused_terms(
     return value, ce, grad.to(logits.dtype)
 
 
+def _top_k_fused_terms(
+    logits: Tensor,
+    teacher: TopKTeacher,
+    targets: Tensor,
+    temperature: float,
+    kd_weight: float,
+    ce_weight: float,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`_fused_terms` for forward KL from a cached teacher's top-k records (``losses.topk``).
+
+    The bucketed forward KL is ``Σ_S p_i (log p_i − log q_i) + r (log r − log q_tail)``; its
+    gradient w.r.t. the student's logits at T is ``q_j (Σ_S p + r) − p̃_j`` with ``p̃_j = p_j`` on
+    the top k and ``r · q_j / q_tail`` elsewhere: the teacher's tail mass spread as the student
+    spreads its own. With k = vocabulary the tail terms vanish and this is full forward KL.
+    """
+    student = logits.to(math_dtype(logits.dtype))
+    lse = torch.logsumexp(student, dim=-1, keepdim=True)
+    ce = (lse.squeeze(-1) - student.gather(1, targets.unsqueeze(1)).squeeze(-1)).sum()
+    grad = (student - lse).exp() * ce_weight
+    grad = grad.scatter_add(1, targets.unsqueeze(1), grad.new_full((len(targets), 1), -ce_weight))
+    vocab = teacher.vocab
+    shared = student[:, :vocab] / temperature if temperature != 1.0 else student[:, :vocab]
+    same = temperature == 1.0 and vocab == student.shape[-1]
+    log_q = shared - (lse if same else torch.logsumexp(shared, dim=-1, keepdim=True))
+    q = log_q.exp()
+    log_p = teacher.log_probs.to(student.dtype)
+    p = log_p.exp()
+    value = (p * (log_p - log_q.gather(1, teacher.ids))).sum(-1)
+    divergence_grad = q * p.sum(-1, keepdim=True)
+    divergence_grad.scatter_add_(1, teacher.ids, -p)
+    if not teacher.covers_vocab:
+        log_r = teacher.tail.to(student.dtype)
+        log_q_tail = torch.logsumexp(log_q.scatter(1, teacher.ids, float("-inf")), dim=-1)
+        has_tail = torch.isfinite(log_r)
+        value = value + torch.where(has_tail, log_r.exp() * (log_r - log_q_tail), 0.0)
+        spread = torch.where(has_tail, (log_r - log_q_tail).exp(), 0.0)  # r / q_tail
+        divergence_grad += q * (torch.where(has_tail, log_r.exp(), 0.0) - spread).unsqueeze(-1)
+        divergence_grad.scatter_add_(
+            1, teacher.ids, spread.unsqueeze(-1) * q.gather(1, teacher.ids)
+        )
+    grad[:, :vocab] += (kd_weight * temperature) * divergence_grad
+    return value, ce, grad.to(logits.dtype)
+
+
 @functools.cache
-def _compiled_fused_terms() -> Callable:
-    """:func:`_fused_terms` through ``torch.compile``: one fused kernel instead of a dozen passes
-    over each vocab-sized chunk. Compiled once per process (≈15 s on a CPU), for any shape."""
-    return torch.compile(_fused_terms, dynamic=True)
+def _compiled(terms: Callable) -> Callable:
+    """``terms`` through ``torch.compile``: one fused kernel instead of a dozen passes over each
+    vocab-sized chunk. Compiled once per process (≈15 s on a CPU), for any shape."""
+    return torch.compile(terms, dynamic=True)
 
 
-def _compiled_or_eager(args: tuple) -> tuple[Tensor | None, Tensor, Tensor]:
+def _compiled_or_eager(
+    args: tuple, terms: Callable = _fused_terms
+) -> tuple[Tensor | None, Tensor, Tensor]:
     """The compiled terms, or, if compiling fails here (no C++ compiler, an unsupported
     backend), the eager ones from then on, with one warning."""
     global _COMPILE_FAILED
     if not _COMPILE_FAILED:
         try:
-            return _compiled_fused_terms()(*args)
+            return _compiled(terms)(*args)
         except Exception as error:  # compile errors come in many types; eager re-raises real ones
             _COMPILE_FAILED = True
             warnings.warn(
@@ -125,7 +171,7 @@ def _compiled_or_eager(args: tuple) -> tuple[Tensor | None, Tensor, Tensor]:
                 f"{str(error).splitlines()[0][:200]}); the chunked loss runs eagerly",
                 stacklevel=2,
             )
-    return _fused_terms(*args)
+    return terms(*args)
 
 
 _COMPILE_FAILED = False
@@ -133,27 +179,25 @@ _COMPILE_FAILED = False
 
 def chunk_fused(
     logits: Tensor,
-    teacher_logits: Tensor | None,
+    teacher_logits: Tensor | TopKTeacher | None,
     targets: Tensor,
     objective: LogitObjective,
     compile: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """As :func:`chunk_autograd`, from log-sum-exps and the divergence's closed form.
+    """As :func:`chunk_autograd`, from log-sum-exps and the divergence's closed form (for a
+    cached teacher's top-k records: forward KL only, see :func:`_top_k_fused_terms`).
 
     Logits that are not finite (−inf for masked vocabulary entries) take the autograd route,
     which handles 0 · log 0 exactly.
     """
     temperature = objective.temperature
-    args = (
-        logits,
-        teacher_logits,
-        targets,
-        objective.divergence.fused,
-        temperature,
-        objective.kd_weight,
-        objective.ce_weight,
-    )
-    value, ce, grad = _compiled_or_eager(args) if compile else _fused_terms(*args)
+    weights = (temperature, objective.kd_weight, objective.ce_weight)
+    if isinstance(teacher_logits, TopKTeacher):
+        terms, args = _top_k_fused_terms, (logits, teacher_logits, targets, *weights)
+    else:
+        terms = _fused_terms
+        args = (logits, teacher_logits, targets, objective.divergence.fused, *weights)
+    value, ce, grad = _compiled_or_eager(args, terms) if compile else terms(*args)
     finite = bool(torch.isfinite(ce)) and (value is None or bool(torch.isfinite(value).all()))
     if not finite:
         return chunk_autograd(logits, teacher_logits, targets, objective)

@@ -112,8 +112,10 @@ def _chunk_gradient(
     # A copy, not a view: a view's base size would make torch.compile specialise on it.
     targets = targets.clone()
     objective = options.objective
-    closed_form = getattr(objective.divergence, "fused", None) is not None
-    if closed_form and head.transform is None and not isinstance(teacher, TopKTeacher):
+    fused = getattr(objective.divergence, "fused", None)
+    if isinstance(teacher, TopKTeacher):  # the top-k closed form is forward KL's alone
+        fused = fused if objective.divergence.name == "forward_kl" else None
+    if fused is not None and head.transform is None:
         kd, ce, grad = chunk_fused(logits, teacher_logits, targets, objective, options.compile)
     else:
         kd, ce, grad = chunk_autograd(logits, teacher_logits, targets, objective)
@@ -194,7 +196,7 @@ class _ChunkedDistillation(torch.autograd.Function):
 def chunked_distillation_sums(
     student_hidden: Tensor,
     student_head: OutputHead,
-    teacher_hidden: Tensor | None,
+    teacher_hidden: Tensor | TopKTeacher | None,
     teacher_head: OutputHead | None,
     labels: Tensor,
     objective: LogitObjective,
@@ -207,7 +209,9 @@ def chunked_distillation_sums(
     ``student_hidden``/``teacher_hidden`` are final hidden states ``[batch, seq, hidden]`` (after
     the final norm), ``labels`` ``[batch, seq]`` aligned with the inputs (shifted here, ``-100``
     masked). Gradients reach ``student_hidden`` and the student head's weight and bias.
-    ``teacher_hidden=None`` skips the teacher (the divergence term is then 0: CE-only training).
+    ``teacher_hidden=None`` skips the teacher (the divergence term is then 0: CE-only training);
+    a :class:`~lightning_kd.losses.topk.TopKTeacher` (a cached teacher's records of positions
+    0 .. seq − 2) takes its place, with no teacher head.
     ``chunk_size`` is in scored tokens (None: about 8M logits a chunk); ``compile`` runs the
     chunk math through ``torch.compile``.
     """
@@ -237,25 +241,33 @@ def chunked_distillation_sums(
 def logit_chunks(
     student_hidden: Tensor,
     student_head: OutputHead,
-    teacher_hidden: Tensor,
-    teacher_head: OutputHead,
+    teacher_hidden: Tensor | TopKTeacher,
+    teacher_head: OutputHead | None,
     labels: Tensor,
     chunk_size: int | None = None,
-) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
-    """``(student_logits, teacher_logits, targets)`` of the scored tokens, a chunk at a time.
+) -> Iterator[tuple[Tensor, Tensor | TopKTeacher, Tensor]]:
+    """``(student_logits, teacher_logits, targets)`` of the scored tokens, a chunk at a time
+    (a cached teacher's records in place of its logits).
 
-    For evaluation (no gradients): feed it to :func:`lightning_kd.losses.logits.evaluation_sums`.
+    For evaluation (no gradients): feed it to :func:`lightning_kd.losses.logits.evaluation_sums`
+    (:func:`lightning_kd.losses.topk.top_k_evaluation_sums` for records).
     """
     student_hidden, targets = scored_next_token(student_hidden, labels)
-    teacher_hidden = scored_next_token(teacher_hidden, labels)[0]
+    cached = isinstance(teacher_hidden, TopKTeacher)
+    if cached:
+        teacher_hidden = teacher_hidden.select(next_token_targets(labels)[1])
+    else:
+        teacher_hidden = scored_next_token(teacher_hidden, labels)[0]
     chunk_size = chunk_size or auto_chunk_size(student_head.weight.shape[0], targets.numel())
     dtype = matmul_dtype(student_hidden)
-    student_head, teacher_head = student_head.cast(dtype), teacher_head.cast(dtype)
+    student_head = student_head.cast(dtype)
+    teacher_head = None if cached else teacher_head.cast(dtype)
+    accumulate = math_dtype(student_head.weight.dtype)
     for start in range(0, max(targets.numel(), 1), chunk_size):
         stop = start + chunk_size
-        accumulate = math_dtype(student_head.weight.dtype)
+        teacher = teacher_hidden[start:stop]
         yield (
             student_head.logits(student_hidden[start:stop], dtype).to(accumulate),
-            teacher_head.logits(teacher_hidden[start:stop], dtype).to(accumulate),
+            teacher if cached else teacher_head.logits(teacher, dtype).to(accumulate),
             targets[start:stop],
         )

@@ -20,13 +20,15 @@ Pure tensor functions: ``losses/`` imports neither the module nor Lightning.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-from lightning_kd.losses.divergences import TokenDivergence
-from lightning_kd.losses.logits import math_dtype
+from lightning_kd.losses.divergences import TokenDivergence, get_divergence
+from lightning_kd.losses.logits import EvalSums, math_dtype
 
 
 @dataclass(frozen=True)
@@ -39,14 +41,28 @@ class TopKTeacher:
     log_probs: Tensor
     tail: Tensor
     vocab: int
+    target: Tensor | None = None
+    """The teacher's log-probability (T = 1) of the token that followed, where recorded."""
 
     def select(self, mask: Tensor) -> TopKTeacher:
         """The records where ``mask`` (``[batch, positions]``) holds, flattened to ``[tokens]``."""
-        return TopKTeacher(self.ids[mask], self.log_probs[mask], self.tail[mask], self.vocab)
+        return self._map(lambda tensor: tensor[mask])
 
-    def __getitem__(self, rows: slice) -> TopKTeacher:
-        """The records of tokens ``rows`` (a chunk)."""
-        return TopKTeacher(self.ids[rows], self.log_probs[rows], self.tail[rows], self.vocab)
+    def __getitem__(self, rows: slice | tuple[slice, ...]) -> TopKTeacher:
+        """The records of tokens ``rows`` (a chunk; or rows and positions of unflattened
+        records)."""
+        return self._map(lambda tensor: tensor[rows])
+
+    def _map(self, take) -> TopKTeacher:
+        target = None if self.target is None else take(self.target)
+        return TopKTeacher(
+            take(self.ids), take(self.log_probs), take(self.tail), self.vocab, target
+        )
+
+    @property
+    def covers_vocab(self) -> bool:
+        """Whether the records hold every token (k = vocabulary): no tail bucket at all."""
+        return self.ids.shape[-1] == self.vocab
 
     def divergence(self, student_logits: Tensor, divergence: TokenDivergence) -> Tensor:
         """Per-token ``divergence`` of the student's bucketed distribution from these records."""
@@ -65,6 +81,13 @@ def teacher_top_k(teacher_logits: Tensor, k: int, temperature: float = 1.0) -> t
     )
     top, ids = log_probs.topk(k, dim=-1)
     return ids, top, tail_log_mass(log_probs, ids)
+
+
+def target_log_prob(teacher_logits: Tensor, targets: Tensor) -> Tensor:
+    """``log softmax(teacher_logits)[target]`` at T = 1 ``[...]``: the teacher's NLL of the token
+    that followed (its perplexity), whether or not that token is among the top k."""
+    logits = teacher_logits.to(math_dtype(teacher_logits.dtype))
+    return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)
 
 
 def tail_log_mass(log_probs: Tensor, ids: Tensor) -> Tensor:
@@ -103,3 +126,44 @@ def top_k_divergence(
     student = bucketed(student_log_probs, ids)
     teacher = torch.cat([teacher, teacher_tail.to(dtype).unsqueeze(-1)], -1)
     return divergence(student, teacher)
+
+
+def top_k_evaluation_sums(
+    chunks: Iterable[tuple[Tensor, TopKTeacher, Tensor]],
+    divergence: TokenDivergence,
+    temperature: float = 1.0,
+) -> EvalSums:
+    """:func:`~lightning_kd.losses.logits.evaluation_sums` against a cached teacher's records.
+
+    Exact: the student's NLL, the teacher's (from the recorded log-probability of each next
+    token) and top-1 agreement (the record's first id is the teacher's argmax). Bucketed (equal
+    to the full value at k = vocabulary, a lower bound for forward KL below it): the trained
+    divergence, and ``forward_kl`` — which is at T = 1 only when the cache's temperature is 1
+    (else it is reported as NaN: the records hold the teacher at T alone).
+    """
+    forward = get_divergence("forward_kl")
+    totals = None
+    for student_logits, teacher, targets in chunks:
+        if teacher.target is None:
+            raise ValueError("the cached records hold no next-token log-probabilities")
+        student_logits = student_logits.to(math_dtype(student_logits.dtype))
+        student_logp = F.log_softmax(student_logits, dim=-1)
+        shared = student_logits[..., : teacher.vocab]
+        kd = teacher.divergence(shared / temperature, divergence).sum() * temperature**2
+        forward_kl = (
+            teacher.divergence(shared, forward).sum()
+            if temperature == 1.0
+            else torch.full_like(kd, float("nan"))
+        )
+        values = [
+            -student_logp.gather(-1, targets.unsqueeze(-1)).sum(),
+            -teacher.target.to(student_logp.dtype).sum(),
+            forward_kl,
+            kd,
+            (shared.argmax(-1) == teacher.ids[:, 0]).sum(),
+            torch.tensor(targets.numel(), device=targets.device),
+        ]
+        totals = values if totals is None else [a + b for a, b in zip(totals, values, strict=True)]
+    if totals is None:
+        raise ValueError("top_k_evaluation_sums got no chunks")
+    return EvalSums(*totals)

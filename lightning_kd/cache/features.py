@@ -1,0 +1,71 @@
+"""The teacher's mapped hidden states in a cache (``cache.features=true``): which modules, and
+their outputs captured during the writer's one teacher forward per batch.
+
+The capture is the distiller's own (:class:`~lightning_kd.capture.ModuleCapture`): armed around
+the forward, read and cleared right after, an output that did not appear an error.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from lightning_kd.cache.format import FEATURE_DTYPE, FEATURE_PREFIX
+from lightning_kd.capture import ModuleCapture
+from lightning_kd.features import layer_pairs
+from lightning_kd.student import build_student
+
+
+def feature_paths(distill: Any, student_spec: Any, teacher: nn.Module, task: str) -> list[str]:
+    """The teacher modules ``distill.features`` maps for the student ``student_spec`` builds
+    (``uniform`` depends on which teacher layers the student copies)."""
+    if not distill.features:
+        raise ValueError(
+            "cache.features=true stores the teacher modules distill.features maps, and "
+            "distill.features is not set; set it as the training run will (e.g. "
+            "distill.features=uniform), or cache.features=false"
+        )
+    models = build_student(student_spec, teacher, task)
+    pairs = layer_pairs(
+        distill.features,
+        models.student,
+        teacher,
+        models.layer_map,
+        distill.feature_loss,
+        distill.feature_weight,
+    )
+    return sorted({pair.teacher for pair in pairs})
+
+
+class FeatureRecorder:
+    """Records ``paths`` of ``teacher`` over a shard's batches into its stored tensors."""
+
+    def __init__(self, teacher: nn.Module, paths: list[str]) -> None:
+        self.capture = ModuleCapture(teacher, paths, "teacher") if paths else None
+
+    def armed(self):
+        """Around the teacher's forward: the capture armed (records stay for :meth:`store`)."""
+        return nullcontext() if self.capture is None else self.capture.arm()
+
+    def store(self, out: dict[str, Tensor], first: int, block_size: int) -> None:
+        """Move the captured outputs of the batch whose first block is ``first`` into ``out``."""
+        if self.capture is None:
+            return
+        for path, value in self.capture.pop().items():
+            name = FEATURE_PREFIX + path
+            if name not in out:
+                blocks = out["lengths"].shape[0]
+                out[name] = torch.zeros(blocks, block_size, value.shape[-1], dtype=FEATURE_DTYPE)
+            rows, length = value.shape[:2]
+            value = value.to(FEATURE_DTYPE).cpu()
+            # Positions past a short block's end are padding: zeros, whatever the teacher said.
+            lengths = out["lengths"][first : first + rows]
+            value = value.masked_fill((torch.arange(length) >= lengths.unsqueeze(-1))[..., None], 0)
+            out[name][first : first + rows, :length] = value
+
+    def remove(self) -> None:
+        if self.capture is not None:
+            self.capture.remove()

@@ -1,0 +1,84 @@
+"""A cache of a smaller k derived from one of a larger k, without running the teacher:
+``python -m lightning_kd.cache cache.k=8 cache.source=DIR_K128 hydra.run.dir=DIR_K8``.
+
+The top k of the top K (K ≥ k) are the top k; the new tail is the old tail plus the mass of
+entries k+1..K, ``log(e^tail + Σ e^{log p_i})``, summed from the stored fp16 log-probs (each
+within 0.008 of the teacher's). Every shard is rewritten with its own receipt; the source is
+opened against the run's key first, so only a cache of this very run is narrowed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file
+from torch import Tensor
+
+from lightning_kd.cache.format import (
+    TAIL_DTYPE,
+    CacheSpec,
+    cache_key,
+    completed,
+    kept_mass,
+    plan_shards,
+    write_shard,
+)
+from lightning_kd.cache.reader import CacheError, TeacherCache, read_index
+from lightning_kd.cache.writer import describe, prepare, write_index
+
+
+def narrow_records(tensors: dict[str, Tensor], k: int) -> dict[str, Tensor]:
+    """One shard's tensors with only the top ``k`` entries kept and the rest added to the tail
+    (positions past a short block's end stay zero)."""
+    log_probs = tensors["log_probs"]
+    rest = torch.logsumexp(log_probs[..., k:].float(), dim=-1)
+    tail = torch.logaddexp(tensors["tail"].float(), rest)
+    scored = torch.arange(tail.shape[1]) < (tensors["lengths"] - 1).unsqueeze(-1)
+    return tensors | {
+        "ids": tensors["ids"][..., :k].contiguous(),
+        "log_probs": log_probs[..., :k].contiguous(),
+        "tail": tail.masked_fill(~scored, 0).to(TAIL_DTYPE),
+    }
+
+
+def narrow_cache(
+    source: str | Path,
+    teacher: torch.nn.Module,
+    tokenizer: Any,
+    datamodule: Any,
+    spec: CacheSpec,
+    directory: Path,
+    *,
+    overwrite: bool = False,
+    features: tuple[str, ...] = (),
+) -> int:
+    """Write into ``directory`` the ``spec.k`` cache of this run from ``source``, the run's own
+    cache at a larger k (holding the teacher modules ``features``, which are copied with every
+    other module it holds); returns the number of shards written."""
+    source = Path(source)
+    larger = read_index(source)["key"]["k"]
+    if spec.k > larger:
+        raise CacheError(
+            f"cache.source={source} holds k={larger}: a cache of cache.k={spec.k} cannot be "
+            f"derived from it; choose cache.k <= {larger}, or write it from the teacher "
+            "(cache.source=null)"
+        )
+    expect = cache_key(teacher, tokenizer, datamodule, larger, spec.temperature, features)
+    cache = TeacherCache.open(source, expect)
+    spec = replace(spec, shard_blocks=cache.shard_blocks)  # the same shards, narrower
+    key, meta = describe(teacher, tokenizer, datamodule, spec, cache.key.features)
+    prepare(directory, meta, 0, lambda: None, overwrite)
+    shards = plan_shards(key.splits, spec.shard_blocks)
+    written = 0
+    for shard in shards:
+        if completed(directory, shard) is not None:
+            continue
+        tensors = narrow_records(load_file(source / shard.file), spec.k)
+        scored, mass = kept_mass(tensors)
+        write_shard(directory, shard, tensors, {"scored": scored, "top_k_mass": mass})
+        written += 1
+    write_index(directory, meta, shards, key)
+    return written
