@@ -25,11 +25,11 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from torch import nn
 
+from lightning_kd.atomic import TEMP_SUFFIX
+
 LAST = "last"
 """``ckpt_path`` value meaning "this run directory's latest checkpoint"."""
 LAST_NAME = "last.ckpt"
-TEMP_SUFFIX = ".partial"
-"""Suffix of a checkpoint being written; a leftover one is a write a crash interrupted."""
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 

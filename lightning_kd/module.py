@@ -39,7 +39,7 @@ from lightning_kd.metrics import ValidationMetrics
 from lightning_kd.models import StudentSpec, TeacherSpec, load_tokenizer
 from lightning_kd.objective import DistillConfig
 from lightning_kd.optim import optimizer_config
-from lightning_kd.provenance import config_digest, weights_digest
+from lightning_kd.digests import config_digest, weights_digest
 from lightning_kd.strategies import ROLE
 
 
@@ -73,13 +73,13 @@ class DistillationModule(LightningModule):
         self.fit_validation: tuple[int, dict[str, float]] | None = None
         """``(global_step, metrics)`` of the latest validation inside ``fit``."""
         self.teacher_digest: str | None = None
-        """``provenance.weights_digest`` of the teacher as loaded (checkpoints record it)."""
+        """``digests.weights_digest`` of the teacher as loaded (checkpoints record it)."""
         self.rebuilt_student_keys: frozenset[str] = frozenset()
         """A LoRA student's frozen base: rebuilt on load like the teacher, never checkpointed."""
         self.student_base_digest: str | None = None
         """``weights_digest`` of a LoRA student's frozen base as built (checkpoints record it)."""
         self.teacher_config: str | None = None
-        """``provenance.config_digest`` of the teacher's Hugging Face config."""
+        """``digests.config_digest`` of the teacher's Hugging Face config."""
 
     @property
     def teacher(self) -> nn.Module | None:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,8 +40,8 @@ import torch
 from safetensors.torch import save as safetensors_bytes
 from torch import Tensor
 
-from lightning_kd.checkpoints import TEMP_SUFFIX
-from lightning_kd.provenance import config_digest, vocab_digest, weights_digest
+from lightning_kd.atomic import atomic_write_bytes
+from lightning_kd.digests import config_digest, vocab_digest, weights_digest
 from lightning_kd.reading import file_digest
 
 FORMAT_VERSION = 2
@@ -95,12 +94,12 @@ class CacheKey:
     """What a cache is valid for; a run may use a cache only if its own key is equal."""
 
     teacher_weights: str
-    """``provenance.weights_digest`` of the teacher as it ran (its dtype included)."""
+    """``digests.weights_digest`` of the teacher as it ran (its dtype included)."""
     teacher_config: str
-    """``provenance.config_digest`` of the teacher's Hugging Face config."""
+    """``digests.config_digest`` of the teacher's Hugging Face config."""
     teacher_dtype: str
     tokenizer: str
-    """``provenance.vocab_digest`` of the tokenizer the data was tokenized with."""
+    """``digests.vocab_digest`` of the tokenizer the data was tokenized with."""
     block_size: int
     pack: bool
     k: int
@@ -175,21 +174,6 @@ def plan_shards(splits: dict[str, dict[str, Any]], shard_blocks: int) -> list[Sh
 
 sha256_file = file_digest
 """sha256 of a shard's bytes (the receipt's checksum)."""
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file beside it: all of it or nothing."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.{os.getpid()}{TEMP_SUFFIX}")
-    try:
-        with open(temp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
 
 
 def write_json(path: Path, value: dict[str, Any]) -> None:
