@@ -33,13 +33,13 @@ from lightning_kd.checkpoints import (
 )
 from lightning_kd.compat import exclude_from_ddp, silence_eval_mode_warning
 from lightning_kd.config import as_spec, plain_data
+from lightning_kd.digests import config_digest, weights_digest
 from lightning_kd.distiller import Distiller
 from lightning_kd.finite import check_finite_loss
 from lightning_kd.metrics import ValidationMetrics
 from lightning_kd.models import StudentSpec, TeacherSpec, load_tokenizer
 from lightning_kd.objective import DistillConfig
 from lightning_kd.optim import optimizer_config
-from lightning_kd.digests import config_digest, weights_digest
 from lightning_kd.strategies import ROLE
 
 
