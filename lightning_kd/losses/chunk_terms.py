@@ -122,29 +122,31 @@ def _top_k_fused_terms(
     student = logits.to(math_dtype(logits.dtype))
     lse = torch.logsumexp(student, dim=-1, keepdim=True)
     ce = (lse.squeeze(-1) - student.gather(1, targets.unsqueeze(1)).squeeze(-1)).sum()
-    grad = (student - lse).exp() * ce_weight
-    grad = grad.scatter_add(1, targets.unsqueeze(1), grad.new_full((len(targets), 1), -ce_weight))
-    vocab = teacher.vocab
+    vocab, ids = teacher.vocab, teacher.ids
     shared = student[:, :vocab] / temperature if temperature != 1.0 else student[:, :vocab]
     same = temperature == 1.0 and vocab == student.shape[-1]
     log_q = shared - (lse if same else torch.logsumexp(shared, dim=-1, keepdim=True))
     q = log_q.exp()
+    # Vocab-sized tensors are few and reused in place: this runs where memory is the point.
+    grad = q * ce_weight if same else (student - lse).exp_().mul_(ce_weight)
+    grad.scatter_add_(1, targets.unsqueeze(1), grad.new_full((len(targets), 1), -ce_weight))
     log_p = teacher.log_probs.to(student.dtype)
     p = log_p.exp()
-    value = (p * (log_p - log_q.gather(1, teacher.ids))).sum(-1)
-    divergence_grad = q * p.sum(-1, keepdim=True)
-    divergence_grad.scatter_add_(1, teacher.ids, -p)
+    value = (p * (log_p - log_q.gather(1, ids))).sum(-1)
+    q_top = q.gather(1, ids)
+    coefficient = p.sum(-1)  # of q_j in the gradient; and −p_j added on the top k
+    top = -p
     if not teacher.covers_vocab:
         log_r = teacher.tail.to(student.dtype)
-        log_q_tail = torch.logsumexp(log_q.scatter(1, teacher.ids, float("-inf")), dim=-1)
+        log_q_tail = torch.logsumexp(log_q.scatter_(1, ids, float("-inf")), dim=-1)
         has_tail = torch.isfinite(log_r)
         value = value + torch.where(has_tail, log_r.exp() * (log_r - log_q_tail), 0.0)
         spread = torch.where(has_tail, (log_r - log_q_tail).exp(), 0.0)  # r / q_tail
-        divergence_grad += q * (torch.where(has_tail, log_r.exp(), 0.0) - spread).unsqueeze(-1)
-        divergence_grad.scatter_add_(
-            1, teacher.ids, spread.unsqueeze(-1) * q.gather(1, teacher.ids)
-        )
-    grad[:, :vocab] += (kd_weight * temperature) * divergence_grad
+        coefficient = coefficient + torch.where(has_tail, log_r.exp(), 0.0) - spread
+        top = top + spread.unsqueeze(-1) * q_top
+    del log_q
+    divergence_grad = q.mul_(coefficient.unsqueeze(-1)).scatter_add_(1, ids, top)
+    grad[:, :vocab].add_(divergence_grad, alpha=kd_weight * temperature)
     return value, ce, grad.to(logits.dtype)
 
 
