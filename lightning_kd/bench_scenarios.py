@@ -82,24 +82,36 @@ def teacher_free(name: str, args: argparse.Namespace, batch: dict):
     """The distiller of a teacher-free scenario: built as usual, the teacher's top-k records of
     ``batch`` taken (``cache.k`` of the composed config, as ``python -m lightning_kd.cache``
     writes them), then the teacher dropped and its memory handed back."""
+    from lightning_kd.cache.format import CacheSpec
+    from lightning_kd.cache.writer import WriteStats, shard_records
     from lightning_kd.config import compose_config
     from lightning_kd.distiller import Distiller
-    from lightning_kd.heads import final_hidden, output_head
-    from lightning_kd.losses.topk import TopKTeacher, target_log_prob, teacher_top_k
+    from lightning_kd.losses.topk import TopKTeacher
 
     overrides = ["distill.kd_weight=0"] if name == "free_floor" else []
     built = build_distiller(args, True, *overrides)
     device = torch.device(args.device)
     teacher = built.teacher.to(device)
-    k = compose_config([]).cache.k
-    with torch.no_grad(), autocast_for(device, args.precision):
-        hidden = final_hidden(teacher, batch, logits=False)[:, :-1]
-        logits = output_head(teacher).logits(hidden, hidden.dtype)
-        ids, log_probs, tail = teacher_top_k(logits, k)
-        target = target_log_prob(logits, batch["input_ids"][:, 1:])
-    vocab = logits.shape[-1]
-    records = TopKTeacher(ids, log_probs.half().float(), tail, vocab, target)
-    del teacher, hidden, logits
+    ids = batch["input_ids"]
+    with autocast_for(device, args.precision):  # the writer's own records, as stored
+        stored = shard_records(
+            teacher,
+            list(ids),
+            lambda rows: {"input_ids": torch.stack(rows), "attention_mask": torch.ones_like(ids)},
+            CacheSpec(k=compose_config([]).cache.k, batch_size=len(ids)),
+            ids.shape[1],
+            device,
+            WriteStats(),
+        )
+    vocab = teacher.get_output_embeddings().weight.shape[0]
+    records = TopKTeacher(
+        stored["ids"].long().to(device),
+        stored["log_probs"].float().to(device),
+        stored["tail"].to(device),
+        vocab,
+        stored["target"].to(device),
+    )
+    del teacher, stored
     distiller = Distiller(
         None,
         built.student,
