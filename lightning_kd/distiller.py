@@ -187,9 +187,7 @@ class Distiller(nn.Module):
             capture.ensure_attached()
         armed = capture.arm() if capture else nullcontext()
         with armed, torch.no_grad() if role == "teacher" else nullcontext():
-            return self.forward_model(model, batch, logits=self.task.wants_logits)
-
-    forward_model = staticmethod(final_hidden)
+            return final_hidden(model, batch, logits=self.task.wants_logits)
 
     def teacher_output(
         self, batch: dict[str, Tensor], split: str

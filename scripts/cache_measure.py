@@ -17,10 +17,10 @@ from pathlib import Path
 
 import torch
 
-from lightning_kd.cache.format import CacheSpec, Shard, write_shard
-from lightning_kd.cache.writer import WriteStats, kept_mass, shard_records
+from lightning_kd.cache.format import CacheSpec, Shard, kept_mass, write_shard
+from lightning_kd.cache.writer import WriteStats, shard_records
 from lightning_kd.data import TextDataModule
-from lightning_kd.distiller import Distiller
+from lightning_kd.heads import final_hidden
 from lightning_kd.models import TeacherSpec, load_teacher, load_tokenizer
 
 
@@ -36,7 +36,7 @@ def main(count: int) -> dict[str, float]:
         started = time.perf_counter()
         for first in range(0, count, 8):
             batch = datamodule.collate(blocks[first : first + 8])
-            Distiller.forward_model(teacher, batch, logits=True)
+            final_hidden(teacher, batch, logits=True)
         out["teacher_forward_s"] = time.perf_counter() - started
     stats, cache = WriteStats(), CacheSpec()
     started = time.perf_counter()
@@ -52,7 +52,7 @@ def main(count: int) -> dict[str, float]:
     out |= {"write_s": time.perf_counter() - started, "bytes_per_scored": receipt["bytes"] / scored}
     with torch.no_grad():
         batch = datamodule.collate(blocks[:8])
-        logits = Distiller.forward_model(teacher, batch, logits=True)[:, :-1]
+        logits = final_hidden(teacher, batch, logits=True)[:, :-1]
         log_probs = torch.log_softmax(logits.float(), -1).flatten(0, 1)
     for k in (8, 16, 32, 64, 128):
         top = log_probs.topk(k, -1).values
