@@ -58,9 +58,19 @@ def gathered(heads: tuple[OutputHead | None, ...] | None) -> AbstractContextMana
     """
     present = [head for head in heads or () if head is not None]
     params = [p for head in present for p in (head.weight, head.bias)]
-    partitioned = [p for p in params if p is not None and hasattr(p, "ds_id")]
+    partitioned = [p for p in params if p is not None and is_partitioned(p)]
     if not partitioned:
         return nullcontext()
     import deepspeed
 
     return deepspeed.zero.GatheredParameters(partitioned, modifier_rank=None)
+
+
+def is_partitioned(param: Tensor) -> bool:
+    """A ZeRO-3 parameter not whole on this rank now. One that is whole already — small enough to
+    persist (``stage3_param_persistence_threshold``), or held by a module mid-forward — must not
+    be gathered: leaving the gather would free it under that module (DeepSpeed refuses: "Cannot
+    free a ZeRO-3 parameter while it is still active in submodules", seen on an H200 with a
+    tiny tied teacher)."""
+    status = getattr(param, "ds_status", None)
+    return hasattr(param, "ds_id") and status is not None and status.name != "AVAILABLE"

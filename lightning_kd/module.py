@@ -20,6 +20,7 @@ from typing import Any
 from lightning.pytorch import LightningModule
 from lightning.pytorch.utilities import rank_zero_only
 from torch import Tensor, nn
+from torch.distributed.fsdp import FullyShardedDataParallel
 from torch.optim import Optimizer
 from transformers import PreTrainedTokenizerBase
 
@@ -152,6 +153,21 @@ class DistillationModule(LightningModule):
         self.window.add(sums)
         return objective  # a token sum: on_before_optimizer_step turns it into the window's mean
 
+    def configure_gradient_clipping(
+        self,
+        optimizer: Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        # Lightning's FSDP precision refuses clipping by norm (torch's clip_grad_norm_ would clip
+        # each rank by its own shards' norm); FSDP's own clip_grad_norm_ reduces the norm over
+        # ranks. Runs after on_before_optimizer_step, on the window-scaled gradients.
+        fsdp = isinstance(self.trainer.model, FullyShardedDataParallel)
+        if fsdp and gradient_clip_val and gradient_clip_algorithm in (None, "norm"):
+            self.trainer.model.clip_grad_norm_(gradient_clip_val)
+            return
+        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
     def on_before_optimizer_step(self, optimizer: Optimizer) -> None:
         totals = self.window.reduced(self.trainer.strategy)
         self.window.rescale_gradients(
@@ -172,6 +188,13 @@ class DistillationModule(LightningModule):
         self.tokens_seen += int(totals["tokens"])
 
     # ------------------------------------------------------------------------- validation
+
+    def on_validation_start(self) -> None:
+        # The metrics' states are plain tensors, which only ``module.to`` moves. DeepSpeed ZeRO-3
+        # never calls it on models built in ``configure_model`` (its engine places the partitioned
+        # parameters itself), nor does FSDP (it moves only what it wraps): put them where the
+        # step's tensors are, or the first update fails on a GPU.
+        self.val_metrics.to(self.trainer.strategy.root_device)
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         for name, (total, count) in self.distiller.evaluate(batch).items():

@@ -76,7 +76,11 @@ class DistillationFSDPStrategy(FSDPStrategyWithWrapHook):
         """Hand the distiller's ``unsharded_parameters()`` to FSDP as ``ignored_states``."""
         unsharded = getattr(getattr(model, "distiller", None), "unsharded_parameters", None)
         if unsharded is not None and "ignored_states" not in self.kwargs:
-            self.kwargs["ignored_states"] = list(unsharded())
+            ignored = self.kwargs["ignored_states"] = list(unsharded())
+            # FSDP moves only what it manages to its device (``device_id``): the ignored teacher
+            # head would stay on the CPU it was loaded on. ``.data`` keeps a tied embedding tied.
+            for parameter in ignored:
+                parameter.data = parameter.data.to(self.root_device)
 
 
 def fsdp(activation_checkpointing: bool = False, **kwargs: Any) -> DistillationFSDPStrategy:

@@ -241,3 +241,17 @@ def test_unscored_padding_leaves_validation_metrics_unchanged(tiny_teacher, corp
     assert set(plain) == set(with_padding)
     for name, value in plain.items():
         assert with_padding[name] == pytest.approx(value, rel=1e-6), name
+
+
+def test_validation_metrics_go_where_the_strategy_runs(tiny_teacher, corpus, monkeypatch) -> None:
+    """DeepSpeed ZeRO-3 and FSDP never call ``module.to`` on models built in configure_model, so
+    the metrics' states (plain tensors) stayed on the CPU beside a GPU step (seen on an H200).
+    The module moves them to the strategy's device itself at every validation start."""
+    module, dm = make_module(tiny_teacher), make_datamodule([corpus])
+    moved_to = []
+    original = module.val_metrics.to
+    monkeypatch.setattr(module.val_metrics, "to", lambda d: moved_to.append(d) or original(d))
+    trainer = make_trainer(max_steps=2, val_check_interval=1, limit_val_batches=1)
+    trainer.fit(module, dm)
+    trainer.validate(module, dm, verbose=False)
+    assert moved_to == [trainer.strategy.root_device] * 3  # two in fit, one in validate

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import socket
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ import torch.multiprocessing as mp
 from hydra.utils import instantiate
 from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy
 from torch import nn
+from torch.distributed.fsdp import FullyShardedDataParallel
 
 from lightning_kd.config import compose_config
 from lightning_kd.models import StudentSpec, TeacherSpec, byte_tokenizer
@@ -62,8 +64,14 @@ def test_fsdp_leaves_the_teachers_head_unsharded(built, monkeypatch) -> None:
     # At wrap time (the models exist only then) the strategy hands them to FSDP as ignored.
     monkeypatch.setattr(FSDPStrategy, "_setup_model", lambda self, model: model)
     strategy = fsdp()
+    # FSDP moves only what it wraps to its device: the strategy moves the ignored head itself
+    # (FSDP's own way, ``.data``; a CPU here, a GPU in scripts/gpu_check.py), and the embedding
+    # stays tied to it.
+    strategy.parallel_devices = [torch.device("cpu")]
     assert strategy._setup_model(built) is built
     assert strategy.kwargs["ignored_states"] == [head]
+    assert head.device == strategy.root_device
+    assert built.teacher.get_input_embeddings().weight is head
 
 
 def test_fsdp_checkpoints_only_student_blocks(built) -> None:
@@ -293,3 +301,21 @@ def test_gpu_check_without_cuda_says_so(monkeypatch, capsys) -> None:
     monkeypatch.setattr("sys.argv", ["gpu_check.py"])
     assert gpu_check.main() == 2
     assert "no CUDA device here" in capsys.readouterr().out
+
+
+def test_clipping_under_fsdp_uses_fsdps_own_norm(built, monkeypatch) -> None:
+    """Lightning's FSDP precision refuses gradient_clip_algorithm="norm" (seen on an H200): the
+    module clips through the wrapped root's clip_grad_norm_, which reduces over all shards."""
+
+    class Root(FullyShardedDataParallel):
+        def __init__(self) -> None:  # no process group needed: only the clip call is used
+            nn.Module.__init__(self)
+            self.clipped = []
+
+        def clip_grad_norm_(self, max_norm, norm_type=2.0):
+            self.clipped.append(max_norm)
+
+    root = Root()
+    monkeypatch.setattr(type(built), "trainer", property(lambda self: SimpleNamespace(model=root)))
+    built.configure_gradient_clipping(None, 1.0, "norm")
+    assert root.clipped == [1.0]
