@@ -55,8 +55,19 @@ def decay_groups(params: Iterable[nn.Parameter]) -> list[dict]:
     decay, no_decay = [], []
     for param in params:
         if param.requires_grad:
-            (decay if param.ndim >= 2 else no_decay).append(param)
-    return [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}]
+            (decay if len(true_shape(param)) >= 2 else no_decay).append(param)
+    groups = [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}]
+    # An empty group would be dropped by DeepSpeed's engine, leaving a scheduler with one
+    # learning rate more than its optimizer has groups.
+    return [group for group in groups if group["params"]]
+
+
+def true_shape(param: nn.Parameter) -> tuple[int, ...]:
+    """``param``'s shape, also under DeepSpeed ZeRO-3, which partitions a parameter built in
+    ``configure_model`` to an empty 1-D tensor and keeps the real shape in ``ds_shape`` (read as
+    1-D, every matrix would lose its weight decay and the decayed group be empty: on an H200,
+    ZeRO-3's first scheduler step then failed on the dropped group)."""
+    return tuple(getattr(param, "ds_shape", param.shape))
 
 
 def optimizer_config(

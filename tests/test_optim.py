@@ -90,3 +90,16 @@ def test_warmup_fraction_out_of_range_names_the_value() -> None:
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     with pytest.raises(ValueError, match=r"warmup_fraction=1.0 must lie in \[0, 1\)"):
         warmup_cosine(optimizer, total_steps=10, warmup_fraction=1.0)
+
+
+def test_decay_groups_read_zero3_shapes_and_drop_empty_groups() -> None:
+    """ZeRO-3 leaves a partitioned matrix an empty 1-D tensor with its shape in ``ds_shape``: it
+    still decays. A group left empty is dropped (DeepSpeed would drop it under the scheduler)."""
+    partitioned = torch.nn.Parameter(torch.empty(0))
+    partitioned.ds_shape = torch.Size([4, 2])
+    gain = torch.nn.Parameter(torch.ones(4))
+    groups = decay_groups([partitioned, gain])
+    assert [group["params"] for group in groups] == [[partitioned], [gain]]
+    assert groups[1]["weight_decay"] == 0.0
+    only_matrices = decay_groups([torch.nn.Parameter(torch.zeros(2, 2))])
+    assert len(only_matrices) == 1 and "weight_decay" not in only_matrices[0]
