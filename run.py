@@ -18,6 +18,7 @@ import hydra
 import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
+from lightning.pytorch.strategies import FSDPStrategy
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
@@ -48,18 +49,14 @@ def distill(cfg: DictConfig, ckpt_path: Path | None = None) -> RunSummary:
     ranking = choose_layers(cfg, ckpt_path)  # student.layers=importance → indices, before build
     module, datamodule, trainer, timer = build(cfg)
 
-    before = trainer.validate(module, datamodule, verbose=False)[0] if cfg.validate_before else {}
+    before = validate_before(trainer, module, datamodule) if cfg.validate_before else {}
     try:
         trainer.fit(module, datamodule, ckpt_path=ckpt_path)
     except BaseException as err:
         if trainer.is_global_zero:
             print(stop_report(err, trainer.checkpoint_callback, resume_hint(output_dir)))
         raise
-    # A validation at the last step (val_check_interval dividing max_steps) already measured
-    # the final student: reuse it rather than run the teacher over the split once more.
-    after = module.validation_at(trainer.global_step)
-    if after is None:
-        after = trainer.validate(module, datamodule, verbose=False)[0]
+    after = validate_after(trainer, module, datamodule)
     if cfg.export_student:
         check_finite_model(module.student, "exporting the student")
         module.export_student(str(output_dir / "student"))
@@ -105,6 +102,42 @@ def main(cfg: DictConfig) -> float | None:
             sys.exit(stop.exit_code)
         except SIGTERMException:  # Lightning's own SIGTERM stop (outside training) exits 0
             sys.exit(128 + signal.SIGTERM)
+
+
+ONE_STAGE = (
+    "FSDP wraps the model's blocks in place, and Lightning leaves the root unwrapped in a second "
+    "stage on the same module (Lightning issue #19015): its parameters would be neither sharded "
+    "nor reduced across ranks, so this run trains in one fit"
+)
+
+
+def validate_before(trainer: L.Trainer, module, datamodule) -> dict[str, float]:
+    """The untrained student's validation metrics (none where only one stage can run)."""
+    if wraps_in_place(trainer):
+        print(f"validate_before skipped: {ONE_STAGE}")
+        return {}
+    return trainer.validate(module, datamodule, verbose=False)[0]
+
+
+def validate_after(trainer: L.Trainer, module, datamodule) -> dict[str, float]:
+    """The final student's validation metrics. A validation at the last step (val_check_interval
+    dividing max_steps) already measured it: reused rather than run the teacher once more."""
+    after = module.validation_at(trainer.global_step)
+    if after is not None:
+        return after
+    if wraps_in_place(trainer):
+        print(
+            f"final validation skipped: {ONE_STAGE}; a trainer.val_check_interval dividing "
+            "trainer.max_steps validates the final student inside fit"
+        )
+        return {}
+    return trainer.validate(module, datamodule, verbose=False)[0]
+
+
+def wraps_in_place(trainer: L.Trainer) -> bool:
+    """Whether ``trainer``'s strategy wraps the module's own submodules (FSDP), so that only one
+    stage (``fit``) can run on the module."""
+    return isinstance(trainer.strategy, FSDPStrategy)
 
 
 def quantized(cfg: DictConfig) -> dict[str, str]:

@@ -319,3 +319,29 @@ def test_clipping_under_fsdp_uses_fsdps_own_norm(built, monkeypatch) -> None:
     monkeypatch.setattr(type(built), "trainer", property(lambda self: SimpleNamespace(model=root)))
     built.configure_gradient_clipping(None, 1.0, "norm")
     assert root.clipped == [1.0]
+
+
+def test_fsdp_is_a_strategy_that_wraps_in_place() -> None:
+    run = importlib.import_module("run")
+    assert run.wraps_in_place(SimpleNamespace(strategy=fsdp()))
+    assert not run.wraps_in_place(SimpleNamespace(strategy=ddp()))
+
+
+@pytest.mark.parametrize(("max_steps", "validated_at_end"), [(6, True), (4, False)])
+def test_under_fsdp_the_run_is_one_fit(tmp_path, monkeypatch, capsys, max_steps, validated_at_end):
+    """Under FSDP a second stage on the module leaves its root unwrapped (Lightning #19015, seen
+    on an H200: the root's parameters were never handed to FSDP): no validate before or after
+    fit; the final student's metrics come from fit's own last validation when there is one."""
+    run = importlib.import_module("run")
+    monkeypatch.setattr(run, "wraps_in_place", lambda trainer: True)
+
+    def no_second_stage(*args, **kwargs):
+        raise AssertionError("trainer.validate ran beside fit")
+
+    monkeypatch.setattr(run.L.Trainer, "validate", no_second_stage)
+    overrides = ["debug=smoke", f"trainer.max_steps={max_steps}", "export_student=false"]
+    summary = run.distill(compose_config(overrides, output_dir=tmp_path))
+    out = capsys.readouterr().out
+    assert summary.before == {} and "validate_before skipped" in out
+    assert (summary.after.get("val/ppl", 0) > 0) == validated_at_end
+    assert ("final validation skipped" in out) != validated_at_end
