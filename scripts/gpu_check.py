@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -92,8 +93,16 @@ def checkpoint_status(path: Path) -> str:
 
 def last_error(stderr: str) -> str:
     """The last line of a failed run that says something (not Hydra's HYDRA_FULL_ERROR hint)."""
-    lines = [line for line in stderr.strip().splitlines() if "HYDRA_FULL_ERROR" not in line]
-    return lines[-1][:200] if lines else "no output"
+    lines = [
+        line.strip()
+        for line in stderr.splitlines()
+        if line.strip() and "HYDRA_FULL_ERROR" not in line
+    ]
+    # The exception's own line, where there is one: Hydra's hint follows it after a blank line,
+    # which left this table empty on an H200.
+    errors = [line for line in lines if re.match(r"[\w.]+(Error|Exception): ", line)]
+    found = errors or lines
+    return found[-1][:200] if found else "no output"
 
 
 if __name__ == "__main__":

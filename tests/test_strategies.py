@@ -142,6 +142,9 @@ def test_gpu_check_flags_checkpoints_with_teacher_weights(tmp_path) -> None:
     assert gpu_check.checkpoint_status(tmp_path / "none.ckpt") == "no checkpoint written"
     hint = "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace."
     assert gpu_check.last_error(f"x\nValueError: needs a GPU\n{hint}") == "ValueError: needs a GPU"
+    # As a run on an H200 ended: the exception, a blank line, Hydra's hint; after a progress line.
+    h200 = f"Traceback\nlightning.fabric.Misconfiguration: x\nRuntimeError: y\n\n{hint}\n"
+    assert gpu_check.last_error(h200) == "RuntimeError: y"
 
 
 class StepRoot(nn.Module):
