@@ -70,6 +70,24 @@ def read_documents(path: Path, text_field: str = "text") -> Iterator[str]:
         ) from None
 
 
+def read_records(path: Path) -> Iterator[tuple[int, dict]]:
+    """Each non-blank line of a .jsonl file (optionally .gz) as ``(line number, object)``."""
+    if file_format(path) != "jsonl":
+        raise ValueError(f"{path}: chat data is read from .jsonl files (one conversation a line)")
+    with _open(path) as handle:
+        for number, raw in enumerate(handle, start=1):
+            line = _decode(raw, path, number)
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{number} is not valid JSON ({err.msg})") from None
+            if not isinstance(record, dict):
+                raise ValueError(f"{path}:{number} holds {type(record).__name__}, not an object")
+            yield number, record
+
+
 def _record_text(line: str, path: Path, number: int, text_field: str) -> str:
     try:
         record = json.loads(line)

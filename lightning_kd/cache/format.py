@@ -234,6 +234,11 @@ def cache_key(
     ``val_examples`` after ``setup()``): what the writer records, and what a run that reads the
     cache must match."""
     splits = {"train": datamodule.train_examples, "val": datamodule.val_examples}
+    if not all(isinstance(block, Tensor) for blocks in splits.values() for block in blocks):
+        raise ValueError(
+            f"a teacher cache holds plain text blocks; {type(datamodule).__name__} (data=chat) "
+            "is not cached yet: train with the teacher online (no distill.teacher_cache)"
+        )
     return CacheKey(
         teacher_weights=weights_digest(teacher),
         teacher_config=config_digest(teacher.config),
