@@ -26,6 +26,7 @@ from omegaconf import DictConfig
 
 from lightning_kd.cache.format import CacheSpec
 from lightning_kd.data import TextDataModule
+from lightning_kd.generate import GenerateSpec
 from lightning_kd.models import StudentSpec, TeacherSpec
 from lightning_kd.objective import DistillConfig
 
@@ -38,6 +39,7 @@ GROUP_TARGETS: dict[str, Callable[..., Any]] = {
     "distill": DistillConfig,
     "data": TextDataModule,
     "cache": CacheSpec,
+    "generate": GenerateSpec,
 }
 """Config group → what its node instantiates; its keyword defaults are the group's defaults."""
 

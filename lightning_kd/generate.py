@@ -1,0 +1,214 @@
+"""The teacher's completions for sequence-level KD: ``python -m lightning_kd.generate``.
+
+    python -m lightning_kd.generate generate.prompts=prompts.jsonl hydra.run.dir=gen
+    python run.py data=chat 'data.files=[gen/completions.jsonl]'      # train on them
+
+Sequence-level KD (Kim & Rush, 2016) trains the student on the teacher's own outputs. This writes
+them: each prompt row (``prompt`` as a string or messages, or ``messages`` whose trailing assistant
+turn, if any, is dropped and answered anew) is rendered with the chat template and the generation
+prompt, completed by the teacher (greedy, or sampled with ``generate.temperature`` and
+``generate.top_p``; ``generate.max_new_tokens``; batches of ``generate.batch_size``, left-padded,
+with the KV cache), and written as a chat row, ``{"messages": [...prompt, {"role": "assistant",
+"content": completion}], "prompt_line": n}``, that ``data=chat`` reads back.
+
+Resumable: rows are appended and flushed a batch at a time, and a rerun into the same directory
+continues after the last complete row (a half-written last row is dropped), checking that the rows
+there answer the same prompts. Each batch samples from ``seed + batch index``, so a resumed file
+equals an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import hydra
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+from tqdm import tqdm
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from lightning_kd.chat import ChatFields, as_messages, is_message, template_text
+from lightning_kd.reading import read_records
+
+OUTPUT_NAME = "completions.jsonl"
+
+
+@dataclass
+class GenerateSpec:
+    """The ``generate`` config group: what ``python -m lightning_kd.generate`` writes."""
+
+    prompts: str | None = None
+    """A .jsonl of prompt rows (``prompt``, or ``messages``); required."""
+    max_new_tokens: int = 256
+    """Tokens generated at most per completion (fewer where the teacher ends its turn)."""
+    do_sample: bool = False
+    """Sample (with ``temperature`` and ``top_p``) instead of greedy decoding."""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    batch_size: int = 8
+    """Prompts per ``generate`` call."""
+    chat_template: str | None = None
+    """A Jinja template (string or file) for a tokenizer without one."""
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1 or self.batch_size < 1:
+            raise ValueError(
+                f"generate.max_new_tokens={self.max_new_tokens}, generate.batch_size="
+                f"{self.batch_size}: each must be at least 1"
+            )
+        if self.temperature <= 0 or not 0 < self.top_p <= 1:
+            raise ValueError(
+                f"generate.temperature={self.temperature} must be positive and generate.top_p="
+                f"{self.top_p} in (0, 1]"
+            )
+
+
+def prompt_messages(record: dict, where: str, fields: ChatFields) -> list[dict[str, str]]:
+    """The conversation a row asks the teacher to continue (a trailing answer dropped)."""
+    if fields.prompt in record:
+        messages = as_messages(record[fields.prompt], "user", where)
+    elif fields.messages in record:
+        messages = record[fields.messages]
+    else:
+        raise ValueError(
+            f"{where} has neither {fields.prompt!r} nor {fields.messages!r}: a prompt row holds "
+            "the prompt (a string or messages) under one of them"
+        )
+    if not isinstance(messages, list) or not all(is_message(m) for m in messages):
+        raise ValueError(
+            f"{where}: a conversation is a list of {{'role': str, 'content': str}} messages"
+        )
+    while messages and messages[-1]["role"] == "assistant":
+        messages = messages[:-1]
+    if not messages:
+        raise ValueError(f"{where}: nothing but assistant turns; there is no prompt to answer")
+    return [{"role": m["role"], "content": m["content"]} for m in messages]
+
+
+def read_prompts(path: Path, fields: ChatFields) -> list[tuple[int, list[dict]]]:
+    """``(line, prompt messages)`` of every row of ``path``."""
+    if not path.is_file():
+        raise FileNotFoundError(f"generate.prompts={str(path)!r} is not a file")
+    return [
+        (number, prompt_messages(record, f"{path}:{number}", fields))
+        for number, record in read_records(path)
+    ]
+
+
+def completed_rows(out: Path, prompts: list[tuple[int, list[dict]]]) -> int:
+    """Rows of ``out`` already complete (a torn last line cut off), checked against ``prompts``."""
+    if not out.is_file():
+        return 0
+    data = out.read_bytes()
+    whole = data[: data.rfind(b"\n") + 1]
+    if len(whole) < len(data):
+        with open(out, "r+b") as handle:  # a row half-written when the last run stopped
+            handle.truncate(len(whole))
+    rows = [json.loads(line) for line in whole.decode("utf-8").splitlines()]
+    for index, row in enumerate(rows):
+        line, messages = prompts[index] if index < len(prompts) else (None, None)
+        if row.get("prompt_line") != line or row["messages"][:-1] != messages:
+            raise ValueError(
+                f"{out} row {index + 1} answers another prompt than {line and f'line {line}'} of "
+                "generate.prompts: write into a new hydra.run.dir, or set overwrite=true"
+            )
+    return len(rows)
+
+
+@torch.no_grad()
+def complete(
+    teacher: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: list[list[dict]],
+    spec: GenerateSpec,
+    seed: int,
+) -> list[str]:
+    """The teacher's completions of ``prompts`` (one batch, left-padded, sampled from ``seed``)."""
+    texts = [
+        tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True)
+        for m in prompts
+    ]
+    tokenizer.padding_side = "left"  # new tokens follow every prompt's last token
+    inputs = tokenizer(texts, add_special_tokens=False, padding=True, return_tensors="pt")
+    inputs = inputs.to(teacher.device)
+    torch.manual_seed(seed)
+    sampling = {"temperature": spec.temperature, "top_p": spec.top_p} if spec.do_sample else {}
+    output = teacher.generate(
+        **inputs,
+        max_new_tokens=spec.max_new_tokens,
+        do_sample=spec.do_sample,
+        use_cache=True,
+        pad_token_id=tokenizer.pad_token_id,
+        **sampling,
+    )
+    new = output[:, inputs["input_ids"].shape[1] :]
+    return tokenizer.batch_decode(new, skip_special_tokens=True)
+
+
+def generate(cfg: DictConfig, teacher: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> Path:
+    """Write (or finish writing) ``output_dir/completions.jsonl`` for ``cfg.generate``."""
+    spec = instantiate(cfg.generate, _convert_="all")
+    if spec.prompts is None:
+        raise ValueError("set generate.prompts=FILE.jsonl (rows with 'prompt' or 'messages')")
+    if spec.chat_template is not None:
+        tokenizer.chat_template = template_text(spec.chat_template)
+    if tokenizer.chat_template is None:
+        raise ValueError("the tokenizer has no chat template; set generate.chat_template")
+    fields = ChatFields()
+    prompts = read_prompts(Path(spec.prompts).expanduser(), fields)
+    out = Path(cfg.output_dir) / OUTPUT_NAME
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if cfg.get("overwrite") and out.exists():
+        out.unlink()
+    done = completed_rows(out, prompts)
+    starts = range(done - done % spec.batch_size, len(prompts), spec.batch_size)
+    with open(out, "a", encoding="utf-8") as handle, tqdm(total=len(prompts), initial=done) as bar:
+        for start in starts:
+            batch = prompts[start : start + spec.batch_size]
+            answers = complete(
+                teacher, tokenizer, [m for _, m in batch], spec, cfg.seed + start // spec.batch_size
+            )
+            for offset, ((line, messages), answer) in enumerate(zip(batch, answers, strict=True)):
+                if start + offset < done:
+                    continue  # written before the run stopped, mid-batch
+                answered = [*messages, {"role": "assistant", "content": answer}]
+                handle.write(json.dumps({"messages": answered, "prompt_line": line}) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+            bar.update(len(batch) - max(0, done - start))
+    return out
+
+
+def main(cfg: DictConfig) -> None:
+    """Load the teacher as a run would (``teacher.quantize`` applied) and write the file."""
+    from lightning_kd.checks import check_config
+    from lightning_kd.launch import resolve_auto_precision
+    from lightning_kd.models import load_teacher, load_tokenizer
+    from lightning_kd.quantize import quantize_teacher
+
+    check_config(cfg)
+    resolve_auto_precision(cfg)
+    teacher_spec = instantiate(cfg.teacher, _convert_="all")
+    tokenizer = load_tokenizer(teacher_spec)
+    teacher = load_teacher(teacher_spec, cfg.trainer.precision)
+    if teacher_spec.quantize is not None:
+        quantize_teacher(teacher, teacher_spec.quantize)
+    teacher.to("cuda" if torch.cuda.is_available() else "cpu")
+    out = generate(cfg, teacher, tokenizer)
+    print(f"teacher completions: {out}")
+
+
+def cli() -> None:
+    """Hydra entry point, over ``run.py``'s config (``conf/``) and groups."""
+    from lightning_kd.config import CONF_DIR, register_defaults  # it imports GenerateSpec
+
+    register_defaults()
+    hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")(main)()
+
+
+if __name__ == "__main__":
+    cli()
