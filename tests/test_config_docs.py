@@ -70,7 +70,7 @@ def command_overrides(words: list[str], where: str) -> tuple[list[str], bool]:
 
 
 def commands_in(text: str, first_line: int, path: str) -> list[Example]:
-    """Every `python run.py ...` (or `python -m lightning_kd.cache ...`) command in shell ``text``
+    """Every `python run.py ...` (or `python -m lightning_kd.cache|generate ...`) in ``text``
     (continuations, &&, ;, # comments)."""
     examples = []
     lines = text.split("\n")
@@ -85,10 +85,13 @@ def commands_in(text: str, first_line: int, path: str) -> list[Example]:
         lexer.whitespace_split = True
         words = list(lexer)
         for at in (i for i, word in enumerate(words[:-1]) if word == "python"):
-            # run.py and the cache writer compose the same config
+            # run.py, the cache writer and the generator compose the same config
             if words[at + 1] == "run.py":
                 first = at + 2
-            elif words[at + 1 : at + 3] == ["-m", "lightning_kd.cache"]:
+            elif words[at + 1 : at + 3] in (
+                ["-m", "lightning_kd.cache"],
+                ["-m", "lightning_kd.generate"],
+            ):
                 first = at + 3
             else:
                 continue
