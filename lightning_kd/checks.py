@@ -117,6 +117,9 @@ RULES: dict[str, Number | CountOrFraction] = {
     "distill.beta": Number(low=0, high=1, example="0.5"),
     "distill.skew": Number(low=0, high=1, high_open=True, example="0.1"),
     "distill.chunk_size": Number(low=1, integer=True, nullable=True, example="null"),
+    "distill.on_policy": Number(low=0, high=1, example="0.5"),
+    "distill.on_policy_tokens": Number(low=1, integer=True, example="128"),
+    "distill.on_policy_temperature": Number(low=0, low_open=True, example="1.0"),
     "cache.k": Number(low=1, integer=True, example="32"),
     "cache.temperature": Number(low=0, low_open=True, example="1.0"),
     "cache.shard_blocks": Number(low=1, integer=True, example="64"),
@@ -170,7 +173,7 @@ def config_errors(cfg: Mapping) -> list[str]:
         fix = f"; e.g. {key}={rule.example}" if rule.example else ""
         errors.append(f"{key}={value!r}: must be {rule.describe()}{fix}")
     errors += _list_errors(cfg) + _device_errors(cfg) + _encoder_errors(cfg)
-    return errors + _quantize_errors(cfg) + _logger_errors(cfg)
+    return errors + _quantize_errors(cfg) + _logger_errors(cfg) + _on_policy_errors(cfg)
 
 
 LOGGER_PACKAGES: dict[str, tuple[str, tuple[str, ...], str]] = {
@@ -249,6 +252,19 @@ def _quantize_errors(cfg: Mapping) -> list[str]:
         None if accelerator is _ABSENT else accelerator,
         None if strategy is _ABSENT else strategy,
     )
+
+
+def _on_policy_errors(cfg: Mapping) -> list[str]:
+    strategy = lookup(cfg, "trainer.strategy")
+    name = str(strategy.get("_target_") if isinstance(strategy, Mapping) else strategy).lower()
+    sharded = "fsdp" in name or "deepspeed" in name
+    fraction = lookup(cfg, "distill.on_policy")
+    if not (sharded and isinstance(fraction, int | float) and fraction > 0):
+        return []
+    return [
+        "distill.on_policy with a sharding strategy: ranks sample completions of different "
+        "lengths, and each generated token of a sharded student is a collective; use strategy=ddp"
+    ]
 
 
 def _list_errors(cfg: Mapping) -> list[str]:

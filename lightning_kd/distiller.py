@@ -41,6 +41,7 @@ from lightning_kd.losses.logits import LossSums
 from lightning_kd.losses.topk import TopKTeacher
 from lightning_kd.models import StudentSpec, TeacherSpec, load_teacher
 from lightning_kd.objective import DistillConfig
+from lightning_kd.on_policy import on_policy_for
 from lightning_kd.quantize import quantize_teacher
 from lightning_kd.student import build_student, check_vocabularies, student_tokenizer
 from lightning_kd.tasks import Heads, MetricSums, make_task
@@ -88,6 +89,8 @@ class Distiller(nn.Module):
         self.task = make_task(
             task, self.objective, distill.chunked, distill.chunk_size, distill.compile
         )
+        self.on_policy = on_policy_for(distill, student, task)
+        self.draws = 0  # micro-batches numbered here when the caller does not number them
         self.layer_map = layer_map
         """``layer_map[j]``: the teacher layer student layer j was copied from (or None)."""
         self.layer_pairs: list[LayerPair] = (
@@ -198,8 +201,12 @@ class Distiller(nn.Module):
             return self.cached_teacher.records(batch, split)
         return self.run("teacher", batch), None
 
-    def forward(self, batch: dict[str, Tensor]) -> tuple[Tensor, LossSums]:
-        """The objective's token sum for one micro-batch (differentiable) and its parts."""
+    def forward(self, batch: dict[str, Tensor], draw: int | None = None) -> tuple[Tensor, LossSums]:
+        """The objective's token sum for one micro-batch (differentiable) and its parts; with
+        ``distill.on_policy``, maybe of the student's completions (``draw`` numbers the batch)."""
+        if self.on_policy is not None:
+            draw, self.draws = (self.draws if draw is None else draw), self.draws + 1
+            batch = self.on_policy.replace(self.student, batch, draw)
         with_teacher = self.uses_teacher_in_training
         heads = self.heads(batch, ROLES if with_teacher else ("student",))
         with capture_step(*self.captures.values()):

@@ -149,7 +149,8 @@ class DistillationModule(LightningModule):
         self.window.reset()
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        objective, sums = self.distiller(batch)
+        # Numbers the micro-batch for distill.on_policy: the same draws again after a resume.
+        objective, sums = self.distiller(batch, draw=self.global_step * 1_000_003 + batch_idx)
         self.window.add(sums)
         return objective  # a token sum: on_before_optimizer_step turns it into the window's mean
 

@@ -51,9 +51,20 @@ class DistillConfig:
     once at the start — to build a copied student and check that the cache is its own (weights,
     tokenizer, data, block size, temperature; with ``distill.features``, the mapped teacher
     modules' outputs, written with ``cache.features=true``) — and released before training."""
+    on_policy: float = 0.0
+    """λ of on-policy / mixed KD (GKD): the probability that a training micro-batch's answers are
+    replaced by the student's own sampled completions of its prompts (``on_policy.py``); 0: the
+    dataset's answers only, 1: the student's only."""
+    on_policy_tokens: int = 128
+    """Tokens the student samples at most per completion."""
+    on_policy_temperature: float = 1.0
+    """Sampling temperature of the student's completions."""
+    on_policy_seed: int = 0
+    """Seeds which micro-batches are sampled and what (``conf/distill/default.yaml``: ``seed``)."""
 
     def __post_init__(self) -> None:
         get_divergence(self.divergence, beta=self.beta, skew=self.skew)  # raises on bad values
+        self._check_on_policy()
         if self.temperature <= 0:
             raise ValueError(f"distill.temperature={self.temperature}; it must be positive")
         if self.kd_weight < 0 or self.ce_weight < 0:
@@ -68,6 +79,20 @@ class DistillConfig:
         if self.chunk_size is not None and self.chunk_size < 1:
             raise ValueError(
                 f"distill.chunk_size={self.chunk_size}; use null (auto) or a count >= 1"
+            )
+
+    def _check_on_policy(self) -> None:
+        if not 0.0 <= self.on_policy <= 1.0:
+            raise ValueError(f"distill.on_policy={self.on_policy}: a probability, in [0, 1]")
+        if self.on_policy_tokens < 1 or self.on_policy_temperature <= 0:
+            raise ValueError(
+                f"distill.on_policy_tokens={self.on_policy_tokens} must be >= 1 and "
+                f"distill.on_policy_temperature={self.on_policy_temperature} positive"
+            )
+        if self.on_policy > 0 and self.teacher_cache is not None:
+            raise ValueError(
+                "distill.on_policy scores the student's own completions, which no teacher cache "
+                "holds: drop distill.teacher_cache (the teacher must run)"
             )
 
     def _check_cached(self) -> None:

@@ -165,7 +165,13 @@ def test_packed_blocks_keep_labels_and_truncation_is_reported(tmp_path) -> None:
         none_left.setup()
 
 
-def test_a_chat_run_trains_on_the_answers(tmp_path) -> None:
+@pytest.mark.parametrize(
+    "objective",
+    [["distill.features=uniform"], ["distill.on_policy=0.5", "distill.on_policy_tokens=8"]],
+    ids=["features", "on_policy"],
+)
+def test_a_chat_run_trains_on_the_answers(tmp_path, objective) -> None:
+    """Through run.py: the dataset's answers (with feature matching), and mixed on-policy KD."""
     rows = write_rows(tmp_path / "c.jsonl", conversations(40))
     template = tmp_path / "chatml.jinja"
     template.write_text(CHATML)
@@ -176,7 +182,7 @@ def test_a_chat_run_trains_on_the_answers(tmp_path) -> None:
         f"data.files=[{rows}]",
         f"data.chat_template={template}",
         "data.block_size=160",
-        "distill.features=uniform",
+        *objective,
         f"hydra.run.dir={run_dir}",
     )
     assert result.returncode == 0, result.stderr[-3000:]

@@ -1,0 +1,156 @@
+"""On-policy and mixed KD (GKD, Agarwal et al. 2024): micro-batches of the student's own answers.
+
+With ``distill.on_policy=λ``, a training micro-batch is, with probability λ, replaced by the
+student's completions of its prompts before the step runs: each row's prompt is its tokens before
+its first scored label (the first answer token, as ``data=chat`` labels them); the student samples
+a completion (eval mode, no graph, KV cache, ``distill.on_policy_temperature``, at most
+``distill.on_policy_tokens`` tokens, cut after its end-of-sequence token); the new row is prompt +
+completion, labelled on the completion only. The step then scores it under both models with the
+configured divergence, exactly as a dataset batch: the completions' token counts go into the same
+token sums, so the window's mean over variable-length completions is exact (``accumulation.py``).
+
+Generation runs outside the step's capture arming, so the capture lifecycle never sees its
+forwards; eval mode turns activation checkpointing off for it. Which micro-batches are sampled and
+what is sampled come from ``seed`` and the micro-batch's ``draw`` number (the optimizer step and
+batch index under Lightning), so a resumed run samples what the uninterrupted one would have.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from lightning_kd.losses.logits import IGNORE_INDEX
+
+
+@dataclass(frozen=True)
+class OnPolicy:
+    """How often and how the student's own completions replace a micro-batch's answers."""
+
+    fraction: float
+    max_new_tokens: int
+    temperature: float
+    seed: int
+    eos_token_id: int | None
+    pad_token_id: int
+
+    def chooses(self, draw: int) -> bool:
+        """Whether micro-batch ``draw`` is sampled: a Bernoulli(λ) draw of its own."""
+        if self.fraction >= 1 or self.fraction <= 0:
+            return self.fraction >= 1
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + draw)
+        return bool(torch.rand((), generator=generator) < self.fraction)
+
+    def replace(self, student: nn.Module, batch: dict[str, Tensor], draw: int) -> dict:
+        """``batch``, or the student's completions of its prompts if ``draw`` is chosen."""
+        return self.sample(student, batch, draw) if self.chooses(draw) else batch
+
+    @torch.no_grad()
+    def sample(self, student: nn.Module, batch: dict[str, Tensor], draw: int) -> dict[str, Tensor]:
+        """``batch`` with each answer replaced by the student's completion of its prompt."""
+        prompts = prompt_tokens(batch)
+        left = left_padded(prompts, self.pad_token_id, batch["input_ids"].device)
+        was_training = student.training
+        student.eval()
+        try:
+            with torch.random.fork_rng(devices=device_list(left["input_ids"])):
+                torch.manual_seed(self.seed * 1_000_003 + draw)
+                output = student.generate(
+                    **left,
+                    max_new_tokens=self.max_new_tokens,
+                    do_sample=True,
+                    temperature=self.temperature,
+                    top_k=0,
+                    top_p=1.0,
+                    use_cache=True,
+                    eos_token_id=self.eos_token_id,
+                    pad_token_id=self.pad_token_id,
+                )
+        finally:
+            student.train(was_training)
+        width = left["input_ids"].shape[1]
+        completions = [self.until_eos(row[width:]) for row in output]
+        return completions_batch(prompts, completions, self.pad_token_id)
+
+    def until_eos(self, tokens: Tensor) -> Tensor:
+        """A completion up to and including its first end-of-sequence token."""
+        if self.eos_token_id is None:
+            return tokens
+        ends = (tokens == self.eos_token_id).nonzero()
+        return tokens if len(ends) == 0 else tokens[: int(ends[0]) + 1]
+
+
+def device_list(tensor: Tensor) -> list[int]:
+    """The CUDA device whose RNG ``fork_rng`` must also save, if ``tensor`` is on one."""
+    return [tensor.device.index or 0] if tensor.is_cuda else []
+
+
+def prompt_tokens(batch: dict[str, Tensor]) -> list[Tensor]:
+    """Each row's prompt: its attended tokens before the first scored label (all of them for a
+    row without one)."""
+    prompts = []
+    for ids, labels, mask in zip(
+        batch["input_ids"], batch["labels"], batch["attention_mask"], strict=True
+    ):
+        length = int(mask.sum())
+        scored = (labels[:length] != IGNORE_INDEX).nonzero()
+        end = int(scored[0]) if len(scored) else length
+        if end == 0:
+            raise ValueError(
+                "distill.on_policy: a row is scored from its first token, so it has no prompt to "
+                "complete; on-policy KD needs prompts (data=chat labels the answers only)"
+            )
+        prompts.append(ids[:end])
+    return prompts
+
+
+def left_padded(prompts: list[Tensor], pad_id: int, device: torch.device) -> dict[str, Tensor]:
+    """Prompts right-aligned (generation continues every row from its last token)."""
+    width = max(len(prompt) for prompt in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long, device=device)
+    mask = torch.zeros_like(ids)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt) :] = prompt
+        mask[row, width - len(prompt) :] = 1
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def completions_batch(
+    prompts: list[Tensor], completions: list[Tensor], pad_id: int
+) -> dict[str, Tensor]:
+    """Prompt + completion rows, right-padded; labelled on the completions only."""
+    rows = [torch.cat([p, c]) for p, c in zip(prompts, completions, strict=True)]
+    width = max(len(row) for row in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long, device=rows[0].device)
+    mask, labels = torch.zeros_like(ids), torch.full_like(ids, IGNORE_INDEX)
+    for index, (prompt, row) in enumerate(zip(prompts, rows, strict=True)):
+        ids[index, : len(row)] = row
+        mask[index, : len(row)] = 1
+        labels[index, len(prompt) : len(row)] = row[len(prompt) :]
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def on_policy_for(distill, student: nn.Module, task: str) -> OnPolicy | None:
+    """The ``distill.on_policy`` sampler of ``student`` (None at λ = 0): its end-of-sequence
+    token ends a completion, its padding token (else that end token) pads the prompts."""
+    if distill.on_policy == 0:
+        return None
+    if task != "causal_lm":
+        raise ValueError(f"distill.on_policy samples completions: a causal LM's, not a {task}'s")
+    config = student.generation_config if hasattr(student, "generation_config") else None
+    eos = getattr(config, "eos_token_id", None) or student.config.eos_token_id
+    eos = eos[0] if isinstance(eos, list | tuple) else eos
+    pad = getattr(config, "pad_token_id", None) or student.config.pad_token_id
+    pad = eos if pad is None else pad
+    if pad is None:
+        raise ValueError("distill.on_policy: the student has no pad or end-of-sequence token")
+    return OnPolicy(
+        distill.on_policy,
+        distill.on_policy_tokens,
+        distill.on_policy_temperature,
+        distill.on_policy_seed,
+        eos,
+        pad,
+    )
