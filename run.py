@@ -29,6 +29,7 @@ from lightning_kd.finite import check_finite_model, strict_json
 from lightning_kd.importance import choose_layers
 from lightning_kd.launch import build, resolve_auto_precision
 from lightning_kd.rundir import claim_run_dir, resume_command
+from lightning_kd.samples import samples_markdown
 from lightning_kd.saving import RunInterrupted, stop_report
 from lightning_kd.summary import RunSummary
 
@@ -78,7 +79,9 @@ def distill(cfg: DictConfig, ckpt_path: Path | None = None) -> RunSummary:
     if trainer.is_global_zero:
         strict = json.dumps(strict_json(summary.as_dict()), indent=2, allow_nan=False)
         (output_dir / "summary.json").write_text(strict)
-        (output_dir / "summary.md").write_text(summary.markdown() + "\n")
+        samples = samples_markdown(output_dir)  # +callbacks=samples: the last completions
+        extra = f"\n{samples}\n" if samples else ""
+        (output_dir / "summary.md").write_text(summary.markdown() + "\n" + extra)
         print("\n" + summary.markdown())
         print(f"\nrun directory: {output_dir}")
     return summary

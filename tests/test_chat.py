@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -167,7 +168,16 @@ def test_packed_blocks_keep_labels_and_truncation_is_reported(tmp_path) -> None:
 
 @pytest.mark.parametrize(
     "objective",
-    [["distill.features=uniform"], ["distill.on_policy=0.5", "distill.on_policy_tokens=8"]],
+    [
+        ["distill.features=uniform"],
+        [
+            "distill.on_policy=0.5",
+            "distill.on_policy_tokens=8",
+            "+callbacks=samples",
+            "callbacks.samples.every=3",
+            "callbacks.samples.max_new_tokens=4",
+        ],
+    ],
     ids=["features", "on_policy"],
 )
 def test_a_chat_run_trains_on_the_answers(tmp_path, objective) -> None:
@@ -188,6 +198,13 @@ def test_a_chat_run_trains_on_the_answers(tmp_path, objective) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 6 and summary["after"]["val/ppl"] > 1
+    if "+callbacks=samples" in objective:  # both models' completions at steps 3 and 6
+        with open(run_dir / "samples.csv", newline="") as handle:
+            rows = list(csv.DictReader(handle))
+        steps = [row["step"] for row in rows]  # 3 prompts, or all 2 validation examples
+        assert set(steps) == {"3", "6"} and steps.count("3") == steps.count("6") == 2
+        assert all(row["prompt"].endswith("<|im_start|>assistant\n") for row in rows)
+        assert "Completions at step 6" in (run_dir / "summary.md").read_text()
 
 
 def test_a_teacher_cache_of_chat_data_is_refused_by_name(tmp_path) -> None:
