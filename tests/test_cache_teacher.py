@@ -130,6 +130,7 @@ def test_an_unchunked_run_from_a_cache_is_refused(tmp_path) -> None:
         DistillConfig(teacher_cache=str(tmp_path), chunked=False)
 
 
+@pytest.mark.slow  # 45 s of CLI runs; the in-process feature tests above cover it by default
 def test_the_command_line_writes_features_and_trains_from_them(corpus, tmp_path: Path) -> None:
     """``python -m lightning_kd.cache cache.features=true`` stores the mapped teacher layers;
     ``python run.py distill.teacher_cache=`` trains from them with no teacher; a run mapping
