@@ -52,6 +52,12 @@ class OnPolicy:
         """``batch`` with each answer replaced by the student's completion of its prompt."""
         prompts = prompt_tokens(batch)
         left = left_padded(prompts, self.pad_token_id, batch["input_ids"].device)
+        room = positions(student) - left["input_ids"].shape[1]
+        if room < 1:
+            raise ValueError(
+                f"distill.on_policy: a prompt of {left['input_ids'].shape[1]} tokens leaves the "
+                "student no position to generate in; lower data.block_size"
+            )
         was_training = student.training
         student.eval()
         try:
@@ -59,7 +65,7 @@ class OnPolicy:
                 torch.manual_seed(self.seed * 1_000_003 + draw)
                 output = student.generate(
                     **left,
-                    max_new_tokens=self.max_new_tokens,
+                    max_new_tokens=min(self.max_new_tokens, room),
                     do_sample=True,
                     temperature=self.temperature,
                     top_k=0,
@@ -80,6 +86,12 @@ class OnPolicy:
             return tokens
         ends = (tokens == self.eos_token_id).nonzero()
         return tokens if len(ends) == 0 else tokens[: int(ends[0]) + 1]
+
+
+def positions(model: nn.Module) -> int:
+    """The longest sequence ``model`` takes (prompt + completion must fit)."""
+    config = model.config
+    return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", 0)
 
 
 def device_list(tensor: Tensor) -> list[int]:

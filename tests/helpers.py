@@ -63,3 +63,21 @@ class KillDuringCheckpointWrite(Callback):
                 os.kill(os.getpid(), signal.SIGKILL)
 
             checkpoints.os.fsync = crash
+
+
+class FixedCompletions(Callback):
+    """Stands in for the student's sampler under ``distill.on_policy``: each prompt's completion
+    is a function of the prompt alone (its last tokens reversed, 1 to 6 of them), so one process
+    and two ranks see the same completions — of different lengths — whatever the batches."""
+
+    def on_fit_start(self, trainer, module) -> None:
+        module.distiller.on_policy = _PromptFunction()
+
+
+class _PromptFunction:
+    def replace(self, student, batch, draw):
+        from lightning_kd.on_policy import completions_batch, prompt_tokens
+
+        prompts = prompt_tokens(batch)
+        completions = [p.flip(0)[: 1 + int(p.sum()) % 6] for p in prompts]
+        return completions_batch(prompts, completions, pad_id=0)

@@ -104,3 +104,60 @@ def test_two_ranks_equal_one_process_over_the_same_global_batches(
     assert bool(projectors) == (student == [NARROW_STUDENT])
     for key in projectors:
         torch.testing.assert_close(ranks_state[key], single_state[key], rtol=1e-9, atol=1e-12)
+
+
+def chats(path: Path, count: int = 120) -> Path:
+    """Chat rows with prompts of very different lengths."""
+    rng = random.Random(1)
+    with path.open("w") as handle:
+        for i in range(count):
+            prompt = " ".join(
+                rng.choice(["why", "a", "rank", "token"]) for _ in range(rng.randint(1, 9))
+            )
+            handle.write(json.dumps({"prompt": prompt, "completion": f"answer {i}"}) + "\n")
+    return path
+
+
+@pytest.mark.slow
+def test_on_policy_completions_of_different_lengths_on_two_ranks_equal_one_process(
+    tmp_path: Path,
+) -> None:
+    """distill.on_policy=1: every micro-batch is replaced by completions (a function of each
+    prompt, so both layouts see the same ones) of 1 to 6 tokens. Their token counts differ per
+    row, per rank and per micro-batch of the accumulation window; the trained student must be the
+    one process's (fp64)."""
+    template = tmp_path / "turns.jinja"  # short headers: rows fit the tiny GPT-2's 128 positions
+    template.write_text(
+        "{% for m in messages %}{{ m['role'][0] + ':' + m['content'] + '|' }}{% endfor %}"
+        "{% if add_generation_prompt %}a:{% endif %}"
+    )
+    data = chats(tmp_path / "chats.jsonl")
+    shared = [
+        "debug=smoke",
+        "teacher=tiny_gpt2",
+        "teacher.dtype=float64",
+        "student.dtype=float64",
+        "data=chat",
+        f"data.files=[{data}]",
+        f"data.chat_template={template}",
+        "data.block_size=96",
+        "trainer.max_steps=3",
+        "trainer.accumulate_grad_batches=3",
+        "trainer.gradient_clip_val=null",
+        "distill.on_policy=1.0",
+        "+callbacks.fixed={_target_: tests.helpers.FixedCompletions}",
+        "validate_before=false",
+    ]
+    one, two = tmp_path / "one", tmp_path / "two"
+    result = run_cli(*shared, "data.batch_size=4", f"hydra.run.dir={one}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    ranks = ["strategy=ddp", "trainer.devices=2", "data.batch_size=2"]
+    result = run_cli(*shared, *ranks, f"hydra.run.dir={two}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary_one = json.loads((one / "summary.json").read_text())
+    summary_two = json.loads((two / "summary.json").read_text())
+    assert summary_one["train_tokens"] == summary_two["train_tokens"] > 0
+    single = load_file(one / "student" / "model.safetensors")
+    both = load_file(two / "student" / "model.safetensors")
+    for key, value in single.items():
+        torch.testing.assert_close(both[key], value, rtol=1e-9, atol=1e-12, msg=key)
