@@ -132,8 +132,11 @@ def complete(
         tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True)
         for m in prompts
     ]
-    tokenizer.padding_side = "left"  # new tokens follow every prompt's last token
-    inputs = tokenizer(texts, add_special_tokens=False, padding=True, return_tensors="pt")
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"  # new tokens follow each prompt
+    try:
+        inputs = tokenizer(texts, add_special_tokens=False, padding=True, return_tensors="pt")
+    finally:
+        tokenizer.padding_side = side
     inputs = inputs.to(teacher.device)
     torch.manual_seed(seed)
     sampling = {"temperature": spec.temperature, "top_p": spec.top_p} if spec.do_sample else {}
