@@ -77,14 +77,20 @@ def row_messages(record: dict, where: str, fields: ChatFields) -> list[dict[str,
             f"{fields.completion!r}; set data.messages_field (or data.prompt_field and "
             "data.completion_field) to the keys holding the conversation"
         )
-    if not isinstance(messages, list) or not all(is_message(m) for m in messages):
-        raise ValueError(
-            f"{where}: a conversation is a list of {{'role': str, 'content': str}} messages"
-        )
+    messages = checked_messages(messages, where)
     if not any(message["role"] == "assistant" for message in messages):
         raise ValueError(
             f"{where} has no assistant turn, so nothing in it would be scored; give each row "
             "the answer to learn (a message with role 'assistant', or a completion)"
+        )
+    return messages
+
+
+def checked_messages(messages: Any, where: str) -> list[dict[str, str]]:
+    """``messages`` as plain ``{role, content}`` dicts, refused unless each is one."""
+    if not isinstance(messages, list) or not all(is_message(m) for m in messages):
+        raise ValueError(
+            f"{where}: a conversation is a list of {{'role': str, 'content': str}} messages"
         )
     return [{"role": m["role"], "content": m["content"]} for m in messages]
 

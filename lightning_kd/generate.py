@@ -31,7 +31,7 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from lightning_kd.chat import ChatFields, as_messages, is_message, template_text
+from lightning_kd.chat import ChatFields, as_messages, checked_messages, template_text
 from lightning_kd.reading import read_records
 
 OUTPUT_NAME = "completions.jsonl"
@@ -78,15 +78,12 @@ def prompt_messages(record: dict, where: str, fields: ChatFields) -> list[dict[s
             f"{where} has neither {fields.prompt!r} nor {fields.messages!r}: a prompt row holds "
             "the prompt (a string or messages) under one of them"
         )
-    if not isinstance(messages, list) or not all(is_message(m) for m in messages):
-        raise ValueError(
-            f"{where}: a conversation is a list of {{'role': str, 'content': str}} messages"
-        )
+    messages = checked_messages(messages, where)
     while messages and messages[-1]["role"] == "assistant":
         messages = messages[:-1]
     if not messages:
         raise ValueError(f"{where}: nothing but assistant turns; there is no prompt to answer")
-    return [{"role": m["role"], "content": m["content"]} for m in messages]
+    return messages
 
 
 def read_prompts(path: Path, fields: ChatFields) -> list[tuple[int, list[dict]]]:

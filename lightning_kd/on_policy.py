@@ -58,26 +58,20 @@ class OnPolicy:
                 f"distill.on_policy: a prompt of {left['input_ids'].shape[1]} tokens leaves the "
                 "student no position to generate in; lower data.block_size"
             )
-        was_training = student.training
-        student.eval()
-        try:
-            with torch.random.fork_rng(devices=device_list(left["input_ids"])):
-                torch.manual_seed(self.seed * 1_000_003 + draw)
-                output = student.generate(
-                    **left,
-                    max_new_tokens=min(self.max_new_tokens, room),
-                    do_sample=True,
-                    temperature=self.temperature,
-                    top_k=0,
-                    top_p=1.0,
-                    use_cache=True,
-                    eos_token_id=self.eos_token_id,
-                    pad_token_id=self.pad_token_id,
-                )
-        finally:
-            student.train(was_training)
-        width = left["input_ids"].shape[1]
-        completions = [self.until_eos(row[width:]) for row in output]
+        with torch.random.fork_rng(devices=device_list(left["input_ids"])):
+            torch.manual_seed(self.seed * 1_000_003 + draw)
+            new = generate_in_eval(
+                student,
+                left,
+                max_new_tokens=min(self.max_new_tokens, room),
+                do_sample=True,
+                temperature=self.temperature,
+                top_k=0,
+                top_p=1.0,
+                eos_token_id=self.eos_token_id,
+                pad_token_id=self.pad_token_id,
+            )
+        completions = [self.until_eos(row) for row in new]
         return completions_batch(prompts, completions, self.pad_token_id)
 
     def until_eos(self, tokens: Tensor) -> Tensor:
@@ -86,6 +80,19 @@ class OnPolicy:
             return tokens
         ends = (tokens == self.eos_token_id).nonzero()
         return tokens if len(ends) == 0 else tokens[: int(ends[0]) + 1]
+
+
+@torch.no_grad()
+def generate_in_eval(model: nn.Module, left: dict[str, Tensor], **options) -> Tensor:
+    """The tokens ``model`` generates after the left-padded prompts ``left``, in eval mode (no
+    dropout, no activation checkpointing), with the KV cache and no graph; its mode restored."""
+    was_training = model.training
+    model.eval()
+    try:
+        output = model.generate(**left, use_cache=True, **options)
+    finally:
+        model.train(was_training)
+    return output[:, left["input_ids"].shape[1] :]
 
 
 def positions(model: nn.Module) -> int:

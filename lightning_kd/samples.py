@@ -14,10 +14,9 @@ import csv
 from pathlib import Path
 
 import lightning as L
-import torch
 from torch import Tensor, nn
 
-from lightning_kd.on_policy import left_padded, prompt_tokens
+from lightning_kd.on_policy import generate_in_eval, left_padded, prompt_tokens
 
 SAMPLES_NAME = "samples.csv"
 FIELDS = ("step", "prompt", "student", "teacher")
@@ -73,25 +72,13 @@ class CompletionSamples(L.Callback):
         except ValueError:  # text blocks are scored from their first token: cut a prefix
             return [row[: self.text_prompt] for row in batch["input_ids"]]
 
-    @torch.no_grad()
     def complete(self, model: nn.Module, prompts: list[Tensor], tokenizer) -> list[str]:
         """``model``'s greedy completions of ``prompts``, decoded (its mode restored)."""
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         device = next(model.parameters()).device
         left = left_padded([p.to(device) for p in prompts], pad, device)
-        was_training = model.training
-        model.eval()
-        try:
-            output = model.generate(
-                **left,
-                max_new_tokens=self.max_new_tokens,
-                do_sample=False,
-                use_cache=True,
-                pad_token_id=pad,
-            )
-        finally:
-            model.train(was_training)
-        new = output[:, left["input_ids"].shape[1] :]
+        options = {"max_new_tokens": self.max_new_tokens, "do_sample": False, "pad_token_id": pad}
+        new = generate_in_eval(model, left, **options)
         return tokenizer.batch_decode(new, skip_special_tokens=True)
 
 
