@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from importlib.util import find_spec
 from typing import Any
 
-from lightning_kd.quantize import backend_errors
+from lightning_kd.quantize import STRATEGIES, backend_errors
 
 _ABSENT = object()
 
@@ -243,21 +243,21 @@ def _quantize_errors(cfg: Mapping) -> list[str]:
     mode = lookup(cfg, "teacher.quantize")
     if mode is _ABSENT or mode is None:
         return []
+    accelerator = lookup(cfg, "trainer.accelerator")
+    accelerator = None if accelerator is _ABSENT else accelerator
+    return backend_errors(mode, accelerator, _strategy_target(cfg))
+
+
+def _strategy_target(cfg: Mapping) -> str | None:
+    """``trainer.strategy``'s name or ``_target_`` (None when unset)."""
     strategy = lookup(cfg, "trainer.strategy")
     if isinstance(strategy, Mapping):
         strategy = strategy.get("_target_")
-    accelerator = lookup(cfg, "trainer.accelerator")
-    return backend_errors(
-        mode,
-        None if accelerator is _ABSENT else accelerator,
-        None if strategy is _ABSENT else strategy,
-    )
+    return None if strategy is _ABSENT else strategy
 
 
 def _on_policy_errors(cfg: Mapping) -> list[str]:
-    strategy = lookup(cfg, "trainer.strategy")
-    name = str(strategy.get("_target_") if isinstance(strategy, Mapping) else strategy).lower()
-    sharded = "fsdp" in name or "deepspeed" in name
+    sharded = any(kind in str(_strategy_target(cfg)).lower() for kind in STRATEGIES)
     fraction = lookup(cfg, "distill.on_policy")
     if not (sharded and isinstance(fraction, int | float) and fraction > 0):
         return []
