@@ -169,15 +169,13 @@ def pack_chats(examples: list[ChatExample], block_size: int) -> list[ChatExample
     return [joined.cut(i * block_size, (i + 1) * block_size) for i in range(count)]
 
 
-def template_text(value: str) -> str:
-    """``data.chat_template``: a Jinja template itself, or the file holding one."""
+def template_text(value: str, key: str = "data.chat_template") -> str:
+    """A chat template setting (``key``): a Jinja template itself, or the file holding one."""
     if "{{" in value or "{%" in value:
         return value
     path = Path(value).expanduser()
     if not path.is_file():
-        raise FileNotFoundError(
-            f"data.chat_template={value!r} is neither a Jinja template nor a file"
-        )
+        raise FileNotFoundError(f"{key}={value!r} is neither a Jinja template nor a file")
     return path.read_text()
 
 

@@ -32,6 +32,7 @@ from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lightning_kd.chat import ChatFields, as_messages, checked_messages, template_text
+from lightning_kd.on_policy import generate_in_eval
 from lightning_kd.reading import read_records
 
 OUTPUT_NAME = "completions.jsonl"
@@ -116,7 +117,6 @@ def completed_rows(out: Path, prompts: list[tuple[int, list[dict]]]) -> int:
     return len(rows)
 
 
-@torch.no_grad()
 def complete(
     teacher: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -134,18 +134,16 @@ def complete(
         inputs = tokenizer(texts, add_special_tokens=False, padding=True, return_tensors="pt")
     finally:
         tokenizer.padding_side = side
-    inputs = inputs.to(teacher.device)
     torch.manual_seed(seed)
     sampling = {"temperature": spec.temperature, "top_p": spec.top_p} if spec.do_sample else {}
-    output = teacher.generate(
-        **inputs,
+    new = generate_in_eval(
+        teacher,
+        dict(inputs.to(teacher.device)),
         max_new_tokens=spec.max_new_tokens,
         do_sample=spec.do_sample,
-        use_cache=True,
         pad_token_id=tokenizer.pad_token_id,
         **sampling,
     )
-    new = output[:, inputs["input_ids"].shape[1] :]
     return tokenizer.batch_decode(new, skip_special_tokens=True)
 
 
@@ -155,7 +153,7 @@ def generate(cfg: DictConfig, teacher: PreTrainedModel, tokenizer: PreTrainedTok
     if spec.prompts is None:
         raise ValueError("set generate.prompts=FILE.jsonl (rows with 'prompt' or 'messages')")
     if spec.chat_template is not None:
-        tokenizer.chat_template = template_text(spec.chat_template)
+        tokenizer.chat_template = template_text(spec.chat_template, "generate.chat_template")
     if tokenizer.chat_template is None:
         raise ValueError("the tokenizer has no chat template; set generate.chat_template")
     fields = ChatFields()

@@ -101,6 +101,10 @@ def test_prompt_rows_and_settings_are_checked(teacher, tmp_path) -> None:
         prompt_messages({"messages": answered["messages"][1:]}, "r", fields)
     with pytest.raises(FileNotFoundError, match=r"generate.prompts='.*none.jsonl' is not a file"):
         generate(config(tmp_path, tmp_path / "none.jsonl"), teacher, tokenizer())
+    prompts = write_prompts(tmp_path / "p.jsonl", 1)
+    missing = config(tmp_path, prompts, "generate.chat_template=none.jinja")
+    with pytest.raises(FileNotFoundError, match=r"generate.chat_template='none.jinja' is neither"):
+        generate(missing, teacher, tokenizer())
     with pytest.raises(ValueError, match=r"set generate.prompts=FILE.jsonl"):
         generate(compose_config(["debug=smoke"], output_dir=tmp_path), teacher, tokenizer())
     with pytest.raises(ValueError, match=r"generate.temperature=0.0 must be positive"):
