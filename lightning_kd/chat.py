@@ -29,9 +29,11 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
+from lightning_kd.conversations import ChatFields, prompt_key, row_messages
 from lightning_kd.data import TextDataModule, Unscored
 from lightning_kd.losses.logits import IGNORE_INDEX
 from lightning_kd.reading import read_records
+from lightning_kd.teacher_answers import teacher_answered
 
 
 @dataclass(frozen=True)
@@ -54,62 +56,12 @@ class ChatExample:
 
 
 @dataclass(frozen=True)
-class ChatFields:
-    """The keys a row's conversation is read from."""
+class Conversation:
+    """A row's conversation: where it was read (``file:line``), its messages, its tokens."""
 
-    messages: str = "messages"
-    prompt: str = "prompt"
-    completion: str = "completion"
-
-
-def row_messages(record: dict, where: str, fields: ChatFields) -> list[dict[str, str]]:
-    """The conversation of one row, checked: role/content strings, at least one assistant turn."""
-    if fields.messages in record:
-        messages = record[fields.messages]
-    elif fields.prompt in record and fields.completion in record:
-        messages = [
-            *as_messages(record[fields.prompt], "user", where),
-            *as_messages(record[fields.completion], "assistant", where),
-        ]
-    else:
-        raise ValueError(
-            f"{where} has neither {fields.messages!r} nor {fields.prompt!r} and "
-            f"{fields.completion!r}; set data.messages_field (or data.prompt_field and "
-            "data.completion_field) to the keys holding the conversation"
-        )
-    messages = checked_messages(messages, where)
-    if not any(message["role"] == "assistant" for message in messages):
-        raise ValueError(
-            f"{where} has no assistant turn, so nothing in it would be scored; give each row "
-            "the answer to learn (a message with role 'assistant', or a completion)"
-        )
-    return messages
-
-
-def checked_messages(messages: Any, where: str) -> list[dict[str, str]]:
-    """``messages`` as plain ``{role, content}`` dicts, refused unless each is one."""
-    if not isinstance(messages, list) or not all(is_message(m) for m in messages):
-        raise ValueError(
-            f"{where}: a conversation is a list of {{'role': str, 'content': str}} messages"
-        )
-    return [{"role": m["role"], "content": m["content"]} for m in messages]
-
-
-def as_messages(value: Any, role: str, where: str) -> list[Any]:
-    """A prompt or completion: a string is one ``role`` message, a list is messages already."""
-    if isinstance(value, str):
-        return [{"role": role, "content": value}]
-    if isinstance(value, list):
-        return value
-    raise ValueError(f"{where}: a prompt or completion is a string or a list of messages")
-
-
-def is_message(message: Any) -> bool:
-    return (
-        isinstance(message, dict)
-        and isinstance(message.get("role"), str)
-        and isinstance(message.get("content"), str)
-    )
+    where: str
+    messages: list[dict[str, str]]
+    example: ChatExample
 
 
 def render(tokenizer: PreTrainedTokenizerBase, messages: list[dict], where: str, **kw) -> str:
@@ -191,6 +143,7 @@ class ChatDataModule(TextDataModule):
         completion_field: str = "completion",
         chat_template: str | None = None,
         pack: bool = False,
+        teacher_answers: str | None = None,
         **text: Any,
     ) -> None:
         if files is None:
@@ -209,35 +162,57 @@ class ChatDataModule(TextDataModule):
                 "data.chat_template to one (a Jinja string or a file), or use data=text"
             )
         self.fields = ChatFields(messages_field, prompt_field, completion_field)
+        self.teacher_answers = None if teacher_answers is None else Path(teacher_answers)
 
     def setup(self, stage: str | None = None) -> None:
         """Read, render and split the conversations, then pack or truncate each split."""
         if self.train_examples:
             return
-        chats = self.read_chats()
-        if len(chats) < 2:
-            raise ValueError(
-                f"{len(chats)} conversation(s) in {[str(p) for p in self.files]}; one is needed "
-                "for training and one for validation"
-            )
-        order = torch.randperm(len(chats), generator=torch.Generator().manual_seed(self.seed))
-        val_count = min(max(1, round(self.val_fraction * len(chats))), len(chats) - 1)
-        self.val_examples = self.layout([chats[i] for i in order[:val_count].tolist()], "val")
-        self.train_examples = self.layout([chats[i] for i in order[val_count:].tolist()], "train")
+        train, val = self.split()
+        if self.teacher_answers is not None:
+            train = self.answered_by_teacher(train)
+        self.val_examples = self.layout([c.example for c in val], "val")
+        self.train_examples = self.layout([c.example for c in train], "train")
 
-    def read_chats(self) -> list[ChatExample]:
+    def split(self) -> tuple[list[Conversation], list[Conversation]]:
+        """The training and the validation conversations. Split by prompt: conversations that
+        share a prompt fall on one side, so a held-out prompt is never trained on."""
+        chats = self.read_chats()
+        groups: dict[str, list[Conversation]] = {}
+        for chat in chats:
+            groups.setdefault(prompt_key(chat.messages), []).append(chat)
+        if len(groups) < 2:
+            raise ValueError(
+                f"{len(groups)} distinct prompt(s) in {[str(p) for p in self.files]}; one is "
+                "needed for training and one for validation"
+            )
+        ordered = list(groups.values())
+        order = torch.randperm(len(ordered), generator=torch.Generator().manual_seed(self.seed))
+        val_count = min(max(1, round(self.val_fraction * len(ordered))), len(ordered) - 1)
+        val = [chat for i in order[:val_count].tolist() for chat in ordered[i]]
+        train = [chat for i in order[val_count:].tolist() for chat in ordered[i]]
+        return train, val
+
+    def answered_by_teacher(self, chats: list[Conversation]) -> list[Conversation]:
+        """``chats`` with their last answer the teacher's, from ``data.teacher_answers``."""
+        answered = teacher_answered([c.messages for c in chats], self.teacher_answers)
+        return [
+            Conversation(c.where, m, encode_chat(self.tokenizer, m, c.where))
+            for c, m in zip(chats, answered, strict=True)
+        ]
+
+    def read_chats(self) -> list[Conversation]:
         """Every row of every file, encoded; repeated conversations once (none in both splits)."""
         chats, seen = [], set()
         for path in self.files:
             for number, record in read_records(path):
                 where = f"{path}:{number}"
-                example = encode_chat(
-                    self.tokenizer, row_messages(record, where, self.fields), where
-                )
+                messages = row_messages(record, where, self.fields)
+                example = encode_chat(self.tokenizer, messages, where)
                 key = tuple(example.tokens.tolist())
                 if key not in seen:
                     seen.add(key)
-                    chats.append(example)
+                    chats.append(Conversation(where, messages, example))
         return chats
 
     def layout(self, chats: list[ChatExample], split: str) -> list[ChatExample]:

@@ -1,6 +1,7 @@
 """Perplexity of saved models on text files: ``python -m lightning_kd.evaluate``.
 
     python -m lightning_kd.evaluate --files heldout.jsonl -- smollm2 runs/kd/student runs/ce/student
+    python -m lightning_kd.evaluate --prompts heldout.jsonl --teacher smollm2 -- runs/kd/student
 
 Each model (a ``save_pretrained`` directory, a Hugging Face id, or ``smollm2`` for the packaged
 teacher) scores the same text: the files are read as ``data.files`` reads them, tokenized with the
@@ -8,6 +9,10 @@ first model's tokenizer, joined with EOS and cut into ``--block-size`` blocks (t
 layout), and every block position that predicts a next token counts once. Prints a markdown table
 and, with ``--out``, writes it as JSON. Use it for text the run never trained on — another domain,
 to see how much of the teacher's language the student carries.
+
+``--prompts`` judges answers instead: each model's greedy completions of chat prompts, scored by
+``--teacher`` (its NLL of them, ROUGE-L to its own, the model's perplexity on its own;
+``lightning_kd/prompt_eval.py``).
 """
 
 from __future__ import annotations
@@ -61,21 +66,25 @@ def model_location(name: str) -> str:
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(prog="python -m lightning_kd.evaluate", description=__doc__)
     parser.add_argument("models", nargs="+", help="model directories, HF ids or smollm2")
-    parser.add_argument("--files", nargs="+", required=True, help="text as data.files takes it")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--files", nargs="+", help="text as data.files takes it: perplexity")
+    source.add_argument(
+        "--prompts", type=Path, help="prompt rows: answers judged by --teacher (prompt_eval.py)"
+    )
+    parser.add_argument("--teacher", help="with --prompts: the judge (a directory, or smollm2)")
+    parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--text-field", default="text")
     parser.add_argument("--block-size", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--out", type=Path, help="write the rows as JSON here")
     args = parser.parse_args(argv)
-    locations = [model_location(name) for name in args.models]
-    tokenizer = AutoTokenizer.from_pretrained(locations[0])
+    if args.prompts is not None:
+        return main_prompts(args, parser)
+    tokenizer = AutoTokenizer.from_pretrained(model_location(args.models[0]))
     blocks = blocks_of(args.files, tokenizer, args.block_size, args.text_field)
     rows = []
-    for name, location in zip(args.models, locations, strict=True):
-        other = AutoTokenizer.from_pretrained(location)
-        if other.get_vocab() != tokenizer.get_vocab():
-            raise ValueError(f"{name} has another tokenizer than {args.models[0]}: not comparable")
-        model = AutoModelForCausalLM.from_pretrained(location, dtype=torch.float32).eval()
+    for name in args.models:
+        model = load_model(name, tokenizer)
         ppl, tokens = perplexity(model, blocks, args.batch_size)
         rows.append({"model": name, "perplexity": ppl, "tokens": tokens})
         print(f"{name}: perplexity {ppl:.2f} over {tokens} tokens", flush=True)
@@ -84,6 +93,37 @@ def main(argv: list[str] | None = None) -> list[dict]:
         print(f"| {row['model']} | {row['perplexity']:.2f} |")
     if args.out is not None:
         args.out.write_text(json.dumps({"files": args.files, "rows": rows}, indent=2))
+    return rows
+
+
+def load_model(name: str, tokenizer=None):
+    """``name``'s causal LM in fp32, eval mode; refused if its tokenizer is not ``tokenizer``."""
+    location = model_location(name)
+    if tokenizer is not None:
+        other = AutoTokenizer.from_pretrained(location)
+        if other.get_vocab() != tokenizer.get_vocab():
+            raise ValueError(f"{name} has another tokenizer than the first model: not comparable")
+    return AutoModelForCausalLM.from_pretrained(location, dtype=torch.float32).eval()
+
+
+def main_prompts(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[dict]:
+    """``--prompts``: each model's greedy answers judged by ``--teacher`` (prompt_eval.py)."""
+    from lightning_kd.prompt_eval import evaluate_prompts, markdown, read_prompt_file
+
+    if args.teacher is None:
+        parser.error("--prompts needs --teacher: the model that judges the answers (smollm2)")
+    prompts = read_prompt_file(args.prompts)
+    tokenizer = AutoTokenizer.from_pretrained(model_location(args.teacher))
+    if tokenizer.chat_template is None:
+        raise ValueError(f"--teacher {args.teacher}'s tokenizer has no chat template")
+    teacher = load_model(args.teacher)
+    models = {name: load_model(name, tokenizer) for name in args.models}
+    rows = evaluate_prompts(
+        models, teacher, tokenizer, prompts, args.max_new_tokens, args.batch_size
+    )
+    print("\n" + markdown(rows))
+    if args.out is not None:
+        args.out.write_text(json.dumps({"prompts": str(args.prompts), "rows": rows}, indent=2))
     return rows
 
 

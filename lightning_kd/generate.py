@@ -2,6 +2,8 @@
 
     python -m lightning_kd.generate generate.prompts=prompts.jsonl hydra.run.dir=gen
     python run.py data=chat 'data.files=[gen/completions.jsonl]'      # train on them
+    python -m lightning_kd.generate experiment=instruct generate.prompts=train_split \
+        hydra.run.dir=runs/instruct_teacher                           # experiment=instruct_seqkd
 
 Sequence-level KD (Kim & Rush, 2016) trains the student on the teacher's own outputs. This writes
 them: each prompt row (``prompt`` as a string or messages, or ``messages`` whose trailing assistant
@@ -10,6 +12,11 @@ prompt, completed by the teacher (greedy, or sampled with ``generate.temperature
 ``generate.top_p``; ``generate.max_new_tokens``; batches of ``generate.batch_size``, left-padded,
 with the KV cache), and written as a chat row, ``{"messages": [...prompt, {"role": "assistant",
 "content": completion}], "prompt_line": n}``, that ``data=chat`` reads back.
+
+``generate.prompts=train_split`` (or ``val_split``) takes the prompts of that split of the config's
+``data=chat`` conversations, split as a run splits them: sequence-level KD then trains on the
+teacher's answers to the training prompts alone (``data.teacher_answers``), and the held-out
+prompts stay held out.
 
 Resumable: rows are appended and flushed a batch at a time, and a rerun into the same directory
 continues after the last complete row (a half-written last row is dropped), checking that the rows
@@ -31,11 +38,14 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from lightning_kd.chat import ChatFields, as_messages, checked_messages, template_text
+from lightning_kd.chat import ChatDataModule, template_text
+from lightning_kd.conversations import ChatFields, as_messages, checked_messages, prompt_of
 from lightning_kd.on_policy import generate_in_eval
 from lightning_kd.reading import read_records
 
 OUTPUT_NAME = "completions.jsonl"
+SPLITS = {"train_split": "train", "val_split": "val"}
+"""``generate.prompts`` values naming a split of the run's ``data=chat`` conversations."""
 
 
 @dataclass
@@ -43,7 +53,8 @@ class GenerateSpec:
     """The ``generate`` config group: what ``python -m lightning_kd.generate`` writes."""
 
     prompts: str | None = None
-    """A .jsonl of prompt rows (``prompt``, or ``messages``); required."""
+    """A .jsonl of prompt rows (``prompt``, or ``messages``), or ``train_split`` / ``val_split``:
+    the prompts of that split of the config's ``data=chat`` conversations; required."""
     max_new_tokens: int = 256
     """Tokens generated at most per completion (fewer where the teacher ends its turn)."""
     do_sample: bool = False
@@ -79,9 +90,7 @@ def prompt_messages(record: dict, where: str, fields: ChatFields) -> list[dict[s
             f"{where} has neither {fields.prompt!r} nor {fields.messages!r}: a prompt row holds "
             "the prompt (a string or messages) under one of them"
         )
-    messages = checked_messages(messages, where)
-    while messages and messages[-1]["role"] == "assistant":
-        messages = messages[:-1]
+    messages = prompt_of(checked_messages(messages, where))
     if not messages:
         raise ValueError(f"{where}: nothing but assistant turns; there is no prompt to answer")
     return messages
@@ -95,6 +104,19 @@ def read_prompts(path: Path, fields: ChatFields) -> list[tuple[int, list[dict]]]
         (number, prompt_messages(record, f"{path}:{number}", fields))
         for number, record in read_records(path)
     ]
+
+
+def split_prompts(cfg: DictConfig, tokenizer, split: str) -> list[tuple[str, list[dict]]]:
+    """``(file:line, prompt messages)`` of the ``data=chat`` split ``split`` ("train"/"val"),
+    split as a run with the same data settings splits it."""
+    data = instantiate(cfg.data, tokenizer=tokenizer, _convert_="all")
+    if not isinstance(data, ChatDataModule):
+        raise ValueError(
+            f"generate.prompts={split}_split reads the prompts of data=chat's {split} split; this "
+            "config's data is not chat data: add data=chat (or experiment=instruct) and its files"
+        )
+    train, val = data.split()
+    return [(c.where, prompt_of(c.messages)) for c in (train if split == "train" else val)]
 
 
 def completed_rows(out: Path, prompts: list[tuple[int, list[dict]]]) -> int:
@@ -151,13 +173,18 @@ def generate(cfg: DictConfig, teacher: PreTrainedModel, tokenizer: PreTrainedTok
     """Write (or finish writing) ``output_dir/completions.jsonl`` for ``cfg.generate``."""
     spec = instantiate(cfg.generate, _convert_="all")
     if spec.prompts is None:
-        raise ValueError("set generate.prompts=FILE.jsonl (rows with 'prompt' or 'messages')")
+        raise ValueError(
+            "set generate.prompts=FILE.jsonl (rows with 'prompt' or 'messages'), or "
+            "generate.prompts=train_split (val_split) for the prompts of data=chat's split"
+        )
     if spec.chat_template is not None:
         tokenizer.chat_template = template_text(spec.chat_template, "generate.chat_template")
     if tokenizer.chat_template is None:
         raise ValueError("the tokenizer has no chat template; set generate.chat_template")
-    fields = ChatFields()
-    prompts = read_prompts(Path(spec.prompts).expanduser(), fields)
+    if spec.prompts in SPLITS:
+        prompts = split_prompts(cfg, tokenizer, SPLITS[spec.prompts])
+    else:
+        prompts = read_prompts(Path(spec.prompts).expanduser(), ChatFields())
     out = Path(cfg.output_dir) / OUTPUT_NAME
     out.parent.mkdir(parents=True, exist_ok=True)
     if cfg.get("overwrite") and out.exists():

@@ -71,15 +71,16 @@ class OnPolicy:
                 eos_token_id=self.eos_token_id,
                 pad_token_id=self.pad_token_id,
             )
-        completions = [self.until_eos(row) for row in new]
+        completions = [until_eos(row, self.eos_token_id) for row in new]
         return completions_batch(prompts, completions, self.pad_token_id)
 
-    def until_eos(self, tokens: Tensor) -> Tensor:
-        """A completion up to and including its first end-of-sequence token."""
-        if self.eos_token_id is None:
-            return tokens
-        ends = (tokens == self.eos_token_id).nonzero()
-        return tokens if len(ends) == 0 else tokens[: int(ends[0]) + 1]
+
+def until_eos(tokens: Tensor, eos_token_id: int | None) -> Tensor:
+    """A completion up to and including its first end-of-sequence token."""
+    if eos_token_id is None:
+        return tokens
+    ends = (tokens == eos_token_id).nonzero()
+    return tokens if len(ends) == 0 else tokens[: int(ends[0]) + 1]
 
 
 @torch.no_grad()
@@ -158,13 +159,7 @@ def on_policy_for(distill, student: nn.Module, task: str) -> OnPolicy | None:
         return None
     if task != "causal_lm":
         raise ValueError(f"distill.on_policy samples completions: a causal LM's, not a {task}'s")
-    config = student.generation_config if hasattr(student, "generation_config") else None
-    eos = getattr(config, "eos_token_id", None) or student.config.eos_token_id
-    eos = eos[0] if isinstance(eos, list | tuple) else eos
-    pad = getattr(config, "pad_token_id", None) or student.config.pad_token_id
-    pad = eos if pad is None else pad
-    if pad is None:
-        raise ValueError("distill.on_policy: the student has no pad or end-of-sequence token")
+    eos, pad = stop_and_pad(student, "distill.on_policy")
     return OnPolicy(
         distill.on_policy,
         distill.on_policy_tokens,
@@ -173,3 +168,16 @@ def on_policy_for(distill, student: nn.Module, task: str) -> OnPolicy | None:
         eos,
         pad,
     )
+
+
+def stop_and_pad(model: nn.Module, who: str) -> tuple[int | None, int]:
+    """``model``'s end-of-sequence token (ends a completion) and padding token (else that end
+    token; pads prompts), from its generation config or its config."""
+    config = model.generation_config if hasattr(model, "generation_config") else None
+    eos = getattr(config, "eos_token_id", None) or model.config.eos_token_id
+    eos = eos[0] if isinstance(eos, list | tuple) else eos
+    pad = getattr(config, "pad_token_id", None) or model.config.pad_token_id
+    pad = eos if pad is None else pad
+    if pad is None:
+        raise ValueError(f"{who}: the model has no pad or end-of-sequence token")
+    return eos, pad

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from lightning_kd.chat import ChatDataModule, ChatFields, encode_chat, row_messages
+from lightning_kd.chat import ChatDataModule, encode_chat
+from lightning_kd.conversations import ChatFields, row_messages
 from lightning_kd.data import IndexedBlocks, Unscored, pad_for_ranks
 from lightning_kd.losses.logits import IGNORE_INDEX, scored_mask
 from lightning_kd.models import byte_tokenizer
@@ -140,6 +141,21 @@ def test_padded_batches_carry_each_conversations_labels(tmp_path) -> None:
         assert batch["attention_mask"][row].sum() == length
     assert (batch["labels"][2] == IGNORE_INDEX).all()  # the unscored copy counts nowhere
     assert isinstance(items[2][1], Unscored)
+
+
+def test_conversations_that_share_a_prompt_fall_on_one_side_of_the_split(tmp_path) -> None:
+    """A held-out prompt is never trained on, whatever answer another row gives it."""
+    prompts = [f"Count to {i}." for i in range(10)]
+    rows = [{"prompt": p, "completion": f"answer {k}"} for p in prompts for k in range(3)]
+    data = ChatDataModule(chat_tokenizer(), files=[str(write_rows(tmp_path / "c.jsonl", rows))])
+    train, val = data.split()
+    assert len(train) + len(val) == 30 and len(val) == 3  # one prompt of ten, its three rows
+    held_out = {c.messages[0]["content"] for c in val}
+    assert len(held_out) == 1 and held_out.isdisjoint(c.messages[0]["content"] for c in train)
+    again = data.split()  # the same split each time (data.seed)
+    assert [[c.where for c in side] for side in again] == [
+        [c.where for c in side] for side in (train, val)
+    ]
 
 
 def test_packed_blocks_keep_labels_and_truncation_is_reported(tmp_path) -> None:

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from lightning_kd.chat import ChatDataModule, ChatFields
+from lightning_kd.chat import ChatDataModule
 from lightning_kd.config import compose_config
+from lightning_kd.conversations import ChatFields
 from lightning_kd.generate import GenerateSpec, complete, generate, prompt_messages
 from lightning_kd.models import TeacherSpec, byte_tokenizer, load_teacher
 from tests.conftest import ROOT, TINY_LLAMA
@@ -77,6 +78,29 @@ def test_completions_are_chat_rows_that_data_chat_reads(teacher, tmp_path) -> No
     data = ChatDataModule(tokenizer(), files=[str(out)], val_fraction=0.3)
     data.setup()
     assert all(example.scored > 0 for example in data.train_examples)
+
+
+def test_the_prompts_of_a_data_split_are_completed(teacher, tmp_path) -> None:
+    """generate.prompts=train_split answers the training prompts of data=chat, split as a run
+    splits them: the held-out prompts are never answered for training."""
+    rows = [{"prompt": f"Say {i}.", "completion": "x"} for i in range(10)]
+    chats = tmp_path / "c.jsonl"
+    chats.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    data = ["data=chat", f"data.files=[{chats}]", "data.val_fraction=0.3"]
+    module = ChatDataModule(tokenizer(), files=[str(chats)], val_fraction=0.3)
+    train, val = module.split()
+    for split, expected in (("train_split", train), ("val_split", val)):
+        cfg = config(tmp_path / split, Path(split), *data)
+        cfg.generate.prompts = split
+        out = generate(cfg, teacher, tokenizer())
+        written = [json.loads(line) for line in out.read_text().splitlines()]
+        assert [row["messages"][:-1] for row in written] == [c.messages[:-1] for c in expected]
+        assert [row["prompt_line"] for row in written] == [c.where for c in expected]
+    assert len(train) == 7 and len(val) == 3
+    text = config(tmp_path / "text", Path("train_split"))
+    text.generate.prompts = "train_split"
+    with pytest.raises(ValueError, match=r"train_split reads the prompts of data=chat's train"):
+        generate(text, teacher, tokenizer())
 
 
 def test_a_file_of_other_prompts_is_not_continued(teacher, tmp_path) -> None:

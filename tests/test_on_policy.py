@@ -13,7 +13,7 @@ from lightning_kd.distiller import Distiller
 from lightning_kd.losses.logits import IGNORE_INDEX
 from lightning_kd.models import StudentSpec, TeacherSpec, byte_tokenizer
 from lightning_kd.objective import DistillConfig
-from lightning_kd.on_policy import OnPolicy, completions_batch, prompt_tokens
+from lightning_kd.on_policy import OnPolicy, completions_batch, prompt_tokens, until_eos
 from tests.conftest import TINY_LLAMA
 
 TEACHER = TeacherSpec(path=None, config=dict(TINY_LLAMA))
@@ -89,8 +89,8 @@ def test_lambda_chooses_that_share_of_micro_batches_reproducibly() -> None:
 
 
 def test_a_completion_ends_at_its_end_token_and_is_labelled_alone() -> None:
-    sampler = OnPolicy(1.0, 8, 1.0, 0, eos_token_id=9, pad_token_id=0)
-    assert sampler.until_eos(torch.tensor([4, 5, 9, 7, 9])).tolist() == [4, 5, 9]
+    assert until_eos(torch.tensor([4, 5, 9, 7, 9]), 9).tolist() == [4, 5, 9]
+    assert until_eos(torch.tensor([4, 5]), 9).tolist() == [4, 5]  # cut by the token limit
     batch = completions_batch(
         [torch.tensor([1, 2]), torch.tensor([3])],
         [torch.tensor([4, 9]), torch.tensor([5, 6, 9])],

@@ -1,0 +1,84 @@
+"""Conversations read from chat rows: ``messages``, or ``prompt`` and ``completion``, checked.
+
+A conversation is a list of ``{"role": str, "content": str}`` messages. Its *prompt* is everything
+before its last answer (trailing assistant turns dropped): what a teacher or a student is asked to
+complete, and what the train/validation split of ``data=chat`` holds out.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ChatFields:
+    """The keys a row's conversation is read from."""
+
+    messages: str = "messages"
+    prompt: str = "prompt"
+    completion: str = "completion"
+
+
+def row_messages(record: dict, where: str, fields: ChatFields) -> list[dict[str, str]]:
+    """The conversation of one row, checked: role/content strings, at least one assistant turn."""
+    if fields.messages in record:
+        messages = record[fields.messages]
+    elif fields.prompt in record and fields.completion in record:
+        messages = [
+            *as_messages(record[fields.prompt], "user", where),
+            *as_messages(record[fields.completion], "assistant", where),
+        ]
+    else:
+        raise ValueError(
+            f"{where} has neither {fields.messages!r} nor {fields.prompt!r} and "
+            f"{fields.completion!r}; set data.messages_field (or data.prompt_field and "
+            "data.completion_field) to the keys holding the conversation"
+        )
+    messages = checked_messages(messages, where)
+    if not any(message["role"] == "assistant" for message in messages):
+        raise ValueError(
+            f"{where} has no assistant turn, so nothing in it would be scored; give each row "
+            "the answer to learn (a message with role 'assistant', or a completion)"
+        )
+    return messages
+
+
+def checked_messages(messages: Any, where: str) -> list[dict[str, str]]:
+    """``messages`` as plain ``{role, content}`` dicts, refused unless each is one."""
+    if not isinstance(messages, list) or not all(is_message(m) for m in messages):
+        raise ValueError(
+            f"{where}: a conversation is a list of {{'role': str, 'content': str}} messages"
+        )
+    return [{"role": m["role"], "content": m["content"]} for m in messages]
+
+
+def as_messages(value: Any, role: str, where: str) -> list[Any]:
+    """A prompt or completion: a string is one ``role`` message, a list is messages already."""
+    if isinstance(value, str):
+        return [{"role": role, "content": value}]
+    if isinstance(value, list):
+        return value
+    raise ValueError(f"{where}: a prompt or completion is a string or a list of messages")
+
+
+def is_message(message: Any) -> bool:
+    return (
+        isinstance(message, dict)
+        and isinstance(message.get("role"), str)
+        and isinstance(message.get("content"), str)
+    )
+
+
+def prompt_of(messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The conversation before its last answer: trailing assistant turns dropped."""
+    end = len(messages)
+    while end and messages[end - 1]["role"] == "assistant":
+        end -= 1
+    return messages[:end]
+
+
+def prompt_key(messages: list[dict[str, str]]) -> str:
+    """A conversation's prompt as one string, to match conversations that share it."""
+    return json.dumps(prompt_of(messages), ensure_ascii=False)

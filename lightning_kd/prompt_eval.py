@@ -1,0 +1,195 @@
+"""Answers to held-out prompts, judged by the teacher: ``evaluate --prompts``.
+
+    python -m lightning_kd.evaluate --prompts heldout.jsonl --teacher smollm2 -- runs/kd/student
+
+Every model (and the teacher) answers each prompt greedily — rendered with the teacher's chat
+template and the generation prompt, up to ``--max-new-tokens`` tokens, stopped after its end
+token — and is scored on:
+
+- ``teacher_nll``: the teacher's negative log-likelihood per token of the model's *own* completion
+  (token-weighted over all prompts; lower is better): how likely the teacher finds what the model
+  says, the quantity on-policy KD minimises;
+- ``rouge_l``: ROUGE-L F1 of the completion against the teacher's greedy completion of the same
+  prompt (torchmetrics, the mean over prompts);
+- ``ppl_on_teacher``: the model's perplexity on the teacher's greedy completions (their tokens, as
+  generated): how well it predicts what the teacher says;
+- ``tokens`` (mean completion length) and ``ended`` (the share that end with the end token before
+  the cap): a model that only repeats itself shows here.
+
+Prompt rows are read as ``python -m lightning_kd.generate`` reads them (a trailing answer is
+dropped), so the ``completions.jsonl`` of ``generate.prompts=val_split`` is the held-out set.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torchmetrics.text.rouge import ROUGEScore
+from transformers import PreTrainedTokenizerBase
+
+from lightning_kd.conversations import ChatFields
+from lightning_kd.losses.logits import scored_next_token
+from lightning_kd.on_policy import (
+    completions_batch,
+    generate_in_eval,
+    left_padded,
+    stop_and_pad,
+    until_eos,
+)
+
+
+@dataclass(frozen=True)
+class Answers:
+    """One model's greedy completions of the prompts: token ids (end token kept) and text."""
+
+    tokens: list[Tensor]
+    texts: list[str]
+    eos_token_id: int | None
+
+    @property
+    def mean_tokens(self) -> float:
+        return sum(len(t) for t in self.tokens) / len(self.tokens)
+
+    @property
+    def ended(self) -> float:
+        """The share of completions that end with the end token."""
+        ends = [len(t) > 0 and int(t[-1]) == self.eos_token_id for t in self.tokens]
+        return sum(ends) / len(ends)
+
+
+def prompt_ids(tokenizer: PreTrainedTokenizerBase, prompts: list[list[dict]]) -> list[Tensor]:
+    """Each prompt rendered with the generation prompt, as token ids."""
+    texts = [
+        tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True)
+        for m in prompts
+    ]
+    return [torch.tensor(t) for t in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+
+def greedy_answers(
+    model: nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: list[Tensor],
+    max_new_tokens: int,
+    batch_size: int,
+) -> Answers:
+    """``model``'s greedy completions of ``prompts`` (left-padded batches, the KV cache)."""
+    eos, pad = stop_and_pad(model, "--prompts")
+    device = next(model.parameters()).device
+    tokens: list[Tensor] = []
+    for start in range(0, len(prompts), batch_size):
+        left = left_padded(prompts[start : start + batch_size], pad, device)
+        new = generate_in_eval(
+            model,
+            left,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            eos_token_id=eos,
+            pad_token_id=pad,
+        )
+        tokens += [until_eos(row, eos).cpu() for row in new]
+    texts = tokenizer.batch_decode(tokens, skip_special_tokens=True)
+    return Answers(tokens, texts, eos)
+
+
+@torch.no_grad()
+def completion_nll(
+    model: nn.Module, prompts: list[Tensor], completions: list[Tensor], batch_size: int
+) -> tuple[float, int]:
+    """``model``'s summed negative log-likelihood of ``completions`` after their ``prompts``
+    (completion tokens only), and the number of those tokens."""
+    _, pad = stop_and_pad(model, "--prompts")
+    device = next(model.parameters()).device
+    total, count = 0.0, 0
+    for start in range(0, len(prompts), batch_size):
+        batch = completions_batch(
+            prompts[start : start + batch_size], completions[start : start + batch_size], pad
+        )
+        batch = {key: value.to(device) for key, value in batch.items()}
+        logits = model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
+        ).logits
+        logits, targets = scored_next_token(logits, batch["labels"])
+        wide = torch.promote_types(logits.dtype, torch.float32)  # bf16 up, fp64 kept
+        total += F.cross_entropy(logits.to(wide), targets, reduction="sum").item()
+        count += targets.numel()
+    return total, count
+
+
+def rouge_l(predictions: list[str], references: list[str]) -> list[float]:
+    """ROUGE-L F1 of each prediction against its reference."""
+    score = ROUGEScore(rouge_keys=("rougeL",))
+    return [
+        float(score(p, r)["rougeL_fmeasure"]) for p, r in zip(predictions, references, strict=True)
+    ]
+
+
+def judged(
+    answers: Answers,
+    model: nn.Module,
+    teacher: nn.Module,
+    prompts: list[Tensor],
+    reference: Answers,
+    batch_size: int,
+) -> dict:
+    """The scores of one model's ``answers`` (see the module doc), and the answers."""
+    nll, count = completion_nll(teacher, prompts, answers.tokens, batch_size)
+    own, own_count = completion_nll(model, prompts, reference.tokens, batch_size)
+    rouge = rouge_l(answers.texts, reference.texts)
+    return {
+        "teacher_nll": nll / count,
+        "rouge_l": sum(rouge) / len(rouge),
+        "ppl_on_teacher": math.exp(own / own_count),
+        "tokens": answers.mean_tokens,
+        "ended": answers.ended,
+        "completions": answers.texts,
+    }
+
+
+def evaluate_prompts(
+    models: dict[str, nn.Module],
+    teacher: nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: list[list[dict]],
+    max_new_tokens: int,
+    batch_size: int,
+) -> list[dict]:
+    """A row of scores for the teacher and for each of ``models`` on the same ``prompts``."""
+    ids = prompt_ids(tokenizer, prompts)
+    reference = greedy_answers(teacher, tokenizer, ids, max_new_tokens, batch_size)
+    rows = [{"model": "teacher"} | judged(reference, teacher, teacher, ids, reference, batch_size)]
+    for name, model in models.items():
+        answers = greedy_answers(model, tokenizer, ids, max_new_tokens, batch_size)
+        rows.append({"model": name} | judged(answers, model, teacher, ids, reference, batch_size))
+        print(f"{name}: teacher NLL {rows[-1]['teacher_nll']:.3f}", flush=True)
+    return rows
+
+
+def read_prompt_file(path: Path) -> list[list[dict]]:
+    """The prompts of a file of prompt rows (as ``python -m lightning_kd.generate`` reads them)."""
+    from lightning_kd.generate import read_prompts
+
+    prompts = [messages for _, messages in read_prompts(path, ChatFields())]
+    if not prompts:
+        raise ValueError(f"--prompts {path} holds no prompt rows")
+    return prompts
+
+
+def markdown(rows: list[dict]) -> str:
+    """The rows as a markdown table."""
+    lines = [
+        "| model | teacher NLL of its completions | ROUGE-L to teacher | ppl on teacher's "
+        "completions | tokens | ended |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {r['model']} | {r['teacher_nll']:.3f} | {r['rouge_l']:.3f} | "
+        f"{r['ppl_on_teacher']:.2f} | {r['tokens']:.1f} | {r['ended']:.2f} |"
+        for r in rows
+    ]
+    return "\n".join(lines)
