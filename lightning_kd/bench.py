@@ -19,13 +19,17 @@ memory-mapped ones are resident in each (the floor holds the teacher it never ru
                    with no teacher weights in the process
 - ``cached``       lightning_kd's KD step from the teacher's top-k records (``cache.k``, as
                    ``python -m lightning_kd.cache`` writes them), no teacher weights in the process
+- ``on_policy``    lightning_kd's step with ``distill.on_policy=1``: the student first samples a
+                   completion of each row's first half (at most the other half's tokens), then
+                   the KD step scores them; the sampling is also timed alone
 
 
 Then a loss-only sweep at vocab 49152 (full-logit vs chunked forward + backward over 512, 2048 and
 8192 tokens). Writes ``bench.json`` (with ``mem_ratio_vs_floor``, ``time_ratio_vs_parts``,
 ``loss_mem_ratio_vs_full``, ``lora_vs_full`` — the LoRA step's trainable parameters, memory and
-time over lightning_kd's — and ``cached_{mem,time}_ratio_vs_free_floor``), ``bench.md`` and
-``bench.png`` under ``--out``.
+time over lightning_kd's — ``cached_{mem,time}_ratio_vs_free_floor`` and ``on_policy``: the
+share of the on-policy step spent sampling, ``generation_share``), ``bench.md`` and ``bench.png``
+under ``--out``.
 """
 
 from __future__ import annotations
@@ -40,8 +44,9 @@ from pathlib import Path
 
 import torch
 
+from lightning_kd.bench_loss import LOSS_TOKENS, run_loss
 from lightning_kd.bench_report import markdown, plot, summarise
-from lightning_kd.bench_scenarios import LOSS_TOKENS, SCENARIOS, run_loss, run_scenario
+from lightning_kd.bench_scenarios import SCENARIOS, run_scenario
 from lightning_kd.precision import probe_hardware, resolve_precision
 
 # This module is the driver (options, child processes, output files); what each child measures is

@@ -44,8 +44,21 @@ def summarise(scenarios: dict[str, dict], losses: list[dict], args: argparse.Nam
         },
         "cached_mem_ratio_vs_free_floor": cached["peak_mb"] / free["peak_mb"],
         "cached_time_ratio_vs_free_floor": cached["step_s"] / free["step_s"],
+        "on_policy": on_policy_summary(scenarios),
         "scenarios": scenarios,
         "loss_sweep": losses,
+    }
+
+
+def on_policy_summary(scenarios: dict[str, dict]) -> dict:
+    """The on-policy step against lightning_kd's: the share of its time spent sampling, and its
+    time over the dataset step's (the KD step after sampling scores rows of at most as many
+    tokens)."""
+    row, ours = scenarios["on_policy"], scenarios["lightning_kd"]
+    return {
+        "generation_share": row["sample_s"] / row["step_s"],
+        "step_vs_lightning_kd": row["step_s"] / ours["step_s"],
+        "sampled_tokens": row["sampled_tokens"],
     }
 
 
@@ -87,6 +100,11 @@ def markdown(report: dict) -> str:
         "From a teacher cache, no teacher weights in the process (against free_floor, the "
         f"CE-only step): memory {report['cached_mem_ratio_vs_free_floor']:.3f}, "
         f"time {report['cached_time_ratio_vs_free_floor']:.3f}",
+        "",
+        "On-policy KD (every micro-batch the student's completions of half-row prompts, "
+        f"{report['on_policy']['sampled_tokens']:.0f} tokens sampled per row): sampling takes "
+        f"{report['on_policy']['generation_share']:.1%} of the step; the step takes "
+        f"{report['on_policy']['step_vs_lightning_kd']:.2f}× lightning_kd's",
     ]
     return "\n".join(lines)
 

@@ -1,5 +1,5 @@
 """What the benchmark measures, in the process that runs it: the KD-step scenarios of
-:mod:`lightning_kd.bench` on the composed configuration, and the logit loss alone at vocab 49152."""
+:mod:`lightning_kd.bench` on the composed configuration (the logit loss alone: ``bench_loss``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import torch
 import torch.nn.functional as F
 
 from lightning_kd.measure import (
-    current_mb,
     fault_in,
     peak_mb,
     release_free_memory,
@@ -28,12 +27,11 @@ SCENARIOS = (
     "lora",
     "free_floor",
     "cached",
+    "on_policy",
 )
 CACHED = ("free_floor", "cached")
 """Scenarios without teacher weights in the process: ``free_floor`` a CE-only step (chunked CE,
 ``distill.kd_weight=0``), ``cached`` a KD step from the teacher's top-k records."""
-LOSS_TOKENS = (512, 2048, 8192)
-LOSS_VOCAB, LOSS_HIDDEN = 49152, 576
 
 Step = Callable[[dict], None]
 
@@ -189,6 +187,7 @@ def scenario_steps(
         "lora": lightning_kd,
         "free_floor": lightning_kd,
         "cached": lightning_kd,  # the same step; its distiller holds records, not a teacher
+        "on_policy": lightning_kd,  # the same step; its distiller samples the answers first
     }
 
 
@@ -199,6 +198,9 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict:
     batch = make_batch(teacher_vocab(args), args.batch, args.seq, device)
     if name in CACHED:
         distiller = teacher_free(name, args, batch)
+    elif name == "on_policy":
+        batch = prompted(batch)
+        distiller = build_distiller(args, True, *on_policy_overrides(args)).to(device)
     else:
         quantize = "int8" if name == "teacher_int8" else None
         distiller = build_distiller(
@@ -218,7 +220,35 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict:
     reset_peak(device)
     seconds = timed(lambda: step(batch), device, 0, args.repeats)
     params = sum(p.numel() for p in trainable)
-    return {"scenario": name, "peak_mb": peak_mb(device), "step_s": seconds, "trainable": params}
+    row = {"scenario": name, "peak_mb": peak_mb(device), "step_s": seconds, "trainable": params}
+    if name == "on_policy":
+        row |= sampling_time(distiller, batch, device, args.repeats)
+    return row
+
+
+def on_policy_overrides(args: argparse.Namespace) -> list[str]:
+    """Every micro-batch sampled (λ = 1), completions of at most half a row: prompt + answer
+    then fill at most the other scenarios' ``--seq`` tokens."""
+    return ["distill.on_policy=1", f"distill.on_policy_tokens={args.seq - args.seq // 2}"]
+
+
+def prompted(batch: dict) -> dict:
+    """``batch`` with its first half unlabelled: that half is the prompt on-policy KD completes."""
+    labels = batch["labels"].clone()
+    labels[:, : labels.shape[1] // 2] = -100
+    return batch | {"labels": labels}
+
+
+def sampling_time(distiller, batch: dict, device: torch.device, repeats: int) -> dict:
+    """The on-policy step's sampling alone (the student's completions of the prompts, eval mode,
+    KV cache): its median time, its share of the step, and the tokens it sampled per row."""
+    sampled = distiller.on_policy.sample(distiller.student, batch, draw=0)
+    seconds = timed(
+        lambda: distiller.on_policy.sample(distiller.student, batch, draw=0), device, 0, repeats
+    )
+    prompt = batch["labels"].shape[1] // 2
+    lengths = sampled["attention_mask"].sum(1) - prompt
+    return {"sample_s": seconds, "sampled_tokens": float(lengths.float().mean())}
 
 
 def teacher_vocab(args: argparse.Namespace) -> int:
@@ -228,67 +258,3 @@ def teacher_vocab(args: argparse.Namespace) -> int:
     from lightning_kd.sources import teacher_dir
 
     return AutoConfig.from_pretrained(teacher_dir(args.teacher, None)).vocab_size
-
-
-def loss_step(tokens: int, chunked: bool, device: torch.device, compile: bool) -> Callable:
-    """Forward + backward of the logit loss (forward KL + CE, weights 0.5) over the first
-    ``count`` of ``tokens`` seeded random hidden states, full-logit or chunked."""
-    from lightning_kd.losses import get_divergence
-    from lightning_kd.losses.chunked import OutputHead, chunked_distillation_sums
-    from lightning_kd.losses.logits import LogitObjective, logit_distillation_sums
-
-    generator = torch.Generator().manual_seed(0)
-
-    def tensor(*shape: int, grad: bool = False) -> torch.Tensor:
-        value = torch.randn(*shape, generator=generator).to(device) * 0.05
-        return value.requires_grad_(grad)
-
-    hidden, weight = (
-        tensor(1, tokens, LOSS_HIDDEN, grad=True),
-        tensor(LOSS_VOCAB, LOSS_HIDDEN, grad=True),
-    )
-    teacher_hidden, teacher_weight = tensor(1, tokens, LOSS_HIDDEN), tensor(LOSS_VOCAB, LOSS_HIDDEN)
-    labels = torch.randint(0, LOSS_VOCAB, (1, tokens), generator=generator).to(device)
-    divergence = get_divergence("forward_kl")
-
-    def step(count: int = tokens) -> None:
-        student_hidden, targets = hidden[:, :count], labels[:, :count]
-        if chunked:
-            objective, _ = chunked_distillation_sums(
-                student_hidden,
-                OutputHead(weight),
-                teacher_hidden[:, :count],
-                OutputHead(teacher_weight),
-                targets,
-                LogitObjective(divergence, 1.0, 0.5, 0.5),
-                compile=compile,
-            )
-        else:
-            with torch.no_grad():
-                teacher_logits = teacher_hidden[:, :count] @ teacher_weight.T
-            logits = student_hidden @ weight.T
-            sums = logit_distillation_sums(logits, teacher_logits, targets, divergence)
-            objective = 0.5 * sums.kd + 0.5 * sums.ce
-        objective.backward()
-        hidden.grad = weight.grad = None
-
-    return step
-
-
-def run_loss(tokens: int, chunked: bool, args: argparse.Namespace) -> dict:
-    """Memory and time of the logit loss alone (forward + backward) at vocab 49152."""
-    device = torch.device(args.device)
-    step = loss_step(tokens, chunked, device, compile=args.compile)
-    # Warm-up: allocator pools, kernel selection, the chunked loss's compile. --quick warms up on
-    # a short slice: the compiled loss is shape-generic, so a few tokens pay its one-time cost.
-    step(min(tokens, 64) if args.quick else tokens)
-    release_free_memory()
-    baseline = current_mb(device)
-    reset_peak(device)
-    seconds = timed(step, device, 0, args.loss_repeats)
-    return {
-        "tokens": tokens,
-        "chunked": chunked,
-        "loss_mb": max(peak_mb(device) - baseline, 0.0),
-        "step_s": seconds,
-    }

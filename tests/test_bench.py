@@ -10,7 +10,9 @@ import sys
 import pytest
 
 from lightning_kd.bench import LOSS_TOKENS, SCENARIOS, markdown, parse, plot, run_loss, summarise
+from lightning_kd.bench_scenarios import run_scenario
 from tests.conftest import ROOT
+from tests.test_evaluate import save_tiny
 
 
 def fake_report():
@@ -18,6 +20,7 @@ def fake_report():
         name: {"scenario": name, "peak_mb": 1000.0 + 100 * i, "step_s": 1.0 + i, "trainable": 1e6}
         for i, name in enumerate(SCENARIOS)
     }
+    scenarios["on_policy"] |= {"sample_s": 2.5, "sampled_tokens": 60.0}
     losses = [
         {"tokens": t, "chunked": c, "loss_mb": (10.0 if c else t / 10), "step_s": 0.1}
         for t in LOSS_TOKENS
@@ -44,6 +47,26 @@ def test_ratios_are_against_floor_and_parts() -> None:
     assert report["cached_time_ratio_vs_free_floor"] == pytest.approx(
         cached["step_s"] / free["step_s"]
     )
+
+
+def test_the_generation_share_is_the_sampling_over_the_on_policy_step() -> None:
+    report = fake_report()
+    step = report["scenarios"]["on_policy"]["step_s"]
+    assert report["on_policy"]["generation_share"] == pytest.approx(2.5 / step)
+    ours = report["scenarios"]["lightning_kd"]["step_s"]
+    assert report["on_policy"]["step_vs_lightning_kd"] == pytest.approx(step / ours)
+    assert "sampling takes" in markdown(report)
+
+
+def test_the_on_policy_scenario_samples_completions_of_half_rows(tmp_path) -> None:
+    """In-process, on a tiny saved teacher: the step runs, sampling is timed and is part of it."""
+    save_tiny(tmp_path / "teacher", 0)
+    argv = ["--scenario", "on_policy", "--teacher", str(tmp_path / "teacher"), "--quick"]
+    argv += ["--device", "cpu", "--student-layers", "2", "--precision", "32-true"]
+    argv += ["--teacher-dtype", "float32", "--no-compile"]
+    row = run_scenario("on_policy", parse(argv))
+    assert 0 < row["sample_s"] < row["step_s"]  # the step samples, then runs KD on the rows
+    assert 1 <= row["sampled_tokens"] <= 64  # at most half of the 128-token rows
 
 
 def test_table_and_plot(tmp_path) -> None:
