@@ -13,8 +13,10 @@ token — and is scored on:
   prompt (torchmetrics, the mean over prompts);
 - ``ppl_on_teacher``: the model's perplexity on the teacher's greedy completions (their tokens, as
   generated): how well it predicts what the teacher says;
-- ``tokens`` (mean completion length) and ``ended`` (the share that end with the end token before
-  the cap): a model that only repeats itself shows here.
+- ``repeated`` (the share of a completion's token 4-grams that repeat an earlier one, the mean
+  over prompts), ``tokens`` (mean completion length) and ``ended`` (the share that end with the
+  end token before the cap). Read the teacher NLL with them: a loop ("jazz, jazz, jazz, ...") is
+  text a teacher predicts well once it has started, so a model that loops scores a low NLL.
 
 Prompt rows are read as ``python -m lightning_kd.generate`` reads them (a trailing answer is
 dropped), so the ``completions.jsonl`` of ``generate.prompts=val_split`` is the held-out set.
@@ -56,10 +58,21 @@ class Answers:
         return sum(len(t) for t in self.tokens) / len(self.tokens)
 
     @property
+    def repeated(self) -> float:
+        """The mean over completions of the share of 4-grams that repeat an earlier one."""
+        return sum(repeated_ngrams(t.tolist()) for t in self.tokens) / len(self.tokens)
+
+    @property
     def ended(self) -> float:
         """The share of completions that end with the end token."""
         ends = [len(t) > 0 and int(t[-1]) == self.eos_token_id for t in self.tokens]
         return sum(ends) / len(ends)
+
+
+def repeated_ngrams(tokens: list[int], n: int = 4) -> float:
+    """The share of ``tokens``' n-grams that occurred earlier in it (0 with no n-gram)."""
+    grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+    return 1 - len(set(grams)) / len(grams) if grams else 0.0
 
 
 def prompt_ids(tokenizer: PreTrainedTokenizerBase, prompts: list[list[dict]]) -> list[Tensor]:
@@ -145,6 +158,7 @@ def judged(
         "teacher_nll": nll / count,
         "rouge_l": sum(rouge) / len(rouge),
         "ppl_on_teacher": math.exp(own / own_count),
+        "repeated": answers.repeated,
         "tokens": answers.mean_tokens,
         "ended": answers.ended,
         "completions": answers.texts,
@@ -184,12 +198,12 @@ def markdown(rows: list[dict]) -> str:
     """The rows as a markdown table."""
     lines = [
         "| model | teacher NLL of its completions | ROUGE-L to teacher | ppl on teacher's "
-        "completions | tokens | ended |",
-        "|---|---:|---:|---:|---:|---:|",
+        "completions | repeated 4-grams | tokens | ended |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     lines += [
         f"| {r['model']} | {r['teacher_nll']:.3f} | {r['rouge_l']:.3f} | "
-        f"{r['ppl_on_teacher']:.2f} | {r['tokens']:.1f} | {r['ended']:.2f} |"
+        f"{r['ppl_on_teacher']:.2f} | {r['repeated']:.2f} | {r['tokens']:.1f} | {r['ended']:.2f} |"
         for r in rows
     ]
     return "\n".join(lines)

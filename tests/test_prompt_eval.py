@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from lightning_kd.evaluate import main
-from lightning_kd.prompt_eval import completion_nll, rouge_l
+from lightning_kd.prompt_eval import completion_nll, repeated_ngrams, rouge_l
 from tests.conftest import TINY_LLAMA
 from tests.test_chat import CHATML, chat_tokenizer
 
@@ -73,7 +73,7 @@ def test_the_teacher_and_a_copy_of_it_score_alike_and_the_scores_hold(tmp_path) 
     assert len(set(teacher["completions"])) >= 3 and teacher["tokens"] == 6
     # The teacher scoring its own completions: its NLL of them is its perplexity on them.
     assert teacher["ppl_on_teacher"] == pytest.approx(math.exp(teacher["teacher_nll"]), rel=1e-6)
-    for key in ("teacher_nll", "rouge_l", "ppl_on_teacher", "tokens", "ended"):
+    for key in ("teacher_nll", "rouge_l", "ppl_on_teacher", "repeated", "tokens", "ended"):
         assert copy[key] == pytest.approx(teacher[key], rel=1e-6)
     assert 0 < second["tokens"] <= 6 and 0 <= second["rouge_l"] <= 1
     assert second["rouge_l"] == pytest.approx(
@@ -91,6 +91,13 @@ def test_rouge_l_is_the_longest_common_subsequence_f1() -> None:
     assert rouge_l(["the cat sat"], ["the big cat ran"])[0] == pytest.approx(
         2 * (2 / 3) * 0.5 / (2 / 3 + 0.5)
     )
+
+
+def test_repeated_ngrams_is_the_share_of_4grams_seen_before() -> None:
+    assert repeated_ngrams([1, 2, 3, 4, 5]) == 0.0
+    assert repeated_ngrams([7] * 10) == pytest.approx(6 / 7)  # 7 four-grams, one distinct
+    assert repeated_ngrams([1, 2, 3, 4, 1, 2, 3, 4]) == pytest.approx(1 / 5)  # (1,2,3,4) again
+    assert repeated_ngrams([1, 2]) == 0.0
 
 
 def test_bad_prompt_evaluations_are_named(tmp_path, capsys) -> None:
