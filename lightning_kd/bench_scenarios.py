@@ -184,10 +184,9 @@ def scenario_steps(
         "naive": naive,
         "full_logits": lightning_kd,
         "lightning_kd": lightning_kd,
-        "lora": lightning_kd,
-        "free_floor": lightning_kd,
+        **dict.fromkeys(("lora", "free_floor"), lightning_kd),
         "cached": lightning_kd,  # the same step; its distiller holds records, not a teacher
-        "on_policy": lightning_kd,  # the same step; its distiller samples the answers first
+        "on_policy": lightning_kd,  # the same; its distiller samples the answers first
     }
 
 
