@@ -64,6 +64,16 @@ class Conversation:
     example: ChatExample
 
 
+def prompt_ids(tokenizer: PreTrainedTokenizerBase, prompts: list[list[dict]]) -> list[Tensor]:
+    """Each prompt rendered with the chat template and the generation prompt, as token ids
+    (what a model is asked to continue)."""
+    texts = [
+        tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True)
+        for m in prompts
+    ]
+    return [torch.tensor(t) for t in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+
 def render(tokenizer: PreTrainedTokenizerBase, messages: list[dict], where: str, **kw) -> str:
     """The chat template applied to ``messages`` (text), its errors pointed at the row."""
     try:

@@ -38,9 +38,9 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from lightning_kd.chat import ChatDataModule, template_text
+from lightning_kd.chat import ChatDataModule, prompt_ids, template_text
 from lightning_kd.conversations import ChatFields, as_messages, checked_messages, prompt_of
-from lightning_kd.on_policy import generate_in_eval
+from lightning_kd.on_policy import generate_in_eval, left_padded
 from lightning_kd.reading import read_records
 
 OUTPUT_NAME = "completions.jsonl"
@@ -147,20 +147,12 @@ def complete(
     seed: int,
 ) -> list[str]:
     """The teacher's completions of ``prompts`` (one batch, left-padded, sampled from ``seed``)."""
-    texts = [
-        tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True)
-        for m in prompts
-    ]
-    side, tokenizer.padding_side = tokenizer.padding_side, "left"  # new tokens follow each prompt
-    try:
-        inputs = tokenizer(texts, add_special_tokens=False, padding=True, return_tensors="pt")
-    finally:
-        tokenizer.padding_side = side
+    left = left_padded(prompt_ids(tokenizer, prompts), tokenizer.pad_token_id, teacher.device)
     torch.manual_seed(seed)
     sampling = {"temperature": spec.temperature, "top_p": spec.top_p} if spec.do_sample else {}
     new = generate_in_eval(
         teacher,
-        dict(inputs.to(teacher.device)),
+        left,
         max_new_tokens=spec.max_new_tokens,
         do_sample=spec.do_sample,
         pad_token_id=tokenizer.pad_token_id,

@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from torchmetrics.text.rouge import ROUGEScore
 from transformers import PreTrainedTokenizerBase
 
+from lightning_kd.chat import prompt_ids
 from lightning_kd.conversations import ChatFields
 from lightning_kd.losses.logits import scored_next_token
 from lightning_kd.on_policy import (
@@ -73,15 +74,6 @@ def repeated_ngrams(tokens: list[int], n: int = 4) -> float:
     """The share of ``tokens``' n-grams that occurred earlier in it (0 with no n-gram)."""
     grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
     return 1 - len(set(grams)) / len(grams) if grams else 0.0
-
-
-def prompt_ids(tokenizer: PreTrainedTokenizerBase, prompts: list[list[dict]]) -> list[Tensor]:
-    """Each prompt rendered with the generation prompt, as token ids."""
-    texts = [
-        tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True)
-        for m in prompts
-    ]
-    return [torch.tensor(t) for t in tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
 
 def greedy_answers(

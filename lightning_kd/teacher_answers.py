@@ -49,7 +49,8 @@ def read_teacher_answers(path: Path) -> dict[str, tuple[str, str]]:
 def teacher_answered(conversations: list[list[dict]], path: Path) -> list[list[dict]]:
     """Each conversation as its prompt followed by the teacher's answer from ``path``."""
     answers = read_teacher_answers(path)
-    missing = [c for c in conversations if prompt_key(c) not in answers]
+    keys = [prompt_key(c) for c in conversations]
+    missing = [c for c, key in zip(conversations, keys, strict=True) if key not in answers]
     if missing:
         first = json.dumps(prompt_of(missing[0]), ensure_ascii=False)[:200]
         raise ValueError(
@@ -58,6 +59,6 @@ def teacher_answered(conversations: list[list[dict]], path: Path) -> list[list[d
             f"{first}); {WRITE_THEM}"
         )
     return [
-        [*prompt_of(c), {"role": "assistant", "content": answers[prompt_key(c)][0]}]
-        for c in conversations
+        [*prompt_of(c), {"role": "assistant", "content": answers[key][0]}]
+        for c, key in zip(conversations, keys, strict=True)
     ]
