@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import argparse
+import statistics
+import time
 from collections.abc import Callable
 
 import torch
@@ -14,6 +16,7 @@ from lightning_kd.measure import (
     peak_mb,
     release_free_memory,
     reset_peak,
+    synchronize,
     timed,
 )
 
@@ -206,6 +209,8 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict:
             args, chunked=name != "full_logits", quantize=quantize, lora=name == "lora"
         ).to(device)
     fault_in(distiller)
+    if name == "on_policy":
+        distiller.on_policy = TimedSampling(distiller.on_policy, device)
     # --quick warms up on a short batch: the one-time costs (kernel selection, lazy
     # initialisation) are paid, the seconds of a full-size step are not.
     warmup_batch = {key: value[:1, :32] for key, value in batch.items()} if args.quick else batch
@@ -221,7 +226,7 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict:
     params = sum(p.numel() for p in trainable)
     row = {"scenario": name, "peak_mb": peak_mb(device), "step_s": seconds, "trainable": params}
     if name == "on_policy":
-        row |= sampling_time(distiller, batch, device, args.repeats)
+        row |= distiller.on_policy.summary(args.repeats)
     return row
 
 
@@ -238,16 +243,31 @@ def prompted(batch: dict) -> dict:
     return batch | {"labels": labels}
 
 
-def sampling_time(distiller, batch: dict, device: torch.device, repeats: int) -> dict:
-    """The on-policy step's sampling alone (the student's completions of the prompts, eval mode,
-    KV cache): its median time, its share of the step, and the tokens it sampled per row."""
-    sampled = distiller.on_policy.sample(distiller.student, batch, draw=0)
-    seconds = timed(
-        lambda: distiller.on_policy.sample(distiller.student, batch, draw=0), device, 0, repeats
-    )
-    prompt = batch["labels"].shape[1] // 2
-    lengths = sampled["attention_mask"].sum(1) - prompt
-    return {"sample_s": seconds, "sampled_tokens": float(lengths.float().mean())}
+class TimedSampling:
+    """The distiller's on-policy sampler, timed inside the step that calls it: each timed step's
+    sampling is part of that step, so its share of the step is at most 1 by construction."""
+
+    def __init__(self, on_policy, device: torch.device) -> None:
+        self.on_policy, self.device = on_policy, device
+        self.seconds: list[float] = []
+        self.tokens: list[float] = []
+
+    def replace(self, student, batch: dict, draw: int) -> dict:
+        synchronize(self.device)
+        start = time.perf_counter()
+        sampled = self.on_policy.sample(student, batch, draw)
+        synchronize(self.device)
+        self.seconds.append(time.perf_counter() - start)
+        prompt = batch["labels"].shape[1] // 2  # the half of each row before its answer (prompted)
+        self.tokens.append(float((sampled["attention_mask"].sum(1) - prompt).float().mean()))
+        return sampled
+
+    def summary(self, repeats: int) -> dict:
+        """The timed steps' (the last ``repeats``) median sampling time and tokens per row."""
+        return {
+            "sample_s": statistics.median(self.seconds[-repeats:]),
+            "sampled_tokens": statistics.mean(self.tokens[-repeats:]),
+        }
 
 
 def teacher_vocab(args: argparse.Namespace) -> int:

@@ -55,18 +55,22 @@ def current_mb(device: torch.device) -> float:
     return rss_mb()
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work, so a wall-clock reading includes it."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def timed(step: Callable[[], object], device: torch.device, warmup: int, repeats: int) -> float:
     """Median wall time of ``step()`` after ``warmup`` untimed calls."""
     for _ in range(warmup):
         step()
     times = []
     for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        synchronize(device)
         start = time.perf_counter()
         step()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        synchronize(device)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 

@@ -65,7 +65,9 @@ def test_the_on_policy_scenario_samples_completions_of_half_rows(tmp_path) -> No
     argv += ["--device", "cpu", "--student-layers", "2", "--precision", "32-true"]
     argv += ["--teacher-dtype", "float32", "--no-compile"]
     row = run_scenario("on_policy", parse(argv))
-    assert 0 < row["sample_s"] < row["step_s"]  # the step samples, then runs KD on the rows
+    # Sampling is timed inside the timed steps, so it is a part of each one: the medians keep
+    # the order (timed apart, they crossed on CI on a tiny model: 0.1345 s vs 0.1340 s).
+    assert 0 < row["sample_s"] < row["step_s"]
     assert 1 <= row["sampled_tokens"] <= 64  # at most half of the 128-token rows
 
 
