@@ -96,13 +96,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
     return rows
 
 
-def load_model(name: str, tokenizer=None):
-    """``name``'s causal LM in fp32, eval mode; refused if its tokenizer is not ``tokenizer``."""
+def load_model(name: str, tokenizer=None, reference: str = "the first model"):
+    """``name``'s causal LM in fp32, eval mode; refused if its tokenizer is not ``tokenizer``
+    (``reference``'s, named in the refusal)."""
     location = model_location(name)
     if tokenizer is not None:
         other = AutoTokenizer.from_pretrained(location)
         if other.get_vocab() != tokenizer.get_vocab():
-            raise ValueError(f"{name} has another tokenizer than the first model: not comparable")
+            raise ValueError(f"{name} has another tokenizer than {reference}: not comparable")
     return AutoModelForCausalLM.from_pretrained(location, dtype=torch.float32).eval()
 
 
@@ -117,7 +118,8 @@ def main_prompts(args: argparse.Namespace, parser: argparse.ArgumentParser) -> l
     if tokenizer.chat_template is None:
         raise ValueError(f"--teacher {args.teacher}'s tokenizer has no chat template")
     teacher = load_model(args.teacher)
-    models = {name: load_model(name, tokenizer) for name in args.models}
+    judge = f"the teacher ({args.teacher})"
+    models = {name: load_model(name, tokenizer, judge) for name in args.models}
     rows = evaluate_prompts(
         models, teacher, tokenizer, prompts, args.max_new_tokens, args.batch_size
     )

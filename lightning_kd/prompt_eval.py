@@ -144,7 +144,10 @@ def judged(
 ) -> dict:
     """The scores of one model's ``answers`` (see the module doc), and the answers."""
     nll, count = completion_nll(teacher, prompts, answers.tokens, batch_size)
-    own, own_count = completion_nll(model, prompts, reference.tokens, batch_size)
+    if model is teacher and answers is reference:  # the teacher's row: the same sum, once
+        own, own_count = nll, count
+    else:
+        own, own_count = completion_nll(model, prompts, reference.tokens, batch_size)
     rouge = rouge_l(answers.texts, reference.texts)
     return {
         "teacher_nll": nll / count,
