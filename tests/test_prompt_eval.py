@@ -12,7 +12,6 @@ import torch.nn.functional as F
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from lightning_kd.evaluate import main
-from lightning_kd.models import byte_tokenizer
 from lightning_kd.prompt_eval import completion_nll, repeated_ngrams, rouge_l
 from tests.conftest import TINY_LLAMA
 from tests.test_chat import CHATML, chat_tokenizer
@@ -114,7 +113,9 @@ def test_bad_prompt_evaluations_are_named(tmp_path, capsys) -> None:
     with pytest.raises(ValueError, match=r"holds no prompt rows"):
         main(["--prompts", str(empty), "--teacher", str(tmp_path / "teacher"), "--", "x"])
     saved(tmp_path, "other", 1)
-    byte_tokenizer().save_pretrained(tmp_path / "other")  # no chat tokens: another vocabulary
+    other = chat_tokenizer()
+    other.add_tokens(["<other>"])  # one token more: another vocabulary
+    other.save_pretrained(tmp_path / "other")
     judge = ["--prompts", str(prompts), "--teacher", str(tmp_path / "teacher")]
     with pytest.raises(ValueError, match=r"other has another tokenizer than the teacher \("):
         main([*judge, "--", str(tmp_path / "other")])
