@@ -179,6 +179,7 @@ class ChatDataModule(TextDataModule):
         if self.train_examples:
             return
         train, val = self.split()
+        train = self.limit(train)
         if self.teacher_answers is not None:
             train = self.answered_by_teacher(train)
         self.val_examples = self.layout([c.example for c in val], "val")

@@ -3,9 +3,8 @@
 A bad value found here costs a second; found by the run, it costs a model load, or a whole run
 that trains on NaN. Each rule names its key, its allowed range and an example value, and
 :func:`check_config` reports every bad key at once, each with the value it got and the fix.
-A few choices that would otherwise fail only after the models load are checked here too: a
-logger whose package is not installed, a callback that needs a logger when there is none, an int8
-teacher on an accelerator or strategy that cannot run it.
+Choices that would fail only after the models load are checked here too: a logger not installed,
+a callback that needs a logger when there is none, an int8 teacher where it cannot run.
 """
 
 from __future__ import annotations
@@ -128,6 +127,7 @@ RULES: dict[str, Number | CountOrFraction] = {
     "data.batch_size": Number(low=1, integer=True, example="4"),
     "data.val_batch_size": Number(low=1, integer=True, nullable=True, example="8"),
     "data.val_fraction": Number(low=0, high=1, low_open=True, high_open=True, example="0.05"),
+    "data.train_examples": Number(low=1, integer=True, nullable=True, example="180"),
     "data.num_workers": Number(low=0, integer=True, example="0"),
     "student.num_layers": Number(low=1, integer=True, nullable=True, example="6"),
     "student.calibration_blocks": Number(low=1, integer=True, example="4"),

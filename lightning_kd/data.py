@@ -18,17 +18,17 @@ Files: ``.txt`` (one document per file), ``.jsonl`` (one JSON object per line, t
 from __future__ import annotations
 
 import glob
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from lightning.pytorch import LightningDataModule
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, RandomSampler
+from torch.utils.data import DataLoader, Dataset
 from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.compat import resumed_batches_in_epoch
+from lightning_kd.loaders import EpochSampler, ResumableLoader
 from lightning_kd.losses.logits import IGNORE_INDEX
 from lightning_kd.reading import (
     FORMATS,
@@ -87,47 +87,6 @@ def pack_blocks(token_lists: list[list[int]], block_size: int, eos_id: int) -> T
     return torch.tensor(stream[: count * block_size], dtype=torch.long).view(count, block_size)
 
 
-class EpochSampler(RandomSampler):
-    """A permutation of the dataset drawn from ``seed + epoch``: the same on every run.
-
-    It draws exactly the permutation ``DistributedSampler`` draws, and Lightning replaces a
-    ``RandomSampler`` by a ``DistributedSampler`` (seeded from the global seed) under DDP: so N
-    ranks together see the very batches one process sees. Lightning calls :meth:`set_epoch`.
-    """
-
-    def __init__(self, data_source, seed: int) -> None:
-        super().__init__(data_source)
-        self.seed, self.epoch = seed, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __iter__(self) -> Iterator[int]:
-        generator = torch.Generator().manual_seed(self.seed + self.epoch)
-        return iter(torch.randperm(len(self.data_source), generator=generator).tolist())
-
-
-class ResumableLoader(DataLoader):
-    """A DataLoader that starts an iteration ``skip_batches()`` batches in.
-
-    After a mid-epoch resume, that is the number of batches the interrupted epoch had trained on;
-    the skipped batches are never collated.
-    """
-
-    def __init__(self, *args, skip_batches: Callable[[], int] | None = None, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.skip_batches = skip_batches  # same name as the argument: Lightning re-creates loaders
-
-    def __iter__(self) -> Iterator:
-        skip = self.skip_batches() if self.skip_batches is not None else 0
-        if skip == 0:
-            yield from super().__iter__()
-            return
-        batches = list(self.batch_sampler)
-        for indices in batches[skip:]:
-            yield self.collate_fn([self.dataset[i] for i in indices])
-
-
 @dataclass(frozen=True)
 class Unscored:
     """An example's tokens, run through the models but scored nowhere (its labels are all -100).
@@ -174,6 +133,7 @@ class TextDataModule(LightningDataModule):
         batch_size: int = 2,
         val_batch_size: int | None = 8,
         val_fraction: float = 0.05,
+        train_examples: int | None = None,
         pack: bool = True,
         text_field: str = "text",
         seed: int = 0,
@@ -184,6 +144,8 @@ class TextDataModule(LightningDataModule):
             raise ValueError(f"data.block_size={block_size}; a block needs at least 2 tokens")
         if not 0.0 < val_fraction < 1.0:
             raise ValueError(f"data.val_fraction={val_fraction} must lie strictly between 0 and 1")
+        if train_examples is not None and train_examples < 1:
+            raise ValueError(f"data.train_examples={train_examples}; use a count ≥ 1, or null")
         if separator_id(tokenizer) is None:
             raise ValueError("the tokenizer has no EOS or SEP token to separate packed documents")
         self.tokenizer = tokenizer
@@ -197,6 +159,7 @@ class TextDataModule(LightningDataModule):
         self.batch_size = batch_size
         self.val_batch_size = val_batch_size or batch_size
         self.val_fraction = val_fraction
+        self.train_limit = train_examples
         self.pack = pack
         self.text_field = text_field
         self.seed = seed
@@ -233,7 +196,19 @@ class TextDataModule(LightningDataModule):
         order = torch.randperm(len(examples), generator=torch.Generator().manual_seed(self.seed))
         val_count = min(max(1, round(self.val_fraction * len(examples))), len(examples) - 1)
         self.val_examples = [examples[i] for i in order[:val_count].tolist()]
-        self.train_examples = [examples[i] for i in order[val_count:].tolist()]
+        self.train_examples = self.limit([examples[i] for i in order[val_count:].tolist()])
+
+    def limit(self, train: list) -> list:
+        """The first ``data.train_examples`` of the shuffled training split (all of it when
+        unset): a fixed subset trained on epoch after epoch, the validation split unchanged."""
+        if self.train_limit is None:
+            return train
+        if self.train_limit > len(train):
+            raise ValueError(
+                f"data.train_examples={self.train_limit}, but the training split holds "
+                f"{len(train)} examples: lower it, or set data.train_examples=null for all"
+            )
+        return train[: self.train_limit]
 
     @property
     def train_tokens(self) -> int:

@@ -58,7 +58,7 @@ class RecordsResumedBatches(BoringModel):
         return super().train_dataloader()
 
 
-# The BoringModel's loader is a plain one; ours (data.ResumableLoader) skips what compat reads.
+# The BoringModel's loader is a plain one; ours (loaders.ResumableLoader) skips what compat reads.
 @pytest.mark.filterwarnings("ignore:You're resuming from a checkpoint that ended before")
 def test_resumed_batches_in_epoch_reads_the_restored_loop(tmp_path) -> None:
     fit_loop = quiet_trainer(tmp_path).fit_loop

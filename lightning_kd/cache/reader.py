@@ -26,7 +26,10 @@ REBUILD = (
     "rebuild it for this run with `python -m lightning_kd.cache hydra.run.dir=<dir> <this run's "
     "teacher=, data=, distill.temperature and cache.k overrides>`"
 )
-SPLIT_CAUSES = "another data.files, data.seed, data.val_fraction, data.block_size or data.pack"
+SPLIT_CAUSES = (
+    "another data.files, data.seed, data.val_fraction, data.train_examples, data.block_size or "
+    "data.pack"
+)
 
 
 class CacheError(ValueError):
