@@ -18,16 +18,20 @@ import hydra
 import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate
 from lightning.pytorch.strategies import FSDPStrategy
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
+from lightning_kd.cache.auto import CacheChoice, resolve_teacher_cache, unresolved
 from lightning_kd.checkpoints import resolve_ckpt_path
 from lightning_kd.checks import check_config
 from lightning_kd.config import register_defaults
+from lightning_kd.data import TextDataModule
 from lightning_kd.finite import check_finite_model, strict_json
 from lightning_kd.importance import choose_layers
-from lightning_kd.launch import build, resolve_auto_precision
+from lightning_kd.launch import build, build_datamodule, resolve_auto_precision
+from lightning_kd.models import load_tokenizer
 from lightning_kd.rundir import claim_run_dir, resume_command
 from lightning_kd.samples import samples_markdown
 from lightning_kd.saving import RunInterrupted, stop_report
@@ -48,7 +52,8 @@ def distill(cfg: DictConfig, ckpt_path: Path | None = None) -> RunSummary:
     output_dir = Path(cfg.output_dir)
     precision = resolve_auto_precision(cfg)
     ranking = choose_layers(cfg, ckpt_path)  # student.layers=importance → indices, before build
-    module, datamodule, trainer, timer = build(cfg)
+    caching, prepared = cache_teacher(cfg)  # distill.teacher_cache=auto → a path or online
+    module, datamodule, trainer, timer = build(cfg, prepared)
 
     before = validate_before(trainer, module, datamodule) if cfg.validate_before else {}
     try:
@@ -75,6 +80,7 @@ def distill(cfg: DictConfig, ckpt_path: Path | None = None) -> RunSummary:
         else None,
         precision=precision.as_dict() | quantized(cfg),
         importance=ranking.as_dict() if ranking is not None else None,
+        teacher_cache=caching.as_dict() if caching is not None else None,
     )
     if trainer.is_global_zero:
         strict = json.dumps(strict_json(summary.as_dict()), indent=2, allow_nan=False)
@@ -112,6 +118,17 @@ ONE_STAGE = (
     "stage on the same module (Lightning issue #19015): its parameters would be neither sharded "
     "nor reduced across ranks, so this run trains in one fit"
 )
+
+
+def cache_teacher(cfg: DictConfig) -> tuple[CacheChoice | None, TextDataModule | None]:
+    """With ``distill.teacher_cache=auto``: the choice (the cache written into the run directory
+    when it pays) and the data module it was made for (set up; the run trains on it)."""
+    if not unresolved(cfg.distill.get("teacher_cache")):
+        return None, None
+    tokenizer = load_tokenizer(instantiate(cfg.teacher, _convert_="all"))
+    datamodule = build_datamodule(cfg, tokenizer)
+    datamodule.setup("fit")
+    return resolve_teacher_cache(cfg, datamodule, tokenizer), datamodule
 
 
 def validate_before(trainer: L.Trainer, module, datamodule) -> dict[str, float]:

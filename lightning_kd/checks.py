@@ -127,7 +127,7 @@ RULES: dict[str, Number | CountOrFraction] = {
     "data.batch_size": Number(low=1, integer=True, example="4"),
     "data.val_batch_size": Number(low=1, integer=True, nullable=True, example="8"),
     "data.val_fraction": Number(low=0, high=1, low_open=True, high_open=True, example="0.05"),
-    "data.train_examples": Number(low=1, integer=True, nullable=True, example="180"),
+    "data.max_train_examples": Number(low=1, integer=True, nullable=True, example="180"),
     "data.num_workers": Number(low=0, integer=True, example="0"),
     "student.num_layers": Number(low=1, integer=True, nullable=True, example="6"),
     "student.calibration_blocks": Number(low=1, integer=True, example="4"),

@@ -22,7 +22,7 @@ from typing import Any
 
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from lightning_kd.cache.format import CacheSpec
 from lightning_kd.data import TextDataModule
@@ -54,8 +54,16 @@ def defaults_node(target: Callable[..., Any]) -> dict[str, Any]:
     return node
 
 
+def on_default_corpus(files: Any, value: Any) -> Any:
+    """``value`` when ``data.files`` is null (the embedded corpus), else null: for settings of the
+    default run that must not follow a user to their own files (``conf/data/text.yaml``)."""
+    return value if files is None else None
+
+
 def register_defaults() -> None:
-    """Store each group's defaults as ``<group>/base`` (idempotent: the same node each time)."""
+    """Store each group's defaults as ``<group>/base`` (idempotent: the same node each time), and
+    the ``kd.*`` resolvers the YAML files use."""
+    OmegaConf.register_new_resolver("kd.on_default_corpus", on_default_corpus, replace=True)
     store = ConfigStore.instance()
     for group, target in GROUP_TARGETS.items():
         store.store(group=group, name="base", node=defaults_node(target))

@@ -133,7 +133,7 @@ class TextDataModule(LightningDataModule):
         batch_size: int = 2,
         val_batch_size: int | None = 8,
         val_fraction: float = 0.05,
-        train_examples: int | None = None,
+        max_train_examples: int | None = None,
         pack: bool = True,
         text_field: str = "text",
         seed: int = 0,
@@ -144,8 +144,10 @@ class TextDataModule(LightningDataModule):
             raise ValueError(f"data.block_size={block_size}; a block needs at least 2 tokens")
         if not 0.0 < val_fraction < 1.0:
             raise ValueError(f"data.val_fraction={val_fraction} must lie strictly between 0 and 1")
-        if train_examples is not None and train_examples < 1:
-            raise ValueError(f"data.train_examples={train_examples}; use a count ≥ 1, or null")
+        if max_train_examples is not None and max_train_examples < 1:
+            raise ValueError(
+                f"data.max_train_examples={max_train_examples}; use a count ≥ 1, or null for all"
+            )
         if separator_id(tokenizer) is None:
             raise ValueError("the tokenizer has no EOS or SEP token to separate packed documents")
         self.tokenizer = tokenizer
@@ -159,7 +161,7 @@ class TextDataModule(LightningDataModule):
         self.batch_size = batch_size
         self.val_batch_size = val_batch_size or batch_size
         self.val_fraction = val_fraction
-        self.train_limit = train_examples
+        self.max_train_examples = max_train_examples
         self.pack = pack
         self.text_field = text_field
         self.seed = seed
@@ -199,16 +201,9 @@ class TextDataModule(LightningDataModule):
         self.train_examples = self.limit([examples[i] for i in order[val_count:].tolist()])
 
     def limit(self, train: list) -> list:
-        """The first ``data.train_examples`` of the shuffled training split (all of it when
-        unset): a fixed subset trained on epoch after epoch, the validation split unchanged."""
-        if self.train_limit is None:
-            return train
-        if self.train_limit > len(train):
-            raise ValueError(
-                f"data.train_examples={self.train_limit}, but the training split holds "
-                f"{len(train)} examples: lower it, or set data.train_examples=null for all"
-            )
-        return train[: self.train_limit]
+        """The first ``data.max_train_examples`` of the shuffled training split (all of it when
+        unset or larger): a fixed subset trained on epoch after epoch, validation unchanged."""
+        return train if self.max_train_examples is None else train[: self.max_train_examples]
 
     @property
     def train_tokens(self) -> int:

@@ -91,13 +91,14 @@ def build_trainer(cfg: DictConfig) -> tuple[L.Trainer, TrainTimer]:
 
 
 def build(
-    cfg: DictConfig,
+    cfg: DictConfig, datamodule: TextDataModule | None = None
 ) -> tuple[DistillationModule, TextDataModule, L.Trainer, TrainTimer]:
-    """Module, data module and trainer from ``cfg`` (the models are built in the trainer).
+    """Module, data module (``datamodule`` where given, already built from ``cfg.data``) and
+    trainer from ``cfg`` (the models are built in the trainer).
 
     ``trainer.precision`` and ``teacher.dtype`` must be concrete (:func:`resolve_auto_precision`).
     """
-    module = build_module(cfg)
-    datamodule = build_datamodule(cfg, module.tokenizer)
+    module = build_module(cfg, datamodule.tokenizer if datamodule is not None else None)
+    datamodule = datamodule if datamodule is not None else build_datamodule(cfg, module.tokenizer)
     trainer, timer = build_trainer(cfg)
     return module, datamodule, trainer, timer

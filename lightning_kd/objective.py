@@ -50,7 +50,10 @@ class DistillConfig:
     over the teacher's cached top-k (+ tail) records and the teacher does not run. It is loaded
     once at the start — to build a copied student and check that the cache is its own (weights,
     tokenizer, data, block size, temperature; with ``distill.features``, the mapped teacher
-    modules' outputs, written with ``cache.features=true``) — and released before training."""
+    modules' outputs, written with ``cache.features=true``) — and released before training.
+    ``auto`` (``conf/distill/default.yaml``): ``run.py`` writes one into the run directory when the
+    run passes over its blocks often enough for it to pay (``cache/auto.py``); built from Python,
+    where no run directory exists, ``auto`` is the online teacher."""
     on_policy: float = 0.0
     """λ of on-policy / mixed KD (GKD): the probability that a training micro-batch's answers are
     replaced by the student's own sampled completions of its prompts (``on_policy.py``); 0: the
@@ -63,6 +66,8 @@ class DistillConfig:
     """Seeds which micro-batches are sampled and what (``conf/distill/default.yaml``: ``seed``)."""
 
     def __post_init__(self) -> None:
+        if self.teacher_cache == "auto":  # unresolved: no run directory to cache into
+            self.teacher_cache = None
         get_divergence(self.divergence, beta=self.beta, skew=self.skew)  # raises on bad values
         self._check_on_policy()
         if self.temperature <= 0:

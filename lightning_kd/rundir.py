@@ -31,7 +31,15 @@ from lightning.pytorch.loggers.logger import rank_zero_experiment
 LOCK_NAME = ".lock"
 HYDRA_OWN = (".hydra",)
 """Entries Hydra writes into a run directory before the task runs (plus ``*.log`` files)."""
-OUTPUTS = ("checkpoints", "logs", "student", "summary.json", "summary.md", "importance.json")
+OUTPUTS = (
+    "checkpoints",
+    "logs",
+    "student",
+    "summary.json",
+    "summary.md",
+    "importance.json",
+    "teacher_cache",
+)
 """What a run writes into its directory: what ``overwrite=true`` removes."""
 
 

@@ -87,6 +87,9 @@ class RunSummary:
     importance: dict | None = None
     """With ``student.layers=importance``: the layer scores and the layers kept
     (``layer_scores.Ranking.as_dict``)."""
+    teacher_cache: dict | None = None
+    """With ``distill.teacher_cache=auto``: the cache trained from (None: online) and why
+    (``cache.auto.CacheChoice.as_dict``)."""
 
     @property
     def tokens_per_second(self) -> float:
@@ -120,6 +123,9 @@ class RunSummary:
             if self.precision.get("quantize"):
                 teacher += f", {self.precision['quantize']} weights"
             rows.append(("precision", "", f"{self.precision['trainer.precision']}, {teacher}"))
+        if self.teacher_cache is not None:
+            cached = self.teacher_cache["distill.teacher_cache"] is not None
+            rows.append(("teacher in training", "", "cached once" if cached else "online"))
         if self.peak_cuda_mb is not None:
             rows.append(("peak CUDA memory (MB)", "", f"{self.peak_cuda_mb:.0f}"))
         if self.importance is not None:

@@ -22,9 +22,20 @@ def test_the_cli_defaults_are_the_dataclass_defaults() -> None:
     assert instantiate(cfg.teacher, _convert_="all") == TeacherSpec()
     data = instantiate(cfg.data, tokenizer=byte_tokenizer(), _convert_="all")
     for key, default in defaults_node(TextDataModule).items():
-        if key not in ("_target_", "files", "seed"):  # files: resolved paths; seed: ${seed}
+        # files: resolved paths; seed: ${seed}; max_train_examples: the default run's subset of
+        # the embedded corpus (null for a user's files, see test_data_module_defaults_follow_files)
+        if key not in ("_target_", "files", "seed", "max_train_examples"):
             assert getattr(data, key) == default, key
     assert cfg.data.seed == cfg.seed
+
+
+def test_data_module_defaults_follow_files() -> None:
+    """The default run's subset applies to the embedded corpus only, never to a user's files."""
+    assert compose_config().data.max_train_examples == 180
+    assert compose_config(["data.files=[mine.txt]"]).data.max_train_examples is None
+    assert compose_config(["data.max_train_examples=null"]).data.max_train_examples is None
+    mine = ["data.files=[mine.txt]", "data.max_train_examples=50"]
+    assert compose_config(mine).data.max_train_examples == 50
 
 
 @pytest.mark.parametrize("group", sorted(GROUP_TARGETS))

@@ -39,6 +39,30 @@ def test_split_is_deterministic_and_disjoint(corpus) -> None:
     )
 
 
+def test_max_train_examples_keeps_a_fixed_prefix_of_the_training_split(corpus) -> None:
+    full, subset = make_datamodule([corpus]), make_datamodule([corpus], max_train_examples=3)
+    full.setup("fit")
+    subset.setup("fit")
+    as_lists = lambda examples: [t.tolist() for t in examples]  # noqa: E731
+    assert as_lists(subset.train_examples) == as_lists(full.train_examples[:3])
+    assert as_lists(subset.val_examples) == as_lists(full.val_examples)  # the split is unchanged
+    epochs = []
+    for epoch in (0, 1):  # each epoch is a new order of the same three blocks
+        loader = subset.train_dataloader()
+        loader.sampler.set_epoch(epoch)
+        epochs.append(sorted(map(tuple, (row for b in loader for row in b["input_ids"].tolist()))))
+    assert epochs[0] == epochs[1] == sorted(map(tuple, as_lists(subset.train_examples)))
+
+
+def test_max_train_examples_beyond_the_split_is_all_of_it_and_below_one_refused(corpus) -> None:
+    with pytest.raises(ValueError, match=r"data.max_train_examples=0; use a count"):
+        make_datamodule([corpus], max_train_examples=0)
+    full, capped = make_datamodule([corpus]), make_datamodule([corpus], max_train_examples=10_000)
+    full.setup("fit")
+    capped.setup("fit")
+    assert len(capped.train_examples) == len(full.train_examples)
+
+
 def test_packed_batches_have_no_padding(corpus) -> None:
     dm = make_datamodule([corpus])
     dm.setup("fit")

@@ -27,7 +27,7 @@ REBUILD = (
     "teacher=, data=, distill.temperature and cache.k overrides>`"
 )
 SPLIT_CAUSES = (
-    "another data.files, data.seed, data.val_fraction, data.train_examples, data.block_size or "
+    "another data.files, data.seed, data.val_fraction, data.max_train_examples, data.block_size or "
     "data.pack"
 )
 

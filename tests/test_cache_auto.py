@@ -1,0 +1,74 @@
+"""distill.teacher_cache=auto: cached once where the run passes over its blocks often enough."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lightning_kd.cache.auto import MIN_PASSES, choose, passes
+from lightning_kd.config import compose_config
+from lightning_kd.objective import DistillConfig
+from tests.test_cache_teacher import command
+
+
+def test_the_default_run_caches_its_teacher_in_the_run_directory(tmp_path: Path) -> None:
+    cfg = compose_config([], output_dir=tmp_path)
+    assert cfg.distill.teacher_cache == "auto"
+    assert cfg.data.max_train_examples == 180 and cfg.trainer.max_steps == 270
+    assert passes(cfg, 180) == 3.0
+    choice = choose(cfg, 180)
+    assert choice.path == str(tmp_path / "teacher_cache")
+    assert "3.00 passes over 180 training blocks" in choice.line()
+
+
+def test_a_run_over_its_data_about_once_keeps_the_teacher_online(tmp_path: Path) -> None:
+    cfg = compose_config(["data.max_train_examples=null"], output_dir=tmp_path)
+    few = cfg.trainer.max_steps * cfg.data.batch_size / MIN_PASSES + 1  # just under MIN_PASSES
+    choice = choose(cfg, int(few))
+    assert choice.path is None
+    assert f"a cache pays from {MIN_PASSES}" in choice.reason
+    epochs = compose_config(["trainer.max_steps=-1", "trainer.max_epochs=3"], output_dir=tmp_path)
+    assert passes(epochs, 10) == 3.0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "reason"),
+    [
+        (["experiment=ce_only"], "distill.kd_weight=0"),
+        (["distill.features=uniform"], "distill.features needs the teacher's hidden states"),
+        (["distill.on_policy=0.5"], "on-policy KD"),
+        (["distill.chunked=false"], "distill.chunked=false"),
+        (["teacher=minilm"], "only causal LM logits are cached"),
+        (["data=chat", "data.files=[c.jsonl]"], "chat data is not cached"),
+        (["trainer.devices=2", "strategy=ddp"], "python -m lightning_kd.cache strategy=ddp"),
+    ],
+)
+def test_what_a_cache_cannot_serve_keeps_the_teacher_online(overrides, reason, tmp_path) -> None:
+    choice = choose(compose_config(overrides, output_dir=tmp_path), 10)
+    assert choice.path is None
+    assert reason in choice.reason
+
+
+def test_an_unresolved_auto_built_from_python_is_the_online_teacher() -> None:
+    assert DistillConfig(teacher_cache="auto").teacher_cache is None
+
+
+def test_auto_writes_the_cache_once_trains_from_it_and_a_resume_reuses_it(tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    smoke = ["debug=smoke", "data.max_train_examples=8", f"hydra.run.dir={run_dir}"]  # 3 passes
+    first = command("run", *smoke)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert f"teacher: cached once in {run_dir / 'teacher_cache'} (auto: 3.00 passes" in first.stdout
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["teacher_cache"]["distill.teacher_cache"] == str(run_dir / "teacher_cache")
+    assert summary["teacher_ppl"] > 0 and summary["after"]["val/ppl"] < summary["before"]["val/ppl"]
+    assert "| teacher in training |  | cached once |" in first.stdout
+    index = json.loads((run_dir / "teacher_cache" / "index.json").read_text())
+    assert index["key"]["splits"]["train"]["blocks"] == 8
+
+    resumed = command("run", *smoke, "trainer.max_steps=8", "ckpt_path=last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "cache rank 0: 0 shards written" in resumed.stdout  # all kept from the first run
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 8
