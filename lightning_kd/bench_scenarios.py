@@ -252,11 +252,11 @@ class TimedSampling:
         self.seconds: list[float] = []
         self.tokens: list[float] = []
 
-    def replace(self, student, batch: dict, draw: int) -> dict:
+    def replace(self, student, batch: dict, draw: int, step: int = 0) -> dict:
         """The sampler's own ``replace`` (its λ draw included), timed."""
         synchronize(self.device)
         start = time.perf_counter()
-        sampled = self.on_policy.replace(student, batch, draw)
+        sampled = self.on_policy.replace(student, batch, draw, step)
         synchronize(self.device)
         self.seconds.append(time.perf_counter() - start)
         prompt = batch["labels"].shape[1] // 2  # the half of each row before its answer (prompted)

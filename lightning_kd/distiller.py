@@ -201,12 +201,17 @@ class Distiller(nn.Module):
             return self.cached_teacher.records(batch, split)
         return self.run("teacher", batch), None
 
-    def forward(self, batch: dict[str, Tensor], draw: int | None = None) -> tuple[Tensor, LossSums]:
+    def forward(
+        self, batch: dict[str, Tensor], draw: int | None = None, step: int | None = None
+    ) -> tuple[Tensor, LossSums]:
         """The objective's token sum for one micro-batch (differentiable) and its parts; with
-        ``distill.on_policy``, maybe of the student's completions (``draw`` numbers the batch)."""
+        ``distill.on_policy``, maybe of the student's completions (``draw`` numbers the batch,
+        ``step`` is the optimizer step ``distill.on_policy_warmup`` counts; both default to this
+        distiller's count of micro-batches)."""
         if self.on_policy is not None:
-            draw, self.draws = (self.draws if draw is None else draw), self.draws + 1
-            batch = self.on_policy.replace(self.student, batch, draw)
+            count, self.draws = self.draws, self.draws + 1
+            draw, step = (count if draw is None else draw), (count if step is None else step)
+            batch = self.on_policy.replace(self.student, batch, draw, step)
         with_teacher = self.uses_teacher_in_training
         heads = self.heads(batch, ROLES if with_teacher else ("student",))
         with capture_step(*self.captures.values()):

@@ -150,7 +150,8 @@ class DistillationModule(LightningModule):
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         # Numbers the micro-batch for distill.on_policy: the same draws again after a resume.
-        objective, sums = self.distiller(batch, draw=self.global_step * 1_000_003 + batch_idx)
+        step = self.global_step
+        objective, sums = self.distiller(batch, draw=step * 1_000_003 + batch_idx, step=step)
         self.window.add(sums)
         return objective  # a token sum: on_before_optimizer_step turns it into the window's mean
 

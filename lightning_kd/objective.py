@@ -62,6 +62,9 @@ class DistillConfig:
     """Tokens the student samples at most per completion."""
     on_policy_temperature: float = 1.0
     """Sampling temperature of the student's completions."""
+    on_policy_warmup: int = 0
+    """Optimizer steps trained on the dataset's answers alone before λ applies (a warm start:
+    a student that cannot answer yet samples little worth scoring)."""
     on_policy_seed: int = 0
     """Seeds which micro-batches are sampled and what (``conf/distill/default.yaml``: ``seed``)."""
 
@@ -89,10 +92,15 @@ class DistillConfig:
     def _check_on_policy(self) -> None:
         if not 0.0 <= self.on_policy <= 1.0:
             raise ValueError(f"distill.on_policy={self.on_policy}: a probability, in [0, 1]")
-        if self.on_policy_tokens < 1 or self.on_policy_temperature <= 0:
+        if (
+            self.on_policy_tokens < 1
+            or self.on_policy_temperature <= 0
+            or self.on_policy_warmup < 0
+        ):
             raise ValueError(
-                f"distill.on_policy_tokens={self.on_policy_tokens} must be >= 1 and "
-                f"distill.on_policy_temperature={self.on_policy_temperature} positive"
+                f"distill.on_policy_tokens={self.on_policy_tokens} must be >= 1, "
+                f"distill.on_policy_temperature={self.on_policy_temperature} positive and "
+                f"distill.on_policy_warmup={self.on_policy_warmup} >= 0"
             )
         if self.on_policy > 0 and self.teacher_cache is not None:
             raise ValueError(

@@ -35,17 +35,24 @@ class OnPolicy:
     seed: int
     eos_token_id: int | None
     pad_token_id: int
+    warmup: int = 0
+    """Steps (``step`` of :meth:`replace`) trained on the dataset's answers alone first."""
 
-    def chooses(self, draw: int) -> bool:
-        """Whether micro-batch ``draw`` is sampled: a Bernoulli(λ) draw of its own."""
+    def chooses(self, draw: int, step: int = 0) -> bool:
+        """Whether micro-batch ``draw`` of ``step`` is sampled: none before ``warmup``, then a
+        Bernoulli(λ) draw of its own."""
+        if step < self.warmup:
+            return False
         if self.fraction >= 1 or self.fraction <= 0:
             return self.fraction >= 1
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + draw)
         return bool(torch.rand((), generator=generator) < self.fraction)
 
-    def replace(self, student: nn.Module, batch: dict[str, Tensor], draw: int) -> dict:
+    def replace(
+        self, student: nn.Module, batch: dict[str, Tensor], draw: int, step: int = 0
+    ) -> dict[str, Tensor]:
         """``batch``, or the student's completions of its prompts if ``draw`` is chosen."""
-        return self.sample(student, batch, draw) if self.chooses(draw) else batch
+        return self.sample(student, batch, draw) if self.chooses(draw, step) else batch
 
     @torch.no_grad()
     def sample(self, student: nn.Module, batch: dict[str, Tensor], draw: int) -> dict[str, Tensor]:
@@ -167,6 +174,7 @@ def on_policy_for(distill, student: nn.Module, task: str) -> OnPolicy | None:
         distill.on_policy_seed,
         eos,
         pad,
+        distill.on_policy_warmup,
     )
 
 

@@ -88,6 +88,39 @@ def test_lambda_chooses_that_share_of_micro_batches_reproducibly() -> None:
     assert not any(OnPolicy(0.0, 4, 1.0, 0, None, 0).chooses(d) for d in range(10))
 
 
+def test_warmup_steps_train_on_the_datasets_answers_alone() -> None:
+    sampler = OnPolicy(1.0, 4, 1.0, seed=0, eos_token_id=2, pad_token_id=0, warmup=3)
+    assert [sampler.chooses(draw, step) for draw, step in enumerate(range(5))] == [
+        False,
+        False,
+        False,
+        True,
+        True,
+    ]
+    model = distiller(on_policy_warmup=2)
+    batch = chat_batch()
+    seen: list[bool] = []
+    model.on_policy = Recording(model.on_policy, seen)
+    for step in range(4):
+        model(batch, draw=step, step=step)
+    assert seen == [False, False, True, True]
+    model(batch)  # no step given: the distiller's own count (4) of micro-batches
+    assert seen[-1] is True
+    with pytest.raises(ValueError, match=r"distill.on_policy_warmup=-1 >= 0"):
+        DistillConfig(on_policy=0.5, on_policy_warmup=-1)
+
+
+class Recording:
+    """An on-policy sampler that records whether each micro-batch was sampled."""
+
+    def __init__(self, sampler: OnPolicy, seen: list[bool]) -> None:
+        self.sampler, self.seen = sampler, seen
+
+    def replace(self, student, batch, draw, step):
+        self.seen.append(self.sampler.chooses(draw, step))
+        return self.sampler.replace(student, batch, draw, step)
+
+
 def test_a_completion_ends_at_its_end_token_and_is_labelled_alone() -> None:
     assert until_eos(torch.tensor([4, 5, 9, 7, 9]), 9).tolist() == [4, 5, 9]
     assert until_eos(torch.tensor([4, 5]), 9).tolist() == [4, 5]  # cut by the token limit
