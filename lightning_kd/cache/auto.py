@@ -23,6 +23,7 @@ from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
 
+from lightning_kd.cache.__main__ import cached_teacher, fabric_for, report
 from lightning_kd.cache.writer import write_cache
 
 AUTO = "auto"
@@ -112,9 +113,6 @@ def resolve_teacher_cache(cfg: DictConfig, datamodule, tokenizer) -> CacheChoice
 def write(cfg: DictConfig, datamodule, tokenizer, directory: Path) -> None:
     """The cache of ``cfg``'s teacher (loaded as training loads it) over ``datamodule``'s blocks,
     written with one process, then the teacher released."""
-    # Imported here: the writing job's module imports the launch wiring, which imports this one.
-    from lightning_kd.cache.__main__ import cached_teacher, fabric_for, report
-
     teacher_spec = instantiate(cfg.teacher, _convert_="all")
     spec = instantiate(cfg.cache, _convert_="all")
     teacher, _ = cached_teacher(cfg, teacher_spec, spec)
