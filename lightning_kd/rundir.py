@@ -7,7 +7,9 @@ run's outputs, appended to (never truncated) by a resume.
 - A directory that holds another run's outputs is refused unless this run resumes
   (``ckpt_path=...``) or says ``overwrite=true`` (which removes those outputs, and only them).
   What Hydra itself writes into the directory before any code of ours runs (``.hydra/``,
-  ``*.log``) does not count.
+  ``*.log``) does not count, nor does a ``teacher_cache/`` alone (``distill.teacher_cache=auto``;
+  keyed and checked when opened, so a fresh run reuses or completes it: a run killed while writing
+  it has no checkpoint to resume from, and its shards are not lost).
 - Only rank 0 checks and locks: a DDP launch re-runs the script per rank into the same directory.
 - :class:`ResumableCSVLogger` appends to an existing ``metrics.csv``, dropping only the rows
   logged after the checkpoint a resume starts from (the resumed run logs those steps again).
@@ -41,6 +43,10 @@ OUTPUTS = (
     "teacher_cache",
 )
 """What a run writes into its directory: what ``overwrite=true`` removes."""
+
+
+REUSABLE = "teacher_cache"
+"""An output a fresh run may find and reuse (the cache writer checks it is this run's)."""
 
 
 class RunDirError(RuntimeError):
@@ -99,7 +105,7 @@ def claim_run_dir(run_dir: Path, resuming: bool, overwrite: bool) -> Iterator[No
             for name in (name for name in found if name in OUTPUTS):
                 path = run_dir / name
                 shutil.rmtree(path) if path.is_dir() else path.unlink()
-        elif found and not resuming:
+        elif [name for name in found if name != REUSABLE] and not resuming:
             raise RunDirError(
                 f"run directory {run_dir} already holds a run's outputs ({', '.join(found)}); "
                 "resume that run (ckpt_path=last), start afresh there (overwrite=true removes "

@@ -36,6 +36,18 @@ def test_earlier_outputs_are_refused_unless_resuming_or_overwriting(tmp_path: Pa
         pass
 
 
+def test_a_teacher_cache_alone_is_reused_by_a_fresh_run_and_removed_by_overwrite(tmp_path) -> None:
+    (tmp_path / "teacher_cache").mkdir()  # what a run killed while writing its cache leaves
+    with claim_run_dir(tmp_path, resuming=False, overwrite=False):
+        assert (tmp_path / "teacher_cache").is_dir()
+    (tmp_path / "summary.json").write_text("{}")
+    refused = pytest.raises(RunDirError, match="summary.json, teacher_cache")
+    with refused, claim_run_dir(tmp_path, resuming=False, overwrite=False):
+        pass
+    with claim_run_dir(tmp_path, resuming=False, overwrite=True):
+        assert not (tmp_path / "teacher_cache").exists()
+
+
 def test_a_second_process_is_refused_with_the_holder_pid(tmp_path: Path) -> None:
     script = (
         "import sys; from pathlib import Path; from lightning_kd.rundir import claim_run_dir\n"
