@@ -16,7 +16,10 @@ token — and is scored on:
 - ``repeated`` (the share of a completion's token 4-grams that repeat an earlier one, the mean
   over prompts), ``tokens`` (mean completion length) and ``ended`` (the share that end with the
   end token before the cap). Read the teacher NLL with them: a loop ("jazz, jazz, jazz, ...") is
-  text a teacher predicts well once it has started, so a model that loops scores a low NLL.
+  text a teacher predicts well once it has started, so a model that loops scores a low NLL;
+- ``fresh_nll`` and ``fresh_tokens``: the teacher NLL per token of each completion's *fresh
+  prefix* — up to the first token that completes a repeated 4-gram, the text before the model
+  starts repeating itself — and that prefix's mean length: the loop-robust reading.
 
 Prompt rows are read as ``python -m lightning_kd.generate`` reads them (a trailing answer is
 dropped), so the ``completions.jsonl`` of ``generate.prompts=val_split`` is the held-out set.
@@ -74,6 +77,18 @@ def repeated_ngrams(tokens: list[int], n: int = 4) -> float:
     """The share of ``tokens``' n-grams that occurred earlier in it (0 with no n-gram)."""
     grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
     return 1 - len(set(grams)) / len(grams) if grams else 0.0
+
+
+def fresh_prefix(tokens: Tensor, n: int = 4) -> Tensor:
+    """The longest prefix of ``tokens`` in which no n-gram occurs twice."""
+    seen: set[tuple[int, ...]] = set()
+    values = tokens.tolist()
+    for start in range(len(values) - n + 1):
+        gram = tuple(values[start : start + n])
+        if gram in seen:
+            return tokens[: start + n - 1]
+        seen.add(gram)
+    return tokens
 
 
 def greedy_answers(
@@ -149,8 +164,12 @@ def judged(
     else:
         own, own_count = completion_nll(model, prompts, reference.tokens, batch_size)
     rouge = rouge_l(answers.texts, reference.texts)
+    fresh = [fresh_prefix(tokens) for tokens in answers.tokens]
+    fresh_nll, fresh_count = completion_nll(teacher, prompts, fresh, batch_size)
     return {
         "teacher_nll": nll / count,
+        "fresh_nll": fresh_nll / max(fresh_count, 1),
+        "fresh_tokens": fresh_count / len(fresh),
         "rouge_l": sum(rouge) / len(rouge),
         "ppl_on_teacher": math.exp(own / own_count),
         "repeated": answers.repeated,
@@ -192,13 +211,14 @@ def read_prompt_file(path: Path) -> list[list[dict]]:
 def markdown(rows: list[dict]) -> str:
     """The rows as a markdown table."""
     lines = [
-        "| model | teacher NLL of its completions | ROUGE-L to teacher | ppl on teacher's "
-        "completions | repeated 4-grams | tokens | ended |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| model | teacher NLL of its completions | of their fresh prefixes | fresh tokens | "
+        "ROUGE-L to teacher | ppl on teacher's completions | repeated 4-grams | tokens | ended |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     lines += [
-        f"| {r['model']} | {r['teacher_nll']:.3f} | {r['rouge_l']:.3f} | "
-        f"{r['ppl_on_teacher']:.2f} | {r['repeated']:.2f} | {r['tokens']:.1f} | {r['ended']:.2f} |"
+        f"| {r['model']} | {r['teacher_nll']:.3f} | {r['fresh_nll']:.3f} | "
+        f"{r['fresh_tokens']:.1f} | {r['rouge_l']:.3f} | {r['ppl_on_teacher']:.2f} | "
+        f"{r['repeated']:.2f} | {r['tokens']:.1f} | {r['ended']:.2f} |"
         for r in rows
     ]
     return "\n".join(lines)

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from lightning_kd.evaluate import main
-from lightning_kd.prompt_eval import completion_nll, repeated_ngrams, rouge_l
+from lightning_kd.prompt_eval import completion_nll, fresh_prefix, repeated_ngrams, rouge_l
 from tests.conftest import TINY_LLAMA
 from tests.test_chat import CHATML, chat_tokenizer
 
@@ -73,9 +73,11 @@ def test_the_teacher_and_a_copy_of_it_score_alike_and_the_scores_hold(tmp_path) 
     assert len(set(teacher["completions"])) >= 3 and teacher["tokens"] == 6
     # The teacher scoring its own completions: its NLL of them is its perplexity on them.
     assert teacher["ppl_on_teacher"] == pytest.approx(math.exp(teacher["teacher_nll"]), rel=1e-6)
-    for key in ("teacher_nll", "rouge_l", "ppl_on_teacher", "repeated", "tokens", "ended"):
+    keys = ("teacher_nll", "fresh_nll", "fresh_tokens", "rouge_l", "ppl_on_teacher", "repeated")
+    for key in (*keys, "tokens", "ended"):
         assert copy[key] == pytest.approx(teacher[key], rel=1e-6)
     assert 0 < second["tokens"] <= 6 and 0 <= second["rouge_l"] <= 1
+    assert 0 < second["fresh_tokens"] <= second["tokens"] and second["fresh_nll"] > 0
     assert second["rouge_l"] == pytest.approx(
         sum(rouge_l(second["completions"], teacher["completions"])) / 5
     )
@@ -83,6 +85,16 @@ def test_the_teacher_and_a_copy_of_it_score_alike_and_the_scores_hold(tmp_path) 
     assert second["teacher_nll"] > teacher["teacher_nll"]  # greedy is the teacher's likeliest
     assert json.loads(out.read_text())["rows"] == json.loads(json.dumps(rows))
     del other
+
+
+def test_the_fresh_prefix_stops_before_the_first_repeated_4gram() -> None:
+    def prefix(values):
+        return fresh_prefix(torch.tensor(values)).tolist()
+
+    assert prefix([1, 2, 3, 4, 5]) == [1, 2, 3, 4, 5]  # nothing repeats
+    assert prefix([1, 2, 3, 4, 1, 2, 3, 4, 9]) == [1, 2, 3, 4, 1, 2, 3]  # (1,2,3,4) again at 4
+    assert prefix([7] * 10) == [7, 7, 7, 7]  # the second (7,7,7,7) ends at the fifth token
+    assert prefix([1, 2]) == [1, 2]
 
 
 def test_rouge_l_is_the_longest_common_subsequence_f1() -> None:
