@@ -75,7 +75,7 @@ class FixedCompletions(Callback):
 
 
 class _PromptFunction:
-    def replace(self, student, batch, draw):
+    def replace(self, student, batch, draw, step=0):
         from lightning_kd.on_policy import completions_batch, prompt_tokens
 
         prompts = prompt_tokens(batch)
