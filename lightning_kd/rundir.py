@@ -46,7 +46,8 @@ OUTPUTS = (
 
 
 REUSABLE = "teacher_cache"
-"""An output a fresh run may find and reuse (the cache writer checks it is this run's)."""
+"""An output a fresh run may find and reuse (``cache.auto.DIRECTORY``; the cache writer checks
+that it is this run's)."""
 
 
 class RunDirError(RuntimeError):

@@ -112,7 +112,7 @@ def resolve_teacher_cache(cfg: DictConfig, datamodule, tokenizer) -> CacheChoice
 
 def write(cfg: DictConfig, datamodule, tokenizer, directory: Path) -> None:
     """The cache of ``cfg``'s teacher (loaded as training loads it) over ``datamodule``'s blocks,
-    written with one process, then the teacher released."""
+    written with one process (the teacher is released when this returns)."""
     teacher_spec = instantiate(cfg.teacher, _convert_="all")
     spec = instantiate(cfg.cache, _convert_="all")
     teacher, _ = cached_teacher(cfg, teacher_spec, spec)
@@ -120,4 +120,3 @@ def write(cfg: DictConfig, datamodule, tokenizer, directory: Path) -> None:
     stats = write_cache(teacher.to(device), tokenizer, datamodule, spec, directory, device=device)
     print(stats.line(0), flush=True)
     report(directory, spec, 0)
-    del teacher
