@@ -73,6 +73,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     )
     parser.add_argument("--teacher", help="with --prompts: the judge (a directory, or smollm2)")
     parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument(
+        "--samples", type=int, help="with --prompts: also K sampled completions per prompt"
+    )
+    parser.add_argument("--temperature", type=float, default=1.0, help="with --samples")
+    parser.add_argument("--seed", type=int, default=0, help="with --samples")
     parser.add_argument("--text-field", default="text")
     parser.add_argument("--block-size", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=8)
@@ -80,6 +85,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = parser.parse_args(argv)
     if args.prompts is not None:
         return main_prompts(args, parser)
+    if args.samples is not None:
+        parser.error("--samples samples answers to --prompts: it has no meaning with --files")
     tokenizer = AutoTokenizer.from_pretrained(model_location(args.models[0]))
     blocks = blocks_of(args.files, tokenizer, args.block_size, args.text_field)
     rows = []
@@ -109,10 +116,13 @@ def load_model(name: str, tokenizer=None, reference: str = "the first model"):
 
 def main_prompts(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[dict]:
     """``--prompts``: each model's greedy answers judged by ``--teacher`` (prompt_eval.py)."""
-    from lightning_kd.prompt_eval import evaluate_prompts, markdown, read_prompt_file
+    from lightning_kd.prompt_eval import Sampling, evaluate_prompts, markdown, read_prompt_file
 
     if args.teacher is None:
         parser.error("--prompts needs --teacher: the model that judges the answers (smollm2)")
+    sampling = None
+    if args.samples is not None:
+        sampling = Sampling(args.samples, args.temperature, args.seed)
     prompts = read_prompt_file(args.prompts)
     tokenizer = AutoTokenizer.from_pretrained(model_location(args.teacher))
     if tokenizer.chat_template is None:
@@ -121,7 +131,7 @@ def main_prompts(args: argparse.Namespace, parser: argparse.ArgumentParser) -> l
     judge = f"the teacher ({args.teacher})"
     models = {name: load_model(name, tokenizer, judge) for name in args.models}
     rows = evaluate_prompts(
-        models, teacher, tokenizer, prompts, args.max_new_tokens, args.batch_size
+        models, teacher, tokenizer, prompts, args.max_new_tokens, args.batch_size, sampling
     )
     print("\n" + markdown(rows))
     if args.out is not None:

@@ -21,6 +21,12 @@ token — and is scored on:
   prefix* — up to the first token that completes a repeated 4-gram, the text before the model
   starts repeating itself — and that prefix's mean length: the loop-robust reading.
 
+With ``--samples K`` every model (the teacher too) also *samples* K completions of each prompt at
+``--temperature`` (seeded by ``--seed``, the same random stream for every model), and the
+``sampled_*`` columns score them as above: ``sampled_nll`` is then a Monte-Carlo estimate of the
+cross-entropy of the model's own answer distribution under the teacher — on-policy KD's quantity
+without greedy decoding's loops, which dominate the greedy columns of a small model.
+
 Prompt rows are read as ``python -m lightning_kd.generate`` reads them (a trailing answer is
 dropped), so the ``completions.jsonl`` of ``generate.prompts=val_split`` is the held-out set.
 """
@@ -91,16 +97,39 @@ def fresh_prefix(tokens: Tensor, n: int = 4) -> Tensor:
     return tokens
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """``--samples``: K sampled completions per prompt at a temperature, from one seed."""
+
+    samples: int
+    temperature: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.samples < 1:
+            raise ValueError(f"--samples {self.samples}: give at least 1 (or leave it out)")
+        if not self.temperature > 0:
+            raise ValueError(f"--temperature {self.temperature}: give a positive temperature")
+
+    def options(self) -> dict:
+        return {"do_sample": True, "temperature": self.temperature, "top_k": 0, "top_p": 1.0}
+
+
 def greedy_answers(
     model: nn.Module,
     tokenizer: PreTrainedTokenizerBase,
     prompts: list[Tensor],
     max_new_tokens: int,
     batch_size: int,
+    sampling: Sampling | None = None,
 ) -> Answers:
-    """``model``'s greedy completions of ``prompts`` (left-padded batches, the KV cache)."""
+    """``model``'s greedy completions of ``prompts`` (left-padded batches, the KV cache), or with
+    ``sampling`` its sampled ones (``prompts`` given once per sample)."""
     eos, pad = stop_and_pad(model, "--prompts")
     device = next(model.parameters()).device
+    options = {"do_sample": False} if sampling is None else sampling.options()
+    if sampling is not None:
+        torch.manual_seed(sampling.seed)  # every model draws from the same random stream
     tokens: list[Tensor] = []
     for start in range(0, len(prompts), batch_size):
         left = left_padded(prompts[start : start + batch_size], pad, device)
@@ -108,9 +137,9 @@ def greedy_answers(
             model,
             left,
             max_new_tokens=max_new_tokens,
-            do_sample=False,
             eos_token_id=eos,
             pad_token_id=pad,
+            **options,
         )
         tokens += [until_eos(row, eos).cpu() for row in new]
     texts = tokenizer.batch_decode(tokens, skip_special_tokens=True)
@@ -179,6 +208,32 @@ def judged(
     }
 
 
+def sampled(
+    model: nn.Module,
+    teacher: nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: list[Tensor],
+    max_new_tokens: int,
+    batch_size: int,
+    sampling: Sampling,
+) -> dict:
+    """The ``sampled_*`` scores: ``model``'s sampled completions judged by ``teacher``."""
+    repeated = [ids for ids in prompts for _ in range(sampling.samples)]
+    answers = greedy_answers(model, tokenizer, repeated, max_new_tokens, batch_size, sampling)
+    nll, count = completion_nll(teacher, repeated, answers.tokens, batch_size)
+    fresh = [fresh_prefix(tokens) for tokens in answers.tokens]
+    fresh_nll, fresh_count = completion_nll(teacher, repeated, fresh, batch_size)
+    return {
+        "sampled_nll": nll / count,
+        "sampled_fresh_nll": fresh_nll / max(fresh_count, 1),
+        "sampled_fresh_tokens": fresh_count / len(fresh),
+        "sampled_repeated": answers.repeated,
+        "sampled_tokens": answers.mean_tokens,
+        "sampled_ended": answers.ended,
+        "sampled_completions": answers.texts,
+    }
+
+
 def evaluate_prompts(
     models: dict[str, nn.Module],
     teacher: nn.Module,
@@ -186,14 +241,21 @@ def evaluate_prompts(
     prompts: list[list[dict]],
     max_new_tokens: int,
     batch_size: int,
+    sampling: Sampling | None = None,
 ) -> list[dict]:
     """A row of scores for the teacher and for each of ``models`` on the same ``prompts``."""
     ids = prompt_ids(tokenizer, prompts)
     reference = greedy_answers(teacher, tokenizer, ids, max_new_tokens, batch_size)
-    rows = [{"model": "teacher"} | judged(reference, teacher, teacher, ids, reference, batch_size)]
-    for name, model in models.items():
-        answers = greedy_answers(model, tokenizer, ids, max_new_tokens, batch_size)
+    rows = []
+    for name, model in {"teacher": teacher, **models}.items():
+        answers = reference
+        if model is not teacher:
+            answers = greedy_answers(model, tokenizer, ids, max_new_tokens, batch_size)
         rows.append({"model": name} | judged(answers, model, teacher, ids, reference, batch_size))
+        if sampling is not None:
+            rows[-1] |= sampled(
+                model, teacher, tokenizer, ids, max_new_tokens, batch_size, sampling
+            )
         print(f"{name}: teacher NLL {rows[-1]['teacher_nll']:.3f}", flush=True)
     return rows
 
@@ -221,4 +283,17 @@ def markdown(rows: list[dict]) -> str:
         f"{r['repeated']:.2f} | {r['tokens']:.1f} | {r['ended']:.2f} |"
         for r in rows
     ]
+    if "sampled_nll" in rows[0]:
+        lines += [
+            "",
+            "| model | teacher NLL of its sampled completions | of their fresh prefixes | "
+            "fresh tokens | repeated 4-grams | tokens | ended |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        lines += [
+            f"| {r['model']} | {r['sampled_nll']:.3f} | {r['sampled_fresh_nll']:.3f} | "
+            f"{r['sampled_fresh_tokens']:.1f} | {r['sampled_repeated']:.2f} | "
+            f"{r['sampled_tokens']:.1f} | {r['sampled_ended']:.2f} |"
+            for r in rows
+        ]
     return "\n".join(lines)

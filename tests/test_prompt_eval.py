@@ -12,7 +12,15 @@ import torch.nn.functional as F
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from lightning_kd.evaluate import main
-from lightning_kd.prompt_eval import completion_nll, fresh_prefix, repeated_ngrams, rouge_l
+from lightning_kd.prompt_eval import (
+    Sampling,
+    completion_nll,
+    fresh_prefix,
+    greedy_answers,
+    repeated_ngrams,
+    rouge_l,
+    sampled,
+)
 from tests.conftest import TINY_LLAMA
 from tests.test_chat import CHATML, chat_tokenizer
 
@@ -87,6 +95,43 @@ def test_the_teacher_and_a_copy_of_it_score_alike_and_the_scores_hold(tmp_path) 
     del other
 
 
+def test_sampled_completions_are_judged_alike_for_a_copy_and_vary_with_the_seed(tmp_path) -> None:
+    saved(tmp_path, "teacher", 0)
+    saved(tmp_path, "copy", 0)
+    prompts = write_prompts(tmp_path / "p.jsonl", 3)
+    judge = ["--prompts", str(prompts), "--teacher", str(tmp_path / "teacher")]
+    judge += ["--max-new-tokens", "5", "--batch-size", "4", "--samples", "2"]
+    teacher, copy = main([*judge, "--", str(tmp_path / "copy")])
+    assert len(teacher["sampled_completions"]) == 6  # 3 prompts x 2 samples
+    # The same random stream for every model: the teacher's copy draws the same answers.
+    assert copy["sampled_completions"] == teacher["sampled_completions"]
+    for key in ("sampled_nll", "sampled_fresh_nll", "sampled_repeated", "sampled_tokens"):
+        assert copy[key] == pytest.approx(teacher[key], rel=1e-6)
+    # Sampling at temperature 1 is not the greedy answer, and the greedy columns are unchanged.
+    assert teacher["sampled_nll"] > teacher["teacher_nll"] > 0
+    (hot,) = main([*judge, "--temperature", "3", "--seed", "1", "--", str(tmp_path / "copy")])[1:]
+    assert hot["sampled_completions"] != copy["sampled_completions"]
+    assert hot["teacher_nll"] == pytest.approx(copy["teacher_nll"], rel=1e-6)
+    assert hot["sampled_nll"] > copy["sampled_nll"]  # hotter samples: less likely to the teacher
+
+
+def test_sampled_nll_is_the_teacher_nll_of_the_sampled_answers(tmp_path) -> None:
+    teacher = saved(tmp_path, "teacher", 0).double()
+    tokenizer = chat_tokenizer()
+    prompts = [torch.tensor([60, 61, 62]), torch.tensor([70, 71])]
+    sampling = Sampling(2, temperature=1.5, seed=3)
+    scores = sampled(teacher, teacher, tokenizer, prompts, 4, 3, sampling)
+    answers = greedy_answers(
+        teacher, tokenizer, [p for p in prompts for _ in range(2)], 4, 3, sampling
+    )
+    assert scores["sampled_completions"] == answers.texts  # reseeded: the same draws
+    total, count = completion_nll(
+        teacher, [p for p in prompts for _ in range(2)], answers.tokens, 2
+    )
+    assert scores["sampled_nll"] == pytest.approx(total / count, rel=1e-9)
+    assert scores["sampled_tokens"] == pytest.approx(count / 4)
+
+
 def test_the_fresh_prefix_stops_before_the_first_repeated_4gram() -> None:
     def prefix(values):
         return fresh_prefix(torch.tensor(values)).tolist()
@@ -120,6 +165,34 @@ def test_bad_prompt_evaluations_are_named(tmp_path, capsys) -> None:
     assert "--prompts needs --teacher" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["--prompts", str(prompts), "--files", "x.txt", "--", str(tmp_path / "teacher")])
+    with pytest.raises(SystemExit):
+        main(["--files", "x.txt", "--samples", "2", "--", str(tmp_path / "teacher")])
+    assert "--samples samples answers to --prompts" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"--samples 0: give at least 1"):
+        main(
+            [
+                *["--prompts", str(prompts), "--teacher", str(tmp_path / "teacher")],
+                "--samples",
+                "0",
+                "--",
+                "x",
+            ]
+        )
+    with pytest.raises(ValueError, match=r"--temperature 0.0: give a positive"):
+        main(
+            [
+                "--prompts",
+                str(prompts),
+                "--teacher",
+                "t",
+                "--samples",
+                "1",
+                "--temperature",
+                "0",
+                "--",
+                "x",
+            ]
+        )
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     with pytest.raises(ValueError, match=r"holds no prompt rows"):
