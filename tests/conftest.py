@@ -53,7 +53,9 @@ TEXT = (
 
 @pytest.fixture
 def tiny_teacher() -> TeacherSpec:
-    return TeacherSpec(path=None, config=dict(TINY_LLAMA))
+    # float32, not auto: a teacher loaded with no trainer takes what the machine computes fast,
+    # bf16 on a CPU with native bf16, and the tests compare it with fp32 students and references.
+    return TeacherSpec(path=None, config=dict(TINY_LLAMA), dtype="float32")
 
 
 @pytest.fixture

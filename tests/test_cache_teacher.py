@@ -44,9 +44,11 @@ def write(directory: Path, corpus: Path, k: int, features: str | None = None, **
     return directory
 
 
-def fit(corpus: Path, steps: int = 4, **distill):
+def fit(corpus: Path, steps: int = 4, precision: str = "32-true", **distill):
     module = make_module(TEACHER, **distill)
-    trainer = make_trainer(max_steps=steps, val_check_interval=steps, limit_val_batches=2)
+    trainer = make_trainer(
+        max_steps=steps, val_check_interval=steps, limit_val_batches=2, precision=precision
+    )
     datamodule = make_datamodule([corpus])
     trainer.fit(module, datamodule=datamodule)
     return module, trainer
@@ -73,6 +75,16 @@ def test_a_full_cache_trains_the_online_student_without_a_teacher(corpus, tmp_pa
     for name in ("val/ppl", "val/teacher_ppl", "val/kl", "val/agreement", "val/loss"):
         torch.testing.assert_close(got[name], want[name], rtol=2e-3, atol=2e-4)
     assert cached.teacher_digest == online.teacher_digest
+
+
+def test_a_bf16_mixed_run_trains_from_a_cache(corpus, tmp_path) -> None:
+    """What ``auto`` picks on a CPU with native bf16: the records are read under CPU autocast,
+    whose stack once refused their fp16 log-probs, so the default run failed at its first
+    validation there."""
+    cache = write(tmp_path / "cache", corpus, k=16)
+    _, trainer = fit(corpus, steps=2, precision="bf16-mixed", teacher_cache=str(cache))
+    assert torch.isfinite(trainer.callback_metrics["val/ppl"])
+    assert torch.isfinite(trainer.callback_metrics["val/kl"])
 
 
 @pytest.mark.parametrize("features", [None, "uniform"])

@@ -24,7 +24,7 @@ from lightning_kd.student import decoder_layers
 from tests.conftest import TINY_LLAMA, make_datamodule, make_module, make_trainer
 from tests.test_cli import run_cli
 
-INT8 = TeacherSpec(path=None, config=dict(TINY_LLAMA), quantize="int8")
+INT8 = TeacherSpec(path=None, config=dict(TINY_LLAMA), dtype="float32", quantize="int8")
 FP32 = TeacherSpec(path=None, config=dict(TINY_LLAMA), dtype="float32")
 
 

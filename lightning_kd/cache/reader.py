@@ -122,6 +122,9 @@ class TeacherCache:
             verify_shard(directory, entry)
         return cache
 
+    # Reading records is I/O, not compute: a bf16-mixed run on the CPU calls this under CPU
+    # autocast, whose torch.stack refuses the fp16 log-probs ("Unexpected floating ScalarType").
+    @torch.autocast("cpu", enabled=False)
     def records(self, split: str, block_indices: list[int] | Tensor) -> Records:
         """The records of ``block_indices`` (indices into the data module's ``train_examples`` or
         ``val_examples``), stacked in the order given."""
