@@ -125,7 +125,8 @@ class RunSummary:
             rows.append(("precision", "", f"{self.precision['trainer.precision']}, {teacher}"))
         if self.teacher_cache is not None:
             cached = self.teacher_cache["distill.teacher_cache"] is not None
-            rows.append(("teacher in training", "", "cached once" if cached else "online"))
+            where = self.teacher_cache.get("in_training", "cached once" if cached else "online")
+            rows.append(("teacher in training", "", where))
         if self.peak_cuda_mb is not None:
             rows.append(("peak CUDA memory (MB)", "", f"{self.peak_cuda_mb:.0f}"))
         if self.importance is not None:

@@ -49,6 +49,11 @@ def test_what_a_cache_cannot_serve_keeps_the_teacher_online(overrides, reason, t
     choice = choose(compose_config(overrides, output_dir=tmp_path), 10)
     assert choice.path is None
     assert reason in choice.reason
+    # CE-only runs no teacher in training at all: the line and the summary say so, not "online".
+    ce_only = overrides == ["experiment=ce_only"]
+    assert choice.where == ("not run in training" if ce_only else "online")
+    assert choice.line().startswith(f"teacher: {choice.where} (auto: ")
+    assert choice.as_dict()["in_training"] == choice.where
 
 
 def test_an_unresolved_auto_built_from_python_is_the_online_teacher() -> None:

@@ -39,15 +39,27 @@ class CacheChoice:
     """What ``distill.teacher_cache`` resolved to, and why."""
 
     path: str | None
-    """The cache trained from; None: the teacher runs online."""
+    """The cache trained from; None: the teacher runs online (or not at all in training)."""
     reason: str
+    in_training: bool = True
+    """False where the objective needs no teacher in training (CE-only): only validation runs it."""
+
+    @property
+    def where(self) -> str:
+        if not self.in_training:
+            return "not run in training"
+        return "cached once" if self.path else "online"
 
     def line(self) -> str:
-        where = f"cached once in {self.path}" if self.path else "online"
+        where = f"cached once in {self.path}" if self.path else self.where
         return f"teacher: {where} ({self.reason})"
 
     def as_dict(self) -> dict[str, str | None]:
-        return {"distill.teacher_cache": self.path, "reason": self.reason}
+        return {
+            "distill.teacher_cache": self.path,
+            "reason": self.reason,
+            "in_training": self.where,
+        }
 
 
 def unresolved(value: object) -> bool:
@@ -87,7 +99,8 @@ def choose(cfg: DictConfig, train_examples: int) -> CacheChoice:
     """Cache or online, for a run of ``cfg`` over ``train_examples`` blocks (writes nothing)."""
     reason = why_online(cfg)
     if reason is not None:
-        return CacheChoice(None, f"auto: {reason}")
+        teacher_needed = cfg.distill.kd_weight != 0 or bool(cfg.distill.get("features"))
+        return CacheChoice(None, f"auto: {reason}", in_training=teacher_needed)
     count = passes(cfg, train_examples)
     per = f"{count:.2f} passes over {train_examples} training blocks"
     if count < MIN_PASSES:
