@@ -173,7 +173,7 @@ class Distiller(nn.Module):
     @property
     def uses_teacher_in_training(self) -> bool:
         """Whether a training step needs the teacher at all (a CE-only run skips it)."""
-        return self.distill.kd_weight > 0 or bool(self.layer_pairs)
+        return self.distill.uses_teacher_in_training
 
     # ------------------------------------------------------------------------- forwards
 

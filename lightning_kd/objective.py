@@ -89,6 +89,11 @@ class DistillConfig:
                 f"distill.chunk_size={self.chunk_size}; use null (auto) or a count >= 1"
             )
 
+    @property
+    def uses_teacher_in_training(self) -> bool:
+        """Whether a training step needs the teacher at all (a CE-only run skips it)."""
+        return self.kd_weight > 0 or bool(self.features)
+
     def _check_on_policy(self) -> None:
         if not 0.0 <= self.on_policy <= 1.0:
             raise ValueError(f"distill.on_policy={self.on_policy}: a probability, in [0, 1]")

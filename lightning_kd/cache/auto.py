@@ -99,8 +99,8 @@ def choose(cfg: DictConfig, train_examples: int) -> CacheChoice:
     """Cache or online, for a run of ``cfg`` over ``train_examples`` blocks (writes nothing)."""
     reason = why_online(cfg)
     if reason is not None:
-        teacher_needed = cfg.distill.kd_weight != 0 or bool(cfg.distill.get("features"))
-        return CacheChoice(None, f"auto: {reason}", in_training=teacher_needed)
+        distill = instantiate(cfg.distill, _convert_="all")
+        return CacheChoice(None, f"auto: {reason}", in_training=distill.uses_teacher_in_training)
     count = passes(cfg, train_examples)
     per = f"{count:.2f} passes over {train_examples} training blocks"
     if count < MIN_PASSES:
