@@ -124,9 +124,7 @@ class RunSummary:
                 teacher += f", {self.precision['quantize']} weights"
             rows.append(("precision", "", f"{self.precision['trainer.precision']}, {teacher}"))
         if self.teacher_cache is not None:
-            cached = self.teacher_cache["distill.teacher_cache"] is not None
-            where = self.teacher_cache.get("in_training", "cached once" if cached else "online")
-            rows.append(("teacher in training", "", where))
+            rows.append(("teacher in training", "", self.teacher_cache["in_training"]))
         if self.peak_cuda_mb is not None:
             rows.append(("peak CUDA memory (MB)", "", f"{self.peak_cuda_mb:.0f}"))
         if self.importance is not None:
