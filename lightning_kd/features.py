@@ -3,7 +3,11 @@
 ``distill.features`` is either a list of pairs ``{student, teacher, loss, weight}`` (module paths on
 the unwrapped Hugging Face models, as ``named_modules()`` prints them) or the shorthand
 ``uniform``: student decoder layer j ↔ the teacher layer it was copied from (or, for a student not
-copied from the teacher, the evenly spaced teacher layer it would have been).
+copied from the teacher, the evenly spaced teacher layer it would have been), or ``spans``: student
+layer j ↔ the last teacher layer of the span it stands for — the one just before the teacher layer
+that student layer j + 1 copies (TinyBERT's mapping). With ``spans`` each student layer is asked
+for what its successor's copied weights were trained to read; the last pairs with the teacher's
+last either way.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from lightning_kd.losses.features import get_feature_loss
 from lightning_kd.student import decoder_layers, evenly_spaced
 
 UNIFORM = "uniform"
+SPANS = "spans"
+MAPPINGS = (UNIFORM, SPANS)
 PROJECTORS = ("linear", "none")
 
 
@@ -42,15 +48,31 @@ def uniform_pairs(
     layer_map: list[int] | None,
     loss: str,
     weight: float,
+    mapping: str = UNIFORM,
 ) -> list[LayerPair]:
-    """Student layer j ↔ teacher layer ``layer_map[j]`` (or evenly spaced without a map)."""
+    """Student layer j ↔ teacher layer ``layer_map[j]`` (or evenly spaced without a map); with
+    ``mapping="spans"``, ↔ the teacher layer before ``layer_map[j + 1]`` (the last: the last)."""
     student_path, student_layers = decoder_layers(student)
     teacher_path, teacher_layers = decoder_layers(teacher)
     targets = layer_map or evenly_spaced(len(student_layers), len(teacher_layers))
+    if mapping == SPANS:
+        targets = span_ends(targets, len(teacher_layers))
     return [
         LayerPair(f"{student_path}.{j}", f"{teacher_path}.{i}", loss, weight)
         for j, i in enumerate(targets)
     ]
+
+
+def span_ends(starts: list[int], teacher_layers: int) -> list[int]:
+    """For student layers copied from teacher layers ``starts``: the teacher layer whose output
+    each student layer's output stands for (the one before the next copied layer; the last)."""
+    if any(following <= start for start, following in zip(starts, starts[1:])):
+        raise ValueError(
+            f"distill.features=spans needs student layers copied in teacher order; {starts} is "
+            "not increasing. Use distill.features=uniform, or list the pairs"
+        )
+    ends = [max(start, following - 1) for start, following in zip(starts, starts[1:])]
+    return [*ends, teacher_layers - 1]
 
 
 def layer_pairs(
@@ -64,10 +86,12 @@ def layer_pairs(
     """The configured pairs, in config order, with every module path checked to exist."""
     if not features:
         return []
-    if features == UNIFORM:
-        pairs = uniform_pairs(student, teacher, layer_map, loss, weight)
+    if features in MAPPINGS:
+        pairs = uniform_pairs(student, teacher, layer_map, loss, weight, features)
     elif isinstance(features, str):
-        raise ValueError(f"distill.features={features!r}; use {UNIFORM!r} or a list of pairs")
+        raise ValueError(
+            f"distill.features={features!r}; use {UNIFORM!r}, {SPANS!r} or a list of pairs"
+        )
     else:
         pairs = []
         for entry in features:

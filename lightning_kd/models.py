@@ -113,6 +113,11 @@ class StudentSpec:
     train. Saves the head's weight gradient — a vocab-sized matmul per token — and keeps the rows
     of tokens the corpus never shows intact. None (the default): frozen when they are copied from
     the teacher, trained for a pretrained (``path``) or random (``config``) student."""
+    freeze_layers: int = 0
+    """Keep the student's first this many decoder layers as built. With the embeddings frozen too,
+    no gradient flows below the first trainable layer, so the frozen ones cost a forward and no
+    backward: a deeper student for little more time (``student.layers=[0,1,2,3,...]
+    student.freeze_layers=4`` keeps the teacher's first four layers exactly)."""
     trust_remote_code: bool = False
     """Run code shipped with ``path``'s checkpoint."""
     dtype: str = "float32"
@@ -138,6 +143,7 @@ class StudentSpec:
                 )
         if self.path is not None and self.config is not None:
             raise ValueError("set student.path or student.config, not both")
+        self._check_freeze_layers()
         if isinstance(self.layers, str):
             self._check_importance()
         elif self.layers is not None and len(self.layers) == 0:
@@ -146,6 +152,22 @@ class StudentSpec:
             )
         if self.num_layers is not None and self.num_layers < 1:
             raise ValueError(f"student.num_layers={self.num_layers}; it must be at least 1")
+
+    def _check_freeze_layers(self) -> None:
+        if self.freeze_layers < 0:
+            raise ValueError(f"student.freeze_layers={self.freeze_layers}; use a count >= 0")
+        if self.freeze_layers == 0:
+            return
+        if self.config is not None:
+            raise ValueError(
+                "student.freeze_layers keeps copied or pretrained layers as they are; a random "
+                "student.config has none worth keeping. Drop one of them"
+            )
+        if self.lora is not None:
+            raise ValueError(
+                "student.lora already freezes every layer (the adapters train); drop "
+                "student.freeze_layers"
+            )
 
     def _check_importance(self) -> None:
         if self.layers != IMPORTANCE:

@@ -131,6 +131,8 @@ def build_student(spec: StudentSpec, teacher: PreTrainedModel, task: str) -> Mod
     student.requires_grad_(True)
     if spec.frozen_embeddings:
         freeze_embeddings(student)
+    if spec.freeze_layers:
+        freeze_first_layers(student, spec.freeze_layers)
     student.train()  # from_pretrained returns eval mode: dropout and checkpointing would stay off
     if spec.activation_checkpointing:
         enable_activation_checkpointing(student)
@@ -144,6 +146,18 @@ def freeze_embeddings(model: PreTrainedModel) -> None:
     for module in (model.get_input_embeddings(), model.get_output_embeddings()):
         if module is not None:
             module.requires_grad_(False)
+
+
+def freeze_first_layers(model: PreTrainedModel, count: int) -> None:
+    """Stop gradients to the first ``count`` decoder layers (refused unless one stays trainable)."""
+    _, blocks = decoder_layers(model)
+    if count >= len(blocks):
+        raise ValueError(
+            f"student.freeze_layers={count} would freeze all {len(blocks)} of the student's "
+            f"layers; keep at least one trainable (0..{len(blocks) - 1})"
+        )
+    for block in blocks[:count]:
+        block.requires_grad_(False)
 
 
 def enable_activation_checkpointing(model: PreTrainedModel) -> None:

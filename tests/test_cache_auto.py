@@ -37,7 +37,6 @@ def test_a_run_over_its_data_about_once_keeps_the_teacher_online(tmp_path: Path)
     ("overrides", "reason"),
     [
         (["experiment=ce_only"], "distill.kd_weight=0"),
-        (["distill.features=uniform"], "distill.features needs the teacher's hidden states"),
         (["distill.on_policy=0.5"], "on-policy KD"),
         (["distill.chunked=false"], "distill.chunked=false"),
         (["teacher=minilm"], "only causal LM logits are cached"),
@@ -63,6 +62,8 @@ def test_an_unresolved_auto_built_from_python_is_the_online_teacher() -> None:
 def test_auto_writes_the_cache_once_trains_from_it_and_a_resume_reuses_it(tmp_path) -> None:
     run_dir = tmp_path / "run"
     smoke = ["debug=smoke", "data.max_train_examples=8", f"hydra.run.dir={run_dir}"]  # 3 passes
+    # Feature matching too: the cache holds the mapped teacher layers and no teacher runs.
+    smoke.append("distill.features=spans")
     first = command("run", *smoke)
     assert first.returncode == 0, first.stderr[-3000:]
     assert f"teacher: cached once in {run_dir / 'teacher_cache'} (auto: 3.00 passes" in first.stdout
@@ -72,6 +73,8 @@ def test_auto_writes_the_cache_once_trains_from_it_and_a_resume_reuses_it(tmp_pa
     assert "| teacher in training |  | cached once |" in first.stdout
     index = json.loads((run_dir / "teacher_cache" / "index.json").read_text())
     assert index["key"]["splits"]["train"]["blocks"] == 8
+    assert index["key"]["features"] == ["model.layers.2", "model.layers.3"]  # [0, 3] of 4: spans
+    assert summary["after"]["val/features"] < summary["before"]["val/features"]
 
     resumed = command("run", *smoke, "trainer.max_steps=8", "ckpt_path=last")
     assert resumed.returncode == 0, resumed.stderr[-3000:]

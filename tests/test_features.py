@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lightning_kd.capture import CaptureError
-from lightning_kd.features import LayerPair, layer_pairs, make_projectors
+from lightning_kd.features import LayerPair, layer_pairs, make_projectors, span_ends
 from lightning_kd.losses.features import cosine, get_feature_loss, masked_feature_sum, mse
 from lightning_kd.models import StudentSpec, load_teacher
 from lightning_kd.student import build_student
@@ -32,6 +32,30 @@ def test_uniform_without_layer_map_spreads_evenly(tiny_teacher) -> None:
     student = build_student(StudentSpec(config={"num_hidden_layers": 2}), teacher, "causal_lm")
     pairs = layer_pairs("uniform", student.student, teacher, None)
     assert [p.teacher for p in pairs] == ["model.layers.0", "model.layers.3"]
+
+
+def test_spans_map_each_student_layer_to_the_end_of_its_span(tiny_teacher) -> None:
+    teacher = load_teacher(tiny_teacher)
+    models = build_student(StudentSpec(layers=[0, 2, 3]), teacher, "causal_lm")
+    pairs = layer_pairs("spans", models.student, teacher, models.layer_map, "mse", 0.5)
+    # Student layer 0 stands for teacher layers 0-1 (layer 1 copies teacher 2, which reads teacher
+    # 1's output), layer 1 for teacher 2, the last for the teacher's last.
+    assert pairs == [
+        LayerPair("model.layers.0", "model.layers.1", "mse", 0.5),
+        LayerPair("model.layers.1", "model.layers.2", "mse", 0.5),
+        LayerPair("model.layers.2", "model.layers.3", "mse", 0.5),
+    ]
+    assert span_ends([0, 6, 12, 17, 23, 29], 30) == [5, 11, 16, 22, 28, 29]
+    assert span_ends([0, 1, 8, 11, 28, 29], 30) == [0, 7, 10, 27, 28, 29]
+
+
+def test_spans_refuse_layers_out_of_teacher_order(tiny_teacher) -> None:
+    teacher = load_teacher(tiny_teacher)
+    models = build_student(StudentSpec(layers=[3, 1]), teacher, "causal_lm")
+    with pytest.raises(ValueError, match=r"\[3, 1\] is not increasing"):
+        layer_pairs("spans", models.student, teacher, models.layer_map)
+    with pytest.raises(ValueError, match="use 'uniform', 'spans' or a list of pairs"):
+        layer_pairs("even", models.student, teacher, models.layer_map)
 
 
 def test_explicit_pairs_keep_config_order_and_defaults(pair_of_models) -> None:

@@ -75,6 +75,52 @@ def test_frozen_embeddings_keep_the_teachers_and_train_the_rest(tiny_teacher: Te
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
 
 
+def test_frozen_first_layers_stay_the_teachers_and_cost_no_backward(tiny_teacher) -> None:
+    teacher = load_teacher(tiny_teacher)
+    spec = StudentSpec(layers=[0, 1, 3], freeze_layers=2)
+    model = build_student(spec, teacher, "causal_lm").student
+    _, layers = decoder_layers(model)
+    assert not any(p.requires_grad for block in layers[:2] for p in block.parameters())
+    assert all(p.requires_grad for p in layers[2].parameters())
+    ids = torch.randint(0, 257, (2, 8))
+    model(input_ids=ids, labels=ids).loss.backward()
+    assert all(p.grad is None for block in layers[:2] for p in block.parameters())
+    assert all(p.grad is not None for p in layers[2].parameters())
+    # Embeddings frozen too: nothing below layer 2 needs a gradient, so autograd records no
+    # graph through the frozen layers (what makes them cost a forward only).
+    seen: list[bool] = []
+    layers[1].register_forward_hook(lambda module, args, out: seen.append(_grad_of(out)))
+    layers[2].register_forward_hook(lambda module, args, out: seen.append(_grad_of(out)))
+    model(input_ids=ids)
+    assert seen == [False, True]
+    _, teacher_layers = decoder_layers(teacher)
+    torch.testing.assert_close(layers[1].state_dict(), teacher_layers[1].state_dict())
+
+
+def _grad_of(output) -> bool:
+    return (output[0] if isinstance(output, tuple) else output).requires_grad
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"num_layers": 2, "freeze_layers": -1}, r"student.freeze_layers=-1; use a count >= 0"),
+        ({"config": {"num_hidden_layers": 2}, "freeze_layers": 1}, "random student.config"),
+        ({"num_layers": 2, "freeze_layers": 1, "lora": {}}, "drop student.freeze_layers"),
+    ],
+)
+def test_freeze_layers_errors(spec, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        StudentSpec(**spec)
+
+
+def test_freezing_every_layer_is_an_error(tiny_teacher: TeacherSpec) -> None:
+    with pytest.raises(ValueError, match=r"would freeze all 2 of the student's layers"):
+        build_student(
+            StudentSpec(num_layers=2, freeze_layers=2), load_teacher(tiny_teacher), "causal_lm"
+        )
+
+
 @pytest.mark.parametrize(
     ("spec", "frozen"),
     [

@@ -11,7 +11,14 @@ from lightning_kd.losses import IGNORE_INDEX, get_divergence
 from lightning_kd.losses.chunked import OutputHead, chunked_distillation_sums
 from lightning_kd.losses.divergences import DIVERGENCES
 from lightning_kd.losses.logits import LogitObjective, token_divergence
-from lightning_kd.losses.topk import TopKTeacher, teacher_top_k, top_k_divergence
+from lightning_kd.losses.topk import (
+    TopKTeacher,
+    tail_log_mass,
+    target_log_prob,
+    teacher_records,
+    teacher_top_k,
+    top_k_divergence,
+)
 
 V = 11
 
@@ -69,6 +76,19 @@ def test_a_tail_that_is_almost_empty_keeps_its_digits() -> None:
     _, _, tail = teacher_top_k(teacher, 2)
     want = -41.0 - torch.logsumexp(teacher, -1)
     torch.testing.assert_close(tail, want)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 2.0])
+def test_the_writers_records_equal_top_k_and_the_target_log_prob(temperature) -> None:
+    teacher = logits(4, 3, 7)
+    targets = torch.randint(0, V, (3, 7), generator=torch.Generator().manual_seed(0))
+    ids, log_probs, tail, target = teacher_records(teacher.clone(), targets, 4, temperature)
+    want = teacher_top_k(teacher, 4, temperature)
+    for got, expected in zip((ids, log_probs, tail), want, strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(target, target_log_prob(teacher, targets), rtol=1e-12, atol=1e-12)
+    expected_tail = tail_log_mass(torch.log_softmax(teacher / temperature, -1), ids)
+    torch.testing.assert_close(tail, expected_tail, rtol=1e-12, atol=1e-12)
 
 
 def test_bad_k_is_refused() -> None:

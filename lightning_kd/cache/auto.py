@@ -3,12 +3,13 @@
 A run that passes over its training blocks E times runs the teacher E times on each. With ``auto``
 it runs once per block instead: ``run.py`` writes the teacher's top-k records of every training
 and validation block into ``RUN_DIR/teacher_cache`` (the writer of ``python -m lightning_kd.cache``,
-``cache.k`` entries per position) and trains from them. A resumed run finds that directory complete
+``cache.k`` entries per position; with ``distill.features``, the mapped teacher modules' outputs
+too, as ``cache.features=true`` writes them) and trains from them. A resumed run finds that directory complete
 and writes nothing; an interrupted write is completed shard by shard.
 
 ``auto`` keeps the teacher online — and says why — where a cache saves nothing or cannot serve:
 fewer than :data:`MIN_PASSES` passes over the data, an objective without the teacher's logits,
-feature matching, on-policy KD, the full-logit loss, a teacher that is not a causal LM, chat data,
+on-policy KD, the full-logit loss, a teacher that is not a causal LM, chat data,
 or several processes (write their cache first with ``python -m lightning_kd.cache strategy=ddp``).
 Elsewhere (the notebooks, the benchmark, ``DistillConfig`` itself) an unresolved ``auto`` is the
 online teacher: only a run has a directory to write the cache into.
@@ -72,7 +73,6 @@ def why_online(cfg: DictConfig) -> str | None:
     distill, trainer = cfg.distill, cfg.trainer
     reasons = (
         (distill.kd_weight == 0, "distill.kd_weight=0: training uses no teacher logits"),
-        (bool(distill.get("features")), "distill.features needs the teacher's hidden states"),
         (distill.get("on_policy", 0) > 0, "on-policy KD scores the student's own completions"),
         (not distill.get("chunked", True), "distill.chunked=false computes full teacher logits"),
         (cfg.teacher.get("task", "causal_lm") != "causal_lm", "only causal LM logits are cached"),
@@ -128,8 +128,12 @@ def write(cfg: DictConfig, datamodule, tokenizer, directory: Path) -> None:
     written with one process (the teacher is released when this returns)."""
     teacher_spec = instantiate(cfg.teacher, _convert_="all")
     spec = instantiate(cfg.cache, _convert_="all")
-    teacher, _ = cached_teacher(cfg, teacher_spec, spec)
+    spec.features = bool(cfg.distill.get("features"))  # the hidden states the run matches
+    teacher, features = cached_teacher(cfg, teacher_spec, spec)
     device = fabric_for(cfg).device
-    stats = write_cache(teacher.to(device), tokenizer, datamodule, spec, directory, device=device)
+    teacher = teacher.to(device)
+    stats = write_cache(
+        teacher, tokenizer, datamodule, spec, directory, device=device, features=features
+    )
     print(stats.line(0), flush=True)
     report(directory, spec, 0)

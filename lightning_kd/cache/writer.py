@@ -3,7 +3,7 @@
 Blocks are read in the data module's order (``train_examples``, then ``val_examples``), a batch
 at a time; logits are computed from the final hidden states a chunk of tokens at a time (never
 ``[batch, seq, vocab]`` at once), reduced to top-k log-probs and the tail's log-mass
-(:func:`~lightning_kd.losses.topk.teacher_top_k`) and written a shard at a time. Rank r of N
+(:func:`~lightning_kd.losses.topk.teacher_records`) and written a shard at a time. Rank r of N
 writes shards r, r + N, ...; a shard whose receipt and checksum are on disk is not written
 again, so a killed writer resumes with what it completed. Rank 0 writes ``index.json`` last.
 """
@@ -46,7 +46,7 @@ from lightning_kd.cache.format import (
 from lightning_kd.cache.reader import CacheError, mismatches
 from lightning_kd.heads import check_head, final_hidden, output_head
 from lightning_kd.losses.chunked import OutputHead, auto_chunk_size, matmul_dtype
-from lightning_kd.losses.topk import target_log_prob, teacher_top_k
+from lightning_kd.losses.topk import teacher_records
 
 
 @dataclass
@@ -133,9 +133,8 @@ def top_k_chunks(
     parts = []
     for start in range(0, hidden.shape[0], chunk):
         logits = head.logits(hidden[start : start + chunk], matmul_dtype(hidden))
-        ids, log_probs, tail = teacher_top_k(logits, spec.k, spec.temperature)
-        target = target_log_prob(logits, targets[start : start + chunk])
-        parts.append((ids, log_probs, tail, target))
+        targets_of = targets[start : start + chunk]
+        parts.append(teacher_records(logits, targets_of, spec.k, spec.temperature))
     return parts
 
 

@@ -74,13 +74,36 @@ def teacher_top_k(teacher_logits: Tensor, k: int, temperature: float = 1.0) -> t
     """``(ids, log_probs, tail_log_mass)`` of ``softmax(teacher_logits / T)``: the k most probable
     tokens ``[..., k]`` (most probable first) and ``log(1 − Σ top-k p)`` ``[...]`` (−inf when the
     top k hold everything)."""
+    return top_k_and_tail(scaled_log_probs(teacher_logits, k, temperature), k)
+
+
+def teacher_records(
+    teacher_logits: Tensor, targets: Tensor, k: int, temperature: float = 1.0
+) -> tuple[Tensor, ...]:
+    """``(ids, log_probs, tail_log_mass, target_log_prob)``: :func:`teacher_top_k` and
+    :func:`target_log_prob` of one chunk, the cache writer's hot loop; at T = 1 one log-softmax
+    serves both (no second logsumexp over the vocabulary)."""
+    log_probs = scaled_log_probs(teacher_logits, k, temperature)
+    if temperature == 1:
+        target = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # before the masking
+    else:
+        target = target_log_prob(teacher_logits, targets)
+    return (*top_k_and_tail(log_probs, k), target)
+
+
+def scaled_log_probs(teacher_logits: Tensor, k: int, temperature: float) -> Tensor:
+    """``log_softmax(teacher_logits / T)`` in the math dtype (no ``/ 1`` copy), k checked."""
     if not 1 <= k <= teacher_logits.shape[-1]:
         raise ValueError(f"cache.k={k}; choose 1..{teacher_logits.shape[-1]} (the vocabulary)")
-    log_probs = torch.log_softmax(
-        teacher_logits.to(math_dtype(teacher_logits.dtype)) / temperature, -1
-    )
+    logits = teacher_logits.to(math_dtype(teacher_logits.dtype))
+    return torch.log_softmax(logits if temperature == 1 else logits / temperature, -1)
+
+
+def top_k_and_tail(log_probs: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
+    """``(ids, top log-probs, tail log-mass)`` of ``log_probs``, which it overwrites: the tail is
+    summed over the log-probs with the top k masked in place (``tail_log_mass`` without a copy)."""
     top, ids = log_probs.topk(k, dim=-1)
-    return ids, top, tail_log_mass(log_probs, ids)
+    return ids, top, torch.logsumexp(log_probs.scatter_(-1, ids, float("-inf")), dim=-1)
 
 
 def target_log_prob(teacher_logits: Tensor, targets: Tensor) -> Tensor:
