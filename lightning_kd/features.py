@@ -13,6 +13,7 @@ last either way.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 from torch import nn
@@ -66,12 +67,12 @@ def uniform_pairs(
 def span_ends(starts: list[int], teacher_layers: int) -> list[int]:
     """For student layers copied from teacher layers ``starts``: the teacher layer whose output
     each student layer's output stands for (the one before the next copied layer; the last)."""
-    if any(following <= start for start, following in zip(starts, starts[1:])):
+    if any(following <= start for start, following in pairwise(starts)):
         raise ValueError(
             f"distill.features=spans needs student layers copied in teacher order; {starts} is "
             "not increasing. Use distill.features=uniform, or list the pairs"
         )
-    ends = [max(start, following - 1) for start, following in zip(starts, starts[1:])]
+    ends = [following - 1 for _, following in pairwise(starts)]
     return [*ends, teacher_layers - 1]
 
 

@@ -4,8 +4,8 @@ A run that passes over its training blocks E times runs the teacher E times on e
 it runs once per block instead: ``run.py`` writes the teacher's top-k records of every training
 and validation block into ``RUN_DIR/teacher_cache`` (the writer of ``python -m lightning_kd.cache``,
 ``cache.k`` entries per position; with ``distill.features``, the mapped teacher modules' outputs
-too, as ``cache.features=true`` writes them) and trains from them. A resumed run finds that directory complete
-and writes nothing; an interrupted write is completed shard by shard.
+too, as ``cache.features=true`` writes them) and trains from them. A resumed run finds that
+directory complete and writes nothing; an interrupted write is completed shard by shard.
 
 ``auto`` keeps the teacher online — and says why — where a cache saves nothing or cannot serve:
 fewer than :data:`MIN_PASSES` passes over the data, an objective without the teacher's logits,
