@@ -38,12 +38,7 @@ IMPORTANCE = "importance"
 """The ``student.layers`` value that asks for the most important layers (``importance.py``)."""
 IMPORTANCE_SCORES = ("skip_kl", "block_influence", "greedy_kl")  # see layer_scores.py
 
-DTYPES = {
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-    "float64": torch.float64,
-}
+DTYPES = {name: getattr(torch, name) for name in ("float32", "bfloat16", "float16", "float64")}
 
 
 @dataclass
@@ -114,10 +109,8 @@ class StudentSpec:
     of tokens the corpus never shows intact. None (the default): frozen when they are copied from
     the teacher, trained for a pretrained (``path``) or random (``config``) student."""
     freeze_layers: int = 0
-    """Keep the student's first this many decoder layers as built. With the embeddings frozen too,
-    no gradient flows below the first trainable layer, so the frozen ones cost a forward and no
-    backward: a deeper student for little more time (``student.layers=[0,1,2,3,...]
-    student.freeze_layers=4`` keeps the teacher's first four layers exactly)."""
+    """Keep the first this many student layers as built: with the embeddings frozen too they cost
+    a forward and no backward (``student.layers=[0,1,2,3,...] student.freeze_layers=4``)."""
     trust_remote_code: bool = False
     """Run code shipped with ``path``'s checkpoint."""
     dtype: str = "float32"
@@ -147,26 +140,18 @@ class StudentSpec:
         if isinstance(self.layers, str):
             self._check_importance()
         elif self.layers is not None and len(self.layers) == 0:
-            raise ValueError(
-                "student.layers is empty; list teacher layer indices, e.g. [0, 15, 29]"
-            )
+            raise ValueError("student.layers is empty; list teacher layer indices: [0, 15, 29]")
         if self.num_layers is not None and self.num_layers < 1:
             raise ValueError(f"student.num_layers={self.num_layers}; it must be at least 1")
 
     def _check_freeze_layers(self) -> None:
         if self.freeze_layers < 0:
             raise ValueError(f"student.freeze_layers={self.freeze_layers}; use a count >= 0")
-        if self.freeze_layers == 0:
-            return
-        if self.config is not None:
+        if self.freeze_layers and (self.config is not None or self.lora is not None):
             raise ValueError(
-                "student.freeze_layers keeps copied or pretrained layers as they are; a random "
-                "student.config has none worth keeping. Drop one of them"
-            )
-        if self.lora is not None:
-            raise ValueError(
-                "student.lora already freezes every layer (the adapters train); drop "
-                "student.freeze_layers"
+                "student.freeze_layers keeps copied or pretrained layers as built; a random "
+                "student.config has none worth keeping, student.lora freezes them all already. "
+                "Drop student.freeze_layers"
             )
 
     def _check_importance(self) -> None:

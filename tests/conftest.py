@@ -73,9 +73,11 @@ def make_datamodule(files: list[Path], **kwargs) -> TextDataModule:
 
 def make_module(teacher: TeacherSpec, student: dict | None = None, **distill) -> DistillationModule:
     """A module distilling ``teacher`` into ``debug=smoke``'s student (a 2-layer copy) with its
-    objective — the CLI's defaults plus the smoke test's — overridden by ``student`` and
-    ``distill``; AdamW (lr 1e-3)."""
+    objective — the CLI's defaults plus the smoke test's, logits only unless ``features`` is
+    given (the default run's hidden-state matching is tested where it is named) — overridden by
+    ``student`` and ``distill``; AdamW (lr 1e-3)."""
     cfg = compose_config(["debug=smoke"])
+    distill = {"features": None, **distill}
     return DistillationModule(
         teacher=teacher,
         student=instantiate(cfg.student, _convert_="all", **(student or {})),

@@ -106,7 +106,7 @@ def _grad_of(output) -> bool:
     [
         ({"num_layers": 2, "freeze_layers": -1}, r"student.freeze_layers=-1; use a count >= 0"),
         ({"config": {"num_hidden_layers": 2}, "freeze_layers": 1}, "random student.config"),
-        ({"num_layers": 2, "freeze_layers": 1, "lora": {}}, "drop student.freeze_layers"),
+        ({"num_layers": 2, "freeze_layers": 1, "lora": {}}, "student.lora freezes them all"),
     ],
 )
 def test_freeze_layers_errors(spec, message) -> None:
