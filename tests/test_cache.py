@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from hydra.utils import instantiate
 
 from lightning_kd.cache import CacheError, CacheMismatch, CacheSpec, TeacherCache, cache_key
-from lightning_kd.cache.__main__ import write
+from lightning_kd.cache.__main__ import cached_teacher, write
 from lightning_kd.cache.narrow import narrow_cache
 from lightning_kd.cache.writer import write_cache
 from lightning_kd.config import compose_config
@@ -233,3 +234,20 @@ def test_a_smaller_k_is_derived_from_a_larger_cache(written, teacher, tmp_path: 
     with pytest.raises(CacheError, match="holds k=8: a cache of cache.k=9 cannot be derived"):
         large = CacheSpec(k=9, shard_blocks=SPEC.shard_blocks)
         narrow_cache(directory, teacher, datamodule.tokenizer, datamodule, large, tmp_path / "x")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "stored"),
+    [
+        ([], ["model.layers.2", "model.layers.3"]),  # the default run's spans, for [0, 3] of 4
+        (["distill.features=null"], []),
+        (["cache.features=false"], []),
+    ],
+)
+def test_the_cache_stores_the_runs_features_unless_told_not_to(overrides, stored, tmp_path) -> None:
+    """cache.features unset follows distill.features: `python -m lightning_kd.cache` then
+    `python run.py distill.teacher_cache=DIR` works with the default run's feature matching."""
+    cfg = compose_config(["debug=smoke", *overrides], output_dir=tmp_path)
+    spec = instantiate(cfg.cache, _convert_="all")
+    _, features = cached_teacher(cfg, instantiate(cfg.teacher, _convert_="all"), spec)
+    assert sorted(features) == stored

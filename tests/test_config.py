@@ -19,7 +19,8 @@ def test_the_cli_defaults_are_the_dataclass_defaults() -> None:
     cfg = compose_config()
     # One documented choice of the default run (conf/distill/default.yaml): it matches hidden
     # states; a DistillConfig built from Python is logits only unless asked.
-    assert instantiate(cfg.distill, _convert_="all") == DistillConfig(features="spans")
+    run_choice = DistillConfig(features="spans", feature_weight=3.0)
+    assert instantiate(cfg.distill, _convert_="all") == run_choice
     assert instantiate(cfg.student, _convert_="all") == StudentSpec()
     assert instantiate(cfg.teacher, _convert_="all") == TeacherSpec()
     data = instantiate(cfg.data, tokenizer=byte_tokenizer(), _convert_="all")

@@ -43,7 +43,8 @@ def cached_teacher(cfg: DictConfig, teacher_spec, spec) -> tuple[torch.nn.Module
     weights digest is that run's), and the module paths whose outputs ``cache.features`` stores."""
     teacher = load_teacher(teacher_spec, cfg.trainer.precision)
     features = []
-    if spec.features:  # resolved on the full-precision teacher, as the distiller resolves them
+    stores = spec.features if spec.features is not None else bool(cfg.distill.get("features"))
+    if stores:  # resolved on the full-precision teacher, as the distiller resolves them
         student = instantiate(cfg.student, _convert_="all")
         distill = instantiate(cfg.distill, _convert_="all")
         features = feature_paths(distill, student, teacher, teacher_spec.task)

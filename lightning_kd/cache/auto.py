@@ -4,7 +4,7 @@ A run that passes over its training blocks E times runs the teacher E times on e
 it runs once per block instead: ``run.py`` writes the teacher's top-k records of every training
 and validation block into ``RUN_DIR/teacher_cache`` (the writer of ``python -m lightning_kd.cache``,
 ``cache.k`` entries per position; with ``distill.features``, the mapped teacher modules' outputs
-too, as ``cache.features=true`` writes them) and trains from them. A resumed run finds that
+too, as ``cache.features`` writes them by default) and trains from them. A resumed run finds that
 directory complete and writes nothing; an interrupted write is completed shard by shard.
 
 ``auto`` keeps the teacher online — and says why — where a cache saves nothing or cannot serve:
@@ -128,7 +128,6 @@ def write(cfg: DictConfig, datamodule, tokenizer, directory: Path) -> None:
     written with one process (the teacher is released when this returns)."""
     teacher_spec = instantiate(cfg.teacher, _convert_="all")
     spec = instantiate(cfg.cache, _convert_="all")
-    spec.features = bool(cfg.distill.get("features"))  # the hidden states the run matches
     teacher, features = cached_teacher(cfg, teacher_spec, spec)
     device = fabric_for(cfg).device
     teacher = teacher.to(device)

@@ -75,9 +75,10 @@ class CacheSpec:
     source: str | None = None
     """A cache of this run at a larger k to derive this one from, without running the teacher
     (``lightning_kd/cache/narrow.py``); null: run the teacher."""
-    features: bool = False
+    features: bool | None = None
     """Also store the outputs of the teacher modules ``distill.features`` maps (for the run's
-    student), so that a run from the cache matches features without the teacher."""
+    student), so that a run from the cache matches features without the teacher. None: whenever
+    the run's ``distill.features`` is set (the default run's is); false: logits only."""
 
     def __post_init__(self) -> None:
         if self.k < 1 or self.shard_blocks < 1 or self.batch_size < 1:
