@@ -81,6 +81,7 @@ def distill(cfg: DictConfig, ckpt_path: Path | None = None) -> RunSummary:
         precision=precision.as_dict() | quantized(cfg),
         importance=ranking.as_dict() if ranking is not None else None,
         teacher_cache=caching.as_dict() if caching is not None else None,
+        blockwise=module.blockwise.as_dict() if module.blockwise is not None else None,
     )
     if trainer.is_global_zero:
         strict = json.dumps(strict_json(summary.as_dict()), indent=2, allow_nan=False)

@@ -3,8 +3,8 @@
 A bad value found here costs a second; found by the run, it costs a model load, or a whole run
 that trains on NaN. Each rule names its key, its allowed range and an example value, and
 :func:`check_config` reports every bad key at once, each with the value it got and the fix.
-Choices that would fail only after the models load are checked here too: a logger not installed,
-a callback that needs a logger when there is none, an int8 teacher where it cannot run.
+Choices that would fail only after the models load are checked here too: a logger not installed
+or a callback that needs one (``logger_checks.py``), an int8 teacher where it cannot run.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from importlib.util import find_spec
 from typing import Any
 
+from lightning_kd.logger_checks import logger_errors
 from lightning_kd.quantize import STRATEGIES, backend_errors
 
 _ABSENT = object()
@@ -119,6 +119,8 @@ RULES: dict[str, Number | CountOrFraction] = {
     "distill.on_policy": Number(low=0, high=1, example="0.5"),
     "distill.on_policy_tokens": Number(low=1, integer=True, example="128"),
     "distill.on_policy_temperature": Number(low=0, low_open=True, example="1.0"),
+    "distill.blockwise_passes": Number(low=0, integer=True, example="3"),
+    "distill.blockwise_lr": Number(low=0, low_open=True, example="1e-3"),
     "cache.k": Number(low=1, integer=True, example="32"),
     "cache.temperature": Number(low=0, low_open=True, example="1.0"),
     "cache.shard_blocks": Number(low=1, integer=True, example="64"),
@@ -173,61 +175,8 @@ def config_errors(cfg: Mapping) -> list[str]:
         fix = f"; e.g. {key}={rule.example}" if rule.example else ""
         errors.append(f"{key}={value!r}: must be {rule.describe()}{fix}")
     errors += _list_errors(cfg) + _device_errors(cfg) + _encoder_errors(cfg)
-    return errors + _quantize_errors(cfg) + _logger_errors(cfg) + _on_policy_errors(cfg)
-
-
-LOGGER_PACKAGES: dict[str, tuple[str, tuple[str, ...], str]] = {
-    "TensorBoardLogger": ("tensorboard", ("tensorboard", "tensorboardX"), "tensorboard"),
-    "MLFlowLogger": ("mlflow", ("mlflow",), "mlflow"),
-    "WandbLogger": ("wandb", ("wandb",), "wandb"),
-}
-"""Lightning logger class -> (its ``logger=`` option, modules any one of which it runs on, the
-pip package to install). Lightning itself would say so only once the models are built."""
-
-NEEDS_LOGGER = ("LearningRateMonitor", "DeviceStatsMonitor")
-"""Callbacks that Lightning refuses to run without a logger."""
-
-
-def _class_name(node: Any) -> str:
-    target = node.get("_target_") if isinstance(node, Mapping) else None
-    return str(target).rsplit(".", 1)[-1] if target else ""
-
-
-def logger_configs(cfg: Mapping) -> dict[str, Any]:
-    """``cfg.logger`` as ``{name: logger config}``: the logger group's form, or one config with
-    its own ``_target_``; empty without a logger (``~logger``)."""
-    logger = lookup(cfg, "logger")
-    if not isinstance(logger, Mapping):
-        return {}
-    if "_target_" in logger:
-        return {"logger": logger}
-    return {name: node for name, node in logger.items() if isinstance(node, Mapping)}
-
-
-def _logger_errors(cfg: Mapping) -> list[str]:
-    loggers = logger_configs(cfg)
-    if not loggers:
-        callbacks = lookup(cfg, "callbacks")
-        names = [
-            name
-            for name, node in (callbacks.items() if isinstance(callbacks, Mapping) else ())
-            if _class_name(node) in NEEDS_LOGGER
-        ]
-        removals = " ".join(f"'~callbacks.{name}'" for name in names)
-        return [
-            f"no logger, but callbacks.{name} ({_class_name(callbacks[name])}) logs to one: "
-            f"keep a logger (e.g. logger=csv) or also remove the callback: ~logger {removals}"
-            for name in names
-        ]
-    errors = []
-    for name, node in loggers.items():
-        option, modules, package = LOGGER_PACKAGES.get(_class_name(node), (name, (), ""))
-        if modules and not any(find_spec(module) for module in modules):
-            errors.append(
-                f"logger={option} ({node['_target_']}) needs the {package} package, which is "
-                f"not installed: pip install {package} (or choose another logger, e.g. logger=csv)"
-            )
-    return errors
+    errors += _quantize_errors(cfg) + logger_errors(cfg) + _sharding_errors(cfg)
+    return errors + _repair_errors(cfg)
 
 
 def _encoder_errors(cfg: Mapping) -> list[str]:
@@ -256,14 +205,33 @@ def _strategy_target(cfg: Mapping) -> str | None:
     return None if strategy is _ABSENT else strategy
 
 
-def _on_policy_errors(cfg: Mapping) -> list[str]:
-    sharded = any(kind in str(_strategy_target(cfg)).lower() for kind in STRATEGIES)
-    fraction = lookup(cfg, "distill.on_policy")
-    if not (sharded and isinstance(fraction, int | float) and fraction > 0):
+SHARDED_REFUSALS = {
+    "distill.on_policy": "ranks sample completions of different lengths, and each generated "
+    "token of a sharded student is a collective",
+    "distill.blockwise_passes": "the repair trains whole student layers outside the sharded step",
+}
+
+
+def _sharding_errors(cfg: Mapping) -> list[str]:
+    if not any(kind in str(_strategy_target(cfg)).lower() for kind in STRATEGIES):
         return []
     return [
-        "distill.on_policy with a sharding strategy: ranks sample completions of different "
-        "lengths, and each generated token of a sharded student is a collective; use strategy=ddp"
+        f"{key} with a sharding strategy: {why}; use strategy=ddp (or {key}=0)"
+        for key, why in SHARDED_REFUSALS.items()
+        if isinstance(value := lookup(cfg, key), int | float) and value > 0
+    ]
+
+
+def _repair_errors(cfg: Mapping) -> list[str]:
+    passes = lookup(cfg, "distill.blockwise_passes")
+    if isinstance(passes, bool) or not isinstance(passes, int) or passes <= 0:
+        return []
+    return [
+        f"distill.blockwise_passes={passes} with {key} set: the repair trains whole layers "
+        "copied from the teacher (student.num_layers or student.layers); set "
+        "distill.blockwise_passes=0"
+        for key in ("student.path", "student.config", "student.lora")
+        if lookup(cfg, key) not in (None, _ABSENT)
     ]
 
 

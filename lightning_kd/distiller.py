@@ -32,7 +32,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lightning_kd.cache.teacher import CachedTeacher
 from lightning_kd.capture import ModuleCapture, capture_step
-from lightning_kd.features import LayerPair, layer_pairs, make_projectors
+from lightning_kd.features import configured_pairs, make_projectors
 from lightning_kd.heads import check_head, final_hidden, gathered, output_head
 from lightning_kd.lora import ADAPTER_DIR, Adapter, is_peft_model
 from lightning_kd.losses.chunked import OutputHead
@@ -43,6 +43,7 @@ from lightning_kd.models import StudentSpec, TeacherSpec, load_teacher
 from lightning_kd.objective import DistillConfig
 from lightning_kd.on_policy import on_policy_for
 from lightning_kd.quantize import quantize_teacher
+from lightning_kd.repair import repair_pairs
 from lightning_kd.student import build_student, check_vocabularies, student_tokenizer
 from lightning_kd.tasks import Heads, MetricSums, make_task
 
@@ -93,18 +94,9 @@ class Distiller(nn.Module):
         self.draws = 0  # micro-batches numbered here when the caller does not number them
         self.layer_map = layer_map
         """``layer_map[j]``: the teacher layer student layer j was copied from (or None)."""
-        self.layer_pairs: list[LayerPair] = (
-            []
-            if teacher is None
-            else layer_pairs(
-                distill.features,
-                student,
-                teacher,
-                layer_map,
-                distill.feature_loss,
-                distill.feature_weight,
-            )
-        )
+        self.layer_pairs = configured_pairs(distill, student, teacher, layer_map)
+        self.repair_pairs = repair_pairs(distill, student, teacher, layer_map)
+        """Student layer ↔ end of its teacher span, for ``distill.blockwise_passes``."""
         self.projectors = nn.ModuleList()
         self.captures: dict[str, ModuleCapture] = {}
         if self.layer_pairs:
@@ -146,7 +138,8 @@ class Distiller(nn.Module):
             teacher_model, models.student, distill, task=teacher.task, layer_map=models.layer_map
         )
         if distill.teacher_cache is not None:
-            paths = tuple(sorted({pair.teacher for pair in distiller.layer_pairs}))
+            pairs = distiller.layer_pairs + distiller.repair_pairs
+            paths = tuple(sorted({pair.teacher for pair in pairs}))
             args = (distill, teacher.task, teacher_model, tokenizer, data, paths)
             distiller.replace_teacher(CachedTeacher.for_distiller(*args))
         return distiller

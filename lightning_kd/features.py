@@ -109,6 +109,17 @@ def layer_pairs(
     return pairs
 
 
+def configured_pairs(
+    distill: Any, student: nn.Module, teacher: nn.Module | None, layer_map: list[int] | None
+) -> list[LayerPair]:
+    """The pairs ``distill.features`` maps, each with its default loss and weight (none without a
+    teacher to resolve them on)."""
+    if teacher is None:
+        return []
+    loss, weight = distill.feature_loss, distill.feature_weight
+    return layer_pairs(distill.features, student, teacher, layer_map, loss, weight)
+
+
 def output_width(module: nn.Module, config) -> int:
     """The last dimension of ``module``'s output, read off its structure."""
     width = getattr(module, "out_features", None)  # nn.Linear, and LoRA layers wrapping one

@@ -13,9 +13,9 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
 from transformers import PreTrainedTokenizerBase
 
-from lightning_kd.checks import logger_configs
 from lightning_kd.data import TextDataModule
 from lightning_kd.distiller import Distiller
+from lightning_kd.logger_checks import logger_configs
 from lightning_kd.models import load_tokenizer
 from lightning_kd.module import DistillationModule
 from lightning_kd.precision import PrecisionChoice, probe_hardware, resolve_precision

@@ -2,7 +2,9 @@
 
 ``EpochSampler`` draws one seeded permutation per epoch (the one ``DistributedSampler`` draws, so
 N ranks together see the batches one process sees); ``ResumableLoader`` starts a resumed epoch
-where the interrupted one stopped, without collating the batches it skips.
+where the interrupted one stopped, without collating the batches it skips. ``FullBatchShare``
+gives each rank its share of every full global batch, for work outside Lightning's loop (the
+block-wise repair, ``repair.py``).
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import torch
-from torch.utils.data import DataLoader, RandomSampler
+from torch import Tensor
+from torch.utils.data import DataLoader, RandomSampler, Sampler
 
 
 class EpochSampler(RandomSampler):
@@ -52,3 +55,59 @@ class ResumableLoader(DataLoader):
         batches = list(self.batch_sampler)
         for indices in batches[skip:]:
             yield self.collate_fn([self.dataset[i] for i in indices])
+
+
+class FullBatchShare(Sampler[int]):
+    """This rank's share of every full global batch of an epoch's permutation (``seed + epoch``,
+    as ``loaders.EpochSampler`` draws it): step i's global batch is the permutation's i-th run of
+    ``batch_size × world_size`` blocks, and rank r takes its r-th ``batch_size``. One process with
+    the global batch size draws the very same batches; the last, partial one is left out (a
+    different one each epoch), so no rank repeats a block or waits for a batch the others lack."""
+
+    def __init__(self, blocks: int, batch_size: int, world_size: int, rank: int, seed: int):
+        self.blocks, self.batch_size, self.rank, self.seed = blocks, batch_size, rank, seed
+        self.world_size, self.epoch = world_size, 0
+        self.steps = blocks // (batch_size * world_size)
+        if self.steps == 0:
+            raise ValueError(
+                f"distill.blockwise_passes: {blocks} training blocks do not fill one global batch "
+                f"of {batch_size} × {world_size} ranks; use more data or a smaller data.batch_size"
+            )
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.steps * self.batch_size
+
+    def __iter__(self) -> Iterator[int]:
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        order = torch.randperm(self.blocks, generator=generator).tolist()
+        width = self.batch_size * self.world_size
+        for step in range(self.steps):
+            first = step * width + self.rank * self.batch_size
+            yield from order[first : first + self.batch_size]
+
+
+def sharded_loader(loader: DataLoader, world_size: int, rank: int) -> DataLoader:
+    """``loader``'s blocks, batch size and collation, sampled by :class:`FullBatchShare`."""
+    sampler = FullBatchShare(
+        len(loader.dataset), loader.batch_size, world_size, rank, getattr(loader.sampler, "seed", 0)
+    )
+    return DataLoader(
+        loader.dataset, batch_size=loader.batch_size, sampler=sampler, collate_fn=loader.collate_fn
+    )
+
+
+def passes_over(
+    loader: DataLoader, passes: int, device: torch.device
+) -> Iterator[Iterator[dict[str, Tensor]]]:
+    """``passes`` iterations of ``loader`` (its sampler's epoch set to each pass's number), each
+    batch's tensors moved to ``device``."""
+    for number in range(passes):
+        loader.sampler.set_epoch(number)
+        yield (on_device(batch, device) for batch in loader)
+
+
+def on_device(batch: dict[str, Tensor], device: torch.device) -> dict[str, Tensor]:
+    return {k: v.to(device) if isinstance(v, Tensor) else v for k, v in batch.items()}

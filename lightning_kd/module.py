@@ -37,10 +37,12 @@ from lightning_kd.config import as_spec, plain_data
 from lightning_kd.digests import config_digest, weights_digest
 from lightning_kd.distiller import Distiller
 from lightning_kd.finite import check_finite_loss
+from lightning_kd.loaders import passes_over, sharded_loader
 from lightning_kd.metrics import ValidationMetrics
 from lightning_kd.models import StudentSpec, TeacherSpec, load_tokenizer
 from lightning_kd.objective import DistillConfig
 from lightning_kd.optim import optimizer_config
+from lightning_kd.repair import RepairReport, repair
 from lightning_kd.strategies import ROLE
 
 
@@ -81,6 +83,8 @@ class DistillationModule(LightningModule):
         """``weights_digest`` of a LoRA student's frozen base as built (checkpoints record it)."""
         self.teacher_config: str | None = None
         """``digests.config_digest`` of the teacher's Hugging Face config."""
+        self.blockwise: RepairReport | None = None
+        """What ``distill.blockwise_passes`` did before the first step (None: not run here)."""
 
     @property
     def teacher(self) -> nn.Module | None:
@@ -147,6 +151,23 @@ class DistillationModule(LightningModule):
         teacher_modules = 0 if self.teacher is None else sum(1 for _ in self.teacher.modules())
         silence_eval_mode_warning(self.trainer, teacher_modules)
         self.window.reset()
+        if self.distill.blockwise_passes and self.trainer.ckpt_path is None:
+            self.blockwise = self.repair_student()
+
+    def repair_student(self) -> RepairReport:
+        """``distill.blockwise_passes`` over the training blocks before the first step (a resume
+        starts from its checkpoint instead); several ranks share each step's blocks."""
+        trainer = self.trainer
+        loader = sharded_loader(
+            trainer.datamodule.train_dataloader(), trainer.world_size, trainer.global_rank
+        )
+        passes = self.distill.blockwise_passes
+        batches = passes_over(loader, passes, self.device)
+        context = trainer.precision_plugin.forward_context
+        lr = self.distill.blockwise_lr
+        report = repair(self.distiller, batches, passes * len(loader), lr, context)
+        rank_zero_only(print)(report.line())
+        return report
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         # Numbers the micro-batch for distill.on_policy: the same draws again after a resume.

@@ -42,6 +42,12 @@ class DistillConfig:
     """Default loss of a pair (and the loss of ``uniform``): cosine | mse | l1."""
     feature_weight: float = 1.0
     """Default weight of a pair (and of each ``uniform`` pair)."""
+    blockwise_passes: int = 0
+    """Before end-to-end training, passes over the training blocks in which each layer of a
+    student copied from the teacher learns alone to map the teacher's state entering the span of
+    layers it stands for to the state leaving it (``repair.py``); 0: none. Not run on a resume."""
+    blockwise_lr: float = 1e-3
+    """Peak AdamW learning rate of the block-wise repair (5 % warmup, cosine to 0)."""
     projector: str = "linear"
     """Where a pair's widths differ: ``linear`` (a trained nn.Linear, student → teacher) or
     ``none`` (an error)."""
@@ -84,6 +90,11 @@ class DistillConfig:
             )
         if self.teacher_cache is not None:
             self._check_cached()
+        if self.blockwise_passes < 0 or self.blockwise_lr <= 0:
+            raise ValueError(
+                f"distill.blockwise_passes={self.blockwise_passes} must be >= 0 and "
+                f"distill.blockwise_lr={self.blockwise_lr} positive"
+            )
         if self.chunk_size is not None and self.chunk_size < 1:
             raise ValueError(
                 f"distill.chunk_size={self.chunk_size}; use null (auto) or a count >= 1"

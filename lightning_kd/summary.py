@@ -90,6 +90,8 @@ class RunSummary:
     teacher_cache: dict | None = None
     """With ``distill.teacher_cache=auto``: the cache trained from (None: online) and why
     (``cache.auto.CacheChoice.as_dict``)."""
+    blockwise: dict | None = None
+    """With ``distill.blockwise_passes``: what the repair did (``repair.RepairReport.as_dict``)."""
 
     @property
     def tokens_per_second(self) -> float:
@@ -125,6 +127,9 @@ class RunSummary:
             rows.append(("precision", "", f"{self.precision['trainer.precision']}, {teacher}"))
         if self.teacher_cache is not None:
             rows.append(("teacher in training", "", self.teacher_cache["in_training"]))
+        if self.blockwise is not None:
+            repaired = f"{self.blockwise['passes']} passes, {self.blockwise['seconds']:.1f} s"
+            rows.append(("block-wise repair before training", "", repaired))
         if self.peak_cuda_mb is not None:
             rows.append(("peak CUDA memory (MB)", "", f"{self.peak_cuda_mb:.0f}"))
         if self.importance is not None:

@@ -31,6 +31,12 @@ def test_a_run_over_its_data_about_once_keeps_the_teacher_online(tmp_path: Path)
     assert f"a cache pays from {MIN_PASSES}" in choice.reason
     epochs = compose_config(["trainer.max_steps=-1", "trainer.max_epochs=3"], output_dir=tmp_path)
     assert passes(epochs, 10) == 3.0
+    # The block-wise repair reads the teacher's states once per pass too: with it, a cache pays.
+    overrides = ["data.max_train_examples=null", "distill.blockwise_passes=1"]
+    repaired = compose_config(overrides, output_dir=tmp_path)
+    assert passes(repaired, int(few)) == pytest.approx(passes(cfg, int(few)) + 1)
+    assert choose(repaired, int(few)).path is not None
+    assert "(1 of them the block-wise repair's)" in choose(repaired, int(few)).line()
 
 
 @pytest.mark.parametrize(

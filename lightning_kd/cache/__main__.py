@@ -43,7 +43,8 @@ def cached_teacher(cfg: DictConfig, teacher_spec, spec) -> tuple[torch.nn.Module
     weights digest is that run's), and the module paths whose outputs ``cache.features`` stores."""
     teacher = load_teacher(teacher_spec, cfg.trainer.precision)
     features = []
-    stores = spec.features if spec.features is not None else bool(cfg.distill.get("features"))
+    reads = cfg.distill.get("features") or cfg.distill.get("blockwise_passes")
+    stores = spec.features if spec.features is not None else bool(reads)
     if stores:  # resolved on the full-precision teacher, as the distiller resolves them
         student = instantiate(cfg.student, _convert_="all")
         distill = instantiate(cfg.distill, _convert_="all")

@@ -15,28 +15,24 @@ from torch import Tensor, nn
 
 from lightning_kd.cache.format import FEATURE_DTYPE, FEATURE_PREFIX
 from lightning_kd.capture import ModuleCapture
-from lightning_kd.features import layer_pairs
+from lightning_kd.features import configured_pairs
+from lightning_kd.repair import repair_pairs
 from lightning_kd.student import build_student
 
 
 def feature_paths(distill: Any, student_spec: Any, teacher: nn.Module, task: str) -> list[str]:
-    """The teacher modules ``distill.features`` maps for the student ``student_spec`` builds
-    (``uniform`` depends on which teacher layers the student copies)."""
-    if not distill.features:
+    """The teacher modules whose outputs a run of ``distill`` reads for the student
+    ``student_spec`` builds: those ``distill.features`` maps (``uniform`` and ``spans`` depend on
+    which teacher layers the student copies) and those the block-wise repair reads."""
+    if not distill.features and not distill.blockwise_passes:
         raise ValueError(
-            "cache.features=true stores the teacher modules distill.features maps, and "
-            "distill.features is not set; set it as the training run will (e.g. "
-            "distill.features=uniform), or cache.features=false"
+            "cache.features=true stores the teacher modules distill.features maps (and the "
+            "block-wise repair reads), and neither is set; set them as the training run will "
+            "(e.g. distill.features=spans), or cache.features=false"
         )
     models = build_student(student_spec, teacher, task)
-    pairs = layer_pairs(
-        distill.features,
-        models.student,
-        teacher,
-        models.layer_map,
-        distill.feature_loss,
-        distill.feature_weight,
-    )
+    pairs = configured_pairs(distill, models.student, teacher, models.layer_map)
+    pairs += repair_pairs(distill, models.student, teacher, models.layer_map)
     return sorted({pair.teacher for pair in pairs})
 
 
