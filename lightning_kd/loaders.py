@@ -62,12 +62,22 @@ class FullBatchShare(Sampler[int]):
     as ``loaders.EpochSampler`` draws it): step i's global batch is the permutation's i-th run of
     ``batch_size × world_size`` blocks, and rank r takes its r-th ``batch_size``. One process with
     the global batch size draws the very same batches; the last, partial one is left out (a
-    different one each epoch), so no rank repeats a block or waits for a batch the others lack."""
+    different one each epoch), so no rank repeats a block or waits for a batch the others lack.
+    ``max_steps`` keeps only the first batches of each epoch (a different share each epoch)."""
 
-    def __init__(self, blocks: int, batch_size: int, world_size: int, rank: int, seed: int):
+    def __init__(
+        self,
+        blocks: int,
+        batch_size: int,
+        world_size: int,
+        rank: int,
+        seed: int,
+        max_steps: int | None = None,
+    ):
         self.blocks, self.batch_size, self.rank, self.seed = blocks, batch_size, rank, seed
         self.world_size, self.epoch = world_size, 0
-        self.steps = blocks // (batch_size * world_size)
+        full = blocks // (batch_size * world_size)
+        self.steps = full if max_steps is None else min(full, max_steps)
         if self.steps == 0:
             raise ValueError(
                 f"distill.blockwise_passes: {blocks} training blocks do not fill one global batch "
@@ -89,10 +99,13 @@ class FullBatchShare(Sampler[int]):
             yield from order[first : first + self.batch_size]
 
 
-def sharded_loader(loader: DataLoader, world_size: int, rank: int) -> DataLoader:
+def sharded_loader(
+    loader: DataLoader, world_size: int, rank: int, max_steps: int | None = None
+) -> DataLoader:
     """``loader``'s blocks, batch size and collation, sampled by :class:`FullBatchShare`."""
+    seed = getattr(loader.sampler, "seed", 0)
     sampler = FullBatchShare(
-        len(loader.dataset), loader.batch_size, world_size, rank, getattr(loader.sampler, "seed", 0)
+        len(loader.dataset), loader.batch_size, world_size, rank, seed, max_steps
     )
     return DataLoader(
         loader.dataset, batch_size=loader.batch_size, sampler=sampler, collate_fn=loader.collate_fn

@@ -158,8 +158,12 @@ class DistillationModule(LightningModule):
         """``distill.blockwise_passes`` over the training blocks before the first step (a resume
         starts from its checkpoint instead); several ranks share each step's blocks."""
         trainer = self.trainer
+        # A pass covers at most the batches training reads: on a large corpus, a few hundred
+        # steps' worth (a different share each pass), not every block.
+        steps = trainer.max_steps
+        reads = steps * trainer.accumulate_grad_batches if steps and steps > 0 else None
         loader = sharded_loader(
-            trainer.datamodule.train_dataloader(), trainer.world_size, trainer.global_rank
+            trainer.datamodule.train_dataloader(), trainer.world_size, trainer.global_rank, reads
         )
         passes = self.distill.blockwise_passes
         batches = passes_over(loader, passes, self.device)

@@ -17,9 +17,10 @@ from lightning_kd.objective import DistillConfig
 
 def test_the_cli_defaults_are_the_dataclass_defaults() -> None:
     cfg = compose_config()
-    # One documented choice of the default run (conf/distill/default.yaml): it matches hidden
-    # states; a DistillConfig built from Python is logits only unless asked.
-    run_choice = DistillConfig(features="spans", feature_weight=3.0)
+    # The documented choices of the default run (conf/distill/default.yaml): it matches hidden
+    # states and repairs the student block-wise first; a DistillConfig built from Python is
+    # logits only unless asked.
+    run_choice = DistillConfig(features="spans", feature_weight=3.0, blockwise_passes=3)
     assert instantiate(cfg.distill, _convert_="all") == run_choice
     assert instantiate(cfg.student, _convert_="all") == StudentSpec()
     assert instantiate(cfg.teacher, _convert_="all") == TeacherSpec()

@@ -18,7 +18,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
-from lightning_kd import checks
+from lightning_kd import logger_checks
 from lightning_kd.checks import config_errors
 from lightning_kd.config import register_defaults
 from lightning_kd.optim import decay_groups
@@ -109,8 +109,10 @@ def compose_run(*overrides: str):
 
 
 def test_a_missing_logger_package_is_named_before_anything_loads(hydra_conf, monkeypatch) -> None:
-    real = checks.find_spec
-    monkeypatch.setattr(checks, "find_spec", lambda name: None if name == "mlflow" else real(name))
+    real = logger_checks.find_spec
+    monkeypatch.setattr(
+        logger_checks, "find_spec", lambda name: None if name == "mlflow" else real(name)
+    )
     errors = config_errors(compose_run("logger=[csv,mlflow]"))
     assert errors == [
         "logger=mlflow (lightning.pytorch.loggers.MLFlowLogger) needs the mlflow package, which "

@@ -3,12 +3,14 @@ learns, that nothing else moves, and where it runs in a fit."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from lightning_kd.cache.auto import choose, passes
 from lightning_kd.cache.features import feature_paths
 from lightning_kd.checks import config_errors
 from lightning_kd.config import compose_config
@@ -19,7 +21,7 @@ from lightning_kd.objective import DistillConfig
 from lightning_kd.repair import Captures, Span, repair, repair_plan, repair_sums
 from lightning_kd.summary import RunSummary
 from tests.conftest import TINY_LLAMA, make_datamodule, make_module, make_trainer
-from tests.test_cache_teacher import STUDENT, write
+from tests.test_cache_teacher import STUDENT, command, write
 from tests.test_cache_teacher import TEACHER as CACHED_TEACHER
 
 REPAIR = DistillConfig(blockwise_passes=1, compile=False)  # no feature term: the repair alone
@@ -194,3 +196,41 @@ def test_a_cache_for_a_repaired_run_holds_the_span_ends(tiny_teacher) -> None:
     assert paths == ["model.layers.0", "model.layers.2", "model.layers.3"]
     with pytest.raises(ValueError, match="neither is set"):
         feature_paths(DistillConfig(), student, teacher, "causal_lm")
+
+
+def test_the_command_line_caches_the_span_ends_and_repairs_from_them(tmp_path) -> None:
+    """``debug=smoke`` with the default run's repair: auto counts its passes, caches the teacher
+    (logits and span ends, with distill.features=null), repairs from the cache, reports it."""
+    run_dir = tmp_path / "run"
+    result = command(
+        "run",
+        "debug=smoke",
+        "distill.blockwise_passes=2",
+        "distill.features=null",
+        "data.max_train_examples=20",  # 6 steps of 4 read 24 blocks: repair passes read 20
+        f"hydra.run.dir={run_dir}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "3.20 passes over 20 training blocks (2.00 of them the block-wise repair's)" in (
+        result.stdout
+    )
+    assert "blockwise repair: 1 student layers, 2 passes (10 steps)" in result.stdout
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["teacher_cache"]["in_training"] == "cached once"
+    assert summary["blockwise"]["passes"] == 2
+    assert summary["blockwise"]["loss_last_pass"][0] < summary["blockwise"]["loss_first_pass"][0]
+    index = json.loads((run_dir / "teacher_cache" / "index.json").read_text())
+    assert index["key"]["features"] == ["model.layers.2", "model.layers.3"]
+
+
+def test_a_repair_pass_over_a_large_corpus_reads_what_training_reads(tmp_path) -> None:
+    """On data far larger than a run reads, each repair pass takes the first max_steps batches of
+    its epoch's permutation, and auto counts repair passes in that proportion (no cache)."""
+    sampler = FullBatchShare(1000, batch_size=2, world_size=1, rank=0, seed=0, max_steps=5)
+    assert len(sampler) == 10 and len(set(sampler)) == 10
+    sampler.set_epoch(1)
+    assert len(list(sampler)) == 10
+    cfg = compose_config(["data.max_train_examples=null"], output_dir=tmp_path)
+    training = 150 * 2 / 10_000
+    assert passes(cfg, 10_000) == pytest.approx(training * 4)  # training + 3 repair passes of it
+    assert choose(cfg, 10_000).path is None

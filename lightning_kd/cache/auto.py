@@ -88,13 +88,23 @@ def why_online(cfg: DictConfig) -> str | None:
 
 def passes(cfg: DictConfig, train_examples: int) -> float:
     """How many times the run reads the teacher over its ``train_examples`` training blocks:
-    its training passes and its block-wise repair's (``distill.blockwise_passes``)."""
+    its training passes and its block-wise repair's (:func:`repair_passes`)."""
+    return training_passes(cfg, train_examples) + repair_passes(cfg, train_examples)
+
+
+def training_passes(cfg: DictConfig, train_examples: int) -> float:
     trainer = cfg.trainer
-    repair = cfg.distill.get("blockwise_passes") or 0
     per_step = cfg.data.batch_size * (trainer.get("accumulate_grad_batches") or 1)
     if trainer.max_steps not in (None, -1):
-        return trainer.max_steps * per_step / train_examples + repair
-    return float(trainer.get("max_epochs") or 1) + repair
+        return trainer.max_steps * per_step / train_examples
+    return float(trainer.get("max_epochs") or 1)
+
+
+def repair_passes(cfg: DictConfig, train_examples: int) -> float:
+    """``distill.blockwise_passes`` in passes over the blocks: a repair pass reads at most as many
+    blocks as training does (``loaders.FullBatchShare``)."""
+    repair = cfg.distill.get("blockwise_passes") or 0
+    return repair * min(1.0, training_passes(cfg, train_examples))
 
 
 def choose(cfg: DictConfig, train_examples: int) -> CacheChoice:
@@ -103,9 +113,9 @@ def choose(cfg: DictConfig, train_examples: int) -> CacheChoice:
     if reason is not None:
         distill = instantiate(cfg.distill, _convert_="all")
         return CacheChoice(None, f"auto: {reason}", in_training=distill.uses_teacher_in_training)
-    count, repair = passes(cfg, train_examples), cfg.distill.get("blockwise_passes") or 0
+    count, repair = passes(cfg, train_examples), repair_passes(cfg, train_examples)
     per = f"{count:.2f} passes over {train_examples} training blocks"
-    per += f" ({repair} of them the block-wise repair's)" if repair else ""
+    per += f" ({repair:.2f} of them the block-wise repair's)" if repair else ""
     if count < MIN_PASSES:
         return CacheChoice(None, f"auto: {per}; a cache pays from {MIN_PASSES}")
     directory = str(Path(cfg.output_dir) / DIRECTORY)
