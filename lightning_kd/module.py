@@ -158,6 +158,11 @@ class DistillationModule(LightningModule):
         """``distill.blockwise_passes`` over the training blocks before the first step (a resume
         starts from its checkpoint instead); several ranks share each step's blocks."""
         trainer = self.trainer
+        if trainer.datamodule is None:
+            raise ValueError(
+                "distill.blockwise_passes reads the training blocks from the data module: pass "
+                "one to fit (datamodule=...), or set distill.blockwise_passes=0"
+            )
         # A pass covers at most the batches training reads: on a large corpus, a few hundred
         # steps' worth (a different share each pass), not every block.
         steps = trainer.max_steps

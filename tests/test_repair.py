@@ -234,3 +234,14 @@ def test_a_repair_pass_over_a_large_corpus_reads_what_training_reads(tmp_path) -
     training = 150 * 2 / 10_000
     assert passes(cfg, 10_000) == pytest.approx(training * 4)  # training + 3 repair passes of it
     assert choose(cfg, 10_000).path is None
+
+
+def test_a_fit_without_a_data_module_is_told_what_the_repair_needs(corpus) -> None:
+    module = make_module(
+        TeacherSpec(path=None, config=dict(TINY_LLAMA), dtype="float32"), blockwise_passes=1
+    )
+    datamodule = make_datamodule([corpus])
+    datamodule.setup()
+    trainer = make_trainer(max_steps=1, limit_val_batches=0)
+    with pytest.raises(ValueError, match="pass one to fit"):
+        trainer.fit(module, train_dataloaders=datamodule.train_dataloader())
