@@ -76,9 +76,10 @@ class CacheSpec:
     """A cache of this run at a larger k to derive this one from, without running the teacher
     (``lightning_kd/cache/narrow.py``); null: run the teacher."""
     features: bool | None = None
-    """Also store the outputs of the teacher modules ``distill.features`` maps (for the run's
-    student), so that a run from the cache matches features without the teacher. None: whenever
-    the run's ``distill.features`` is set (the default run's is); false: logits only."""
+    """Also store the outputs of the teacher modules ``distill.features`` maps and the block-wise
+    repair reads (for the run's student), so that a run from the cache needs no teacher for them.
+    None: whenever the run's ``distill.features`` or ``distill.blockwise_passes`` is set (the
+    default run's are); false: logits only."""
 
     def __post_init__(self) -> None:
         if self.k < 1 or self.shard_blocks < 1 or self.batch_size < 1:
