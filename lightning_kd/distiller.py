@@ -200,7 +200,8 @@ class Distiller(nn.Module):
         """The objective's token sum for one micro-batch (differentiable) and its parts; with
         ``distill.on_policy``, maybe of the student's completions (``draw`` numbers the batch,
         ``step`` is the optimizer step ``distill.on_policy_warmup`` counts; both default to this
-        distiller's count of micro-batches)."""
+        distiller's count of micro-batches), scored without the CE term (``on_policy.py``)."""
+        given = batch
         if self.on_policy is not None:
             count, self.draws = self.draws, self.draws + 1
             draw, step = (count if draw is None else draw), (count if step is None else step)
@@ -213,7 +214,9 @@ class Distiller(nn.Module):
             )
             student_out = self.run("student", batch)
             with gathered(heads):
-                objective, sums = self.task.logit_terms(student_out, teacher_out, batch, heads)
+                objective, sums = self.task.logit_terms(
+                    student_out, teacher_out, batch, heads, ce=batch is given
+                )
             if self.layer_pairs:
                 features = self.feature_sum(self.task.scored_mask(batch), cached)
                 objective = objective + features

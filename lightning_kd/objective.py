@@ -63,7 +63,8 @@ class DistillConfig:
     on_policy: float = 0.0
     """λ of on-policy / mixed KD (GKD): the probability that a training micro-batch's answers are
     replaced by the student's own sampled completions of its prompts (``on_policy.py``); 0: the
-    dataset's answers only, 1: the student's only."""
+    dataset's answers only, 1: the student's only. Completions are scored by the divergence (and
+    the features), never by ``ce_weight``'s CE, which trains on the dataset's answers alone."""
     on_policy_tokens: int = 128
     """Tokens the student samples at most per completion."""
     on_policy_temperature: float = 1.0

@@ -6,8 +6,12 @@ its first scored label (the first answer token, as ``data=chat`` labels them); t
 a completion (eval mode, no graph, KV cache, ``distill.on_policy_temperature``, at most
 ``distill.on_policy_tokens`` tokens, cut after its end-of-sequence token); the new row is prompt +
 completion, labelled on the completion only. The step then scores it under both models with the
-configured divergence, exactly as a dataset batch: the completions' token counts go into the same
-token sums, so the window's mean over variable-length completions is exact (``accumulation.py``).
+configured divergence, as a dataset batch: the completions' token counts go into the same token
+sums, so the window's mean over variable-length completions is exact (``accumulation.py``). The CE
+term (``distill.ce_weight``) applies to the dataset's answers only, as in GKD: on the student's own
+sample its expected gradient is zero at T = 1 (E_{y~q}[∇ log q(y)] = 0), so it would add noise
+alone, and at another sampling temperature it would pull the student toward its own tempered
+distribution; it is still computed and logged.
 
 Generation runs outside the step's capture arming, so the capture lifecycle never sees its
 forwards; eval mode turns activation checkpointing off for it. Which micro-batches are sampled and

@@ -12,6 +12,7 @@ imports torch and ``losses/`` only.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Protocol
 
 import torch
@@ -50,7 +51,12 @@ class Task(Protocol):
     def scored_mask(self, batch: dict[str, Tensor]) -> Tensor: ...
 
     def logit_terms(
-        self, student: Tensor, teacher: Tensor | None, batch: dict[str, Tensor], heads: Heads | None
+        self,
+        student: Tensor,
+        teacher: Tensor | None,
+        batch: dict[str, Tensor],
+        heads: Heads | None,
+        ce: bool = True,
     ) -> tuple[Tensor, LossSums]: ...
 
     def metric_sums(
@@ -81,9 +87,13 @@ class CausalLM:
         teacher: Tensor | TopKTeacher | None,
         batch: dict[str, Tensor],
         heads: Heads | None,
+        ce: bool = True,
     ) -> tuple[Tensor, LossSums]:
         """The weighted KD + CE token sum (differentiable) and its parts; ``teacher=None`` for a
-        CE-only step, a cached teacher's records (chunked path only) in place of its output."""
+        CE-only step, a cached teacher's records (chunked path only) in place of its output.
+        ``ce=False`` leaves the CE term out of the sum (still reported in the parts): the
+        student's own sampled completions, whose CE has no expected gradient (on_policy.py)."""
+        objective = self.objective if ce else replace(self.objective, ce_weight=0.0)
         if not self.chunked:
             sums = logit_distillation_sums(
                 student,
@@ -92,14 +102,14 @@ class CausalLM:
                 self.objective.divergence,
                 self.objective.temperature,
             )
-            return self.objective.combine(sums.kd, sums.ce), sums
+            return objective.combine(sums.kd, sums.ce), sums
         return chunked_distillation_sums(
             student,
             heads[0],
             teacher,
             heads[1],
             batch["labels"],
-            self.objective,
+            objective,
             chunk_size=self.chunk_size,
             compile=self.compile,
         )
@@ -146,7 +156,12 @@ class Encoder:
         return attended & (batch["labels"] != IGNORE_INDEX).any(dim=-1, keepdim=True)
 
     def logit_terms(
-        self, student: Tensor, teacher: Tensor | None, batch: dict[str, Tensor], heads: Heads | None
+        self,
+        student: Tensor,
+        teacher: Tensor | None,
+        batch: dict[str, Tensor],
+        heads: Heads | None,
+        ce: bool = True,
     ) -> tuple[Tensor, LossSums]:
         """No logits: zero, with the scored token count (the features' denominator)."""
         zero = student.new_zeros((), dtype=torch.float32)

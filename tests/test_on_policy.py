@@ -66,6 +66,24 @@ def test_the_step_scores_the_students_own_completion_by_definition() -> None:
             torch.testing.assert_close(got[name], parameter.grad, rtol=1e-7, atol=1e-10)
 
 
+def test_the_ce_weight_trains_on_the_datasets_answers_never_on_the_students_own() -> None:
+    """With CE beside the divergence, a sampled micro-batch's objective is the divergence alone
+    (CE on the student's own sample has no expected gradient: noise), its CE still reported; a
+    dataset micro-batch (here: before the warmup ends) keeps kd_weight · KD + ce_weight · CE."""
+    mixed = distiller(divergence="reverse_kl", kd_weight=0.7, ce_weight=0.5, on_policy_warmup=1)
+    alone = distiller(divergence="reverse_kl", kd_weight=0.7, ce_weight=0.0, on_policy_warmup=1)
+    mixed, alone = mixed.double(), alone.double()
+    batch = chat_batch()
+    on_data, data_sums = mixed(batch, draw=3, step=0)
+    torch.testing.assert_close(on_data, 0.7 * data_sums.kd + 0.5 * data_sums.ce)
+    sampled, sums = mixed(batch, draw=3, step=1)
+    reference, reference_sums = alone(batch, draw=3, step=1)
+    assert int(sums.tokens) == int(reference_sums.tokens)  # the same completion was sampled
+    torch.testing.assert_close(sampled, 0.7 * sums.kd, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(sampled, reference, rtol=1e-12, atol=1e-12)
+    assert float(sums.ce) > 0  # computed and logged, not trained on
+
+
 def test_sampling_is_reproducible_in_eval_mode_without_a_graph() -> None:
     model = distiller(features="uniform")  # captures on: generation's forwards must not record
     model.train()
