@@ -46,7 +46,7 @@ class DistillConfig:
     """Before end-to-end training, passes over the training blocks in which each layer of a
     student copied from the teacher learns alone to map the teacher's state entering the span of
     layers it stands for to the state leaving it (``repair.py``); 0: none. Not run on a resume."""
-    blockwise_lr: float = 1e-3
+    blockwise_lr: float = 8e-3
     """Peak AdamW learning rate of the block-wise repair (5 % warmup, cosine to 0)."""
     projector: str = "linear"
     """Where a pair's widths differ: ``linear`` (a trained nn.Linear, student → teacher) or
