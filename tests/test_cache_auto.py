@@ -16,12 +16,12 @@ from tests.test_cache_teacher import command
 def test_the_default_run_caches_its_teacher_in_the_run_directory(tmp_path: Path) -> None:
     cfg = compose_config([], output_dir=tmp_path)
     assert cfg.distill.teacher_cache == "auto"
-    assert cfg.data.max_train_examples == 180 and cfg.trainer.max_steps == 150
-    assert cfg.distill.blockwise_passes == 3
-    assert passes(cfg, 180) == pytest.approx(150 * 2 / 180 + 3)
+    assert cfg.data.max_train_examples == 180 and cfg.trainer.max_steps == 80
+    assert cfg.distill.blockwise_passes == 5
+    assert passes(cfg, 180) == pytest.approx(80 * 2 / 180 * 6)  # a repair pass reads 160 of the 180
     choice = choose(cfg, 180)
     assert choice.path == str(tmp_path / "teacher_cache")
-    line = "4.67 passes over 180 training blocks (3.00 of them the block-wise repair's)"
+    line = "5.33 passes over 180 training blocks (4.44 of them the block-wise repair's)"
     assert line in choice.line()
 
 
@@ -33,7 +33,7 @@ def test_a_run_over_its_data_about_once_keeps_the_teacher_online(tmp_path: Path)
     assert choice.path is None
     assert f"a cache pays from {MIN_PASSES}" in choice.reason
     epochs = compose_config(["trainer.max_steps=-1", "trainer.max_epochs=3"], output_dir=tmp_path)
-    assert passes(epochs, 10) == 3.0 + 3  # 3 epochs and the default run's 3 repair passes
+    assert passes(epochs, 10) == 3.0 + 5  # 3 epochs and the default run's 5 repair passes
     # The block-wise repair reads the teacher's states once per pass too: with it, a cache pays.
     overrides = ["data.max_train_examples=null", "distill.blockwise_passes=1"]
     repaired = compose_config(overrides, output_dir=tmp_path)

@@ -20,7 +20,7 @@ def test_the_cli_defaults_are_the_dataclass_defaults() -> None:
     # The documented choices of the default run (conf/distill/default.yaml): it matches hidden
     # states and repairs the student block-wise first; a DistillConfig built from Python is
     # logits only unless asked.
-    run_choice = DistillConfig(features="spans", feature_weight=3.0, blockwise_passes=3)
+    run_choice = DistillConfig(features="spans", feature_weight=3.0, blockwise_passes=5)
     assert instantiate(cfg.distill, _convert_="all") == run_choice
     assert instantiate(cfg.student, _convert_="all") == StudentSpec()
     assert instantiate(cfg.teacher, _convert_="all") == TeacherSpec()

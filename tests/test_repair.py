@@ -232,8 +232,8 @@ def test_a_repair_pass_over_a_large_corpus_reads_what_training_reads(tmp_path) -
     sampler.set_epoch(1)
     assert len(list(sampler)) == 10
     cfg = compose_config(["data.max_train_examples=null"], output_dir=tmp_path)
-    training = 150 * 2 / 10_000
-    assert passes(cfg, 10_000) == pytest.approx(training * 4)  # training + 3 repair passes of it
+    training = 80 * 2 / 10_000
+    assert passes(cfg, 10_000) == pytest.approx(training * 6)  # training + 5 repair passes of it
     assert choose(cfg, 10_000).path is None
 
 
