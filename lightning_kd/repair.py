@@ -11,8 +11,8 @@ scored positions. All layers learn at once, in one forward of the student in whi
 so each learns its span independently, as in LLM-Streamline's layer replacement (Chen et al.,
 2024). The teacher's states come from the teacher cache (which then stores those layers' outputs)
 or from the teacher's own forward without a graph; no logits or vocabulary-sized work are
-involved, so a repair step costs about a third of a training step. The repair has its own hooks, armed
-around its own forwards and cleared by the end of each step (``capture.py``).
+involved, so a repair step costs about a third of a training step. The repair has its own hooks,
+armed around its own forwards and cleared by the end of each step (``capture.py``).
 
 Only layers whose span holds more than one teacher layer and whose weights train are repaired (the
 last layer, copied from the teacher's last and fed its input, already is what it stands for).
