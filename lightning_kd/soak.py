@@ -85,7 +85,7 @@ def main() -> int:
         # In batches (2 a step): every warmup / 2 optimizer steps, so the baseline at `warmup` has
         # seen validation's one-off allocations (a first validation between two measurements
         # reads as growth: +1.4 % over a 300-step soak that is flat from step 300 to 1,000).
-        f"trainer.val_check_interval={args.warmup}",
+        f"trainer.val_check_interval={max(args.warmup, 1)}",
         "validate_before=false",
         "export_student=false",
         f"+callbacks.soak={{_target_: lightning_kd.soak.SoakProbe, out: {out / REPORT}, "
