@@ -22,13 +22,16 @@ memory-mapped ones are resident in each (the floor holds the teacher it never ru
 - ``on_policy``    lightning_kd's step with ``distill.on_policy=1``: the student first samples a
                    completion of each row's first half (at most the other half's tokens), then
                    the KD step scores them; the sampling is also timed alone
+- ``interleaved``  the same, the teacher vetoing each sampled token outside its top 25 (speculative
+                   KD, ``distill.on_policy_teacher_top_k``): two models decode
 
 
 Then a loss-only sweep at vocab 49152 (full-logit vs chunked forward + backward over 512, 2048 and
 8192 tokens). Writes ``bench.json`` (with ``mem_ratio_vs_floor``, ``time_ratio_vs_parts``,
 ``loss_mem_ratio_vs_full``, ``lora_vs_full`` — the LoRA step's trainable parameters, memory and
 time over lightning_kd's — ``cached_{mem,time}_ratio_vs_free_floor`` and ``on_policy``: the
-share of the on-policy step spent sampling, ``generation_share``), ``bench.md`` and ``bench.png``
+share of the on-policy step spent sampling, ``generation_share``, and ``interleaved``: the same for
+interleaved sampling), ``bench.md`` and ``bench.png``
 under ``--out``.
 """
 

@@ -45,16 +45,17 @@ def summarise(scenarios: dict[str, dict], losses: list[dict], args: argparse.Nam
         "cached_mem_ratio_vs_free_floor": cached["peak_mb"] / free["peak_mb"],
         "cached_time_ratio_vs_free_floor": cached["step_s"] / free["step_s"],
         "on_policy": on_policy_summary(scenarios),
+        "interleaved": on_policy_summary(scenarios, "interleaved"),
         "scenarios": scenarios,
         "loss_sweep": losses,
     }
 
 
-def on_policy_summary(scenarios: dict[str, dict]) -> dict:
+def on_policy_summary(scenarios: dict[str, dict], name: str = "on_policy") -> dict:
     """The on-policy step against lightning_kd's: the share of its time spent sampling, and its
     time over the dataset step's (the KD step after sampling scores rows of at most as many
     tokens)."""
-    row, ours = scenarios["on_policy"], scenarios["lightning_kd"]
+    row, ours = scenarios[name], scenarios["lightning_kd"]
     return {
         "generation_share": row["sample_s"] / row["step_s"],
         "step_vs_lightning_kd": row["step_s"] / ours["step_s"],
@@ -104,7 +105,10 @@ def markdown(report: dict) -> str:
         "On-policy KD (every micro-batch the student's completions of half-row prompts, "
         f"{report['on_policy']['sampled_tokens']:.0f} tokens sampled per row): sampling takes "
         f"{report['on_policy']['generation_share']:.1%} of the step; the step takes "
-        f"{report['on_policy']['step_vs_lightning_kd']:.2f}× lightning_kd's",
+        f"{report['on_policy']['step_vs_lightning_kd']:.2f}× lightning_kd's; interleaved "
+        f"with the teacher's top-25 veto ({report['interleaved']['sampled_tokens']:.0f} tokens): "
+        f"{report['interleaved']['generation_share']:.1%} of the step, "
+        f"{report['interleaved']['step_vs_lightning_kd']:.2f}× lightning_kd's",
     ]
     return "\n".join(lines)
 

@@ -31,7 +31,11 @@ SCENARIOS = (
     "free_floor",
     "cached",
     "on_policy",
+    "interleaved",
 )
+SAMPLING = ("on_policy", "interleaved")
+"""Scenarios whose distiller samples each row's answer first: from the student alone, or
+interleaved (``distill.on_policy_teacher_top_k``, the teacher vetoing the student's tokens)."""
 CACHED = ("free_floor", "cached")
 """Scenarios without teacher weights in the process: ``free_floor`` a CE-only step (chunked CE,
 ``distill.kd_weight=0``), ``cached`` a KD step from the teacher's top-k records."""
@@ -189,7 +193,7 @@ def scenario_steps(
         "lightning_kd": lightning_kd,
         **dict.fromkeys(("lora", "free_floor"), lightning_kd),
         "cached": lightning_kd,  # the same step; its distiller holds records, not a teacher
-        "on_policy": lightning_kd,  # the same; its distiller samples the answers first
+        **dict.fromkeys(SAMPLING, lightning_kd),  # the same; its distiller samples answers first
     }
 
 
@@ -200,16 +204,17 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict:
     batch = make_batch(teacher_vocab(args), args.batch, args.seq, device)
     if name in CACHED:
         distiller = teacher_free(name, args, batch)
-    elif name == "on_policy":
+    elif name in SAMPLING:
         batch = prompted(batch)
-        distiller = build_distiller(args, True, *on_policy_overrides(args)).to(device)
+        overrides = on_policy_overrides(args, interleaved=name == "interleaved")
+        distiller = build_distiller(args, True, *overrides).to(device)
     else:
         quantize = "int8" if name == "teacher_int8" else None
         distiller = build_distiller(
             args, chunked=name != "full_logits", quantize=quantize, lora=name == "lora"
         ).to(device)
     fault_in(distiller)
-    if name == "on_policy":
+    if name in SAMPLING:
         distiller.on_policy = TimedSampling(distiller.on_policy, device)
     # --quick warms up on a short batch: the one-time costs (kernel selection, lazy
     # initialisation) are paid, the seconds of a full-size step are not.
@@ -225,15 +230,17 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict:
     seconds = timed(lambda: step(batch), device, 0, args.repeats)
     params = sum(p.numel() for p in trainable)
     row = {"scenario": name, "peak_mb": peak_mb(device), "step_s": seconds, "trainable": params}
-    if name == "on_policy":
+    if name in SAMPLING:
         row |= distiller.on_policy.summary(args.repeats)
     return row
 
 
-def on_policy_overrides(args: argparse.Namespace) -> list[str]:
+def on_policy_overrides(args: argparse.Namespace, interleaved: bool = False) -> list[str]:
     """Every micro-batch sampled (λ = 1), completions of at most half a row: prompt + answer
-    then fill at most the other scenarios' ``--seq`` tokens."""
-    return ["distill.on_policy=1", f"distill.on_policy_tokens={args.seq - args.seq // 2}"]
+    then fill at most the other scenarios' ``--seq`` tokens; interleaved: the teacher's top 25
+    (speculative KD's choice) veto the student's tokens."""
+    overrides = ["distill.on_policy=1", f"distill.on_policy_tokens={args.seq - args.seq // 2}"]
+    return overrides + (["distill.on_policy_teacher_top_k=25"] if interleaved else [])
 
 
 def prompted(batch: dict) -> dict:
@@ -252,11 +259,11 @@ class TimedSampling:
         self.seconds: list[float] = []
         self.tokens: list[float] = []
 
-    def replace(self, student, batch: dict, draw: int, step: int = 0) -> dict:
+    def replace(self, student, batch: dict, draw: int, step: int = 0, teacher=None) -> dict:
         """The sampler's own ``replace`` (its λ draw included), timed."""
         synchronize(self.device)
         start = time.perf_counter()
-        sampled = self.on_policy.replace(student, batch, draw, step)
+        sampled = self.on_policy.replace(student, batch, draw, step, teacher)
         synchronize(self.device)
         self.seconds.append(time.perf_counter() - start)
         prompt = batch["labels"].shape[1] // 2  # the half of each row before its answer (prompted)

@@ -205,7 +205,7 @@ class Distiller(nn.Module):
         if self.on_policy is not None:
             count, self.draws = self.draws, self.draws + 1
             draw, step = (count if draw is None else draw), (count if step is None else step)
-            batch = self.on_policy.replace(self.student, batch, draw, step)
+            batch = self.on_policy.replace(self.student, batch, draw, step, self.teacher)
         with_teacher = self.uses_teacher_in_training
         heads = self.heads(batch, ROLES if with_teacher else ("student",))
         with capture_step(*self.captures.values()):

@@ -216,6 +216,10 @@ class DistillationModule(LightningModule):
         check_finite_loss(self.trainer.global_step + 1, parts)
         self.log("train/loss", parts.pop("loss"), prog_bar=True, on_step=True, on_epoch=False)
         logged = {f"train/{name}": value for name, value in parts.items()}
+        sampler = self.distiller.on_policy
+        share = None if sampler is None else sampler.tally.take()
+        if share is not None:  # interleaved sampling: how much of the text was the student's
+            logged["train/student_token_share"] = share
         self.log_dict(logged, on_step=True, on_epoch=False)
         self.tokens_seen += int(totals["tokens"])
 

@@ -72,6 +72,10 @@ class DistillConfig:
     on_policy_warmup: int = 0
     """Optimizer steps trained on the dataset's answers alone before λ applies (a warm start:
     a student that cannot answer yet samples little worth scoring)."""
+    on_policy_teacher_top_k: int | None = None
+    """Interleaved sampling (speculative KD, ``interleaved.py``): a token the student samples
+    outside the teacher's top k is replaced by the teacher's own sample, so a weak student's
+    completions stay text the teacher can judge. None: the student's samples as they are."""
     on_policy_seed: int = 0
     """Seeds which micro-batches are sampled and what (``conf/distill/default.yaml``: ``seed``)."""
 
@@ -118,6 +122,12 @@ class DistillConfig:
                 f"distill.on_policy_tokens={self.on_policy_tokens} must be >= 1, "
                 f"distill.on_policy_temperature={self.on_policy_temperature} positive and "
                 f"distill.on_policy_warmup={self.on_policy_warmup} >= 0"
+            )
+        top_k = self.on_policy_teacher_top_k
+        if top_k is not None and (top_k < 1 or self.on_policy == 0):
+            raise ValueError(
+                f"distill.on_policy_teacher_top_k={top_k}: the teacher's top k (>= 1) vetoes "
+                "the student's sampled tokens, so it needs distill.on_policy > 0; or null"
             )
         if self.on_policy > 0 and self.teacher_cache is not None:
             raise ValueError(

@@ -17,15 +17,20 @@ Generation runs outside the step's capture arming, so the capture lifecycle neve
 forwards; eval mode turns activation checkpointing off for it. Which micro-batches are sampled and
 what is sampled come from ``seed`` and the micro-batch's ``draw`` number (the optimizer step and
 batch index under Lightning), so a resumed run samples what the uninterrupted one would have.
+
+With ``distill.on_policy_teacher_top_k=k`` the completions are written by interleaved sampling
+(speculative KD, ``interleaved.py``): a student token outside the teacher's top k is replaced by
+the teacher's sample. ``tally`` counts how many of the written tokens were the student's own.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
 
+from lightning_kd.interleaved import interleaved_sample
 from lightning_kd.losses.logits import IGNORE_INDEX
 
 
@@ -41,6 +46,10 @@ class OnPolicy:
     pad_token_id: int
     warmup: int = 0
     """Steps (``step`` of :meth:`replace`) trained on the dataset's answers alone first."""
+    teacher_top_k: int | None = None
+    """Interleaved sampling: the teacher's top k a student token must be in (None: off)."""
+    tally: Tally = field(default_factory=lambda: Tally(), compare=False)
+    """Tokens written, and how many were the student's own, since the last :meth:`Tally.take`."""
 
     def chooses(self, draw: int, step: int = 0) -> bool:
         """Whether micro-batch ``draw`` of ``step`` is sampled: none before ``warmup``, then a
@@ -53,17 +62,29 @@ class OnPolicy:
         return bool(torch.rand((), generator=generator) < self.fraction)
 
     def replace(
-        self, student: nn.Module, batch: dict[str, Tensor], draw: int, step: int = 0
+        self,
+        student: nn.Module,
+        batch: dict[str, Tensor],
+        draw: int,
+        step: int = 0,
+        teacher: nn.Module | None = None,
     ) -> dict[str, Tensor]:
         """``batch``, or the student's completions of its prompts if ``draw`` is chosen."""
-        return self.sample(student, batch, draw) if self.chooses(draw, step) else batch
+        return self.sample(student, batch, draw, teacher) if self.chooses(draw, step) else batch
 
     @torch.no_grad()
-    def sample(self, student: nn.Module, batch: dict[str, Tensor], draw: int) -> dict[str, Tensor]:
-        """``batch`` with each answer replaced by the student's completion of its prompt."""
+    def sample(
+        self,
+        student: nn.Module,
+        batch: dict[str, Tensor],
+        draw: int,
+        teacher: nn.Module | None = None,
+    ) -> dict[str, Tensor]:
+        """``batch`` with each answer replaced by the student's completion of its prompt (with
+        ``teacher_top_k``, by the interleaved completion ``teacher`` vetoes)."""
         prompts = prompt_tokens(batch)
         left = left_padded(prompts, self.pad_token_id, batch["input_ids"].device)
-        room = positions(student) - left["input_ids"].shape[1]
+        room = self.room(student, teacher) - left["input_ids"].shape[1]
         if room < 1:
             raise ValueError(
                 f"distill.on_policy: a prompt of {left['input_ids'].shape[1]} tokens leaves the "
@@ -71,19 +92,60 @@ class OnPolicy:
             )
         with torch.random.fork_rng(devices=device_list(left["input_ids"])):
             torch.manual_seed(self.seed * 1_000_003 + draw)
-            new = generate_in_eval(
-                student,
-                left,
-                max_new_tokens=min(self.max_new_tokens, room),
-                do_sample=True,
-                temperature=self.temperature,
-                top_k=0,
-                top_p=1.0,
-                eos_token_id=self.eos_token_id,
-                pad_token_id=self.pad_token_id,
-            )
+            new = self.write(student, teacher, left, min(self.max_new_tokens, room))
         completions = [until_eos(row, self.eos_token_id) for row in new]
         return completions_batch(prompts, completions, self.pad_token_id)
+
+    def write(
+        self, student: nn.Module, teacher: nn.Module | None, left: dict[str, Tensor], tokens: int
+    ) -> Tensor:
+        """At most ``tokens`` new tokens after each prompt: the student's sample, or the
+        interleaved one (its tally counted over the tokens before each row's end)."""
+        options = {"eos_token_id": self.eos_token_id, "pad_token_id": self.pad_token_id}
+        if self.teacher_top_k is None:
+            options |= {"do_sample": True, "top_k": 0, "top_p": 1.0}
+            return generate_in_eval(
+                student, left, max_new_tokens=tokens, temperature=self.temperature, **options
+            )
+        if teacher is None:
+            raise ValueError(
+                "distill.on_policy_teacher_top_k: interleaved sampling needs the teacher"
+            )
+        new, own = interleaved_sample(
+            student,
+            teacher,
+            left,
+            max_new_tokens=tokens,
+            temperature=self.temperature,
+            top_k=self.teacher_top_k,
+            **options,
+        )
+        written = sum(len(until_eos(row, self.eos_token_id)) for row in new)
+        self.tally.add(int(own.sum()), written)
+        return new
+
+    def room(self, student: nn.Module, teacher: nn.Module | None) -> int:
+        """The longest prompt + completion: the student's, and the teacher's when it writes."""
+        if self.teacher_top_k is None or teacher is None:
+            return positions(student)
+        return min(positions(student), positions(teacher))
+
+
+@dataclass
+class Tally:
+    """Tokens interleaved sampling wrote, and how many of them were the student's own."""
+
+    own: int = 0
+    written: int = 0
+
+    def add(self, own: int, written: int) -> None:
+        self.own, self.written = self.own + own, self.written + written
+
+    def take(self) -> float | None:
+        """The student's share of the tokens written since the last call (None: none written)."""
+        share = self.own / self.written if self.written else None
+        self.own = self.written = 0
+        return share
 
 
 def until_eos(tokens: Tensor, eos_token_id: int | None) -> Tensor:
@@ -179,6 +241,7 @@ def on_policy_for(distill, student: nn.Module, task: str) -> OnPolicy | None:
         eos,
         pad,
         distill.on_policy_warmup,
+        distill.on_policy_teacher_top_k,
     )
 
 

@@ -21,6 +21,7 @@ def fake_report():
         for i, name in enumerate(SCENARIOS)
     }
     scenarios["on_policy"] |= {"sample_s": 2.5, "sampled_tokens": 60.0}
+    scenarios["interleaved"] |= {"sample_s": 6.0, "sampled_tokens": 50.0}
     losses = [
         {"tokens": t, "chunked": c, "loss_mb": (10.0 if c else t / 10), "step_s": 0.1}
         for t in LOSS_TOKENS
@@ -55,16 +56,19 @@ def test_the_generation_share_is_the_sampling_over_the_on_policy_step() -> None:
     assert report["on_policy"]["generation_share"] == pytest.approx(2.5 / step)
     ours = report["scenarios"]["lightning_kd"]["step_s"]
     assert report["on_policy"]["step_vs_lightning_kd"] == pytest.approx(step / ours)
-    assert "sampling takes" in markdown(report)
+    step = report["scenarios"]["interleaved"]["step_s"]
+    assert report["interleaved"]["generation_share"] == pytest.approx(6.0 / step)
+    assert "sampling takes" in markdown(report) and "top-25 veto (50 tokens)" in markdown(report)
 
 
-def test_the_on_policy_scenario_samples_completions_of_half_rows(tmp_path) -> None:
+@pytest.mark.parametrize("name", ["on_policy", "interleaved"])
+def test_the_on_policy_scenario_samples_completions_of_half_rows(tmp_path, name: str) -> None:
     """In-process, on a tiny saved teacher: the step runs, sampling is timed and is part of it."""
     save_tiny(tmp_path / "teacher", 0)
-    argv = ["--scenario", "on_policy", "--teacher", str(tmp_path / "teacher"), "--quick"]
+    argv = ["--scenario", name, "--teacher", str(tmp_path / "teacher"), "--quick"]
     argv += ["--device", "cpu", "--student-layers", "2", "--precision", "32-true"]
     argv += ["--teacher-dtype", "float32", "--no-compile"]
-    row = run_scenario("on_policy", parse(argv))
+    row = run_scenario(name, parse(argv))
     # Sampling is timed inside the timed steps, so it is a part of each one: the medians keep
     # the order (timed apart, they crossed on CI on a tiny model: 0.1345 s vs 0.1340 s).
     assert 0 < row["sample_s"] < row["step_s"]

@@ -134,9 +134,9 @@ class Recording:
     def __init__(self, sampler: OnPolicy, seen: list[bool]) -> None:
         self.sampler, self.seen = sampler, seen
 
-    def replace(self, student, batch, draw, step):
+    def replace(self, student, batch, draw, step, teacher=None):
         self.seen.append(self.sampler.chooses(draw, step))
-        return self.sampler.replace(student, batch, draw, step)
+        return self.sampler.replace(student, batch, draw, step, teacher)
 
 
 def test_a_completion_ends_at_its_end_token_and_is_labelled_alone() -> None:
