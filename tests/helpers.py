@@ -75,7 +75,12 @@ class FixedCompletions(Callback):
 
 
 class _PromptFunction:
-    def replace(self, student, batch, draw, step=0):
+    def __init__(self) -> None:
+        from lightning_kd.on_policy import Tally
+
+        self.tally = Tally()  # nothing interleaved: the module reads no share from it
+
+    def replace(self, student, batch, draw, step=0, teacher=None):
         from lightning_kd.on_policy import completions_batch, prompt_tokens
 
         prompts = prompt_tokens(batch)
