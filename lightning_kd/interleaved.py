@@ -21,6 +21,8 @@ the caller owns the random stream (``on_policy.py`` forks and seeds it per micro
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor, nn
@@ -41,54 +43,56 @@ def interleaved_sample(
     """The tokens written after the left-padded prompts ``left`` (``[batch, ≤ max_new_tokens]``,
     ``pad_token_id`` after a row's end token) and which of them are the student's own (True)
     rather than the teacher's replacements (False; padding is False too)."""
-    was_training = student.training
-    student.eval()
-    try:
-        return decode(
-            (student, teacher), left, max_new_tokens, temperature, top_k, eos_token_id, pad_token_id
-        )
-    finally:
-        student.train(was_training)
-
-
-def decode(
-    models: tuple[nn.Module, nn.Module],
-    left: dict[str, Tensor],
-    max_new_tokens: int,
-    temperature: float,
-    top_k: int,
-    eos_token_id: int | None,
-    pad_token_id: int,
-) -> tuple[Tensor, Tensor]:
-    """The decoding loop of :func:`interleaved_sample` (models already in eval mode)."""
     ids, mask = left["input_ids"], left["attention_mask"]
     position = (mask.cumsum(-1) - 1).clamp(min=0)  # left padding: each row counts from 0
-    keywords = [cache_keyword(model) for model in models]
-    caches: list = [None, None]
-    logits = [None, None]
+    decoders = [Decoder(student), Decoder(teacher)]
     done = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
     tokens, own = [], []
-    for _ in range(max_new_tokens):
-        for index, model in enumerate(models):
-            out = model(
-                input_ids=ids,
-                attention_mask=mask,
-                position_ids=position,
-                use_cache=True,
-                **{keywords[index]: caches[index]},
-            )
-            caches[index], logits[index] = out[keywords[index]], out.logits[:, -1]
-        token, accepted = vetoed_draw(logits[0], logits[1], temperature, top_k)
-        token = token.masked_fill(done, pad_token_id)
-        tokens.append(token)
-        own.append(accepted & ~done)
-        if eos_token_id is not None:
-            done = done | (token == eos_token_id)
-        if bool(done.all()):
-            break
-        ids, position = token[:, None], position[:, -1:] + 1
-        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+    with eval_mode(student):
+        for _ in range(max_new_tokens):
+            logits = [decoder.next_logits(ids, mask, position) for decoder in decoders]
+            token, accepted = vetoed_draw(*logits, temperature, top_k)
+            token = token.masked_fill(done, pad_token_id)
+            tokens.append(token)
+            own.append(accepted & ~done)
+            if eos_token_id is not None:
+                done = done | (token == eos_token_id)
+            if bool(done.all()):
+                break
+            ids, position = token[:, None], position[:, -1:] + 1
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
     return torch.stack(tokens, dim=1), torch.stack(own, dim=1)
+
+
+@contextmanager
+def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
+    """``model`` in eval mode (no dropout, no activation checkpointing), its mode restored."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
+
+class Decoder:
+    """One model decoding token by token with its own KV cache."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model, self.keyword, self.cache = model, cache_keyword(model), None
+
+    def next_logits(self, ids: Tensor, mask: Tensor, position: Tensor) -> Tensor:
+        """The next-token logits after ``ids`` (the whole prompts first, then one token a row),
+        the cache grown by them."""
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=position,
+            use_cache=True,
+            **{self.keyword: self.cache},
+        )
+        self.cache = out[self.keyword]
+        return out.logits[:, -1]
 
 
 def cache_keyword(model: nn.Module) -> str:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from lightning_kd.interleaved import interleaved_sample
+from lightning_kd.interleaved import eval_mode, interleaved_sample
 from lightning_kd.losses.logits import IGNORE_INDEX
 
 
@@ -160,12 +160,8 @@ def until_eos(tokens: Tensor, eos_token_id: int | None) -> Tensor:
 def generate_in_eval(model: nn.Module, left: dict[str, Tensor], **options) -> Tensor:
     """The tokens ``model`` generates after the left-padded prompts ``left``, in eval mode (no
     dropout, no activation checkpointing), with the KV cache and no graph; its mode restored."""
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         output = model.generate(**left, use_cache=True, **options)
-    finally:
-        model.train(was_training)
     return output[:, left["input_ids"].shape[1] :]
 
 
