@@ -34,6 +34,23 @@ from lightning_kd.interleaved import eval_mode, interleaved_sample
 from lightning_kd.losses.logits import IGNORE_INDEX
 
 
+@dataclass
+class Tally:
+    """Tokens interleaved sampling wrote, and how many of them were the student's own."""
+
+    own: int = 0
+    written: int = 0
+
+    def add(self, own: int, written: int) -> None:
+        self.own, self.written = self.own + own, self.written + written
+
+    def take(self) -> float | None:
+        """The student's share of the tokens written since the last call (None: none written)."""
+        share = self.own / self.written if self.written else None
+        self.own = self.written = 0
+        return share
+
+
 @dataclass(frozen=True)
 class OnPolicy:
     """How often and how the student's own completions replace a micro-batch's answers."""
@@ -48,7 +65,7 @@ class OnPolicy:
     """Steps (``step`` of :meth:`replace`) trained on the dataset's answers alone first."""
     teacher_top_k: int | None = None
     """Interleaved sampling: the teacher's top k a student token must be in (None: off)."""
-    tally: Tally = field(default_factory=lambda: Tally(), compare=False)
+    tally: Tally = field(default_factory=Tally, compare=False)
     """Tokens written, and how many were the student's own, since the last :meth:`Tally.take`."""
 
     def chooses(self, draw: int, step: int = 0) -> bool:
@@ -92,26 +109,29 @@ class OnPolicy:
             )
         with torch.random.fork_rng(devices=device_list(left["input_ids"])):
             torch.manual_seed(self.seed * 1_000_003 + draw)
-            new = self.write(student, teacher, left, min(self.max_new_tokens, room))
+            new, own = self.write(student, teacher, left, min(self.max_new_tokens, room))
         completions = [until_eos(row, self.eos_token_id) for row in new]
+        if own is not None:  # interleaved: count the student's tokens among those kept
+            self.tally.add(int(own.sum()), sum(len(completion) for completion in completions))
         return completions_batch(prompts, completions, self.pad_token_id)
 
     def write(
         self, student: nn.Module, teacher: nn.Module | None, left: dict[str, Tensor], tokens: int
-    ) -> Tensor:
+    ) -> tuple[Tensor, Tensor | None]:
         """At most ``tokens`` new tokens after each prompt: the student's sample, or the
-        interleaved one (its tally counted over the tokens before each row's end)."""
+        interleaved one with which of its tokens are the student's own (None when all are)."""
         options = {"eos_token_id": self.eos_token_id, "pad_token_id": self.pad_token_id}
         if self.teacher_top_k is None:
             options |= {"do_sample": True, "top_k": 0, "top_p": 1.0}
-            return generate_in_eval(
+            new = generate_in_eval(
                 student, left, max_new_tokens=tokens, temperature=self.temperature, **options
             )
+            return new, None
         if teacher is None:
             raise ValueError(
                 "distill.on_policy_teacher_top_k: interleaved sampling needs the teacher"
             )
-        new, own = interleaved_sample(
+        return interleaved_sample(
             student,
             teacher,
             left,
@@ -120,32 +140,12 @@ class OnPolicy:
             top_k=self.teacher_top_k,
             **options,
         )
-        written = sum(len(until_eos(row, self.eos_token_id)) for row in new)
-        self.tally.add(int(own.sum()), written)
-        return new
 
     def room(self, student: nn.Module, teacher: nn.Module | None) -> int:
         """The longest prompt + completion: the student's, and the teacher's when it writes."""
         if self.teacher_top_k is None or teacher is None:
             return positions(student)
         return min(positions(student), positions(teacher))
-
-
-@dataclass
-class Tally:
-    """Tokens interleaved sampling wrote, and how many of them were the student's own."""
-
-    own: int = 0
-    written: int = 0
-
-    def add(self, own: int, written: int) -> None:
-        self.own, self.written = self.own + own, self.written + written
-
-    def take(self) -> float | None:
-        """The student's share of the tokens written since the last call (None: none written)."""
-        share = self.own / self.written if self.written else None
-        self.own = self.written = 0
-        return share
 
 
 def until_eos(tokens: Tensor, eos_token_id: int | None) -> Tensor:
