@@ -1,7 +1,8 @@
 """lightning-kd: distil a Hugging Face teacher into a smaller student with PyTorch Lightning.
 
-The names below load on first use, so ``import lightning_kd.losses`` (pure tensor functions)
-does not pull in Lightning or transformers.
+The public API: the names below, from the package root, and the losses as pure tensor functions
+in ``lightning_kd.losses``. They load on first use, so ``import lightning_kd.losses`` does not
+pull in Lightning or transformers. The layers under them: ``docs/architecture.md``.
 """
 
 from __future__ import annotations
@@ -22,11 +23,18 @@ for _name in ("torchao", "torch.utils._pytree"):
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "DistillConfig": "lightning_kd.objective",
-    "DistillationModule": "lightning_kd.module",
-    "StudentSpec": "lightning_kd.models",
-    "TeacherSpec": "lightning_kd.models",
-    "TextDataModule": "lightning_kd.data",
+    # the step as a plain nn.Module, and what it is built from
+    "Distiller": "lightning_kd.distill.distiller",
+    "DistillConfig": "lightning_kd.distill.objective",
+    "TeacherSpec": "lightning_kd.models.loading",
+    "StudentSpec": "lightning_kd.models.loading",
+    # Lightning
+    "DistillationModule": "lightning_kd.training.module",
+    "TextDataModule": "lightning_kd.data.text",
+    "ChatDataModule": "lightning_kd.data.chat",
+    # the configuration users run, and a whole run from it
+    "compose_config": "lightning_kd.launch.config",
+    "train": "lightning_kd.launch.train",
 }
 __all__ = sorted(_EXPORTS)
 

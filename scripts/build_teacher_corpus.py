@@ -1,6 +1,6 @@
 """Build the embedded corpus of text the default teacher wrote itself (``teacher_generated``).
 
-    python scripts/build_teacher_corpus.py --out lightning_kd/corpus/smollm2_generated.jsonl.gz
+    python scripts/build_teacher_corpus.py --out lightning_kd/data/corpus/smollm2_generated.jsonl.gz
 
 SmolLM2-135M-Instruct answers seeded requests — a writing task about a topic, drawn from the
 lists below across everyday life, science, history, the arts, work, nature and more — sampled at
@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from lightning_kd.sources import SMOLLM2, teacher_dir
+from lightning_kd.models.sources import SMOLLM2, teacher_dir
 
 TASKS = (
     "Write a short story about {topic}.",

@@ -19,9 +19,9 @@ import torch
 
 from lightning_kd.cache.format import CacheSpec, Shard, kept_mass, write_shard
 from lightning_kd.cache.writer import WriteStats, shard_records
-from lightning_kd.data import TextDataModule
-from lightning_kd.heads import final_hidden
-from lightning_kd.models import TeacherSpec, load_teacher, load_tokenizer
+from lightning_kd.data.text import TextDataModule
+from lightning_kd.models.heads import final_hidden
+from lightning_kd.models.loading import TeacherSpec, load_teacher, load_tokenizer
 
 
 def main(count: int) -> dict[str, float]:

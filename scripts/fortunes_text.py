@@ -2,7 +2,7 @@
 
     apt-get install fortunes
     python scripts/fortunes_text.py --out /tmp/fortunes.jsonl          # literature + wisdom
-    python -m lightning_kd.evaluate --files /tmp/fortunes.jsonl -- smollm2 runs/kd/student
+    lightning-kd evaluate --files /tmp/fortunes.jsonl -- smollm2 runs/kd/student
 
 The README's out-of-domain perplexities are measured on this text: short English quotations and
 aphorisms (Twain, Shakespeare, proverbs ...), far from the default corpus's technical prose. One

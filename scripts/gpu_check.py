@@ -73,7 +73,7 @@ def checkpoint_status(path: Path) -> str:
     A file is Lightning's full state dict (single device, DDP, FSDP); DeepSpeed writes a directory
     whose model states exclude frozen parameters, so its size is what can be checked here.
     """
-    from lightning_kd.checkpoints import (
+    from lightning_kd.training.checkpoints import (
         STUDENT_PREFIX,
         TEACHER_PREFIX,
         load_local,  # weights_only=True, as a resume loads it

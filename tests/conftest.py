@@ -9,12 +9,27 @@ import torch
 from hydra.utils import instantiate
 from lightning.pytorch import Trainer
 
-from lightning_kd.config import compose_config
-from lightning_kd.data import TextDataModule
-from lightning_kd.models import TeacherSpec, byte_tokenizer
-from lightning_kd.module import DistillationModule
+from lightning_kd.data.text import TextDataModule
+from lightning_kd.launch.config import compose_config
+from lightning_kd.models.loading import TeacherSpec, byte_tokenizer
+from lightning_kd.training.module import DistillationModule
 
 ROOT = Path(__file__).resolve().parents[1]
+INTEGRATION = ROOT / "tests" / "integration"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tiers: tests under ``tests/integration`` (and tests marked ``integration`` elsewhere:
+    they run a command in a subprocess) are the integration tier, the rest the unit tier;
+    tests marked ``slow`` are the slow tier alone, out of the default run."""
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            continue
+        if INTEGRATION in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.integration)
+        elif item.get_closest_marker("integration") is None:
+            item.add_marker(pytest.mark.unit)
+
 
 TINY_LLAMA = {
     "model_type": "llama",

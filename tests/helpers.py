@@ -57,7 +57,7 @@ class KillDuringCheckpointWrite(Callback):
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
         if trainer.global_step == self.step:
-            import lightning_kd.checkpoints as checkpoints
+            import lightning_kd.training.checkpoints as checkpoints
 
             def crash(fd: int) -> None:
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -76,12 +76,12 @@ class FixedCompletions(Callback):
 
 class _PromptFunction:
     def __init__(self) -> None:
-        from lightning_kd.on_policy import Tally
+        from lightning_kd.distill.on_policy import Tally
 
         self.tally = Tally()  # nothing interleaved: the module reads no share from it
 
     def replace(self, student, batch, draw, step=0, teacher=None):
-        from lightning_kd.on_policy import completions_batch, prompt_tokens
+        from lightning_kd.generation.decoding import completions_batch, prompt_tokens
 
         prompts = prompt_tokens(batch)
         completions = [p.flip(0)[: 1 + int(p.sum()) % 6] for p in prompts]

@@ -40,9 +40,9 @@ import torch
 from safetensors.torch import save as safetensors_bytes
 from torch import Tensor
 
-from lightning_kd.atomic import atomic_write_bytes
-from lightning_kd.digests import config_digest, vocab_digest, weights_digest
-from lightning_kd.reading import file_digest
+from lightning_kd.data.reading import file_digest
+from lightning_kd.models.digests import config_digest, vocab_digest, weights_digest
+from lightning_kd.utils.atomic import atomic_write_bytes
 
 FORMAT_VERSION = 2
 META_NAME = "meta.json"
@@ -61,7 +61,7 @@ FEATURE_PREFIX = "features."
 
 @dataclass
 class CacheSpec:
-    """The ``cache`` config group: what ``python -m lightning_kd.cache`` writes."""
+    """The ``cache`` config group: what ``lightning-kd cache`` writes."""
 
     k: int = 32
     """Teacher tokens kept per scored position (most probable first); the rest is one tail."""
@@ -75,6 +75,11 @@ class CacheSpec:
     source: str | None = None
     """A cache of this run at a larger k to derive this one from, without running the teacher
     (``lightning_kd/cache/narrow.py``); null: run the teacher."""
+    dir: str | None = None
+    """Where ``distill.teacher_cache=auto`` keeps its caches, one directory per key (teacher,
+    tokenizer, data blocks, k, temperature, features), shared by every run: a run whose key
+    was written before reads that cache and runs no teacher forward. null:
+    ``$LIGHTNING_KD_CACHE/teacher_caches`` (default ``~/.cache/lightning_kd/teacher_caches``)."""
     features: bool | None = None
     """Also store the outputs of the teacher modules ``distill.features`` maps and the block-wise
     repair reads (for the run's student), so that a run from the cache needs no teacher for them.
@@ -117,6 +122,12 @@ class CacheKey:
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def digest(self) -> str:
+        """A name for the cache of this key: equal keys, equal names (the shared cache
+        directory keeps one cache per key)."""
+        text = json.dumps(self.as_dict(), sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """A cache of a smaller k derived from one of a larger k, without running the teacher:
-``python -m lightning_kd.cache cache.k=8 cache.source=DIR_K128 hydra.run.dir=DIR_K8``.
+``lightning-kd cache cache.k=8 cache.source=DIR_K128 hydra.run.dir=DIR_K8``.
 
 The top k of the top K (K ≥ k) are the top k; the new tail is the old tail plus the mass of
 entries k+1..K, ``log(e^tail + Σ e^{log p_i})``, summed from the stored fp16 log-probs (each

@@ -23,7 +23,7 @@ from lightning_kd.cache.format import (
 )
 
 REBUILD = (
-    "rebuild it for this run with `python -m lightning_kd.cache hydra.run.dir=<dir> <this run's "
+    "rebuild it for this run with `lightning-kd cache hydra.run.dir=<dir> <this run's "
     "teacher=, data=, distill.temperature and cache.k overrides>`"
 )
 SPLIT_CAUSES = (
@@ -164,7 +164,7 @@ def read_index(directory: Path) -> dict[str, Any]:
                 if partial
                 else ""
             )
-            + f"; write one with `python -m lightning_kd.cache hydra.run.dir={directory}`"
+            + f"; write one with `lightning-kd cache hydra.run.dir={directory}`"
         )
     try:
         index = json.loads(path.read_text())

@@ -3,8 +3,8 @@
 :meth:`CachedTeacher.for_run` opens the cache against the run's own key — the teacher's weights
 and config, the tokenizer, every block of both splits, block size, pack, temperature — so a
 cache of anything else is refused before the first step. Batches of
-:class:`~lightning_kd.data.TextDataModule` carry each row's ``block_index`` (−1 for the unscored
-padding rows of validation); :meth:`CachedTeacher.records` turns it into the
+:class:`~lightning_kd.data.text.TextDataModule` carry each row's ``block_index`` (−1 for the
+unscored padding rows of validation); :meth:`CachedTeacher.records` turns it into the
 :class:`~lightning_kd.losses.topk.TopKTeacher` the loss and the validation metrics read.
 """
 
@@ -49,7 +49,7 @@ class CachedTeacher:
         features: tuple[str, ...] = (),
     ) -> CachedTeacher:
         """The cache in ``directory``, checked whole and written for this ``teacher``,
-        ``tokenizer``, ``data`` (a set-up :class:`~lightning_kd.data.TextDataModule`) and
+        ``tokenizer``, ``data`` (a set-up :class:`~lightning_kd.data.text.TextDataModule`) and
         ``temperature``, holding the outputs of the teacher modules ``features``; any k."""
         k = read_index(Path(directory))["key"]["k"]
         expect = cache_key(teacher, tokenizer, data, k, temperature, features)
@@ -91,7 +91,7 @@ class CachedTeacher:
         if "block_index" not in batch:
             raise ValueError(
                 "distill.teacher_cache: the batch has no 'block_index' (which cached block each "
-                "row is); train with lightning_kd.data.TextDataModule, whose batches carry it"
+                "row is); train with lightning_kd.data.text.TextDataModule, whose batches carry it"
             )
         index = batch["block_index"].cpu().clamp(min=0)
         records = self.cache.records(split, index)

@@ -23,7 +23,6 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from lightning_kd.cache.features import FeatureRecorder
 from lightning_kd.cache.format import (
     INDEX_NAME,
     LOG_PROB_DTYPE,
@@ -43,10 +42,11 @@ from lightning_kd.cache.format import (
     write_json,
     write_shard,
 )
+from lightning_kd.cache.hidden_states import FeatureRecorder
 from lightning_kd.cache.reader import CacheError, mismatches
-from lightning_kd.heads import check_head, final_hidden, output_head
 from lightning_kd.losses.chunked import OutputHead, auto_chunk_size, matmul_dtype
 from lightning_kd.losses.topk import teacher_records
+from lightning_kd.models.heads import check_head, final_hidden, output_head
 
 
 @dataclass
@@ -59,6 +59,7 @@ class WriteStats:
     write_seconds: float = 0.0
     shards_written: int = 0
     shards_kept: int = 0
+    bytes_written: int = 0
 
     def line(self, rank: int) -> str:
         total = self.forward_seconds + self.top_k_seconds + self.write_seconds
@@ -213,7 +214,8 @@ class ShardWriter:
         )
         started = time.perf_counter()
         scored, mass = kept_mass(tensors)
-        write_shard(directory, shard, tensors, {"scored": scored, "top_k_mass": mass})
+        receipt = write_shard(directory, shard, tensors, {"scored": scored, "top_k_mass": mass})
+        self.stats.bytes_written += receipt["bytes"]
         self.stats.write_seconds += time.perf_counter() - started
         self.stats.shards_written += 1
 

@@ -10,7 +10,7 @@ T changes. The cross-entropy term always uses T = 1: it is the student's own lan
 
 Vocabularies that differ only by padding (Qwen checkpoints pad 151936 to 152064) are compared over
 the shared leading range; checking that the two tokenizers really agree is the caller's job (see
-``lightning_kd.student.check_vocabularies``).
+``lightning_kd.models.student.check_vocabularies``).
 """
 
 from __future__ import annotations

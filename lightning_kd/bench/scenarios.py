@@ -1,0 +1,292 @@
+"""What the benchmark measures, in the process that runs it: the KD-step scenarios of
+:mod:`lightning_kd.bench.runner` on the composed configuration (the logit loss alone:
+``bench/loss.py``)."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from lightning_kd.bench.measure import (
+    fault_in,
+    peak_mb,
+    release_free_memory,
+    reset_peak,
+    synchronize,
+    timed,
+)
+
+SCENARIOS = (
+    "floor",
+    "teacher",
+    "teacher_int8",
+    "naive",
+    "full_logits",
+    "lightning_kd",
+    "lora",
+    "free_floor",
+    "cached",
+    "on_policy",
+    "interleaved",
+)
+SAMPLING = ("on_policy", "interleaved")
+"""Scenarios whose distiller samples each row's answer first: from the student alone, or
+interleaved (``distill.on_policy_teacher_top_k``, the teacher vetoing the student's tokens)."""
+CACHED = ("free_floor", "cached")
+"""Scenarios without teacher weights in the process: ``free_floor`` a CE-only step (chunked CE,
+``distill.kd_weight=0``), ``cached`` a logit-KD step from the teacher's top-k records; both
+without feature matching (``distill.features=null``), so they compare with each other."""
+
+Step = Callable[[dict], None]
+
+
+def build_distiller(
+    args: argparse.Namespace,
+    chunked: bool,
+    *overrides: str,
+    quantize: str | None = None,
+    lora: bool = False,
+):
+    """The distiller of ``python run.py`` (the same composed config) on ``--teacher``, with the
+    benchmark's own student depth, precision, loss path and ``teacher.quantize``; ``lora``:
+    ``student.lora``'s defaults."""
+    from lightning_kd.launch.build import build_distiller as build
+    from lightning_kd.launch.config import compose_config
+
+    cfg = compose_config(
+        [
+            f"teacher.path={args.teacher}",
+            f"teacher.dtype={args.teacher_dtype}",
+            f"student.num_layers={args.student_layers}",
+            f"distill.chunked={chunked}",
+            f"distill.compile={args.compile}",
+            f"teacher.quantize={quantize or 'null'}",
+            *(["student.lora={}"] if lora else []),
+            *overrides,
+        ]
+    )
+    return build(cfg)[0]
+
+
+class RecordsInMemory:
+    """A cached teacher whose records of the benchmark's one batch are held in memory: the
+    step's cost without the shard read (a dictionary lookup of an already-loaded shard)."""
+
+    def __init__(self, records) -> None:
+        self.cached = records
+
+    def records(self, batch: dict, split: str):
+        rows, positions = batch["input_ids"].shape[0], batch["input_ids"].shape[1] - 1
+        return self.cached[:rows, :positions], {}  # the warm-up batch: the timed one's corner
+
+
+def teacher_free(name: str, args: argparse.Namespace, batch: dict):
+    """The distiller of a teacher-free scenario: built as usual, the teacher's top-k records of
+    ``batch`` taken (``cache.k`` of the composed config, as ``lightning-kd cache``
+    writes them), then the teacher dropped and its memory handed back."""
+    from lightning_kd.cache.format import CacheSpec
+    from lightning_kd.cache.writer import WriteStats, shard_records
+    from lightning_kd.distill.distiller import Distiller
+    from lightning_kd.launch.config import compose_config
+    from lightning_kd.losses.topk import TopKTeacher
+
+    # Logits only: these two are compared with each other, and the teacher's hidden states the
+    # default objective matches (distill.features) would need the teacher or a cache of them.
+    overrides = ["distill.features=null", "distill.blockwise_passes=0"]
+    overrides += ["distill.kd_weight=0"] if name == "free_floor" else []
+    built = build_distiller(args, True, *overrides)
+    device = torch.device(args.device)
+    teacher = built.teacher.to(device)
+    ids = batch["input_ids"]
+    with autocast_for(device, args.precision):  # the writer's own records, as stored
+        stored = shard_records(
+            teacher,
+            list(ids),
+            lambda rows: {"input_ids": torch.stack(rows), "attention_mask": torch.ones_like(ids)},
+            CacheSpec(k=compose_config([]).cache.k, batch_size=len(ids)),
+            ids.shape[1],
+            device,
+            WriteStats(),
+        )
+    vocab = teacher.get_output_embeddings().weight.shape[0]
+    records = TopKTeacher(
+        stored["ids"].long().to(device),
+        stored["log_probs"].float().to(device),
+        stored["tail"].to(device),
+        vocab,
+        stored["target"].to(device),
+    )
+    del teacher, stored
+    distiller = Distiller(
+        None,
+        built.student,
+        built.distill,
+        layer_map=built.layer_map,
+        cache=RecordsInMemory(records),
+    )
+    del built
+    release_free_memory()
+    return distiller.to(device)
+
+
+def make_batch(vocab: int, batch: int, seq: int, device: torch.device) -> dict:
+    """A seeded batch of random token ids, all attended, labelled with themselves."""
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, vocab, (batch, seq), generator=generator).to(device)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
+
+
+def autocast_for(device: torch.device, precision: str) -> torch.autocast:
+    """The autocast context of ``trainer.precision``: on for ``*-mixed``, a no-op otherwise."""
+    return torch.autocast(
+        device.type,
+        dtype=torch.float16 if precision.startswith("16") else torch.bfloat16,
+        enabled=precision.endswith("-mixed"),
+    )
+
+
+def scenario_steps(
+    distiller: torch.nn.Module, optimizer: torch.optim.Optimizer, autocast: torch.autocast
+) -> dict[str, Step]:
+    """Each scenario's step on a batch, by name (``full_logits`` and ``lightning_kd`` differ only
+    in the distiller they are given)."""
+    teacher, student = distiller.teacher, distiller.student
+
+    def optimizer_step(loss: torch.Tensor) -> None:
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    def floor(batch: dict) -> None:
+        with autocast:
+            loss = student(**batch, use_cache=False).loss
+        optimizer_step(loss)
+
+    def teacher_forward(batch: dict) -> None:
+        with torch.no_grad(), autocast:
+            teacher(input_ids=batch["input_ids"], use_cache=False).logits.sum().item()
+
+    def naive(batch: dict) -> None:
+        with autocast:
+            teacher_out = teacher(**batch, output_hidden_states=True, use_cache=False)
+            student_out = student(**batch, output_hidden_states=True, use_cache=False)
+            kd = F.kl_div(
+                F.log_softmax(student_out.logits.float(), -1),
+                F.log_softmax(teacher_out.logits.detach().float(), -1),
+                log_target=True,
+                reduction="batchmean",
+            )
+        optimizer_step(0.5 * kd + 0.5 * student_out.loss)
+        del teacher_out  # the teacher's graph lived through the whole step
+
+    def lightning_kd(batch: dict) -> None:
+        with autocast:
+            objective, sums = distiller(batch)
+        optimizer_step(objective / sums.tokens)
+
+    return {
+        "floor": floor,
+        "teacher": teacher_forward,
+        "teacher_int8": teacher_forward,
+        "naive": naive,
+        "full_logits": lightning_kd,
+        "lightning_kd": lightning_kd,
+        **dict.fromkeys(("lora", "free_floor"), lightning_kd),
+        "cached": lightning_kd,  # the same step; its distiller holds records, not a teacher
+        **dict.fromkeys(SAMPLING, lightning_kd),  # the same; its distiller samples answers first
+    }
+
+
+def run_scenario(name: str, args: argparse.Namespace) -> dict:
+    """One scenario's peak memory and median step time, in this process."""
+    device = torch.device(args.device)
+    torch.manual_seed(0)
+    batch = make_batch(teacher_vocab(args), args.batch, args.seq, device)
+    if name in CACHED:
+        distiller = teacher_free(name, args, batch)
+    elif name in SAMPLING:
+        batch = prompted(batch)
+        overrides = on_policy_overrides(args, interleaved=name == "interleaved")
+        distiller = build_distiller(args, True, *overrides).to(device)
+    else:
+        quantize = "int8" if name == "teacher_int8" else None
+        distiller = build_distiller(
+            args, chunked=name != "full_logits", quantize=quantize, lora=name == "lora"
+        ).to(device)
+    fault_in(distiller)
+    if name in SAMPLING:
+        distiller.on_policy = TimedSampling(distiller.on_policy, device)
+    # --quick warms up on a short batch: the one-time costs (kernel selection, lazy
+    # initialisation) are paid, the seconds of a full-size step are not.
+    warmup_batch = {key: value[:1, :32] for key, value in batch.items()} if args.quick else batch
+    trainable = list(distiller.trainable_parameters())
+    optimizer = torch.optim.AdamW(trainable, lr=1e-5)
+    step = scenario_steps(distiller, optimizer, autocast_for(device, args.precision))[name]
+    if name == "naive":  # the common mistake: a teacher that is not frozen keeps its graph
+        distiller.teacher.requires_grad_(True)
+    for _ in range(args.warmup):
+        step(warmup_batch)
+    reset_peak(device)
+    seconds = timed(lambda: step(batch), device, 0, args.repeats)
+    params = sum(p.numel() for p in trainable)
+    row = {"scenario": name, "peak_mb": peak_mb(device), "step_s": seconds, "trainable": params}
+    if name in SAMPLING:
+        row |= distiller.on_policy.summary(args.repeats)
+    return row
+
+
+def on_policy_overrides(args: argparse.Namespace, interleaved: bool = False) -> list[str]:
+    """Every micro-batch sampled (λ = 1), completions of at most half a row: prompt + answer
+    then fill at most the other scenarios' ``--seq`` tokens; interleaved: the teacher's top 25
+    (speculative KD's choice) veto the student's tokens."""
+    overrides = ["distill.on_policy=1", f"distill.on_policy_tokens={args.seq - args.seq // 2}"]
+    return overrides + (["distill.on_policy_teacher_top_k=25"] if interleaved else [])
+
+
+def prompted(batch: dict) -> dict:
+    """``batch`` with its first half unlabelled: that half is the prompt on-policy KD completes."""
+    labels = batch["labels"].clone()
+    labels[:, : labels.shape[1] // 2] = -100
+    return batch | {"labels": labels}
+
+
+class TimedSampling:
+    """The distiller's on-policy sampler, timed inside the step that calls it: each timed step's
+    sampling is part of that step, so its share of the step is at most 1 by construction."""
+
+    def __init__(self, on_policy, device: torch.device) -> None:
+        self.on_policy, self.device = on_policy, device
+        self.seconds: list[float] = []
+        self.tokens: list[float] = []
+
+    def replace(self, student, batch: dict, draw: int, step: int = 0, teacher=None) -> dict:
+        """The sampler's own ``replace`` (its λ draw included), timed."""
+        synchronize(self.device)
+        start = time.perf_counter()
+        sampled = self.on_policy.replace(student, batch, draw, step, teacher)
+        synchronize(self.device)
+        self.seconds.append(time.perf_counter() - start)
+        prompt = batch["labels"].shape[1] // 2  # the half of each row before its answer (prompted)
+        self.tokens.append(float((sampled["attention_mask"].sum(1) - prompt).float().mean()))
+        return sampled
+
+    def summary(self, repeats: int) -> dict:
+        """The timed steps' (the last ``repeats``) median sampling time and tokens per row."""
+        return {
+            "sample_s": statistics.median(self.seconds[-repeats:]),
+            "sampled_tokens": statistics.mean(self.tokens[-repeats:]),
+        }
+
+
+def teacher_vocab(args: argparse.Namespace) -> int:
+    """The teacher's vocabulary size, from its config alone (no weights)."""
+    from transformers import AutoConfig
+
+    from lightning_kd.models.sources import teacher_dir
+
+    return AutoConfig.from_pretrained(teacher_dir(args.teacher, None)).vocab_size

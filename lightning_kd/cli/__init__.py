@@ -1,0 +1,55 @@
+"""The commands: ``lightning-kd <command> [options]`` (also ``python -m lightning_kd <command>``).
+
+Each command is a thin command-line half over a library half in ``lightning_kd.launch`` (or
+``lightning_kd.evaluation``, ``lightning_kd.bench``) that a notebook can call directly.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import sys
+from collections.abc import Sequence
+from importlib.metadata import version
+
+PROG = "lightning-kd"
+
+COMMANDS = {
+    "train": "distil a teacher into a student (Hydra overrides: debug=smoke, teacher=..., ...)",
+    "cache": "run the teacher once and write its top-k cache (Hydra overrides, as train)",
+    "generate": "write the teacher's completions for sequence-level KD (Hydra overrides)",
+    "evaluate": "perplexity of saved models on text, or answers to prompts judged by a teacher",
+    "importance": "score the teacher's layers and print the student.layers a run would keep",
+    "bench": "memory and speed of a KD step against its floor, side by side",
+    "soak": "many optimizer steps of the real launch, watching for memory that only grows",
+}
+"""Each command's module is ``lightning_kd.cli.<name>``, with a ``main(argv)``."""
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [f"usage: {PROG} <command> [options]", "", "commands:"]
+    lines += [f"  {name:<{width}}  {help}" for name, help in COMMANDS.items()]
+    lines += ["", f"`{PROG} <command> --help` describes a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command ``argv[0]`` with the rest of ``argv``; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage(), file=sys.stdout if argv else sys.stderr)
+        return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        print(f"{PROG} {version('lightning-kd')}")
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        near = difflib.get_close_matches(name, COMMANDS, n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        print(f"{usage()}\n\n{PROG}: unknown command {name!r}{hint}", file=sys.stderr)
+        return 2
+    # Imported on demand: `lightning-kd evaluate --help` need not load Lightning and Hydra.
+    command = importlib.import_module(f"lightning_kd.cli.{name}")
+    status = command.main(rest)
+    return status if isinstance(status, int) else 0

@@ -1,0 +1,83 @@
+"""``lightning-kd bench --out DIR [--quick]``: memory and speed of a KD step against its floor.
+
+The scenarios and what is measured: ``lightning_kd.bench.runner`` (printed by ``--help``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from lightning_kd.bench import runner
+from lightning_kd.bench.scenarios import SCENARIOS
+from lightning_kd.models.precision import probe_hardware, resolve_precision
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The benchmark's options (the module docstring of ``bench/runner.py`` is its help)."""
+    parser = argparse.ArgumentParser(
+        prog="lightning-kd bench",
+        description=runner.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--out", type=Path, help="directory for bench.json, bench.md, bench.png")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="128-token rows, warm-up on a short batch, one timed step (under 2 minutes)",
+    )
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--teacher", default="smollm2", help="teacher.path of the models")
+    parser.add_argument(
+        "--precision",
+        default="auto",
+        help="as trainer.precision: auto (from the hardware), 32-true, bf16-mixed, 16-mixed",
+    )
+    parser.add_argument("--teacher-dtype", default="auto", help="as teacher.dtype (auto follows)")
+    parser.add_argument("--student-layers", type=int, default=6)
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--seq", type=int, default=256)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--loss-repeats", type=int, default=3)
+    parser.add_argument(
+        "--bf16", action="store_true", help="short for --precision bf16-mixed (bf16 autocast)"
+    )
+    parser.add_argument(
+        "--no-compile",
+        dest="compile",
+        action="store_false",
+        help="lightning_kd's chunked loss without torch.compile (distill.compile=false)",
+    )
+    # A child process's own work (lightning_kd.bench.runner starts them), not for users.
+    parser.add_argument("--scenario", choices=SCENARIOS, help=argparse.SUPPRESS)
+    parser.add_argument("--loss-tokens", type=int, nargs="+", help=argparse.SUPPRESS)
+    parser.add_argument("--chunked", action="store_true", help=argparse.SUPPRESS)
+    return parser
+
+
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line; in the parent, the precision resolved as ``lightning-kd train`` does."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.bf16:
+        args.precision = "bf16-mixed"
+    # Resolved once, in the parent, as python run.py resolves it (with its one warning); the
+    # children are handed the concrete values and resolve nothing again.
+    if args.scenario is None and args.loss_tokens is None:
+        choice = resolve_precision(args.precision, args.teacher_dtype, probe_hardware(args.device))
+        args.precision, args.teacher_dtype = choice.precision, choice.teacher_dtype
+        args.precision_reason = choice.reason
+    if args.quick:  # a check that everything runs, in under two minutes here
+        args.seq, args.warmup, args.repeats, args.loss_repeats = 128, 1, 1, 1
+    if args.scenario is None and args.loss_tokens is None and args.out is None:
+        parser.error("--out DIR is required")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> dict | None:
+    """Run the benchmark (or, with the hidden ``--scenario``/``--loss-tokens``, one child)."""
+    return runner.run(parse(argv))

@@ -1,0 +1,81 @@
+"""``lightning-kd evaluate``: perplexity of saved models on text files, or their answers to
+held-out prompts judged by a teacher.
+
+    lightning-kd evaluate --files heldout.jsonl -- smollm2 runs/kd/student runs/ce/student
+    lightning-kd evaluate --prompts heldout.jsonl --teacher smollm2 -- runs/kd/student
+
+Each model (a ``save_pretrained`` directory, a Hugging Face id, or ``smollm2`` for the packaged
+teacher) scores the same text: the files are read as ``data.files`` reads them, tokenized with the
+first model's tokenizer, joined with EOS and cut into ``--block-size`` blocks (the training
+layout), and every block position that predicts a next token counts once. ``--prompts`` judges
+answers instead: each model's greedy completions of chat prompts, scored by ``--teacher`` (its NLL
+of them, ROUGE-L to its own, the model's perplexity on its own). Prints a markdown table and, with
+``--out``, writes it as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from lightning_kd.evaluation.judge import judge_prompt_file
+from lightning_kd.evaluation.perplexity import markdown, score_files
+from lightning_kd.evaluation.prompts import Sampling
+from lightning_kd.evaluation.prompts import markdown as prompts_markdown
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lightning-kd evaluate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("models", nargs="+", help="model directories, HF ids or smollm2")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--files", nargs="+", help="text as data.files takes it: perplexity")
+    source.add_argument("--prompts", type=Path, help="prompt rows: answers judged by --teacher")
+    parser.add_argument("--teacher", help="with --prompts: the judge (a directory, or smollm2)")
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument(
+        "--samples", type=int, help="with --prompts: also K sampled completions per prompt"
+    )
+    parser.add_argument("--temperature", type=float, default=1.0, help="with --samples")
+    parser.add_argument("--seed", type=int, default=0, help="with --samples")
+    parser.add_argument("--text-field", default="text")
+    parser.add_argument("--block-size", type=int, default=256)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--out", type=Path, help="write the rows as JSON here")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> list[dict]:
+    """Score the models ``argv`` names; returns the table's rows."""
+    options = parser()
+    args = options.parse_args(argv)
+    if args.prompts is not None:
+        return prompts(args, options)
+    if args.samples is not None:
+        options.error("--samples samples answers to --prompts: it has no meaning with --files")
+    rows = score_files(args.models, args.files, args.block_size, args.batch_size, args.text_field)
+    print("\n" + markdown(rows))
+    if args.out is not None:
+        args.out.write_text(json.dumps({"files": args.files, "rows": rows}, indent=2))
+    return rows
+
+
+def prompts(args: argparse.Namespace, options: argparse.ArgumentParser) -> list[dict]:
+    """``--prompts``: each model's greedy answers judged by ``--teacher``."""
+    if args.teacher is None:
+        options.error("--prompts needs --teacher: the model that judges the answers (smollm2)")
+    sampling = None
+    if args.samples is not None:
+        sampling = Sampling(args.samples, args.temperature, args.seed)
+    rows = judge_prompt_file(
+        args.models, args.teacher, args.prompts, args.max_new_tokens, args.batch_size, sampling
+    )
+    print("\n" + prompts_markdown(rows))
+    if args.out is not None:
+        args.out.write_text(json.dumps({"prompts": str(args.prompts), "rows": rows}, indent=2))
+    return rows

@@ -1,0 +1,50 @@
+"""Hydra commands (train, cache, generate): a task function run over the shipped configs, with
+the command line given as a list rather than read from ``sys.argv``."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig
+
+from lightning_kd.launch.config import CONF_DIR, register_defaults
+
+
+def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
+    """``task(cfg)`` for the config Hydra composes from ``argv`` (overrides, ``--config-dir``,
+    ``-m``, ``--help``, ...), over the shipped configs.
+
+    Hydra reads ``sys.argv``, so it holds ``argv`` while Hydra parses it; the task then sees the
+    command as the user typed it again, because Lightning's DDP launcher starts each further rank
+    by re-running ``sys.argv`` (``lightning-kd train ...``, ``python run.py ...``).
+    """
+    typed = list(sys.argv)
+
+    @functools.wraps(task)  # Hydra names the job after the task's module (train, cache, ...)
+    def as_typed(cfg: DictConfig) -> Any:
+        sys.argv = typed
+        return task(cfg)
+
+    register_defaults()
+    sys.argv = [typed[0] if typed else "lightning-kd", *argv]
+    main = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
+    try:
+        return main(as_typed)()
+    finally:
+        sys.argv = typed
+
+
+def typed_command(verb: str) -> list[str]:
+    """How the user launched this command, for the hints a run prints (the resume command):
+    ``python run.py``, ``python -m lightning_kd train`` or ``lightning-kd train``."""
+    script = sys.argv[0] if sys.argv else ""
+    if script.endswith("run.py"):
+        return ["python", script]
+    main = sys.modules.get("__main__")
+    if getattr(getattr(main, "__spec__", None), "name", "").startswith("lightning_kd"):
+        return ["python", "-m", "lightning_kd", verb]
+    return ["lightning-kd", verb]

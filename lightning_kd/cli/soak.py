@@ -1,0 +1,34 @@
+"""``lightning-kd soak [--steps N] [--warmup N] [--out DIR]``: many optimizer steps of the real
+launch (the smoke config with feature matching and accumulation), watching for resident memory
+that only grows and for captures that hold records after a step. Exits 1 if RSS grew by 1 % or
+more from the warm-up to the end, or a capture held anything."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from lightning_kd.bench.soak import MAX_GROWTH, soak
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="lightning-kd soak", description=__doc__)
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--warmup", type=int, default=100)
+    parser.add_argument("--out", type=Path, default=Path("soak"))
+    args = parser.parse_args(argv)
+    try:
+        report, ok = soak(args.steps, args.warmup, args.out)
+    except RuntimeError as error:
+        print(error, file=sys.stderr)
+        return 1
+    print(json.dumps(report, indent=2))
+    print(
+        f"{'PASS' if ok else 'FAIL'}: RSS {report['rss_growth']:+.2%} from step {args.warmup} to "
+        f"{report['steps']} (limit {MAX_GROWTH:.0%}), {report['captures_retained']} "
+        "captures retained"
+    )
+    return 0 if ok else 1

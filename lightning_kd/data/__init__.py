@@ -1,0 +1,2 @@
+"""Text and chat data: reading files, the embedded corpus, tokenising, packing, resumable
+loaders."""

@@ -1,0 +1,293 @@
+"""The distillation step as a plain ``torch.nn.Module``: usable from any training loop.
+
+A :class:`Distiller` holds
+
+- the **teacher**, frozen: ``requires_grad=False``, run under ``torch.no_grad()``, kept in eval
+  mode through any ``.train()`` — or, with ``distill.teacher_cache``, no teacher at all but its
+  cached top-k records (:class:`~lightning_kd.cache.teacher.CachedTeacher`);
+- the **student**, trainable, and the **projectors** of feature pairs whose widths differ; a LoRA
+  student (a ``PeftModel``) is held unwrapped, with the ``PeftModel`` kept for the export only
+  (``lora.py``), so paths, forwards and heads are those of the plain model;
+- the **captures**: forward hooks on the mapped modules, armed only inside :meth:`forward` and
+  :meth:`evaluate` and read-and-cleared before they return (a re-forward by activation
+  checkpointing finds them disarmed; an unread capture is an error, see ``capture.py``).
+
+``distiller(batch)`` returns the step's objective as a *token sum* and its parts
+(:class:`~lightning_kd.losses.logits.LossSums`): divide by the tokens of the whole accumulation
+window (``accumulation.Window``) for the exact token mean. ``distiller.evaluate(batch)`` returns
+the validation metrics as ``(sum, count)`` pairs. Nothing here imports Lightning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import nullcontext
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from lightning_kd.cache.teacher import CachedTeacher
+from lightning_kd.distill.objective import DistillConfig
+from lightning_kd.distill.on_policy import on_policy_for
+from lightning_kd.distill.tasks import Heads, MetricSums, make_task
+from lightning_kd.losses.chunked import OutputHead
+from lightning_kd.losses.features import get_feature_loss, masked_feature_sum
+from lightning_kd.losses.logits import LossSums
+from lightning_kd.losses.topk import TopKTeacher
+from lightning_kd.models.capture import ModuleCapture, capture_step
+from lightning_kd.models.heads import check_head, final_hidden, gathered, output_head
+from lightning_kd.models.layer_pairs import configured_pairs, make_projectors, repair_pairs
+from lightning_kd.models.loading import StudentSpec, TeacherSpec, load_teacher
+from lightning_kd.models.lora import ADAPTER_DIR, Adapter, is_peft_model
+from lightning_kd.models.quantize import quantize_teacher
+from lightning_kd.models.student import build_student, check_vocabularies, student_tokenizer
+
+ROLES = ("teacher", "student")
+
+
+def check_teacher_source(
+    teacher: PreTrainedModel | None, cache: CachedTeacher | None, distill: DistillConfig
+) -> None:
+    """A distiller learns from a teacher model or from a teacher cache, never both or neither."""
+    if (teacher is None) == (cache is None):
+        raise ValueError("a Distiller takes a teacher model or a teacher cache (one of them)")
+    if teacher is None and distill.features:
+        raise ValueError(
+            "distill.features from a teacher cache: the pairs are resolved on the teacher's "
+            "modules; build with Distiller.from_specs (which loads it, then drops it)"
+        )
+
+
+class Distiller(nn.Module):
+    """Distils ``teacher`` into ``student`` with the objective ``distill`` describes."""
+
+    def __init__(
+        self,
+        teacher: PreTrainedModel | None,
+        student: PreTrainedModel,
+        distill: DistillConfig,
+        *,
+        task: str = "causal_lm",
+        layer_map: list[int] | None = None,
+        cache: CachedTeacher | None = None,
+    ) -> None:
+        super().__init__()
+        check_teacher_source(teacher, cache, distill)
+        self.teacher = None if teacher is None else teacher.requires_grad_(False).eval()
+        self.cached_teacher = cache
+        self.adapter = Adapter(student) if is_peft_model(student) else None
+        """A LoRA student's ``PeftModel``, outside the module tree (None for a plain student)."""
+        if self.adapter is not None:  # the same model, adapters inside: plain paths and heads
+            student = student.get_base_model()
+        self.student = student
+        self.distill = distill
+        self.objective = distill.logit_objective()
+        self.task = make_task(
+            task, self.objective, distill.chunked, distill.chunk_size, distill.compile
+        )
+        self.on_policy = on_policy_for(distill, student, task)
+        self.draws = 0  # micro-batches numbered here when the caller does not number them
+        self.layer_map = layer_map
+        """``layer_map[j]``: the teacher layer student layer j was copied from (or None)."""
+        self.layer_pairs = configured_pairs(distill, student, teacher, layer_map)
+        self.repair_pairs = repair_pairs(distill, student, teacher, layer_map)
+        """Student layer ↔ end of its teacher span, for ``distill.blockwise_passes``."""
+        self.projectors = nn.ModuleList()
+        self.captures: dict[str, ModuleCapture] = {}
+        if self.layer_pairs:
+            # Hooks go on once, here; forward/evaluate decide when they record (capture.py).
+            self.projectors = make_projectors(self.layer_pairs, student, teacher, distill.projector)
+            for role in ROLES:
+                paths = [getattr(pair, role) for pair in self.layer_pairs]
+                self.captures[role] = ModuleCapture(getattr(self, role), paths, role)
+        self._heads_checked: set[str] = set()
+
+    @classmethod
+    def from_specs(
+        cls,
+        teacher: TeacherSpec,
+        student: StudentSpec,
+        distill: DistillConfig,
+        tokenizer: PreTrainedTokenizerBase | None = None,
+        precision: str | None = None,
+        data: Any = None,
+    ) -> Distiller:
+        """Load the teacher, build the student from it, quantize the teacher if
+        ``teacher.quantize`` says so, check their vocabularies against ``tokenizer``;
+        ``precision`` (a Lightning precision) resolves ``teacher.dtype=auto``.
+
+        With ``distill.teacher_cache`` the teacher is loaded as the cache's writer loaded it
+        (its dtype, its quantization), the cache is opened against it, ``tokenizer`` and ``data``
+        (the set-up data module), and the teacher is released: the distiller holds the records
+        instead.
+        """
+        if distill.teacher_cache is not None:
+            teacher = replace(teacher, dtype=CachedTeacher.stored_dtype(distill.teacher_cache))
+        teacher_model = load_teacher(teacher, precision)
+        models = build_student(student, teacher_model, teacher.task)
+        if teacher.quantize is not None:  # after the student copied full-precision layers
+            quantize_teacher(teacher_model, teacher.quantize)
+        if teacher.task == "causal_lm" and tokenizer is not None:
+            check_vocabularies(teacher_model, models.student, tokenizer, student_tokenizer(student))
+        distiller = cls(
+            teacher_model, models.student, distill, task=teacher.task, layer_map=models.layer_map
+        )
+        if distill.teacher_cache is not None:
+            pairs = distiller.layer_pairs + distiller.repair_pairs
+            paths = tuple(sorted({pair.teacher for pair in pairs}))
+            args = (distill, teacher.task, teacher_model, tokenizer, data, paths)
+            distiller.replace_teacher(CachedTeacher.for_distiller(*args))
+        return distiller
+
+    def replace_teacher(self, cache: CachedTeacher) -> None:
+        """Drop the teacher (and its hooks) for ``cache``, which holds its outputs: from here on
+        no step runs or holds it. The feature pairs and projectors built on it stay."""
+        if "teacher" in self.captures:
+            self.captures.pop("teacher").remove()
+        self.teacher = None
+        self.cached_teacher = cache
+
+    def train(self, mode: bool = True) -> Distiller:
+        """Set train/eval mode on everything but the teacher, which always stays in eval."""
+        super().train(mode)
+        if self.teacher is not None:
+            self.teacher.eval()
+        return self
+
+    def trainable_parameters(self) -> Iterator[nn.Parameter]:
+        """Every parameter that learns: the student's (and projectors'), never the teacher's."""
+        return (p for p in self.parameters() if p.requires_grad)
+
+    @property
+    def uses_teacher_in_training(self) -> bool:
+        """Whether a training step needs the teacher at all (a CE-only run skips it)."""
+        return self.distill.uses_teacher_in_training
+
+    # ------------------------------------------------------------------------- forwards
+
+    def run(self, role: str, batch: dict[str, Tensor]) -> Tensor:
+        """One forward of ``role`` with its capture armed: final hidden states (after the last
+        norm), or full logits where the task wants them.
+
+        The teacher runs without a graph. Only this forward records captures: a forward
+        elsewhere, or activation checkpointing's re-forward in backward, finds them disarmed.
+        """
+        model = getattr(self, role)
+        capture = self.captures.get(role)
+        if capture is not None:
+            capture.ensure_attached()
+        armed = capture.arm() if capture else nullcontext()
+        with armed, torch.no_grad() if role == "teacher" else nullcontext():
+            return final_hidden(model, batch, logits=self.task.wants_logits)
+
+    def teacher_output(
+        self, batch: dict[str, Tensor], split: str
+    ) -> tuple[Tensor | TopKTeacher, dict[str, Tensor] | None]:
+        """What the loss compares the student with: the teacher's forward (its features then
+        come from the capture), or the cached records and features of the batch's blocks."""
+        if self.cached_teacher is not None:
+            return self.cached_teacher.records(batch, split)
+        return self.run("teacher", batch), None
+
+    def forward(
+        self, batch: dict[str, Tensor], draw: int | None = None, step: int | None = None
+    ) -> tuple[Tensor, LossSums]:
+        """The objective's token sum for one micro-batch (differentiable) and its parts; with
+        ``distill.on_policy``, maybe of the student's completions (``draw`` numbers the batch,
+        ``step`` is the optimizer step ``distill.on_policy_warmup`` counts; both default to this
+        distiller's count of micro-batches), scored without the CE term (``on_policy.py``)."""
+        given = batch
+        if self.on_policy is not None:
+            count, self.draws = self.draws, self.draws + 1
+            draw, step = (count if draw is None else draw), (count if step is None else step)
+            batch = self.on_policy.replace(self.student, batch, draw, step, self.teacher)
+        with_teacher = self.uses_teacher_in_training
+        heads = self.heads(batch, ROLES if with_teacher else ("student",))
+        with capture_step(*self.captures.values()):
+            teacher_out, cached = (
+                self.teacher_output(batch, "train") if with_teacher else (None, None)
+            )
+            student_out = self.run("student", batch)
+            with gathered(heads):
+                objective, sums = self.task.logit_terms(
+                    student_out, teacher_out, batch, heads, ce=batch is given
+                )
+            if self.layer_pairs:
+                features = self.feature_sum(self.task.scored_mask(batch), cached)
+                objective = objective + features
+                sums.features = features.detach()
+        return objective, sums
+
+    @torch.no_grad()
+    def evaluate(self, batch: dict[str, Tensor]) -> MetricSums:
+        """Validation metrics of one batch as ``name → (sum, count)`` (see ``tasks``)."""
+        heads = self.heads(batch, ROLES)
+        with capture_step(*self.captures.values()):
+            teacher_out, cached = self.teacher_output(batch, "val")
+            student_out = self.run("student", batch)
+            metrics = {}
+            if self.layer_pairs:
+                mask = self.task.scored_mask(batch)
+                metrics["features"] = (self.feature_sum(mask, cached), mask.sum())
+        with gathered(heads):
+            return metrics | self.task.metric_sums(student_out, teacher_out, batch, heads)
+
+    def feature_sum(self, mask: Tensor, cached: dict[str, Tensor] | None = None) -> Tensor:
+        """Σ over pairs of weight · Σ over scored positions of the pair's loss; reads and clears
+        both captures (the student's only, given the teacher's ``cached`` outputs)."""
+        student = self.captures["student"].pop()
+        teacher = cached if cached is not None else self.captures["teacher"].pop()
+        total = None
+        for pair, projector in zip(self.layer_pairs, self.projectors, strict=True):
+            value = pair.weight * masked_feature_sum(
+                projector(student[pair.student]),
+                teacher[pair.teacher],
+                mask,
+                get_feature_loss(pair.loss),
+            )
+            total = value if total is None else total + value
+        return total
+
+    # ------------------------------------------------------------------------- output heads
+
+    def output_head(self, role: str) -> OutputHead:
+        """``role``'s output projection, as the chunked loss applies it."""
+        return output_head(getattr(self, role))
+
+    def heads(self, batch: dict[str, Tensor], roles: tuple[str, ...]) -> Heads | None:
+        """The (student, teacher) heads when the task applies them itself, each checked once
+        against its model's own logits (no teacher head for a cached teacher)."""
+        if not self.task.uses_heads:
+            return None
+        for role in roles:
+            if getattr(self, role) is not None and role not in self._heads_checked:
+                check_head(getattr(self, role), batch, role, "set distill.chunked=false")
+                self._heads_checked.add(role)
+        teacher = self.output_head("teacher") if self.teacher is not None else None
+        return self.output_head("student"), teacher
+
+    def unsharded_parameters(self) -> list[nn.Parameter]:
+        """What a sharding strategy must leave whole: the teacher's output head (its embedding,
+        when tied), which the chunked loss reads outside any of the teacher's forwards — and which,
+        tied, the full-logit forward applies after the body's unit has resharded it."""
+        causal = self.task.name == "causal_lm" and self.teacher is not None
+        head = self.teacher.get_output_embeddings() if causal else None
+        return [] if head is None else list(head.parameters())
+
+    def export(self, directory: str | Path, tokenizer: PreTrainedTokenizerBase | None) -> None:
+        """Save the student (no projectors, no training state) with the teacher's tokenizer.
+
+        A LoRA student is saved with its adapters merged into the weights (a plain model for
+        ``from_pretrained``), and its adapter alone in ``directory/adapter``.
+        """
+        if self.adapter is None:
+            self.student.save_pretrained(directory)
+        else:
+            self.adapter.merged().save_pretrained(directory)
+            self.adapter.save(Path(directory) / ADAPTER_DIR)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(directory)

@@ -1,0 +1,149 @@
+"""What the student learns from: the logit divergence, its weight against plain CE, and the
+feature-matching pairs. Built from ``conf/distill/`` and checked as it is built."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from lightning_kd.losses.divergences import get_divergence
+from lightning_kd.losses.logits import LogitObjective
+
+
+@dataclass
+class DistillConfig:
+    """What the student learns from: the logit divergence and its weight against plain CE."""
+
+    divergence: str = "forward_kl"
+    """forward_kl | reverse_kl | jsd | skew_kl | tvd (see ``lightning_kd.losses.divergences``)."""
+    temperature: float = 1.0
+    """Softmax temperature of the divergence; the term is multiplied by T² (Hinton et al.)."""
+    kd_weight: float = 0.5
+    """Weight of the divergence term."""
+    ce_weight: float = 0.5
+    """Weight of the student's own next-token cross-entropy (at T = 1)."""
+    beta: float = 0.5
+    """JSD mixture weight of the teacher: m = β p_t + (1 − β) p_s."""
+    skew: float = 0.1
+    """skew_kl mixture weight α of the teacher: KL(p_t ‖ α p_t + (1 − α) p_s)."""
+    chunked: bool = True
+    """Compute the logit losses from hidden states a chunk of tokens at a time (never holding
+    ``[batch, seq, vocab]`` logits); false uses the models' full logits (for checking)."""
+    chunk_size: int | None = None
+    """Tokens per chunk; None picks about 8M logits per chunk (``losses.chunked``)."""
+    compile: bool = True
+    """Run the chunked loss's vocab-sized math through ``torch.compile`` (forward_kl and
+    reverse_kl): one fused kernel per chunk instead of a dozen passes, after a one-off compile
+    (≈15 s on a CPU). Falls back to eager, with a warning, where compiling fails."""
+    features: str | list[dict[str, Any]] | None = None
+    """Feature matching: ``uniform`` or a list of ``{student, teacher, loss, weight}`` module
+    pairs (paths on the unwrapped Hugging Face models)."""
+    feature_loss: str = "cosine"
+    """Default loss of a pair (and the loss of ``uniform``): cosine | mse | l1."""
+    feature_weight: float = 1.0
+    """Default weight of a pair (and of each ``uniform`` pair)."""
+    blockwise_passes: int = 0
+    """Before end-to-end training, passes over the training blocks in which each layer of a
+    student copied from the teacher learns alone to map the teacher's state entering the span of
+    layers it stands for to the state leaving it (``repair.py``); 0: none. Not run on a resume."""
+    blockwise_lr: float = 8e-3
+    """Peak AdamW learning rate of the block-wise repair (5 % warmup, cosine to 0)."""
+    projector: str = "linear"
+    """Where a pair's widths differ: ``linear`` (a trained nn.Linear, student → teacher) or
+    ``none`` (an error)."""
+    teacher_cache: str | None = None
+    """A directory written by ``lightning-kd cache`` for this run: the divergence runs
+    over the teacher's cached top-k (+ tail) records and the teacher does not run. It is loaded
+    once at the start — to build a copied student and check that the cache is its own (weights,
+    tokenizer, data, block size, temperature; with ``distill.features``, the mapped teacher
+    modules' outputs, written with ``cache.features=true``) — and released before training.
+    ``auto`` (``conf/distill/default.yaml``): ``run.py`` writes one into the run directory when the
+    run passes over its blocks often enough for it to pay (``cache/auto.py``); built from Python,
+    where no run directory exists, ``auto`` is the online teacher."""
+    on_policy: float = 0.0
+    """λ of on-policy / mixed KD (GKD): the probability that a training micro-batch's answers are
+    replaced by the student's own sampled completions of its prompts (``on_policy.py``); 0: the
+    dataset's answers only, 1: the student's only. Completions are scored by the divergence (and
+    the features), never by ``ce_weight``'s CE, which trains on the dataset's answers alone."""
+    on_policy_tokens: int = 128
+    """Tokens the student samples at most per completion."""
+    on_policy_temperature: float = 1.0
+    """Sampling temperature of the student's completions."""
+    on_policy_warmup: int = 0
+    """Optimizer steps trained on the dataset's answers alone before λ applies (a warm start:
+    a student that cannot answer yet samples little worth scoring)."""
+    on_policy_teacher_top_k: int | None = None
+    """Interleaved sampling (speculative KD, ``interleaved.py``): a token the student samples
+    outside the teacher's top k is replaced by the teacher's own sample, so a weak student's
+    completions stay text the teacher can judge. None: the student's samples as they are."""
+    on_policy_seed: int = 0
+    """Seeds which micro-batches are sampled and what (``conf/distill/default.yaml``: ``seed``)."""
+
+    def __post_init__(self) -> None:
+        if self.teacher_cache == "auto":  # unresolved: no run directory to cache into
+            self.teacher_cache = None
+        get_divergence(self.divergence, beta=self.beta, skew=self.skew)  # raises on bad values
+        self._check_on_policy()
+        if self.temperature <= 0:
+            raise ValueError(f"distill.temperature={self.temperature}; it must be positive")
+        if self.kd_weight < 0 or self.ce_weight < 0:
+            raise ValueError("distill.kd_weight and distill.ce_weight must be non-negative")
+        if self.kd_weight == 0 and self.ce_weight == 0 and not self.features:
+            raise ValueError(
+                "distill.kd_weight and distill.ce_weight are both 0 and no distill.features are "
+                "set: nothing to learn"
+            )
+        if self.teacher_cache is not None:
+            self._check_cached()
+        if self.blockwise_passes < 0 or self.blockwise_lr <= 0:
+            raise ValueError(
+                f"distill.blockwise_passes={self.blockwise_passes} must be >= 0 and "
+                f"distill.blockwise_lr={self.blockwise_lr} positive"
+            )
+        if self.chunk_size is not None and self.chunk_size < 1:
+            raise ValueError(
+                f"distill.chunk_size={self.chunk_size}; use null (auto) or a count >= 1"
+            )
+
+    @property
+    def uses_teacher_in_training(self) -> bool:
+        """Whether a training step needs the teacher at all (a CE-only run skips it)."""
+        return self.kd_weight > 0 or bool(self.features)
+
+    def _check_on_policy(self) -> None:
+        if not 0.0 <= self.on_policy <= 1.0:
+            raise ValueError(f"distill.on_policy={self.on_policy}: a probability, in [0, 1]")
+        if (
+            self.on_policy_tokens < 1
+            or self.on_policy_temperature <= 0
+            or self.on_policy_warmup < 0
+        ):
+            raise ValueError(
+                f"distill.on_policy_tokens={self.on_policy_tokens} must be >= 1, "
+                f"distill.on_policy_temperature={self.on_policy_temperature} positive and "
+                f"distill.on_policy_warmup={self.on_policy_warmup} >= 0"
+            )
+        top_k = self.on_policy_teacher_top_k
+        if top_k is not None and (top_k < 1 or self.on_policy == 0):
+            raise ValueError(
+                f"distill.on_policy_teacher_top_k={top_k}: the teacher's top k (>= 1) vetoes "
+                "the student's sampled tokens, so it needs distill.on_policy > 0; or null"
+            )
+        if self.on_policy > 0 and self.teacher_cache is not None:
+            raise ValueError(
+                "distill.on_policy scores the student's own completions, which no teacher cache "
+                "holds: drop distill.teacher_cache (the teacher must run)"
+            )
+
+    def _check_cached(self) -> None:
+        """What a cache of top-k logits cannot serve, refused before anything loads."""
+        if not self.chunked:
+            raise ValueError(
+                "distill.teacher_cache needs distill.chunked=true: the cached records are read "
+                "by the chunked loss (the full-logit path is for checking online KD)"
+            )
+
+    def logit_objective(self) -> LogitObjective:
+        """The logit terms and their weights, as the losses take them."""
+        divergence = get_divergence(self.divergence, beta=self.beta, skew=self.skew)
+        return LogitObjective(divergence, self.temperature, self.kd_weight, self.ce_weight)

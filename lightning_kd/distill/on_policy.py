@@ -1,0 +1,178 @@
+"""On-policy and mixed KD (GKD, Agarwal et al. 2024): micro-batches of the student's own answers.
+
+With ``distill.on_policy=λ``, a training micro-batch is, with probability λ, replaced by the
+student's completions of its prompts before the step runs: each row's prompt is its tokens before
+its first scored label (the first answer token, as ``data=chat`` labels them); the student samples
+a completion (eval mode, no graph, KV cache, ``distill.on_policy_temperature``, at most
+``distill.on_policy_tokens`` tokens, cut after its end-of-sequence token); the new row is prompt +
+completion, labelled on the completion only. The step then scores it under both models with the
+configured divergence, as a dataset batch: the completions' token counts go into the same token
+sums, so the window's mean over variable-length completions is exact (``accumulation.py``). The CE
+term (``distill.ce_weight``) applies to the dataset's answers only, as in GKD: on the student's own
+sample its expected gradient is zero at T = 1 (E_{y~q}[∇ log q(y)] = 0), so it would add noise
+alone, and at another sampling temperature it would pull the student toward its own tempered
+distribution; it is still computed and logged.
+
+Generation runs outside the step's capture arming, so the capture lifecycle never sees its
+forwards; eval mode turns activation checkpointing off for it. Which micro-batches are sampled and
+what is sampled come from ``seed`` and the micro-batch's ``draw`` number (the optimizer step and
+batch index under Lightning), so a resumed run samples what the uninterrupted one would have.
+
+With ``distill.on_policy_teacher_top_k=k`` the completions are written by interleaved sampling
+(speculative KD, ``generation/interleaved.py``): a student token outside the teacher's top k is
+replaced by the teacher's sample. ``tally`` counts how many of the written tokens were the
+student's own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from lightning_kd.generation.decoding import (
+    completions_batch,
+    device_list,
+    generate_in_eval,
+    left_padded,
+    positions,
+    prompt_tokens,
+    stop_and_pad,
+    until_eos,
+)
+from lightning_kd.generation.interleaved import interleaved_sample
+
+
+@dataclass
+class Tally:
+    """Tokens interleaved sampling wrote, and how many of them were the student's own."""
+
+    own: int = 0
+    written: int = 0
+
+    def add(self, own: int, written: int) -> None:
+        self.own, self.written = self.own + own, self.written + written
+
+    def take(self) -> float | None:
+        """The student's share of the tokens written since the last call (None: none written)."""
+        share = self.own / self.written if self.written else None
+        self.own = self.written = 0
+        return share
+
+
+@dataclass(frozen=True)
+class OnPolicy:
+    """How often and how the student's own completions replace a micro-batch's answers."""
+
+    fraction: float
+    max_new_tokens: int
+    temperature: float
+    seed: int
+    eos_token_id: int | None
+    pad_token_id: int
+    warmup: int = 0
+    """Steps (``step`` of :meth:`replace`) trained on the dataset's answers alone first."""
+    teacher_top_k: int | None = None
+    """Interleaved sampling: the teacher's top k a student token must be in (None: off)."""
+    tally: Tally = field(default_factory=Tally, compare=False)
+    """Tokens written, and how many were the student's own, since the last :meth:`Tally.take`."""
+
+    def chooses(self, draw: int, step: int = 0) -> bool:
+        """Whether micro-batch ``draw`` of ``step`` is sampled: none before ``warmup``, then a
+        Bernoulli(λ) draw of its own."""
+        if step < self.warmup:
+            return False
+        if self.fraction >= 1 or self.fraction <= 0:
+            return self.fraction >= 1
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + draw)
+        return bool(torch.rand((), generator=generator) < self.fraction)
+
+    def replace(
+        self,
+        student: nn.Module,
+        batch: dict[str, Tensor],
+        draw: int,
+        step: int = 0,
+        teacher: nn.Module | None = None,
+    ) -> dict[str, Tensor]:
+        """``batch``, or the student's completions of its prompts if ``draw`` is chosen."""
+        return self.sample(student, batch, draw, teacher) if self.chooses(draw, step) else batch
+
+    @torch.no_grad()
+    def sample(
+        self,
+        student: nn.Module,
+        batch: dict[str, Tensor],
+        draw: int,
+        teacher: nn.Module | None = None,
+    ) -> dict[str, Tensor]:
+        """``batch`` with each answer replaced by the student's completion of its prompt (with
+        ``teacher_top_k``, by the interleaved completion ``teacher`` vetoes)."""
+        prompts = prompt_tokens(batch)
+        left = left_padded(prompts, self.pad_token_id, batch["input_ids"].device)
+        room = self.room(student, teacher) - left["input_ids"].shape[1]
+        if room < 1:
+            raise ValueError(
+                f"distill.on_policy: a prompt of {left['input_ids'].shape[1]} tokens leaves the "
+                "student no position to generate in; lower data.block_size"
+            )
+        with torch.random.fork_rng(devices=device_list(left["input_ids"])):
+            torch.manual_seed(self.seed * 1_000_003 + draw)
+            new, own = self.write(student, teacher, left, min(self.max_new_tokens, room))
+        completions = [until_eos(row, self.eos_token_id) for row in new]
+        if own is not None:  # interleaved: count the student's tokens among those kept
+            self.tally.add(int(own.sum()), sum(len(completion) for completion in completions))
+        return completions_batch(prompts, completions, self.pad_token_id)
+
+    def write(
+        self, student: nn.Module, teacher: nn.Module | None, left: dict[str, Tensor], tokens: int
+    ) -> tuple[Tensor, Tensor | None]:
+        """At most ``tokens`` new tokens after each prompt: the student's sample, or the
+        interleaved one with which of its tokens are the student's own (None when all are)."""
+        options = {"eos_token_id": self.eos_token_id, "pad_token_id": self.pad_token_id}
+        if self.teacher_top_k is None:
+            options |= {"do_sample": True, "top_k": 0, "top_p": 1.0}
+            new = generate_in_eval(
+                student, left, max_new_tokens=tokens, temperature=self.temperature, **options
+            )
+            return new, None
+        if teacher is None:
+            raise ValueError(
+                "distill.on_policy_teacher_top_k: interleaved sampling needs the teacher"
+            )
+        return interleaved_sample(
+            student,
+            teacher,
+            left,
+            max_new_tokens=tokens,
+            temperature=self.temperature,
+            top_k=self.teacher_top_k,
+            **options,
+        )
+
+    def room(self, student: nn.Module, teacher: nn.Module | None) -> int:
+        """The longest prompt + completion: the student's, and the teacher's when it writes."""
+        if self.teacher_top_k is None or teacher is None:
+            return positions(student)
+        return min(positions(student), positions(teacher))
+
+
+def on_policy_for(distill, student: nn.Module, task: str) -> OnPolicy | None:
+    """The ``distill.on_policy`` sampler of ``student`` (None at λ = 0): its end-of-sequence
+    token ends a completion, its padding token (else that end token) pads the prompts."""
+    if distill.on_policy == 0:
+        return None
+    if task != "causal_lm":
+        raise ValueError(f"distill.on_policy samples completions: a causal LM's, not a {task}'s")
+    eos, pad = stop_and_pad(student, "distill.on_policy")
+    return OnPolicy(
+        distill.on_policy,
+        distill.on_policy_tokens,
+        distill.on_policy_temperature,
+        distill.on_policy_seed,
+        eos,
+        pad,
+        distill.on_policy_warmup,
+        distill.on_policy_teacher_top_k,
+    )

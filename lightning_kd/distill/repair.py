@@ -1,0 +1,257 @@
+"""Block-wise repair: each student layer first learns, alone, the teacher span it replaces.
+
+A student copied from teacher layers 0, 6, 12, 17, 23, 29 starts with every layer but the first
+reading a hidden state its weights never saw (teacher layer 6 was trained on layer 5's output; in
+the student it gets layer 0's), and its perplexity is in the millions. ``distill.blockwise_passes``
+passes over the training blocks, before the end-to-end objective, teach every student layer j to
+map the teacher's hidden state *entering* its span to the state *leaving* it — the end of the span,
+as ``distill.features=spans`` pairs them (``features.span_ends``) — by cosine distance on the
+scored positions. All layers learn at once, in one forward of the student in which layer j
+(j ≥ 1) is fed the teacher's state instead of layer j − 1's output: no gradient crosses layers,
+so each learns its span independently, as in LLM-Streamline's layer replacement (Chen et al.,
+2024). The teacher's states come from the teacher cache (which then stores those layers' outputs)
+or from the teacher's own forward without a graph; no logits or vocabulary-sized work are
+involved, so a repair step costs about a third of a training step. The repair has its own hooks,
+armed around its own forwards and cleared by the end of each step (``capture.py``).
+
+Only layers whose span holds more than one teacher layer and whose weights train are repaired (the
+last layer, copied from the teacher's last and fed its input, already is what it stands for).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from lightning_kd.losses.features import get_feature_loss, masked_feature_sum
+from lightning_kd.models.capture import ModuleCapture, capture_step, resolve_module
+from lightning_kd.models.heads import final_hidden
+from lightning_kd.models.layer_pairs import REPAIR_LOSS
+
+WARMUP = 0.05
+"""Share of the repair's steps over which its learning rate rises linearly (then cosine to 0)."""
+
+
+@dataclass(frozen=True)
+class Span:
+    """One student layer to repair: fed ``source``'s output (None: the embeddings, unchanged),
+    trained to reproduce ``target``'s — both teacher modules."""
+
+    student: str
+    source: str | None
+    target: str
+
+    @property
+    def teacher_paths(self) -> list[str]:
+        return [self.target] if self.source is None else [self.source, self.target]
+
+
+@dataclass
+class RepairReport:
+    """What a repair did: per repaired layer, the mean loss over its first and its last pass."""
+
+    layers: list[str]
+    passes: int
+    steps: int
+    seconds: float = 0.0
+    first: list[float] = field(default_factory=list)
+    last: list[float] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "passes": self.passes,
+            "steps": self.steps,
+            "seconds": self.seconds,
+            "layers": self.layers,
+            "loss_first_pass": self.first,
+            "loss_last_pass": self.last,
+        }
+
+    def line(self) -> str:
+        losses = ", ".join(f"{a:.3f}→{b:.3f}" for a, b in zip(self.first, self.last, strict=True))
+        return (
+            f"blockwise repair: {len(self.layers)} student layers, {self.passes} passes "
+            f"({self.steps} steps) in {self.seconds:.1f} s; feature loss per layer, first pass → "
+            f"last: {losses}"
+        )
+
+
+def repair_plan(distiller) -> list[Span]:
+    """The layers to repair, from the distiller's :func:`repair_pairs` (a clear error where
+    there can be none)."""
+    if distiller.layer_map is None:
+        raise ValueError(
+            "distill.blockwise_passes trains each student layer on the teacher span it stands "
+            "for, which needs a student copied from teacher layers (student.num_layers or "
+            "student.layers), not one from student.path or student.config; set "
+            "distill.blockwise_passes=0"
+        )
+    if distiller.adapter is not None:
+        raise ValueError(
+            "distill.blockwise_passes with a LoRA student: the repair trains whole layers; set "
+            "distill.blockwise_passes=0 or drop student.lora"
+        )
+    pairs = distiller.repair_pairs
+    ends = [int(pair.teacher.rsplit(".", 1)[1]) for pair in pairs]
+    spans = []
+    for j, pair in enumerate(pairs):
+        layer = resolve_module(distiller.student, pair.student, "student")
+        length = ends[j] - distiller.layer_map[j] + 1
+        if length > 1 and any(p.requires_grad for p in layer.parameters()):
+            source = pairs[j - 1].teacher if j > 0 else None
+            spans.append(Span(pair.student, source, pair.teacher))
+    return spans
+
+
+@contextmanager
+def fed_inputs(student: nn.Module, spans: list[Span], states: dict[str, Tensor]) -> Iterator[None]:
+    """Within: each span's student layer reads its source's teacher state instead of its input
+    (for every call, so an activation checkpointing re-forward reads the same)."""
+
+    def feed(state: Tensor):
+        def hook(module, args, kwargs):
+            if args:
+                return (state.to(args[0].dtype), *args[1:]), kwargs
+            return args, kwargs | {"hidden_states": state.to(kwargs["hidden_states"].dtype)}
+
+        return hook
+
+    handles = [
+        resolve_module(student, span.student, "student").register_forward_pre_hook(
+            feed(states[span.source]), with_kwargs=True
+        )
+        for span in spans
+        if span.source is not None
+    ]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@dataclass
+class Captures:
+    """The repair's own hooks: the repaired student layers, and (online) the teacher modules
+    that feed and end their spans; the distiller's feature captures stay disarmed."""
+
+    student: ModuleCapture
+    teacher: ModuleCapture | None
+
+    @classmethod
+    def of(cls, distiller, spans: list[Span]) -> Captures:
+        student = ModuleCapture(distiller.student, [s.student for s in spans], "student")
+        if distiller.teacher is None:
+            return cls(student, None)
+        paths = sorted({path for span in spans for path in span.teacher_paths})
+        return cls(student, ModuleCapture(distiller.teacher, paths, "teacher"))
+
+    def all(self) -> list[ModuleCapture]:
+        return [self.student] + ([self.teacher] if self.teacher is not None else [])
+
+    def remove(self) -> None:
+        for capture in self.all():
+            capture.remove()
+
+
+def teacher_states(distiller, capture: ModuleCapture | None, batch: dict[str, Tensor]):
+    """The teacher's outputs at the spans' modules for ``batch``: cached, or from its forward."""
+    if distiller.cached_teacher is not None:
+        return distiller.cached_teacher.records(batch, "train")[1]
+    with capture.arm(), torch.no_grad():
+        final_hidden(distiller.teacher, batch, logits=False)
+    return capture.pop()
+
+
+def repair_sums(
+    distiller, spans: list[Span], batch: dict[str, Tensor], captures: Captures
+) -> tuple[list[Tensor], Tensor]:
+    """Each span's loss summed over the batch's scored positions (differentiable in its student
+    layer only), and the count of those positions."""
+    mask = distiller.task.scored_mask(batch)
+    with capture_step(*captures.all()):
+        states = teacher_states(distiller, captures.teacher, batch)
+        with fed_inputs(distiller.student, spans, states), captures.student.arm():
+            final_hidden(distiller.student, batch, logits=False)
+        outputs = captures.student.pop()
+    loss = get_feature_loss(REPAIR_LOSS)
+    sums = [masked_feature_sum(outputs[s.student], states[s.target], mask, loss) for s in spans]
+    return sums, mask.sum()
+
+
+def all_reduced(value: Tensor) -> Tensor:
+    """The sum of ``value`` over ranks (itself outside ``torch.distributed``)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        value = value.clone()
+        torch.distributed.all_reduce(value)
+    return value
+
+
+def schedule(steps: int) -> Callable[[int], float]:
+    """Linear warmup over :data:`WARMUP` of ``steps``, then cosine decay to 0."""
+    warmup = max(1, round(WARMUP * steps))
+    return lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * s / steps))
+
+
+def step(total: Tensor, count: Tensor, params: list[Tensor], optimizer) -> None:
+    """One optimizer step on the global batch's token mean: each rank's loss sum over all ranks'
+    tokens, gradients summed over ranks — one process's step over the same blocks."""
+    optimizer.zero_grad(set_to_none=True)
+    (total / all_reduced(count.double()).clamp(min=1)).backward()
+    for param in params:
+        if param.grad is not None:
+            param.grad = all_reduced(param.grad)
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    optimizer.step()
+
+
+def repair(
+    distiller,
+    passes: Iterable[Iterable[dict[str, Tensor]]],
+    steps: int,
+    lr: float,
+    forward_context: Callable[[], AbstractContextManager] = nullcontext,
+) -> RepairReport:
+    """Repair the distiller's student in place over ``passes`` (each an iterable of batches on the
+    student's device; ``steps`` batches in all) with AdamW at ``lr``; returns the report."""
+    spans = repair_plan(distiller)
+    report = RepairReport([s.student for s in spans], 0, steps)
+    if not spans:
+        return report
+    params = [
+        p
+        for s in spans
+        for p in resolve_module(distiller.student, s.student, "student").parameters()
+        if p.requires_grad
+    ]
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule(steps))
+    start, done, was_training = time.perf_counter(), 0, distiller.training
+    captures = Captures.of(distiller, spans)
+    distiller.train()
+    try:
+        for batches in passes:
+            totals, tokens = None, 0
+            for batch in batches:
+                with forward_context():
+                    sums, count = repair_sums(distiller, spans, batch, captures)
+                sums = torch.stack(sums)
+                step(sums.sum(), count, params, optimizer)
+                scheduler.step()
+                totals = sums.detach().double() + (0 if totals is None else totals)
+                tokens, done = tokens + count.double(), done + 1
+            means = (all_reduced(totals) / all_reduced(tokens).clamp(min=1)).tolist()
+            report.first = report.first or means
+            report.last, report.passes = means, report.passes + 1
+    finally:
+        optimizer.zero_grad(set_to_none=True)
+        captures.remove()
+        distiller.train(was_training)
+    report.steps, report.seconds = done, time.perf_counter() - start
+    return report

@@ -1,0 +1,42 @@
+"""Answers to a file of held-out prompts, judged by a teacher: the library half of
+``lightning-kd evaluate --prompts FILE --teacher NAME -- MODEL...``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from transformers import AutoTokenizer
+
+from lightning_kd.data.conversations import ChatFields
+from lightning_kd.evaluation.prompts import Sampling, evaluate_prompts
+from lightning_kd.evaluation.saved_models import load_model, model_location
+from lightning_kd.generation.teacher_completions import read_prompts
+
+
+def judge_prompt_file(
+    models: list[str],
+    teacher: str,
+    prompts_file: Path,
+    max_new_tokens: int,
+    batch_size: int,
+    sampling: Sampling | None = None,
+) -> list[dict]:
+    """Rows of scores for ``teacher`` and each of ``models`` on the prompts of ``prompts_file``
+    (every model must share the teacher's tokenizer, which needs a chat template)."""
+    prompts = read_prompt_file(prompts_file)
+    tokenizer = AutoTokenizer.from_pretrained(model_location(teacher))
+    if tokenizer.chat_template is None:
+        raise ValueError(f"--teacher {teacher}'s tokenizer has no chat template")
+    judge = f"the teacher ({teacher})"
+    loaded = {name: load_model(name, tokenizer, judge) for name in models}
+    return evaluate_prompts(
+        loaded, load_model(teacher), tokenizer, prompts, max_new_tokens, batch_size, sampling
+    )
+
+
+def read_prompt_file(path: Path) -> list[list[dict]]:
+    """The prompts of a file of prompt rows (as ``lightning-kd generate`` reads them)."""
+    prompts = [messages for _, messages in read_prompts(path, ChatFields())]
+    if not prompts:
+        raise ValueError(f"--prompts {path} holds no prompt rows")
+    return prompts

@@ -1,0 +1,27 @@
+"""Saved models named on the command line: a ``save_pretrained`` directory, a Hugging Face id, or
+a packaged teacher (``smollm2``), loaded in fp32 for evaluation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from lightning_kd.models.sources import teacher_dir
+
+
+def model_location(name: str) -> str:
+    """``from_pretrained``'s argument for ``name`` (packaged models converted once)."""
+    return teacher_dir(name) if not Path(name).is_dir() else name
+
+
+def load_model(name: str, tokenizer=None, reference: str = "the first model"):
+    """``name``'s causal LM in fp32, eval mode; refused if its tokenizer is not ``tokenizer``
+    (``reference``'s, named in the refusal)."""
+    location = model_location(name)
+    if tokenizer is not None:
+        other = AutoTokenizer.from_pretrained(location)
+        if other.get_vocab() != tokenizer.get_vocab():
+            raise ValueError(f"{name} has another tokenizer than {reference}: not comparable")
+    return AutoModelForCausalLM.from_pretrained(location, dtype=torch.float32).eval()

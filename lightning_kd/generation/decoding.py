@@ -1,0 +1,109 @@
+"""Decoding helpers shared by on-policy KD, the teacher's completions, prompt evaluation and the
+samples callback: prompts cut from a batch, left padding, generation in eval mode, end tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import Tensor, nn
+
+from lightning_kd.losses.logits import IGNORE_INDEX
+
+
+def until_eos(tokens: Tensor, eos_token_id: int | None) -> Tensor:
+    """A completion up to and including its first end-of-sequence token."""
+    if eos_token_id is None:
+        return tokens
+    ends = (tokens == eos_token_id).nonzero()
+    return tokens if len(ends) == 0 else tokens[: int(ends[0]) + 1]
+
+
+@torch.no_grad()
+def generate_in_eval(model: nn.Module, left: dict[str, Tensor], **options) -> Tensor:
+    """The tokens ``model`` generates after the left-padded prompts ``left``, in eval mode (no
+    dropout, no activation checkpointing), with the KV cache and no graph; its mode restored."""
+    with eval_mode(model):
+        output = model.generate(**left, use_cache=True, **options)
+    return output[:, left["input_ids"].shape[1] :]
+
+
+def positions(model: nn.Module) -> int:
+    """The longest sequence ``model`` takes (prompt + completion must fit)."""
+    config = model.config
+    return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", 0)
+
+
+def device_list(tensor: Tensor) -> list[int]:
+    """The CUDA device whose RNG ``fork_rng`` must also save, if ``tensor`` is on one."""
+    return [tensor.device.index or 0] if tensor.is_cuda else []
+
+
+def prompt_tokens(batch: dict[str, Tensor]) -> list[Tensor]:
+    """Each row's prompt: its attended tokens before the first scored label (all of them for a
+    row without one)."""
+    prompts = []
+    for ids, labels, mask in zip(
+        batch["input_ids"], batch["labels"], batch["attention_mask"], strict=True
+    ):
+        length = int(mask.sum())
+        scored = (labels[:length] != IGNORE_INDEX).nonzero()
+        end = int(scored[0]) if len(scored) else length
+        if end == 0:
+            raise ValueError(
+                "distill.on_policy: a row is scored from its first token, so it has no prompt to "
+                "complete; on-policy KD needs prompts (data=chat labels the answers only)"
+            )
+        prompts.append(ids[:end])
+    return prompts
+
+
+def left_padded(prompts: list[Tensor], pad_id: int, device: torch.device) -> dict[str, Tensor]:
+    """Prompts right-aligned (generation continues every row from its last token)."""
+    width = max(len(prompt) for prompt in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long, device=device)
+    mask = torch.zeros_like(ids)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt) :] = prompt
+        mask[row, width - len(prompt) :] = 1
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def completions_batch(
+    prompts: list[Tensor], completions: list[Tensor], pad_id: int
+) -> dict[str, Tensor]:
+    """Prompt + completion rows, right-padded; labelled on the completions only."""
+    rows = [torch.cat([p, c]) for p, c in zip(prompts, completions, strict=True)]
+    width = max(len(row) for row in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long, device=rows[0].device)
+    mask, labels = torch.zeros_like(ids), torch.full_like(ids, IGNORE_INDEX)
+    for index, (prompt, row) in enumerate(zip(prompts, rows, strict=True)):
+        ids[index, : len(row)] = row
+        mask[index, : len(row)] = 1
+        labels[index, len(prompt) : len(row)] = row[len(prompt) :]
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def stop_and_pad(model: nn.Module, who: str) -> tuple[int | None, int]:
+    """``model``'s end-of-sequence token (ends a completion) and padding token (else that end
+    token; pads prompts), from its generation config or its config."""
+    config = model.generation_config if hasattr(model, "generation_config") else None
+    eos = getattr(config, "eos_token_id", None) or model.config.eos_token_id
+    eos = eos[0] if isinstance(eos, list | tuple) else eos
+    pad = getattr(config, "pad_token_id", None) or model.config.pad_token_id
+    pad = eos if pad is None else pad
+    if pad is None:
+        raise ValueError(f"{who}: the model has no pad or end-of-sequence token")
+    return eos, pad
+
+
+@contextmanager
+def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
+    """``model`` in eval mode (no dropout, no activation checkpointing), its mode restored."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)

@@ -1,0 +1,72 @@
+"""Every ``auto`` setting of a run resolved in one place, before anything is built:
+
+- ``trainer.precision=auto`` and ``teacher.dtype=auto``: what this hardware computes fast
+  (``models/precision.py``);
+- ``student.layers=importance``: the teacher layers that matter most (``launch/importance.py``);
+- ``distill.teacher_cache=auto``: the shared cache of the run's key, found or written now, or the
+  teacher online (``launch/teacher_cache.py``).
+
+:func:`resolve` returns a copy of the config with each of them concrete, and what each became and
+why (the summary reports it); the config it is given is left as it was.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from hydra.utils import instantiate
+from lightning.pytorch.utilities import rank_zero_only
+from omegaconf import DictConfig
+
+from lightning_kd.data.text import TextDataModule
+from lightning_kd.launch.build import build_datamodule, with_precision, with_values
+from lightning_kd.launch.importance import choose_layers
+from lightning_kd.launch.teacher_cache import CacheChoice, choose, prepare, unresolved
+from lightning_kd.models.layer_scores import Ranking
+from lightning_kd.models.loading import load_tokenizer
+from lightning_kd.models.precision import PrecisionChoice
+
+
+@dataclass
+class Resolved:
+    """A run's config with its ``auto`` settings concrete, and what they became."""
+
+    cfg: DictConfig
+    precision: PrecisionChoice
+    ranking: Ranking | None = None
+    """``student.layers=importance``: the scores behind the layers kept (None on a resume
+    without this run directory's ``importance.json``, or when layers were not ``importance``)."""
+    teacher_cache: CacheChoice | None = None
+    """``distill.teacher_cache=auto``: cached or online, and why (None: it was not ``auto``)."""
+    datamodule: TextDataModule | None = None
+    """The data module the cache was matched to, set up (the run trains on it), or None."""
+
+
+def resolve(cfg: DictConfig, ckpt_path: Path | None = None) -> Resolved:
+    """Resolve every ``auto`` setting of ``cfg`` (a resume from ``ckpt_path`` keeps the layers
+    its student was built from); the teacher cache is found or written here."""
+    cfg, precision = with_precision(cfg)
+    resolved = Resolved(cfg, precision)
+    if (chosen := choose_layers(cfg, ckpt_path)) is not None:
+        layers, resolved.ranking = chosen
+        resolved.cfg = with_values(resolved.cfg, {"student.layers": layers})
+    if unresolved(resolved.cfg.distill.get("teacher_cache")):
+        choice, datamodule = resolve_teacher_cache(resolved.cfg)
+        resolved.teacher_cache, resolved.datamodule = choice, datamodule
+        resolved.cfg = with_values(resolved.cfg, {"distill.teacher_cache": choice.path})
+    return resolved
+
+
+def resolve_teacher_cache(cfg: DictConfig) -> tuple[CacheChoice, TextDataModule]:
+    """Cache or online for ``cfg`` (whose other settings are concrete), the cache prepared, and
+    the set-up data module it was matched to."""
+    tokenizer = load_tokenizer(instantiate(cfg.teacher, _convert_="all"))
+    datamodule = build_datamodule(cfg, tokenizer)
+    datamodule.setup("fit")
+    choice = choose(cfg, len(datamodule.train_examples))
+    if choice.caches:
+        choice = prepare(cfg, datamodule, tokenizer, choice)
+    if rank_zero_only.rank == 0:
+        print(choice.line(), flush=True)
+    return choice, datamodule

@@ -1,0 +1,114 @@
+"""The wiring, written once: a composed config → module, data module and trainer.
+
+``run.py``, the tests, the benchmark and the notebooks build through these functions, so each
+runs the objects users get from ``python run.py``. Config stops here: what is built receives
+plain arguments.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import lightning as L
+from hydra.utils import instantiate
+from lightning.pytorch.utilities import rank_zero_only
+from omegaconf import DictConfig, OmegaConf
+from transformers import PreTrainedTokenizerBase
+
+from lightning_kd.data.text import TextDataModule
+from lightning_kd.distill.distiller import Distiller
+from lightning_kd.launch.logger_checks import logger_configs
+from lightning_kd.models.loading import load_tokenizer
+from lightning_kd.models.precision import PrecisionChoice, probe_hardware, resolve_precision
+from lightning_kd.training.module import DistillationModule
+from lightning_kd.training.strategies import check_accelerator
+from lightning_kd.training.summary import TrainTimer
+
+
+def with_values(cfg: DictConfig, values: dict[str, Any]) -> DictConfig:
+    """A copy of ``cfg`` with the dotted keys of ``values`` set."""
+    cfg = copy.deepcopy(cfg)
+    for key, value in values.items():
+        OmegaConf.update(cfg, key, value, merge=False)
+    return cfg
+
+
+def with_precision(cfg: DictConfig, announce: bool = True) -> tuple[DictConfig, PrecisionChoice]:
+    """``cfg`` with ``trainer.precision`` and ``teacher.dtype`` concrete, and the choice (said
+    once, on rank 0)."""
+    choice = resolve_precision(
+        cfg.trainer.get("precision"),
+        cfg.teacher.get("dtype"),
+        probe_hardware(cfg.trainer.get("accelerator")),
+    )
+    if announce and rank_zero_only.rank == 0:
+        print(choice.line(), flush=True)
+    values = {"trainer.precision": choice.precision, "teacher.dtype": choice.teacher_dtype}
+    return with_values(cfg, values), choice
+
+
+def build_datamodule(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase) -> TextDataModule:
+    """The data module of ``cfg.data``, tokenizing with ``tokenizer``."""
+    return instantiate(cfg.data, tokenizer=tokenizer, _convert_="all")
+
+
+def build_module(
+    cfg: DictConfig, tokenizer: PreTrainedTokenizerBase | None = None
+) -> DistillationModule:
+    """The LightningModule of ``cfg`` (its models are built by ``configure_model``)."""
+    teacher = instantiate(cfg.teacher, _convert_="all")
+    return DistillationModule(
+        teacher=teacher,
+        student=instantiate(cfg.student, _convert_="all"),
+        distill=instantiate(cfg.distill, _convert_="all"),
+        optimizer=instantiate(cfg.optimizer, _convert_="all"),
+        scheduler=instantiate(cfg.scheduler) if cfg.get("scheduler") else None,
+        tokenizer=tokenizer if tokenizer is not None else load_tokenizer(teacher),
+    )
+
+
+def build_distiller(cfg: DictConfig) -> tuple[Distiller, PreTrainedTokenizerBase]:
+    """The plain-PyTorch distiller of ``cfg`` (models built, no Lightning) and the tokenizer.
+
+    ``teacher.dtype`` must be concrete (``launch.auto.resolve``) or ``auto`` (then the
+    teacher takes the dtype this machine computes fast).
+    """
+    teacher = instantiate(cfg.teacher, _convert_="all")
+    tokenizer = load_tokenizer(teacher)
+    distiller = Distiller.from_specs(
+        teacher,
+        instantiate(cfg.student, _convert_="all"),
+        instantiate(cfg.distill, _convert_="all"),
+        tokenizer,
+    )
+    return distiller, tokenizer
+
+
+def build_trainer(cfg: DictConfig) -> tuple[L.Trainer, TrainTimer]:
+    """The Trainer of ``cfg.trainer`` with the configured callbacks and logger, and the timer
+    whose seconds the summary reports."""
+    strategy = cfg.trainer.get("strategy")
+    check_accelerator(
+        strategy.get("_target_") if isinstance(strategy, DictConfig) else strategy,
+        cfg.trainer.get("accelerator"),
+    )
+    timer = TrainTimer()
+    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()] + [timer]
+    # The logger group's {name: config} (logger=[csv,tensorboard] for two); none with ~logger.
+    logger = [instantiate(c) for c in logger_configs(cfg).values()] or False
+    return instantiate(cfg.trainer, callbacks=callbacks, logger=logger), timer
+
+
+def build(
+    cfg: DictConfig, datamodule: TextDataModule | None = None
+) -> tuple[DistillationModule, TextDataModule, L.Trainer, TrainTimer]:
+    """Module, data module (``datamodule`` where given, already built from ``cfg.data``) and
+    trainer from ``cfg`` (the models are built in the trainer).
+
+    ``trainer.precision`` and ``teacher.dtype`` must be concrete (``launch.auto.resolve``).
+    """
+    module = build_module(cfg, datamodule.tokenizer if datamodule is not None else None)
+    datamodule = datamodule if datamodule is not None else build_datamodule(cfg, module.tokenizer)
+    trainer, timer = build_trainer(cfg)
+    return module, datamodule, trainer, timer

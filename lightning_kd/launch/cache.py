@@ -1,0 +1,108 @@
+"""Write the teacher cache: the library half of ``lightning-kd cache hydra.run.dir=DIR``.
+
+The same config groups as ``run.py`` (``teacher=``, ``data=``, ``debug=smoke``, ...) plus
+``cache.*`` (``conf/cache/default.yaml``). ``strategy=ddp trainer.devices=N`` writes with N
+processes (Lightning Fabric's launcher; gloo on CPUs), each its own shards.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from hydra.utils import instantiate
+from lightning.fabric import Fabric
+from omegaconf import DictConfig
+
+from lightning_kd.cache.format import INDEX_NAME
+from lightning_kd.cache.hidden_states import feature_paths
+from lightning_kd.cache.narrow import narrow_cache
+from lightning_kd.cache.writer import write_cache
+from lightning_kd.launch.build import build_datamodule, with_precision
+from lightning_kd.launch.checks import check_config
+from lightning_kd.models.loading import load_teacher, load_tokenizer
+from lightning_kd.models.quantize import quantize_teacher
+
+
+def fabric_for(cfg: DictConfig) -> Fabric:
+    """One process per device: ``strategy=`` set (any) means DDP over ``trainer.devices``."""
+    strategy = cfg.trainer.get("strategy")
+    ddp = strategy not in (None, "auto")
+    return Fabric(
+        accelerator=cfg.trainer.get("accelerator") or "auto",
+        devices=cfg.trainer.get("devices") or 1,
+        strategy="ddp" if ddp else "auto",
+    )
+
+
+def cached_teacher(cfg: DictConfig, teacher_spec, spec) -> tuple[torch.nn.Module, list[str]]:
+    """The teacher as a training run of ``cfg`` loads it (``teacher.quantize`` applied, so the
+    weights digest is that run's), and the module paths whose outputs ``cache.features`` stores."""
+    teacher = load_teacher(teacher_spec, cfg.trainer.precision)
+    features = []
+    reads = cfg.distill.get("features") or cfg.distill.get("blockwise_passes")
+    stores = spec.features if spec.features is not None else bool(reads)
+    if stores:  # resolved on the full-precision teacher, as the distiller resolves them
+        student = instantiate(cfg.student, _convert_="all")
+        distill = instantiate(cfg.distill, _convert_="all")
+        features = feature_paths(distill, student, teacher, teacher_spec.task)
+    if teacher_spec.quantize is not None:
+        quantize_teacher(teacher, teacher_spec.quantize)
+    return teacher, features
+
+
+def write(cfg: DictConfig) -> None:
+    """Build the data and the teacher of ``cfg`` and write the cache into ``cfg.output_dir``."""
+    check_config(cfg)
+    cfg, _ = with_precision(cfg)
+    teacher_spec = instantiate(cfg.teacher, _convert_="all")
+    if teacher_spec.task != "causal_lm":
+        raise ValueError(
+            f"teacher.task={teacher_spec.task!r}: only a causal LM's logits are cached"
+        )
+    spec = instantiate(cfg.cache, _convert_="all")
+    fabric = fabric_for(cfg)
+    fabric.launch()
+    tokenizer = load_tokenizer(teacher_spec)
+    datamodule = build_datamodule(cfg, tokenizer)
+    datamodule.setup("fit")
+    teacher, features = cached_teacher(cfg, teacher_spec, spec)
+    teacher = teacher.to(fabric.device)
+    directory = Path(cfg.output_dir)
+    if spec.source is not None:  # no teacher forward: one process derives it
+        if fabric.global_rank == 0:
+            arguments = (spec.source, teacher, tokenizer, datamodule, spec, directory)
+            count = narrow_cache(*arguments, overwrite=cfg.overwrite, features=tuple(features))
+            print(f"teacher cache: {count} shards narrowed from {spec.source}", flush=True)
+        fabric.barrier()
+    else:
+        stats = write_cache(
+            teacher,
+            tokenizer,
+            datamodule,
+            spec,
+            directory,
+            rank=fabric.global_rank,
+            world_size=fabric.world_size,
+            barrier=fabric.barrier,
+            device=fabric.device,
+            overwrite=cfg.overwrite,
+            features=features,
+        )
+        print(stats.line(fabric.global_rank), flush=True)
+    report(directory, spec, fabric.global_rank)
+
+
+def report(directory: Path, spec, rank: int) -> None:
+    """One line on the cache written: size, bytes per position and entry, mass kept."""
+    if rank == 0:
+        summary = json.loads((directory / INDEX_NAME).read_text())["stats"]
+        print(
+            f"teacher cache: {directory} ({summary['bytes'] / 2**20:.1f} MiB, "
+            f"{summary['scored_positions']} scored positions, "
+            f"{summary['bytes_per_scored_position']:.1f} bytes each, "
+            f"{summary['bytes_per_entry']:.2f} per top-k entry; the top {spec.k} hold "
+            f"{summary['mean_top_k_mass']:.4f} of the mass on average)",
+            flush=True,
+        )

@@ -1,0 +1,104 @@
+"""One source for every default, and one way to compose the config.
+
+The defaults of the ``teacher``, ``student``, ``distill`` and ``data`` groups are those of the
+objects they build — the dataclasses :class:`~lightning_kd.models.loading.TeacherSpec`,
+:class:`~lightning_kd.models.loading.StudentSpec`,
+:class:`~lightning_kd.distill.objective.DistillConfig` and the signature of
+:class:`~lightning_kd.data.text.TextDataModule` — registered with Hydra's ``ConfigStore``
+as ``<group>/base``. The YAML files of ``conf/`` list ``base`` first and add only what differs
+(a teacher's path, the smoke test's tiny sizes), so a default cannot drift between the two.
+
+:func:`compose_config` is what ``lightning-kd train <overrides>`` composes, without launching:
+the tests, the benchmark and the notebooks use it, so they run the configuration users run.
+``config_dirs`` adds the user's own directories (as ``--config-dir`` does on the command line).
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra import compose, initialize_config_dir
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+
+from lightning_kd.cache.format import CacheSpec
+from lightning_kd.data.text import TextDataModule
+from lightning_kd.distill.objective import DistillConfig
+from lightning_kd.generation.teacher_completions import GenerateSpec
+from lightning_kd.models.loading import StudentSpec, TeacherSpec
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+
+def shipped_config_dir() -> Path:
+    """The shipped configs: ``lightning_kd/conf`` in an installed wheel (the build maps the
+    repository's top-level ``conf/`` there), else the checkout's ``conf/`` (a clone, or an
+    editable install)."""
+    for candidate in (PACKAGE_DIR / "conf", PACKAGE_DIR.parent / "conf"):
+        if (candidate / "config.yaml").is_file():
+            return candidate
+    raise FileNotFoundError(
+        f"lightning-kd's configs are missing: neither {PACKAGE_DIR / 'conf'} nor "
+        f"{PACKAGE_DIR.parent / 'conf'} holds config.yaml; reinstall the package "
+        "(pip install --force-reinstall lightning-kd) or run from a full checkout"
+    )
+
+
+CONF_DIR = shipped_config_dir()
+"""The config directory every command composes from (Hydra's primary config path)."""
+
+GROUP_TARGETS: dict[str, Callable[..., Any]] = {
+    "teacher": TeacherSpec,
+    "student": StudentSpec,
+    "distill": DistillConfig,
+    "data": TextDataModule,
+    "cache": CacheSpec,
+    "generate": GenerateSpec,
+}
+"""Config group → what its node instantiates; its keyword defaults are the group's defaults."""
+
+
+def defaults_node(target: Callable[..., Any]) -> dict[str, Any]:
+    """``{"_target_": ..., <keyword>: <default>, ...}`` for every keyword of ``target`` that has a
+    default (arguments without one, like the data module's tokenizer, are passed by the caller)."""
+    node: dict[str, Any] = {"_target_": f"{target.__module__}.{target.__qualname__}"}
+    for name, parameter in inspect.signature(target).parameters.items():
+        if parameter.default is not inspect.Parameter.empty:
+            node[name] = copy.deepcopy(parameter.default)
+    return node
+
+
+def on_default_corpus(files: Any, value: Any) -> Any:
+    """``value`` when ``data.files`` is null (the embedded corpus), else null: for settings of the
+    default run that must not follow a user to their own files (``conf/data/text.yaml``)."""
+    return value if files is None else None
+
+
+def register_defaults() -> None:
+    """Store each group's defaults as ``<group>/base`` (idempotent: the same node each time), and
+    the ``kd.*`` resolvers the YAML files use."""
+    OmegaConf.register_new_resolver("kd.on_default_corpus", on_default_corpus, replace=True)
+    store = ConfigStore.instance()
+    for group, target in GROUP_TARGETS.items():
+        store.store(group=group, name="base", node=defaults_node(target))
+
+
+def compose_config(
+    overrides: Sequence[str] = (),
+    output_dir: str | Path | None = None,
+    config_dirs: Sequence[str | Path] = (),
+) -> DictConfig:
+    """The config ``lightning-kd train <overrides>`` would run, with ``output_dir`` standing in
+    for Hydra's run directory (required to build a trainer, optional to inspect values), and
+    ``config_dirs`` searched before the shipped configs (``--config-dir DIR``)."""
+    register_defaults()
+    extra = [] if output_dir is None else [f"output_dir={output_dir}"]
+    if config_dirs:
+        paths = ",".join(f"file://{Path(d).resolve()}" for d in config_dirs)
+        extra.append(f"hydra.searchpath=[{paths}]")
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose("config", overrides=[*overrides, *extra])

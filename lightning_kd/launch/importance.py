@@ -1,0 +1,122 @@
+"""``student.layers=importance``: the student copies the teacher layers that matter most.
+
+The teacher runs over ``student.calibration_blocks`` blocks of the *training* split (never
+validation), every layer is scored (``lightning_kd.models.layer_scores``: block influence, skip KL,
+optionally greedy KL) and the ``student.num_layers`` best by ``student.importance`` are kept,
+first and last always unless ``student.keep_ends=false``.
+
+A run resolves the choice before the module is built (``launch.auto.resolve`` calls
+:func:`choose_layers`): the indices replace ``importance`` in the config, the scores go to
+``RUN_DIR/importance.json`` and into the summary. A resumed run takes the indices its checkpoint
+was trained with, so it rebuilds the same student whatever a new scoring would say.
+
+    lightning-kd importance                       # the table for the default run
+    lightning-kd importance student.num_layers=8 student.importance=greedy_kl
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+from hydra.utils import instantiate
+from lightning.pytorch.utilities import rank_zero_only
+from omegaconf import DictConfig
+
+from lightning_kd.data.text import TextDataModule
+from lightning_kd.launch.build import build_datamodule
+from lightning_kd.models.layer_scores import Batch, Ranking, rank_layers
+from lightning_kd.models.loading import StudentSpec, load_teacher, load_tokenizer
+from lightning_kd.models.student import check_num_layers
+
+FILENAME = "importance.json"
+"""Where a run writes its layer scores, in its run directory."""
+
+
+def calibration_batches(datamodule: TextDataModule, blocks: int) -> list[Batch]:
+    """The first ``blocks`` examples of the training split (already a seeded shuffle), one
+    batch each. Validation examples are never among them."""
+    datamodule.setup("fit")
+    examples = datamodule.train_examples
+    if blocks > len(examples):
+        raise ValueError(
+            f"student.calibration_blocks={blocks} but the training split has only "
+            f"{len(examples)} blocks; choose 1..{len(examples)}"
+        )
+    return [datamodule.collate([example]) for example in examples[:blocks]]
+
+
+def rank_for_student(teacher, spec: StudentSpec, batches: list[Batch]) -> Ranking:
+    """Score ``teacher``'s layers on ``batches`` and keep ``spec.num_layers`` of them the way
+    ``spec`` asks (``importance``, ``keep_ends``)."""
+    check_count(spec, teacher.config.num_hidden_layers)
+    start = time.perf_counter()
+    ranking = rank_layers(teacher, batches, spec.num_layers, spec.importance, spec.keep_ends)
+    ranking.seconds = time.perf_counter() - start
+    return ranking
+
+
+def check_count(spec: StudentSpec, teacher_layers: int) -> None:
+    """Raise unless ``student.num_layers`` is set and within the teacher's depth."""
+    if spec.num_layers is None:
+        raise ValueError("student.layers=importance keeps student.num_layers layers; set it")
+    check_num_layers(spec.num_layers, teacher_layers)
+
+
+def score_config(cfg: DictConfig) -> Ranking:
+    """The ranking ``cfg`` asks for: its teacher (``teacher.dtype`` concrete or ``auto``), its
+    student's count and score, calibration blocks from its data's training split."""
+    spec = instantiate(cfg.student, _convert_="all")
+    teacher_spec = instantiate(cfg.teacher, _convert_="all")
+    teacher = load_teacher(teacher_spec, cfg.trainer.get("precision"))
+    check_count(spec, teacher.config.num_hidden_layers)
+    datamodule = build_datamodule(cfg, load_tokenizer(teacher_spec))
+    return rank_for_student(teacher, spec, calibration_batches(datamodule, spec.calibration_blocks))
+
+
+def choose_layers(
+    cfg: DictConfig, ckpt_path: Path | None = None
+) -> tuple[list[int], Ranking | None] | None:
+    """With ``student.layers=importance``, the teacher layers the student copies and the
+    ranking behind them (None otherwise); ``cfg`` is not changed. A resume takes the
+    checkpoint's indices."""
+    if cfg.student.get("layers") != "importance":
+        return None
+    output_dir = Path(cfg.output_dir)
+    if ckpt_path is not None:
+        layers = recorded_layers(ckpt_path, output_dir)
+        return layers, saved_ranking(output_dir, layers)
+    ranking = score_config(cfg)
+    if rank_zero_only.rank == 0:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        (output_dir / FILENAME).write_text(json.dumps(ranking.as_dict(), indent=2) + "\n")
+        print(f"student layers by {ranking.by}: {ranking.kept} ({ranking.seconds:.0f} s)")
+    return list(ranking.kept), ranking
+
+
+def recorded_layers(ckpt_path: Path, output_dir: Path) -> list[int]:
+    """The teacher layers the checkpoint's student was copied from (its hyper-parameters), or
+    those of this run directory's ``importance.json``."""
+    if ckpt_path.is_file():
+        checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True)
+        layers = checkpoint.get("hyper_parameters", {}).get("student", {}).get("layers")
+        if isinstance(layers, list):
+            return [int(i) for i in layers]
+    saved = output_dir / FILENAME
+    if saved.is_file():
+        return list(json.loads(saved.read_text())["kept"])
+    raise ValueError(
+        f"resuming with student.layers=importance, but neither {ckpt_path} nor {saved} records "
+        "which layers the student copied; resume with student.layers=[...] set to them"
+    )
+
+
+def saved_ranking(output_dir: Path, layers: list[int]) -> Ranking | None:
+    """This run directory's ranking, if it is the one behind ``layers``."""
+    saved = output_dir / FILENAME
+    if not saved.is_file():
+        return None
+    ranking = Ranking.from_dict(json.loads(saved.read_text()))
+    return ranking if ranking.kept == layers else None

@@ -1,0 +1,162 @@
+"""``distill.teacher_cache=auto``: run the teacher once per block when the run would run it more.
+
+A run that passes over its training blocks E times runs the teacher E times on each. With ``auto``
+it runs once per block instead: the teacher's top-k records of every training and validation block
+(``cache.k`` entries per position; with ``distill.features`` or the block-wise repair, the mapped
+teacher modules' outputs too) are written once into the shared cache directory (``cache.dir``),
+under a name derived from the cache's key — teacher weights and config, tokenizer, the blocks of
+each split, block size, k, temperature, features — and the run trains from them. A second run with
+the same key (the same command again, another learning rate, a resume) finds that cache whole and
+runs no teacher forward; an interrupted write is completed shard by shard. Writers of one key take
+a file lock, so two runs never write the same cache at once.
+
+``auto`` keeps the teacher online — and says why — where a cache saves nothing or cannot serve:
+fewer than :data:`MIN_PASSES` passes over the data, an objective without the teacher's logits,
+on-policy KD, the full-logit loss, a teacher that is not a causal LM, chat data,
+or several processes (write their cache first with ``lightning-kd cache strategy=ddp``).
+Elsewhere (the notebooks, the benchmark, ``DistillConfig`` itself) an unresolved ``auto`` is the
+online teacher: only a run resolves it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from filelock import FileLock
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from lightning_kd.cache.format import INDEX_NAME, CacheSpec, cache_key
+from lightning_kd.cache.writer import write_cache
+from lightning_kd.launch.cache import cached_teacher, fabric_for, report
+from lightning_kd.models.sources import cache_root
+
+AUTO = "auto"
+SHARED_DIRECTORY = "teacher_caches"
+"""The shared cache directory's name under ``cache_root()`` (when ``cache.dir`` is null)."""
+MIN_PASSES = 1.5
+"""Passes over the training blocks from which caching pays: it costs one teacher forward per
+block (and the top-k of its logits), online KD one per block per pass."""
+
+
+@dataclass(frozen=True)
+class CacheChoice:
+    """What ``distill.teacher_cache`` resolved to, and why."""
+
+    path: str | None
+    """The cache trained from; None: the teacher runs online (or not at all in training)."""
+    reason: str
+    in_training: bool = True
+    """False where the objective needs no teacher in training (CE-only): only validation runs it."""
+    caches: bool = False
+    """Whether the run trains from a cache (its path is known once :func:`prepare` found or
+    wrote it)."""
+    written_bytes: int = 0
+    """What this run wrote into the cache: 0 where it found the cache whole."""
+
+    @property
+    def where(self) -> str:
+        if not self.in_training:
+            return "not run in training"
+        return "cached once" if self.path else "online"
+
+    def line(self) -> str:
+        where = f"cached once in {self.path}" if self.path else self.where
+        return f"teacher: {where} ({self.reason})"
+
+    def as_dict(self) -> dict[str, str | int | None]:
+        return {
+            "distill.teacher_cache": self.path,
+            "reason": self.reason,
+            "in_training": self.where,
+            "written_bytes": self.written_bytes,
+        }
+
+
+def unresolved(value: object) -> bool:
+    """Whether ``distill.teacher_cache`` is ``auto`` (not yet resolved by a run)."""
+    return value == AUTO
+
+
+def why_online(cfg: DictConfig) -> str | None:
+    """Why ``cfg`` trains with the teacher online whatever its length, or None."""
+    distill, trainer = cfg.distill, cfg.trainer
+    reasons = (
+        (distill.kd_weight == 0, "distill.kd_weight=0: training uses no teacher logits"),
+        (distill.get("on_policy", 0) > 0, "on-policy KD scores the student's own completions"),
+        (not distill.get("chunked", True), "distill.chunked=false computes full teacher logits"),
+        (cfg.teacher.get("task", "causal_lm") != "causal_lm", "only causal LM logits are cached"),
+        (str(cfg.data.get("_target_", "")).endswith("ChatDataModule"), "chat data is not cached"),
+        (
+            (trainer.get("devices") or 1) != 1 or trainer.get("strategy") not in (None, "auto"),
+            "several processes: write the cache first (lightning-kd cache "
+            "strategy=ddp trainer.devices=N hydra.run.dir=DIR) and pass distill.teacher_cache=DIR",
+        ),
+    )
+    return next((reason for applies, reason in reasons if applies), None)
+
+
+def passes(cfg: DictConfig, train_examples: int) -> float:
+    """How many times the run reads the teacher over its ``train_examples`` training blocks:
+    its training passes and its block-wise repair's (:func:`repair_passes`)."""
+    return training_passes(cfg, train_examples) + repair_passes(cfg, train_examples)
+
+
+def training_passes(cfg: DictConfig, train_examples: int) -> float:
+    trainer = cfg.trainer
+    per_step = cfg.data.batch_size * (trainer.get("accumulate_grad_batches") or 1)
+    if trainer.max_steps not in (None, -1):
+        return trainer.max_steps * per_step / train_examples
+    return float(trainer.get("max_epochs") or 1)
+
+
+def repair_passes(cfg: DictConfig, train_examples: int) -> float:
+    """``distill.blockwise_passes`` in passes over the blocks: a repair pass reads at most as many
+    blocks as training does (``loaders.FullBatchShare``)."""
+    repair = cfg.distill.get("blockwise_passes") or 0
+    return repair * min(1.0, training_passes(cfg, train_examples))
+
+
+def choose(cfg: DictConfig, train_examples: int) -> CacheChoice:
+    """Cache or online, for a run of ``cfg`` over ``train_examples`` blocks (writes nothing)."""
+    reason = why_online(cfg)
+    if reason is not None:
+        distill = instantiate(cfg.distill, _convert_="all")
+        return CacheChoice(None, f"auto: {reason}", in_training=distill.uses_teacher_in_training)
+    count, repair = passes(cfg, train_examples), repair_passes(cfg, train_examples)
+    per = f"{count:.2f} passes over {train_examples} training blocks"
+    per += f" ({repair:.2f} of them the block-wise repair's)" if repair else ""
+    if count < MIN_PASSES:
+        return CacheChoice(None, f"auto: {per}; a cache pays from {MIN_PASSES}")
+    return CacheChoice(None, f"auto: {per}, one teacher forward per block", caches=True)
+
+
+def shared_directory(spec: CacheSpec) -> Path:
+    """Where ``auto``'s caches live: ``cache.dir``, else ``cache_root()/teacher_caches``."""
+    return Path(spec.dir).expanduser() if spec.dir else cache_root() / SHARED_DIRECTORY
+
+
+def prepare(cfg: DictConfig, datamodule, tokenizer, choice: CacheChoice) -> CacheChoice:
+    """``choice`` with its cache's path: the shared cache of this run's key, found whole or
+    written (completed) now with one process; the teacher is released when this returns."""
+    teacher_spec = instantiate(cfg.teacher, _convert_="all")
+    spec = instantiate(cfg.cache, _convert_="all")
+    teacher, features = cached_teacher(cfg, teacher_spec, spec)
+    device = fabric_for(cfg).device
+    teacher = teacher.to(device)
+    key = cache_key(teacher, tokenizer, datamodule, spec.k, spec.temperature, tuple(features))
+    directory = shared_directory(spec) / key.digest()
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(directory.parent / f"{directory.name}.lock"):
+        found = (directory / INDEX_NAME).is_file()
+        stats = write_cache(
+            teacher, tokenizer, datamodule, spec, directory, device=device, features=features
+        )
+    if found and not stats.shards_written:
+        reason = f"{choice.reason}; found whole in the shared cache"
+    else:
+        reason = f"{choice.reason}; written to the shared cache"
+        print(stats.line(0), flush=True)
+        report(directory, spec, 0)
+    return replace(choice, path=str(directory), reason=reason, written_bytes=stats.bytes_written)

@@ -1,0 +1,76 @@
+"""Output heads applied outside the models' forwards: what the chunked loss and the cache writer
+read, the check that they reproduce the model's own logits, and their gathering under ZeRO-3."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+
+import torch
+from torch import Tensor, nn
+
+from lightning_kd.losses.chunked import OutputHead, matmul_dtype
+from lightning_kd.models.loading import logit_transform
+
+
+def output_head(model: nn.Module) -> OutputHead:
+    """``model``'s output projection, as the chunked loss applies it to final hidden states."""
+    head = model.get_output_embeddings()
+    return OutputHead(head.weight, head.bias, logit_transform(model.config))
+
+
+def final_hidden(model: nn.Module, batch: dict[str, Tensor], logits: bool) -> Tensor:
+    """``model``'s full logits, or its body's final hidden states (no head, no logits)."""
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    if logits:
+        return model(**inputs, use_cache=False).logits
+    return model.base_model(**inputs, use_cache=False).last_hidden_state
+
+
+def check_head(model: nn.Module, batch: dict[str, Tensor], role: str, fix: str) -> None:
+    """The head applied to ``model``'s hidden states must give the model's own logits (on the
+    first row's first 8 tokens of ``batch``): catches architectures that post-process logits in
+    a way :func:`~lightning_kd.models.loading.logit_transform` does not know, before anything
+    trains on (or stores) other logits. ``fix`` ends the error."""
+    sample = {key: batch[key][:1, :8] for key in ("input_ids", "attention_mask")}
+    was_training = model.training
+    model.eval()  # dropout would make the two forwards differ
+    try:
+        with torch.no_grad():
+            expected = final_hidden(model, sample, logits=True).float()
+            hidden = final_hidden(model, sample, logits=False)
+            got = output_head(model).logits(hidden, matmul_dtype(hidden)).float()
+    finally:
+        model.train(was_training)
+    if not torch.allclose(got, expected, rtol=2e-2, atol=2e-2):
+        raise ValueError(
+            f"the {role} ({type(model).__name__}) computes its logits in a way the chunked loss "
+            f"does not reproduce (max difference {(got - expected).abs().max():.3g}); {fix}"
+        )
+
+
+def gathered(heads: tuple[OutputHead | None, ...] | None) -> AbstractContextManager:
+    """The output heads' weights whole for the block, where DeepSpeed ZeRO-3 has partitioned them.
+
+    ZeRO-3 gathers a parameter only inside its own module's forward; the chunked loss applies the
+    heads outside any forward (from hidden states), so it gathers them itself, read-only. The
+    head-weight gradient is computed inside the block and returned in backward, when the weight
+    may be partitioned again. Nothing to do (and no DeepSpeed import) anywhere else.
+    """
+    present = [head for head in heads or () if head is not None]
+    params = [p for head in present for p in (head.weight, head.bias)]
+    partitioned = [p for p in params if p is not None and is_partitioned(p)]
+    if not partitioned:
+        return nullcontext()
+    import deepspeed
+
+    return deepspeed.zero.GatheredParameters(partitioned, modifier_rank=None)
+
+
+def is_partitioned(param: Tensor) -> bool:
+    """A ZeRO-3 parameter not whole on this rank now. One that is whole already — small enough to
+    persist (``stage3_param_persistence_threshold``), or held by a module mid-forward — must not
+    be gathered: leaving the gather would free it under that module (DeepSpeed refuses: "Cannot
+    free a ZeRO-3 parameter while it is still active in submodules", seen on an H200 with a
+    tiny tied teacher)."""
+    status = getattr(param, "ds_status", None)
+    return hasattr(param, "ds_id") and status is not None and status.name != "AVAILABLE"

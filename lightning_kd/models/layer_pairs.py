@@ -1,0 +1,175 @@
+"""Which activations are matched: layer pairs from config, and the projectors between widths.
+
+``distill.features`` is either a list of pairs ``{student, teacher, loss, weight}`` (module paths on
+the unwrapped Hugging Face models, as ``named_modules()`` prints them) or the shorthand
+``uniform``: student decoder layer j ↔ the teacher layer it was copied from (or, for a student not
+copied from the teacher, the evenly spaced teacher layer it would have been), or ``spans``: student
+layer j ↔ the last teacher layer of the span it stands for — the one just before the teacher layer
+that student layer j + 1 copies (TinyBERT's mapping). With ``spans`` each student layer is asked
+for what its successor's copied weights were trained to read; the last pairs with the teacher's
+last either way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import Any
+
+from torch import nn
+
+from lightning_kd.losses.features import get_feature_loss
+from lightning_kd.models.capture import CaptureError, resolve_module
+from lightning_kd.models.student import decoder_layers, evenly_spaced
+
+UNIFORM = "uniform"
+SPANS = "spans"
+MAPPINGS = (UNIFORM, SPANS)
+PROJECTORS = ("linear", "none")
+
+
+@dataclass(frozen=True)
+class LayerPair:
+    """One matched pair of modules and how their outputs are compared."""
+
+    student: str
+    teacher: str
+    loss: str = "cosine"
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        get_feature_loss(self.loss)  # raises on an unknown name
+        if self.weight < 0:
+            raise ValueError(f"feature pair {self.student}->{self.teacher}: weight must be >= 0")
+
+
+def uniform_pairs(
+    student: nn.Module,
+    teacher: nn.Module,
+    layer_map: list[int] | None,
+    loss: str,
+    weight: float,
+    mapping: str = UNIFORM,
+) -> list[LayerPair]:
+    """Student layer j ↔ teacher layer ``layer_map[j]`` (or evenly spaced without a map); with
+    ``mapping="spans"``, ↔ the teacher layer before ``layer_map[j + 1]`` (the last: the last)."""
+    student_path, student_layers = decoder_layers(student)
+    teacher_path, teacher_layers = decoder_layers(teacher)
+    targets = layer_map or evenly_spaced(len(student_layers), len(teacher_layers))
+    if mapping == SPANS:
+        targets = span_ends(targets, len(teacher_layers))
+    return [
+        LayerPair(f"{student_path}.{j}", f"{teacher_path}.{i}", loss, weight)
+        for j, i in enumerate(targets)
+    ]
+
+
+def span_ends(starts: list[int], teacher_layers: int) -> list[int]:
+    """For student layers copied from teacher layers ``starts``: the teacher layer whose output
+    each student layer's output stands for (the one before the next copied layer; the last)."""
+    if any(following <= start for start, following in pairwise(starts)):
+        raise ValueError(
+            f"distill.features=spans needs student layers copied in teacher order; {starts} is "
+            "not increasing. Use distill.features=uniform, or list the pairs"
+        )
+    ends = [following - 1 for _, following in pairwise(starts)]
+    return [*ends, teacher_layers - 1]
+
+
+def layer_pairs(
+    features: str | list[dict[str, Any]] | None,
+    student: nn.Module,
+    teacher: nn.Module,
+    layer_map: list[int] | None,
+    loss: str = "cosine",
+    weight: float = 1.0,
+) -> list[LayerPair]:
+    """The configured pairs, in config order, with every module path checked to exist."""
+    if not features:
+        return []
+    if features in MAPPINGS:
+        pairs = uniform_pairs(student, teacher, layer_map, loss, weight, features)
+    elif isinstance(features, str):
+        raise ValueError(
+            f"distill.features={features!r}; use {UNIFORM!r}, {SPANS!r} or a list of pairs"
+        )
+    else:
+        pairs = []
+        for entry in features:
+            unknown = set(entry) - {"student", "teacher", "loss", "weight"}
+            if unknown or not {"student", "teacher"} <= set(entry):
+                raise ValueError(
+                    f"distill.features entry {entry} needs keys student and teacher (optional: "
+                    "loss, weight)"
+                )
+            pairs.append(LayerPair(**{"loss": loss, "weight": weight, **entry}))
+    for pair in pairs:
+        resolve_module(student, pair.student, "student")
+        resolve_module(teacher, pair.teacher, "teacher")
+    return pairs
+
+
+def configured_pairs(
+    distill: Any, student: nn.Module, teacher: nn.Module | None, layer_map: list[int] | None
+) -> list[LayerPair]:
+    """The pairs ``distill.features`` maps, each with its default loss and weight (none without a
+    teacher to resolve them on)."""
+    if teacher is None:
+        return []
+    loss, weight = distill.feature_loss, distill.feature_weight
+    return layer_pairs(distill.features, student, teacher, layer_map, loss, weight)
+
+
+def output_width(module: nn.Module, config) -> int:
+    """The last dimension of ``module``'s output, read off its structure."""
+    width = getattr(module, "out_features", None)  # nn.Linear, and LoRA layers wrapping one
+    if isinstance(width, int):
+        return width
+    if isinstance(module, nn.Embedding):
+        return module.embedding_dim
+    weight = getattr(module, "weight", None)
+    if isinstance(weight, nn.Parameter) and weight.ndim == 1:  # norms
+        return weight.shape[0]
+    return config.hidden_size  # decoder/encoder blocks and attention outputs: the residual width
+
+
+def make_projectors(
+    pairs: list[LayerPair], student: nn.Module, teacher: nn.Module, kind: str
+) -> nn.ModuleList:
+    """One projector per pair, in config order: ``nn.Linear`` where widths differ, else Identity.
+
+    Projectors train with the student, so they take its parameters' dtype (``student.dtype``).
+    """
+    if kind not in PROJECTORS:
+        raise ValueError(f"distill.projector={kind!r}; choose one of {list(PROJECTORS)}")
+    dtype = next(student.parameters()).dtype
+    projectors = nn.ModuleList()
+    for pair in pairs:
+        width_in = output_width(student.get_submodule(pair.student), student.config)
+        width_out = output_width(teacher.get_submodule(pair.teacher), teacher.config)
+        if width_in == width_out:
+            projectors.append(nn.Identity())
+        elif kind == "none":
+            raise CaptureError(
+                f"{pair.student} ({width_in} wide) and {pair.teacher} ({width_out} wide) differ in "
+                "width and distill.projector=none; set distill.projector=linear"
+            )
+        else:
+            projectors.append(nn.Linear(width_in, width_out, bias=False, dtype=dtype))
+    return projectors
+
+
+REPAIR_LOSS = "cosine"
+"""What each repaired layer's output is compared with its span's end by (scale-free, as the
+teacher's residual stream grows through the span)."""
+
+
+def repair_pairs(
+    distill, student: nn.Module, teacher: nn.Module | None, layer_map: list[int] | None
+) -> list[LayerPair]:
+    """Student layer j ↔ the end of the teacher span it stands for (:func:`span_ends`),
+    whose teacher outputs the repair reads; none without ``distill.blockwise_passes`` or for a
+    student not copied from the teacher (``distill.repair.repair_plan`` refuses that)."""
+    if not distill.blockwise_passes or layer_map is None or teacher is None:
+        return []
+    return uniform_pairs(student, teacher, layer_map, REPAIR_LOSS, 1.0, mapping=SPANS)

@@ -1,0 +1,220 @@
+"""Building the student: the teacher's architecture with fewer layers, copied from the teacher.
+
+The default student keeps the teacher's embeddings, final norm, head and an evenly spaced subset of
+its decoder layers (first and last included); ``student.layers`` picks them explicitly,
+``student.path`` loads a pretrained student and ``student.config`` initialises one at random.
+:func:`check_vocabularies` refuses a student that does not score the teacher tokenizer's ids.
+This module knows transformers, not Lightning.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+try:  # transformers >= 5
+    from transformers.initialization import no_init_weights
+except ImportError:  # transformers 4.x
+    from transformers.modeling_utils import no_init_weights
+
+from lightning_kd.models.loading import DTYPES, StudentSpec, auto_class, model_from_config
+from lightning_kd.models.lora import apply_lora
+from lightning_kd.models.sources import checked_model_path
+
+
+@dataclass
+class Models:
+    """A built teacher/student pair and how the student's layers map onto the teacher's."""
+
+    teacher: PreTrainedModel
+    student: PreTrainedModel
+    """The student; a ``PeftModel`` around it with ``student.lora``."""
+    layer_map: list[int] | None = field(default=None)
+    """``layer_map[j]`` is the teacher layer that student layer j was copied from (None if not)."""
+
+
+def decoder_layers(model: nn.Module) -> tuple[str, nn.ModuleList]:
+    """The module path and the ``ModuleList`` of a transformer's repeated blocks.
+
+    Found as the first ``ModuleList`` whose length is ``config.num_hidden_layers``
+    (``model.layers`` in Llama/Qwen, ``encoder.layer`` in BERT, ``transformer.h`` in GPT-2).
+    """
+    count = model.config.num_hidden_layers
+    for name, module in model.named_modules():
+        if isinstance(module, nn.ModuleList) and len(module) == count:
+            return name, module
+    raise ValueError(f"{type(model).__name__} has no ModuleList of {count} decoder layers")
+
+
+def evenly_spaced(count: int, total: int) -> list[int]:
+    """``count`` indices spread evenly over ``range(total)``, first and last included."""
+    if count == 1:
+        return [total - 1]
+    return [round(j * (total - 1) / (count - 1)) for j in range(count)]
+
+
+def student_layer_indices(spec: StudentSpec, teacher_layers: int) -> list[int]:
+    """The teacher layers a from-teacher student copies, checked against the teacher's depth."""
+    if spec.by_importance:
+        raise ValueError(
+            "student.layers=importance must be resolved to layer indices from calibration data "
+            "before the student is built: run.py does it; from Python, pass the indices of "
+            "lightning_kd.launch.importance.rank_for_student(...).kept as student.layers"
+        )
+    if spec.layers is not None:
+        bad = [i for i in spec.layers if not 0 <= i < teacher_layers]
+        if bad:
+            raise ValueError(
+                f"student.layers has indices {bad} outside the teacher's 0..{teacher_layers - 1}"
+            )
+        return list(spec.layers)
+    count = spec.num_layers
+    if count is None:
+        raise ValueError("set student.num_layers, student.layers, student.path or student.config")
+    check_num_layers(count, teacher_layers)
+    return evenly_spaced(count, teacher_layers)
+
+
+def check_num_layers(count: int, teacher_layers: int) -> None:
+    """Raise unless a student of ``count`` copied layers fits a teacher of ``teacher_layers``."""
+    if not 1 <= count <= teacher_layers:
+        raise ValueError(
+            f"student.num_layers={count} is "
+            + ("larger than" if count > teacher_layers else "outside")
+            + f" the teacher's {teacher_layers} layers; choose 1..{teacher_layers}"
+        )
+
+
+def student_from_teacher(teacher: PreTrainedModel, indices: list[int]) -> PreTrainedModel:
+    """A copy of ``teacher`` keeping only layers ``indices`` (in that order), in fp32.
+
+    Embeddings, final norm and head are copied too; with tied embeddings the head stays tied.
+    """
+    config = copy.deepcopy(teacher.config)
+    config.num_hidden_layers = len(indices)
+    if getattr(config, "layer_types", None) is not None:
+        config.layer_types = [config.layer_types[i] for i in indices]
+    config.use_cache = True  # the exported student is a normal model; training turns it off
+    with no_init_weights():  # every weight is overwritten below: skip the random init
+        student = type(teacher)(config).to(torch.float32)
+    path, teacher_blocks = decoder_layers(teacher)
+    prefix = f"{path}."
+    state = {k: v for k, v in teacher.state_dict().items() if not k.startswith(prefix)}
+    for j, i in enumerate(indices):
+        for key, value in teacher_blocks[i].state_dict().items():
+            state[f"{prefix}{j}.{key}"] = value
+    student.load_state_dict(state, strict=True)  # copies: no storage shared with the teacher
+    student.tie_weights()
+    return student
+
+
+def build_student(spec: StudentSpec, teacher: PreTrainedModel, task: str) -> Models:
+    """The student described by ``spec``, trainable, with activation checkpointing if asked; with
+    ``spec.lora`` a ``PeftModel`` whose adapters alone train."""
+    layer_map = None
+    if spec.path is not None:
+        student = auto_class(task).from_pretrained(
+            checked_model_path(spec.path, "student.path"),
+            trust_remote_code=spec.trust_remote_code,
+            dtype=torch.float32,
+        )
+    elif spec.config is not None:
+        student = model_from_config(spec.config, task, base=teacher.config)
+    else:
+        layer_map = student_layer_indices(spec, teacher.config.num_hidden_layers)
+        student = student_from_teacher(teacher, layer_map)
+    student = student.to(DTYPES[spec.dtype])
+    student.requires_grad_(True)
+    if spec.frozen_embeddings:
+        freeze_embeddings(student)
+    if spec.freeze_layers:
+        freeze_first_layers(student, spec.freeze_layers)
+    student.train()  # from_pretrained returns eval mode: dropout and checkpointing would stay off
+    if spec.activation_checkpointing:
+        enable_activation_checkpointing(student)
+    if spec.lora is not None:
+        student = apply_lora(student, spec.lora_spec)
+    return Models(teacher=teacher, student=student, layer_map=layer_map)
+
+
+def freeze_embeddings(model: PreTrainedModel) -> None:
+    """Stop gradients to the input embeddings and the output head (one matrix when tied)."""
+    for module in (model.get_input_embeddings(), model.get_output_embeddings()):
+        if module is not None:
+            module.requires_grad_(False)
+
+
+def freeze_first_layers(model: PreTrainedModel, count: int) -> None:
+    """Stop gradients to the first ``count`` decoder layers (refused unless one stays trainable)."""
+    _, blocks = decoder_layers(model)
+    if count >= len(blocks):
+        raise ValueError(
+            f"student.freeze_layers={count} would freeze all {len(blocks)} of the student's "
+            f"layers; keep at least one trainable (0..{len(blocks) - 1})"
+        )
+    for block in blocks[:count]:
+        block.requires_grad_(False)
+
+
+def enable_activation_checkpointing(model: PreTrainedModel) -> None:
+    """Hugging Face's non-reentrant activation checkpointing on every decoder/encoder layer.
+
+    transformers 5.x renamed ``gradient_checkpointing_enable`` (deprecated, removed in v6);
+    older releases have only the old name.
+    """
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+def is_activation_checkpointing(model: PreTrainedModel) -> bool:
+    """Whether any of the model's layers checkpoints its activations (either transformers API)."""
+    return any(getattr(module, "gradient_checkpointing", False) for module in model.modules())
+
+
+# ----------------------------------------------------------------------------- vocabulary
+
+
+def student_tokenizer(spec: StudentSpec) -> PreTrainedTokenizerBase | None:
+    """The tokenizer saved with a pretrained student, if it has one (to check it matches)."""
+    if spec.path is None:
+        return None
+    try:
+        return AutoTokenizer.from_pretrained(spec.path, trust_remote_code=spec.trust_remote_code)
+    except (OSError, ValueError):
+        return None  # weights without a tokenizer: check_vocabularies compares sizes only
+
+
+def check_vocabularies(
+    teacher: PreTrainedModel,
+    student: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    student_tokenizer: PreTrainedTokenizerBase | None = None,
+) -> None:
+    """Raise unless both models score the teacher tokenizer's ids in the same vocabulary.
+
+    Sizes may differ by padding rows (logits are then compared over the shared range); a student
+    with its own, different tokenizer cannot be distilled on logits.
+    """
+    if student_tokenizer is not None and student_tokenizer.get_vocab() != tokenizer.get_vocab():
+        diff = set(student_tokenizer.get_vocab().items()) ^ set(tokenizer.get_vocab().items())
+        example = sorted(diff, key=str)[:3]
+        raise ValueError(
+            "the student's tokenizer differs from the teacher's (e.g. "
+            f"{example}); logit distillation needs one shared tokenizer. Use a student of the "
+            "teacher's family, or build it from the teacher (student.num_layers=...)"
+        )
+    needed = len(tokenizer)
+    for role, model in (("teacher", teacher), ("student", student)):
+        size = model.get_input_embeddings().num_embeddings
+        if size < needed:
+            raise ValueError(
+                f"the {role}'s vocabulary has {size} rows but the tokenizer has {needed} tokens: "
+                "the two do not belong together (different tokenizers)"
+            )

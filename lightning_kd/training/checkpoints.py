@@ -1,0 +1,193 @@
+"""Checkpoints that survive: written crash-safely, read safely, named where they are bad.
+
+- :class:`SafeCheckpointIO` writes each checkpoint to a temporary file *beside* its target (same
+  directory, so the same filesystem), fsyncs it and moves it into place with ``os.replace``: a
+  crash at any moment leaves either the previous file or the new one, never a truncated mix. It
+  loads only local paths, always with ``weights_only=True`` (a pickle cannot run code), and turns
+  an empty, truncated or corrupt file into a :class:`CheckpointError` naming it.
+- :func:`resolve_ckpt_path` checks ``ckpt_path`` before anything loads: ``last`` means the run
+  directory's latest checkpoint; a URL (``http://``, ``s3://``, any ``scheme://``) is refused.
+
+When checkpoints are written (every N steps, at validation, on interruption) is
+``lightning_kd.training.saving``'s concern.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from torch import nn
+
+from lightning_kd.utils.atomic import TEMP_SUFFIX
+
+LAST = "last"
+"""``ckpt_path`` value meaning "this run directory's latest checkpoint"."""
+LAST_NAME = "last.ckpt"
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint path that is refused, missing, or a file that is not a whole checkpoint."""
+
+
+def resolve_ckpt_path(ckpt_path: str | None, checkpoint_dir: Path) -> Path | None:
+    """The local checkpoint file ``ckpt_path`` names, checked to exist and look whole.
+
+    ``last`` is ``checkpoint_dir/last.ckpt``. Remote paths are refused: Lightning loads them
+    through fsspec with ``weights_only=False``, so a crafted file would run code.
+    """
+    if ckpt_path is None:
+        return None
+    text = str(ckpt_path)
+    if _SCHEME.match(text):
+        raise CheckpointError(
+            f"ckpt_path={text!r} is a URL; only local checkpoint files are loaded (a remote one "
+            "would be unpickled without weights_only). Download it yourself, check where it "
+            "comes from, and pass the local path"
+        )
+    path = checkpoint_dir / LAST_NAME if text == LAST else Path(text).expanduser()
+    if not path.exists():
+        where = f"; this run directory has no checkpoint yet ({checkpoint_dir})"
+        raise CheckpointError(
+            f"ckpt_path={text!r}: no checkpoint file at {path}"
+            + (where if text == LAST else "; give the path of a .ckpt file, or ckpt_path=last")
+        )
+    if path.is_file():  # (DeepSpeed writes a directory)
+        check_whole(path)
+    return path
+
+
+def check_whole(path: Path) -> None:
+    """Raise :class:`CheckpointError` unless ``path`` is a complete torch zip archive.
+
+    Cheap (reads the archive's directory at the end of the file, not the tensors): a file cut
+    short by a crash or a full disk has no directory there.
+    """
+    size = path.stat().st_size
+    if size == 0:
+        raise CheckpointError(
+            f"checkpoint {path} is empty (0 bytes): a write of it was interrupted; resume from "
+            "an earlier checkpoint or start afresh"
+        )
+    try:
+        with zipfile.ZipFile(path) as archive:
+            archive.namelist()
+    except (zipfile.BadZipFile, OSError) as err:
+        raise CheckpointError(
+            f"checkpoint {path} ({size} bytes) is truncated or corrupt ({err}); resume from an "
+            "earlier checkpoint or start afresh"
+        ) from None
+
+
+def atomic_torch_save(obj: Any, path: Path) -> None:
+    """``torch.save`` to ``path`` so that a crash leaves the previous file or the whole new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f".{path.name}.{os.getpid()}{TEMP_SUFFIX}")
+    try:
+        with open(temp, "wb") as handle:
+            torch.save(obj, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)  # atomic within one filesystem: temp lies beside path
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    _fsync_directory(path.parent)  # make the rename itself durable
+
+
+def _fsync_directory(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # platforms without directory handles
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def load_local(path: Path, map_location: Any = None) -> dict[str, Any]:
+    """A checkpoint loaded with ``weights_only=True``; a bad file is a :class:`CheckpointError`."""
+    path = Path(path)
+    check_whole(path)
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise CheckpointError(
+            f"checkpoint {path} cannot be read with weights_only=True: it holds objects other "
+            f"than tensors and plain data, which could run code when unpickled ({err}). "
+            "Only checkpoints written by lightning-kd are resumed from"
+        ) from None
+    except (EOFError, RuntimeError, OSError, zipfile.BadZipFile) as err:
+        raise CheckpointError(
+            f"checkpoint {path} cannot be read ({type(err).__name__}: {err}); it is truncated "
+            "or corrupt: resume from an earlier checkpoint or start afresh"
+        ) from None
+
+
+class SafeCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint IO with crash-safe writes and safe, local-only reads."""
+
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
+    ) -> None:
+        if storage_options is not None:
+            raise TypeError("SafeCheckpointIO takes no storage_options")
+        if _SCHEME.match(str(path)):
+            raise CheckpointError(f"checkpoints are written to local paths only, not {path}")
+        atomic_torch_save(checkpoint, Path(path))
+
+    def load_checkpoint(
+        self, path: Any, map_location: Any | None = None, weights_only: bool | None = None
+    ) -> dict[str, Any]:
+        if _SCHEME.match(str(path)):
+            raise CheckpointError(f"only local checkpoints are loaded, not {path}")
+        # weights_only is always True here, whatever the caller asks for: see the module doc.
+        return load_local(Path(path), map_location or (lambda storage, loc: storage))
+
+
+TEACHER_PREFIX = "distiller.teacher."
+"""Where the frozen teacher's weights sit in a DistillationModule's state dict."""
+STUDENT_PREFIX = "distiller.student."
+
+
+def frozen_student_keys(student: nn.Module) -> frozenset[str]:
+    """The module state-dict keys of ``student``'s frozen parameters (a tied one under each of
+    its names): what a LoRA student's checkpoint leaves out."""
+    named = student.named_parameters(remove_duplicate=False)
+    return frozenset(STUDENT_PREFIX + name for name, p in named if not p.requires_grad)
+
+
+def is_rebuilt(key: str, student_keys: frozenset[str] = frozenset()) -> bool:
+    """Whether ``key`` is rebuilt on load rather than read from a checkpoint: the teacher's
+    weights (from ``teacher.path``, or ``teacher.config`` and its seed) and ``student_keys`` (a
+    LoRA student's frozen base, copied from the teacher or loaded from ``student.path`` again)."""
+    return key.startswith(TEACHER_PREFIX) or key in student_keys
+
+
+def drop_rebuilt(state: dict[str, Any], student_keys: frozenset[str] = frozenset()) -> None:
+    """Remove every key :func:`is_rebuilt` names from a module state dict."""
+    for key in [k for k in state if is_rebuilt(k, student_keys)]:
+        del state[key]
+
+
+def check_trainable_keys(
+    saved: dict[str, Any], own: dict[str, Any], student_keys: frozenset[str] = frozenset()
+) -> None:
+    """Refuse a checkpoint that lacks any weight of ``own`` but those rebuilt on load."""
+    missing = [k for k in own if not is_rebuilt(k, student_keys) and k not in saved]
+    if missing:
+        raise KeyError(
+            f"checkpoint lacks {len(missing)} student weights (e.g. {missing[:3]}); it was "
+            "saved from a different student configuration"
+        )

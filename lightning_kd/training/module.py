@@ -1,0 +1,257 @@
+"""The LightningModule: Lightning's hooks around a
+:class:`~lightning_kd.distill.distiller.Distiller`.
+
+The distiller owns the models and the step's math. This module builds it in ``configure_model``
+(where a strategy can wrap it), keeps the teacher out of the optimizer and the checkpoints (and a
+LoRA student's frozen base, rebuilt like the teacher: only adapters and projectors are saved), and
+makes accumulation exact: each micro-batch returns its per-token loss *sum*, and
+``on_before_optimizer_step`` (before clipping) divides the window's gradients once by its scored
+tokens over all ranks — a last partial window included.
+
+``save_hyperparameters`` keeps the specs as plain data: ``load_from_checkpoint(path)`` rebuilds
+the module, its teacher from ``teacher.path``, without the teacher in the file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from lightning.pytorch import Callback, LightningModule
+from lightning.pytorch.utilities import rank_zero_only
+from torch import Tensor, nn
+from torch.distributed.fsdp import FullyShardedDataParallel
+from torch.optim import Optimizer
+from transformers import PreTrainedTokenizerBase
+
+from lightning_kd.distill.accumulation import Window
+from lightning_kd.distill.distiller import Distiller
+from lightning_kd.distill.objective import DistillConfig
+from lightning_kd.distill.repair import RepairReport
+from lightning_kd.models.digests import config_digest, weights_digest
+from lightning_kd.models.loading import StudentSpec, TeacherSpec, load_tokenizer
+from lightning_kd.training.checkpoints import (
+    STUDENT_PREFIX,
+    check_trainable_keys,
+    drop_rebuilt,
+    frozen_student_keys,
+    is_rebuilt,
+)
+from lightning_kd.training.finite import check_finite_loss
+from lightning_kd.training.metrics import ValidationMetrics
+from lightning_kd.training.optim import optimizer_config
+from lightning_kd.training.repair import BlockwiseRepair
+from lightning_kd.training.strategies import ROLE
+from lightning_kd.utils.compat import exclude_from_ddp, silence_eval_mode_warning
+from lightning_kd.utils.plain_data import as_spec, plain_data
+
+
+class DistillationModule(LightningModule):
+    """Distils ``teacher`` into ``student`` with the objective ``distill`` describes."""
+
+    def __init__(
+        self,
+        teacher: TeacherSpec | dict,
+        student: StudentSpec | dict,
+        distill: DistillConfig | dict,
+        optimizer: Callable[..., Optimizer] | None = None,
+        scheduler: Callable[..., Any] | None = None,
+        tokenizer: PreTrainedTokenizerBase | None = None,
+    ) -> None:
+        super().__init__()
+        self.teacher_spec = as_spec(teacher, TeacherSpec)
+        self.student_spec = as_spec(student, StudentSpec)
+        self.distill = as_spec(distill, DistillConfig)
+        specs = {"teacher": self.teacher_spec, "student": self.student_spec}
+        self.save_hyperparameters(plain_data(specs | {"distill": self.distill}))
+        self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
+        self.tokenizer = tokenizer
+        self.distiller: Distiller | None = None
+        self.strict_loading = False  # checkpoints omit the teacher (see on_load_checkpoint)
+        self.val_metrics = ValidationMetrics()
+        self.window = Window()
+        self.teacher_perplexity: float | None = None
+        self.tokens_seen = 0
+        """Scored training tokens so far, over all ranks."""
+        self.fit_validation: tuple[int, dict[str, float]] | None = None
+        """``(global_step, metrics)`` of the latest validation inside ``fit``."""
+        self.teacher_digest: str | None = None
+        """``digests.weights_digest`` of the teacher as loaded (checkpoints record it)."""
+        self.rebuilt_student_keys: frozenset[str] = frozenset()
+        """A LoRA student's frozen base: rebuilt on load like the teacher, never checkpointed."""
+        self.student_base_digest: str | None = None
+        """``weights_digest`` of a LoRA student's frozen base as built (checkpoints record it)."""
+        self.teacher_config: str | None = None
+        """``digests.config_digest`` of the teacher's Hugging Face config."""
+        self.blockwise: RepairReport | None = None
+        """What ``distill.blockwise_passes`` did before the first step (None: not run here);
+        set by the :class:`~lightning_kd.training.repair.BlockwiseRepair` stage."""
+
+    @property
+    def teacher(self) -> nn.Module | None:
+        return None if self.distiller is None else self.distiller.teacher
+
+    @property
+    def student(self) -> nn.Module | None:
+        return None if self.distiller is None else self.distiller.student
+
+    def configure_model(self) -> None:
+        """Build teacher and student (Lightning calls this once per stage; build only once)."""
+        if self.distiller is not None:
+            return
+        if self.tokenizer is None:
+            self.tokenizer = load_tokenizer(self.teacher_spec)
+        # teacher.dtype=auto follows the trainer's precision (bf16-mixed: a bf16 teacher).
+        precision = str(self._trainer.precision) if self._trainer is not None else None
+        distill = self.distill
+        data = self._trainer.datamodule if self._trainer is not None else None
+        if distill.teacher_cache is not None and data is None:
+            # load_from_checkpoint (no trainer, no data to match a cache to): the teacher itself.
+            distill = replace(distill, teacher_cache=None)
+        self.distiller = Distiller.from_specs(
+            self.teacher_spec, self.student_spec, distill, self.tokenizer, precision, data
+        )
+        cached = self.distiller.cached_teacher
+        # Before any strategy shards it; a cached teacher's is the one its cache was keyed by.
+        self.teacher_digest = cached.key.teacher_weights if cached else weights_digest(self.teacher)
+        self.teacher_config = (
+            cached.key.teacher_config if cached else config_digest(self.teacher.config)
+        )
+        self.note_student_base()
+        if self.teacher_spec.quantize is not None and self.teacher is not None:
+            # DDP broadcasts every weight from rank 0 at setup, and torchao's int8 tensors
+            # cannot be broadcast; each rank loads and quantizes the very same teacher anyway.
+            names = [f"distiller.teacher.{name}" for name in self.teacher.state_dict()]
+            exclude_from_ddp(self, names)
+        for role in ("teacher", "student"):  # the bodies the step calls, for wrap policies
+            if getattr(self, role) is not None:
+                setattr(getattr(self, role).base_model, ROLE, role)
+
+    def note_student_base(self) -> None:
+        """A LoRA student's frozen base: its keys (rebuilt on load, never checkpointed) and its
+        digest, by the names as built, before a strategy wraps them."""
+        if self.distiller.adapter is None:
+            return
+        self.rebuilt_student_keys = frozen_student_keys(self.student)
+        base = {key.removeprefix(STUDENT_PREFIX) for key in self.rebuilt_student_keys}
+        self.student_base_digest = weights_digest(self.student, base)
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        params = self.distiller.trainable_parameters()  # never the teacher's
+
+        def total_steps() -> int:
+            return int(self.trainer.estimated_stepping_batches)
+
+        return optimizer_config(self.optimizer_factory, self.scheduler_factory, params, total_steps)
+
+    # ------------------------------------------------------------------------- training
+
+    def on_fit_start(self) -> None:
+        # Lightning warns about every module in eval mode when training starts: the teacher's
+        # are meant to be; any other count (a student module left in eval) still warns.
+        teacher_modules = 0 if self.teacher is None else sum(1 for _ in self.teacher.modules())
+        silence_eval_mode_warning(self.trainer, teacher_modules)
+        self.window.reset()
+
+    def configure_callbacks(self) -> list[Callback]:
+        """The block-wise repair is a stage of its own that runs before the first step
+        (``training/repair.py``); declared here so that any Trainer fitting this module runs it."""
+        return [BlockwiseRepair()] if self.distill.blockwise_passes else []
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        # Numbers the micro-batch for distill.on_policy: the same draws again after a resume.
+        step = self.global_step
+        objective, sums = self.distiller(batch, draw=step * 1_000_003 + batch_idx, step=step)
+        self.window.add(sums)
+        return objective  # a token sum: on_before_optimizer_step turns it into the window's mean
+
+    def configure_gradient_clipping(
+        self,
+        optimizer: Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        # Lightning's FSDP precision refuses clipping by norm (torch's clip_grad_norm_ would clip
+        # each rank by its own shards' norm); FSDP's own clip_grad_norm_ reduces the norm over
+        # ranks. Runs after on_before_optimizer_step, on the window-scaled gradients.
+        fsdp = isinstance(self.trainer.model, FullyShardedDataParallel)
+        if fsdp and gradient_clip_val and gradient_clip_algorithm in (None, "norm"):
+            self.trainer.model.clip_grad_norm_(gradient_clip_val)
+            return
+        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+    def on_before_optimizer_step(self, optimizer: Optimizer) -> None:
+        totals = self.window.reduced(self.trainer.strategy)
+        self.window.rescale_gradients(
+            self.distiller.trainable_parameters(),
+            totals["tokens"],
+            self.trainer.accumulate_grad_batches,  # Lightning divided each loss by it
+            self.trainer.world_size,
+        )
+        self.window.reset()
+        parts = self.window.means(totals, self.distiller.objective)
+        if not self.distiller.layer_pairs:
+            del parts["features"]
+        # Before the optimizer applies it: the weights stay those of the last finite step.
+        check_finite_loss(self.trainer.global_step + 1, parts)
+        self.log("train/loss", parts.pop("loss"), prog_bar=True, on_step=True, on_epoch=False)
+        logged = {f"train/{name}": value for name, value in parts.items()}
+        sampler = self.distiller.on_policy
+        share = None if sampler is None else sampler.tally.take()
+        if share is not None:  # interleaved sampling: how much of the text was the student's
+            logged["train/student_token_share"] = share
+        self.log_dict(logged, on_step=True, on_epoch=False)
+        self.tokens_seen += int(totals["tokens"])
+
+    # ------------------------------------------------------------------------- validation
+
+    def on_validation_start(self) -> None:
+        # The metrics' states are plain tensors, which only ``module.to`` moves. DeepSpeed ZeRO-3
+        # never calls it on models built in ``configure_model`` (its engine places the partitioned
+        # parameters itself), nor does FSDP (it moves only what it wraps): put them where the
+        # step's tensors are, or the first update fails on a GPU.
+        self.val_metrics.to(self.trainer.strategy.root_device)
+
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        for name, (total, count) in self.distiller.evaluate(batch).items():
+            # The teacher does not change: its perplexity is measured once.
+            if name != "teacher_ppl" or self.teacher_perplexity is None:
+                self.val_metrics.update(name, total, count)
+
+    def on_validation_epoch_end(self) -> None:
+        metrics = self.val_metrics.compute()
+        self.val_metrics.reset()
+        # A sanity check sees too few batches to be the teacher's perplexity.
+        if "val/teacher_ppl" in metrics and not self.trainer.sanity_checking:
+            self.teacher_perplexity = float(metrics["val/teacher_ppl"])
+        self.log_dict(metrics, prog_bar=True)
+        if self.trainer.state.fn == "fit" and not self.trainer.sanity_checking:
+            values = {name: float(value) for name, value in metrics.items()}
+            self.fit_validation = (self.trainer.global_step, values)
+
+    def validation_at(self, step: int) -> dict[str, float] | None:
+        """The metrics of a validation inside ``fit`` at optimizer step ``step``, if one ran:
+        the final student need not be validated a second time."""
+        if self.fit_validation is None or self.fit_validation[0] != step:
+            return None
+        return dict(self.fit_validation[1])
+
+    # ------------------------------------------------------------------------- checkpoints
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        drop_rebuilt(checkpoint["state_dict"], self.rebuilt_student_keys)
+        checkpoint["tokens_seen"] = self.tokens_seen
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        state, own = checkpoint["state_dict"], self.state_dict()
+        check_trainable_keys(state, own, self.rebuilt_student_keys)
+        if self._trainer is None:  # load_from_checkpoint: the models just built fill their keys
+            rebuilt = {k: v for k, v in own.items() if is_rebuilt(k, self.rebuilt_student_keys)}
+            state.update(rebuilt)
+        self.tokens_seen = checkpoint.get("tokens_seen", 0)
+
+    @rank_zero_only
+    def export_student(self, directory: str) -> None:
+        """Save the student (without projectors or training state) with the teacher's tokenizer."""
+        self.distiller.export(directory, self.tokenizer)

@@ -1,0 +1,47 @@
+"""The block-wise repair as a stage of a fit: before the first optimizer step, each copied student
+layer learns alone the teacher span it replaces (the loop itself: ``distill/repair.py``).
+
+It runs at the start of ``fit`` because that is where every rank exists, the strategy has placed
+the models and the precision plugin's forward context is set; it reads the training blocks the
+fit will read, split between ranks as training splits them. A resumed fit starts from its
+checkpoint, whose student was repaired already, and skips it.
+"""
+
+from __future__ import annotations
+
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.utilities import rank_zero_only
+
+from lightning_kd.data.loaders import passes_over, sharded_loader
+from lightning_kd.distill.repair import RepairReport, repair
+
+
+class BlockwiseRepair(Callback):
+    """``distill.blockwise_passes`` over the training blocks before the first step; the report
+    goes to the module's ``blockwise`` (the run summary reads it)."""
+
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if pl_module.distill.blockwise_passes and trainer.ckpt_path is None:
+            pl_module.blockwise = self.repair(trainer, pl_module)
+
+    @staticmethod
+    def repair(trainer: Trainer, pl_module: LightningModule) -> RepairReport:
+        if trainer.datamodule is None:
+            raise ValueError(
+                "distill.blockwise_passes reads the training blocks from the data module: pass "
+                "one to fit (datamodule=...), or set distill.blockwise_passes=0"
+            )
+        # A pass covers at most the batches training reads: on a large corpus, a few hundred
+        # steps' worth (a different share each pass), not every block.
+        steps = trainer.max_steps
+        reads = steps * trainer.accumulate_grad_batches if steps and steps > 0 else None
+        loader = sharded_loader(
+            trainer.datamodule.train_dataloader(), trainer.world_size, trainer.global_rank, reads
+        )
+        distill = pl_module.distill
+        batches = passes_over(loader, distill.blockwise_passes, pl_module.device)
+        context = trainer.precision_plugin.forward_context
+        steps_in_all = distill.blockwise_passes * len(loader)
+        report = repair(pl_module.distiller, batches, steps_in_all, distill.blockwise_lr, context)
+        rank_zero_only(print)(report.line())
+        return report

@@ -1,0 +1,166 @@
+"""Run directories that runs cannot trample: claimed by a lock, refused when they hold another
+run's outputs, appended to (never truncated) by a resume.
+
+- One run at a time: :func:`claim_run_dir` takes an exclusive ``flock`` on ``RUN_DIR/.lock``
+  (released by the kernel when the process ends, ``kill -9`` included) and names the holder's
+  pid when it is taken.
+- A directory that holds another run's outputs is refused unless this run resumes
+  (``ckpt_path=...``) or says ``overwrite=true`` (which removes those outputs, and only them).
+  What Hydra itself writes into the directory before any code of ours runs (``.hydra/``,
+  ``*.log``) does not count, nor does a ``teacher_cache/`` alone (``distill.teacher_cache=auto``;
+  keyed and checked when opened, so a fresh run reuses or completes it: a run killed while writing
+  it has no checkpoint to resume from, and its shards are not lost).
+- Only rank 0 checks and locks: a DDP launch re-runs the script per rank into the same directory.
+- :class:`ResumableCSVLogger` appends to an existing ``metrics.csv``, dropping only the rows
+  logged after the checkpoint a resume starts from (the resumed run logs those steps again).
+"""
+
+from __future__ import annotations
+
+import csv
+import fcntl
+import os
+import shlex
+import shutil
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+from lightning.pytorch.loggers.logger import rank_zero_experiment
+
+LOCK_NAME = ".lock"
+HYDRA_OWN = (".hydra",)
+"""Entries Hydra writes into a run directory before the task runs (plus ``*.log`` files)."""
+OUTPUTS = (
+    "checkpoints",
+    "logs",
+    "student",
+    "summary.json",
+    "summary.md",
+    "importance.json",
+    "teacher_cache",
+)
+"""What a run writes into its directory: what ``overwrite=true`` removes."""
+
+
+REUSABLE = "teacher_cache"
+"""An output a fresh run may find and reuse (``cache.auto.DIRECTORY``; the cache writer checks
+that it is this run's)."""
+
+
+class RunDirError(RuntimeError):
+    """A run directory in use by another run, or holding another run's outputs."""
+
+
+def is_rank_zero() -> bool:
+    """Whether this process is the launching one (a DDP launch re-runs the script per rank)."""
+    return all(os.environ.get(name, "0") == "0" for name in ("RANK", "LOCAL_RANK", "NODE_RANK"))
+
+
+def previous_outputs(run_dir: Path) -> list[str]:
+    """Entries of ``run_dir`` other than Hydra's own files and the lock, sorted."""
+    if not run_dir.is_dir():
+        return []
+    return sorted(
+        entry.name
+        for entry in run_dir.iterdir()
+        if entry.name not in (*HYDRA_OWN, LOCK_NAME) and not entry.name.endswith(".log")
+    )
+
+
+def _lock(run_dir: Path) -> int:
+    """An fd holding an exclusive lock on ``run_dir/.lock``, or :class:`RunDirError`."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise RunDirError(
+            f"run directory {run_dir} is in use by another run (pid {holder}); wait for it to "
+            "end, or give this run its own directory (hydra.run.dir=...)"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, str(os.getpid()).encode())
+    return fd
+
+
+@contextmanager
+def claim_run_dir(run_dir: Path, resuming: bool, overwrite: bool) -> Iterator[None]:
+    """Hold ``run_dir`` for the duration of the block (see the module doc)."""
+    if not is_rank_zero():
+        yield
+        return
+    if resuming and overwrite:
+        raise RunDirError(
+            f"overwrite=true would remove the checkpoints a resume (ckpt_path=...) reads in "
+            f"{run_dir}; give one of the two"
+        )
+    fd = _lock(run_dir)
+    try:
+        found = previous_outputs(run_dir)
+        if found and overwrite:
+            for name in (name for name in found if name in OUTPUTS):
+                path = run_dir / name
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+        elif [name for name in found if name != REUSABLE] and not resuming:
+            raise RunDirError(
+                f"run directory {run_dir} already holds a run's outputs ({', '.join(found)}); "
+                "resume that run (ckpt_path=last), start afresh there (overwrite=true removes "
+                f"{', '.join(OUTPUTS)}), or choose another directory (hydra.run.dir=...)"
+            )
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def resume_command(command: Sequence[str], overrides: list[str], run_dir: Path) -> str:
+    """The command line that resumes this run from its directory's latest checkpoint
+    (``command``: how it was launched, e.g. ``["lightning-kd", "train"]``)."""
+    dropped = ("ckpt_path=", "overwrite=", "hydra.run.dir=", "+ckpt_path=", "++ckpt_path=")
+    kept = [item for item in overrides if not item.startswith(dropped)]
+    words = [*command, *kept, f"hydra.run.dir={run_dir}", "ckpt_path=last"]
+    return " ".join(shlex.quote(word) for word in words)
+
+
+class _AppendingWriter(ExperimentWriter):
+    """Lightning's CSV writer, minus deleting an existing ``metrics.csv`` at start."""
+
+    def _check_log_dir_exists(self) -> None:
+        if os.path.isfile(self.metrics_file_path):
+            with open(self.metrics_file_path, newline="") as handle:
+                self.metrics_keys = sorted(csv.DictReader(handle).fieldnames or [])
+
+
+class ResumableCSVLogger(CSVLogger):
+    """A CSV logger that keeps earlier rows of ``metrics.csv`` and flushes every step."""
+
+    def __init__(self, *args, flush_logs_every_n_steps: int = 1, **kwargs) -> None:
+        super().__init__(*args, flush_logs_every_n_steps=flush_logs_every_n_steps, **kwargs)
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> ExperimentWriter:
+        if self._experiment is None:
+            os.makedirs(self.root_dir, exist_ok=True)
+            self._experiment = _AppendingWriter(log_dir=self.log_dir)
+        return self._experiment
+
+    def drop_rows_from(self, step: int) -> None:
+        """Remove rows logged at ``step`` or later: a resume from step ``step`` logs them again."""
+        path = Path(self.log_dir) / ExperimentWriter.NAME_METRICS_FILE
+        if not path.is_file():
+            return
+        with open(path, newline="") as handle:
+            reader = csv.DictReader(handle)
+            fields, rows = reader.fieldnames or [], list(reader)
+        kept = [row for row in rows if not row.get("step") or int(row["step"]) < step]
+        temp = path.with_name(path.name + ".partial")
+        with open(temp, "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows(kept)
+        os.replace(temp, path)

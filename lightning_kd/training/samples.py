@@ -1,0 +1,102 @@
+"""What the student writes, next to the teacher, as training goes: ``+callbacks=samples``.
+
+Every ``every`` optimizer steps (and after the last), the first ``prompts`` validation examples'
+prompts — a chat row's turns before its first answer, a text block's first ``text_prompt`` tokens —
+are completed greedily by the student and by the teacher (up to ``max_new_tokens``, eval mode, no
+graph, outside the step's capture arming), and appended to ``RUN_DIR/samples.csv`` (step, prompt,
+student, teacher). ``run.py`` adds the last step's rows to ``summary.md``. Rank 0 alone generates:
+no collective runs inside ``generate`` of the unwrapped models.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import lightning as L
+from torch import Tensor, nn
+
+from lightning_kd.generation.decoding import generate_in_eval, left_padded, prompt_tokens
+
+SAMPLES_NAME = "samples.csv"
+FIELDS = ("step", "prompt", "student", "teacher")
+
+
+class CompletionSamples(L.Callback):
+    """Greedy completions of a few held-out prompts by both models, every ``every`` steps."""
+
+    def __init__(
+        self, every: int = 50, prompts: int = 3, max_new_tokens: int = 48, text_prompt: int = 32
+    ) -> None:
+        if every < 1 or prompts < 1 or max_new_tokens < 1 or text_prompt < 1:
+            raise ValueError("callbacks.samples: every, prompts, max_new_tokens, text_prompt >= 1")
+        self.every, self.count = every, prompts
+        self.max_new_tokens, self.text_prompt = max_new_tokens, text_prompt
+        self.last_step = -1
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step
+        if step != self.last_step and step % self.every == 0 and step > 0:
+            self.write(trainer, module, step)
+
+    def on_train_end(self, trainer, module) -> None:
+        if trainer.global_step != self.last_step:
+            self.write(trainer, module, trainer.global_step)
+
+    def write(self, trainer, module, step: int) -> None:
+        self.last_step = step
+        if not trainer.is_global_zero:
+            return
+        prompts = self.prompts(trainer.datamodule)
+        distiller, tokenizer = module.distiller, module.tokenizer
+        student = self.complete(distiller.student, prompts, tokenizer)
+        teacher = (
+            self.complete(distiller.teacher, prompts, tokenizer)
+            if distiller.teacher is not None
+            else [""] * len(prompts)
+        )
+        path = Path(trainer.default_root_dir) / SAMPLES_NAME
+        new = not path.exists()
+        with open(path, "a", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle)
+            if new:
+                writer.writerow(FIELDS)
+            for prompt, mine, theirs in zip(prompts, student, teacher, strict=True):
+                writer.writerow([step, tokenizer.decode(prompt), mine, theirs])
+
+    def prompts(self, datamodule) -> list[Tensor]:
+        """The first validation examples' prompts (chat: before the first answer)."""
+        batch = datamodule.collate(list(datamodule.val_examples[: self.count]))
+        try:
+            return prompt_tokens(batch)
+        except ValueError:  # text blocks are scored from their first token: cut a prefix
+            return [row[: self.text_prompt] for row in batch["input_ids"]]
+
+    def complete(self, model: nn.Module, prompts: list[Tensor], tokenizer) -> list[str]:
+        """``model``'s greedy completions of ``prompts``, decoded (its mode restored)."""
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        device = next(model.parameters()).device
+        left = left_padded([p.to(device) for p in prompts], pad, device)
+        options = {"max_new_tokens": self.max_new_tokens, "do_sample": False, "pad_token_id": pad}
+        new = generate_in_eval(model, left, **options)
+        return tokenizer.batch_decode(new, skip_special_tokens=True)
+
+
+def samples_markdown(run_dir: Path) -> str:
+    """The last step's rows of ``run_dir/samples.csv`` as a markdown table ("" without one)."""
+    path = run_dir / SAMPLES_NAME
+    if not path.is_file():
+        return ""
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    last = [row for row in rows if row["step"] == rows[-1]["step"]] if rows else []
+
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", " ⏎ ").strip()[:200]
+
+    lines = [f"Completions at step {rows[-1]['step']} (greedy; `{SAMPLES_NAME}` has every step):"]
+    lines += ["", "| prompt | student | teacher |", "|---|---|---|"]
+    lines += [
+        f"| {cell(r['prompt'])} | {cell(r['student'])} | {cell(r['teacher'])} |" for r in last
+    ]
+    return "\n".join(lines) if last else ""

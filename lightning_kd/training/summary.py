@@ -1,0 +1,169 @@
+"""What a run reports at the end: a timer for the training loop and the summary table."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from lightning.fabric.utilities.throughput import Throughput
+from lightning.pytorch import Callback, LightningModule, Trainer
+
+from lightning_kd.models.layer_scores import Ranking
+
+ROWS = (
+    ("val/ppl", "student perplexity (val)", 2),
+    ("val/agreement", "top-1 agreement with teacher", 3),
+    ("val/kl", "KL(teacher ‖ student) per token", 3),
+    ("val/features", "feature loss (val)", 4),
+    ("val/embedding_cosine", "embedding cosine to teacher (val)", 4),
+)
+"""Validation metrics shown before/after: key, label, decimals."""
+
+
+class TrainTimer(Callback):
+    """Wall time spent in training batches (validation, data loading and checkpoint writes
+    excluded), for the summary's tokens/s; and on that clock, the throughput logged as
+    ``throughput/…`` (Lightning's ``Throughput``: batches, samples and tokens per second, per
+    device and, on several devices, in all, over the last ``window`` batches).
+
+    Not Lightning's ``ThroughputMonitor``: its clock runs from the start of training minus
+    validation, so it counts data loading and checkpoint writes, and reading it back needs its
+    private state; it logs validation throughput at a step that counts validation batches (rows
+    at meaningless steps in the one ``metrics.csv`` a resumed run appends to, dropping rows by
+    step); and it warns on every run unless the module defines ``flops_per_batch``.
+    """
+
+    def __init__(self, window: int = 10) -> None:
+        self.seconds = 0.0
+        self.window = window
+        self.throughput = Throughput(window_size=window)
+        self._start: float | None = None
+        self._batches = self._samples = self._tokens = 0
+
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.throughput = Throughput(world_size=trainer.world_size, window_size=self.window)
+
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, *args) -> None:
+        self._start = time.perf_counter()
+
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int
+    ) -> None:
+        if self._start is None:
+            return
+        self.seconds += time.perf_counter() - self._start
+        self._start = None
+        self._batches += 1
+        self._samples += len(batch["input_ids"])
+        self._tokens += int(batch["attention_mask"].sum())
+        self.throughput.update(
+            time=self.seconds, batches=self._batches, samples=self._samples, lengths=self._tokens
+        )
+        rates = {
+            f"throughput/{name.replace('items', 'tokens')}": value
+            for name, value in self.throughput.compute().items()
+            if name.endswith("_per_sec")
+        }
+        if rates:  # once ``window`` batches have run
+            pl_module.log_dict(rates, on_step=True, on_epoch=False)
+
+
+@dataclass
+class RunSummary:
+    """The figures a run ends with; ``before``/``after`` are validation metrics by name."""
+
+    after: dict[str, float]
+    before: dict[str, float] = field(default_factory=dict)
+    teacher_ppl: float | None = None
+    steps: int = 0
+    train_tokens: int = 0
+    train_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    peak_cuda_mb: float | None = None
+    """``torch.cuda.max_memory_allocated`` of this process, on a GPU."""
+    precision: dict[str, str] | None = None
+    """The resolved ``trainer.precision`` and ``teacher.dtype``, and why (``auto`` or explicit);
+    ``quantize`` when the teacher's weights are quantized (``teacher.quantize``)."""
+    importance: dict | None = None
+    """With ``student.layers=importance``: the layer scores and the layers kept
+    (``layer_scores.Ranking.as_dict``)."""
+    teacher_cache: dict | None = None
+    """With ``distill.teacher_cache=auto``: the cache trained from (None: online) and why
+    (``cache.auto.CacheChoice.as_dict``)."""
+    blockwise: dict | None = None
+    """With ``distill.blockwise_passes``: what the repair did (``repair.RepairReport.as_dict``)."""
+    written: dict[str, dict] = field(default_factory=dict)
+    """What the run left on disk: ``{what: {"path": ..., "bytes": ...}}`` (:func:`disk_use`)."""
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.train_tokens / self.train_seconds if self.train_seconds else 0.0
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "tokens_per_second": self.tokens_per_second}
+
+    def markdown(self) -> str:
+        """The summary as a markdown table (also what the console shows)."""
+
+        def fmt(value: float | None, digits: int) -> str:
+            return "—" if value is None else f"{value:.{digits}f}"
+
+        rows = []
+        if self.teacher_ppl is not None:
+            rows.append(("teacher perplexity (val)", fmt(self.teacher_ppl, 2), ""))
+        rows += [
+            (label, fmt(self.before.get(key), digits), fmt(self.after.get(key), digits))
+            for key, label, digits in ROWS
+            if key in self.after
+        ]
+        rows += [
+            ("optimizer steps", "", str(self.steps)),
+            ("training tokens", "", str(self.train_tokens)),
+            ("tokens/s (training)", "", f"{self.tokens_per_second:.0f}"),
+            ("wall time (s)", "", f"{self.wall_seconds:.1f}"),
+        ]
+        if self.precision is not None:
+            teacher = f"teacher {self.precision['teacher.dtype']}"
+            if self.precision.get("quantize"):
+                teacher += f", {self.precision['quantize']} weights"
+            rows.append(("precision", "", f"{self.precision['trainer.precision']}, {teacher}"))
+        if self.teacher_cache is not None:
+            rows.append(("teacher in training", "", self.teacher_cache["in_training"]))
+        if self.blockwise is not None:
+            repaired = f"{self.blockwise['passes']} passes, {self.blockwise['seconds']:.1f} s"
+            rows.append(("block-wise repair before training", "", repaired))
+        if self.peak_cuda_mb is not None:
+            rows.append(("peak CUDA memory (MB)", "", f"{self.peak_cuda_mb:.0f}"))
+        if self.importance is not None:
+            kept = ", ".join(map(str, self.importance["kept"]))
+            rows.append((f"student layers (by {self.importance['by']})", "", kept))
+        rows += [
+            (f"written: {what}", "", f"{entry['bytes'] / 2**20:.1f} MB in {entry['path']}")
+            for what, entry in self.written.items()
+        ]
+        lines = ["| | before | after |", "|---|---:|---:|"]
+        lines += [f"| {name} | {before} | {after} |" for name, before, after in rows]
+        if self.importance is not None:
+            lines += ["", "Teacher layer scores:", "", Ranking.from_dict(self.importance).table()]
+        return "\n".join(lines)
+
+
+def tree_bytes(path: Path) -> int:
+    """Bytes of the files under ``path`` (a file's own size; 0 if it does not exist)."""
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
+
+
+def disk_use(output_dir: Path, cache: dict | None = None) -> dict[str, dict]:
+    """What a run wrote: its run directory (checkpoints and exported student named apart) and,
+    where it wrote into the shared teacher cache, those bytes and that cache's path."""
+    written = {"run directory": {"path": str(output_dir), "bytes": tree_bytes(output_dir)}}
+    for part in ("checkpoints", "student"):
+        if (output_dir / part).exists():
+            written[part] = {"path": str(output_dir / part), "bytes": tree_bytes(output_dir / part)}
+    if cache is not None and cache.get("distill.teacher_cache"):
+        path = cache["distill.teacher_cache"]
+        written["teacher cache"] = {"path": path, "bytes": cache.get("written_bytes", 0)}
+    return written

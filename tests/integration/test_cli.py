@@ -1,0 +1,145 @@
+"""The Hydra launch through the real command line: python run.py ..."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from lightning_kd.models.precision import probe_hardware, resolve_precision
+from tests.conftest import ROOT
+
+
+def run_cli(*overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "run.py", *overrides],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_smoke_run_writes_everything_under_the_run_dir(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    result = run_cli("debug=smoke", f"hydra.run.dir={run_dir}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text(), parse_constant=no_constants)
+    assert summary["steps"] == 6
+    assert summary["after"]["val/ppl"] < summary["before"]["val/ppl"]
+    assert summary["teacher_ppl"] > 0 and summary["tokens_per_second"] > 0
+    assert summary["precision"]["trainer.precision"] == "32-true"  # debug=smoke pins it
+    assert "precision: trainer.precision=32-true teacher.dtype=float32" in result.stdout
+    assert "| student perplexity (val) |" in result.stdout
+    assert "Resume with" not in result.stdout
+    assert (run_dir / "logs" / "metrics.csv").is_file()
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file()
+    assert (run_dir / ".hydra" / "config.yaml").is_file()
+
+    student = AutoModelForCausalLM.from_pretrained(run_dir / "student")
+    tokenizer = AutoTokenizer.from_pretrained(run_dir / "student")
+    ids = tokenizer("def f(x): return x", return_tensors="pt")["input_ids"]
+    assert student.config.num_hidden_layers == 2
+    assert torch.isfinite(student(ids).logits).all()
+
+    # The finished run directory is not run into again by mistake (refused before any load).
+    again = run_cli("debug=smoke", f"hydra.run.dir={run_dir}")
+    assert again.returncode != 0
+    assert f"run directory {run_dir} already holds a run's outputs" in again.stderr
+    assert (run_dir / "student" / "model.safetensors").is_file()
+
+
+def no_constants(name: str) -> None:
+    raise ValueError(f"summary.json holds a bare {name}: not strict JSON")
+
+
+def test_bad_config_values_fail_with_a_clear_message(tmp_path: Path) -> None:
+    cases = {
+        "debug=smoke distill.divergence=kl": "unknown divergence 'kl'",
+        "teacher.path=/no/such/model": "teacher.path=/no/such/model does not exist",
+        "debug=smoke teacher.path=x/y": "give exactly one of teacher.path",
+        "debug=smoke student.num_layers=9": "student.num_layers=9 is larger than the teacher's 4",
+        "debug=smoke student.layers=importance student.num_layers=9": (
+            "student.num_layers=9 is larger than the teacher's 4 layers; choose 1..4"
+        ),
+    }
+    launched = {}
+    for number, override in enumerate(cases):  # all at once: each is mostly a process start-up
+        # A directory each: a run that failed after its logger started leaves logs/ behind.
+        command = [
+            sys.executable,
+            "run.py",
+            *override.split(),
+            f"hydra.run.dir={tmp_path / str(number)}",
+        ]
+        launched[override] = subprocess.Popen(
+            command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+    for override, process in launched.items():
+        stdout, stderr = process.communicate(timeout=600)
+        assert process.returncode != 0, override
+        assert cases[override] in stdout + stderr, (override, stderr[-2000:])
+
+
+def test_multirun_sweep_gives_each_job_its_own_directory(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    before = stray_run_dirs()
+    result = run_cli(
+        "-m",
+        "debug=smoke",
+        "distill.divergence=forward_kl,reverse_kl",
+        "trainer.max_steps=2",
+        "validate_before=false",
+        f"hydra.sweep.dir={sweep}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs = sorted(path for path in sweep.iterdir() if path.is_dir() and path.name.isdigit())
+    assert [job.name for job in jobs] == ["0", "1"]
+    for job, divergence in zip(jobs, ("forward_kl", "reverse_kl"), strict=True):
+        overrides = (job / ".hydra" / "overrides.yaml").read_text()
+        assert f"distill.divergence={divergence}" in overrides
+        assert json.loads((job / "summary.json").read_text())["steps"] == 2
+        assert (job / "student" / "model.safetensors").is_file()
+        assert (job / "checkpoints" / "last.ckpt").is_file()
+        assert (job / "logs" / "metrics.csv").is_file()
+    assert stray_run_dirs() == before, "nothing of the sweep lands in the working directory"
+
+
+def stray_run_dirs() -> set[Path]:
+    """Hydra's default run and sweep directories under the working directory."""
+    return {*ROOT.glob("outputs/*/*"), *ROOT.glob("multirun/*/*")}
+
+
+def test_local_directories_serve_as_teacher_and_student(tmp_path: Path) -> None:
+    """A run's exported student is a plain HF directory: distil it further (teacher.path=DIR),
+    and start a student from it (student.path=DIR) — nothing from a hub."""
+    first = tmp_path / "first"
+    result = run_cli("debug=smoke", "validate_before=false", f"hydra.run.dir={first}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    exported = first / "student"
+    runs = {
+        # auto precision, as the default run resolves it on this machine
+        "teacher": [
+            "teacher.config=null",
+            f"teacher.path={exported}",
+            "student.num_layers=1",
+            "trainer.precision=auto",
+            "teacher.dtype=auto",
+        ],
+        "student": [f"student.path={exported}"],
+    }
+    for role, overrides in runs.items():
+        run_dir = tmp_path / role
+        result = run_cli("debug=smoke", *overrides, f"hydra.run.dir={run_dir}")
+        assert result.returncode == 0, (role, result.stderr[-3000:])
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["steps"] == 6 and summary["after"]["val/ppl"] > 0
+    expected = resolve_precision("auto", "auto", probe_hardware("cpu"))
+    summary = json.loads((tmp_path / "teacher" / "summary.json").read_text())
+    assert summary["precision"] == expected.as_dict()
+    config = json.loads((tmp_path / "teacher" / "student" / "config.json").read_text())
+    assert config["num_hidden_layers"] == 1

@@ -1,0 +1,259 @@
+"""Every override the docs show composes: the README's `python run.py ...` commands, run.py's
+docstring, and the overrides written in the comments of conf/ (each composed with the config it
+sits in selected, e.g. strategy=fsdp for a comment in conf/strategy/fsdp.yaml).
+
+Composing is the bar: it catches a key that does not exist, a group option that does not, and a
+value Hydra cannot parse. Whether the run then works (a GPU strategy, a file) is for other tests.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
+
+from lightning_kd.launch.config import register_defaults
+from tests.conftest import ROOT
+
+CONF = ROOT / "conf"
+GROUPS = {path.name for path in CONF.iterdir() if path.is_dir()}
+PRIMARY = OmegaConf.to_container(OmegaConf.load(CONF / "config.yaml"))
+DEFAULT_GROUPS = {key for entry in PRIMARY["defaults"] if isinstance(entry, dict) for key in entry}
+"""Groups the primary config selects (an option of another group is added with +group=...)."""
+ROOTS = GROUPS | set(PRIMARY) - {"defaults"} | {"hydra"}
+"""First key of anything a comment may override: a group, a top-level key, Hydra's own."""
+
+# A word=... whose key is a dotted name, optionally +, ++ or ~ prefixed (not inside a path or
+# another word).
+OVERRIDE_KEY = re.compile(r"(?<![\w./$-])((?:\+\+|\+|~)?[A-Za-z_]\w*(?:\.\w+)*)=(?=\S)")
+PLACEHOLDER = re.compile(r"<[^<>\s][^<>]*>")  # <name>, <HF id or dir>: stands for a value
+FLAGS_WITH_VALUE = {"--cfg", "-c", "--info", "--package", "-p", "--config-name", "-cn"}
+FLAGS = {"-m", "--multirun", "--help", "-h", "--hydra-help", "--resolve"}
+
+
+@dataclass
+class Example:
+    """Overrides one doc line shows, composed together."""
+
+    where: str
+    """file:line of the line."""
+    overrides: list[str]
+    context: list[str] = field(default_factory=list)
+    """Overrides the line assumes (its own config selected)."""
+    multirun: bool = False
+
+
+def command_overrides(words: list[str], where: str) -> tuple[list[str], bool]:
+    """The overrides of one `python run.py WORDS` command, and whether it is a sweep (-m)."""
+    overrides, multirun, skip = [], False, False
+    for word in words:
+        if skip:
+            skip = False
+        elif word in FLAGS_WITH_VALUE:
+            skip = True
+        elif word in FLAGS:
+            multirun = multirun or word in ("-m", "--multirun")
+        elif word == "...":  # "and so on" in prose
+            continue
+        elif word.lstrip("+~").startswith("hydra."):
+            continue  # where the run goes: Hydra's own, not the job's config
+        elif ("=" not in word and not word.startswith("~")) or word.startswith("-"):
+            raise ValueError(f"{where}: {word!r} in a python run.py command is no override")
+        else:
+            overrides.append(word)
+    return overrides, multirun
+
+
+def commands_in(text: str, first_line: int, path: str) -> list[Example]:
+    """Every `python run.py ...` (or `lightning-kd cache|generate ...`) in ``text``
+    (continuations, &&, ;, # comments)."""
+    examples = []
+    lines = text.split("\n")
+    index = 0
+    while index < len(lines):
+        start, line = index, lines[index]
+        while line.endswith("\\") and index + 1 < len(lines):
+            index += 1
+            line = line[:-1] + " " + lines[index]
+        index += 1
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|")
+        lexer.whitespace_split = True
+        words = list(lexer)
+        for at in (i for i, word in enumerate(words[:-1]) if word == "python"):
+            # run.py, the cache writer and the generator compose the same config
+            if words[at + 1] == "run.py":
+                first = at + 2
+            elif words[at + 1 : at + 3] in (
+                ["-m", "lightning_kd", "cache"],
+                ["-m", "lightning_kd", "generate"],
+            ):
+                first = at + 3
+            else:
+                continue
+            end = next((i for i in range(first, len(words)) if words[i] in (";", "&&", "|")), None)
+            where = f"{path}:{first_line + start}"
+            overrides, multirun = command_overrides(words[first:end], where)
+            examples.append(Example(where, overrides, multirun=multirun))
+    return examples
+
+
+def readme_examples() -> list[Example]:
+    """Commands in the README's ```bash blocks and in its inline `python run.py ...` spans."""
+    text = (ROOT / "README.md").read_text()
+    examples = []
+    for block in re.finditer(r"```bash\n(.*?)```", text, re.S):
+        line = text.count("\n", 0, block.start(1)) + 1
+        examples += commands_in(block.group(1), line, "README.md")
+    # Fenced blocks blanked (line count kept) so that only inline spans remain.
+    prose = re.sub(r"```.*?```", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
+    for span in re.finditer(r"`([^`]+)`", prose):
+        if "python run.py" in span.group(1):
+            line = prose.count("\n", 0, span.start(1)) + 1
+            examples += commands_in(span.group(1).replace("\n", " "), line, "README.md")
+    return examples
+
+
+def run_py_examples() -> list[Example]:
+    """The commands in run.py's module docstring."""
+    lines = (ROOT / "run.py").read_text().split('"""')[1].split("\n")
+    examples = []
+    for number, line in enumerate(lines, start=1):
+        if line.startswith("python run.py"):
+            examples += commands_in(line, number, "run.py")
+    return examples
+
+
+def comment_overrides(comment: str) -> list[str]:
+    """The override-looking words of a YAML comment: `a.b=c`, `group=option`, `+a=...`, values
+    in brackets or braces kept whole, placeholders (`<name>`) read as a plain value."""
+    comment = PLACEHOLDER.sub("x", comment)
+    found = []
+    for match in OVERRIDE_KEY.finditer(comment):
+        key = match.group(1)
+        if key.lstrip("+~").split(".")[0] not in ROOTS or key.lstrip("+~").startswith("hydra."):
+            continue
+        depth, end = 0, match.end()
+        while end < len(comment):
+            char = comment[end]
+            if char in "[{(":
+                depth += 1
+            elif char in "]})":
+                if depth == 0:
+                    break
+                depth -= 1
+            elif char.isspace() and depth == 0:
+                break
+            end += 1
+        value = comment[match.end() : end].rstrip(".,;:`'\"")
+        if value:
+            found.append(f"{key}={value}")
+    return found
+
+
+def conf_examples() -> list[Example]:
+    """Overrides in the comments of every conf/ file, one example per comment line."""
+    examples = []
+    for path in sorted(CONF.rglob("*.yaml")):
+        group = path.parent.name if path.parent != CONF else None
+        selects = (
+            []
+            if group is None
+            else [f"{'' if group in DEFAULT_GROUPS else '+'}{group}={path.stem}"]
+        )
+        for number, line in enumerate(path.read_text().split("\n"), start=1):
+            if "#" not in line:
+                continue
+            overrides = comment_overrides(line.split("#", 1)[1])
+            if not overrides:
+                continue
+            chosen = {o.split("=")[0].lstrip("+~") for o in overrides}
+            context = [s for s in selects if s.split("=")[0].lstrip("+") not in chosen]
+            where = f"{path.relative_to(ROOT)}:{number}"
+            examples.append(Example(where, overrides, context=context))
+    return examples
+
+
+def expand_sweeps(overrides: list[str]) -> list[list[str]]:
+    """A -m sweep as one override list per swept value (the other overrides kept as given)."""
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    runs = [[]]
+    for override, text in zip(parsed, overrides, strict=True):
+        if override.is_sweep_override():
+            key = override.get_key_element()
+            values = [f"{key}={value}" for value in override.sweep_string_iterator()]
+            runs = [[*run, value] for run in runs for value in values]
+        else:
+            runs = [[*run, text] for run in runs]
+    return runs
+
+
+def compose_error(example: Example) -> str | None:
+    """Why ``example`` does not compose (None: it does). Call inside initialize_config_dir."""
+    runs = expand_sweeps(example.overrides) if example.multirun else [example.overrides]
+    for overrides in runs:
+        try:
+            compose("config", overrides=[*example.context, *overrides])
+        except Exception as err:
+            return f"{type(err).__name__}: {err}".split("\n")[0]
+    return None
+
+
+EXAMPLES = readme_examples() + run_py_examples() + conf_examples()
+
+
+@pytest.fixture(scope="module")
+def hydra_conf():
+    register_defaults()  # the groups' defaults, as run.py registers them
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        yield
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[example.where for example in EXAMPLES])
+def test_a_documented_override_composes(hydra_conf, example: Example) -> None:
+    error = compose_error(example)
+    assert error is None, (
+        f"{example.where}: python run.py {' '.join(example.overrides)} "
+        f"(with {example.context or 'nothing'} selected) does not compose: {error}"
+    )
+
+
+def test_the_docs_examples_are_found() -> None:
+    """The extraction itself: the README's command lists, the comments, run.py's docstring."""
+    files = {example.where.split(":")[0] for example in EXAMPLES}
+    assert {
+        "README.md",
+        "run.py",
+        "conf/strategy/fsdp.yaml",
+        "conf/student/from_teacher.yaml",
+    } <= files
+    shown = {override for example in EXAMPLES for override in example.overrides}
+    assert {
+        "strategy=ddp",
+        "student.layers=[0,10,20,29]",
+        "trainer.strategy.activation_checkpointing=true",
+        "student.config={num_hidden_layers: 4, hidden_size: 256}",
+        "logger=tensorboard",
+        "+callbacks=early_stopping",
+    } <= shown
+    assert len([e for e in EXAMPLES if e.where.startswith("README.md")]) >= 20
+
+
+def test_an_override_that_does_not_compose_is_reported(hydra_conf) -> None:
+    """The bug this test was written for: a comment showing a key Hydra cannot override."""
+    bad = Example("conf/strategy/fsdp.yaml:3", ["strategy.activation_checkpointing=true"])
+    bad.context = ["strategy=fsdp"]
+    assert "Could not override 'strategy.activation_checkpointing'" in compose_error(bad)
+    assert compose_error(Example("x:1", ["logger=no_such_logger"])) is not None
+    sweep = Example("x:1", ["distill.divergence=forward_kl,nope"], multirun=True)
+    assert compose_error(sweep) is None  # values are not checked by composing, keys are
+    assert compose_error(Example("x:1", ["distill.divergence=a,b"])) is not None  # sweep sans -m
+    assert comment_overrides("e.g. `student.path=<HF id>` (pretrained), fused=true.") == [
+        "student.path=x"
+    ]
+    with pytest.raises(ValueError, match="no override"):
+        commands_in("python run.py --cfg job teacher", 1, "x")

@@ -1,0 +1,55 @@
+"""Faults through the real command line: refused up front, or stopped with a clear message."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from tests.conftest import ROOT
+from tests.integration.test_cli import run_cli
+
+PIPES = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+
+
+def test_bad_inputs_are_refused_before_anything_loads(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.ckpt"
+    empty.write_bytes(b"")
+    cases = {
+        "ckpt_path=http://127.0.0.1:9/x.ckpt": "is a URL; only local checkpoint files are loaded",
+        f"ckpt_path={empty}": f"checkpoint {empty} is empty (0 bytes)",
+        "distill.temperature=nan": "distill.temperature=nan: must be a finite number > 0",
+        "trainer.limit_val_batches=0": "trainer.limit_val_batches=0: must be an integer >= 1",
+        "data.files=[]": "data.files is empty",
+    }
+    launched = {}
+    for number, override in enumerate(cases):  # all at once: each is a process start-up
+        run_dir = tmp_path / str(number)
+        command = [sys.executable, "run.py", "debug=smoke", override, f"hydra.run.dir={run_dir}"]
+        launched[override] = (run_dir, subprocess.Popen(command, cwd=ROOT, **PIPES))
+    for override, (run_dir, process) in launched.items():
+        stdout, stderr = process.communicate(timeout=600)
+        assert process.returncode != 0, override
+        assert cases[override] in stdout + stderr, (override, stderr[-2000:])
+        assert not (run_dir / "checkpoints").exists() and not (run_dir / "logs").exists()
+
+
+def test_a_diverging_run_stops_keeps_its_finite_checkpoint_and_exports_nothing(
+    tmp_path: Path,
+) -> None:
+    run_dir = tmp_path / "run"
+    result = run_cli(
+        "debug=smoke", "optimizer.lr=1e30", "checkpoint.every=1", f"hydra.run.dir={run_dir}"
+    )
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    # lr=1e30: step 1 is finite, its update overflows the weights, step 2 is caught
+    assert re.search(r"NonFiniteError: .* not finite (at|after) optimizer step 2", output), output
+    assert "The latest checkpoint is" in output and "(optimizer step 1)" in output
+    assert not (run_dir / "student").exists() and not (run_dir / "summary.json").exists()
+    state = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    assert state["global_step"] == 1
+    assert all(torch.isfinite(v).all() for v in state["state_dict"].values())

@@ -1,0 +1,126 @@
+"""The package as users install it: a wheel built from this tree, installed alone (not editable)
+into a folder of its own, and every command run from an empty directory on the smoke configs.
+
+The wheel must carry the configs and the ``lightning-kd`` command: a checkout's ``conf/`` and
+``run.py`` are nowhere on the path. Its dependencies are those of the environment running the
+tests (installing torch and Lightning afresh would only test pip)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.unit.data.test_chat import CHATML
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCES = ("pyproject.toml", "README.md", "lightning_kd", "conf")
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> dict[str, str]:
+    """The environment of a shell in which only the wheel provides ``lightning_kd``."""
+    work = tmp_path_factory.mktemp("wheel")
+    source = work / "source"
+    for name in SOURCES:  # a copy: building writes build/ and egg-info beside the sources
+        copy = shutil.copytree if (ROOT / name).is_dir() else shutil.copy2
+        copy(
+            ROOT / name,
+            source / name,
+            **({"dirs_exist_ok": True} if copy is shutil.copytree else {}),
+        )
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run(
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(work / "dist"), str(source)],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = (work / "dist").glob("lightning_kd-*.whl")
+    site = work / "site"
+    subprocess.run([*pip, "install", "--no-deps", "--target", str(site), str(wheel)], check=True)
+    return {
+        **os.environ,
+        "PYTHONPATH": str(site),
+        "PATH": f"{site / 'bin'}{os.pathsep}{os.environ['PATH']}",
+    }
+
+
+def shell(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"{command}:\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
+    return result
+
+
+def test_the_installed_package_is_the_wheel_with_its_configs(installed, tmp_path: Path) -> None:
+    where = shell(
+        [sys.executable, "-c", "import lightning_kd.launch.config as c; print(c.CONF_DIR)"],
+        tmp_path,
+        installed,
+    )
+    conf = Path(where.stdout.strip())
+    assert (
+        conf.parts[-2:] == ("lightning_kd", "conf")
+        and Path(installed["PYTHONPATH"]) in conf.parents
+    )
+    assert {p.name for p in conf.iterdir()} == {p.name for p in (ROOT / "conf").iterdir()}
+    assert shutil.which("lightning-kd", path=installed["PATH"]).startswith(installed["PYTHONPATH"])
+
+
+def test_every_command_runs_from_an_empty_directory(installed, tmp_path: Path) -> None:
+    """train exports a student; cache, generate, evaluate, importance and bench --quick run on the
+    smoke configs (bench with the trained tiny student as its teacher)."""
+    smoke = ["debug=smoke"]
+    shell(["lightning-kd", "train", *smoke, "hydra.run.dir=x"], tmp_path, installed)
+    student = tmp_path / "x" / "student"
+    assert (student / "config.json").is_file()
+    assert json.loads((tmp_path / "x" / "summary.json").read_text())["steps"] == 6
+
+    shell(["lightning-kd", "cache", *smoke, "hydra.run.dir=c"], tmp_path, installed)
+    assert (tmp_path / "c" / "index.json").is_file()
+
+    (tmp_path / "p.jsonl").write_text(json.dumps({"prompt": "Say hello."}) + "\n")
+    (tmp_path / "chatml.jinja").write_text(CHATML)
+    generate = ["generate.prompts=p.jsonl", "generate.chat_template=chatml.jinja"]
+    shell(
+        [
+            "lightning-kd",
+            "generate",
+            *smoke,
+            *generate,
+            "generate.max_new_tokens=4",
+            "hydra.run.dir=g",
+        ],
+        tmp_path,
+        installed,
+    )
+    assert len((tmp_path / "g" / "completions.jsonl").read_text().splitlines()) == 1
+
+    (tmp_path / "heldout.txt").write_text("How vexingly quick daft zebras jump! " * 40)
+    scored = shell(
+        [
+            "lightning-kd",
+            "evaluate",
+            "--files",
+            "heldout.txt",
+            "--block-size",
+            "32",
+            "--",
+            str(student),
+        ],
+        tmp_path,
+        installed,
+    )
+    assert "| model | perplexity |" in scored.stdout
+
+    ranked = shell(["lightning-kd", "importance", *smoke], tmp_path, installed)
+    assert "student.layers=[" in ranked.stdout
+
+    bench = ["--quick", "--teacher", str(student), "--student-layers", "1", "--out", "b"]
+    shell(["lightning-kd", "bench", *bench], tmp_path, installed)
+    report = json.loads((tmp_path / "b" / "bench.json").read_text())
+    assert report["scenarios"]["lightning_kd"]["step_s"] > 0

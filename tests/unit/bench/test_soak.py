@@ -1,0 +1,25 @@
+"""A long run does not grow: lightning-kd soak (shortened here; -m slow)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+
+@pytest.mark.slow
+def test_a_soak_keeps_memory_flat_and_no_capture(tmp_path: Path) -> None:
+    out = tmp_path / "soak"
+    command = [sys.executable, "-m", "lightning_kd", "soak", "--steps", "300", "--out", str(out)]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=3600)
+    print(result.stdout)
+    report = json.loads((out / "soak.json").read_text())
+    assert report["steps"] == 300 and sorted(map(int, report["rss_mb"])) == [100, 200, 300]
+    assert report["captures_retained"] == 0
+    assert report["rss_growth"] < 0.01, report
+    assert result.returncode == 0 and "PASS" in result.stdout, result.stderr[-3000:]

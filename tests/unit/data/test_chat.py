@@ -1,0 +1,234 @@
+"""Chat data: the answers alone scored, token by token; packed and padded; every bad input named."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from lightning_kd.data.chat import ChatDataModule, encode_chat
+from lightning_kd.data.conversations import ChatFields, row_messages
+from lightning_kd.data.text import IndexedBlocks, Unscored, pad_for_ranks
+from lightning_kd.losses.logits import IGNORE_INDEX, scored_mask
+from lightning_kd.models.loading import byte_tokenizer
+from tests.integration.test_cli import run_cli
+
+# SmolLM2-Instruct's template (ChatML, a default system turn): on the byte-level tokenizer every
+# character is a token, so the expected labels can be written character by character.
+CHATML = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are helpful<|im_end|>\n' }}{% endif %}"
+    "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+TURNS = [
+    {"role": "user", "content": "Name a prime."},
+    {"role": "assistant", "content": "Seven."},
+    {"role": "user", "content": "Another?"},
+    {"role": "assistant", "content": "Eleven."},
+]
+
+
+def chat_tokenizer(template: str | None = CHATML):
+    tokenizer = byte_tokenizer()
+    tokenizer.chat_template = template
+    return tokenizer
+
+
+def write_rows(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def test_only_the_assistant_turns_are_labelled_token_by_token() -> None:
+    tokenizer = chat_tokenizer()
+    example = encode_chat(tokenizer, TURNS, "row")
+    text = tokenizer.decode(example.tokens)
+    expected = torch.full_like(example.tokens, IGNORE_INDEX)
+    for answer in ("Seven.<|im_end|>\n", "Eleven.<|im_end|>\n"):
+        start = text.index(answer)  # one byte, one token
+        expected[start : start + len(answer)] = example.tokens[start : start + len(answer)]
+    assert torch.equal(example.labels, expected)
+    assert tokenizer.decode(example.labels[example.labels != IGNORE_INDEX]) == (
+        "Seven.<|im_end|>\nEleven.<|im_end|>\n"
+    )
+    # Scored positions are those predicting an answer token: the one before each answer (the
+    # template's "assistant\n" header end) predicts its first token; the prompt predicts nothing.
+    mask = scored_mask(example.labels[None])[0]
+    assert int(mask.sum()) == example.scored == len("Seven.<|im_end|>\nEleven.<|im_end|>\n")
+
+
+def test_prompt_completion_rows_are_the_same_conversation() -> None:
+    fields = ChatFields()
+    as_pair = row_messages({"prompt": "Name a prime.", "completion": "Seven."}, "r", fields)
+    assert as_pair == TURNS[:2]
+    listed = {"prompt": TURNS[:1], "completion": TURNS[1:2]}
+    assert row_messages(listed, "r", fields) == TURNS[:2]
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ({"messages": [{"role": "user", "content": "hi"}]}, r"r has no assistant turn"),
+        ({"text": "plain"}, r"neither 'messages' nor 'prompt' and 'completion'.*messages_field"),
+        ({"messages": [{"role": "user"}]}, r"list of \{'role': str, 'content': str\}"),
+        ({"prompt": 3, "completion": "x"}, r"a prompt or completion is a string or a list"),
+    ],
+)
+def test_bad_rows_are_named(row, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        row_messages(row, "r", ChatFields())
+
+
+def test_a_template_that_cannot_render_the_roles_is_named() -> None:
+    strict = (
+        "{% for m in messages %}{% if m['role'] == 'tool' %}"
+        "{{ raise_exception('no tool role') }}{% endif %}{{ m['content'] }}{% endfor %}"
+    )
+    turns = [*TURNS[:1], {"role": "tool", "content": "x"}, TURNS[1]]
+    with pytest.raises(ValueError, match=r"row: the chat template cannot render roles .*tool"):
+        encode_chat(chat_tokenizer(strict), turns, "row")
+
+
+def test_a_template_whose_turns_are_not_prefixes_is_refused() -> None:
+    # Renders the last message differently from the same message mid-conversation.
+    odd = "{% for m in messages %}{{ m['content'] }}{% if loop.last %}!{% endif %}{% endfor %}"
+    with pytest.raises(ValueError, match=r"not render this conversation's turns as prefixes"):
+        encode_chat(chat_tokenizer(odd), TURNS, "row")
+
+
+def test_missing_template_and_missing_files_are_named(tmp_path) -> None:
+    rows = write_rows(tmp_path / "c.jsonl", [{"messages": TURNS}] * 2)
+    with pytest.raises(ValueError, match=r"has no chat template; set data.chat_template"):
+        ChatDataModule(chat_tokenizer(None), files=[str(rows)])
+    with pytest.raises(ValueError, match=r"set data.files=\[chats.jsonl\]"):
+        ChatDataModule(chat_tokenizer(), files=None)
+    text = tmp_path / "notes.txt"
+    text.write_text("plain text")
+    data = ChatDataModule(chat_tokenizer(), files=[str(text)])
+    with pytest.raises(ValueError, match=r"chat data is read from .jsonl files"):
+        data.setup()
+    given = ChatDataModule(byte_tokenizer(), files=[str(rows)], chat_template=CHATML)
+    assert given.tokenizer.chat_template == CHATML
+    with pytest.raises(FileNotFoundError, match=r"neither a Jinja template nor a file"):
+        ChatDataModule(byte_tokenizer(), files=[str(rows)], chat_template="chatml.jinja")
+
+
+def conversations(count: int) -> list[dict]:
+    return [
+        {"messages": [{"role": "user", "content": f"Count to {i}."}, *TURNS[1:2]]}
+        if i % 2
+        else {"prompt": f"Say {i}.", "completion": f"{i}, said."}
+        for i in range(count)
+    ]
+
+
+def test_padded_batches_carry_each_conversations_labels(tmp_path) -> None:
+    rows = write_rows(tmp_path / "c.jsonl", conversations(12))
+    data = ChatDataModule(chat_tokenizer(), files=[str(rows)], val_fraction=0.25, pack=False)
+    data.setup()
+    assert len(data.val_examples) == 3 and len(data.train_examples) == 9
+    items = IndexedBlocks(pad_for_ranks(data.val_examples[:2], 3))
+    batch = data.collate([items[i] for i in range(len(items))])
+    assert batch["block_index"].tolist() == [0, 1, -1]
+    for row, example in enumerate(data.val_examples[:2]):
+        length = len(example)
+        assert torch.equal(batch["labels"][row, :length], example.labels)
+        assert (batch["labels"][row, length:] == IGNORE_INDEX).all()
+        assert batch["attention_mask"][row].sum() == length
+    assert (batch["labels"][2] == IGNORE_INDEX).all()  # the unscored copy counts nowhere
+    assert isinstance(items[2][1], Unscored)
+
+
+def test_conversations_that_share_a_prompt_fall_on_one_side_of_the_split(tmp_path) -> None:
+    """A held-out prompt is never trained on, whatever answer another row gives it."""
+    prompts = [f"Count to {i}." for i in range(10)]
+    rows = [{"prompt": p, "completion": f"answer {k}"} for p in prompts for k in range(3)]
+    data = ChatDataModule(chat_tokenizer(), files=[str(write_rows(tmp_path / "c.jsonl", rows))])
+    train, val = data.split()
+    assert len(train) + len(val) == 30 and len(val) == 3  # one prompt of ten, its three rows
+    held_out = {c.messages[0]["content"] for c in val}
+    assert len(held_out) == 1 and held_out.isdisjoint(c.messages[0]["content"] for c in train)
+    again = data.split()  # the same split each time (data.seed)
+    assert [[c.where for c in side] for side in again] == [
+        [c.where for c in side] for side in (train, val)
+    ]
+
+
+def test_packed_blocks_keep_labels_and_truncation_is_reported(tmp_path) -> None:
+    rows = write_rows(tmp_path / "c.jsonl", conversations(20))
+    packed = ChatDataModule(
+        chat_tokenizer(), files=[str(rows)], pack=True, block_size=64, val_fraction=0.25
+    )
+    packed.setup()
+    assert all(len(block) == 64 and block.scored > 0 for block in packed.train_examples)
+    # Every label of a block is its token or −100: packing moved labels with their tokens.
+    for block in packed.train_examples:
+        kept = block.labels != IGNORE_INDEX
+        assert torch.equal(block.labels[kept], block.tokens[kept])
+    # 104 tokens reach the answers of the short prompts ("Say 4.") but not of the long ones.
+    short = ChatDataModule(chat_tokenizer(), files=[str(rows)], block_size=104, val_fraction=0.5)
+    with pytest.warns(UserWarning, match=r"no answer token within data.block_size=104"):
+        short.setup()
+    assert all(example.scored > 0 for example in short.train_examples + short.val_examples)
+    none_left = ChatDataModule(chat_tokenizer(), files=[str(rows)], block_size=40)
+    with (
+        pytest.warns(UserWarning),
+        pytest.raises(ValueError, match=r"no val example keeps an answer token"),
+    ):
+        none_left.setup()
+
+
+@pytest.mark.integration  # runs the command line in a subprocess
+@pytest.mark.parametrize(
+    "objective",
+    [
+        ["distill.features=uniform"],
+        [
+            "distill.on_policy=0.5",
+            "distill.on_policy_tokens=8",
+            "+callbacks=samples",
+            "callbacks.samples.every=3",
+            "callbacks.samples.max_new_tokens=4",
+        ],
+    ],
+    ids=["features", "on_policy"],
+)
+def test_a_chat_run_trains_on_the_answers(tmp_path, objective) -> None:
+    """Through run.py: the dataset's answers (with feature matching), and mixed on-policy KD."""
+    rows = write_rows(tmp_path / "c.jsonl", conversations(40))
+    template = tmp_path / "chatml.jinja"
+    template.write_text(CHATML)
+    run_dir = tmp_path / "run"
+    result = run_cli(
+        "debug=smoke",
+        "data=chat",
+        f"data.files=[{rows}]",
+        f"data.chat_template={template}",
+        "data.block_size=160",
+        *objective,
+        f"hydra.run.dir={run_dir}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 6 and summary["after"]["val/ppl"] > 1
+    if "+callbacks=samples" in objective:  # both models' completions at steps 3 and 6
+        with open(run_dir / "samples.csv", newline="") as handle:
+            rows = list(csv.DictReader(handle))
+        steps = [row["step"] for row in rows]  # 3 prompts, or all 2 validation examples
+        assert set(steps) == {"3", "6"} and steps.count("3") == steps.count("6") == 2
+        assert all(row["prompt"].endswith("<|im_start|>assistant\n") for row in rows)
+        assert "Completions at step 6" in (run_dir / "summary.md").read_text()
+
+
+def test_a_teacher_cache_of_chat_data_is_refused_by_name(tmp_path) -> None:
+    from lightning_kd.cache.format import cache_key
+
+    rows = write_rows(tmp_path / "c.jsonl", conversations(8))
+    data = ChatDataModule(chat_tokenizer(), files=[str(rows)], val_fraction=0.25)
+    data.setup()
+    with pytest.raises(ValueError, match=r"ChatDataModule \(data=chat\) is not cached yet"):
+        cache_key(None, data.tokenizer, data, k=8, temperature=1.0)

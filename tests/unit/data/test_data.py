@@ -1,0 +1,161 @@
+"""Reading, packing, padding and splitting text."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+import torch
+
+from lightning_kd.data.text import (
+    DEFAULT_CORPUS,
+    DEFAULT_FILES,
+    TEACHER_CORPUS,
+    Unscored,
+    expand_files,
+    pack_blocks,
+    pad_for_ranks,
+    read_documents,
+)
+from lightning_kd.losses import IGNORE_INDEX
+from tests.conftest import make_datamodule
+
+
+def test_pack_blocks_joins_with_eos_and_drops_the_tail() -> None:
+    blocks = pack_blocks([[1, 2, 3], [4, 5]], block_size=3, eos_id=0)
+    assert blocks.tolist() == [[1, 2, 3], [0, 4, 5]]
+
+
+def test_split_is_deterministic_and_disjoint(corpus) -> None:
+    first, second = make_datamodule([corpus]), make_datamodule([corpus])
+    first.setup("fit")
+    second.setup("fit")
+    assert [t.tolist() for t in first.val_examples] == [t.tolist() for t in second.val_examples]
+    train = {tuple(t.tolist()) for t in first.train_examples}
+    assert not train & {tuple(t.tolist()) for t in first.val_examples}
+    assert len(first.val_examples) == round(
+        0.2 * (len(first.train_examples) + len(first.val_examples))
+    )
+
+
+def test_max_train_examples_keeps_a_fixed_prefix_of_the_training_split(corpus) -> None:
+    full, subset = make_datamodule([corpus]), make_datamodule([corpus], max_train_examples=3)
+    full.setup("fit")
+    subset.setup("fit")
+    as_lists = lambda examples: [t.tolist() for t in examples]  # noqa: E731
+    assert as_lists(subset.train_examples) == as_lists(full.train_examples[:3])
+    assert as_lists(subset.val_examples) == as_lists(full.val_examples)  # the split is unchanged
+    epochs = []
+    for epoch in (0, 1):  # each epoch is a new order of the same three blocks
+        loader = subset.train_dataloader()
+        loader.sampler.set_epoch(epoch)
+        epochs.append(sorted(map(tuple, (row for b in loader for row in b["input_ids"].tolist()))))
+    assert epochs[0] == epochs[1] == sorted(map(tuple, as_lists(subset.train_examples)))
+
+
+def test_max_train_examples_beyond_the_split_is_all_of_it_and_below_one_refused(corpus) -> None:
+    with pytest.raises(ValueError, match=r"data.max_train_examples=0; use a count"):
+        make_datamodule([corpus], max_train_examples=0)
+    full, capped = make_datamodule([corpus]), make_datamodule([corpus], max_train_examples=10_000)
+    full.setup("fit")
+    capped.setup("fit")
+    assert len(capped.train_examples) == len(full.train_examples)
+
+
+def test_packed_batches_have_no_padding(corpus) -> None:
+    dm = make_datamodule([corpus])
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["input_ids"].shape == (4, 32)
+    assert batch["attention_mask"].all()
+    assert torch.equal(batch["labels"], batch["input_ids"])
+
+
+def test_unpacked_documents_are_padded_and_masked(tmp_path) -> None:
+    path = tmp_path / "docs.jsonl"
+    texts = ["short", "a much longer document here", "mid length"]
+    docs = [f"{text} {copy}" for copy in range(4) for text in texts]  # distinct documents
+    path.write_text("\n".join(json.dumps({"text": d}) for d in docs))
+    dm = make_datamodule([path], pack=False, batch_size=12, val_fraction=0.1)
+    dm.setup("fit")
+    batch = dm.collate(dm.train_examples)
+    lengths = batch["attention_mask"].sum(1)
+    assert len(set(lengths.tolist())) > 1
+    for row, length in enumerate(lengths.tolist()):
+        assert (batch["labels"][row, length:] == IGNORE_INDEX).all()
+        assert (batch["labels"][row, :length] != IGNORE_INDEX).all()
+
+
+@pytest.mark.parametrize(
+    ("count", "world_size", "extra"), [(5, 1, 0), (5, 2, 1), (5, 4, 3), (8, 4, 0)]
+)
+def test_validation_is_padded_for_ranks_with_unscored_copies(count, world_size, extra) -> None:
+    examples = [torch.arange(3 + i) for i in range(count)]
+    padded = pad_for_ranks(examples, world_size)
+    assert len(padded) == count + extra and len(padded) % world_size == 0
+    assert padded[:count] == examples
+    assert all(isinstance(item, Unscored) for item in padded[count:])
+
+
+def test_unscored_examples_run_with_all_labels_masked(corpus) -> None:
+    dm = make_datamodule([corpus], pack=False)
+    real, copy = torch.arange(5), Unscored(torch.arange(7))
+    batch = dm.collate([real, copy])
+    assert batch["attention_mask"].sum(1).tolist() == [5, 7]  # both run through the models
+    assert batch["input_ids"][1].tolist() == list(range(7))
+    assert (batch["labels"][0, :5] == real).all()
+    assert (batch["labels"][1] == IGNORE_INDEX).all()  # the copy counts nowhere
+
+
+def test_reads_txt_jsonl_and_gzip(tmp_path) -> None:
+    (tmp_path / "a.txt").write_text("alpha\n\nbeta")
+    with gzip.open(tmp_path / "b.jsonl.gz", "wt") as handle:
+        handle.write(json.dumps({"body": "gamma"}) + "\n\n" + json.dumps({"body": "delta"}) + "\n")
+    assert list(read_documents(tmp_path / "a.txt")) == ["alpha\n\nbeta"]
+    assert list(read_documents(tmp_path / "b.jsonl.gz", "body")) == ["gamma", "delta"]
+
+
+def test_glob_patterns_expand(tmp_path, corpus) -> None:
+    (tmp_path / "more.txt").write_text("x" * 400)
+    dm = make_datamodule([tmp_path / "*.txt"])
+    assert sorted(p.name for p in dm.files) == ["corpus.txt", "more.txt"]
+
+
+def test_default_corpus_is_embedded() -> None:
+    docs = list(read_documents(DEFAULT_CORPUS))
+    assert len(docs) == 79 and sum(map(len, docs)) > 400_000
+    assert docs[0].startswith('The "assert" statement')
+
+
+def test_empty_data_is_an_error(tmp_path) -> None:
+    (tmp_path / "empty.txt").write_text("   \n")
+    with pytest.raises(ValueError, match="no text in"):
+        make_datamodule([tmp_path / "empty.txt"]).setup("fit")
+
+
+def test_too_little_data_is_an_error(tmp_path) -> None:
+    (tmp_path / "tiny.txt").write_text("hello world")
+    with pytest.raises(ValueError, match="lower data.block_size"):
+        make_datamodule([tmp_path / "tiny.txt"]).setup("fit")
+
+
+def test_bad_files_are_errors(tmp_path) -> None:
+    with pytest.raises(FileNotFoundError, match="is not a file"):
+        make_datamodule([tmp_path / "missing.txt"])
+    with pytest.raises(FileNotFoundError, match="matches no file"):
+        make_datamodule([tmp_path / "*.jsonl"])
+    (tmp_path / "data.csv").write_text("a,b")
+    with pytest.raises(ValueError, match="use one of .txt"):
+        make_datamodule([tmp_path / "data.csv"])
+    (tmp_path / "bad.jsonl").write_text('{"text": "ok"}\n{"content": "no text key"}\n')
+    with pytest.raises(ValueError, match=r"bad.jsonl:2 has no 'text' field"):
+        list(read_documents(tmp_path / "bad.jsonl"))
+
+
+def test_default_files_are_the_reference_and_the_teachers_english() -> None:
+    assert DEFAULT_FILES == (DEFAULT_CORPUS, TEACHER_CORPUS)
+    answers = list(read_documents(TEACHER_CORPUS))
+    assert len(answers) == 224 and sum(map(len, answers)) > 200_000
+    # the embedded corpora by name, as data.files entries (experiment=long uses one)
+    assert expand_files(["python_reference", "smollm2_generated"]) == list(DEFAULT_FILES)

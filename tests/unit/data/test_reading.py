@@ -1,0 +1,83 @@
+"""Reading data.files: errors at file:line, format by suffix, duplicates read once."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from lightning_kd.data.reading import read_documents
+from lightning_kd.data.text import expand_files
+from tests.conftest import make_datamodule
+
+
+def jsonl(path: Path, *records: object) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_decode_errors_name_the_file_and_line(tmp_path: Path) -> None:
+    lines = tmp_path / "a.jsonl"
+    lines.write_bytes(b'{"text": "ok"}\n\n{"text": "caf\xe9"}\n')
+    with pytest.raises(ValueError, match=rf"{lines}:3: byte 0xe9 at column 14 is not UTF-8"):
+        list(read_documents(lines))
+    text = tmp_path / "b.txt"
+    text.write_bytes(b"first line\nsecond \xff line\n")
+    with pytest.raises(ValueError, match=rf"{text}:2: byte 0xff at column 8 is not UTF-8"):
+        list(read_documents(text))
+
+
+def test_gzip_errors_name_the_file(tmp_path: Path) -> None:
+    fake = tmp_path / "plain.jsonl.gz"
+    fake.write_text('{"text": "not compressed"}\n')
+    with pytest.raises(ValueError, match=rf"{fake}:1: not a readable gzip file"):
+        list(read_documents(fake))
+    whole = gzip.compress(b"".join(b'{"text": "line %d"}\n' % i for i in range(2000)))
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(ValueError, match=rf"{cut}:\d+: not a readable gzip file"):
+        list(read_documents(cut))
+
+
+def test_the_format_comes_from_the_suffix_only(tmp_path: Path) -> None:
+    path = jsonl(tmp_path / "notes.txt.jsonl", {"text": "one"}, {"text": "two"})
+    assert list(read_documents(path)) == ["one", "two"]
+
+
+@pytest.mark.parametrize("value", [3, None, ["a"], {"t": "x"}, True])
+def test_text_that_is_not_a_string_is_refused(tmp_path: Path, value: object) -> None:
+    path = jsonl(tmp_path / "d.jsonl", {"text": "fine"}, {"text": value})
+    with pytest.raises(ValueError, match=rf"{path}:2: field 'text' holds \w+ .*not a string"):
+        list(read_documents(path))
+
+
+def test_one_file_named_twice_is_read_once(tmp_path: Path) -> None:
+    a = jsonl(tmp_path / "a.jsonl", {"text": "alpha"})
+    copy = tmp_path / "sub" / "copy.jsonl"
+    copy.parent.mkdir()
+    copy.write_bytes(a.read_bytes())
+    b = jsonl(tmp_path / "b.jsonl", {"text": "beta"})
+    with pytest.warns(UserWarning) as caught:
+        files = expand_files([str(a), str(tmp_path / "*.jsonl"), str(copy)])
+    assert files == [a, b]
+    messages = [str(w.message) for w in caught]
+    assert f"data.files: {a} is the same file as {a}: read once" in messages
+    assert f"data.files: {copy} is identical in content to {a}: read once" in messages
+
+
+def test_duplicate_documents_are_kept_once(tmp_path: Path) -> None:
+    records = [{"text": f"document number {i % 10} " * 3} for i in range(40)]
+    path = jsonl(tmp_path / "dup.jsonl", *records)
+    data = make_datamodule([path], pack=False, val_fraction=0.3)
+    with pytest.warns(UserWarning, match=r"removed 30 duplicate document\(s\) of 40"):
+        data.setup()
+    train = {tuple(x.tolist()) for x in data.train_examples}
+    val = {tuple(x.tolist()) for x in data.val_examples}
+    assert len(train) + len(val) == 10 and not train & val
+
+
+def test_an_empty_file_list_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"data.files is empty; .*data.files=null"):
+        make_datamodule([])

@@ -1,0 +1,165 @@
+"""On-policy KD: the student's completions scored as the definition says, sampled reproducibly in
+eval mode without a graph, and refused where it cannot run."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lightning_kd.distill.distiller import Distiller
+from lightning_kd.distill.objective import DistillConfig
+from lightning_kd.distill.on_policy import OnPolicy
+from lightning_kd.generation.decoding import completions_batch, prompt_tokens, until_eos
+from lightning_kd.launch.checks import config_errors
+from lightning_kd.launch.config import compose_config
+from lightning_kd.losses.logits import IGNORE_INDEX
+from lightning_kd.models.loading import StudentSpec, TeacherSpec, byte_tokenizer
+from tests.conftest import TINY_LLAMA
+
+TEACHER = TeacherSpec(path=None, config=dict(TINY_LLAMA))
+
+
+def chat_batch() -> dict[str, torch.Tensor]:
+    """Two rows: a prompt (labels −100) then an answer (labelled), right-padded."""
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10, 0, 0], [11, 12, 13, 14, 15, 16, 17, 18]])
+    labels = torch.full_like(ids, IGNORE_INDEX)
+    labels[0, 3:6], labels[1, 5:8] = ids[0, 3:6], ids[1, 5:8]
+    mask = torch.tensor([[1] * 6 + [0, 0], [1] * 8])
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def distiller(**distill) -> Distiller:
+    options = {"on_policy": 1.0, "on_policy_tokens": 5, "compile": False} | distill
+    torch.manual_seed(0)
+    return Distiller.from_specs(
+        TEACHER, StudentSpec(num_layers=2), DistillConfig(**options), byte_tokenizer(), "32-true"
+    )
+
+
+def test_the_step_scores_the_students_own_completion_by_definition() -> None:
+    """λ = 1, reverse KL: for the completion the student sampled, the objective is
+    Σ over completion tokens of KL(q_student ‖ p_teacher) at the positions predicting them, and
+    its gradients are that sum's (a direct computation from both models' full logits)."""
+    model = distiller(divergence="reverse_kl", kd_weight=1.0, ce_weight=0.0).double()
+    batch = chat_batch()
+    sampled = model.on_policy.sample(model.student, batch, draw=7)
+    for row, prompt in enumerate(prompt_tokens(batch)):
+        assert torch.equal(sampled["input_ids"][row, : len(prompt)], prompt)
+        assert (sampled["labels"][row, : len(prompt)] == IGNORE_INDEX).all()
+        assert (sampled["labels"][row, len(prompt) :] != IGNORE_INDEX).sum() >= 1
+    objective, sums = model(batch, draw=7)
+    objective.backward()
+    got = {n: p.grad.clone() for n, p in model.student.named_parameters() if p.grad is not None}
+    model.zero_grad()
+
+    inputs = {k: sampled[k] for k in ("input_ids", "attention_mask")}
+    student = F.log_softmax(model.student(**inputs).logits[:, :-1], -1)
+    with torch.no_grad():
+        teacher = F.log_softmax(model.teacher(**inputs).logits[:, :-1], -1)
+    scored = sampled["labels"][:, 1:] != IGNORE_INDEX
+    direct = (student.exp() * (student - teacher)).sum(-1)[scored].sum()
+    direct.backward()
+    torch.testing.assert_close(objective, direct, rtol=1e-9, atol=1e-9)
+    assert int(sums.tokens) == int(scored.sum())
+    for name, parameter in model.student.named_parameters():
+        if parameter.grad is not None:
+            torch.testing.assert_close(got[name], parameter.grad, rtol=1e-7, atol=1e-10)
+
+
+def test_the_ce_weight_trains_on_the_datasets_answers_never_on_the_students_own() -> None:
+    """With CE beside the divergence, a sampled micro-batch's objective is the divergence alone
+    (CE on the student's own sample has no expected gradient: noise), its CE still reported; a
+    dataset micro-batch (here: before the warmup ends) keeps kd_weight · KD + ce_weight · CE."""
+    mixed = distiller(divergence="reverse_kl", kd_weight=0.7, ce_weight=0.5, on_policy_warmup=1)
+    alone = distiller(divergence="reverse_kl", kd_weight=0.7, ce_weight=0.0, on_policy_warmup=1)
+    mixed, alone = mixed.double(), alone.double()
+    batch = chat_batch()
+    on_data, data_sums = mixed(batch, draw=3, step=0)
+    torch.testing.assert_close(on_data, 0.7 * data_sums.kd + 0.5 * data_sums.ce)
+    sampled, sums = mixed(batch, draw=3, step=1)
+    reference, reference_sums = alone(batch, draw=3, step=1)
+    assert int(sums.tokens) == int(reference_sums.tokens)  # the same completion was sampled
+    torch.testing.assert_close(sampled, 0.7 * sums.kd, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(sampled, reference, rtol=1e-12, atol=1e-12)
+    assert float(sums.ce) > 0  # computed and logged, not trained on
+
+
+def test_sampling_is_reproducible_in_eval_mode_without_a_graph() -> None:
+    model = distiller(features="uniform")  # captures on: generation's forwards must not record
+    model.train()
+    batch = chat_batch()
+    first = model.on_policy.sample(model.student, batch, draw=3)
+    again = model.on_policy.sample(model.student, batch, draw=3)
+    assert all(torch.equal(first[key], again[key]) for key in first)
+    assert model.student.training and not model.teacher.training
+    assert all(p.grad is None for p in model.parameters())
+    objective, _ = model(batch, draw=3)  # the captures hold exactly the step's forwards
+    objective.backward()
+
+
+def test_lambda_chooses_that_share_of_micro_batches_reproducibly() -> None:
+    sampler = OnPolicy(0.25, 4, 1.0, seed=1, eos_token_id=256, pad_token_id=256)
+    chosen = [sampler.chooses(draw) for draw in range(2000)]
+    assert 0.22 < sum(chosen) / len(chosen) < 0.28
+    assert chosen == [sampler.chooses(draw) for draw in range(2000)]
+    assert all(OnPolicy(1.0, 4, 1.0, 0, None, 0).chooses(d) for d in range(10))
+    assert not any(OnPolicy(0.0, 4, 1.0, 0, None, 0).chooses(d) for d in range(10))
+
+
+def test_warmup_steps_train_on_the_datasets_answers_alone() -> None:
+    sampler = OnPolicy(1.0, 4, 1.0, seed=0, eos_token_id=2, pad_token_id=0, warmup=3)
+    assert [sampler.chooses(draw, step) for draw, step in enumerate(range(5))] == [
+        False,
+        False,
+        False,
+        True,
+        True,
+    ]
+    model = distiller(on_policy_warmup=2)
+    batch = chat_batch()
+    seen: list[bool] = []
+    model.on_policy = Recording(model.on_policy, seen)
+    for step in range(4):
+        model(batch, draw=step, step=step)
+    assert seen == [False, False, True, True]
+    model(batch)  # no step given: the distiller's own count (4) of micro-batches
+    assert seen[-1] is True
+    with pytest.raises(ValueError, match=r"distill.on_policy_warmup=-1 >= 0"):
+        DistillConfig(on_policy=0.5, on_policy_warmup=-1)
+
+
+class Recording:
+    """An on-policy sampler that records whether each micro-batch was sampled."""
+
+    def __init__(self, sampler: OnPolicy, seen: list[bool]) -> None:
+        self.sampler, self.seen = sampler, seen
+
+    def replace(self, student, batch, draw, step, teacher=None):
+        self.seen.append(self.sampler.chooses(draw, step))
+        return self.sampler.replace(student, batch, draw, step, teacher)
+
+
+def test_a_completion_ends_at_its_end_token_and_is_labelled_alone() -> None:
+    assert until_eos(torch.tensor([4, 5, 9, 7, 9]), 9).tolist() == [4, 5, 9]
+    assert until_eos(torch.tensor([4, 5]), 9).tolist() == [4, 5]  # cut by the token limit
+    batch = completions_batch(
+        [torch.tensor([1, 2]), torch.tensor([3])],
+        [torch.tensor([4, 9]), torch.tensor([5, 6, 9])],
+        pad_id=0,
+    )
+    assert batch["input_ids"].tolist() == [[1, 2, 4, 9], [3, 5, 6, 9]]
+    assert batch["labels"].tolist() == [[-100, -100, 4, 9], [-100, 5, 6, 9]]
+
+
+def test_bad_on_policy_settings_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"no teacher cache holds: drop distill.teacher_cache"):
+        DistillConfig(on_policy=0.5, teacher_cache="/x")
+    with pytest.raises(ValueError, match=r"distill.on_policy=1.5: a probability"):
+        DistillConfig(on_policy=1.5)
+    errors = config_errors(compose_config(["strategy=fsdp", "distill.on_policy=0.5"]))
+    assert any("use strategy=ddp" in error for error in errors)
+    unprompted = chat_batch()
+    unprompted["labels"][0, 0] = 5
+    with pytest.raises(ValueError, match=r"scored from its first token, so it has no prompt"):
+        prompt_tokens(unprompted)

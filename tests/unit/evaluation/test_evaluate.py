@@ -1,0 +1,66 @@
+"""lightning-kd evaluate: perplexity of saved models on held-out text."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from lightning_kd.cli.evaluate import main
+from lightning_kd.models.loading import byte_tokenizer
+from tests.conftest import TEXT, TINY_LLAMA
+
+
+def save_tiny(directory, seed: int) -> AutoModelForCausalLM:
+    torch.manual_seed(seed)
+    config = dict(TINY_LLAMA)
+    model = AutoModelForCausalLM.from_config(
+        AutoConfig.for_model(config.pop("model_type"), **config)
+    )
+    model.save_pretrained(directory)
+    byte_tokenizer().save_pretrained(directory)
+    return model.eval()
+
+
+def test_perplexities_match_a_direct_computation(tmp_path) -> None:
+    first, second = save_tiny(tmp_path / "a", 0), save_tiny(tmp_path / "b", 1)
+    text = tmp_path / "heldout.jsonl"
+    text.write_text("".join(json.dumps({"text": line}) + "\n" for line in TEXT.split(". ")))
+    out = tmp_path / "ppl.json"
+    rows = main(
+        [
+            "--files",
+            str(text),
+            "--block-size",
+            "32",
+            "--out",
+            str(out),
+            "--",
+            str(tmp_path / "a"),
+            str(tmp_path / "b"),
+        ]
+    )
+    assert [row["perplexity"] for row in json.loads(out.read_text())["rows"]] == [
+        row["perplexity"] for row in rows
+    ]
+    tokenizer = byte_tokenizer()
+    ids = tokenizer([line for line in TEXT.split(". ")], add_special_tokens=False)["input_ids"]
+    stream = [t for doc in ids for t in (*doc, tokenizer.eos_token_id)]
+    blocks = torch.tensor(stream[: len(stream) // 32 * 32]).view(-1, 32)
+    for model, row in zip((first, second), rows, strict=True):
+        with torch.no_grad():
+            logits = model(input_ids=blocks).logits[:, :-1]
+        nll = F.cross_entropy(logits.flatten(0, 1), blocks[:, 1:].flatten())
+        assert row["tokens"] == blocks[:, 1:].numel()
+        assert row["perplexity"] == pytest.approx(math.exp(nll.item()), rel=1e-4)
+
+
+def test_too_little_text_is_an_error(tmp_path) -> None:
+    save_tiny(tmp_path / "a", 0)
+    (tmp_path / "short.txt").write_text("too short")
+    with pytest.raises(ValueError, match="fewer than 256 tokens"):
+        main(["--files", str(tmp_path / "short.txt"), "--", str(tmp_path / "a")])

@@ -1,0 +1,151 @@
+"""The teacher's completions for sequence-level KD: batched = one at a time, resumable, readable
+by ``data=chat``, bad input named."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lightning_kd.data.chat import ChatDataModule
+from lightning_kd.data.conversations import ChatFields
+from lightning_kd.generation.teacher_completions import GenerateSpec, complete, prompt_messages
+from lightning_kd.launch.config import compose_config
+from lightning_kd.launch.generate import generate
+from lightning_kd.models.loading import TeacherSpec, byte_tokenizer, load_teacher
+from tests.conftest import ROOT, TINY_LLAMA
+from tests.unit.data.test_chat import CHATML
+
+
+@pytest.fixture(scope="module")
+def teacher():
+    return load_teacher(TeacherSpec(path=None, config=dict(TINY_LLAMA)), "32-true")
+
+
+def tokenizer():
+    tok = byte_tokenizer()
+    tok.chat_template = CHATML
+    return tok
+
+
+def write_prompts(path: Path, count: int) -> Path:
+    rows = [{"prompt": "Say " + "more " * (i % 3) + f"{i}."} for i in range(count)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def config(tmp_path: Path, prompts: Path, *overrides: str):
+    common = [
+        "debug=smoke",
+        f"generate.prompts={prompts}",
+        "generate.max_new_tokens=6",
+        "generate.batch_size=3",
+    ]
+    return compose_config([*common, *overrides], output_dir=tmp_path)
+
+
+def test_batched_left_padded_completions_equal_one_at_a_time(teacher) -> None:
+    prompts = [[{"role": "user", "content": text}] for text in ("Hi.", "A much longer prompt.")]
+    spec = GenerateSpec(max_new_tokens=6)
+    batched = complete(teacher, tokenizer(), prompts, spec, seed=0)
+    alone = [complete(teacher, tokenizer(), [prompt], spec, seed=0)[0] for prompt in prompts]
+    assert batched == alone and all(batched)
+
+
+@pytest.mark.parametrize("sampled", [False, True])
+def test_a_stopped_run_resumes_to_the_uninterrupted_file(teacher, tmp_path, sampled) -> None:
+    prompts = write_prompts(tmp_path / "p.jsonl", 7)
+    options = ["generate.do_sample=true", "generate.temperature=1.5"] if sampled else []
+    whole = generate(config(tmp_path / "a", prompts, *options), teacher, tokenizer())
+    expected = whole.read_text()
+    assert len(expected.splitlines()) == 7
+    stopped = tmp_path / "b" / "completions.jsonl"
+    stopped.parent.mkdir()
+    lines = expected.splitlines(keepends=True)
+    stopped.write_text("".join(lines[:4]) + lines[4][:10])  # mid-batch, a torn last row
+    resumed = generate(config(tmp_path / "b", prompts, *options), teacher, tokenizer())
+    assert resumed.read_text() == expected
+
+
+def test_completions_are_chat_rows_that_data_chat_reads(teacher, tmp_path) -> None:
+    prompts = write_prompts(tmp_path / "p.jsonl", 6)
+    out = generate(config(tmp_path / "g", prompts), teacher, tokenizer())
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [row["prompt_line"] for row in rows] == [1, 2, 3, 4, 5, 6]
+    assert all(row["messages"][-1]["role"] == "assistant" for row in rows)
+    data = ChatDataModule(tokenizer(), files=[str(out)], val_fraction=0.3)
+    data.setup()
+    assert all(example.scored > 0 for example in data.train_examples)
+
+
+def test_the_prompts_of_a_data_split_are_completed(teacher, tmp_path) -> None:
+    """generate.prompts=train_split answers the training prompts of data=chat, split as a run
+    splits them: the held-out prompts are never answered for training."""
+    rows = [{"prompt": f"Say {i}.", "completion": "x"} for i in range(10)]
+    chats = tmp_path / "c.jsonl"
+    chats.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    data = ["data=chat", f"data.files=[{chats}]", "data.val_fraction=0.3"]
+    module = ChatDataModule(tokenizer(), files=[str(chats)], val_fraction=0.3)
+    train, val = module.split()
+    for split, expected in (("train_split", train), ("val_split", val)):
+        cfg = config(tmp_path / split, Path(split), *data)
+        cfg.generate.prompts = split
+        out = generate(cfg, teacher, tokenizer())
+        written = [json.loads(line) for line in out.read_text().splitlines()]
+        assert [row["messages"][:-1] for row in written] == [c.messages[:-1] for c in expected]
+        assert [row["prompt_line"] for row in written] == [c.where for c in expected]
+    assert len(train) == 7 and len(val) == 3
+    text = config(tmp_path / "text", Path("train_split"))
+    text.generate.prompts = "train_split"
+    with pytest.raises(ValueError, match=r"train_split reads the prompts of data=chat's train"):
+        generate(text, teacher, tokenizer())
+
+
+def test_a_file_of_other_prompts_is_not_continued(teacher, tmp_path) -> None:
+    out = generate(config(tmp_path, write_prompts(tmp_path / "p.jsonl", 3)), teacher, tokenizer())
+    other = tmp_path / "q.jsonl"
+    other.write_text(json.dumps({"prompt": "Something else."}) + "\n")
+    with pytest.raises(ValueError, match=r"row 1 answers another prompt.*overwrite=true"):
+        generate(config(tmp_path, other), teacher, tokenizer())
+    generate(config(tmp_path, other, "overwrite=true"), teacher, tokenizer())
+    assert len(out.read_text().splitlines()) == 1
+
+
+def test_prompt_rows_and_settings_are_checked(teacher, tmp_path) -> None:
+    fields = ChatFields()
+    answered = {
+        "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    }
+    assert prompt_messages(answered, "r", fields) == answered["messages"][:1]  # answered anew
+    with pytest.raises(ValueError, match=r"r has neither 'prompt' nor 'messages'"):
+        prompt_messages({"text": "x"}, "r", fields)
+    with pytest.raises(ValueError, match=r"nothing but assistant turns"):
+        prompt_messages({"messages": answered["messages"][1:]}, "r", fields)
+    with pytest.raises(FileNotFoundError, match=r"generate.prompts='.*none.jsonl' is not a file"):
+        generate(config(tmp_path, tmp_path / "none.jsonl"), teacher, tokenizer())
+    prompts = write_prompts(tmp_path / "p.jsonl", 1)
+    missing = config(tmp_path, prompts, "generate.chat_template=none.jinja")
+    with pytest.raises(FileNotFoundError, match=r"generate.chat_template='none.jinja' is neither"):
+        generate(missing, teacher, tokenizer())
+    with pytest.raises(ValueError, match=r"set generate.prompts=FILE.jsonl"):
+        generate(compose_config(["debug=smoke"], output_dir=tmp_path), teacher, tokenizer())
+    with pytest.raises(ValueError, match=r"generate.temperature=0.0 must be positive"):
+        GenerateSpec(temperature=0.0)
+    with pytest.raises(ValueError, match=r"generate.max_new_tokens=0"):
+        GenerateSpec(max_new_tokens=0)
+
+
+@pytest.mark.integration  # runs the command line in a subprocess
+def test_the_command_line_writes_completions(tmp_path) -> None:
+    prompts = write_prompts(tmp_path / "p.jsonl", 2)
+    template = tmp_path / "chatml.jinja"
+    template.write_text(CHATML)
+    command = [sys.executable, "-m", "lightning_kd", "generate", "debug=smoke"]
+    command += [f"generate.prompts={prompts}", f"generate.chat_template={template}"]
+    command += ["generate.max_new_tokens=4", f"hydra.run.dir={tmp_path / 'g'}"]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len((tmp_path / "g" / "completions.jsonl").read_text().splitlines()) == 2

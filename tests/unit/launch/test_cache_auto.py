@@ -1,0 +1,111 @@
+"""distill.teacher_cache=auto: cached once where the run passes over its blocks often enough."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lightning_kd.distill.objective import DistillConfig
+from lightning_kd.launch.config import compose_config
+from lightning_kd.launch.teacher_cache import MIN_PASSES, choose, passes
+from tests.unit.cache.test_cache_teacher import command
+
+
+def test_the_default_run_caches_its_teacher(tmp_path: Path) -> None:
+    cfg = compose_config([], output_dir=tmp_path)
+    assert cfg.distill.teacher_cache == "auto"
+    assert cfg.data.max_train_examples == 180 and cfg.trainer.max_steps == 80
+    assert cfg.distill.blockwise_passes == 5
+    assert passes(cfg, 180) == pytest.approx(80 * 2 / 180 * 6)  # a repair pass reads 160 of the 180
+    choice = choose(cfg, 180)
+    assert choice.caches and choice.path is None  # the shared cache of its key, found at launch
+    line = "5.33 passes over 180 training blocks (4.44 of them the block-wise repair's)"
+    assert line in choice.line()
+
+
+def test_a_run_over_its_data_about_once_keeps_the_teacher_online(tmp_path: Path) -> None:
+    overrides = ["data.max_train_examples=null", "distill.blockwise_passes=0"]
+    cfg = compose_config(overrides, output_dir=tmp_path)
+    few = cfg.trainer.max_steps * cfg.data.batch_size / MIN_PASSES + 1  # just under MIN_PASSES
+    choice = choose(cfg, int(few))
+    assert choice.path is None
+    assert f"a cache pays from {MIN_PASSES}" in choice.reason
+    epochs = compose_config(["trainer.max_steps=-1", "trainer.max_epochs=3"], output_dir=tmp_path)
+    assert passes(epochs, 10) == 3.0 + 5  # 3 epochs and the default run's 5 repair passes
+    # The block-wise repair reads the teacher's states once per pass too: with it, a cache pays.
+    overrides = ["data.max_train_examples=null", "distill.blockwise_passes=1"]
+    repaired = compose_config(overrides, output_dir=tmp_path)
+    assert passes(repaired, int(few)) == pytest.approx(passes(cfg, int(few)) + 1)
+    assert choose(repaired, int(few)).path is not None
+    assert "(1.00 of them the block-wise repair's)" in choose(repaired, int(few)).line()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "reason"),
+    [
+        (["experiment=ce_only"], "distill.kd_weight=0"),
+        (["distill.on_policy=0.5"], "on-policy KD"),
+        (["distill.chunked=false"], "distill.chunked=false"),
+        (["teacher=minilm"], "only causal LM logits are cached"),
+        (["data=chat", "data.files=[c.jsonl]"], "chat data is not cached"),
+        (["trainer.devices=2", "strategy=ddp"], "lightning-kd cache strategy=ddp"),
+    ],
+)
+def test_what_a_cache_cannot_serve_keeps_the_teacher_online(overrides, reason, tmp_path) -> None:
+    choice = choose(compose_config(overrides, output_dir=tmp_path), 10)
+    assert choice.path is None
+    assert reason in choice.reason
+    # CE-only runs no teacher in training at all: the line and the summary say so, not "online".
+    ce_only = overrides == ["experiment=ce_only"]
+    assert choice.where == ("not run in training" if ce_only else "online")
+    assert choice.line().startswith(f"teacher: {choice.where} (auto: ")
+    assert choice.as_dict()["in_training"] == choice.where
+
+
+def test_an_unresolved_auto_built_from_python_is_the_online_teacher() -> None:
+    assert DistillConfig(teacher_cache="auto").teacher_cache is None
+
+
+@pytest.mark.integration  # runs the command line in a subprocess
+def test_auto_writes_the_cache_once_trains_from_it_and_a_resume_reuses_it(tmp_path) -> None:
+    run_dir, caches = tmp_path / "run", tmp_path / "caches"
+    smoke = ["debug=smoke", "data.max_train_examples=8", f"cache.dir={caches}"]  # 3 passes
+    # Feature matching too: the cache holds the mapped teacher layers and no teacher runs.
+    smoke.append("distill.features=spans")
+    first = command("run", *smoke, f"hydra.run.dir={run_dir}")
+    assert first.returncode == 0, first.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    cache = Path(summary["teacher_cache"]["distill.teacher_cache"])
+    assert cache.parent == caches and summary["teacher_cache"]["written_bytes"] > 0
+    assert f"teacher: cached once in {cache} (auto: 3.00 passes" in first.stdout
+    assert "written to the shared cache" in first.stdout
+    assert summary["teacher_ppl"] > 0 and summary["after"]["val/ppl"] < summary["before"]["val/ppl"]
+    assert "| teacher in training |  | cached once |" in first.stdout
+    assert summary["written"]["teacher cache"] == {
+        "path": str(cache),
+        "bytes": sum(p.stat().st_size for p in (cache / "shards").glob("*.safetensors")),
+    }
+    index = json.loads((cache / "index.json").read_text())
+    assert index["key"]["splits"]["train"]["blocks"] == 8
+    assert index["key"]["features"] == ["model.layers.2", "model.layers.3"]  # [0, 3] of 4: spans
+    assert summary["after"]["val/features"] < summary["before"]["val/features"]
+
+    resumed = command(
+        "run", *smoke, f"hydra.run.dir={run_dir}", "trainer.max_steps=8", "ckpt_path=last"
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert (
+        "found whole in the shared cache" in resumed.stdout and "cache rank" not in resumed.stdout
+    )
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 8
+
+    # The same command into another directory: the same cache, nothing written to it.
+    again = command("run", *smoke, f"hydra.run.dir={tmp_path / 'again'}")
+    assert again.returncode == 0, again.stderr[-3000:]
+    second = json.loads((tmp_path / "again" / "summary.json").read_text())
+    assert second["teacher_cache"]["distill.teacher_cache"] == str(cache)
+    assert second["teacher_cache"]["written_bytes"] == 0
+    assert len(list(caches.iterdir())) == 2  # the one cache and its lock file
+    assert second["after"] == summary["after"]

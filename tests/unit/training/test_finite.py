@@ -1,0 +1,38 @@
+"""A non-finite loss stops training before its step; nothing non-finite is saved or reported."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from lightning_kd.training.finite import NonFiniteError, check_finite_loss, strict_json
+from tests.conftest import make_datamodule, make_module, make_trainer
+
+
+def test_strict_json_writes_null_for_nan_and_infinity() -> None:
+    summary = {"after": {"val/ppl": math.nan, "val/kl": 0.5}, "x": [math.inf, 1.0], "n": 3}
+    text = json.dumps(strict_json(summary), allow_nan=False)
+    assert json.loads(text) == {"after": {"val/ppl": None, "val/kl": 0.5}, "x": [None, 1.0], "n": 3}
+
+
+def test_the_loss_check_names_the_step_and_every_part() -> None:
+    check_finite_loss(3, {"loss": torch.tensor(1.0), "kd": 0.5})
+    with pytest.raises(NonFiniteError, match=r"optimizer step 7 \(loss=nan, kd=inf, ce=1\)"):
+        check_finite_loss(7, {"loss": math.nan, "kd": torch.tensor(math.inf), "ce": 1.0})
+
+
+def test_a_diverging_run_stops_before_the_step_that_would_apply_nan(
+    tiny_teacher, corpus: Path, tmp_path: Path
+) -> None:
+    module = make_module(tiny_teacher)
+    module.optimizer_factory = lambda params: torch.optim.SGD(params, lr=1e30)
+    trainer = make_trainer(tmp_path, max_steps=20)
+    with pytest.raises(NonFiniteError, match=r"not finite at optimizer step (\d+)") as error:
+        trainer.fit(module, make_datamodule([corpus]))
+    step = int(re.search(r"step (\d+)", str(error.value)).group(1))
+    assert trainer.global_step == step - 1, "the step with the non-finite loss was not applied"

@@ -1,0 +1,63 @@
+"""Validation metrics are token-weighted, not means of per-batch means."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from lightning_kd.training.metrics import ValidationMetrics
+
+
+def test_token_weighted_mean() -> None:
+    metrics = ValidationMetrics()
+    metrics.update("kl", torch.tensor(10.0), 10)  # mean 1.0 over 10 tokens
+    metrics.update("kl", torch.tensor(3.0), 1)  # mean 3.0 over 1 token
+    assert math.isclose(metrics.compute()["val/kl"].item(), 13 / 11, rel_tol=1e-6)  # not (1+3)/2
+
+
+def test_perplexity_is_exp_of_mean_nll() -> None:
+    metrics = ValidationMetrics()
+    metrics.update("ppl", torch.tensor(2.0 * 4), torch.tensor(4))
+    assert math.isclose(metrics.compute()["val/ppl"].item(), math.exp(2.0), rel_tol=1e-6)
+
+
+def test_only_updated_metrics_are_computed_and_reset_clears_them() -> None:
+    metrics = ValidationMetrics()
+    assert metrics.compute() == {}
+    metrics.update("agreement", torch.tensor(3.0), 4)
+    metrics.update("teacher_ppl", torch.tensor(0.0), 0)  # a batch with no scored tokens
+    values = metrics.compute()
+    assert set(values) == {"val/agreement", "val/teacher_ppl"}
+    assert values["val/agreement"].dtype == torch.float32
+    assert values["val/teacher_ppl"].item() == 1.0  # exp(0 / max(0, 1)): no division by zero
+    metrics.reset()
+    assert metrics.compute() == {}
+
+
+def test_sums_accumulate_in_fp64() -> None:
+    # 2^24 + 1 is not a float32: a float32 sum would lose every one of these tokens' 1.0.
+    metrics = ValidationMetrics()
+    metrics.update("kl", torch.tensor(2.0**24), 1)
+    for _ in range(8):
+        metrics.update("kl", torch.tensor(1.0), 0)
+    assert metrics.sums["kl"].compute().item() == 2.0**24 + 8
+
+
+def test_a_non_finite_sum_shows_in_the_metric() -> None:
+    metrics = ValidationMetrics()
+    metrics.update("loss", torch.tensor(1.0), 1)
+    metrics.update("loss", torch.tensor(math.nan), 1)
+    assert math.isnan(metrics.compute()["val/loss"].item())
+
+
+def test_reset_under_inference_mode_still_accepts_updates_under_no_grad() -> None:
+    """``trainer.validate`` (inference mode) then ``fit``'s validation (no_grad)."""
+    metrics = ValidationMetrics()
+    with torch.inference_mode():
+        metrics.update("ppl", torch.tensor(1.0), 1)
+        metrics.compute()
+        metrics.reset()
+    with torch.no_grad():
+        metrics.update("ppl", torch.tensor(2.0 * 3), 3)
+    assert math.isclose(metrics.compute()["val/ppl"].item(), math.exp(2.0), rel_tol=1e-6)

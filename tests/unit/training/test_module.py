@@ -1,0 +1,257 @@
+"""The LightningModule: frozen teacher, optimizer, checkpoints, metrics, chunked vs full."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from lightning_kd.data.text import Unscored
+from lightning_kd.distill.objective import DistillConfig
+from lightning_kd.models.loading import StudentSpec, TeacherSpec, byte_tokenizer
+from lightning_kd.training.module import DistillationModule
+from tests.conftest import make_datamodule, make_module, make_trainer
+from tests.unit.models.test_encoder import TINY_BERT
+
+
+def teacher_snapshot(module: DistillationModule) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in module.teacher.state_dict().items()}
+
+
+def test_teacher_frozen_and_eval_through_fit_and_validate(tiny_teacher, corpus) -> None:
+    module, dm = make_module(tiny_teacher), make_datamodule([corpus])
+    trainer = make_trainer(max_steps=4, val_check_interval=2, limit_val_batches=2)
+    trainer.validate(module, dm, verbose=False)
+    before = teacher_snapshot(module)
+    trainer.fit(module, dm)
+    trainer.validate(module, dm, verbose=False)
+    assert not module.teacher.training
+    assert all(not m.training for m in module.teacher.modules())
+    assert all(p.grad is None and not p.requires_grad for p in module.teacher.parameters())
+    for key, value in module.teacher.state_dict().items():
+        torch.testing.assert_close(value, before[key], msg=key)
+    assert module.student.training
+
+
+def test_module_train_keeps_teacher_in_eval(tiny_teacher) -> None:
+    module = make_module(tiny_teacher)
+    module.configure_model()
+    module.train()
+    assert not module.teacher.training and module.student.training
+    module.eval()
+    module.train(True)
+    assert not any(m.training for m in module.teacher.modules())
+
+
+def test_configure_model_is_idempotent(tiny_teacher) -> None:
+    module = make_module(tiny_teacher)
+    module.configure_model()
+    student, teacher = module.student, module.teacher
+    module.configure_model()
+    assert module.student is student and module.teacher is teacher
+
+
+def test_optimizer_holds_only_student_parameters(tiny_teacher, corpus) -> None:
+    module = make_module(tiny_teacher)
+    trainer = make_trainer(max_steps=1)
+    trainer.fit(module, make_datamodule([corpus]))
+    optimized = {id(p) for group in trainer.optimizers[0].param_groups for p in group["params"]}
+    trainable = {id(p) for p in module.student.parameters() if p.requires_grad}
+    assert optimized == trainable  # the frozen embeddings and head (the default) stay out too
+    assert not optimized & {id(p) for p in module.teacher.parameters()}
+
+
+def test_checkpoint_has_no_teacher_and_resumes(tiny_teacher, corpus, tmp_path) -> None:
+    dm = make_datamodule([corpus])
+    trainer = make_trainer(tmp_path, max_steps=3)
+    module = make_module(tiny_teacher)
+    trainer.fit(module, dm)
+    path = tmp_path / "step3.ckpt"
+    trainer.save_checkpoint(path)
+    checkpoint = torch.load(path, weights_only=False)
+    keys = checkpoint["state_dict"].keys()
+    assert not [k for k in keys if k.startswith("distiller.teacher.")]
+    assert any(k.startswith("distiller.student.") for k in keys)
+    assert checkpoint["optimizer_states"] and checkpoint["lr_schedulers"] == []
+
+    resumed = make_module(tiny_teacher)
+    trainer = make_trainer(tmp_path, max_steps=5)
+    trainer.fit(resumed, dm, ckpt_path=path)
+    assert trainer.global_step == 5
+    # The teacher is rebuilt from its spec, identical to the one that trained the checkpoint.
+    for key, value in resumed.teacher.state_dict().items():
+        torch.testing.assert_close(value, module.teacher.state_dict()[key])
+
+
+def test_load_from_checkpoint_rebuilds_the_module_without_the_teacher_in_the_file(
+    tiny_teacher, corpus, tmp_path
+) -> None:
+    """save_hyperparameters keeps the specs as plain data: a checkpoint read with
+    weights_only=True rebuilds the module, its teacher loaded from the spec, its student trained."""
+    module = make_module(tiny_teacher, features="uniform")
+    trainer = make_trainer(tmp_path, max_steps=2)
+    trainer.fit(module, make_datamodule([corpus]))
+    path = tmp_path / "trained.ckpt"
+    trainer.save_checkpoint(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "missing keys" warning for the teacher either
+        loaded = DistillationModule.load_from_checkpoint(path, weights_only=True)
+    assert loaded.distill == module.distill and loaded.student_spec == module.student_spec
+    for role in ("student", "teacher"):
+        want = getattr(module, role).state_dict()
+        for key, value in getattr(loaded, role).state_dict().items():
+            torch.testing.assert_close(value, want[key], msg=f"{role}.{key}")
+    projector = module.distiller.projectors.state_dict()
+    for key, value in loaded.distiller.projectors.state_dict().items():
+        torch.testing.assert_close(value, projector[key])
+    with pytest.raises(ValueError, match="pass optimizer="):
+        loaded.configure_optimizers()
+
+
+def test_checkpoint_missing_student_weights_is_refused(tiny_teacher, corpus, tmp_path) -> None:
+    dm = make_datamodule([corpus])
+    trainer = make_trainer(tmp_path, max_steps=1)
+    trainer.fit(make_module(tiny_teacher), dm)
+    path = tmp_path / "bad.ckpt"
+    trainer.save_checkpoint(path)
+    checkpoint = torch.load(path, weights_only=False)
+    del checkpoint["state_dict"]["distiller.student.model.norm.weight"]
+    torch.save(checkpoint, path)
+    with pytest.raises(KeyError, match=r"lacks 1 student weights.*student.model.norm.weight"):
+        make_trainer(tmp_path, max_steps=2).fit(make_module(tiny_teacher), dm, ckpt_path=path)
+
+
+def test_full_depth_student_matches_teacher_metrics(tiny_teacher, corpus) -> None:
+    module = DistillationModule(
+        teacher=tiny_teacher,
+        student=StudentSpec(num_layers=4),
+        distill=DistillConfig(),
+        optimizer=torch.optim.AdamW,
+        tokenizer=byte_tokenizer(),
+    )
+    metrics = make_trainer().validate(module, make_datamodule([corpus]), verbose=False)[0]
+    assert metrics["val/agreement"] == pytest.approx(1.0)
+    assert metrics["val/kl"] == pytest.approx(0.0, abs=1e-5)
+    assert metrics["val/ppl"] == pytest.approx(metrics["val/teacher_ppl"], rel=1e-5)
+    assert module.teacher_perplexity == pytest.approx(metrics["val/teacher_ppl"])
+
+
+def test_ce_only_run_never_calls_the_teacher_in_training(tiny_teacher, corpus) -> None:
+    module = make_module(tiny_teacher, kd_weight=0.0, ce_weight=1.0)
+    module.configure_model()
+    calls = []
+    module.teacher.register_forward_hook(lambda *args: calls.append(1))
+    make_trainer(max_steps=2, limit_val_batches=0).fit(module, make_datamodule([corpus]))
+    assert calls == []
+
+
+def gradients_after_one_step(teacher: TeacherSpec, batch, **distill) -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    module = make_module(teacher, student={"freeze_embeddings": False}, **distill)
+    module.configure_model()
+    module.student.double()
+    module.teacher.double()
+    objective, _ = module.distiller(batch)
+    objective.backward()
+    return {n: p.grad.clone() for n, p in module.student.named_parameters()}
+
+
+@pytest.mark.parametrize("divergence", ["forward_kl", "jsd"])
+def test_chunked_module_gradients_equal_full_logits(tiny_teacher, corpus, divergence) -> None:
+    dm = make_datamodule([corpus])
+    dm.setup("fit")
+    batch = dm.collate(dm.train_examples[:3])
+    batch["labels"][0, 10:] = -100
+    options = {"divergence": divergence, "temperature": 2.0, "kd_weight": 0.7, "ce_weight": 0.3}
+    full = gradients_after_one_step(tiny_teacher, batch, chunked=False, **options)
+    chunked = gradients_after_one_step(tiny_teacher, batch, chunk_size=7, **options)
+    for name, grad in full.items():
+        torch.testing.assert_close(chunked[name], grad, rtol=1e-9, atol=1e-12, msg=name)
+
+
+def test_distill_config_errors() -> None:
+    with pytest.raises(ValueError, match="unknown divergence 'klx'"):
+        DistillConfig(divergence="klx")
+    with pytest.raises(ValueError, match="both 0"):
+        DistillConfig(kd_weight=0, ce_weight=0)
+    with pytest.raises(ValueError, match="distill.temperature=0"):
+        DistillConfig(temperature=0)
+    with pytest.raises(ValueError, match="distill.chunk_size=0"):
+        DistillConfig(chunk_size=0)
+
+
+def test_exported_student_gives_the_module_students_logits(tiny_teacher, corpus, tmp_path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    module = make_module(tiny_teacher, features="uniform")
+    make_trainer(max_steps=2, limit_val_batches=0).fit(module, make_datamodule([corpus]))
+    module.export_student(str(tmp_path / "student"))
+    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "student").eval()
+    ids = torch.randint(0, 256, (2, 16))
+    module.student.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(exported(ids).logits, module.student(ids).logits)
+    assert not any("projector" in key for key in exported.state_dict())
+
+
+def test_teacher_forward_keeps_no_graph(tiny_teacher, corpus) -> None:
+    """The lean teacher: final hidden states only, under no_grad, nothing for autograd to keep."""
+    module = make_module(tiny_teacher)
+    module.configure_model()
+    dm = make_datamodule([corpus])
+    dm.setup("fit")
+    batch = dm.collate(dm.train_examples[:2])
+    hidden = module.distiller.run("teacher", batch)
+    assert hidden.shape == (2, 32, 32)  # [batch, seq, hidden]: no vocab-sized logits
+    assert hidden.grad_fn is None and not hidden.requires_grad
+    student_hidden = module.distiller.run("student", batch)
+    assert student_hidden.grad_fn is not None
+
+
+@pytest.mark.parametrize("task", ["causal_lm", "encoder"])
+def test_unscored_padding_leaves_validation_metrics_unchanged(tiny_teacher, corpus, task) -> None:
+    """The copies that even out validation across ranks run but count nowhere — also when a
+    whole batch is made of them."""
+    if task == "encoder":
+        teacher = TeacherSpec(path=None, config=dict(TINY_BERT), task="encoder")
+        distill = DistillConfig(kd_weight=0.0, ce_weight=0.0, features="uniform")
+    else:
+        teacher, distill = tiny_teacher, DistillConfig(features="uniform")
+    module = DistillationModule(
+        teacher=teacher,
+        student=StudentSpec(num_layers=2),
+        distill=distill,
+        optimizer=torch.optim.AdamW,
+        tokenizer=byte_tokenizer(),
+    )
+    dm = make_datamodule([corpus])
+    dm.setup()
+    examples = dm.val_examples[:5]
+    # In batches of 2: [e0, e1], [e2, e3], [e4, u0], [u1, u2] — one mixed, one all unscored.
+    padded = [*examples, *(Unscored(example) for example in examples[:3])]
+
+    def validate(items: list) -> dict[str, float]:
+        loader = DataLoader(items, batch_size=2, collate_fn=dm.collate)
+        module.teacher_perplexity = None  # measured once per module otherwise
+        return make_trainer().validate(module, loader, verbose=False)[0]
+
+    plain, with_padding = validate(examples), validate(padded)
+    assert set(plain) == set(with_padding)
+    for name, value in plain.items():
+        assert with_padding[name] == pytest.approx(value, rel=1e-6), name
+
+
+def test_validation_metrics_go_where_the_strategy_runs(tiny_teacher, corpus, monkeypatch) -> None:
+    """DeepSpeed ZeRO-3 and FSDP never call ``module.to`` on models built in configure_model, so
+    the metrics' states (plain tensors) stayed on the CPU beside a GPU step (seen on an H200).
+    The module moves them to the strategy's device itself at every validation start."""
+    module, dm = make_module(tiny_teacher), make_datamodule([corpus])
+    moved_to = []
+    original = module.val_metrics.to
+    monkeypatch.setattr(module.val_metrics, "to", lambda d: moved_to.append(d) or original(d))
+    trainer = make_trainer(max_steps=2, val_check_interval=1, limit_val_batches=1)
+    trainer.fit(module, dm)
+    trainer.validate(module, dm, verbose=False)
+    assert moved_to == [trainer.strategy.root_device] * 3  # two in fit, one in validate

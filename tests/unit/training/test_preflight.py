@@ -1,0 +1,43 @@
+"""What used to fail at step 1 is refused before the first batch, naming the key and the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lightning_kd.launch.checks import config_errors
+from lightning_kd.launch.config import compose_config
+from lightning_kd.training.preflight import Preflight
+from tests.conftest import make_datamodule, make_module, make_trainer
+
+
+def fit(teacher, corpus: Path, block_size: int = 32, **distill) -> None:
+    trainer = make_trainer(max_steps=1, callbacks=[Preflight()])
+    trainer.fit(make_module(teacher, **distill), make_datamodule([corpus], block_size=block_size))
+
+
+def test_a_feature_module_the_step_never_runs_is_refused(tiny_teacher, corpus: Path) -> None:
+    head = [{"student": "lm_head", "teacher": "model.layers.3"}]
+    with pytest.raises(ValueError, match=r"student module 'lm_head' never runs in the training"):
+        fit(tiny_teacher, corpus, features=head)
+    fit(tiny_teacher, corpus, features=head, chunked=False)  # the full-logit step runs the head
+
+
+def test_a_projector_sized_from_a_wrong_guess_is_refused(tiny_teacher, corpus: Path) -> None:
+    # The MLP's activation is 64 wide; read off the structure, it looks 32 wide (the residual).
+    inner = [{"student": "model.layers.0.mlp.act_fn", "teacher": "model.layers.0"}]
+    with pytest.raises(ValueError, match=r"output 64 and 32 wide .* built for 32 -> 32"):
+        fit(tiny_teacher, corpus, features=inner)
+
+
+def test_a_block_longer_than_the_positions_is_refused(tiny_teacher, corpus: Path) -> None:
+    with pytest.raises(ValueError, match=r"data.block_size=200 is longer than the teacher's 128"):
+        fit(tiny_teacher, corpus, block_size=200)
+
+
+def test_an_encoder_teacher_without_features_is_refused_up_front() -> None:
+    cfg = compose_config(["experiment=minilm", "distill.features=null"], output_dir="/x")
+    assert any(
+        e.startswith("teacher.task=encoder with distill.features unset") for e in config_errors(cfg)
+    )

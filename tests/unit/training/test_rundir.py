@@ -1,0 +1,109 @@
+"""Run directories: one run at a time, earlier outputs refused or resumed, logs appended."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lightning_kd.training.rundir import (
+    ResumableCSVLogger,
+    RunDirError,
+    claim_run_dir,
+    resume_command,
+)
+
+
+def test_hydra_own_files_do_not_make_a_directory_taken(tmp_path: Path) -> None:
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / "run.log").write_text("")
+    with claim_run_dir(tmp_path, resuming=False, overwrite=False):
+        (tmp_path / "summary.json").write_text("{}")
+
+
+def test_earlier_outputs_are_refused_unless_resuming_or_overwriting(tmp_path: Path) -> None:
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "notes.txt").write_text("mine")
+    refused = pytest.raises(RunDirError, match=rf"{tmp_path} already holds .*checkpoints, notes")
+    with refused, claim_run_dir(tmp_path, resuming=False, overwrite=False):
+        pass
+    with claim_run_dir(tmp_path, resuming=True, overwrite=False):
+        assert (tmp_path / "checkpoints").is_dir()
+    with claim_run_dir(tmp_path, resuming=False, overwrite=True):
+        assert not (tmp_path / "checkpoints").exists()
+        assert (tmp_path / "notes.txt").read_text() == "mine", "only a run's own outputs go"
+    both = pytest.raises(RunDirError, match="give one of the two")
+    with both, claim_run_dir(tmp_path, resuming=True, overwrite=True):
+        pass
+
+
+def test_a_teacher_cache_alone_is_reused_by_a_fresh_run_and_removed_by_overwrite(tmp_path) -> None:
+    (tmp_path / "teacher_cache").mkdir()  # what a run killed while writing its cache leaves
+    with claim_run_dir(tmp_path, resuming=False, overwrite=False):
+        assert (tmp_path / "teacher_cache").is_dir()
+    (tmp_path / "summary.json").write_text("{}")
+    refused = pytest.raises(RunDirError, match="summary.json, teacher_cache")
+    with refused, claim_run_dir(tmp_path, resuming=False, overwrite=False):
+        pass
+    with claim_run_dir(tmp_path, resuming=False, overwrite=True):
+        assert not (tmp_path / "teacher_cache").exists()
+
+
+def test_a_second_process_is_refused_with_the_holder_pid(tmp_path: Path) -> None:
+    script = (
+        "import sys; from pathlib import Path\n"
+        "from lightning_kd.training.rundir import claim_run_dir\n"
+        "with claim_run_dir(Path(sys.argv[1]), resuming=True, overwrite=False): pass"
+    )
+    with claim_run_dir(tmp_path, resuming=False, overwrite=False):
+        other = subprocess.run(
+            [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True
+        )
+        assert other.returncode != 0
+        assert f"{tmp_path} is in use by another run (pid {os.getpid()})" in other.stderr
+    # released at the end of the block (and by the kernel when a process dies)
+    again = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True)
+    assert again.returncode == 0, again.stderr
+
+
+def test_only_rank_zero_claims(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "logs").mkdir()
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with claim_run_dir(tmp_path, resuming=False, overwrite=False):
+        assert not (tmp_path / ".lock").exists()
+
+
+def test_the_csv_logger_appends_and_drops_rows_a_resume_logs_again(tmp_path: Path) -> None:
+    first = ResumableCSVLogger(tmp_path, name="logs", version="")
+    for step in range(6):
+        first.log_metrics({"train/loss": float(step)}, step=step)
+    first.save()
+    second = ResumableCSVLogger(tmp_path, name="logs", version="")
+    second.drop_rows_from(4)
+    second.log_metrics({"train/loss": 40.0, "val/ppl": 9.0}, step=4)
+    second.save()
+    with open(tmp_path / "logs" / "metrics.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(r["step"], r["train/loss"]) for r in rows] == [
+        ("0", "0.0"),
+        ("1", "1.0"),
+        ("2", "2.0"),
+        ("3", "3.0"),
+        ("4", "40.0"),
+    ]
+    assert rows[-1]["val/ppl"] == "9.0"
+
+
+def test_the_resume_command_keeps_the_overrides_and_names_the_directory() -> None:
+    command = resume_command(
+        ["python", "run.py"],
+        ["debug=smoke", "ckpt_path=old.ckpt", "overwrite=true", "data.files=[a b.txt]"],
+        Path("/runs/x"),
+    )
+    assert command == (
+        "python run.py debug=smoke 'data.files=[a b.txt]' hydra.run.dir=/runs/x ckpt_path=last"
+    )

@@ -1,0 +1,73 @@
+"""When last.ckpt is written: every N steps, at validation, at the end, on the way out."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from lightning.pytorch import Callback
+
+from lightning_kd.training.checkpoints import SafeCheckpointIO
+from lightning_kd.training.finite import NonFiniteError
+from lightning_kd.training.saving import LastCheckpoint
+from tests.conftest import make_datamodule, make_module, make_trainer
+
+
+class Record(Callback):
+    """Notes the step of each checkpoint written."""
+
+    def __init__(self) -> None:
+        self.steps: list[int] = []
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        self.steps.append(checkpoint["global_step"])
+
+
+class FailInValidation(Callback):
+    def on_validation_start(self, trainer, pl_module) -> None:
+        if trainer.global_step == 2:
+            raise RuntimeError("validation broke")
+
+
+def fit(tmp_path, teacher, corpus, *callbacks, every=2, **trainer_options) -> LastCheckpoint:
+    saver = LastCheckpoint(str(tmp_path / "checkpoints"), every=every)
+    options = {
+        "max_steps": 5,
+        "limit_val_batches": 1,
+        "plugins": [SafeCheckpointIO()],
+        "enable_checkpointing": True,
+    }
+    trainer = make_trainer(callbacks=[saver, *callbacks], **options | trainer_options)
+    trainer.fit(make_module(teacher), make_datamodule([corpus]))
+    return saver
+
+
+def test_every_n_steps_each_validation_and_the_end(tiny_teacher, corpus, tmp_path) -> None:
+    record = Record()
+    saver = fit(tmp_path, tiny_teacher, corpus, record, val_check_interval=3)
+    assert record.steps == [2, 3, 4, 5]  # every 2; validation after step 3; the end
+    assert saver.saved_step == 5
+    state = torch.load(saver.path, weights_only=True)
+    assert state["global_step"] == 5 and "provenance" not in state  # (a callback adds that)
+
+
+def test_an_exception_at_a_step_boundary_saves_that_step(tiny_teacher, corpus, tmp_path) -> None:
+    with pytest.raises(RuntimeError, match="validation broke"):
+        fit(tmp_path, tiny_teacher, corpus, FailInValidation(), val_check_interval=2, every=50)
+    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 2
+
+
+def test_non_finite_weights_are_never_saved(tiny_teacher, corpus, tmp_path) -> None:
+    class Poison(Callback):
+        """A NaN weight that step 4's (finite) loss never saw: its update spreads it."""
+
+        def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+            if trainer.global_step == 3:
+                with torch.no_grad():
+                    next(p for p in pl_module.student.parameters() if p.requires_grad).fill_(
+                        float("nan")
+                    )
+
+    record = Record()
+    with pytest.raises(NonFiniteError, match=r"not finite after optimizer step 4"):
+        fit(tmp_path, tiny_teacher, corpus, Poison(), record)
+    assert record.steps == [2]

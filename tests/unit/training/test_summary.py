@@ -1,0 +1,75 @@
+"""The training clock behind the summary's tokens/s, and the throughput logged on it."""
+
+from __future__ import annotations
+
+from lightning.pytorch import Callback
+
+from lightning_kd.training import summary
+from lightning_kd.training.summary import RunSummary, TrainTimer
+from tests.conftest import make_datamodule, make_module, make_trainer
+
+
+class Clock:
+    """A stand-in for ``time.perf_counter`` that moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+class Takes(Callback):
+    """Each training batch takes ``train`` seconds, each validation batch ``validation``."""
+
+    def __init__(self, clock: Clock, train: float, validation: float) -> None:
+        self.clock, self.train, self.validation = clock, train, validation
+
+    def on_train_batch_end(self, *args) -> None:
+        self.clock.now += self.train
+
+    def on_validation_batch_end(self, *args) -> None:
+        self.clock.now += self.validation
+
+
+class LoggedThroughput(Callback):
+    """What the timer logged at each training batch's end (the callbacks after it see it)."""
+
+    def __init__(self) -> None:
+        self.rates: list[dict[str, float]] = []
+
+    def on_train_batch_end(self, trainer, *args) -> None:
+        self.rates.append(
+            {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("through")}
+        )
+
+
+def test_training_seconds_leave_out_validation_and_throughput_is_logged(
+    tiny_teacher, corpus, monkeypatch
+) -> None:
+    clock = Clock()
+    monkeypatch.setattr(summary, "time", clock)
+    timer, logged = TrainTimer(window=2), LoggedThroughput()
+    trainer = make_trainer(
+        max_steps=4,
+        val_check_interval=2,
+        limit_val_batches=1,
+        # Before the timer: its batch-end hook sees the batch's time gone by.
+        callbacks=[Takes(clock, train=0.5, validation=100.0), timer, logged],
+    )
+    trainer.fit(make_module(tiny_teacher), make_datamodule([corpus]))
+    assert timer.seconds == 4 * 0.5  # the two validations are not training time
+
+    # Rates once the window (2 batches) is full: Lightning's Throughput on the timer's clock.
+    assert logged.rates[0] == {}
+    assert logged.rates[-1] == {
+        "throughput/device/batches_per_sec": 2.0,
+        "throughput/device/samples_per_sec": 2.0 * 4,  # batches of 4 full 32-token blocks
+        "throughput/device/tokens_per_sec": 2.0 * 4 * 32,
+    }
+
+
+def test_summary_tokens_per_second() -> None:
+    run = RunSummary(after={}, train_tokens=600, train_seconds=2.0)
+    assert run.tokens_per_second == 300.0
+    assert RunSummary(after={}).tokens_per_second == 0.0

@@ -1,0 +1,141 @@
+"""Lightning's private API that ``lightning_kd.utils.compat`` relies on is still there and still
+behaves.
+
+A failure here names what changed in Lightning: fix ``lightning_kd/utils/compat.py`` to match.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import warnings
+
+import pytest
+from lightning.pytorch import Trainer
+from lightning.pytorch.demos.boring_classes import BoringModel
+from lightning.pytorch.strategies import FSDPStrategy
+from lightning.pytorch.utilities.warnings import PossibleUserWarning
+from torch import nn
+
+from lightning_kd.utils import compat
+
+
+def quiet_trainer(tmp_path, **kwargs) -> Trainer:
+    options = {
+        "accelerator": "cpu",
+        "devices": 1,
+        "logger": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "num_sanity_val_steps": 0,
+        "limit_val_batches": 0,
+        "enable_checkpointing": False,
+        "default_root_dir": tmp_path,
+    } | kwargs
+    return Trainer(**options)
+
+
+def test_fsdp_strategy_still_wraps_the_module_in_setup_model() -> None:
+    method = getattr(FSDPStrategy, "_setup_model", None)
+    assert method is not None, "FSDPStrategy._setup_model is gone: compat.FSDPStrategyWithWrapHook"
+    assert list(inspect.signature(method).parameters) == ["self", "model"], (
+        f"FSDPStrategy._setup_model{inspect.signature(method)} no longer takes just the model"
+    )
+    assert "self._setup_model(self.model)" in inspect.getsource(FSDPStrategy.setup), (
+        "FSDPStrategy.setup no longer wraps the LightningModule through _setup_model"
+    )
+    assert compat.FSDPStrategyWithWrapHook._setup_model is not FSDPStrategy._setup_model
+
+
+class RecordsResumedBatches(BoringModel):
+    """A BoringModel (64 batches an epoch) that notes what compat reads as its loader is built."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.resumed: list[int] = []
+
+    def train_dataloader(self):
+        self.resumed.append(compat.resumed_batches_in_epoch(self.trainer))
+        return super().train_dataloader()
+
+
+# The BoringModel's loader is a plain one; ours (loaders.ResumableLoader) skips what compat reads.
+@pytest.mark.filterwarnings("ignore:You're resuming from a checkpoint that ended before")
+def test_resumed_batches_in_epoch_reads_the_restored_loop(tmp_path) -> None:
+    fit_loop = quiet_trainer(tmp_path).fit_loop
+    assert isinstance(fit_loop.restarting, bool), "fit_loop.restarting is gone"
+    progress = fit_loop.epoch_loop.batch_progress.current
+    assert isinstance(progress.processed, int), "epoch_loop.batch_progress.current.processed"
+
+    first = RecordsResumedBatches()
+    quiet_trainer(tmp_path, max_steps=3).fit(first)
+    assert first.resumed == [0]  # a fresh fit
+    checkpoint = tmp_path / "mid_epoch.ckpt"
+    first.trainer.save_checkpoint(checkpoint)
+
+    again = RecordsResumedBatches()
+    quiet_trainer(tmp_path, max_steps=5).fit(again, ckpt_path=checkpoint)
+    assert again.resumed == [3], "a fit resumed after 3 of 64 batches must read 3"
+
+
+class WithEvalModule(BoringModel):
+    """A BoringModel with one module in eval mode, silencing the warning for ``silenced``."""
+
+    def __init__(self, silenced: int | None) -> None:
+        super().__init__()
+        self.frozen = nn.Linear(32, 32).eval()
+        self.silenced = silenced
+
+    def on_fit_start(self) -> None:
+        if self.silenced is not None:
+            compat.silence_eval_mode_warning(self.trainer, self.silenced)
+
+
+def eval_mode_warnings(tmp_path, model: BoringModel, trainer: Trainer | None = None) -> list[str]:
+    """The eval-mode warnings a 1-step fit of ``model`` emits."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        (trainer or quiet_trainer(tmp_path, max_steps=1)).fit(model)
+    return [
+        str(w.message)
+        for w in caught
+        if issubclass(w.category, PossibleUserWarning) and "eval mode" in str(w.message)
+    ]
+
+
+def test_eval_mode_warning_text_and_check_are_what_compat_filters(tmp_path) -> None:
+    assert callable(getattr(quiet_trainer(tmp_path).fit_loop, compat.EVAL_MODE_CHECK, None)), (
+        f"_FitLoop.{compat.EVAL_MODE_CHECK} is gone: the warning's check moved"
+    )
+    emitted = eval_mode_warnings(tmp_path, WithEvalModule(silenced=None))
+    expected = compat.EVAL_MODE_WARNING.format(count=1)
+    assert len(emitted) == 1 and emitted[0].startswith(expected), (
+        f"Lightning's eval-mode warning now reads {emitted!r}, not {expected!r}…"
+    )
+
+
+def test_silencing_drops_only_that_count_and_leaves_no_process_wide_filter(tmp_path) -> None:
+    filters = list(warnings.filters)
+    assert eval_mode_warnings(tmp_path, WithEvalModule(silenced=1)) == []
+    assert warnings.filters == filters
+    still = eval_mode_warnings(tmp_path, WithEvalModule(silenced=2))
+    assert len(still) == 1 and re.match(r"Found 1 module\(s\)", still[0])
+
+
+def test_silencing_again_on_one_trainer_replaces_the_count(tmp_path) -> None:
+    trainer = quiet_trainer(tmp_path, max_steps=1)
+    compat.silence_eval_mode_warning(trainer, 1)
+    compat.silence_eval_mode_warning(trainer, 2)  # a second fit's count: 1 no longer silenced
+    assert len(eval_mode_warnings(tmp_path, WithEvalModule(silenced=None), trainer)) == 1
+
+
+def test_ddp_and_lightnings_sync_leave_out_what_exclude_from_ddp_names() -> None:
+    from lightning.pytorch.overrides import distributed as lightning_ddp
+    from torch.nn.parallel import distributed as torch_ddp
+
+    for where in (torch_ddp.DistributedDataParallel.__init__, lightning_ddp._sync_module_states):
+        assert compat.DDP_IGNORE in inspect.getsource(where), f"{where.__qualname__} moved"
+    module = nn.Linear(2, 2)
+    compat.exclude_from_ddp(module, ["weight"])
+    compat.exclude_from_ddp(module, ["bias"])
+    assert getattr(module, compat.DDP_IGNORE) == ["bias", "weight"]
