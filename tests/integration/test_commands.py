@@ -44,10 +44,13 @@ def test_an_unknown_command_is_named_with_the_nearest_one(capsys) -> None:
     assert "unknown command 'trian'; did you mean 'train'?" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", ["evaluate", "bench", "soak"])
-def test_a_bad_option_prints_usage_and_exits_2(command: str, capsys) -> None:
+@pytest.mark.parametrize(
+    ("command", "valid"),
+    [("evaluate", ["model", "--files", "a.txt"]), ("bench", ["--out", "b"]), ("soak", [])],
+)
+def test_a_bad_option_prints_usage_and_exits_2(command: str, valid: list[str], capsys) -> None:
     with pytest.raises(SystemExit) as exit_:
-        main([command, "--no-such-option"])
+        main([command, *valid, "--no-such-option"])
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert f"usage: lightning-kd {command}" in err and "--no-such-option" in err

@@ -1,6 +1,9 @@
-"""Every override the docs show composes: the README's `python run.py ...` commands, run.py's
-docstring, and the overrides written in the comments of conf/ (each composed with the config it
-sits in selected, e.g. strategy=fsdp for a comment in conf/strategy/fsdp.yaml).
+"""Every override the docs show composes: the `lightning-kd train|cache|generate ...` (and
+`python run.py ...`) commands of the README and of every docs/ page, run.py's docstring, and the
+overrides written in the comments of conf/ (each composed with the config it sits in selected,
+e.g. strategy=fsdp for a comment in conf/strategy/fsdp.yaml). A command that adds a directory of
+the user's own (`--config-dir my_conf experiment=mine`) names configs this repository does not
+hold, so it is left out.
 
 Composing is the bar: it catches a key that does not exist, a group option that does not, and a
 value Hydra cannot parse. Whether the run then works (a GPU strategy, a file) is for other tests.
@@ -33,6 +36,11 @@ ROOTS = GROUPS | set(PRIMARY) - {"defaults"} | {"hydra"}
 OVERRIDE_KEY = re.compile(r"(?<![\w./$-])((?:\+\+|\+|~)?[A-Za-z_]\w*(?:\.\w+)*)=(?=\S)")
 PLACEHOLDER = re.compile(r"<[^<>\s][^<>]*>")  # <name>, <HF id or dir>: stands for a value
 FLAGS_WITH_VALUE = {"--cfg", "-c", "--info", "--package", "-p", "--config-name", "-cn"}
+USER_CONFIG = {"--config-dir", "-cd"}
+"""A user's own config directory: its options are not in this repository's conf/."""
+COMPOSING = (["lightning-kd"], ["python", "-m", "lightning_kd"])
+"""Command prefixes whose ``train``, ``cache`` or ``generate`` compose the run's config."""
+VERBS = ("train", "cache", "generate")
 FLAGS = {"-m", "--multirun", "--help", "-h", "--hydra-help", "--resolve"}
 
 
@@ -63,14 +71,25 @@ def command_overrides(words: list[str], where: str) -> tuple[list[str], bool]:
         elif word.lstrip("+~").startswith("hydra."):
             continue  # where the run goes: Hydra's own, not the job's config
         elif ("=" not in word and not word.startswith("~")) or word.startswith("-"):
-            raise ValueError(f"{where}: {word!r} in a python run.py command is no override")
+            raise ValueError(f"{where}: {word!r} in a lightning-kd train command is no override")
         else:
             overrides.append(word)
     return overrides, multirun
 
 
+def composing_command(words: list[str], at: int) -> int | None:
+    """Where the overrides start if ``words[at:]`` begins a command that composes the config."""
+    if words[at : at + 2] == ["python", "run.py"]:
+        return at + 2
+    for prefix in COMPOSING:
+        end = at + len(prefix)
+        if words[at:end] == prefix and end < len(words) and words[end] in VERBS:
+            return end + 1
+    return None
+
+
 def commands_in(text: str, first_line: int, path: str) -> list[Example]:
-    """Every `python run.py ...` (or `lightning-kd cache|generate ...`) in ``text``
+    """Every composing command (`lightning-kd train ...`, `python run.py ...`, ...) in ``text``
     (continuations, &&, ;, # comments)."""
     examples = []
     lines = text.split("\n")
@@ -84,38 +103,40 @@ def commands_in(text: str, first_line: int, path: str) -> list[Example]:
         lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|")
         lexer.whitespace_split = True
         words = list(lexer)
-        for at in (i for i, word in enumerate(words[:-1]) if word == "python"):
-            # run.py, the cache writer and the generator compose the same config
-            if words[at + 1] == "run.py":
-                first = at + 2
-            elif words[at + 1 : at + 3] in (
-                ["-m", "lightning_kd", "cache"],
-                ["-m", "lightning_kd", "generate"],
-            ):
-                first = at + 3
-            else:
+        for at in range(len(words)):
+            first = composing_command(words, at)
+            if first is None:
                 continue
             end = next((i for i in range(first, len(words)) if words[i] in (";", "&&", "|")), None)
+            if USER_CONFIG & set(words[first:end]):
+                continue
             where = f"{path}:{first_line + start}"
             overrides, multirun = command_overrides(words[first:end], where)
             examples.append(Example(where, overrides, multirun=multirun))
     return examples
 
 
-def readme_examples() -> list[Example]:
-    """Commands in the README's ```bash blocks and in its inline `python run.py ...` spans."""
-    text = (ROOT / "README.md").read_text()
+def markdown_examples(path) -> list[Example]:
+    """Commands in a markdown file's ```bash blocks and in its inline `...` spans."""
+    text = path.read_text()
+    name = str(path.relative_to(ROOT))
     examples = []
     for block in re.finditer(r"```bash\n(.*?)```", text, re.S):
         line = text.count("\n", 0, block.start(1)) + 1
-        examples += commands_in(block.group(1), line, "README.md")
+        examples += commands_in(block.group(1), line, name)
     # Fenced blocks blanked (line count kept) so that only inline spans remain.
     prose = re.sub(r"```.*?```", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
     for span in re.finditer(r"`([^`]+)`", prose):
-        if "python run.py" in span.group(1):
+        if any(prefix in span.group(1) for prefix in ("run.py", "lightning-kd ", "lightning_kd ")):
             line = prose.count("\n", 0, span.start(1)) + 1
-            examples += commands_in(span.group(1).replace("\n", " "), line, "README.md")
+            examples += commands_in(span.group(1).replace("\n", " "), line, name)
     return examples
+
+
+def docs_examples() -> list[Example]:
+    """The README's commands and those of every docs/ page."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    return [example for page in pages for example in markdown_examples(page)]
 
 
 def run_py_examples() -> list[Example]:
@@ -203,7 +224,7 @@ def compose_error(example: Example) -> str | None:
     return None
 
 
-EXAMPLES = readme_examples() + run_py_examples() + conf_examples()
+EXAMPLES = docs_examples() + run_py_examples() + conf_examples()
 
 
 @pytest.fixture(scope="module")
@@ -217,16 +238,18 @@ def hydra_conf():
 def test_a_documented_override_composes(hydra_conf, example: Example) -> None:
     error = compose_error(example)
     assert error is None, (
-        f"{example.where}: python run.py {' '.join(example.overrides)} "
+        f"{example.where}: lightning-kd train {' '.join(example.overrides)} "
         f"(with {example.context or 'nothing'} selected) does not compose: {error}"
     )
 
 
 def test_the_docs_examples_are_found() -> None:
-    """The extraction itself: the README's command lists, the comments, run.py's docstring."""
+    """The extraction itself: the README's and the docs' commands, the comments, run.py's
+    docstring."""
     files = {example.where.split(":")[0] for example in EXAMPLES}
     assert {
         "README.md",
+        "docs/config.md",
         "run.py",
         "conf/strategy/fsdp.yaml",
         "conf/student/from_teacher.yaml",
@@ -240,7 +263,7 @@ def test_the_docs_examples_are_found() -> None:
         "logger=tensorboard",
         "+callbacks=early_stopping",
     } <= shown
-    assert len([e for e in EXAMPLES if e.where.startswith("README.md")]) >= 20
+    assert len([e for e in EXAMPLES if e.where.startswith(("README.md", "docs/"))]) >= 40
 
 
 def test_an_override_that_does_not_compose_is_reported(hydra_conf) -> None:
@@ -257,3 +280,9 @@ def test_an_override_that_does_not_compose_is_reported(hydra_conf) -> None:
     ]
     with pytest.raises(ValueError, match="no override"):
         commands_in("python run.py --cfg job teacher", 1, "x")
+    found = commands_in(
+        "lightning-kd cache debug=smoke && python -m lightning_kd generate a=1", 1, "x"
+    )
+    assert [example.overrides for example in found] == [["debug=smoke"], ["a=1"]]
+    assert commands_in("lightning-kd evaluate --files a.txt -- m", 1, "x") == []
+    assert commands_in("lightning-kd train --config-dir mine experiment=mine", 1, "x") == []

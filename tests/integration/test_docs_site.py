@@ -1,0 +1,48 @@
+"""The documentation as readers get it: a README that fits its role, and a docs site that builds
+with every page in the navigation and every link resolving (``mkdocs build --strict``)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.conftest import ROOT
+
+README_LINES = 250
+
+
+def test_the_readme_is_a_front_door() -> None:
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= README_LINES
+    linked = set(re.findall(r"\]\((docs/[^)#]+)", text))
+    assert linked and all((ROOT / page).is_file() for page in linked)
+
+
+def test_every_docs_page_is_in_the_navigation() -> None:
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+
+    def pages(nav) -> set[str]:
+        if isinstance(nav, str):
+            return {nav}
+        if isinstance(nav, dict):
+            return set().union(*(pages(value) for value in nav.values()))
+        return set().union(*(pages(item) for item in nav))
+
+    on_disk = {str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").rglob("*.md")}
+    assert pages(config["nav"]) == on_disk
+
+
+def test_the_site_builds_strictly(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "site" / "index.html").is_file()
