@@ -44,7 +44,7 @@ import sys
 import time
 from importlib.util import find_spec
 
-from lightning_kd.bench.loss import LOSS_TOKENS, run_loss
+from lightning_kd.bench.loss import LOSS_TOKENS, QUICK_LOSS_TOKENS, run_loss
 from lightning_kd.bench.report import markdown, plot, summarise
 from lightning_kd.bench.scenarios import SCENARIOS, run_scenario
 
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> dict | None:
         print(f"{name:>13}: {row['peak_mb']:.0f} MB, {row['step_s']:.2f} s/step ({elapsed:.0f} s)")
     # One process per loss path, token counts in rising order; each measurement starts from a
     # trimmed heap, so the sweep costs two process start-ups, not six.
-    tokens = [str(count) for count in LOSS_TOKENS]
+    tokens = [str(count) for count in (QUICK_LOSS_TOKENS if args.quick else LOSS_TOKENS)]
     losses = []
     for path in ([], ["--chunked"]):
         started = time.perf_counter()

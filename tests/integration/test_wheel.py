@@ -27,13 +27,14 @@ def installed(tmp_path_factory) -> dict[str, str]:
     """The environment of a shell in which only the wheel provides ``lightning_kd``."""
     work = tmp_path_factory.mktemp("wheel")
     source = work / "source"
+    source.mkdir()
     for name in SOURCES:  # a copy: building writes build/ and egg-info beside the sources
-        copy = shutil.copytree if (ROOT / name).is_dir() else shutil.copy2
-        copy(
-            ROOT / name,
-            source / name,
-            **({"dirs_exist_ok": True} if copy is shutil.copytree else {}),
-        )
+        if (ROOT / name).is_dir():
+            shutil.copytree(
+                ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__")
+            )
+        else:
+            shutil.copy2(ROOT / name, source / name)
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     subprocess.run(
         [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(work / "dist"), str(source)],

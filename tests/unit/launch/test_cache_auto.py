@@ -30,7 +30,7 @@ def test_a_run_over_its_data_about_once_keeps_the_teacher_online(tmp_path: Path)
     cfg = compose_config(overrides, output_dir=tmp_path)
     few = cfg.trainer.max_steps * cfg.data.batch_size / MIN_PASSES + 1  # just under MIN_PASSES
     choice = choose(cfg, int(few))
-    assert choice.path is None
+    assert choice.path is None and not choice.caches
     assert f"a cache pays from {MIN_PASSES}" in choice.reason
     epochs = compose_config(["trainer.max_steps=-1", "trainer.max_epochs=3"], output_dir=tmp_path)
     assert passes(epochs, 10) == 3.0 + 5  # 3 epochs and the default run's 5 repair passes
@@ -38,7 +38,7 @@ def test_a_run_over_its_data_about_once_keeps_the_teacher_online(tmp_path: Path)
     overrides = ["data.max_train_examples=null", "distill.blockwise_passes=1"]
     repaired = compose_config(overrides, output_dir=tmp_path)
     assert passes(repaired, int(few)) == pytest.approx(passes(cfg, int(few)) + 1)
-    assert choose(repaired, int(few)).path is not None
+    assert choose(repaired, int(few)).caches
     assert "(1.00 of them the block-wise repair's)" in choose(repaired, int(few)).line()
 
 
@@ -55,7 +55,7 @@ def test_a_run_over_its_data_about_once_keeps_the_teacher_online(tmp_path: Path)
 )
 def test_what_a_cache_cannot_serve_keeps_the_teacher_online(overrides, reason, tmp_path) -> None:
     choice = choose(compose_config(overrides, output_dir=tmp_path), 10)
-    assert choice.path is None
+    assert choice.path is None and not choice.caches
     assert reason in choice.reason
     # CE-only runs no teacher in training at all: the line and the summary say so, not "online".
     ce_only = overrides == ["experiment=ce_only"]
