@@ -80,6 +80,11 @@ class CacheSpec:
     tokenizer, data blocks, k, temperature, features), shared by every run: a run whose key
     was written before reads that cache and runs no teacher forward. null:
     ``$LIGHTNING_KD_CACHE/teacher_caches`` (default ``~/.cache/lightning_kd/teacher_caches``)."""
+    keep_repair_states: bool = False
+    """Keep, after the run, the teacher hidden states that only the block-wise repair reads (not
+    ``distill.features``) in the cache ``distill.teacher_cache=auto`` wrote. false: once the run
+    is done, that cache is rewritten without them (smaller on disk; a resume needs none of them,
+    a new identical run writes them again). The default run's features are the repair's own."""
     features: bool | None = None
     """Also store the outputs of the teacher modules ``distill.features`` maps and the block-wise
     repair reads (for the run's student), so that a run from the cache needs no teacher for them.

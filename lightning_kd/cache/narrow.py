@@ -1,5 +1,6 @@
-"""A cache of a smaller k derived from one of a larger k, without running the teacher:
-``lightning-kd cache cache.k=8 cache.source=DIR_K128 hydra.run.dir=DIR_K8``.
+"""Smaller caches derived from a larger one, without running the teacher: a smaller k
+(``lightning-kd cache cache.k=8 cache.source=DIR_K128 hydra.run.dir=DIR_K8``), or fewer cached
+hidden states (:func:`without_features`: the block-wise repair's own, once the repair is done).
 
 The top k of the top K (K ≥ k) are the top k; the new tail is the old tail plus the mass of
 entries k+1..K, ``log(e^tail + Σ e^{log p_i})``, summed from the stored fp16 log-probs (each
@@ -18,11 +19,15 @@ from safetensors.torch import load_file
 from torch import Tensor
 
 from lightning_kd.cache.format import (
+    FEATURE_PREFIX,
     TAIL_DTYPE,
+    CacheKey,
     CacheSpec,
+    Layout,
     cache_key,
     completed,
     kept_mass,
+    metadata,
     plan_shards,
     write_shard,
 )
@@ -82,3 +87,28 @@ def narrow_cache(
         written += 1
     write_index(directory, meta, shards, key)
     return written
+
+
+def without_features(source: Path, directory: Path, keep: tuple[str, ...]) -> CacheKey:
+    """Write into ``directory`` the cache in ``source`` holding, of its teacher modules' outputs,
+    only those of ``keep``: the same shards and records otherwise. Returns its key."""
+    index = read_index(source)
+    key = CacheKey(**index["key"])
+    key = replace(key, features=tuple(sorted(set(keep) & set(key.features))))
+    layout = Layout(**index["layout"])
+    meta = metadata(key, layout)
+    prepare(directory, meta, 0, lambda: None, overwrite=False)
+    shards = plan_shards(key.splits, layout.shard_blocks)
+    kept = {FEATURE_PREFIX + path for path in key.features}
+    for shard in shards:
+        if completed(directory, shard) is not None:
+            continue
+        tensors = {
+            name: tensor
+            for name, tensor in load_file(source / shard.file).items()
+            if not name.startswith(FEATURE_PREFIX) or name in kept
+        }
+        scored, mass = kept_mass(tensors)
+        write_shard(directory, shard, tensors, {"scored": scored, "top_k_mass": mass})
+    write_index(directory, meta, shards, key)
+    return key

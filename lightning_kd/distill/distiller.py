@@ -137,8 +137,9 @@ class Distiller(nn.Module):
             teacher_model, models.student, distill, task=teacher.task, layer_map=models.layer_map
         )
         if distill.teacher_cache is not None:
-            pairs = distiller.layer_pairs + distiller.repair_pairs
-            paths = tuple(sorted({pair.teacher for pair in pairs}))
+            # The repair's states are checked when it runs: a resume skips it, and its cache
+            # may hold none of them (cache.keep_repair_states).
+            paths = tuple(sorted({pair.teacher for pair in distiller.layer_pairs}))
             args = (distill, teacher.task, teacher_model, tokenizer, data, paths)
             distiller.replace_teacher(CachedTeacher.for_distiller(*args))
         return distiller

@@ -106,7 +106,26 @@ def repair_plan(distiller) -> list[Span]:
         if length > 1 and any(p.requires_grad for p in layer.parameters()):
             source = pairs[j - 1].teacher if j > 0 else None
             spans.append(Span(pair.student, source, pair.teacher))
+    check_cached_states(distiller, spans)
     return spans
+
+
+def check_cached_states(distiller, spans: list[Span]) -> None:
+    """From a teacher cache, the repair reads the states it stores: refuse one without them
+    (written for a resume, or with cache.keep_repair_states=false after its run) before any
+    step, naming the fix."""
+    cache = distiller.cached_teacher
+    if cache is None:
+        return
+    needed = {path for span in spans for path in (span.source, span.target) if path}
+    lacking = sorted(needed - set(cache.key.features))
+    if lacking:
+        raise ValueError(
+            f"distill.blockwise_passes reads the teacher's outputs of {lacking}, which the "
+            f"teacher cache in {cache.cache.directory} does not hold; use a cache written for "
+            "this repair (distill.teacher_cache=auto writes one), or set "
+            "distill.blockwise_passes=0"
+        )
 
 
 @contextmanager

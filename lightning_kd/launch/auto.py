@@ -52,21 +52,23 @@ def resolve(cfg: DictConfig, ckpt_path: Path | None = None) -> Resolved:
         layers, resolved.ranking = chosen
         resolved.cfg = with_values(resolved.cfg, {"student.layers": layers})
     if unresolved(resolved.cfg.distill.get("teacher_cache")):
-        choice, datamodule = resolve_teacher_cache(resolved.cfg)
+        choice, datamodule = resolve_teacher_cache(resolved.cfg, resuming=ckpt_path is not None)
         resolved.teacher_cache, resolved.datamodule = choice, datamodule
         resolved.cfg = with_values(resolved.cfg, {"distill.teacher_cache": choice.path})
     return resolved
 
 
-def resolve_teacher_cache(cfg: DictConfig) -> tuple[CacheChoice, TextDataModule]:
-    """Cache or online for ``cfg`` (whose other settings are concrete), the cache prepared, and
-    the set-up data module it was matched to."""
+def resolve_teacher_cache(
+    cfg: DictConfig, resuming: bool = False
+) -> tuple[CacheChoice, TextDataModule]:
+    """Cache or online for ``cfg`` (whose other settings are concrete), the cache prepared (a
+    resume's without the repair's states), and the set-up data module it was matched to."""
     tokenizer = load_tokenizer(instantiate(cfg.teacher, _convert_="all"))
     datamodule = build_datamodule(cfg, tokenizer)
     datamodule.setup("fit")
     choice = choose(cfg, len(datamodule.train_examples))
     if choice.caches:
-        choice = prepare(cfg, datamodule, tokenizer, choice)
+        choice = prepare(cfg, datamodule, tokenizer, choice, resuming)
     if rank_zero_only.rank == 0:
         print(choice.line(), flush=True)
     return choice, datamodule

@@ -8,6 +8,7 @@ processes (Lightning Fabric's launcher; gloo on CPUs), each its own shards.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -36,20 +37,34 @@ def fabric_for(cfg: DictConfig) -> Fabric:
     )
 
 
-def cached_teacher(cfg: DictConfig, teacher_spec, spec) -> tuple[torch.nn.Module, list[str]]:
+def cached_teacher(
+    cfg: DictConfig, teacher_spec, spec, repairs: bool = True
+) -> tuple[torch.nn.Module, list[str], list[str]]:
     """The teacher as a training run of ``cfg`` loads it (``teacher.quantize`` applied, so the
-    weights digest is that run's), and the module paths whose outputs ``cache.features`` stores."""
+    weights digest is that run's); the module paths whose outputs ``cache.features`` stores:
+    those ``distill.features`` maps and, where the run ``repairs`` (not on a resume), those the
+    block-wise repair reads; and of those, the ones ``distill.features`` maps alone."""
     teacher = load_teacher(teacher_spec, cfg.trainer.precision)
-    features = []
-    reads = cfg.distill.get("features") or cfg.distill.get("blockwise_passes")
-    stores = spec.features if spec.features is not None else bool(reads)
+    distill = instantiate(cfg.distill, _convert_="all")
+    if not repairs:
+        distill = replace(distill, blockwise_passes=0)
+    stores = (
+        spec.features
+        if spec.features is not None
+        else bool(distill.features or distill.blockwise_passes)
+    )
+    features, training = [], []
     if stores:  # resolved on the full-precision teacher, as the distiller resolves them
         student = instantiate(cfg.student, _convert_="all")
-        distill = instantiate(cfg.distill, _convert_="all")
-        features = feature_paths(distill, student, teacher, teacher_spec.task)
+        features = training = feature_paths(distill, student, teacher, teacher_spec.task)
+        if distill.blockwise_passes:
+            alone = replace(distill, blockwise_passes=0)
+            training = (
+                feature_paths(alone, student, teacher, teacher_spec.task) if alone.features else []
+            )
     if teacher_spec.quantize is not None:
         quantize_teacher(teacher, teacher_spec.quantize)
-    return teacher, features
+    return teacher, features, training
 
 
 def write(cfg: DictConfig) -> None:
@@ -67,7 +82,7 @@ def write(cfg: DictConfig) -> None:
     tokenizer = load_tokenizer(teacher_spec)
     datamodule = build_datamodule(cfg, tokenizer)
     datamodule.setup("fit")
-    teacher, features = cached_teacher(cfg, teacher_spec, spec)
+    teacher, features, _ = cached_teacher(cfg, teacher_spec, spec)
     teacher = teacher.to(fabric.device)
     directory = Path(cfg.output_dir)
     if spec.source is not None:  # no teacher forward: one process derives it

@@ -20,6 +20,8 @@ online teacher: only a run resolves it.
 
 from __future__ import annotations
 
+import json
+import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -27,7 +29,16 @@ from filelock import FileLock
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from lightning_kd.cache.format import INDEX_NAME, CacheSpec, cache_key
+from lightning_kd.cache.format import (
+    INDEX_NAME,
+    META_NAME,
+    SHARD_DIR,
+    CacheKey,
+    CacheSpec,
+    cache_key,
+)
+from lightning_kd.cache.narrow import without_features
+from lightning_kd.cache.reader import mismatches, read_index
 from lightning_kd.cache.writer import write_cache
 from lightning_kd.launch.cache import cached_teacher, fabric_for, report
 from lightning_kd.models.sources import cache_root
@@ -137,26 +148,80 @@ def shared_directory(spec: CacheSpec) -> Path:
     return Path(spec.dir).expanduser() if spec.dir else cache_root() / SHARED_DIRECTORY
 
 
-def prepare(cfg: DictConfig, datamodule, tokenizer, choice: CacheChoice) -> CacheChoice:
-    """``choice`` with its cache's path: the shared cache of this run's key, found whole or
-    written (completed) now with one process; the teacher is released when this returns."""
+def prepare(
+    cfg: DictConfig, datamodule, tokenizer, choice: CacheChoice, resuming: bool = False
+) -> CacheChoice:
+    """``choice`` with its cache's path: the shared cache of this run's key, found holding what
+    the run reads or written (completed) now with one process; the teacher is released when
+    this returns. A resume reads no repair states (its checkpoint's student was repaired)."""
     teacher_spec = instantiate(cfg.teacher, _convert_="all")
     spec = instantiate(cfg.cache, _convert_="all")
-    teacher, features = cached_teacher(cfg, teacher_spec, spec)
+    teacher, needed, training = cached_teacher(cfg, teacher_spec, spec, repairs=not resuming)
     device = fabric_for(cfg).device
     teacher = teacher.to(device)
-    key = cache_key(teacher, tokenizer, datamodule, spec.k, spec.temperature, tuple(features))
-    directory = shared_directory(spec) / key.digest()
+    args = (teacher, tokenizer, datamodule, spec.k, spec.temperature)
+    key = cache_key(*args, tuple(needed))
+    # Named without the repair's own hidden states, which a cache may hold or have dropped
+    # (cache.keep_repair_states): a resume and a fresh run find the same directory.
+    directory = shared_directory(spec) / cache_key(*args, tuple(training)).digest()
     directory.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(directory.parent / f"{directory.name}.lock"):
-        found = (directory / INDEX_NAME).is_file()
+    with FileLock(lock_of(directory)):
+        if holds(directory, key):
+            return replace(choice, path=str(directory), reason=f"{choice.reason}; {FOUND}")
         stats = write_cache(
-            teacher, tokenizer, datamodule, spec, directory, device=device, features=features
+            *args[:3],
+            spec,
+            directory,
+            device=device,
+            features=needed,
+            overwrite=stale(directory, key),
         )
-    if found and not stats.shards_written:
-        reason = f"{choice.reason}; found whole in the shared cache"
-    else:
-        reason = f"{choice.reason}; written to the shared cache"
-        print(stats.line(0), flush=True)
-        report(directory, spec, 0)
+    print(stats.line(0), flush=True)
+    report(directory, spec, 0)
+    reason = f"{choice.reason}; written to the shared cache"
     return replace(choice, path=str(directory), reason=reason, written_bytes=stats.bytes_written)
+
+
+FOUND = "found whole in the shared cache"
+
+
+def lock_of(directory: Path) -> Path:
+    """The file lock writers of ``directory`` take (beside it: the directory may be replaced)."""
+    return directory.parent / f"{directory.name}.lock"
+
+
+def holds(directory: Path, key: CacheKey) -> bool:
+    """Whether ``directory`` holds a whole cache a run of ``key`` can read."""
+    if not (directory / INDEX_NAME).is_file():
+        return False
+    return not mismatches(CacheKey(**read_index(directory)["key"]), key)
+
+
+def stale(directory: Path, key: CacheKey) -> bool:
+    """Whether ``directory`` holds a cache (whole or begun) of the same teacher and data with
+    other hidden states than ``key``'s (its repair states dropped, say): written anew."""
+    meta = directory / META_NAME
+    return meta.is_file() and CacheKey(**json.loads(meta.read_text())["key"]) != key
+
+
+def drop_repair_states(choice: CacheChoice, training: set[str], keep: bool) -> CacheChoice:
+    """After the run: the cache this run wrote, rewritten without the hidden states only the
+    block-wise repair read (unless ``keep``); ``choice`` with what the run wrote there now."""
+    if keep or choice.path is None or not choice.written_bytes:
+        return choice
+    directory = Path(choice.path)
+    with FileLock(lock_of(directory)):
+        features = CacheKey(**read_index(directory)["key"]).features
+        if set(features) <= training:
+            return choice
+        smaller = directory.with_name(f"{directory.name}.without-repair-states")
+        shutil.rmtree(smaller, ignore_errors=True)
+        without_features(directory, smaller, tuple(training))
+        old = directory.with_name(f"{directory.name}.old")
+        directory.rename(old)
+        smaller.rename(directory)
+        shutil.rmtree(old)
+    written = sum(p.stat().st_size for p in (directory / SHARD_DIR).glob("*.safetensors"))
+    dropped = sorted(set(features) - training)
+    reason = f"{choice.reason}; the repair's own hidden states {dropped} dropped after the run"
+    return replace(choice, reason=reason, written_bytes=written)

@@ -24,6 +24,7 @@ from omegaconf import DictConfig
 from lightning_kd.launch.auto import resolve
 from lightning_kd.launch.build import build
 from lightning_kd.launch.checks import check_config
+from lightning_kd.launch.teacher_cache import drop_repair_states
 from lightning_kd.training.checkpoints import resolve_ckpt_path
 from lightning_kd.training.finite import check_finite_model, strict_json
 from lightning_kd.training.rundir import claim_run_dir, resume_command
@@ -63,6 +64,10 @@ def train(
     if cfg.export_student:
         check_finite_model(module.student, "exporting the student")
         module.export_student(str(output_dir / "student"))
+    if resolved.teacher_cache is not None and trainer.is_global_zero:
+        training = {pair.teacher for pair in module.distiller.layer_pairs}
+        keep = bool(cfg.cache.get("keep_repair_states"))
+        resolved.teacher_cache = drop_repair_states(resolved.teacher_cache, training, keep)
 
     summary = RunSummary(
         after=after,

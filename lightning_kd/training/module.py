@@ -157,7 +157,9 @@ class DistillationModule(LightningModule):
     def configure_callbacks(self) -> list[Callback]:
         """The block-wise repair is a stage of its own that runs before the first step
         (``training/repair.py``); declared here so that any Trainer fitting this module runs it."""
-        return [BlockwiseRepair()] if self.distill.blockwise_passes else []
+        attached = any(isinstance(c, BlockwiseRepair) for c in self.trainer.callbacks)
+        # Lightning asks once per stage (validate, then fit): one repair stage is enough.
+        return [BlockwiseRepair()] if self.distill.blockwise_passes and not attached else []
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         # Numbers the micro-batch for distill.on_policy: the same draws again after a resume.

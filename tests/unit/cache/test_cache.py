@@ -13,7 +13,7 @@ import torch
 from hydra.utils import instantiate
 
 from lightning_kd.cache import CacheError, CacheMismatch, CacheSpec, TeacherCache, cache_key
-from lightning_kd.cache.narrow import narrow_cache
+from lightning_kd.cache.narrow import narrow_cache, without_features
 from lightning_kd.cache.writer import write_cache
 from lightning_kd.launch.cache import cached_teacher, write
 from lightning_kd.launch.config import compose_config
@@ -238,6 +238,30 @@ def test_a_smaller_k_is_derived_from_a_larger_cache(written, teacher, tmp_path: 
         narrow_cache(directory, teacher, datamodule.tokenizer, datamodule, large, tmp_path / "x")
 
 
+def test_hidden_states_are_dropped_from_a_copy_with_the_records_unchanged(
+    teacher, tmp_path: Path
+) -> None:
+    """without_features: the same shards and records, only the teacher modules kept; the copy
+    opens against its own key (features a subset) and refuses a run reading a dropped one."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("Sphinx of black quartz, judge my vow. " * 60)
+    datamodule = make_datamodule([corpus])
+    datamodule.setup()
+    both = ("model.layers.1", "model.layers.3")
+    write_cache(teacher, datamodule.tokenizer, datamodule, SPEC, tmp_path / "full", features=both)
+    key = without_features(tmp_path / "full", tmp_path / "less", ("model.layers.3",))
+    assert key.features == ("model.layers.3",)
+    full = TeacherCache.open(tmp_path / "full", expect=expected(teacher, datamodule, features=both))
+    less = TeacherCache.open(tmp_path / "less", expect=key)
+    blocks = range(len(datamodule.train_examples))
+    got, want = less.records("train", blocks), full.records("train", blocks)
+    assert set(got.features) == {"model.layers.3"}
+    assert torch.equal(got.features["model.layers.3"], want.features["model.layers.3"])
+    assert torch.equal(got.ids, want.ids) and torch.equal(got.tail, want.tail)
+    with pytest.raises(CacheMismatch, match=r"maps teacher modules \['model.layers.1'\]"):
+        TeacherCache.open(tmp_path / "less", expect=expected(teacher, datamodule, features=both))
+
+
 @pytest.mark.parametrize(
     ("overrides", "stored"),
     [
@@ -251,5 +275,5 @@ def test_the_cache_stores_the_runs_features_unless_told_not_to(overrides, stored
     `python run.py distill.teacher_cache=DIR` works with the default run's feature matching."""
     cfg = compose_config(["debug=smoke", *overrides], output_dir=tmp_path)
     spec = instantiate(cfg.cache, _convert_="all")
-    _, features = cached_teacher(cfg, instantiate(cfg.teacher, _convert_="all"), spec)
+    _, features, _ = cached_teacher(cfg, instantiate(cfg.teacher, _convert_="all"), spec)
     assert sorted(features) == stored

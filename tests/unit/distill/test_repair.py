@@ -202,17 +202,17 @@ def test_a_cache_for_a_repaired_run_holds_the_span_ends(tiny_teacher) -> None:
 @pytest.mark.integration  # runs the command line in a subprocess
 def test_the_command_line_caches_the_span_ends_and_repairs_from_them(tmp_path) -> None:
     """``debug=smoke`` with the default run's repair: auto counts its passes, caches the teacher
-    (logits and span ends, with distill.features=null), repairs from the cache, reports it."""
+    (logits and span ends, with distill.features=null), repairs from the cache, reports it, and
+    drops the span ends once the run is done unless cache.keep_repair_states=true."""
     run_dir = tmp_path / "run"
-    result = command(
-        "run",
+    overrides = [
         "debug=smoke",
         "distill.blockwise_passes=2",
         "distill.features=null",
         "data.max_train_examples=20",  # 6 steps of 4 read 24 blocks: repair passes read 20
         f"cache.dir={tmp_path / 'caches'}",
-        f"hydra.run.dir={run_dir}",
-    )
+    ]
+    result = command("run", *overrides, f"hydra.run.dir={run_dir}")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "3.20 passes over 20 training blocks (2.00 of them the block-wise repair's)" in (
         result.stdout
@@ -223,6 +223,27 @@ def test_the_command_line_caches_the_span_ends_and_repairs_from_them(tmp_path) -
     assert summary["blockwise"]["passes"] == 2
     assert summary["blockwise"]["loss_last_pass"][0] < summary["blockwise"]["loss_first_pass"][0]
     cache = Path(summary["teacher_cache"]["distill.teacher_cache"])
+    # Only the repair read the span ends: once the run is done the cache keeps the logits alone.
+    assert json.loads((cache / "index.json").read_text())["key"]["features"] == []
+    assert (
+        "the repair's own hidden states ['model.layers.2', 'model.layers.3'] dropped"
+        in (summary["teacher_cache"]["reason"])
+    )
+    assert summary["written"]["teacher cache"]["bytes"] == sum(
+        p.stat().st_size for p in (cache / "shards").glob("*.safetensors")
+    )
+    # A resume repairs nothing and reads no state: it finds that cache and writes none.
+    resume = ["trainer.max_steps=8", "ckpt_path=last"]
+    resumed = command("run", *overrides, f"hydra.run.dir={run_dir}", *resume)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "found whole in the shared cache" in resumed.stdout
+    assert json.loads((run_dir / "summary.json").read_text())["teacher_cache"]["written_bytes"] == 0
+    # The same run anew repairs again: the span ends are written again, and kept when asked.
+    kept = command(
+        "run", *overrides, "cache.keep_repair_states=true", f"hydra.run.dir={tmp_path / 'k'}"
+    )
+    assert kept.returncode == 0, kept.stderr[-3000:]
+    assert "written to the shared cache" in kept.stdout
     index = json.loads((cache / "index.json").read_text())
     assert index["key"]["features"] == ["model.layers.2", "model.layers.3"]
 
