@@ -72,56 +72,48 @@ def test_the_installed_package_is_the_wheel_with_its_configs(installed, tmp_path
     assert shutil.which("lightning-kd", path=installed["PATH"]).startswith(installed["PYTHONPATH"])
 
 
-def test_every_command_runs_from_an_empty_directory(installed, tmp_path: Path) -> None:
-    """train exports a student; cache, generate, evaluate, importance and bench --quick run on the
-    smoke configs (bench with the trained tiny student as its teacher)."""
-    smoke = ["debug=smoke"]
-    shell(["lightning-kd", "train", *smoke, "hydra.run.dir=x"], tmp_path, installed)
-    student = tmp_path / "x" / "student"
-    assert (student / "config.json").is_file()
-    assert json.loads((tmp_path / "x" / "summary.json").read_text())["steps"] == 6
+@pytest.fixture(scope="module")
+def trained(installed, tmp_path_factory) -> Path:
+    """``lightning-kd train debug=smoke`` from an empty directory: the directory."""
+    here = tmp_path_factory.mktemp("empty")
+    shell(["lightning-kd", "train", "debug=smoke", "hydra.run.dir=x"], here, installed)
+    return here
 
+
+def test_train_exports_a_student(trained: Path) -> None:
+    assert (trained / "x" / "student" / "config.json").is_file()
+    assert json.loads((trained / "x" / "summary.json").read_text())["steps"] == 6
+
+
+def test_cache_generate_evaluate_and_importance_run(installed, trained, tmp_path: Path) -> None:
+    smoke = ["debug=smoke"]
     shell(["lightning-kd", "cache", *smoke, "hydra.run.dir=c"], tmp_path, installed)
     assert (tmp_path / "c" / "index.json").is_file()
 
     (tmp_path / "p.jsonl").write_text(json.dumps({"prompt": "Say hello."}) + "\n")
     (tmp_path / "chatml.jinja").write_text(CHATML)
     generate = ["generate.prompts=p.jsonl", "generate.chat_template=chatml.jinja"]
-    shell(
-        [
-            "lightning-kd",
-            "generate",
-            *smoke,
-            *generate,
-            "generate.max_new_tokens=4",
-            "hydra.run.dir=g",
-        ],
-        tmp_path,
-        installed,
-    )
+    generate += ["generate.max_new_tokens=4", "hydra.run.dir=g"]
+    shell(["lightning-kd", "generate", *smoke, *generate], tmp_path, installed)
     assert len((tmp_path / "g" / "completions.jsonl").read_text().splitlines()) == 1
 
     (tmp_path / "heldout.txt").write_text("How vexingly quick daft zebras jump! " * 40)
-    scored = shell(
-        [
-            "lightning-kd",
-            "evaluate",
-            "--files",
-            "heldout.txt",
-            "--block-size",
-            "32",
-            "--",
-            str(student),
-        ],
-        tmp_path,
-        installed,
-    )
+    student = trained / "x" / "student"
+    evaluate = ["--files", "heldout.txt", "--block-size", "32", "--", str(student)]
+    scored = shell(["lightning-kd", "evaluate", *evaluate], tmp_path, installed)
     assert "| model | perplexity |" in scored.stdout
 
     ranked = shell(["lightning-kd", "importance", *smoke], tmp_path, installed)
     assert "student.layers=[" in ranked.stdout
 
-    bench = ["--quick", "--teacher", str(student), "--student-layers", "1", "--out", "b"]
-    shell(["lightning-kd", "bench", *bench], tmp_path, installed)
+
+def test_the_quick_benchmark_runs_on_the_default_objective(installed, trained, tmp_path) -> None:
+    """``bench --quick`` composes the default config (its feature matching, repair settings and
+    cache scenarios: free_floor once failed on them) with the trained tiny student as teacher;
+    without torch.compile, whose build would be most of the test's time."""
+    student = trained / "x" / "student"
+    bench = ["--quick", "--no-compile", "--teacher", str(student), "--student-layers", "1"]
+    shell(["lightning-kd", "bench", *bench, "--out", "b"], tmp_path, installed)
     report = json.loads((tmp_path / "b" / "bench.json").read_text())
+    assert report["scenarios"]["free_floor"]["step_s"] > 0
     assert report["scenarios"]["lightning_kd"]["step_s"] > 0

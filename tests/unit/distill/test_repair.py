@@ -203,7 +203,8 @@ def test_a_cache_for_a_repaired_run_holds_the_span_ends(tiny_teacher) -> None:
 def test_the_command_line_caches_the_span_ends_and_repairs_from_them(tmp_path) -> None:
     """``debug=smoke`` with the default run's repair: auto counts its passes, caches the teacher
     (logits and span ends, with distill.features=null), repairs from the cache, reports it, and
-    drops the span ends once the run is done unless cache.keep_repair_states=true."""
+    drops the span ends once the run is done (test_cache_auto.py: unless asked to keep them); a
+    resume finds the cache without them."""
     run_dir = tmp_path / "run"
     overrides = [
         "debug=smoke",
@@ -238,14 +239,6 @@ def test_the_command_line_caches_the_span_ends_and_repairs_from_them(tmp_path) -
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "found whole in the shared cache" in resumed.stdout
     assert json.loads((run_dir / "summary.json").read_text())["teacher_cache"]["written_bytes"] == 0
-    # The same run anew repairs again: the span ends are written again, and kept when asked.
-    kept = command(
-        "run", *overrides, "cache.keep_repair_states=true", f"hydra.run.dir={tmp_path / 'k'}"
-    )
-    assert kept.returncode == 0, kept.stderr[-3000:]
-    assert "written to the shared cache" in kept.stdout
-    index = json.loads((cache / "index.json").read_text())
-    assert index["key"]["features"] == ["model.layers.2", "model.layers.3"]
 
 
 def test_a_repair_pass_over_a_large_corpus_reads_what_training_reads(tmp_path) -> None:

@@ -7,9 +7,18 @@ from pathlib import Path
 
 import pytest
 
+from lightning_kd.cache.format import FORMAT_VERSION, INDEX_NAME, META_NAME, CacheKey
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.launch.config import compose_config
-from lightning_kd.launch.teacher_cache import MIN_PASSES, choose, passes
+from lightning_kd.launch.teacher_cache import (
+    MIN_PASSES,
+    CacheChoice,
+    choose,
+    drop_repair_states,
+    holds,
+    passes,
+    stale,
+)
 from tests.unit.cache.test_cache_teacher import command
 
 
@@ -109,3 +118,28 @@ def test_auto_writes_the_cache_once_trains_from_it_and_a_resume_reuses_it(tmp_pa
     assert second["teacher_cache"]["written_bytes"] == 0
     assert len(list(caches.iterdir())) == 2  # the one cache and its lock file
     assert second["after"] == summary["after"]
+
+
+def test_a_cache_missing_what_a_run_reads_is_written_anew_and_kept_when_asked(tmp_path) -> None:
+    """The shared directory of a key whose repair states were dropped: a run that repairs finds
+    it lacking (written again from the start); a resume, reading none, finds it whole. The drop
+    touches only a cache this run wrote, and nothing with cache.keep_repair_states=true."""
+    directory, (full, less) = tmp_path / "c", (keys(("a", "b")), keys(("a",)))
+    assert not holds(directory, full) and not stale(directory, full)  # nothing there yet
+    (directory / "shards").mkdir(parents=True)
+    (directory / META_NAME).write_text(json.dumps({"key": less.as_dict()}))
+    (directory / INDEX_NAME).write_text(
+        json.dumps({"format": FORMAT_VERSION, "key": less.as_dict()})
+    )
+    assert holds(directory, less) and not holds(directory, full) and stale(directory, full)
+    written = CacheChoice(str(directory), "auto", caches=True, written_bytes=10)
+    assert drop_repair_states(written, {"a"}, keep=True) is written
+    found = CacheChoice(str(directory), "auto", caches=True, written_bytes=0)
+    assert drop_repair_states(found, set(), keep=False) is found  # another run's cache
+
+
+def keys(features: tuple[str, ...]) -> CacheKey:
+    split = {"blocks": 2, "digest": "d"}
+    return CacheKey(
+        "w", "c", "float32", "t", 64, True, 8, 1.0, {"train": split, "val": split}, features
+    )
