@@ -1,6 +1,7 @@
 """The benchmark exactly as docs/benchmark.md shows it: ``lightning-kd bench --quick --out DIR``
-on the default config with the packaged SmolLM2 teacher (minutes: the slow tier; the default tier
-runs the same command on a tiny teacher, in tests/integration/test_wheel.py)."""
+on the default config with the packaged SmolLM2 teacher (minutes: the slow tier, as is the same
+command from the installed wheel on a tiny teacher in tests/integration/test_wheel.py; the default
+tier runs each step scenario in-process on the default objective, tests/unit/bench/)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The package as users install it: a wheel built from this tree, installed alone (not editable)
-into a folder of its own, and every command run from an empty directory on the smoke configs.
+into a folder of its own, and every command run from an empty directory on the smoke configs
+(``bench --quick``, minutes of child processes, in the slow tier).
 
 The wheel must carry the configs and the ``lightning-kd`` command: a checkout's ``conf/`` and
 ``run.py`` are nowhere on the path. Its dependencies are those of the environment running the
@@ -107,6 +108,7 @@ def test_cache_generate_evaluate_and_importance_run(installed, trained, tmp_path
     assert "student.layers=[" in ranked.stdout
 
 
+@pytest.mark.slow  # two minutes of child processes; each scenario also runs in-process (test_bench)
 def test_the_quick_benchmark_runs_on_the_default_objective(installed, trained, tmp_path) -> None:
     """``bench --quick`` composes the default config (its feature matching, repair settings and
     cache scenarios: free_floor once failed on them) with the trained tiny student as teacher;
