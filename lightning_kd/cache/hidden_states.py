@@ -23,6 +23,14 @@ def feature_paths(distill: Any, student_spec: Any, teacher: nn.Module, task: str
     """The teacher modules whose outputs a run of ``distill`` reads for the student
     ``student_spec`` builds: those ``distill.features`` maps (``uniform`` and ``spans`` depend on
     which teacher layers the student copies) and those the block-wise repair reads."""
+    return mapped_paths(distill, student_spec, teacher, task)[0]
+
+
+def mapped_paths(
+    distill: Any, student_spec: Any, teacher: nn.Module, task: str
+) -> tuple[list[str], list[str]]:
+    """:func:`feature_paths`, and of those the ones ``distill.features`` maps (the rest only the
+    block-wise repair reads), from one student built."""
     if not distill.features and not distill.blockwise_passes:
         raise ValueError(
             "cache.features=true stores the teacher modules distill.features maps (and the "
@@ -30,9 +38,10 @@ def feature_paths(distill: Any, student_spec: Any, teacher: nn.Module, task: str
             "(e.g. distill.features=spans), or cache.features=false"
         )
     models = build_student(student_spec, teacher, task)
-    pairs = configured_pairs(distill, models.student, teacher, models.layer_map)
-    pairs += repair_pairs(distill, models.student, teacher, models.layer_map)
-    return sorted({pair.teacher for pair in pairs})
+    mapped = configured_pairs(distill, models.student, teacher, models.layer_map)
+    repaired = repair_pairs(distill, models.student, teacher, models.layer_map)
+    every = sorted({pair.teacher for pair in mapped + repaired})
+    return every, sorted({pair.teacher for pair in mapped})
 
 
 class FeatureRecorder:

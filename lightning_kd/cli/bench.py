@@ -66,7 +66,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.bf16:
         args.precision = "bf16-mixed"
-    # Resolved once, in the parent, as python run.py resolves it (with its one warning); the
+    # Resolved once, in the parent, as lightning-kd train resolves it (with its one warning); the
     # children are handed the concrete values and resolve nothing again.
     if args.scenario is None and args.loss_tokens is None:
         choice = resolve_precision(args.precision, args.teacher_dtype, probe_hardware(args.device))

@@ -17,7 +17,7 @@ from lightning.fabric import Fabric
 from omegaconf import DictConfig
 
 from lightning_kd.cache.format import INDEX_NAME
-from lightning_kd.cache.hidden_states import feature_paths
+from lightning_kd.cache.hidden_states import mapped_paths
 from lightning_kd.cache.narrow import narrow_cache
 from lightning_kd.cache.writer import write_cache
 from lightning_kd.launch.build import build_datamodule, with_precision
@@ -56,12 +56,7 @@ def cached_teacher(
     features, training = [], []
     if stores:  # resolved on the full-precision teacher, as the distiller resolves them
         student = instantiate(cfg.student, _convert_="all")
-        features = training = feature_paths(distill, student, teacher, teacher_spec.task)
-        if distill.blockwise_passes:
-            alone = replace(distill, blockwise_passes=0)
-            training = (
-                feature_paths(alone, student, teacher, teacher_spec.task) if alone.features else []
-            )
+        features, training = mapped_paths(distill, student, teacher, teacher_spec.task)
     if teacher_spec.quantize is not None:
         quantize_teacher(teacher, teacher_spec.quantize)
     return teacher, features, training

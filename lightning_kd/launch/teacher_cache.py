@@ -159,17 +159,18 @@ def prepare(
     teacher, needed, training = cached_teacher(cfg, teacher_spec, spec, repairs=not resuming)
     device = fabric_for(cfg).device
     teacher = teacher.to(device)
-    args = (teacher, tokenizer, datamodule, spec.k, spec.temperature)
-    key = cache_key(*args, tuple(needed))
+    key = cache_key(teacher, tokenizer, datamodule, spec.k, spec.temperature, tuple(needed))
     # Named without the repair's own hidden states, which a cache may hold or have dropped
     # (cache.keep_repair_states): a resume and a fresh run find the same directory.
-    directory = shared_directory(spec) / cache_key(*args, tuple(training)).digest()
+    directory = shared_directory(spec) / replace(key, features=tuple(training)).digest()
     directory.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(lock_of(directory)):
         if holds(directory, key):
             return replace(choice, path=str(directory), reason=f"{choice.reason}; {FOUND}")
         stats = write_cache(
-            *args[:3],
+            teacher,
+            tokenizer,
+            datamodule,
             spec,
             directory,
             device=device,
