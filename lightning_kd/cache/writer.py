@@ -47,6 +47,7 @@ from lightning_kd.cache.reader import CacheError, mismatches
 from lightning_kd.losses.chunked import OutputHead, auto_chunk_size, matmul_dtype
 from lightning_kd.losses.topk import teacher_records
 from lightning_kd.models.heads import check_head, final_hidden, output_head
+from lightning_kd.utils.stopping import STOP
 
 
 @dataclass
@@ -174,7 +175,10 @@ def write_cache(
     write = ShardWriter(teacher, datamodule, spec, device, stats, recorder)
     tokens = sum(len(block) for shard in todo for block in write.blocks(shard))
     with tqdm(total=tokens, unit="tok", unit_scale=True, desc=label, disable=rank != 0) as progress:
-        for shard in todo:
+        for done, shard in enumerate(todo):
+            # Between shards: each written one is complete and kept; the next run writes the rest.
+            kept = f"{stats.shards_kept + done} of {len(mine)} shards kept; a new run adds the rest"
+            STOP.check("writing the teacher cache", detail=kept)
             before = stats.tokens
             write(directory, shard)
             progress.update(stats.tokens - before)

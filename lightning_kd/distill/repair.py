@@ -21,6 +21,7 @@ last layer, copied from the teacher's last and fed its input, already is what it
 from __future__ import annotations
 
 import math
+import signal
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -33,6 +34,7 @@ from lightning_kd.losses.features import get_feature_loss, masked_feature_sum
 from lightning_kd.models.capture import ModuleCapture, capture_step, resolve_module
 from lightning_kd.models.heads import final_hidden
 from lightning_kd.models.layer_pairs import REPAIR_LOSS
+from lightning_kd.utils.stopping import STOP, Interrupted
 
 WARMUP = 0.05
 """Share of the repair's steps over which its learning rate rises linearly (then cosine to 0)."""
@@ -236,9 +238,14 @@ def repair(
     steps: int,
     lr: float,
     forward_context: Callable[[], AbstractContextManager] = nullcontext,
+    stop: Callable[[], bool] | None = None,
 ) -> RepairReport:
     """Repair the distiller's student in place over ``passes`` (each an iterable of batches on the
-    student's device; ``steps`` batches in all) with AdamW at ``lr``; returns the report."""
+    student's device; ``steps`` batches in all) with AdamW at ``lr``; returns the report.
+
+    ``stop()``, asked after each step (on every rank: it may be a collective), says whether to
+    abandon the repair: it raises :class:`~lightning_kd.utils.stopping.Interrupted`. A repair
+    half done is not kept; the run that starts again repairs from the copied layers."""
     spans = repair_plan(distiller)
     report = RepairReport([s.student for s in spans], 0, steps)
     if not spans:
@@ -265,6 +272,11 @@ def repair(
                 scheduler.step()
                 totals = sums.detach().double() + (0 if totals is None else totals)
                 tokens, done = tokens + count.double(), done + 1
+                if stop is not None and stop():
+                    where = f"after step {done} of {steps}"
+                    raise Interrupted(
+                        STOP.signum or signal.SIGTERM, "in the block-wise repair", where
+                    )
             means = (all_reduced(totals) / all_reduced(tokens).clamp(min=1)).tolist()
             report.first = report.first or means
             report.last, report.passes = means, report.passes + 1

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import copy
 import inspect
+import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from lightning_kd.cache.format import CacheSpec
@@ -30,6 +32,7 @@ from lightning_kd.data.text import TextDataModule
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.generation.teacher_completions import GenerateSpec
 from lightning_kd.models.loading import StudentSpec, TeacherSpec
+from lightning_kd.utils.atomic import atomic_write_bytes
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
@@ -102,3 +105,44 @@ def compose_config(
         extra.append(f"hydra.searchpath=[{paths}]")
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose("config", overrides=[*overrides, *extra])
+
+
+JOB_RECORD = ".hydra"
+"""Where a run directory keeps its launch's record (the name Hydra gives it)."""
+
+
+def record_job(cfg: DictConfig, run_dir: Path) -> None:
+    """Write what Hydra writes for a job — ``.hydra/config.yaml`` (``cfg``, unresolved),
+    ``hydra.yaml`` and ``overrides.yaml`` — and log to ``RUN_DIR/<job name>.log``, once the run
+    directory is this launch's. ``conf/config.yaml`` turns Hydra's own writing off, because
+    Hydra writes before any code of the package runs: a launch refused for its directory (in use,
+    or holding a finished run) replaced that run's record. Nothing to do outside a Hydra launch
+    (a notebook's ``compose_config``)."""
+    if not HydraConfig.initialized():
+        return
+    record = run_dir / JOB_RECORD
+    record.mkdir(parents=True, exist_ok=True)
+    hydra_cfg = HydraConfig.instance().cfg
+    files = {
+        "config.yaml": OmegaConf.to_yaml(cfg),
+        "hydra.yaml": OmegaConf.to_yaml(hydra_cfg),
+        "overrides.yaml": OmegaConf.to_yaml(hydra_cfg.hydra.overrides.task),
+    }
+    for name, text in files.items():
+        atomic_write_bytes(record / name, text.encode())
+    log_to_file(run_dir / f"{hydra_cfg.hydra.job.name}.log")
+
+
+def log_to_file(path: Path) -> None:
+    """Add Hydra's job-log file handler (its format, appending) to the root logger, once."""
+    root = logging.getLogger()
+    target = str(path.resolve())
+    if any(getattr(h, "baseFilename", None) == target for h in root.handlers):
+        return
+    handler = logging.FileHandler(target)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    root.addHandler(handler)
+
+
+LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
+"""Hydra's default job-log format (``conf/hydra/job_logging/console.yaml`` keeps it too)."""

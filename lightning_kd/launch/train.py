@@ -18,19 +18,24 @@ import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.strategies import FSDPStrategy
-from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
 from lightning_kd.launch.auto import resolve
 from lightning_kd.launch.build import build
 from lightning_kd.launch.checks import check_config
+from lightning_kd.launch.config import record_job
 from lightning_kd.launch.teacher_cache import drop_repair_states
-from lightning_kd.training.checkpoints import resolve_ckpt_path
+from lightning_kd.training.checkpoints import LAST_NAME, resolve_ckpt_path
 from lightning_kd.training.finite import check_finite_model, strict_json
-from lightning_kd.training.rundir import claim_run_dir, resume_command
+from lightning_kd.training.rundir import (
+    claim_run_dir,
+    is_rank_zero,
+    restart_command,
+    resume_command,
+)
 from lightning_kd.training.samples import samples_markdown
-from lightning_kd.training.saving import RunInterrupted, stop_report
 from lightning_kd.training.summary import RunSummary, disk_use
+from lightning_kd.utils.stopping import STOP, Interrupted
 
 # Warnings the installed Lightning raises about itself, with nothing in them for a user to act on.
 LIGHTNING_NOISE = (
@@ -44,23 +49,26 @@ def train(
 ) -> RunSummary:
     """Run one distillation as ``cfg`` describes, resuming from ``ckpt_path`` if given; returns
     (and writes) the summary. ``command`` is how the user launched it (the resume hint's
-    prefix)."""
+    prefix). A stop asked for by SIGINT/SIGTERM ends the run at the next clean point of its
+    current stage with :class:`~lightning_kd.utils.stopping.Interrupted`."""
     start = time.perf_counter()
     L.seed_everything(cfg.seed, workers=True)
     output_dir = Path(cfg.output_dir)
     resolved = resolve(cfg, ckpt_path)  # every `auto` setting, in one place
+    STOP.check("before loading the models", detail=KEPT_BEFORE_TRAINING)
     cfg = resolved.cfg
     module, datamodule, trainer, timer = build(cfg, resolved.datamodule)
 
-    before = validate_before(trainer, module, datamodule) if cfg.validate_before else {}
     try:
+        before = validate_before(trainer, module, datamodule) if cfg.validate_before else {}
         trainer.fit(module, datamodule, ckpt_path=ckpt_path)
+        STOP.check("after training", detail=FINISHED_ON_RESUME)
+        after = validate_after(trainer, module, datamodule)
+        STOP.check("after the final validation", detail=FINISHED_ON_RESUME)
     except BaseException as err:
         if trainer.is_global_zero:
-            hint = resume_hint(output_dir, command)
-            print(stop_report(err, trainer.checkpoint_callback, hint))
+            print(stop_report(err, trainer.checkpoint_callback, output_dir, command))
         raise
-    after = validate_after(trainer, module, datamodule)
     if cfg.export_student:
         check_finite_model(module.student, "exporting the student")
         module.export_student(str(output_dir / "student"))
@@ -91,6 +99,10 @@ def train(
     return summary
 
 
+KEPT_BEFORE_TRAINING = "the converted teacher and the teacher cache are kept and reused"
+FINISHED_ON_RESUME = "resuming runs the final validation and the export"
+
+
 def write_summary(summary: RunSummary, output_dir: Path) -> None:
     """``summary.json`` (strict JSON) and ``summary.md`` (with the last samples, if any) in
     ``output_dir``; the table printed."""
@@ -104,21 +116,36 @@ def write_summary(summary: RunSummary, output_dir: Path) -> None:
 
 
 def run(cfg: DictConfig, command: Sequence[str] = ("python", "run.py")) -> float | None:
-    """Check ``cfg``, claim its run directory and :func:`train` (resuming with ``ckpt_path``);
-    an interrupted run exits 130/143 after printing the ``command`` that resumes it. Returns the
-    final student perplexity (for sweeps), if it has one."""
+    """Check ``cfg``, claim its run directory and :func:`train` (resuming with ``ckpt_path``).
+    SIGINT and SIGTERM stop every stage at its next clean point; the run then prints what it
+    kept and the ``command`` that resumes (or restarts) it, and exits 130/143. Returns the final
+    student perplexity (for sweeps), if it has one."""
     for message in LIGHTNING_NOISE:
         warnings.filterwarnings("ignore", message=message)
     check_config(cfg)  # before anything loads
     output_dir = Path(cfg.output_dir)
     ckpt_path = resolve_ckpt_path(cfg.ckpt_path, output_dir / "checkpoints")
-    with claim_run_dir(output_dir, resuming=ckpt_path is not None, overwrite=cfg.overwrite):
+    with (
+        STOP.installed(),
+        claim_run_dir(output_dir, resuming=ckpt_path is not None, overwrite=cfg.overwrite),
+    ):
+        if is_rank_zero():
+            record_job(cfg, output_dir)  # only now that the directory is this launch's
         try:
             return train(cfg, ckpt_path, command).after.get("val/ppl")
-        except RunInterrupted as stop:
+        except Interrupted as stop:
+            if is_rank_zero() and not stop.reported:
+                print(stop_report(stop, None, output_dir, command))
             sys.exit(stop.exit_code)
-        except SIGTERMException:  # Lightning's own SIGTERM stop (outside training) exits 0
-            sys.exit(128 + signal.SIGTERM)
+        except KeyboardInterrupt:  # a second Ctrl+C: stopped at once
+            print("\nstopped at once (a second SIGINT); the latest checkpoint stays", flush=True)
+            sys.exit(128 + signal.SIGINT)
+        except SystemExit as exit_:
+            # Lightning ends a fit interrupted by KeyboardInterrupt with exit(1): the shell's
+            # convention for Ctrl+C is 130.
+            if exit_.code == 1 and STOP.signum == signal.SIGINT:
+                sys.exit(128 + signal.SIGINT)
+            raise
 
 
 ONE_STAGE = (
@@ -163,7 +190,26 @@ def quantized(cfg: DictConfig) -> dict[str, str]:
     return {"quantize": mode} if mode else {}
 
 
-def resume_hint(output_dir: Path, command: Sequence[str]) -> str:
-    """The command that resumes this run (its task overrides, its directory, ckpt_path=last)."""
+def stop_report(
+    error: BaseException, callback: object, output_dir: Path, command: Sequence[str]
+) -> str:
+    """What a stopped run tells its user: why, what is kept, and the command that resumes it
+    from its latest checkpoint — or, with none, starts it again without losing the teacher
+    cache."""
+    if isinstance(error, Interrupted):
+        why = str(error)
+        error.reported = True
+    else:
+        why = f"training stopped: {type(error).__name__}: {error}".split("\n")[0]
     overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
-    return resume_command(command, overrides, output_dir)
+    last = Path(getattr(callback, "path", output_dir / "checkpoints" / LAST_NAME))
+    if last.is_file():
+        saved = getattr(callback, "saved_step", None)
+        at = f" (optimizer step {saved})" if saved is not None else ""
+        resume = resume_command(command, overrides, output_dir)
+        return f"\n{why}\nThe latest checkpoint is {last}{at}. Resume with:\n  {resume}"
+    restart = restart_command(command, overrides, output_dir)
+    return (
+        f"\n{why}\nNo checkpoint was written: there is nothing to resume from. Start again "
+        f"with:\n  {restart}"
+    )

@@ -28,6 +28,7 @@ from lightning_kd.losses.divergences import forward_kl
 from lightning_kd.models.capture import ModuleCapture
 from lightning_kd.models.loading import IMPORTANCE_SCORES
 from lightning_kd.models.student import decoder_layers, student_from_teacher
+from lightning_kd.utils.stopping import STOP
 
 SCORES = IMPORTANCE_SCORES
 """What ``student.importance`` may rank by."""
@@ -111,6 +112,7 @@ def pruned_kl(
     teacher: PreTrainedModel, keep: list[int], batches: list[Batch], teacher_logp: list[Tensor]
 ) -> float:
     """Per-token ``KL(teacher ‖ teacher with only layers keep)`` over ``batches``."""
+    STOP.check("ranking the teacher's layers", detail="the ranking starts again with the run")
     pruned = student_from_teacher(teacher, keep).to(teacher.dtype).eval()
     total, count = 0.0, 0
     for batch, target in zip(batches, teacher_logp, strict=True):

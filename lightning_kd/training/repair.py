@@ -14,6 +14,8 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from lightning_kd.data.loaders import passes_over, sharded_loader
 from lightning_kd.distill.repair import RepairReport, repair
+from lightning_kd.training.saving import agreed
+from lightning_kd.utils.stopping import STOP
 
 
 class BlockwiseRepair(Callback):
@@ -42,6 +44,13 @@ class BlockwiseRepair(Callback):
         batches = passes_over(loader, distill.blockwise_passes, pl_module.device)
         context = trainer.precision_plugin.forward_context
         steps_in_all = distill.blockwise_passes * len(loader)
-        report = repair(pl_module.distiller, batches, steps_in_all, distill.blockwise_lr, context)
+        report = repair(
+            pl_module.distiller,
+            batches,
+            steps_in_all,
+            distill.blockwise_lr,
+            context,
+            stop=lambda: agreed(trainer)(STOP.requested),  # all ranks stop at one step
+        )
         rank_zero_only(print)(report.line())
         return report

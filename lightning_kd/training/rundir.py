@@ -47,7 +47,9 @@ OUTPUTS = (
 
 REUSABLE = "teacher_cache"
 """An output a fresh run may find and reuse (``cache.auto.DIRECTORY``; the cache writer checks
-that it is this run's)."""
+that it is this run's): ``overwrite=true`` keeps it."""
+REMOVED = tuple(name for name in OUTPUTS if name != REUSABLE)
+"""What ``overwrite=true`` removes."""
 
 
 class RunDirError(RuntimeError):
@@ -103,14 +105,16 @@ def claim_run_dir(run_dir: Path, resuming: bool, overwrite: bool) -> Iterator[No
     try:
         found = previous_outputs(run_dir)
         if found and overwrite:
-            for name in (name for name in found if name in OUTPUTS):
+            # The teacher cache is kept: keyed and checked when opened, it is what a run
+            # interrupted before its first checkpoint had already paid for.
+            for name in (name for name in found if name in OUTPUTS and name != REUSABLE):
                 path = run_dir / name
                 shutil.rmtree(path) if path.is_dir() else path.unlink()
         elif [name for name in found if name != REUSABLE] and not resuming:
             raise RunDirError(
                 f"run directory {run_dir} already holds a run's outputs ({', '.join(found)}); "
                 "resume that run (ckpt_path=last), start afresh there (overwrite=true removes "
-                f"{', '.join(OUTPUTS)}), or choose another directory (hydra.run.dir=...)"
+                f"{', '.join(REMOVED)}), or choose another directory (hydra.run.dir=...)"
             )
         yield
     finally:
@@ -120,9 +124,23 @@ def claim_run_dir(run_dir: Path, resuming: bool, overwrite: bool) -> Iterator[No
 def resume_command(command: Sequence[str], overrides: list[str], run_dir: Path) -> str:
     """The command line that resumes this run from its directory's latest checkpoint
     (``command``: how it was launched, e.g. ``["lightning-kd", "train"]``)."""
+    return rerun_command(command, overrides, run_dir, "ckpt_path=last")
+
+
+def restart_command(command: Sequence[str], overrides: list[str], run_dir: Path) -> str:
+    """The command line that starts this run again in its directory, which holds no checkpoint:
+    with ``overwrite=true`` where the directory holds outputs a new run would be refused for
+    (the teacher cache is kept and reused)."""
+    blocking = [name for name in previous_outputs(run_dir) if name != REUSABLE]
+    return rerun_command(command, overrides, run_dir, *(["overwrite=true"] if blocking else []))
+
+
+def rerun_command(command: Sequence[str], overrides: list[str], run_dir: Path, *extra: str) -> str:
+    """``command`` with this run's ``overrides`` (less its checkpoint, overwrite and directory
+    settings), its directory and ``extra``, quoted for a shell."""
     dropped = ("ckpt_path=", "overwrite=", "hydra.run.dir=", "+ckpt_path=", "++ckpt_path=")
     kept = [item for item in overrides if not item.startswith(dropped)]
-    words = [*command, *kept, f"hydra.run.dir={run_dir}", "ckpt_path=last"]
+    words = [*command, *kept, f"hydra.run.dir={run_dir}", *extra]
     return " ".join(shlex.quote(word) for word in words)
 
 

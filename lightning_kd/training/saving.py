@@ -1,20 +1,23 @@
-"""When checkpoints are written: every N optimizer steps, at each validation, at the end, and
+"""When checkpoints are written: every N optimizer steps, after each validation, at the end, and
 when the run is interrupted — always at an optimizer-step boundary, so a resume is exact.
 
-SIGINT and SIGTERM do not end training mid-step: the first one asks the run to stop after the
-current optimizer step (all ranks agree on it), which then saves ``last.ckpt`` and raises
-:class:`RunInterrupted`; ``run.py`` turns that into a non-zero exit (128 + the signal number) and
-prints the command that resumes. A second SIGINT stops at once (the last checkpoint stays).
-Lightning's own SIGTERM handling, which ends ``fit`` with exit 0 and saves nothing, is replaced
-for the duration of training.
+SIGINT and SIGTERM do not end training mid-step: the first one asks the run to stop
+(:data:`~lightning_kd.utils.stopping.STOP`) and training stops after the current optimizer step
+(all ranks agree on it), which then saves ``last.ckpt`` and raises :class:`RunInterrupted`; the
+launch turns that into a non-zero exit (128 + the signal number) and prints the command that
+resumes. When that step ends at a validation boundary, the validation runs first and the
+checkpoint is written after it: a checkpoint taken before a boundary's validation would resume
+past it (Lightning counts it as done), and early stopping would read another history. A
+validation outside training (before it, or the final one) stops at its next batch. A second
+SIGINT stops at once (the last checkpoint stays).
 """
 
 from __future__ import annotations
 
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import Checkpoint
@@ -22,59 +25,27 @@ from lightning.pytorch.trainer.states import TrainerFn
 
 from lightning_kd.training.checkpoints import LAST_NAME
 from lightning_kd.training.finite import NonFiniteError, check_finite_model
+from lightning_kd.utils.compat import validates_after_this_batch
+from lightning_kd.utils.stopping import STOP, Interrupted
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-
-class RunInterrupted(Exception):
+class RunInterrupted(Interrupted):
     """Training stopped on a signal, after saving a checkpoint at an optimizer-step boundary."""
 
     def __init__(self, signum: int, step: int, checkpoint: Path) -> None:
-        self.signum, self.step, self.checkpoint = signum, step, checkpoint
-        name = signal.Signals(signum).name
-        super().__init__(
-            f"{name} received: stopped after optimizer step {step}, saved {checkpoint}"
-        )
-
-    @property
-    def exit_code(self) -> int:
-        """The shell's convention for a process ended by a signal."""
-        return 128 + self.signum
+        super().__init__(signum, f"after optimizer step {step}", f"saved {checkpoint}")
+        self.step, self.checkpoint = step, checkpoint
 
 
-class StopRequest:
-    """SIGINT/SIGTERM handlers that record a request to stop instead of stopping."""
+def agreed(trainer: Trainer) -> Callable[[bool], bool]:
+    """``asked -> whether any rank was asked``: a collective every rank calls at one point."""
 
-    def __init__(self) -> None:
-        self.signum: int | None = None
-        self._previous: dict[int, object] = {}
-
-    def install(self) -> None:
-        for signum in SIGNALS:
-            self._previous[signum] = signal.signal(signum, self._handle)
-
-    def uninstall(self) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        self._previous = {}
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.signum is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt  # a second Ctrl+C: stop now, the last checkpoint stays
-        self.signum = self.signum or signum
-        print(
-            f"\n{signal.Signals(signum).name} received: stopping after the current optimizer "
-            "step and saving a checkpoint (Ctrl+C again to stop at once)",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    def agreed(self, trainer: Trainer) -> bool:
-        """Whether any rank was asked to stop (a collective: every rank calls it each step)."""
-        asked = self.signum is not None
+    def any_rank(asked: bool) -> bool:
         if trainer.world_size > 1:
             return bool(trainer.strategy.reduce_boolean_decision(asked, all=False))
         return asked
+
+    return any_rank
 
 
 class LastCheckpoint(Checkpoint):
@@ -87,10 +58,10 @@ class LastCheckpoint(Checkpoint):
         self.every = every
         self.saved_step: int | None = None
         """Optimizer step of the checkpoint last written or loaded (None: none yet)."""
-        self.stop = StopRequest()
+        self._installed = False  # whether this callback installed the stop handlers
         self._step_seen = 0
         self._at_boundary = False  # no micro-batch has run since the last optimizer step
-        self._stopping = False  # a stop was agreed on: raise before the next batch or validation
+        self._stopping = False  # a stop was agreed on: raise before the next batch
 
     @property
     def path(self) -> Path:
@@ -104,10 +75,18 @@ class LastCheckpoint(Checkpoint):
             for logger in trainer.loggers if trainer.is_global_zero else ():
                 if hasattr(logger, "drop_rows_from"):  # rows after the checkpoint come again
                     logger.drop_rows_from(trainer.global_step)
-        self.stop.install()
+        # In place already when the launch installed them for all its stages; a Trainer of the
+        # user's own gets them for training.
+        STOP.install()
+        self._installed = True
 
     def on_train_batch_start(self, trainer: Trainer, *args) -> None:
-        self._raise_if_stopping(trainer)
+        # Raised here, not right after the save: Lightning logs the step's metrics after
+        # on_train_batch_end, and the logs should hold every step the checkpoint holds.
+        if self._stopping:
+            for logger in trainer.loggers:
+                logger.save()
+            raise RunInterrupted(STOP.signum or signal.SIGTERM, trainer.global_step, self.path)
         self._at_boundary = False
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args) -> None:
@@ -115,42 +94,43 @@ class LastCheckpoint(Checkpoint):
             return  # inside an accumulation window: no optimizer step yet
         self._step_seen = trainer.global_step
         self._at_boundary = True
-        self._stopping = self.stop.agreed(trainer)
+        self._stopping = agreed(trainer)(STOP.requested)
+        if validates_after_this_batch(trainer):
+            return  # saved after the validation (see the module doc)
         if self._stopping or trainer.global_step % self.every == 0:
             self.save(trainer, pl_module)
 
-    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._raise_if_stopping(trainer)
-
-    def _raise_if_stopping(self, trainer: Trainer) -> None:
-        # Raised here, not right after the save: Lightning logs the step's metrics after
-        # on_train_batch_end, and the logs should hold every step the checkpoint holds.
-        if self._stopping:
-            for logger in trainer.loggers:
-                logger.save()
-            raise RunInterrupted(self.stop.signum or signal.SIGTERM, trainer.global_step, self.path)
+    def on_validation_batch_end(self, trainer: Trainer, *args) -> None:
+        if trainer.state.fn != TrainerFn.FITTING:  # a validation of its own: nothing to finish
+            STOP.check("during the validation", agreed(trainer))
 
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking:
+            self._stopping = self._stopping or agreed(trainer)(STOP.requested)
             self.save(trainer, pl_module)
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self.save(trainer, pl_module)
-        self.stop.uninstall()
+        self._uninstall()
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception) -> None:
-        self.stop.uninstall()
+        self._uninstall()
         # Only an optimizer-step boundary is a state a resume can continue exactly from; one
         # process only, since a save is a collective the other ranks would not join.
         if (
             self._at_boundary
             and trainer.world_size == 1
-            and not isinstance(exception, RunInterrupted | NonFiniteError)
+            and not isinstance(exception, Interrupted | NonFiniteError)
         ):
             try:
                 self.save(trainer, pl_module)
             except Exception as err:  # the original exception is the one to report
                 print(f"no checkpoint saved on the way out: {err}", file=sys.stderr)
+
+    def _uninstall(self) -> None:
+        if self._installed:
+            STOP.uninstall()
+            self._installed = False
 
     def save(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Write ``last.ckpt`` for the current step, unless it is written already."""
@@ -182,19 +162,3 @@ class LastCheckpoint(Checkpoint):
                 f"another rank's student weights are not finite after optimizer step "
                 f"{trainer.global_step}: {what} is refused"
             )
-
-
-def stop_report(error: BaseException, callback: object, resume: str) -> str:
-    """What a stopped run tells its user: why, which checkpoint is left, how to resume."""
-    saved = getattr(callback, "saved_step", None)
-    path = getattr(callback, "path", None)
-    if isinstance(error, RunInterrupted):
-        why = str(error)
-    else:
-        why = f"training stopped: {type(error).__name__}: {error}".split("\n")[0]
-    if saved is None or path is None:
-        return f"\n{why}\nNo checkpoint was written: there is nothing to resume from."
-    return (
-        f"\n{why}\nThe latest checkpoint is {path} (optimizer step {saved}). Resume with:\n"
-        f"  {resume}"
-    )

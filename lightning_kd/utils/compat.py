@@ -1,6 +1,6 @@
 """Every use of Lightning's private API, in one place.
 
-Lightning offers no public way to do these four things, and each is private API that can change
+Lightning offers no public way to do these five things, and each is private API that can change
 in any release. ``tests/test_compat.py`` checks each one against the installed Lightning and
 fails naming what moved; fix it here, and nothing else needs to change.
 
@@ -8,6 +8,8 @@ fails naming what moved; fix it here, and nothing else needs to change.
   (``FSDPStrategy._setup_model``), when the models exist (``configure_model`` has run).
 - :func:`resumed_batches_in_epoch`: the batches of the current epoch a resumed fit has trained
   on (``fit_loop.restarting``, ``fit_loop.epoch_loop.batch_progress``).
+- :func:`validates_after_this_batch`: whether the fit loop validates right after the training
+  batch that just ended (``epoch_loop._should_check_val_fx``, ``_skip_next_val``).
 - :func:`silence_eval_mode_warning`: drop the start-of-training warning about modules in eval
   mode when it counts exactly the frozen teacher's (``_FitLoop._warn_if_modules_in_eval_mode``).
 - :func:`exclude_from_ddp`: keep named parameters and buffers out of DDP's broadcast from rank 0
@@ -54,6 +56,16 @@ def resumed_batches_in_epoch(trainer: Trainer) -> int:
     if not loop.restarting:
         return 0
     return loop.epoch_loop.batch_progress.current.processed
+
+
+def validates_after_this_batch(trainer: Trainer) -> bool:
+    """Whether ``fit`` runs a validation right after the training batch that has just ended
+    (asked from ``on_train_batch_end``; the loop decides it next, in ``on_advance_end``)."""
+    loop = trainer.fit_loop
+    epoch_loop = loop.epoch_loop
+    if epoch_loop._skip_next_val:
+        return False
+    return bool(epoch_loop._should_check_val_fx(loop._data_fetcher))
 
 
 def silence_eval_mode_warning(trainer: Trainer, count: int) -> None:

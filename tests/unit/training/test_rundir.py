@@ -41,7 +41,7 @@ def test_earlier_outputs_are_refused_unless_resuming_or_overwriting(tmp_path: Pa
         pass
 
 
-def test_a_teacher_cache_alone_is_reused_by_a_fresh_run_and_removed_by_overwrite(tmp_path) -> None:
+def test_a_teacher_cache_is_reused_by_a_fresh_run_and_kept_by_overwrite(tmp_path) -> None:
     (tmp_path / "teacher_cache").mkdir()  # what a run killed while writing its cache leaves
     with claim_run_dir(tmp_path, resuming=False, overwrite=False):
         assert (tmp_path / "teacher_cache").is_dir()
@@ -50,7 +50,9 @@ def test_a_teacher_cache_alone_is_reused_by_a_fresh_run_and_removed_by_overwrite
     with refused, claim_run_dir(tmp_path, resuming=False, overwrite=False):
         pass
     with claim_run_dir(tmp_path, resuming=False, overwrite=True):
-        assert not (tmp_path / "teacher_cache").exists()
+        # what a run interrupted before its first checkpoint had paid for
+        assert (tmp_path / "teacher_cache").is_dir()
+        assert not (tmp_path / "summary.json").exists()
 
 
 def test_a_second_process_is_refused_with_the_holder_pid(tmp_path: Path) -> None:

@@ -1,0 +1,106 @@
+"""SIGINT and SIGTERM as a request to stop at the next clean point, in every stage of a run.
+
+A run has stages of different units of work: converting the teacher, writing the teacher cache,
+ranking layers, the block-wise repair, validating, training (an optimizer step), exporting. The
+first SIGINT or SIGTERM does not kill the process mid-unit: the handler records it, and each stage
+asks :func:`StopRequest.check` at its own boundaries (after a cache batch, a repair step, a
+validation batch, an optimizer step), which raises :class:`Interrupted` naming the stage. What a
+stage had finished stays (cache shards, checkpoints); the launcher turns :class:`Interrupted` into
+the shell's exit code, 128 + the signal number, and prints how to resume. A second SIGINT stops at
+once (``KeyboardInterrupt``), as a user pressing Ctrl+C twice expects.
+
+One handler pair serves the whole process (:data:`STOP`): the launch installs it before the first
+stage, so no stage runs under Python's default handlers (which exit 1 on Ctrl+C and die silently
+on SIGTERM) or under Lightning's (whose SIGTERM ends ``fit`` with exit 0 and saves nothing; it
+registers its own only where none is installed).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interrupted(Exception):
+    """A stage stopped at a clean point because the process was asked to stop."""
+
+    def __init__(self, signum: int, stage: str, detail: str = "") -> None:
+        self.signum, self.stage = signum, stage
+        self.reported = False  # set once the user has been told what is kept and how to go on
+        name = signal.Signals(signum).name
+        super().__init__(f"{name} received: stopped {stage}" + (f" ({detail})" if detail else ""))
+
+    @property
+    def exit_code(self) -> int:
+        """The shell's convention for a process ended by a signal: 130 for SIGINT, 143 for
+        SIGTERM."""
+        return 128 + self.signum
+
+
+class StopRequest:
+    """SIGINT/SIGTERM handlers that record a request to stop instead of stopping."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._replaced: list[dict[int, object]] = []  # per install: the handlers it replaced
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    @contextmanager
+    def installed(self) -> Iterator[StopRequest]:
+        """The handlers for the block. Nested installs keep the request and put the handlers
+        back in place: Lightning's ``fit`` wraps any SIGTERM handler it finds with its own, whose
+        notice ends training with exit 0 and no checkpoint, so training installs them again."""
+        self.install()
+        try:
+            yield self
+        finally:
+            self.uninstall()
+
+    def install(self) -> None:
+        if not self._replaced:  # the outermost install starts a new request
+            self.signum = None
+        self._replaced.append({signum: signal.signal(signum, self._handle) for signum in SIGNALS})
+
+    def uninstall(self) -> None:
+        """Put back the handlers the latest :meth:`install` replaced."""
+        if self._replaced:
+            for signum, handler in self._replaced.pop().items():
+                signal.signal(signum, handler)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.signum is not None:
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt  # a second Ctrl+C: stop now, what was saved stays
+            return  # a repeated SIGTERM changes nothing: the stop is under way
+        self.signum = signum
+        print(
+            f"\n{signal.Signals(signum).name} received: stopping at the next clean point and "
+            "keeping what can be resumed (Ctrl+C again to stop at once)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def check(
+        self, stage: str, agreed: Callable[[bool], bool] | None = None, detail: str = ""
+    ) -> None:
+        """Raise :class:`Interrupted` for ``stage`` (e.g. "during the validation"; ``detail``
+        says what is kept) if a stop was asked for. ``agreed`` turns this process's answer into
+        all ranks' (a collective every rank must call at the same point); without it, the answer
+        is this process's."""
+        asked = self.requested
+        if agreed is not None:
+            asked = agreed(asked)
+        if asked:
+            raise Interrupted(self.signum or signal.SIGTERM, stage, detail)
+
+
+STOP = StopRequest()
+"""The process's one stop request."""
