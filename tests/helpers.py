@@ -86,3 +86,27 @@ class _PromptFunction:
         prompts = prompt_tokens(batch)
         completions = [p.flip(0)[: 1 + int(p.sum()) % 6] for p in prompts]
         return completions_batch(prompts, completions, pad_id=0)
+
+
+class SignalAtFitStart(Callback):
+    """Send this process ``signal`` as ``fit`` starts: before the block-wise repair (a callback
+    the module adds after the trainer's own), which then stops at its first step."""
+
+    def __init__(self, signal: str) -> None:
+        self.signum = getattr(signal_module, signal)
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        os.kill(os.getpid(), self.signum)
+
+
+class SignalInFinalValidation(Callback):
+    """Send this process ``signal`` as the first batch of the validation after training (a
+    ``validate`` of its own, at the last step) begins."""
+
+    def __init__(self, signal: str) -> None:
+        self.signum = getattr(signal_module, signal)
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, *args) -> None:
+        final = trainer.state.fn == "validate" and trainer.global_step == trainer.max_steps
+        if final and batch_idx == 0:
+            os.kill(os.getpid(), self.signum)

@@ -46,11 +46,18 @@ def test_smoke_run_writes_everything_under_the_run_dir(tmp_path: Path) -> None:
     assert student.config.num_hidden_layers == 2
     assert torch.isfinite(student(ids).logits).all()
 
-    # The finished run directory is not run into again by mistake (refused before any load).
-    again = run_cli("debug=smoke", f"hydra.run.dir={run_dir}")
+    assert "trainer.max_steps" not in (run_dir / ".hydra" / "overrides.yaml").read_text()
+    assert (run_dir / "train.log").is_file()  # Hydra's job log, opened by the package
+
+    # The finished run directory is not run into again by mistake (refused before any load),
+    # and the refused launch leaves everything the run wrote as it was, its record included.
+    record = {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()}
+    again = run_cli("debug=smoke", "trainer.max_steps=3", f"hydra.run.dir={run_dir}")
     assert again.returncode != 0
     assert f"run directory {run_dir} already holds a run's outputs" in again.stderr
-    assert (run_dir / "student" / "model.safetensors").is_file()
+    after = {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()}
+    changed = sorted(str(p) for p in record.keys() | after.keys() if record.get(p) != after.get(p))
+    assert changed == [], changed
 
 
 def no_constants(name: str) -> None:

@@ -1,9 +1,12 @@
 """A run stopped mid-training — SIGKILL, SIGTERM, SIGINT, a crash while writing a checkpoint —
-resumes from its run directory's last checkpoint and continues exactly."""
+resumes from its run directory's last checkpoint and continues exactly; a run signalled in
+another stage (the block-wise repair, a validation) stops there cleanly and the command it prints
+resumes or starts it again."""
 
 from __future__ import annotations
 
 import csv
+import json
 import shlex
 import signal
 import subprocess
@@ -139,3 +142,77 @@ def test_crash_while_writing_a_checkpoint_keeps_the_previous_one(
     result = run_cli(*COMMON, "ckpt_path=last", f"hydra.run.dir={run_dir}")
     assert result.returncode == 0, result.stderr[-3000:]
     assert_same_run(run_dir, uninterrupted)
+
+
+def printed_command(stdout: str, after: str) -> list[str]:
+    """The command a stopped run printed after ``after``, minus the test's own callbacks."""
+    words = shlex.split(stdout.split(after)[1].strip().splitlines()[0])
+    return [w for w in words if not w.startswith(("+callbacks.signal", "+callbacks.send"))]
+
+
+def run_printed(words: list[str]) -> subprocess.CompletedProcess:
+    assert words[:2] == ["python", "run.py"], words
+    return subprocess.run(words, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def val_steps(run_dir: Path) -> list[int]:
+    with open(run_dir / "logs" / "metrics.csv") as handle:
+        return [int(r["step"]) for r in csv.DictReader(handle) if r.get("val/loss")]
+
+
+def test_a_signal_at_a_validation_boundary_validates_then_stops(
+    tmp_path: Path, uninterrupted: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    # Micro-batch 6 opens step 4's window, which ends at a validation (every 2 steps).
+    send = "+callbacks.signal={_target_: tests.helpers.SignalAtStep, batch: 6, signal: SIGTERM}"
+    result = run_cli(*COMMON, send, f"hydra.run.dir={run_dir}")
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr[-3000:]
+    assert "SIGTERM received: stopped after optimizer step 4" in result.stdout
+    # The validations after steps 2 and 4 (the logger files them under the step index before)
+    assert val_steps(run_dir) == val_steps(uninterrupted)[:2], "step 4's ran before the stop"
+    assert saved_step(run_dir) == 4
+
+    resumed = run_printed(printed_command(result.stdout, "Resume with:\n"))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert_same_run(run_dir, uninterrupted)
+    assert val_steps(run_dir) == val_steps(uninterrupted) == [1, 3, 5, 7], "each once"
+
+
+def test_a_signal_in_the_final_validation_keeps_the_run_resumable(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    send = "+callbacks.signal={_target_: tests.helpers.SignalInFinalValidation, signal: SIGTERM}"
+    # validations at steps 3 and 6 only: the final student (step 8) is validated after fit
+    common = [*COMMON, "trainer.val_check_interval=6"]
+    result = run_cli(*common, send, f"hydra.run.dir={run_dir}")
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr[-3000:]
+    assert "SIGTERM received: stopped during the validation" in result.stdout
+    assert saved_step(run_dir) == 8
+    assert not (run_dir / "student").exists() and not (run_dir / "summary.json").exists()
+
+    resumed = run_printed(printed_command(result.stdout, "Resume with:\n"))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 8 and summary["after"]["val/ppl"] > 0
+    assert (run_dir / "student" / "model.safetensors").is_file()
+
+
+REPAIR_SIGNALS = {"SIGTERM": "SIGTERM", "SIGINT": pytest.param("SIGINT", marks=pytest.mark.slow)}
+
+
+@pytest.mark.parametrize("name", REPAIR_SIGNALS.values(), ids=REPAIR_SIGNALS.keys())
+def test_a_signal_in_the_repair_stops_it_and_the_printed_command_starts_again(
+    tmp_path: Path, name: str
+) -> None:
+    run_dir = tmp_path / "run"
+    repair = ["debug=smoke", "distill.blockwise_passes=2"]
+    send = f"+callbacks.signal={{_target_: tests.helpers.SignalAtFitStart, signal: {name}}}"
+    result = run_cli(*repair, send, f"hydra.run.dir={run_dir}")
+    assert result.returncode == 128 + getattr(signal, name), result.stderr[-3000:]
+    assert f"{name} received: stopped in the block-wise repair (after step 1 of" in result.stdout
+    assert "No checkpoint was written" in result.stdout
+
+    again = run_printed(printed_command(result.stdout, "Start again with:\n"))
+    assert again.returncode == 0, again.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["blockwise"]["passes"] == 2 and summary["steps"] == 6
