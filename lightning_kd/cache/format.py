@@ -40,9 +40,9 @@ import torch
 from safetensors.torch import save as safetensors_bytes
 from torch import Tensor
 
-from lightning_kd.data.reading import file_digest
 from lightning_kd.models.digests import config_digest, vocab_digest, weights_digest
 from lightning_kd.utils.atomic import atomic_write_bytes
+from lightning_kd.utils.files import file_digest
 
 FORMAT_VERSION = 2
 META_NAME = "meta.json"

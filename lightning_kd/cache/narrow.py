@@ -18,6 +18,7 @@ import torch
 from safetensors.torch import load_file
 from torch import Tensor
 
+from lightning_kd.cache.claim import claim, prepare
 from lightning_kd.cache.format import (
     FEATURE_PREFIX,
     TAIL_DTYPE,
@@ -32,7 +33,7 @@ from lightning_kd.cache.format import (
     write_shard,
 )
 from lightning_kd.cache.reader import CacheError, TeacherCache, read_index
-from lightning_kd.cache.writer import describe, prepare, write_index
+from lightning_kd.cache.writer import describe, write_index
 
 
 def narrow_records(tensors: dict[str, Tensor], k: int) -> dict[str, Tensor]:
@@ -75,17 +76,18 @@ def narrow_cache(
     cache = TeacherCache.open(source, expect)
     spec = replace(spec, shard_blocks=cache.shard_blocks)  # the same shards, narrower
     key, meta = describe(teacher, tokenizer, datamodule, spec, cache.key.features)
-    prepare(directory, meta, 0, lambda: None, overwrite)
-    shards = plan_shards(key.splits, spec.shard_blocks)
-    written = 0
-    for shard in shards:
-        if completed(directory, shard) is not None:
-            continue
-        tensors = narrow_records(load_file(source / shard.file), spec.k)
-        scored, mass = kept_mass(tensors)
-        write_shard(directory, shard, tensors, {"scored": scored, "top_k_mass": mass})
-        written += 1
-    write_index(directory, meta, shards, key)
+    with claim(directory):
+        prepare(directory, meta, 0, lambda: None, overwrite)
+        shards = plan_shards(key.splits, spec.shard_blocks)
+        written = 0
+        for shard in shards:
+            if completed(directory, shard) is not None:
+                continue
+            tensors = narrow_records(load_file(source / shard.file), spec.k)
+            scored, mass = kept_mass(tensors)
+            write_shard(directory, shard, tensors, {"scored": scored, "top_k_mass": mass})
+            written += 1
+        write_index(directory, meta, shards, key)
     return written
 
 
@@ -97,18 +99,19 @@ def without_features(source: Path, directory: Path, keep: tuple[str, ...]) -> Ca
     key = replace(key, features=tuple(sorted(set(keep) & set(key.features))))
     layout = Layout(**index["layout"])
     meta = metadata(key, layout)
-    prepare(directory, meta, 0, lambda: None, overwrite=False)
-    shards = plan_shards(key.splits, layout.shard_blocks)
-    kept = {FEATURE_PREFIX + path for path in key.features}
-    for shard in shards:
-        if completed(directory, shard) is not None:
-            continue
-        tensors = {
-            name: tensor
-            for name, tensor in load_file(source / shard.file).items()
-            if not name.startswith(FEATURE_PREFIX) or name in kept
-        }
-        scored, mass = kept_mass(tensors)
-        write_shard(directory, shard, tensors, {"scored": scored, "top_k_mass": mass})
-    write_index(directory, meta, shards, key)
+    with claim(directory):
+        prepare(directory, meta, 0, lambda: None, overwrite=False)
+        shards = plan_shards(key.splits, layout.shard_blocks)
+        kept = {FEATURE_PREFIX + path for path in key.features}
+        for shard in shards:
+            if completed(directory, shard) is not None:
+                continue
+            tensors = {
+                name: tensor
+                for name, tensor in load_file(source / shard.file).items()
+                if not name.startswith(FEATURE_PREFIX) or name in kept
+            }
+            scored, mass = kept_mass(tensors)
+            write_shard(directory, shard, tensors, {"scored": scored, "top_k_mass": mass})
+        write_index(directory, meta, shards, key)
     return key

@@ -6,12 +6,12 @@ at a time; logits are computed from the final hidden states a chunk of tokens at
 (:func:`~lightning_kd.losses.topk.teacher_records`) and written a shard at a time. Rank r of N
 writes shards r, r + N, ...; a shard whose receipt and checksum are on disk is not written
 again, so a killed writer resumes with what it completed. Rank 0 writes ``index.json`` last.
+One writer at a time: rank 0 holds the directory's writer lock (``claim.py``) throughout, and a
+second writer into the directory is refused, the first one's pid named.
 """
 
 from __future__ import annotations
 
-import json
-import shutil
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -23,11 +23,10 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from lightning_kd.cache.claim import claim, prepare
 from lightning_kd.cache.format import (
     INDEX_NAME,
     LOG_PROB_DTYPE,
-    META_NAME,
-    SHARD_DIR,
     TAIL_DTYPE,
     CacheKey,
     CacheSpec,
@@ -43,7 +42,7 @@ from lightning_kd.cache.format import (
     write_shard,
 )
 from lightning_kd.cache.hidden_states import FeatureRecorder
-from lightning_kd.cache.reader import CacheError, mismatches
+from lightning_kd.cache.reader import CacheError
 from lightning_kd.losses.chunked import OutputHead, auto_chunk_size, matmul_dtype
 from lightning_kd.losses.topk import teacher_records
 from lightning_kd.models.heads import check_head, final_hidden, output_head
@@ -162,31 +161,24 @@ def write_cache(
     device = device or next(teacher.parameters()).device
     splits = {"train": datamodule.train_examples, "val": datamodule.val_examples}
     key, meta = describe(teacher, tokenizer, datamodule, spec, features)
-    prepare(directory, meta, rank, barrier, overwrite)
-    recorder = FeatureRecorder(teacher, list(key.features))
-    with torch.no_grad():
-        sample = {k: v.to(device) for k, v in datamodule.collate(splits["train"][:1]).items()}
-        check_head(teacher, sample, "teacher", "the cache would hold other logits than its own")
-    shards = plan_shards(key.splits, spec.shard_blocks)
-    mine = shards[rank::world_size]
-    todo = [shard for shard in mine if completed(directory, shard) is None]
-    stats = WriteStats(shards_kept=len(mine) - len(todo))
-    label = f"teacher cache (rank {rank})" if world_size > 1 else "teacher cache"
-    write = ShardWriter(teacher, datamodule, spec, device, stats, recorder)
-    tokens = sum(len(block) for shard in todo for block in write.blocks(shard))
-    with tqdm(total=tokens, unit="tok", unit_scale=True, desc=label, disable=rank != 0) as progress:
-        for done, shard in enumerate(todo):
-            # Between shards: each written one is complete and kept; the next run writes the rest.
-            kept = f"{stats.shards_kept + done} of {len(mine)} shards kept; a new run adds the rest"
-            STOP.check("writing the teacher cache", detail=kept)
-            before = stats.tokens
-            write(directory, shard)
-            progress.update(stats.tokens - before)
-    recorder.remove()
-    barrier()
-    if rank == 0:
-        write_index(directory, meta, shards, key)
-    barrier()
+    # The ranks of one launch are one writer: rank 0 holds the lock for them all.
+    with claim(directory) if rank == 0 else nullcontext():
+        prepare(directory, meta, rank, barrier, overwrite)
+        recorder = FeatureRecorder(teacher, list(key.features))
+        with torch.no_grad():
+            sample = {k: v.to(device) for k, v in datamodule.collate(splits["train"][:1]).items()}
+            check_head(teacher, sample, "teacher", "the cache would hold other logits than its own")
+        shards = plan_shards(key.splits, spec.shard_blocks)
+        mine = shards[rank::world_size]
+        todo = [shard for shard in mine if completed(directory, shard) is None]
+        stats = WriteStats(shards_kept=len(mine) - len(todo))
+        write = ShardWriter(teacher, datamodule, spec, device, stats, recorder)
+        write.all(directory, todo, rank, world_size)
+        recorder.remove()
+        barrier()
+        if rank == 0:
+            write_index(directory, meta, shards, key)
+        barrier()
     return stats
 
 
@@ -200,6 +192,19 @@ class ShardWriter:
     device: torch.device
     stats: WriteStats
     recorder: FeatureRecorder
+
+    def all(self, directory: Path, shards: list[Shard], rank: int, world_size: int) -> None:
+        """Write ``shards`` in order, with a progress bar (on rank 0) in tokens."""
+        label = f"teacher cache (rank {rank})" if world_size > 1 else "teacher cache"
+        tokens = sum(len(block) for shard in shards for block in self.blocks(shard))
+        with tqdm(total=tokens, unit="tok", unit_scale=True, desc=label, disable=rank != 0) as bar:
+            for done, shard in enumerate(shards):
+                # Between shards: each written one is complete and kept; a new run adds the rest.
+                kept = f"{self.stats.shards_kept + done} shards kept; a new run adds the rest"
+                STOP.check("writing the teacher cache", detail=kept)
+                before = self.stats.tokens
+                self(directory, shard)
+                bar.update(self.stats.tokens - before)
 
     def blocks(self, shard: Shard) -> list[Tensor]:
         examples = getattr(self.datamodule, f"{shard.split}_examples")
@@ -235,47 +240,6 @@ def describe(
     key = cache_key(teacher, tokenizer, datamodule, spec.k, spec.temperature, tuple(features))
     ids = str(ids_dtype(teacher.get_output_embeddings().weight.shape[0])).removeprefix("torch.")
     return key, metadata(key, Layout(ids, shard_blocks=spec.shard_blocks))
-
-
-def prepare(
-    directory: Path,
-    meta: dict[str, Any],
-    rank: int,
-    barrier: Callable[[], None],
-    overwrite: bool,
-) -> None:
-    """Check what ``directory`` holds, then (rank 0) write ``meta.json`` and drop the index:
-    the cache counts as incomplete until this write finishes."""
-    check_earlier(directory, meta, overwrite)
-    barrier()  # every rank has looked at the earlier meta.json before rank 0 replaces it
-    if rank == 0:
-        if overwrite:
-            shutil.rmtree(directory / SHARD_DIR, ignore_errors=True)
-        (directory / INDEX_NAME).unlink(missing_ok=True)
-        write_json(directory / META_NAME, meta)
-    barrier()
-
-
-def check_earlier(directory: Path, meta: dict[str, Any], overwrite: bool) -> None:
-    """Refuse to add shards to a directory that holds a cache written for other settings."""
-    path = directory / META_NAME
-    if overwrite or not path.is_file():
-        return
-    earlier = json.loads(path.read_text())
-    if earlier == meta:
-        return
-    found = (
-        mismatches(CacheKey(**earlier["key"]), CacheKey(**meta["key"]))
-        if earlier.get("key", {}).keys() == meta["key"].keys()
-        else []
-    )
-    if earlier.get("layout") != meta["layout"]:
-        found.append(f"layout: the cache has {earlier.get('layout')}, this run {meta['layout']}")
-    raise CacheError(
-        f"{directory} holds a teacher cache written for other settings:\n  "
-        + "\n  ".join(found or ["format or fields differ"])
-        + "\nWrite this one into another hydra.run.dir, or pass overwrite=true to replace it"
-    )
 
 
 def write_index(directory: Path, meta: dict[str, Any], shards: list[Shard], key: CacheKey) -> None:

@@ -12,13 +12,14 @@
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import warnings
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
+
+from lightning_kd.utils.files import file_digest
 
 FORMATS = {".txt": "txt", ".jsonl": "jsonl", ".txt.gz": "txt", ".jsonl.gz": "jsonl"}
 """Suffix → format; a name must end with one of these."""
@@ -106,15 +107,6 @@ def _record_text(line: str, path: Path, number: int, text_field: str) -> str:
             "data.text_field to the key holding it"
         )
     return text
-
-
-def file_digest(path: Path) -> str:
-    """sha256 of a file's bytes, read a MiB at a time."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def unique_files(paths: list[Path]) -> list[Path]:

@@ -21,15 +21,17 @@ prompts stay held out.
 Resumable: rows are appended and flushed a batch at a time, and a rerun into the same directory
 continues after the last complete row (a half-written last row is dropped), checking that the rows
 there answer the same prompts. Each batch samples from ``seed + batch index``, so a resumed file
-equals an uninterrupted one.
+equals an uninterrupted one. A resume with other decoding settings, seed or teacher is refused,
+and so is a second writer while one runs (``completions_record.py``): one file, one generation.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm import tqdm
@@ -38,6 +40,11 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from lightning_kd.data.chat import prompt_ids, template_text
 from lightning_kd.data.conversations import ChatFields, as_messages, checked_messages, prompt_of
 from lightning_kd.data.reading import read_records
+from lightning_kd.generation.completions_record import (
+    check_record,
+    completions_lock,
+    settings_record,
+)
 from lightning_kd.generation.decoding import generate_in_eval, left_padded
 
 OUTPUT_NAME = "completions.jsonl"
@@ -153,13 +160,35 @@ def write_completions(
     out: Path,
     seed: int,
     overwrite: bool = False,
+    teacher_source: dict[str, Any] | None = None,
 ) -> Path:
     """Write (or finish writing) ``out`` with the teacher's answers to ``prompts`` (``(where,
-    messages)`` pairs), batch ``i`` sampled from ``seed + i``."""
+    messages)`` pairs), batch ``i`` sampled from ``seed + i``; ``teacher_source`` says where the
+    teacher was loaded from (its ``path``, ``gguf_file``), recorded with the settings
+    (``completions_record.py``). A resume with other settings, or while another process writes
+    ``out``, is refused."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    if overwrite and out.exists():
-        out.unlink()
-    done = completed_rows(out, prompts)
+    record = settings_record(teacher, tokenizer, asdict(spec), seed, teacher_source or {})
+    with completions_lock(out):
+        if overwrite and out.exists():
+            out.unlink()
+        check_record(out, record)
+        done = completed_rows(out, prompts)
+        append_completions(teacher, tokenizer, prompts, spec, out, seed, done)
+    return out
+
+
+def append_completions(
+    teacher: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: list[tuple[int | str, list[dict]]],
+    spec: GenerateSpec,
+    out: Path,
+    seed: int,
+    done: int,
+) -> None:
+    """Append the answers to ``prompts`` after the first ``done`` to ``out``, a batch at a time
+    (a batch begun before the run stopped is generated whole again: same seed, same answers)."""
     starts = range(done - done % spec.batch_size, len(prompts), spec.batch_size)
     with open(out, "a", encoding="utf-8") as handle, tqdm(total=len(prompts), initial=done) as bar:
         for start in starts:
@@ -175,7 +204,6 @@ def write_completions(
             handle.flush()
             os.fsync(handle.fileno())
             bar.update(len(batch) - max(0, done - start))
-    return out
 
 
 def use_chat_template(tokenizer: PreTrainedTokenizerBase, spec: GenerateSpec) -> None:

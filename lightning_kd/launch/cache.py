@@ -8,6 +8,7 @@ processes (Lightning Fabric's launcher; gloo on CPUs), each its own shards.
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from hydra.utils import instantiate
 from lightning.fabric import Fabric
 from omegaconf import DictConfig
 
+from lightning_kd.cache.claim import claim
 from lightning_kd.cache.format import INDEX_NAME
 from lightning_kd.cache.hidden_states import mapped_paths
 from lightning_kd.cache.narrow import narrow_cache
@@ -24,6 +26,7 @@ from lightning_kd.launch.build import build_datamodule, with_precision
 from lightning_kd.launch.checks import check_config
 from lightning_kd.models.loading import load_teacher, load_tokenizer
 from lightning_kd.models.quantize import quantize_teacher
+from lightning_kd.training.rundir import is_rank_zero
 
 
 def fabric_for(cfg: DictConfig) -> Fabric:
@@ -63,7 +66,16 @@ def cached_teacher(
 
 
 def write(cfg: DictConfig) -> None:
-    """Build the data and the teacher of ``cfg`` and write the cache into ``cfg.output_dir``."""
+    """Write the cache of ``cfg`` into ``cfg.output_dir``, holding the directory's writer lock
+    from before any rank starts (a DDP launch re-runs this per rank: only the launching process
+    takes it, as rank 0 of one writer)."""
+    directory = Path(cfg.output_dir)
+    with claim(directory) if is_rank_zero() else nullcontext():
+        write_claimed(cfg, directory)
+
+
+def write_claimed(cfg: DictConfig, directory: Path) -> None:
+    """Build the data and the teacher of ``cfg`` and write the cache into ``directory``."""
     check_config(cfg)
     cfg, _ = with_precision(cfg)
     teacher_spec = instantiate(cfg.teacher, _convert_="all")
@@ -79,7 +91,6 @@ def write(cfg: DictConfig) -> None:
     datamodule.setup("fit")
     teacher, features, _ = cached_teacher(cfg, teacher_spec, spec)
     teacher = teacher.to(fabric.device)
-    directory = Path(cfg.output_dir)
     if spec.source is not None:  # no teacher forward: one process derives it
         if fabric.global_rank == 0:
             arguments = (spec.source, teacher, tokenizer, datamodule, spec, directory)

@@ -61,7 +61,8 @@ def generate(cfg: DictConfig, teacher: PreTrainedModel, tokenizer: PreTrainedTok
     prompts = config_prompts(cfg, spec, tokenizer)
     out = Path(cfg.output_dir) / OUTPUT_NAME
     overwrite = bool(cfg.get("overwrite"))
-    return write_completions(teacher, tokenizer, prompts, spec, out, cfg.seed, overwrite)
+    source = {key: cfg.teacher.get(key) for key in ("path", "gguf_file")}
+    return write_completions(teacher, tokenizer, prompts, spec, out, cfg.seed, overwrite, source)
 
 
 def run_generate(cfg: DictConfig) -> Path:

@@ -164,6 +164,9 @@ def prepare(
     # (cache.keep_repair_states): a resume and a fresh run find the same directory.
     directory = shared_directory(spec) / replace(key, features=tuple(training)).digest()
     directory.parent.mkdir(parents=True, exist_ok=True)
+    # Runs of one key wait for each other here (the second then finds the cache whole); the
+    # writer lock write_cache takes inside is another file, DIR/.writer.lock, so holding this one
+    # cannot deadlock with it: it refuses only a `lightning-kd cache` writing into DIR meanwhile.
     with FileLock(lock_of(directory)):
         if holds(directory, key):
             return replace(choice, path=str(directory), reason=f"{choice.reason}; {FOUND}")

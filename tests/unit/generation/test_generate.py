@@ -4,6 +4,7 @@ by ``data=chat``, bad input named."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 
 from lightning_kd.data.chat import ChatDataModule
 from lightning_kd.data.conversations import ChatFields
+from lightning_kd.generation.completions_record import record_path
 from lightning_kd.generation.teacher_completions import GenerateSpec, complete, prompt_messages
 from lightning_kd.launch.config import compose_config
 from lightning_kd.launch.generate import generate
@@ -66,6 +68,7 @@ def test_a_stopped_run_resumes_to_the_uninterrupted_file(teacher, tmp_path, samp
     stopped.parent.mkdir()
     lines = expected.splitlines(keepends=True)
     stopped.write_text("".join(lines[:4]) + lines[4][:10])  # mid-batch, a torn last row
+    shutil.copy(record_path(whole), record_path(stopped))  # written before the first row
     resumed = generate(config(tmp_path / "b", prompts, *options), teacher, tokenizer())
     assert resumed.read_text() == expected
 

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from lightning_kd.cache.claim import WRITER_LOCK
 from lightning_kd.cache.format import FORMAT_VERSION, INDEX_NAME, META_NAME, CacheKey
 from lightning_kd.distill.objective import DistillConfig
+from lightning_kd.launch.auto import resolve_teacher_cache
 from lightning_kd.launch.config import compose_config
 from lightning_kd.launch.teacher_cache import (
     MIN_PASSES,
@@ -19,7 +21,9 @@ from lightning_kd.launch.teacher_cache import (
     passes,
     stale,
 )
+from lightning_kd.utils.locks import WriterLocked
 from tests.unit.cache.test_cache_teacher import command
+from tests.unit.utils.test_locks import held_by_another_process
 
 
 def test_the_default_run_caches_its_teacher(tmp_path: Path) -> None:
@@ -143,3 +147,24 @@ def keys(features: tuple[str, ...]) -> CacheKey:
     return CacheKey(
         "w", "c", "float32", "t", 64, True, 8, 1.0, {"train": split, "val": split}, features
     )
+
+
+def test_auto_takes_the_shared_caches_writer_lock_inside_its_own(tmp_path) -> None:
+    """auto's file lock (beside the cache, held while it looks and writes) and the writer lock
+    (inside it) are two files: auto writes under both, no deadlock; and while another writer
+    (`lightning-kd cache` into that directory) holds the cache, auto is refused, its pid named."""
+    caches = tmp_path / "caches"
+    smoke = ["debug=smoke", "data.max_train_examples=8", f"cache.dir={caches}"]  # 3 passes
+    cfg = compose_config(smoke, output_dir=tmp_path / "run")
+    first, _ = resolve_teacher_cache(cfg)
+    directory = Path(first.path)
+    assert first.written_bytes > 0 and directory.parent == caches
+    (directory / INDEX_NAME).unlink()  # as a writer stopped before finishing leaves it
+    with (
+        held_by_another_process(directory / WRITER_LOCK) as holder,
+        pytest.raises(WriterLocked, match=rf"{directory} is .* \(pid {holder.pid}, "),
+    ):
+        resolve_teacher_cache(cfg)
+    again, _ = resolve_teacher_cache(cfg)
+    assert again.path == first.path and "written to the shared cache" in again.reason
+    assert (directory / INDEX_NAME).is_file()

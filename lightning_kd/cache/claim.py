@@ -1,0 +1,82 @@
+"""Taking a cache directory for writing: one writer at a time, and only into a directory that
+holds nothing, a part of this very cache, or (``overwrite``) a cache to replace.
+
+Two writers into one directory would each report a cache the other had replaced or mixed shards
+into. :func:`claim` holds an exclusive ``flock`` on ``DIR/.writer.lock`` for the whole write
+(released by the kernel when the writer ends, ``kill -9`` included) and refuses a second writer
+at once, naming the holder's pid. :func:`prepare` refuses a directory holding a cache of other
+settings (teacher, tokenizer, data blocks, k, temperature, features, layout), naming each one.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from lightning_kd.cache.format import INDEX_NAME, META_NAME, SHARD_DIR, CacheKey, write_json
+from lightning_kd.cache.reader import CacheError, mismatches
+from lightning_kd.utils.locks import writer_lock
+
+WRITER_LOCK = ".writer.lock"
+"""The lock file a writer holds inside the cache directory (holding its pid)."""
+
+
+@contextmanager
+def claim(directory: Path) -> Iterator[None]:
+    """Hold ``directory``'s writer lock for the block, or raise ``WriterLocked`` naming the
+    process that holds it. Re-entrant in one process: ``lightning-kd cache`` takes it before it
+    launches its ranks (a refused second writer fails before any rank starts), then
+    :func:`~lightning_kd.cache.writer.write_cache` takes it again on rank 0."""
+    with writer_lock(
+        Path(directory) / WRITER_LOCK,
+        f"teacher cache {directory}",
+        "wait for that writer to end (this command then reuses the cache, or completes it if "
+        "that writer stopped early), or write this cache into another directory "
+        "(hydra.run.dir=...)",
+    ):
+        yield
+
+
+def prepare(
+    directory: Path,
+    meta: dict[str, Any],
+    rank: int,
+    barrier: Callable[[], None],
+    overwrite: bool,
+) -> None:
+    """Check what ``directory`` holds, then (rank 0) write ``meta.json`` and drop the index:
+    the cache counts as incomplete until this write finishes."""
+    check_earlier(directory, meta, overwrite)
+    barrier()  # every rank has looked at the earlier meta.json before rank 0 replaces it
+    if rank == 0:
+        if overwrite:
+            shutil.rmtree(directory / SHARD_DIR, ignore_errors=True)
+        (directory / INDEX_NAME).unlink(missing_ok=True)
+        write_json(directory / META_NAME, meta)
+    barrier()
+
+
+def check_earlier(directory: Path, meta: dict[str, Any], overwrite: bool) -> None:
+    """Refuse to add shards to a directory that holds a cache written for other settings."""
+    path = directory / META_NAME
+    if overwrite or not path.is_file():
+        return
+    earlier = json.loads(path.read_text())
+    if earlier == meta:
+        return
+    found = (
+        mismatches(CacheKey(**earlier["key"]), CacheKey(**meta["key"]))
+        if earlier.get("key", {}).keys() == meta["key"].keys()
+        else []
+    )
+    if earlier.get("layout") != meta["layout"]:
+        found.append(f"layout: the cache has {earlier.get('layout')}, this run {meta['layout']}")
+    raise CacheError(
+        f"{directory} holds a teacher cache written for other settings:\n  "
+        + "\n  ".join(found or ["format or fields differ"])
+        + "\nWrite this one into another hydra.run.dir, or pass overwrite=true to replace it"
+    )

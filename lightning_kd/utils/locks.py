@@ -1,0 +1,58 @@
+"""One writer at a time: an exclusive, non-blocking ``flock`` on a lock file, its holder named.
+
+Two processes writing one output each believe they wrote it; the second to finish has replaced
+or interleaved the first's work. :func:`writer_lock` refuses the second at once (it does not wait:
+a writer that waited would then redo or append to what the first wrote) with the holder's pid.
+The kernel releases an ``flock`` when its holder's last descriptor closes, so a writer killed
+with ``kill -9`` leaves no stale lock behind. The lock is re-entrant within one process: a
+command that takes it before launching its workers, and the library function it then calls,
+which takes it too, hold it once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+class WriterLocked(RuntimeError):
+    """Another process holds the writer lock of an output."""
+
+
+_held: dict[Path, int] = {}
+"""Lock files this process holds, with their descriptors (for re-entrance)."""
+
+
+def _take(path: Path, what: str, fix: str) -> int:
+    """A descriptor holding an exclusive lock on ``path``, or :class:`WriterLocked`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise WriterLocked(
+            f"{what} is being written by another process (pid {holder}, holding {path}); {fix}"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, str(os.getpid()).encode())
+    return fd
+
+
+@contextmanager
+def writer_lock(path: Path, what: str, fix: str) -> Iterator[None]:
+    """Hold the exclusive lock ``path`` for the block, or raise :class:`WriterLocked` naming
+    ``what`` is written, the holder's pid and ``fix``."""
+    path = Path(path).absolute()
+    if path in _held:  # this process holds it already (see the module doc)
+        yield
+        return
+    _held[path] = _take(path, what, fix)
+    try:
+        yield
+    finally:
+        os.close(_held.pop(path))  # releases the lock

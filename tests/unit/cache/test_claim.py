@@ -1,0 +1,49 @@
+"""One writer per cache directory at a time."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+
+import pytest
+
+from lightning_kd.cache import TeacherCache
+from lightning_kd.cache.claim import WRITER_LOCK
+from lightning_kd.cache.writer import write_cache
+from lightning_kd.launch.cache import write
+from lightning_kd.launch.config import compose_config
+from lightning_kd.models.loading import load_teacher
+from lightning_kd.utils.locks import WriterLocked
+from tests.conftest import make_datamodule
+from tests.unit.cache.test_cache import SPEC
+from tests.unit.utils.test_locks import free, held_by_another_process
+
+
+def test_a_second_cache_writer_is_refused_until_the_first_ends(
+    tiny_teacher, corpus, tmp_path
+) -> None:
+    """Two writers into one directory: the second is refused at once, naming the first's pid
+    (the `lightning-kd cache` command before it loads anything); the lock goes with the first
+    writer, kill -9 included, and is released once a write is done."""
+    teacher = load_teacher(tiny_teacher)
+    datamodule = make_datamodule([corpus])
+    datamodule.setup()
+    directory = tmp_path / "cache"
+    lock = directory / WRITER_LOCK
+    with held_by_another_process(lock) as holder:
+        refused = (
+            rf"teacher cache {re.escape(str(directory))} is being written by another process "
+            rf"\(pid {holder.pid}, .*another directory \(hydra.run.dir=\.\.\.\)"
+        )
+        with pytest.raises(WriterLocked, match=refused):
+            write_cache(teacher, datamodule.tokenizer, datamodule, SPEC, directory)
+        cfg = compose_config(["debug=smoke", f"data.files=[{corpus}]"], output_dir=directory)
+        with pytest.raises(WriterLocked, match=refused):
+            write(cfg)
+        assert sorted(p.name for p in directory.iterdir()) == [WRITER_LOCK]  # nothing written
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()
+    write_cache(teacher, datamodule.tokenizer, datamodule, SPEC, directory)
+    assert free(lock)
+    TeacherCache.open(directory)

@@ -1,0 +1,75 @@
+"""Writer locks: a second writer refused with the holder's pid, the lock gone with its holder."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from lightning_kd.utils.locks import WriterLocked, writer_lock
+from tests.conftest import ROOT
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from lightning_kd.utils.locks import writer_lock
+with writer_lock(Path(sys.argv[1]), "the output", "wait"):
+    print("held", flush=True)
+    time.sleep(600)
+"""
+
+
+@contextmanager
+def held_by_another_process(path: Path) -> Iterator[subprocess.Popen]:
+    """A process holding the writer lock ``path`` until it is killed (at the latest when the
+    block ends)."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(path)], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def free(path: Path) -> bool:
+    """Whether another open file description can take ``path``'s lock now."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def test_a_second_writer_is_refused_until_the_first_is_killed(tmp_path) -> None:
+    lock = tmp_path / "out.lock"
+    with held_by_another_process(lock) as holder:
+        refused = rf"^out is being written by another process \(pid {holder.pid}, .*; wait for it$"
+        with pytest.raises(WriterLocked, match=refused), writer_lock(lock, "out", "wait for it"):
+            pass
+        os.kill(holder.pid, signal.SIGKILL)  # no cleanup: the kernel drops the lock
+        holder.wait()
+        with writer_lock(lock, "out", "wait for it"):
+            assert not free(lock)
+    assert free(lock)
+
+
+def test_the_lock_is_reentrant_in_one_process_and_released_by_the_outermost(tmp_path) -> None:
+    lock = tmp_path / "out.lock"
+    with writer_lock(lock, "out", "wait"):
+        with writer_lock(lock, "out", "wait"):
+            assert not free(lock)
+        assert not free(lock)
+    assert free(lock)
