@@ -20,6 +20,7 @@ from __future__ import annotations
 import glob
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from lightning.pytorch import LightningDataModule
@@ -28,6 +29,7 @@ from torch.utils.data import DataLoader, Dataset
 from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.data.loaders import EpochSampler, ResumableLoader
+from lightning_kd.data.provenance import examples_digest, files_record
 from lightning_kd.data.reading import (
     FORMATS,
     file_format,
@@ -204,6 +206,22 @@ class TextDataModule(LightningDataModule):
         """The first ``data.max_train_examples`` of the shuffled training split (all of it when
         unset or larger): a fixed subset trained on epoch after epoch, validation unchanged."""
         return train if self.max_train_examples is None else train[: self.max_train_examples]
+
+    def provenance(self) -> dict[str, Any]:
+        """What a checkpoint records of this data, once set up (see ``data/provenance.py``): the
+        settings that shape the batches, the files' digests, the examples' digest."""
+        names = {path: name for name, path in EMBEDDED.items()}
+        return {
+            "block_size": self.block_size,
+            "batch_size": self.batch_size,
+            "pack": self.pack,
+            "seed": self.seed,
+            "val_fraction": self.val_fraction,
+            "max_train_examples": self.max_train_examples,
+            "text_field": self.text_field,
+            "files": files_record(self.files, names),
+            "examples": examples_digest([*self.train_examples, *self.val_examples]),
+        }
 
     @property
     def train_tokens(self) -> int:

@@ -3,6 +3,7 @@ read, the check that they reproduce the model's own logits, and their gathering 
 
 from __future__ import annotations
 
+import math
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
@@ -26,6 +27,20 @@ def final_hidden(model: nn.Module, batch: dict[str, Tensor], logits: bool) -> Te
     return model.base_model(**inputs, use_cache=False).last_hidden_state
 
 
+DIVERGED_LOGIT = 1e4
+"""A logit beyond this (in magnitude) comes from weights that have diverged: a trained model's
+logits stay within a few tens, and at 1e4 a softmax is one-hot in any precision. Checked before the
+chunked head's comparison, whose tolerance would otherwise blame the head for the divergence."""
+
+
+def largest_weight(model: nn.Module) -> float:
+    """The largest magnitude among ``model``'s floating-point weights."""
+    values = [
+        p.detach().abs().max() for p in model.parameters() if p.is_floating_point() and p.numel()
+    ]
+    return float(torch.stack(values).max()) if values else 0.0
+
+
 def check_head(model: nn.Module, batch: dict[str, Tensor], role: str, fix: str) -> None:
     """The head applied to ``model``'s hidden states must give the model's own logits (on the
     first row's first 8 tokens of ``batch``): catches architectures that post-process logits in
@@ -41,6 +56,14 @@ def check_head(model: nn.Module, batch: dict[str, Tensor], role: str, fix: str) 
             got = output_head(model).logits(hidden, matmul_dtype(hidden)).float()
     finally:
         model.train(was_training)
+    largest = float(expected.abs().max()) if expected.numel() else 0.0
+    if not math.isfinite(largest) or largest > DIVERGED_LOGIT:
+        raise ValueError(
+            f"the {role} ({type(model).__name__}) gives logits as large as {largest:.3g} "
+            f"(largest weight {largest_weight(model):.3g}): its weights have diverged, as a run "
+            "does at too high a learning rate. Start from an earlier checkpoint or afresh, with "
+            "a smaller optimizer.lr"
+        )
     if not torch.allclose(got, expected, rtol=2e-2, atol=2e-2):
         raise ValueError(
             f"the {role} ({type(model).__name__}) computes its logits in a way the chunked loss "

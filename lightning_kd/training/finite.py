@@ -14,6 +14,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+LOWER_LR_RESUME = (
+    "ckpt_path=last resume_reset_optimizer=true optimizer.lr=<smaller> (a resume alone keeps the "
+    "checkpoint's optimizer and its rate; if the checkpoint's weights have grown huge already, "
+    "start afresh with the smaller rate)"
+)
+"""The resume that applies a new learning rate (``training/provenance.py``)."""
+
 
 class NonFiniteError(FloatingPointError):
     """Training produced a NaN or an infinity; the message names the step and the culprit."""
@@ -29,7 +36,7 @@ def check_finite_loss(step: int, parts: Mapping[str, Tensor | float]) -> None:
     raise NonFiniteError(
         f"the training loss is not finite at optimizer step {step} ({shown}); the run stops "
         "before applying it. Lower optimizer.lr, check distill.temperature and the loss "
-        "weights, or resume from the last checkpoint with a smaller learning rate"
+        f"weights, or resume with a smaller rate: {LOWER_LR_RESUME}"
     )
 
 
@@ -45,7 +52,7 @@ def check_finite_model(model: nn.Module, what: str, step: int | None = None) -> 
         at = f" after optimizer step {step}" if step is not None else ""
         raise NonFiniteError(
             f"{len(bad)} weights of the student are not finite{at} (e.g. {bad[:3]}): {what} "
-            "is refused. Lower optimizer.lr and resume from the last checkpoint"
+            f"is refused. Resume with a smaller learning rate: {LOWER_LR_RESUME}"
         )
 
 

@@ -1,11 +1,23 @@
-"""What a student learns from, recorded in every checkpoint and checked on resume.
+"""What a student learns from and how, recorded in every checkpoint and checked on resume.
 
 Checkpoints leave the teacher out (it comes from ``teacher.path``), so a resume could silently
 continue against another teacher. Each checkpoint records the teacher (path, config digest, a
 digest of sampled weights, ``init_seed`` for a config-built one), the tokenizer (a digest of its
-vocabulary), the distillation objective and, for a LoRA student, a digest of its frozen base
-(rebuilt on load too); a resume whose teacher, tokenizer, objective or base differs is refused
-with the differences named, or only warned about with ``resume_mismatch=warn``.
+vocabulary), the distillation objective, for a LoRA student a digest of its frozen base (rebuilt
+on load too), and the data (``data/provenance.py``: settings, file digests, an examples digest)
+with the accumulation that groups its batches into steps. A resume whose teacher, tokenizer,
+objective, base or data differs is refused with the differences named, or only warned about with
+``resume_mismatch=warn``.
+
+The optimizer's settings are recorded too, because a resume restores its state from the
+checkpoint — learning rate, betas, weight decay included, and the schedule's base rates with
+them — so a new ``optimizer.lr`` would be silently ignored. A resume with other optimizer
+settings is refused (``resume_mismatch=warn`` cannot continue it: that would be ignoring them)
+unless it says ``resume_reset_optimizer=true``, which applies them on purpose: the optimizer
+starts afresh (no moments) with the new settings, and the schedule is moved to the checkpoint's
+step. The shipped schedules need no record: a ``LambdaLR`` keeps only its step and base rates in
+a checkpoint and is rebuilt from the config, so a new ``trainer.max_steps`` or warmup applies
+from the checkpoint's step.
 """
 
 from __future__ import annotations
@@ -17,10 +29,15 @@ from typing import Any
 
 from lightning.pytorch import Callback, LightningModule, Trainer
 
+from lightning_kd.data.provenance import data_differences
 from lightning_kd.models.digests import vocab_digest
 
 KEY = "provenance"
 """Checkpoint entry holding the record."""
+RESETTABLE = ("optimizer",)
+"""Parts of the record that ``resume_reset_optimizer=true`` applies instead of refusing."""
+HOW_COMPUTED = ("foreach", "fused", "capturable", "differentiable", "maximize")
+"""Optimizer arguments that change how its update is computed, not what it is."""
 MODES = ("error", "warn")
 OBJECTIVE_FIELDS = (
     "divergence",
@@ -41,8 +58,9 @@ class ProvenanceMismatch(ValueError):
     """A resume whose teacher, tokenizer or objective differs from the checkpoint's."""
 
 
-def record(module: LightningModule) -> dict[str, Any]:
-    """The provenance of ``module``'s training: teacher, tokenizer, objective."""
+def record(module: LightningModule, trainer: Trainer | None = None) -> dict[str, Any]:
+    """The provenance of ``module``'s training: teacher, tokenizer, objective, and with the
+    ``trainer`` fitting it, the data and the optimizer."""
     spec = module.teacher_spec
     teacher = {
         "path": spec.path,
@@ -63,18 +81,53 @@ def record(module: LightningModule) -> dict[str, Any]:
     }
     if module.student_base_digest is not None:  # LoRA: the base is not in the checkpoint either
         found["student"] = {"base": module.student_base_digest}
+    if trainer is not None:
+        found |= run_settings(module, trainer)
     return found
+
+
+def run_settings(module: LightningModule, trainer: Trainer) -> dict[str, Any]:
+    """The data, the step's grouping of batches and the optimizer of this fit."""
+    found: dict[str, Any] = {}
+    datamodule = trainer.datamodule
+    if datamodule is not None and hasattr(datamodule, "provenance"):
+        found["data"] = datamodule.provenance() | {
+            "accumulate_grad_batches": trainer.accumulate_grad_batches
+        }
+    optimizer = factory_settings(getattr(module, "optimizer_factory", None))
+    found["optimizer"] = {k: v for k, v in optimizer.items() if k not in HOW_COMPUTED}
+    return found
+
+
+def factory_settings(factory: Any) -> dict[str, Any]:
+    """``{"name": ..., <keyword>: <value>}`` of an optimizer factory (Hydra's ``_partial_``
+    gives a ``functools.partial``), JSON-safe; ``{"name": None}`` for none."""
+    if factory is None:
+        return {"name": None}
+    func = getattr(factory, "func", factory)
+    name = f"{getattr(func, '__module__', '')}.{getattr(func, '__qualname__', repr(func))}"
+    keywords = getattr(factory, "keywords", {}) or {}
+    return json.loads(json.dumps({"name": name} | dict(keywords), default=str))
 
 
 def differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """``part.key: saved → now`` for each recorded value that differs (the teacher's path only
-    matters when its weights or config differ too: a moved copy is the same teacher)."""
+    matters when its weights or config differ too: a moved copy is the same teacher; the data
+    as :func:`~lightning_kd.data.provenance.data_differences` names it). A part the checkpoint
+    does not record (saved by an older version) is not compared."""
     found = []
     for part, values in current.items():
+        if part not in saved and part in (*RESETTABLE, "data"):
+            continue
+        if part == "data":
+            found += data_differences(saved[part], values)
+            continue
         for key, now in values.items():
             then = saved.get(part, {}).get(key)
             if then != now and not (part == "teacher" and key == "path"):
                 found.append(f"{part}.{key}: checkpoint {then!r}, this run {now!r}")
+        gone = set(saved.get(part, {})) - set(values)
+        found += [f"{part}.{key}: checkpoint {saved[part][key]!r}, this run unset" for key in gone]
     if any(line.startswith("teacher.") for line in found):
         paths = (saved.get("teacher", {}).get("path"), current["teacher"]["path"])
         found.append(f"teacher.path: checkpoint {paths[0]!r}, this run {paths[1]!r}")
@@ -82,25 +135,33 @@ def differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
 
 
 class Provenance(Callback):
-    """Writes the record into each checkpoint and checks it when a run resumes."""
+    """Writes the record into each checkpoint and checks it when a run resumes; with
+    ``reset_optimizer`` (``resume_reset_optimizer=true``) a resume starts the optimizer afresh
+    and moves the schedule to the checkpoint's step (see the module doc)."""
 
-    def __init__(self, on_mismatch: str = "error") -> None:
+    def __init__(self, on_mismatch: str = "error", reset_optimizer: bool = False) -> None:
         if on_mismatch not in MODES:
             raise ValueError(f"resume_mismatch={on_mismatch!r}: choose one of {list(MODES)}")
+        if not isinstance(reset_optimizer, bool):
+            raise ValueError(f"resume_reset_optimizer={reset_optimizer!r}: use true or false")
         self.on_mismatch = on_mismatch
+        self.reset_optimizer = reset_optimizer
         self._record: dict[str, Any] | None = None
+        self._fast_forward = False  # the fresh schedule still has to reach the resumed step
 
-    def current(self, module: LightningModule) -> dict[str, Any]:
-        if self._record is None:  # the teacher and objective never change within a run
-            self._record = record(module)
+    def current(self, trainer: Trainer, module: LightningModule) -> dict[str, Any]:
+        if self._record is None:  # the teacher, objective and data never change within a run
+            self._record = record(module, trainer)
         return self._record
 
     def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint) -> None:
-        checkpoint[KEY] = self.current(pl_module)
+        checkpoint[KEY] = self.current(trainer, pl_module)
 
     def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint) -> None:
         saved = checkpoint.get(KEY)
         where = trainer.ckpt_path or "the checkpoint"
+        if self.reset_optimizer and trainer.state.fn == "fit":
+            self._reset(trainer, checkpoint)
         if saved is None:
             warnings.warn(
                 f"{where} records no teacher, tokenizer or distill config (saved by an older "
@@ -108,12 +169,23 @@ class Provenance(Callback):
                 stacklevel=2,
             )
             return
-        found = differences(saved, self.current(pl_module))
-        if not found:
+        found = differences(saved, self.current(trainer, pl_module))
+        resettable = [line for line in found if line.split(".")[0] in RESETTABLE]
+        others = [line for line in found if line not in resettable]
+        if resettable and not self._fast_forward:
+            raise ProvenanceMismatch(
+                f"{where} was trained with other optimizer settings, and a resume restores the "
+                "optimizer's state, so the new ones would be ignored:\n  "
+                + "\n  ".join(resettable)
+                + "\nResume with the checkpoint's settings, or apply the new ones on purpose "
+                "with resume_reset_optimizer=true (a fresh optimizer, the new schedule at the "
+                "checkpoint's step)"
+            )
+        if not others:
             return
         message = (
-            f"{where} was trained with a different teacher, tokenizer or objective:\n  "
-            + "\n  ".join(found)
+            f"{where} was trained with a different teacher, tokenizer, objective or data:\n  "
+            + "\n  ".join(others)
         )
         if self.on_mismatch == "warn":
             warnings.warn(message + "\n(resume_mismatch=warn: continuing)", stacklevel=2)
@@ -122,3 +194,35 @@ class Provenance(Callback):
             message + "\nResume with the same settings, start a new run, or pass "
             "resume_mismatch=warn to continue anyway"
         )
+
+    def _reset(self, trainer: Trainer, checkpoint: dict[str, Any]) -> None:
+        """Leave the checkpoint's optimizer and scheduler states out of the restore: Lightning
+        loads them pairwise with the run's, so none are loaded and the run's fresh ones stay."""
+        if not trainer.strategy.lightning_restore_optimizer:
+            raise ValueError(
+                f"resume_reset_optimizer=true: {type(trainer.strategy).__name__} restores its "
+                "optimizer itself, and cannot start it afresh; resume without it"
+            )
+        checkpoint["optimizer_states"] = []
+        checkpoint["lr_schedulers"] = []
+        self._fast_forward = True
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if not self._fast_forward:
+            return
+        self._fast_forward = False
+        for config in trainer.lr_scheduler_configs:
+            steps = trainer.global_step if config.interval == "step" else trainer.current_epoch
+            with warnings.catch_warnings():  # "lr_scheduler.step() before optimizer.step()"
+                warnings.simplefilter("ignore", UserWarning)
+                for _ in range(steps // config.frequency):
+                    config.scheduler.step()
+        print(
+            f"resume_reset_optimizer=true: a fresh optimizer from optimizer step "
+            f"{trainer.global_step}, learning rate now {lr_now(trainer):.3g}"
+        )
+
+
+def lr_now(trainer: Trainer) -> float:
+    """The first optimizer's first parameter group's learning rate."""
+    return float(trainer.optimizers[0].param_groups[0]["lr"]) if trainer.optimizers else 0.0

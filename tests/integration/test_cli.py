@@ -11,6 +11,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from lightning_kd.models.precision import probe_hardware, resolve_precision
+from lightning_kd.training.rundir import claim_run_dir
 from tests.conftest import ROOT
 
 
@@ -55,9 +56,20 @@ def test_smoke_run_writes_everything_under_the_run_dir(tmp_path: Path) -> None:
     again = run_cli("debug=smoke", "trainer.max_steps=3", f"hydra.run.dir={run_dir}")
     assert again.returncode != 0
     assert f"run directory {run_dir} already holds a run's outputs" in again.stderr
+    assert changed_files(run_dir, record) == []
+    # The same for a launch refused because another process holds the directory (a running run).
+    with claim_run_dir(run_dir, resuming=True, overwrite=False):
+        busy = run_cli("debug=smoke", "ckpt_path=last", f"hydra.run.dir={run_dir}")
+    assert busy.returncode != 0 and "is in use by another run" in busy.stderr
+    assert changed_files(run_dir, record) == []
+
+
+def changed_files(run_dir: Path, record: dict[Path, bytes]) -> list[str]:
+    """The files under ``run_dir`` whose bytes differ from ``record``'s (or that came or went),
+    but the lock file (which names whichever process holds the directory)."""
     after = {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()}
-    changed = sorted(str(p) for p in record.keys() | after.keys() if record.get(p) != after.get(p))
-    assert changed == [], changed
+    record, after = ({p: b for p, b in d.items() if p.name != ".lock"} for d in (record, after))
+    return sorted(str(p) for p in record.keys() | after.keys() if record.get(p) != after.get(p))
 
 
 def no_constants(name: str) -> None:

@@ -1,25 +1,48 @@
-"""Checkpoints record the teacher, tokenizer and objective; a resume with others is refused."""
+"""Checkpoints record the teacher, tokenizer, objective, data and optimizer; a resume with others
+is refused (the optimizer's applied on purpose with resume_reset_optimizer=true)."""
 
 from __future__ import annotations
 
+import functools
+import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
+from lightning.pytorch import Callback
 
 from lightning_kd.models.loading import TeacherSpec
+from lightning_kd.training.optim import warmup_cosine
 from lightning_kd.training.provenance import Provenance, ProvenanceMismatch
 from lightning_kd.training.saving import LastCheckpoint
 from tests.conftest import TINY_LLAMA, make_datamodule, make_module, make_trainer
 
 
-def fit(tmp_path: Path, teacher: TeacherSpec, corpus: Path, ckpt: Path | None, mode="error", **d):
-    module = make_module(teacher, **d)
+def fit(
+    tmp_path: Path,
+    teacher: TeacherSpec,
+    corpus: Path,
+    ckpt: Path | None,
+    mode: str = "error",
+    data: dict | None = None,
+    optimizer: Callable | None = None,
+    schedule: Callable | None = None,
+    reset: bool = False,
+    probe: Callback | None = None,
+    **distill,
+) -> Path:
+    module = make_module(teacher, **distill)
+    if optimizer is not None:
+        module.optimizer_factory = optimizer
+    module.scheduler_factory = schedule
+    callbacks = [LastCheckpoint(str(tmp_path / "checkpoints"), every=1), Provenance(mode, reset)]
     trainer = make_trainer(
         max_steps=4 if ckpt else 2,
         enable_checkpointing=True,
-        callbacks=[LastCheckpoint(str(tmp_path / "checkpoints"), every=1), Provenance(mode)],
+        callbacks=[*callbacks, *([probe] if probe else [])],
     )
-    trainer.fit(module, make_datamodule([corpus]), ckpt_path=ckpt)
+    trainer.fit(module, make_datamodule([corpus], **(data or {})), ckpt_path=ckpt)
     return tmp_path / "checkpoints" / "last.ckpt"
 
 
@@ -50,3 +73,94 @@ def test_a_lora_resume_onto_another_base_student_is_refused(tmp_path: Path, corp
     checkpoint = fit(tmp_path, teacher, corpus, None, student={"layers": [0, 3], "lora": lora})
     with pytest.raises(ProvenanceMismatch, match=r"student\.base: checkpoint '"):
         fit(tmp_path, teacher, corpus, checkpoint, student={"layers": [1, 3], "lora": lora})
+
+
+def test_a_resume_with_other_data_is_refused_naming_what_changed(
+    tmp_path: Path, corpus: Path
+) -> None:
+    teacher = TeacherSpec(path=None, config=dict(TINY_LLAMA))
+    checkpoint = fit(tmp_path, teacher, corpus, None)
+    cases = {
+        "data.block_size: checkpoint 32, this run 16": {"block_size": 16},
+        "data.seed: checkpoint 0, this run 1": {"seed": 1},
+        "data.val_fraction: checkpoint 0.2, this run 0.3": {"val_fraction": 0.3},
+        "data.batch_size: checkpoint 4, this run 2": {"batch_size": 2},
+    }
+    for expected, data in cases.items():
+        with pytest.raises(ProvenanceMismatch, match=re.escape(expected)):
+            fit(tmp_path, teacher, corpus, checkpoint, data=data)
+    edited = corpus.read_text().replace("the", "a")
+    corpus.write_text(edited)  # the same file, edited
+    with pytest.raises(
+        ProvenanceMismatch, match=rf"data\.files: edited \['{re.escape(str(corpus))}'\]"
+    ):
+        fit(tmp_path, teacher, corpus, checkpoint)
+    with pytest.warns(UserWarning, match="resume_mismatch=warn: continuing"):
+        fit(tmp_path, teacher, corpus, checkpoint, "warn")
+
+
+def test_a_moved_copy_of_the_data_resumes(tmp_path: Path, corpus: Path) -> None:
+    teacher = TeacherSpec(path=None, config=dict(TINY_LLAMA))
+    checkpoint = fit(tmp_path, teacher, corpus, None)
+    moved = tmp_path / "elsewhere.txt"
+    moved.write_bytes(corpus.read_bytes())
+    fit(tmp_path, teacher, moved, checkpoint)  # no error: the same bytes
+
+
+def test_a_new_learning_rate_is_refused_or_applied_on_purpose(tmp_path: Path, corpus: Path) -> None:
+    teacher = TeacherSpec(path=None, config=dict(TINY_LLAMA))
+    checkpoint = fit(tmp_path, teacher, corpus, None, optimizer=adamw(1e-3))
+    refused = pytest.raises(ProvenanceMismatch, match=r"optimizer\.lr: checkpoint 0\.001, this run")
+    with refused:
+        fit(tmp_path, teacher, corpus, checkpoint, "warn", optimizer=adamw(1e-4))
+    seen = LearningRates()
+    fit(tmp_path, teacher, corpus, checkpoint, reset=True, optimizer=adamw(1e-4), probe=seen)
+    # a fresh optimizer at the new rate (no moments carried over), from step 2 on
+    assert seen.at_start == pytest.approx(1e-4) and seen.state_at_start == 0
+    assert seen.steps == [2, 3]
+
+
+def test_a_reset_optimizer_takes_the_schedule_at_the_checkpoints_step(
+    tmp_path: Path, corpus: Path
+) -> None:
+    teacher = TeacherSpec(path=None, config=dict(TINY_LLAMA))
+    schedule = functools.partial(warmup_cosine, warmup_fraction=0.25, final_lr_fraction=0.1)
+    checkpoint = fit(tmp_path, teacher, corpus, None, optimizer=adamw(1e-3), schedule=schedule)
+    seen = LearningRates()
+    fit(
+        tmp_path,
+        teacher,
+        corpus,
+        checkpoint,
+        reset=True,
+        optimizer=adamw(1e-4),
+        schedule=schedule,
+        probe=seen,
+    )
+    # the new peak rate on the schedule of a 4-step run, as it stands after 2 steps
+    reference = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1e-4)
+    expected = warmup_cosine(reference, 4, 0.25, 0.1)
+    for _ in range(2):
+        reference.step()
+        expected.step()
+    assert seen.at_start == pytest.approx(reference.param_groups[0]["lr"])
+    assert seen.at_start != pytest.approx(1e-4)  # not the schedule's start
+
+
+def adamw(lr: float) -> functools.partial:
+    return functools.partial(torch.optim.AdamW, lr=lr, foreach=False)
+
+
+class LearningRates(Callback):
+    """The first optimizer's learning rate and state size as training starts; the steps run."""
+
+    def __init__(self) -> None:
+        self.at_start, self.state_at_start, self.steps = None, None, []
+
+    def on_train_start(self, trainer, module) -> None:
+        optimizer = trainer.optimizers[0]
+        self.at_start = optimizer.param_groups[0]["lr"]
+        self.state_at_start = len(optimizer.state)
+
+    def on_train_batch_start(self, trainer, *args) -> None:
+        self.steps.append(trainer.global_step)

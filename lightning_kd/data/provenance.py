@@ -1,0 +1,77 @@
+"""What a run's data is, recorded in its checkpoints so that a resume can check it trains on the
+same examples in the same order.
+
+A resume restores where training was (optimizer step, batches into the epoch) and skips that
+many batches; with another file, the same file edited, another block size, batch size, split seed
+or validation fraction, the skipped batches are not the ones trained on and the validation split
+is another — the run would go on with exit 0 on something else. The record holds the settings
+that shape the batches (each named when it differs), each file's content digest (so an edited
+file is named), and a digest of the training and validation examples themselves (which catches
+what the two miss: a tokenizer that splits differently, another reading of the same bytes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lightning_kd.utils.files import file_digest
+
+
+def examples_digest(examples: Iterable[Any]) -> str:
+    """sha256 over ``examples`` in order: each one's tokens (and labels, for chat examples),
+    length-prefixed so that no two sequences of examples share a digest by concatenation."""
+    digest = hashlib.sha256()
+    for example in examples:
+        for tensor in example_tensors(example):
+            values = tensor.to(torch.int64).contiguous().numpy()
+            digest.update(len(values).to_bytes(8, "little"))
+            digest.update(values.tobytes())
+    return digest.hexdigest()[:20]
+
+
+def example_tensors(example: Any) -> list[Tensor]:
+    """The tensors that make up one example: its tokens, and its labels where it has its own."""
+    if isinstance(example, Tensor):
+        return [example]
+    return [t for t in (example.tokens, getattr(example, "labels", None)) if t is not None]
+
+
+def files_record(files: Iterable[Path], names: Mapping[Path, str]) -> dict[str, str]:
+    """``name → content digest`` for each file (``names`` gives the embedded corpora their
+    short names, so a checkout and an installed wheel record the same thing)."""
+    return {names.get(path, str(path)): file_digest(path)[:20] for path in files}
+
+
+def data_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """``data.<key>: checkpoint …, this run …`` for each setting that differs; the files by name
+    (an edited file, one added, one gone); the examples only when nothing else explains them."""
+    found = [
+        f"data.{key}: checkpoint {saved.get(key)!r}, this run {value!r}"
+        for key, value in now.items()
+        if key not in ("files", "examples") and saved.get(key) != value
+    ]
+    then_files, now_files = saved.get("files", {}), now.get("files", {})
+    if sorted(then_files.values()) != sorted(now_files.values()):
+        found.append(f"data.files: {files_change(then_files, now_files)}")
+    if not found and saved.get("examples") != now.get("examples"):
+        found.append(
+            "data: the same files and settings give other examples (another tokenizer or "
+            "reading of the files)"
+        )
+    return found
+
+
+def files_change(then: dict[str, str], now: dict[str, str]) -> str:
+    """How the data files changed, by name: edited, added, gone (a moved copy is the same)."""
+    moved = set(then.values()) & set(now.values())
+    edited = [n for n in now if n in then and then[n] != now[n]]
+    added = [n for n in now if n not in then and now[n] not in moved]
+    gone = [n for n in then if n not in now and then[n] not in moved]
+    changes = {"edited": edited, "new": added, "gone": gone}
+    return "; ".join(f"{label} {names}" for label, names in changes.items() if names)
