@@ -4,6 +4,7 @@ the command line given as a list rather than read from ``sys.argv``."""
 from __future__ import annotations
 
 import functools
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -12,6 +13,7 @@ import hydra
 from omegaconf import DictConfig
 
 from lightning_kd.launch.config import CONF_DIR, register_defaults
+from lightning_kd.utils.stopping import STOP, Interrupted
 
 
 def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
@@ -27,7 +29,7 @@ def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
     @functools.wraps(task)  # Hydra names the job after the task's module (train, cache, ...)
     def as_typed(cfg: DictConfig) -> Any:
         sys.argv = typed
-        return task(cfg)
+        return stoppable(task)(cfg)
 
     register_defaults()
     sys.argv = [typed[0] if typed else "lightning-kd", *argv]
@@ -36,6 +38,25 @@ def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
         return main(as_typed)()
     finally:
         sys.argv = typed
+
+
+def stoppable(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], Any]:
+    """``task`` under the process's stop request: SIGINT/SIGTERM stop it at its next clean
+    point (a written shard, a generated batch) and exit 130/143 saying what is kept; running the
+    same command again continues. (``train`` installs it too and says more: how to resume.)"""
+
+    def run(cfg: DictConfig) -> Any:
+        with STOP.installed():
+            try:
+                return task(cfg)
+            except Interrupted as stop:
+                if not stop.reported:
+                    print(f"\n{stop}\nRun the same command again to continue.", flush=True)
+                sys.exit(stop.exit_code)
+            except KeyboardInterrupt:  # a second Ctrl+C
+                sys.exit(128 + signal.SIGINT)
+
+    return run
 
 
 def typed_command(verb: str) -> list[str]:

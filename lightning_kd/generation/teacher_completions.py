@@ -46,6 +46,7 @@ from lightning_kd.generation.completions_record import (
     settings_record,
 )
 from lightning_kd.generation.decoding import generate_in_eval, left_padded
+from lightning_kd.utils.stopping import STOP
 
 OUTPUT_NAME = "completions.jsonl"
 SPLITS = {"train_split": "train", "val_split": "val"}
@@ -192,6 +193,8 @@ def append_completions(
     starts = range(done - done % spec.batch_size, len(prompts), spec.batch_size)
     with open(out, "a", encoding="utf-8") as handle, tqdm(total=len(prompts), initial=done) as bar:
         for start in starts:
+            # Between batches: every row written is whole and fsynced; a rerun appends the rest.
+            STOP.check("generating", detail=f"{max(start, done)} of {len(prompts)} answers kept")
             batch = prompts[start : start + spec.batch_size]
             answers = complete(
                 teacher, tokenizer, [m for _, m in batch], spec, seed + start // spec.batch_size

@@ -24,6 +24,7 @@ from lightning_kd.cache.narrow import narrow_cache
 from lightning_kd.cache.writer import write_cache
 from lightning_kd.launch.build import build_datamodule, with_precision
 from lightning_kd.launch.checks import check_config
+from lightning_kd.launch.config import record_job
 from lightning_kd.models.loading import load_teacher, load_tokenizer
 from lightning_kd.models.quantize import quantize_teacher
 from lightning_kd.training.rundir import is_rank_zero
@@ -71,6 +72,8 @@ def write(cfg: DictConfig) -> None:
     takes it, as rank 0 of one writer)."""
     directory = Path(cfg.output_dir)
     with claim(directory) if is_rank_zero() else nullcontext():
+        if is_rank_zero():
+            record_job(cfg, directory)  # once the directory is this writer's
         write_claimed(cfg, directory)
 
 

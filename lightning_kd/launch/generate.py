@@ -23,6 +23,7 @@ from lightning_kd.generation.teacher_completions import (
 )
 from lightning_kd.launch.build import with_precision
 from lightning_kd.launch.checks import check_config
+from lightning_kd.launch.config import record_job
 from lightning_kd.models.loading import load_teacher, load_tokenizer
 from lightning_kd.models.quantize import quantize_teacher
 
@@ -75,4 +76,7 @@ def run_generate(cfg: DictConfig) -> Path:
     if teacher_spec.quantize is not None:
         quantize_teacher(teacher, teacher_spec.quantize)
     teacher.to("cuda" if torch.cuda.is_available() else "cpu")
-    return generate(cfg, teacher, tokenizer)
+    written = generate(cfg, teacher, tokenizer)
+    # Recorded once written: a generate refused for an output another one holds leaves it be.
+    record_job(cfg, Path(cfg.output_dir))
+    return written

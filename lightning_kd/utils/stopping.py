@@ -70,10 +70,13 @@ class StopRequest:
         self._replaced.append({signum: signal.signal(signum, self._handle) for signum in SIGNALS})
 
     def uninstall(self) -> None:
-        """Put back the handlers the latest :meth:`install` replaced."""
+        """Put back the handlers the latest :meth:`install` replaced; the outermost ends the
+        request (a later stage outside any install runs as if none had come)."""
         if self._replaced:
             for signum, handler in self._replaced.pop().items():
                 signal.signal(signum, handler)
+        if not self._replaced:
+            self.signum = None
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.signum is not None:

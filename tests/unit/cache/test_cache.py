@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -14,11 +16,12 @@ from hydra.utils import instantiate
 
 from lightning_kd.cache import CacheError, CacheMismatch, CacheSpec, TeacherCache, cache_key
 from lightning_kd.cache.narrow import narrow_cache, without_features
-from lightning_kd.cache.writer import write_cache
+from lightning_kd.cache.writer import ShardWriter, write_cache
 from lightning_kd.launch.cache import cached_teacher, write
 from lightning_kd.launch.config import compose_config
 from lightning_kd.losses.logits import math_dtype
 from lightning_kd.models.loading import TeacherSpec, byte_tokenizer, load_teacher
+from lightning_kd.utils.stopping import STOP, Interrupted
 from tests.conftest import ROOT, TINY_LLAMA, make_datamodule
 
 SPEC = CacheSpec(k=8, shard_blocks=3, batch_size=2)
@@ -277,3 +280,33 @@ def test_the_cache_stores_the_runs_features_unless_told_not_to(overrides, stored
     spec = instantiate(cfg.cache, _convert_="all")
     _, features, _ = cached_teacher(cfg, instantiate(cfg.teacher, _convert_="all"), spec)
     assert sorted(features) == stored
+
+
+def test_a_signal_stops_the_writer_between_shards_and_a_new_run_completes_it(
+    tmp_path: Path, teacher, monkeypatch
+) -> None:
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("Sphinx of black quartz, judge my vow. " * 60)
+    datamodule = make_datamodule([corpus])
+    datamodule.setup()
+    directory = tmp_path / "cache"
+    written_now = []
+    write_one = ShardWriter.__call__
+
+    def signal_after_two(self, directory: Path, shard) -> None:
+        write_one(self, directory, shard)
+        written_now.append(shard)
+        if len(written_now) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler only records it
+
+    monkeypatch.setattr(ShardWriter, "__call__", signal_after_two)
+    stopped = pytest.raises(Interrupted, match=r"stopped writing the teacher cache \(2 shards kept")
+    with STOP.installed(), stopped as error:
+        write_cache(teacher, datamodule.tokenizer, datamodule, SPEC, directory)
+    assert error.value.exit_code == 128 + signal.SIGTERM
+    assert len(list((directory / "shards").glob("*.safetensors"))) == 2
+    assert not (directory / "index.json").exists()
+
+    monkeypatch.undo()
+    stats = write_cache(teacher, datamodule.tokenizer, datamodule, SPEC, directory)
+    assert stats.shards_kept == 2 and (directory / "index.json").is_file()
