@@ -21,7 +21,7 @@ from lightning_kd.cache.hidden_states import mapped_paths
 from lightning_kd.cache.narrow import narrow_cache
 from lightning_kd.cache.writer import write_cache
 from lightning_kd.launch.build import build_datamodule, with_precision
-from lightning_kd.launch.checks import check_config
+from lightning_kd.launch.entry import check_entry, teacher_length
 from lightning_kd.models.loading import load_teacher, load_tokenizer
 from lightning_kd.models.quantize import quantize_teacher
 
@@ -64,7 +64,7 @@ def cached_teacher(
 
 def write(cfg: DictConfig) -> None:
     """Build the data and the teacher of ``cfg`` and write the cache into ``cfg.output_dir``."""
-    check_config(cfg)
+    check_entry(cfg, lengths=[teacher_length(cfg, "data.block_size")])
     cfg, _ = with_precision(cfg)
     teacher_spec = instantiate(cfg.teacher, _convert_="all")
     if teacher_spec.task != "causal_lm":

@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 
 from lightning_kd.launch.auto import resolve
 from lightning_kd.launch.build import build
-from lightning_kd.launch.checks import check_config
+from lightning_kd.launch.entry import check_entry
 from lightning_kd.launch.teacher_cache import drop_repair_states
 from lightning_kd.training.checkpoints import resolve_ckpt_path
 from lightning_kd.training.finite import check_finite_model, strict_json
@@ -109,7 +109,7 @@ def run(cfg: DictConfig, command: Sequence[str] = ("python", "run.py")) -> float
     final student perplexity (for sweeps), if it has one."""
     for message in LIGHTNING_NOISE:
         warnings.filterwarnings("ignore", message=message)
-    check_config(cfg)  # before anything loads
+    check_entry(cfg)  # before anything loads (the positions: preflight.py, once built)
     output_dir = Path(cfg.output_dir)
     ckpt_path = resolve_ckpt_path(cfg.ckpt_path, output_dir / "checkpoints")
     with claim_run_dir(output_dir, resuming=ckpt_path is not None, overwrite=cfg.overwrite):
