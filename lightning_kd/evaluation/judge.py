@@ -5,12 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from transformers import AutoTokenizer
-
 from lightning_kd.data.chat import prompt_ids
 from lightning_kd.data.conversations import ChatFields
 from lightning_kd.evaluation.prompts import Sampling, evaluate_prompts
-from lightning_kd.evaluation.saved_models import load_model, model_location
+from lightning_kd.evaluation.saved_models import load_model, load_tokenizer, model_location
 from lightning_kd.generation.teacher_completions import read_prompts
 from lightning_kd.models.positions import room_error, saved_positions
 from lightning_kd.utils.refusal import refuse
@@ -27,7 +25,7 @@ def judge_prompt_file(
     """Rows of scores for ``teacher`` and each of ``models`` on the prompts of ``prompts_file``
     (every model must share the teacher's tokenizer, which needs a chat template)."""
     prompts = read_prompt_file(prompts_file)
-    tokenizer = AutoTokenizer.from_pretrained(model_location(teacher))
+    tokenizer = load_tokenizer(teacher)
     if tokenizer.chat_template is None:
         raise ValueError(f"--teacher {teacher}'s tokenizer has no chat template")
     check_room(

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from lightning_kd.models.files import readable
+
 log = logging.getLogger(__name__)
 
 SMOLLM2 = "smollm2"
@@ -81,8 +83,9 @@ def convert_gguf(gguf: Path) -> Path:
         if (target / "config.json").exists():
             return target
         log.info("converting %s to %s (once)", gguf.name, target)
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        with readable(gguf, "the GGUF teacher"):
+            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         # A GGUF-loaded model refuses save_pretrained while it carries its quantization config;
         # the weights are already dequantised, so a fresh model of the same class holds them.
         config = model.config
