@@ -31,6 +31,11 @@ from lightning_kd.training.rundir import claim_run_dir, resume_command
 from lightning_kd.training.samples import samples_markdown
 from lightning_kd.training.saving import RunInterrupted, stop_report
 from lightning_kd.training.summary import RunSummary, disk_use
+from lightning_kd.utils.atomic import atomic_write_bytes
+from lightning_kd.utils.disk import disk_errors
+
+FINISH_AGAIN = "resume with ckpt_path=last, which finishes the run from its last checkpoint"
+"""What follows a student or summary the disk had no room for (``utils/disk.py``)."""
 
 # Warnings the installed Lightning raises about itself, with nothing in them for a user to act on.
 LIGHTNING_NOISE = (
@@ -62,8 +67,7 @@ def train(
         raise
     after = validate_after(trainer, module, datamodule)
     if cfg.export_student:
-        check_finite_model(module.student, "exporting the student")
-        module.export_student(str(output_dir / "student"))
+        export_student(module, output_dir / "student")
     if resolved.teacher_cache is not None and trainer.is_global_zero:
         training = {pair.teacher for pair in module.distiller.layer_pairs}
         keep = bool(cfg.cache.get("keep_repair_states"))
@@ -91,14 +95,22 @@ def train(
     return summary
 
 
+def export_student(module, directory: Path) -> None:
+    """The final student, checked finite, as a ``save_pretrained`` directory (a full disk named
+    as one, with the way on)."""
+    check_finite_model(module.student, "exporting the student")
+    with disk_errors(directory, FINISH_AGAIN):
+        module.export_student(str(directory))
+
+
 def write_summary(summary: RunSummary, output_dir: Path) -> None:
     """``summary.json`` (strict JSON) and ``summary.md`` (with the last samples, if any) in
     ``output_dir``; the table printed."""
     strict = json.dumps(strict_json(summary.as_dict()), indent=2, allow_nan=False)
-    (output_dir / "summary.json").write_text(strict)
     samples = samples_markdown(output_dir)  # +callbacks=samples: the last completions
     extra = f"\n{samples}\n" if samples else ""
-    (output_dir / "summary.md").write_text(summary.markdown() + "\n" + extra)
+    for name, text in (("summary.json", strict), ("summary.md", summary.markdown() + "\n" + extra)):
+        atomic_write_bytes(output_dir / name, text.encode(), FINISH_AGAIN)
     print("\n" + summary.markdown())
     print(f"\nrun directory: {output_dir}")
 
