@@ -194,8 +194,13 @@ sha256_file = file_digest
 """sha256 of a shard's bytes (the receipt's checksum)."""
 
 
+WRITE_AGAIN = "run the same command again (the shards already written whole are kept)"
+"""What follows a cache file the disk had no room for: the writer resumes from whole shards."""
+
+
 def write_json(path: Path, value: dict[str, Any]) -> None:
-    atomic_write_bytes(path, (json.dumps(value, indent=1, sort_keys=True) + "\n").encode())
+    text = json.dumps(value, indent=1, sort_keys=True) + "\n"
+    atomic_write_bytes(path, text.encode(), WRITE_AGAIN)
 
 
 def write_shard(
@@ -203,7 +208,7 @@ def write_shard(
 ) -> dict[str, Any]:
     """Write one shard, then its receipt (size, sha256 and ``extra``); returns the receipt."""
     data = safetensors_bytes({name: t.contiguous() for name, t in tensors.items()})
-    atomic_write_bytes(directory / shard.file, data)
+    atomic_write_bytes(directory / shard.file, data, WRITE_AGAIN)
     receipt = (
         dataclasses.asdict(shard)
         | {

@@ -12,6 +12,8 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import version
 
+from lightning_kd.utils.refusal import REFUSED_EXIT, Refused
+
 PROG = "lightning-kd"
 
 COMMANDS = {
@@ -51,5 +53,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     # Imported on demand: `lightning-kd evaluate --help` need not load Lightning and Hydra.
     command = importlib.import_module(f"lightning_kd.cli.{name}")
-    status = command.main(rest)
+    try:
+        status = command.main(rest)
+    except Refused as refused:  # the user's input, not a fault: the message is the whole story
+        print(f"{PROG} {name}: {refused}", file=sys.stderr)
+        return REFUSED_EXIT
     return status if isinstance(status, int) else 0

@@ -13,6 +13,9 @@ import torch
 
 from lightning_kd.bench import runner
 from lightning_kd.bench.scenarios import SCENARIOS
+from lightning_kd.launch.entry import Length, check_entry
+from lightning_kd.models.loading import TeacherSpec
+from lightning_kd.models.positions import teacher_positions
 from lightning_kd.models.precision import probe_hardware, resolve_precision
 
 
@@ -74,9 +77,26 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.precision_reason = choice.reason
     if args.quick:  # a check that everything runs, not figures to quote
         args.seq, args.warmup, args.repeats, args.loss_repeats = 128, 1, 1, 1
-    if args.scenario is None and args.loss_tokens is None and args.out is None:
-        parser.error("--out DIR is required")
+    if args.scenario is None and args.loss_tokens is None:
+        if args.out is None:
+            parser.error("--out DIR is required")
+        check(args)  # once, in the parent: its children are handed the checked values
     return args
+
+
+def check(args: argparse.Namespace) -> None:
+    """The numbers every scenario uses, and ``--seq`` against the teacher's positions, before
+    any child loads a model."""
+    numbers = {
+        "--student-layers": args.student_layers,
+        "--batch": args.batch,
+        "--seq": args.seq,
+        "--warmup": args.warmup,
+        "--repeats": args.repeats,
+        "--loss-repeats": args.loss_repeats,
+    }
+    teacher = {f"--teacher {args.teacher}": lambda: teacher_positions(TeacherSpec(args.teacher))}
+    check_entry(command="bench", options=numbers, lengths=[Length("--seq", args.seq, teacher)])
 
 
 def main(argv: Sequence[str] | None = None) -> dict | None:

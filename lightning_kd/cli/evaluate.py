@@ -24,6 +24,9 @@ from lightning_kd.evaluation.judge import judge_prompt_file
 from lightning_kd.evaluation.perplexity import markdown, score_files
 from lightning_kd.evaluation.prompts import Sampling
 from lightning_kd.evaluation.prompts import markdown as prompts_markdown
+from lightning_kd.evaluation.saved_models import model_location
+from lightning_kd.launch.entry import Length, check_entry
+from lightning_kd.models.positions import saved_positions
 
 
 def parser() -> argparse.ArgumentParser:
@@ -54,10 +57,13 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     """Score the models ``argv`` names; returns the table's rows."""
     options = parser()
     args = options.parse_args(argv)
-    if args.prompts is not None:
-        return prompts(args, options)
-    if args.samples is not None:
+    if args.prompts is not None and args.teacher is None:
+        options.error("--prompts needs --teacher: the model that judges the answers (smollm2)")
+    if args.prompts is None and args.samples is not None:
         options.error("--samples samples answers to --prompts: it has no meaning with --files")
+    check(args)
+    if args.prompts is not None:
+        return prompts(args)
     rows = score_files(args.models, args.files, args.block_size, args.batch_size, args.text_field)
     print("\n" + markdown(rows))
     if args.out is not None:
@@ -65,10 +71,24 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     return rows
 
 
-def prompts(args: argparse.Namespace, options: argparse.ArgumentParser) -> list[dict]:
+def check(args: argparse.Namespace) -> None:
+    """Every number the evaluation uses, and its sequence length (``--block-size`` for text,
+    ``--max-new-tokens`` after each prompt) against each model's positions, before any loads."""
+    if args.prompts is None:
+        key, tokens, names = "--block-size", args.block_size, args.models
+        numbers = {"--batch-size": args.batch_size, key: tokens}
+    else:
+        key, tokens = "--max-new-tokens", args.max_new_tokens
+        names = [*args.models, args.teacher]
+        numbers = {"--batch-size": args.batch_size, key: tokens, "--seed": args.seed}
+        if args.samples is not None:  # left out: greedy answers only
+            numbers |= {"--samples": args.samples, "--temperature": args.temperature}
+    limits = {name: lambda name=name: saved_positions(model_location(name)) for name in names}
+    check_entry(command="evaluate", options=numbers, lengths=[Length(key, tokens, limits)])
+
+
+def prompts(args: argparse.Namespace) -> list[dict]:
     """``--prompts``: each model's greedy answers judged by ``--teacher``."""
-    if args.teacher is None:
-        options.error("--prompts needs --teacher: the model that judges the answers (smollm2)")
     sampling = None
     if args.samples is not None:
         sampling = Sampling(args.samples, args.temperature, args.seed)

@@ -13,6 +13,7 @@ import hydra
 from omegaconf import DictConfig
 
 from lightning_kd.launch.config import CONF_DIR, register_defaults
+from lightning_kd.utils.refusal import REFUSED_EXIT, Refused
 from lightning_kd.utils.stopping import STOP, Interrupted
 
 
@@ -22,14 +23,20 @@ def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
 
     Hydra reads ``sys.argv``, so it holds ``argv`` while Hydra parses it; the task then sees the
     command as the user typed it again, because Lightning's DDP launcher starts each further rank
-    by re-running ``sys.argv`` (``lightning-kd train ...``, ``python run.py ...``).
+    by re-running ``sys.argv`` (``lightning-kd train ...``, ``python run.py ...``). Refused input
+    exits 2 with its message alone, as every command does (Hydra would print a traceback and
+    exit 1 for any exception).
     """
     typed = list(sys.argv)
 
     @functools.wraps(task)  # Hydra names the job after the task's module (train, cache, ...)
     def as_typed(cfg: DictConfig) -> Any:
         sys.argv = typed
-        return stoppable(task)(cfg)
+        try:
+            return stoppable(task)(cfg)
+        except Refused as refused:
+            print(f"lightning-kd: {refused}", file=sys.stderr)
+            raise SystemExit(REFUSED_EXIT) from None
 
     register_defaults()
     sys.argv = [typed[0] if typed else "lightning-kd", *argv]

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lightning_kd.bench.soak import MAX_GROWTH, soak
+from lightning_kd.launch.entry import check_entry
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -20,6 +21,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--out", type=Path, default=Path("soak"))
     args = parser.parse_args(argv)
+    check(args)
     try:
         report, ok = soak(args.steps, args.warmup, args.out)
     except RuntimeError as error:
@@ -32,3 +34,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "captures retained"
     )
     return 0 if ok else 1
+
+
+def check(args: argparse.Namespace) -> None:
+    """The step counts, before the soak's run starts: a baseline taken at the last step (or
+    after it) would compare the end with itself and pass whatever the memory did."""
+    numbers = {"--steps": args.steps, "--warmup": args.warmup}
+    late = args.warmup >= args.steps >= 1
+    extra = [
+        f"--warmup={args.warmup} with --steps={args.steps}: the baseline is taken at step "
+        f"--warmup, so it must come before the last step; e.g. --warmup={args.steps // 10}"
+    ]
+    check_entry(command="soak", options=numbers, extra=extra if late else [])

@@ -3,6 +3,7 @@ feature-matching pairs. Built from ``conf/distill/`` and checked as it is built.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,10 +89,10 @@ class DistillConfig:
             raise ValueError(f"distill.temperature={self.temperature}; it must be positive")
         if self.kd_weight < 0 or self.ce_weight < 0:
             raise ValueError("distill.kd_weight and distill.ce_weight must be non-negative")
-        if self.kd_weight == 0 and self.ce_weight == 0 and not self.features:
+        if learns_nothing(self.kd_weight, self.ce_weight, self.feature_weight, self.features):
             raise ValueError(
-                "distill.kd_weight and distill.ce_weight are both 0 and no distill.features are "
-                "set: nothing to learn"
+                "distill.kd_weight and distill.ce_weight are both 0 and no distill.features "
+                "weigh more than 0: nothing to learn; e.g. distill.kd_weight=0.5"
             )
         if self.teacher_cache is not None:
             self._check_cached()
@@ -147,3 +148,22 @@ class DistillConfig:
         """The logit terms and their weights, as the losses take them."""
         divergence = get_divergence(self.divergence, beta=self.beta, skew=self.skew)
         return LogitObjective(divergence, self.temperature, self.kd_weight, self.ce_weight)
+
+
+def learns_nothing(kd_weight: float, ce_weight: float, feature_weight: float, features) -> bool:
+    """Whether every term of the objective weighs 0, so the loss is 0.0 whatever the student
+    does: ``uniform``/``spans`` pairs weigh ``feature_weight``, listed pairs their own
+    ``weight`` (``feature_weight`` where they give none)."""
+    if kd_weight != 0 or ce_weight != 0:
+        return False
+    if not features:
+        return True
+    if isinstance(features, str):
+        return feature_weight == 0
+    if not isinstance(features, Sequence):
+        return False  # not a feature list: refused where the pairs are read
+    weights = [
+        pair.get("weight", feature_weight) if isinstance(pair, Mapping) else None
+        for pair in features
+    ]
+    return all(isinstance(w, int | float) and not isinstance(w, bool) and w == 0 for w in weights)

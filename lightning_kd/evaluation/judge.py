@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from transformers import AutoTokenizer
-
+from lightning_kd.data.chat import prompt_ids
 from lightning_kd.data.conversations import ChatFields
 from lightning_kd.evaluation.prompts import Sampling, evaluate_prompts
-from lightning_kd.evaluation.saved_models import load_model, model_location
+from lightning_kd.evaluation.saved_models import load_model, load_tokenizer, model_location
 from lightning_kd.generation.teacher_completions import read_prompts
+from lightning_kd.models.positions import room_error, saved_positions
+from lightning_kd.utils.refusal import refuse
 
 
 def judge_prompt_file(
@@ -24,14 +25,28 @@ def judge_prompt_file(
     """Rows of scores for ``teacher`` and each of ``models`` on the prompts of ``prompts_file``
     (every model must share the teacher's tokenizer, which needs a chat template)."""
     prompts = read_prompt_file(prompts_file)
-    tokenizer = AutoTokenizer.from_pretrained(model_location(teacher))
+    tokenizer = load_tokenizer(teacher)
     if tokenizer.chat_template is None:
         raise ValueError(f"--teacher {teacher}'s tokenizer has no chat template")
+    check_room(
+        [*models, teacher], [len(ids) for ids in prompt_ids(tokenizer, prompts)], max_new_tokens
+    )
     judge = f"the teacher ({teacher})"
     loaded = {name: load_model(name, tokenizer, judge) for name in models}
     return evaluate_prompts(
         loaded, load_model(teacher), tokenizer, prompts, max_new_tokens, batch_size, sampling
     )
+
+
+def check_room(names: list[str], prompt_lengths: list[int], max_new_tokens: int) -> None:
+    """Refuse, before any model loads, answers that would run past a model's positions: every
+    model answers each prompt, and the teacher scores every answer."""
+    errors = [
+        room_error("--max-new-tokens", max_new_tokens, prompt_lengths, limit, name)
+        for name in names
+        if (limit := saved_positions(model_location(name))) is not None
+    ]
+    refuse([error for error in errors if error is not None])
 
 
 def read_prompt_file(path: Path) -> list[list[dict]]:

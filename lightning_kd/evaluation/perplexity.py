@@ -21,10 +21,9 @@ import math
 
 import torch
 import torch.nn.functional as F
-from transformers import AutoTokenizer
 
 from lightning_kd.data.text import expand_files, pack_blocks, read_documents, separator_id
-from lightning_kd.evaluation.saved_models import load_model, model_location
+from lightning_kd.evaluation.saved_models import load_model, load_tokenizer
 from lightning_kd.losses.logits import scored_next_token
 
 
@@ -60,7 +59,7 @@ def score_files(
 ) -> list[dict]:
     """Each model's perplexity over the same blocks of ``files`` (tokenized with the first
     model's tokenizer; another tokenizer is refused)."""
-    tokenizer = AutoTokenizer.from_pretrained(model_location(models[0]))
+    tokenizer = load_tokenizer(models[0])
     blocks = blocks_of(files, tokenizer, block_size, text_field)
     rows = []
     for name in models:

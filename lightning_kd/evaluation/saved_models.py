@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from lightning_kd.models.files import readable
 from lightning_kd.models.sources import teacher_dir
 
 
@@ -16,12 +17,18 @@ def model_location(name: str) -> str:
     return teacher_dir(name) if not Path(name).is_dir() else name
 
 
+def load_tokenizer(name: str):
+    """``name``'s tokenizer (a damaged file named, with the fix)."""
+    location = model_location(name)
+    with readable(location, f"{name}'s tokenizer"):
+        return AutoTokenizer.from_pretrained(location)
+
+
 def load_model(name: str, tokenizer=None, reference: str = "the first model"):
     """``name``'s causal LM in fp32, eval mode; refused if its tokenizer is not ``tokenizer``
     (``reference``'s, named in the refusal)."""
+    if tokenizer is not None and load_tokenizer(name).get_vocab() != tokenizer.get_vocab():
+        raise ValueError(f"{name} has another tokenizer than {reference}: not comparable")
     location = model_location(name)
-    if tokenizer is not None:
-        other = AutoTokenizer.from_pretrained(location)
-        if other.get_vocab() != tokenizer.get_vocab():
-            raise ValueError(f"{name} has another tokenizer than {reference}: not comparable")
-    return AutoModelForCausalLM.from_pretrained(location, dtype=torch.float32).eval()
+    with readable(location, name):
+        return AutoModelForCausalLM.from_pretrained(location, dtype=torch.float32).eval()

@@ -23,8 +23,8 @@ from lightning_kd.cache.hidden_states import mapped_paths
 from lightning_kd.cache.narrow import narrow_cache
 from lightning_kd.cache.writer import write_cache
 from lightning_kd.launch.build import build_datamodule, with_precision
-from lightning_kd.launch.checks import check_config
 from lightning_kd.launch.config import record_job
+from lightning_kd.launch.entry import check_entry, teacher_length
 from lightning_kd.models.loading import load_teacher, load_tokenizer
 from lightning_kd.models.quantize import quantize_teacher
 from lightning_kd.training.rundir import is_rank_zero
@@ -79,7 +79,7 @@ def write(cfg: DictConfig) -> None:
 
 def write_claimed(cfg: DictConfig, directory: Path) -> None:
     """Build the data and the teacher of ``cfg`` and write the cache into ``directory``."""
-    check_config(cfg)
+    check_entry(cfg, lengths=[teacher_length(cfg, "data.block_size")])
     cfg, _ = with_precision(cfg)
     teacher_spec = instantiate(cfg.teacher, _convert_="all")
     if teacher_spec.task != "causal_lm":

@@ -4,98 +4,21 @@ A bad value found here costs a second; found by the run, it costs a model load, 
 that trains on NaN. Each rule names its key, its allowed range and an example value, and
 :func:`check_config` reports every bad key at once, each with the value it got and the fix.
 Choices that would fail only after the models load are checked here too: a logger not installed
-or a callback that needs one (``logger_checks.py``), an int8 teacher where it cannot run.
+or a callback that needs one (``logger_checks.py``), an int8 teacher where it cannot run, an
+objective whose every weight is 0. The rules themselves are ``rules.py``'s; the commands' own
+options are checked by the same rules, and every command runs both through ``entry.py``.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from lightning_kd.distill.objective import learns_nothing
 from lightning_kd.launch.logger_checks import logger_errors
+from lightning_kd.launch.rules import ABSENT, CountOrFraction, Number, value_errors
 from lightning_kd.models.quantize import STRATEGIES, backend_errors
-
-_ABSENT = object()
-
-
-@dataclass(frozen=True)
-class Number:
-    """The allowed values of one numeric config key."""
-
-    low: float | None = None
-    """Smallest allowed value (None: no lower bound)."""
-    high: float | None = None
-    """Largest allowed value (None: no upper bound)."""
-    low_open: bool = False
-    """Whether ``low`` itself is excluded."""
-    high_open: bool = False
-    """Whether ``high`` itself is excluded."""
-    integer: bool = False
-    """Whether the value must be a whole number."""
-    nullable: bool = False
-    """Whether null is allowed (it means "automatic" or "off" for the key)."""
-    special: tuple[float, ...] = ()
-    """Values allowed outside the range, with their own meaning (-1 = unlimited, ...)."""
-    example: str = ""
-    """A valid value to suggest in the error."""
-
-    def describe(self) -> str:
-        """The allowed range in words, e.g. ``an integer >= 1`` or ``a number in (0, 1]``."""
-        kind = "an integer" if self.integer else "a finite number"
-        if self.low is not None and self.high is not None:
-            left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
-            text = f"{kind} in {left}{_fmt(self.low)}, {_fmt(self.high)}{right}"
-        elif self.low is not None:
-            text = f"{kind} {'>' if self.low_open else '>='} {_fmt(self.low)}"
-        elif self.high is not None:
-            text = f"{kind} {'<' if self.high_open else '<='} {_fmt(self.high)}"
-        else:
-            text = kind
-        extras = [_fmt(value) for value in self.special] + (["null"] if self.nullable else [])
-        return text + (f" (or {', '.join(extras)})" if extras else "")
-
-    def accepts(self, value: Any) -> bool:
-        """Whether ``value`` is allowed."""
-        if value is None:
-            return self.nullable
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return False  # true/false and strings are not numbers, whatever YAML makes of them
-        if value in self.special:
-            return True
-        if not math.isfinite(value) or (self.integer and value != int(value)):
-            return False
-        if self.integer and isinstance(value, float):
-            return False
-        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
-            return False
-        return self.high is None or not (
-            value > self.high or (self.high_open and value == self.high)
-        )
-
-
-@dataclass(frozen=True)
-class CountOrFraction:
-    """A Trainer ``limit_*``/``val_check_interval`` value: a batch count or a fraction of them."""
-
-    nullable: bool = True
-    example: str = "1.0"
-
-    def describe(self) -> str:
-        return "an integer >= 1 (batches) or a number in (0, 1] (a fraction of them)" + (
-            " (or null)" if self.nullable else ""
-        )
-
-    def accepts(self, value: Any) -> bool:
-        if value is None:
-            return self.nullable
-        if isinstance(value, bool):
-            return False
-        if isinstance(value, int):
-            return value >= 1
-        return isinstance(value, float) and math.isfinite(value) and 0.0 < value <= 1.0
-
+from lightning_kd.utils.refusal import refuse
 
 POSITIVE = Number(low=0, low_open=True)
 NON_NEGATIVE = Number(low=0)
@@ -148,36 +71,48 @@ RULES: dict[str, Number | CountOrFraction] = {
     "trainer.num_sanity_val_steps": Number(low=-1, integer=True, example="0"),
     "trainer.num_nodes": Number(low=1, integer=True, example="1"),
     "checkpoint.every": Number(low=1, integer=True, example="50"),
+    "generate.max_new_tokens": Number(low=1, integer=True, example="256"),
+    "generate.temperature": Number(low=0, low_open=True, example="1.0"),
+    "generate.top_p": Number(low=0, high=1, low_open=True, example="1.0"),
+    "generate.batch_size": Number(low=1, integer=True, example="8"),
 }
 """Every numeric key a run reads, by dotted path; a key a config does not have is skipped."""
 
 
-def _fmt(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else str(value)
-
-
 def lookup(cfg: Mapping, dotted: str) -> Any:
-    """``cfg``'s value at ``a.b.c``, or ``_ABSENT`` where a part of the path is missing."""
+    """``cfg``'s value at ``a.b.c``, or ``ABSENT`` where a part of the path is missing."""
     node: Any = cfg
     for part in dotted.split("."):
         if not isinstance(node, Mapping) or part not in node:
-            return _ABSENT
+            return ABSENT
         node = node[part]
     return node
 
 
 def config_errors(cfg: Mapping) -> list[str]:
     """One message per bad numeric value in ``cfg`` (empty when all are fine)."""
-    errors = []
-    for key, rule in RULES.items():
-        value = lookup(cfg, key)
-        if value is _ABSENT or rule.accepts(value):
-            continue
-        fix = f"; e.g. {key}={rule.example}" if rule.example else ""
-        errors.append(f"{key}={value!r}: must be {rule.describe()}{fix}")
+    errors = value_errors({key: lookup(cfg, key) for key in RULES}, RULES)
     errors += _list_errors(cfg) + _device_errors(cfg) + _encoder_errors(cfg)
-    errors += _quantize_errors(cfg) + logger_errors(cfg) + _sharding_errors(cfg)
-    return errors + _repair_errors(cfg)
+    errors += _weight_errors(cfg) + _quantize_errors(cfg) + logger_errors(cfg)
+    return errors + _sharding_errors(cfg) + _repair_errors(cfg)
+
+
+WEIGHTS = ("distill.kd_weight", "distill.ce_weight", "distill.feature_weight")
+
+
+def _weight_errors(cfg: Mapping) -> list[str]:
+    """An objective whose every term weighs 0 would train on a loss of 0.0 and change nothing."""
+    weights = [lookup(cfg, key) for key in WEIGHTS]
+    features = lookup(cfg, "distill.features")
+    if any(not isinstance(w, int | float) or isinstance(w, bool) for w in weights):
+        return []  # absent or not a number: not an objective to judge (or refused above)
+    if not learns_nothing(*weights, None if features is ABSENT else features):
+        return []
+    return [
+        "distill.kd_weight, distill.ce_weight and the feature weights (distill.feature_weight, "
+        "each pair's weight) are all 0: the loss would be 0.0 and nothing would train; e.g. "
+        "distill.kd_weight=0.5"
+    ]
 
 
 def _encoder_errors(cfg: Mapping) -> list[str]:
@@ -191,10 +126,10 @@ def _encoder_errors(cfg: Mapping) -> list[str]:
 
 def _quantize_errors(cfg: Mapping) -> list[str]:
     mode = lookup(cfg, "teacher.quantize")
-    if mode is _ABSENT or mode is None:
+    if mode is ABSENT or mode is None:
         return []
     accelerator = lookup(cfg, "trainer.accelerator")
-    accelerator = None if accelerator is _ABSENT else accelerator
+    accelerator = None if accelerator is ABSENT else accelerator
     return backend_errors(mode, accelerator, _strategy_target(cfg))
 
 
@@ -203,7 +138,7 @@ def _strategy_target(cfg: Mapping) -> str | None:
     strategy = lookup(cfg, "trainer.strategy")
     if isinstance(strategy, Mapping):
         strategy = strategy.get("_target_")
-    return None if strategy is _ABSENT else strategy
+    return None if strategy is ABSENT else strategy
 
 
 SHARDED_REFUSALS = {
@@ -232,14 +167,14 @@ def _repair_errors(cfg: Mapping) -> list[str]:
         "copied from the teacher (student.num_layers or student.layers); set "
         "distill.blockwise_passes=0"
         for key in ("student.path", "student.config", "student.lora")
-        if lookup(cfg, key) not in (None, _ABSENT)
+        if lookup(cfg, key) not in (None, ABSENT)
     ]
 
 
 def _list_errors(cfg: Mapping) -> list[str]:
     betas = lookup(cfg, "optimizer.betas")
     rule = Number(low=0, high=1, high_open=True)
-    if betas is _ABSENT or betas is None:
+    if betas is ABSENT or betas is None:
         return []
     if (
         isinstance(betas, str)
@@ -262,8 +197,6 @@ def _device_errors(cfg: Mapping) -> list[str]:
 
 
 def check_config(cfg: Mapping) -> None:
-    """Raise ``ValueError`` listing every numeric config value that is out of range."""
-    errors = config_errors(cfg)
-    if errors:
-        head = "a config value is" if len(errors) == 1 else f"{len(errors)} config values are"
-        raise ValueError(f"{head} out of range:\n  " + "\n  ".join(errors))
+    """Raise :class:`~lightning_kd.utils.refusal.Refused` (a ``ValueError``) listing every config
+    value that is out of range."""
+    refuse(config_errors(cfg))

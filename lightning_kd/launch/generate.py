@@ -11,7 +11,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from lightning_kd.data.chat import ChatDataModule
+from lightning_kd.data.chat import ChatDataModule, prompt_ids
 from lightning_kd.data.conversations import ChatFields, prompt_of
 from lightning_kd.generation.teacher_completions import (
     OUTPUT_NAME,
@@ -22,10 +22,12 @@ from lightning_kd.generation.teacher_completions import (
     write_completions,
 )
 from lightning_kd.launch.build import with_precision
-from lightning_kd.launch.checks import check_config
 from lightning_kd.launch.config import record_job
+from lightning_kd.launch.entry import check_entry, teacher_length
 from lightning_kd.models.loading import load_teacher, load_tokenizer
+from lightning_kd.models.positions import room_error, teacher_positions
 from lightning_kd.models.quantize import quantize_teacher
+from lightning_kd.utils.refusal import refuse
 
 
 def split_prompts(cfg: DictConfig, tokenizer, split: str) -> list[tuple[str, list[dict]]]:
@@ -55,11 +57,23 @@ def config_prompts(
     return read_prompts(Path(spec.prompts).expanduser(), ChatFields())
 
 
-def generate(cfg: DictConfig, teacher: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> Path:
-    """Write (or finish writing) ``output_dir/completions.jsonl`` for ``cfg.generate``."""
+def prepared(
+    cfg: DictConfig, tokenizer: PreTrainedTokenizerBase
+) -> tuple[GenerateSpec, list[tuple[int | str, list[dict]]]]:
+    """``cfg.generate`` and the prompts it names, ``tokenizer`` given its chat template."""
     spec = instantiate(cfg.generate, _convert_="all")
     use_chat_template(tokenizer, spec)
-    prompts = config_prompts(cfg, spec, tokenizer)
+    return spec, config_prompts(cfg, spec, tokenizer)
+
+
+def generate(cfg: DictConfig, teacher: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> Path:
+    """Write (or finish writing) ``output_dir/completions.jsonl`` for ``cfg.generate``."""
+    spec, prompts = prepared(cfg, tokenizer)
+    return answer(cfg, teacher, tokenizer, spec, prompts)
+
+
+def answer(cfg: DictConfig, teacher, tokenizer, spec: GenerateSpec, prompts: list) -> Path:
+    """The completions of ``prompts`` into ``output_dir/completions.jsonl``."""
     out = Path(cfg.output_dir) / OUTPUT_NAME
     overwrite = bool(cfg.get("overwrite"))
     source = {key: cfg.teacher.get(key) for key in ("path", "gguf_file")}
@@ -67,16 +81,25 @@ def generate(cfg: DictConfig, teacher: PreTrainedModel, tokenizer: PreTrainedTok
 
 
 def run_generate(cfg: DictConfig) -> Path:
-    """Load the teacher as a run would (``teacher.quantize`` applied) and :func:`generate`."""
-    check_config(cfg)
+    """Load the teacher as a run would (``teacher.quantize`` applied) and write its completions;
+    every value, and each prompt with ``generate.max_new_tokens`` after it against the teacher's
+    positions, checked before the teacher loads."""
+    check_entry(cfg, lengths=[teacher_length(cfg, "generate.max_new_tokens")])
     cfg, _ = with_precision(cfg)
     teacher_spec = instantiate(cfg.teacher, _convert_="all")
     tokenizer = load_tokenizer(teacher_spec)
+    spec, prompts = prepared(cfg, tokenizer)
+    lengths = [len(ids) for ids in prompt_ids(tokenizer, [messages for _, messages in prompts])]
+    limit = teacher_positions(teacher_spec)
+    if error := room_error(
+        "generate.max_new_tokens", spec.max_new_tokens, lengths, limit, "the teacher"
+    ):
+        refuse([error])
     teacher = load_teacher(teacher_spec, cfg.trainer.precision)
     if teacher_spec.quantize is not None:
         quantize_teacher(teacher, teacher_spec.quantize)
     teacher.to("cuda" if torch.cuda.is_available() else "cpu")
-    written = generate(cfg, teacher, tokenizer)
+    written = answer(cfg, teacher, tokenizer, spec, prompts)
     # Recorded once written: a generate refused for an output another one holds leaves it be.
     record_job(cfg, Path(cfg.output_dir))
     return written

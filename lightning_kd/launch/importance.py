@@ -30,6 +30,7 @@ from lightning_kd.launch.build import build_datamodule
 from lightning_kd.models.layer_scores import Batch, Ranking, rank_layers
 from lightning_kd.models.loading import StudentSpec, load_teacher, load_tokenizer
 from lightning_kd.models.student import check_num_layers
+from lightning_kd.utils.atomic import atomic_write_bytes
 
 FILENAME = "importance.json"
 """Where a run writes its layer scores, in its run directory."""
@@ -91,7 +92,8 @@ def choose_layers(
     ranking = score_config(cfg)
     if rank_zero_only.rank == 0:
         output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / FILENAME).write_text(json.dumps(ranking.as_dict(), indent=2) + "\n")
+        text = json.dumps(ranking.as_dict(), indent=2) + "\n"
+        atomic_write_bytes(output_dir / FILENAME, text.encode())
         print(f"student layers by {ranking.by}: {ranking.kept} ({ranking.seconds:.0f} s)")
     return list(ranking.kept), ranking
 

@@ -22,8 +22,8 @@ from omegaconf import DictConfig
 
 from lightning_kd.launch.auto import resolve
 from lightning_kd.launch.build import build
-from lightning_kd.launch.checks import check_config
 from lightning_kd.launch.config import record_job
+from lightning_kd.launch.entry import check_entry
 from lightning_kd.launch.teacher_cache import drop_repair_states
 from lightning_kd.training.checkpoints import LAST_NAME, resolve_ckpt_path
 from lightning_kd.training.finite import check_finite_model, strict_json
@@ -35,7 +35,14 @@ from lightning_kd.training.rundir import (
 )
 from lightning_kd.training.samples import samples_markdown
 from lightning_kd.training.summary import RunSummary, disk_use
+from lightning_kd.utils.atomic import atomic_write_bytes
+from lightning_kd.utils.disk import disk_errors
 from lightning_kd.utils.stopping import STOP, Interrupted
+
+FINISH_AGAIN = "resume with ckpt_path=last, which finishes the run from its last checkpoint"
+"""What follows a student or summary the disk had no room for (``utils/disk.py``)."""
+KEPT_BEFORE_TRAINING = "the converted teacher and the teacher cache are kept and reused"
+FINISHED_ON_RESUME = "resuming runs the final validation and the export"
 
 # Warnings the installed Lightning raises about itself, with nothing in them for a user to act on.
 LIGHTNING_NOISE = (
@@ -70,47 +77,56 @@ def train(
             print(stop_report(err, trainer.checkpoint_callback, output_dir, command))
         raise
     if cfg.export_student:
-        check_finite_model(module.student, "exporting the student")
-        module.export_student(str(output_dir / "student"))
+        export_student(module, output_dir / "student")
     if resolved.teacher_cache is not None and trainer.is_global_zero:
         training = {pair.teacher for pair in module.distiller.layer_pairs}
         keep = bool(cfg.cache.get("keep_repair_states"))
         resolved.teacher_cache = drop_repair_states(resolved.teacher_cache, training, keep)
 
-    summary = RunSummary(
-        after=after,
-        before=before,
-        teacher_ppl=module.teacher_perplexity,
-        steps=trainer.global_step,
-        train_tokens=module.tokens_seen,
-        train_seconds=timer.seconds,
-        wall_seconds=time.perf_counter() - start,
-        peak_cuda_mb=torch.cuda.max_memory_allocated() / 2**20
-        if torch.cuda.is_available()
-        else None,
-        precision=resolved.precision.as_dict() | quantized(cfg),
-        importance=resolved.ranking.as_dict() if resolved.ranking is not None else None,
-        teacher_cache=resolved.teacher_cache.as_dict() if resolved.teacher_cache else None,
-        blockwise=module.blockwise.as_dict() if module.blockwise is not None else None,
-    )
+    summary = summarise(module, trainer, resolved, before, after, timer.seconds)
+    summary.wall_seconds = time.perf_counter() - start
     if trainer.is_global_zero:
         summary.written = disk_use(output_dir, summary.teacher_cache)
         write_summary(summary, output_dir)
     return summary
 
 
-KEPT_BEFORE_TRAINING = "the converted teacher and the teacher cache are kept and reused"
-FINISHED_ON_RESUME = "resuming runs the final validation and the export"
+def summarise(module, trainer: L.Trainer, resolved, before: dict, after: dict, seconds: float):
+    """The run's :class:`RunSummary` (its wall time set by the caller)."""
+    return RunSummary(
+        after=after,
+        before=before,
+        teacher_ppl=module.teacher_perplexity,
+        steps=trainer.global_step,
+        train_tokens=module.tokens_seen,
+        train_seconds=seconds,
+        wall_seconds=0.0,
+        peak_cuda_mb=torch.cuda.max_memory_allocated() / 2**20
+        if torch.cuda.is_available()
+        else None,
+        precision=resolved.precision.as_dict() | quantized(resolved.cfg),
+        importance=resolved.ranking.as_dict() if resolved.ranking is not None else None,
+        teacher_cache=resolved.teacher_cache.as_dict() if resolved.teacher_cache else None,
+        blockwise=module.blockwise.as_dict() if module.blockwise is not None else None,
+    )
+
+
+def export_student(module, directory: Path) -> None:
+    """The final student, checked finite, as a ``save_pretrained`` directory (a full disk named
+    as one, with the way on)."""
+    check_finite_model(module.student, "exporting the student")
+    with disk_errors(directory, FINISH_AGAIN):
+        module.export_student(str(directory))
 
 
 def write_summary(summary: RunSummary, output_dir: Path) -> None:
     """``summary.json`` (strict JSON) and ``summary.md`` (with the last samples, if any) in
     ``output_dir``; the table printed."""
     strict = json.dumps(strict_json(summary.as_dict()), indent=2, allow_nan=False)
-    (output_dir / "summary.json").write_text(strict)
     samples = samples_markdown(output_dir)  # +callbacks=samples: the last completions
     extra = f"\n{samples}\n" if samples else ""
-    (output_dir / "summary.md").write_text(summary.markdown() + "\n" + extra)
+    for name, text in (("summary.json", strict), ("summary.md", summary.markdown() + "\n" + extra)):
+        atomic_write_bytes(output_dir / name, text.encode(), FINISH_AGAIN)
     print("\n" + summary.markdown())
     print(f"\nrun directory: {output_dir}")
 
@@ -122,7 +138,7 @@ def run(cfg: DictConfig, command: Sequence[str] = ("python", "run.py")) -> float
     student perplexity (for sweeps), if it has one."""
     for message in LIGHTNING_NOISE:
         warnings.filterwarnings("ignore", message=message)
-    check_config(cfg)  # before anything loads
+    check_entry(cfg)  # before anything loads (the positions: preflight.py, once built)
     output_dir = Path(cfg.output_dir)
     ckpt_path = resolve_ckpt_path(cfg.ckpt_path, output_dir / "checkpoints")
     with (

@@ -29,6 +29,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from lightning_kd.models.files import readable
 from lightning_kd.models.lora import LoraSpec
 from lightning_kd.models.precision import AUTO, teacher_dtype_for
 from lightning_kd.models.quantize import check_quantize
@@ -223,9 +224,11 @@ def load_tokenizer(spec: TeacherSpec) -> PreTrainedTokenizerBase:
     """The teacher's tokenizer: the data is tokenized with it and the student inherits it."""
     if spec.config is not None:
         return byte_tokenizer()
-    tokenizer = AutoTokenizer.from_pretrained(
-        teacher_dir(spec.path, spec.gguf_file), trust_remote_code=spec.trust_remote_code
-    )
+    location = teacher_dir(spec.path, spec.gguf_file)
+    with readable(location, "the teacher's tokenizer"):
+        tokenizer = AutoTokenizer.from_pretrained(
+            location, trust_remote_code=spec.trust_remote_code
+        )
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -266,11 +269,11 @@ def load_teacher(spec: TeacherSpec, precision: str | None = None) -> PreTrainedM
             torch.manual_seed(spec.init_seed)
             teacher = model_from_config(spec.config, spec.task)
     else:
-        teacher = auto_class(spec.task).from_pretrained(
-            teacher_dir(spec.path, spec.gguf_file),
-            trust_remote_code=spec.trust_remote_code,
-            dtype=torch.float32,
-        )
+        location = teacher_dir(spec.path, spec.gguf_file)
+        with readable(location, "the teacher"):
+            teacher = auto_class(spec.task).from_pretrained(
+                location, trust_remote_code=spec.trust_remote_code, dtype=torch.float32
+            )
     dtype = teacher_dtype_for(precision) if spec.dtype == AUTO else spec.dtype
     teacher = teacher.to(DTYPES[dtype])
     teacher.requires_grad_(False)

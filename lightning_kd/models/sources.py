@@ -21,6 +21,7 @@ from pathlib import Path
 
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from lightning_kd.models.files import readable
 from lightning_kd.utils.atomic import atomic_directory
 from lightning_kd.utils.files import remembered_digest
 
@@ -137,8 +138,9 @@ def convert_gguf(gguf: Path) -> Path:
 
 def save_dequantised(gguf: Path, directory: Path) -> None:
     """``save_pretrained`` the model and tokenizer of ``gguf``, dequantised, into ``directory``."""
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    with readable(gguf, "the GGUF teacher"):
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     # A GGUF-loaded model refuses save_pretrained while it carries its quantization config;
     # the weights are already dequantised, so a fresh model of the same class holds them.
     config = model.config

@@ -21,6 +21,7 @@ try:  # transformers >= 5
 except ImportError:  # transformers 4.x
     from transformers.modeling_utils import no_init_weights
 
+from lightning_kd.models.files import readable
 from lightning_kd.models.loading import DTYPES, StudentSpec, auto_class, model_from_config
 from lightning_kd.models.lora import apply_lora
 from lightning_kd.models.sources import checked_model_path
@@ -117,11 +118,11 @@ def build_student(spec: StudentSpec, teacher: PreTrainedModel, task: str) -> Mod
     ``spec.lora`` a ``PeftModel`` whose adapters alone train."""
     layer_map = None
     if spec.path is not None:
-        student = auto_class(task).from_pretrained(
-            checked_model_path(spec.path, "student.path"),
-            trust_remote_code=spec.trust_remote_code,
-            dtype=torch.float32,
-        )
+        location = checked_model_path(spec.path, "student.path")
+        with readable(location, "student.path"):
+            student = auto_class(task).from_pretrained(
+                location, trust_remote_code=spec.trust_remote_code, dtype=torch.float32
+            )
     elif spec.config is not None:
         student = model_from_config(spec.config, task, base=teacher.config)
     else:

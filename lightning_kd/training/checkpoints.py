@@ -26,11 +26,14 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from torch import nn
 
 from lightning_kd.utils.atomic import TEMP_SUFFIX
+from lightning_kd.utils.disk import disk_errors
 
 LAST = "last"
 """``ckpt_path`` value meaning "this run directory's latest checkpoint"."""
 LAST_NAME = "last.ckpt"
 
+RESUME = "resume with ckpt_path=last (the last checkpoint written whole is kept)"
+"""What follows a checkpoint the disk had no room for (``utils/disk.py``)."""
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
@@ -92,7 +95,8 @@ def atomic_torch_save(obj: Any, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     temp = path.with_name(f".{path.name}.{os.getpid()}{TEMP_SUFFIX}")
     try:
-        with open(temp, "wb") as handle:
+        # Judged before the temporary file goes: a full disk is full while it is still there.
+        with disk_errors(path, RESUME), open(temp, "wb") as handle:
             torch.save(obj, handle)
             handle.flush()
             os.fsync(handle.fileno())

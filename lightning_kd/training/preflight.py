@@ -19,17 +19,9 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.strategies import DeepSpeedStrategy, FSDPStrategy
 from torch import nn
 
-POSITION_KEYS = ("max_position_embeddings", "n_positions")
+from lightning_kd.models.positions import max_positions, position_error
+
 SAMPLE_TOKENS = 8
-
-
-def max_positions(model: nn.Module) -> int | None:
-    """The longest sequence ``model``'s position embeddings cover, if its config says."""
-    for key in POSITION_KEYS:
-        value = getattr(model.config, key, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
 
 
 def check_block_size(block_size: int, module: LightningModule) -> None:
@@ -38,13 +30,9 @@ def check_block_size(block_size: int, module: LightningModule) -> None:
     for role in ("teacher", "student"):
         if getattr(module, role) is None:
             continue
-        limit = max_positions(getattr(module, role))
-        if limit is not None and block_size > limit:
-            raise ValueError(
-                f"data.block_size={block_size} is longer than the {role}'s "
-                f"{limit} positions (config max_position_embeddings); set "
-                f"data.block_size={limit} or less"
-            )
+        limit = max_positions(getattr(module, role).config)
+        if error := position_error("data.block_size", block_size, limit, f"the {role}"):
+            raise ValueError(error)
 
 
 def captured_widths(module: LightningModule, role: str) -> dict[str, int]:

@@ -12,7 +12,8 @@ run's outputs, appended to (never truncated) by a resume.
   it has no checkpoint to resume from, and its shards are not lost).
 - Only rank 0 checks and locks: a DDP launch re-runs the script per rank into the same directory.
 - :class:`ResumableCSVLogger` appends to an existing ``metrics.csv``, dropping only the rows
-  logged after the checkpoint a resume starts from (the resumed run logs those steps again).
+  logged after the checkpoint a resume starts from (the resumed run logs those steps again), and
+  replaces ``hparams.yaml`` whole (a full disk keeps the old one).
 """
 
 from __future__ import annotations
@@ -25,10 +26,16 @@ import shutil
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
+from lightning.pytorch.core.saving import save_hparams_to_yaml
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
+
+from lightning_kd.training.checkpoints import RESUME
+from lightning_kd.utils.atomic import replaced_whole
+from lightning_kd.utils.disk import disk_errors
 
 LOCK_NAME = ".lock"
 HYDRA_OWN = (".hydra",)
@@ -145,12 +152,22 @@ def rerun_command(command: Sequence[str], overrides: list[str], run_dir: Path, *
 
 
 class _AppendingWriter(ExperimentWriter):
-    """Lightning's CSV writer, minus deleting an existing ``metrics.csv`` at start."""
+    """Lightning's CSV writer, minus deleting an existing ``metrics.csv`` at start, and with
+    ``hparams.yaml`` replaced whole rather than rewritten in place."""
 
     def _check_log_dir_exists(self) -> None:
         if os.path.isfile(self.metrics_file_path):
             with open(self.metrics_file_path, newline="") as handle:
                 self.metrics_keys = sorted(csv.DictReader(handle).fieldnames or [])
+
+    def log_hparams(self, params: dict[str, Any]) -> None:
+        """Record ``params`` and write ``hparams.yaml`` through a temporary file: Lightning
+        truncates it first, so a full disk at a resume left an empty file where the run's
+        hyper-parameters were."""
+        self.hparams.update(params)
+        path = Path(self.log_dir) / self.NAME_HPARAMS_FILE
+        with replaced_whole(path) as temp, disk_errors(path, RESUME):
+            save_hparams_to_yaml(temp, self.hparams)
 
 
 class ResumableCSVLogger(CSVLogger):

@@ -9,19 +9,29 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from lightning_kd.utils.disk import disk_errors
+
 TEMP_SUFFIX = ".partial"
 """The suffix of a file being written; a crash leaves at most such a file, never a torn target."""
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file beside it: all of it or nothing."""
+def atomic_write_bytes(path: Path, data: bytes, then: str = "run the command again") -> None:
+    """Write ``data`` to ``path`` through a temporary file beside it: all of it or nothing. A
+    full disk names ``path`` and ``then``, the next step once space is freed."""
+    with replaced_whole(path) as temp, disk_errors(path, then), open(temp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+@contextmanager
+def replaced_whole(path: Path) -> Iterator[Path]:
+    """A temporary path beside ``path`` for the block to write; renamed onto ``path`` when the
+    block succeeds, removed when it fails, so ``path`` holds the old file or the whole new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temp = path.with_name(f".{path.name}.{os.getpid()}{TEMP_SUFFIX}")
     try:
-        with open(temp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+        yield temp
         os.replace(temp, path)
     except BaseException:
         temp.unlink(missing_ok=True)

@@ -62,5 +62,14 @@ def test_perplexities_match_a_direct_computation(tmp_path) -> None:
 def test_too_little_text_is_an_error(tmp_path) -> None:
     save_tiny(tmp_path / "a", 0)
     (tmp_path / "short.txt").write_text("too short")
-    with pytest.raises(ValueError, match="fewer than 256 tokens"):
-        main(["--files", str(tmp_path / "short.txt"), "--", str(tmp_path / "a")])
+    with pytest.raises(ValueError, match="fewer than 64 tokens"):  # within its 128 positions
+        main(
+            [
+                "--files",
+                str(tmp_path / "short.txt"),
+                "--block-size",
+                "64",
+                "--",
+                str(tmp_path / "a"),
+            ]
+        )

@@ -72,3 +72,30 @@ def test_every_bad_value_is_reported_at_once(default_cfg) -> None:
     assert any(e.startswith("trainer.val_check_interval=True") for e in errors)
     assert any(e.startswith("trainer.devices=0") for e in errors)
     assert any(e.startswith("optimizer.betas=[0.9, 1.0]") for e in errors)
+
+
+NOTHING_TO_LEARN = "are all 0: the loss would be 0.0 and nothing would train"
+
+
+@pytest.mark.parametrize(
+    ("features", "feature_weight", "refused"),
+    [
+        (None, 1.0, True),
+        ("uniform", 0.0, True),
+        ("uniform", 1.0, False),
+        ([{"student": "model.norm", "teacher": "model.norm"}], 0.0, True),
+        ([{"student": "model.norm", "teacher": "model.norm", "weight": 0.0}], 1.0, True),
+        ([{"student": "model.norm", "teacher": "model.norm", "weight": 2.0}], 0.0, False),
+    ],
+)
+def test_an_objective_whose_every_weight_is_0_is_refused(
+    default_cfg, features, feature_weight: float, refused: bool
+) -> None:
+    cfg = default_cfg.copy()
+    cfg.distill.kd_weight = cfg.distill.ce_weight = 0.0
+    cfg.distill.features = features
+    cfg.distill.feature_weight = feature_weight
+    errors = [e for e in config_errors(cfg) if NOTHING_TO_LEARN in e]
+    assert bool(errors) == refused, errors
+    if refused:
+        assert "e.g. distill.kd_weight=0.5" in errors[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -79,3 +80,22 @@ def test_last_names_the_run_directory_checkpoint(saved: Path, tmp_path: Path) ->
         resolve_ckpt_path("last", tmp_path / "elsewhere")
     with pytest.raises(CheckpointError, match="no checkpoint file at"):
         resolve_ckpt_path(str(tmp_path / "missing.ckpt"), saved.parent)
+
+
+def test_a_checkpoint_the_disk_has_no_room_for_keeps_the_last_one(tmp_path, monkeypatch) -> None:
+    path = tmp_path / "checkpoints" / "last.ckpt"
+    atomic_torch_save({"global_step": 4}, path)
+
+    def full_disk(obj, handle) -> None:
+        handle.write(b"PK\x03\x04 a few bytes of the new archive")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(
+        OSError, match=f"no space left on {path}: free space and resume with"
+    ) as error:
+        atomic_torch_save({"global_step": 8}, path)
+    assert error.value.errno == errno.ENOSPC and "ckpt_path=last" in str(error.value)
+    monkeypatch.undo()
+    assert torch.load(path, weights_only=True) == {"global_step": 4}
+    assert sorted(p.name for p in path.parent.iterdir()) == ["last.ckpt"]

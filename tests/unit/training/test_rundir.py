@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import errno
 import os
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from lightning_kd.training import rundir
 from lightning_kd.training.rundir import (
     ResumableCSVLogger,
     RunDirError,
@@ -109,3 +111,23 @@ def test_the_resume_command_keeps_the_overrides_and_names_the_directory() -> Non
     assert command == (
         "python run.py debug=smoke 'data.files=[a b.txt]' hydra.run.dir=/runs/x ckpt_path=last"
     )
+
+
+def test_a_full_disk_keeps_the_earlier_hparams_yaml(tmp_path: Path, monkeypatch) -> None:
+    first = ResumableCSVLogger(tmp_path, name="logs", version="")
+    first.log_hyperparams({"lr": 0.001})
+    hparams = Path(first.log_dir) / "hparams.yaml"
+    before = hparams.read_text()
+    assert "lr: 0.001" in before
+
+    def full_disk(path, params) -> None:  # Lightning's writer: opens, truncates, runs out
+        with open(path, "w") as handle:
+            handle.write("lr: 0.0")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(rundir, "save_hparams_to_yaml", full_disk)
+    resumed = ResumableCSVLogger(tmp_path, name="logs", version="")
+    with pytest.raises(OSError, match=f"no space left on {hparams}: free space and resume"):
+        resumed.log_hyperparams({"lr": 0.002})
+    assert hparams.read_text() == before
+    assert sorted(p.name for p in hparams.parent.iterdir()) == ["hparams.yaml"]

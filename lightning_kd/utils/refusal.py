@@ -1,0 +1,25 @@
+"""Input a command refuses before anything loads, and how every command reports it.
+
+A refusal is the user's to fix, not a fault of the package: the commands print its message alone
+(no traceback) and exit 2, as argparse does for a bad option. It stays a ``ValueError`` so that a
+notebook or a test calling the library half catches it as one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+REFUSED_EXIT = 2
+"""The exit status of a command that refused its input (argparse's, for a bad option)."""
+
+
+class Refused(ValueError):
+    """Every bad value a command was given, each with its key, the allowed values and a fix."""
+
+
+def refuse(errors: Sequence[str]) -> None:
+    """Raise :class:`Refused` listing all of ``errors`` at once (nothing when there are none)."""
+    if not errors:
+        return
+    head = "a value is" if len(errors) == 1 else f"{len(errors)} values are"
+    raise Refused(f"{head} out of range:\n  " + "\n  ".join(errors))

@@ -1,0 +1,236 @@
+"""Every command refuses its bad values before any model loads: exit 2, each bad key named with
+its allowed range and a fix, all at once.
+
+The models here are a saved config and tokenizer without weights: a command that went on to load
+one would fail with a missing-weights error, not the refusal, so each refusal shows that nothing
+loaded.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from transformers import GPT2Config
+
+from lightning_kd.cli import main
+from lightning_kd.models.loading import byte_tokenizer
+
+POSITIONS = 64
+
+
+@pytest.fixture
+def weightless(tmp_path: Path) -> Path:
+    """A GPT-2 of 64 positions saved without its weights (config and tokenizer only)."""
+    path = tmp_path / "weightless"
+    config = GPT2Config(vocab_size=257, n_embd=32, n_layer=2, n_head=4, n_positions=POSITIONS)
+    config.save_pretrained(path)
+    tokenizer = byte_tokenizer()
+    tokenizer.chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}"
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture
+def text(tmp_path: Path) -> Path:
+    path = tmp_path / "text.txt"
+    path.write_text("The quick brown fox jumps over the lazy dog. " * 50)
+    return path
+
+
+@pytest.fixture
+def prompts(tmp_path: Path) -> Path:
+    path = tmp_path / "prompts.jsonl"
+    path.write_text(json.dumps({"prompt": "Say hello."}) + "\n")
+    return path
+
+
+def status(argv: list[str]) -> int:
+    """The exit status of ``lightning-kd <argv>``, run in this process (a Hydra command leaves
+    through ``SystemExit``, the others return it)."""
+    try:
+        return main(argv)
+    except SystemExit as leaving:
+        return leaving.code
+
+
+def assert_refused(argv: list[str], named: list[str], capsys) -> None:
+    assert status(argv) == 2, argv
+    err = capsys.readouterr().err
+    for text in named:
+        assert text in err, (text, err)
+    assert "Traceback" not in err
+
+
+BEYOND = f"is longer than {{}}'s {POSITIONS} positions"
+
+EVALUATE = {
+    "zero block": (["--block-size", "0"], ["--block-size=0: must be an integer >= 2", "e.g."]),
+    "one-token block": (["--block-size", "1"], ["--block-size=1: must be an integer >= 2"]),
+    "negative block": (["--block-size", "-5"], ["--block-size=-5"]),
+    "zero batch": (["--batch-size", "0"], ["--batch-size=0: must be an integer >= 1"]),
+    "both at once": (
+        ["--block-size", "0", "--batch-size", "0"],
+        ["2 values are out of range", "--block-size=0", "--batch-size=0"],
+    ),
+    "block past positions": (
+        ["--block-size", "128"],
+        [f"--block-size=128 {BEYOND}", f"set --block-size={POSITIONS} or less"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", EVALUATE)
+def test_evaluate_refuses_bad_values(case, weightless, text, capsys) -> None:
+    options, named = EVALUATE[case]
+    argv = ["evaluate", "--files", str(text), *options, "--", str(weightless)]
+    assert_refused(argv, [n.format(weightless) for n in named], capsys)
+
+
+EVALUATE_PROMPTS = {
+    "no new tokens": (["--max-new-tokens", "0"], ["--max-new-tokens=0: must be an integer >= 1"]),
+    "no samples": (["--samples", "0"], ["--samples=0: must be an integer >= 1"]),
+    "NaN temperature": (
+        ["--samples", "2", "--temperature", "nan"],
+        ["--temperature=nan: must be a finite number > 0", "e.g. --temperature=1.0"],
+    ),
+    "answers past positions": (["--max-new-tokens", "100"], [f"--max-new-tokens=100 {BEYOND}"]),
+    "prompt and answer past positions": (
+        ["--max-new-tokens", "60"],
+        ["--max-new-tokens=60 after the longest prompt (10 tokens", "set --max-new-tokens=54"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", EVALUATE_PROMPTS)
+def test_evaluate_prompts_refuses_bad_values(case, weightless, prompts, capsys) -> None:
+    options, named = EVALUATE_PROMPTS[case]
+    teacher = ["--teacher", str(weightless)]
+    argv = ["evaluate", "--prompts", str(prompts), *teacher, *options, "--", str(weightless)]
+    assert_refused(argv, [n.format(weightless) for n in named], capsys)
+
+
+BENCH = {
+    "zero sequence": (["--seq", "0"], ["--seq=0: must be an integer >= 2", "e.g. --seq=256"]),
+    "no timed step": (["--repeats", "0"], ["--repeats=0: must be an integer >= 1"]),
+    "negative batch": (["--batch", "-1"], ["--batch=-1: must be an integer >= 1"]),
+    "no student layer": (["--student-layers", "0"], ["--student-layers=0"]),
+    "sequence past positions": (["--seq", "100"], ["--seq=100 is longer than --teacher"]),
+}
+
+
+@pytest.mark.parametrize("case", BENCH)
+def test_bench_refuses_bad_values(case, weightless, tmp_path, capsys) -> None:
+    options, named = BENCH[case]
+    argv = ["bench", "--out", str(tmp_path / "bench"), "--teacher", str(weightless), *options]
+    assert_refused(argv, named, capsys)
+    assert not (tmp_path / "bench").exists()
+
+
+SOAK = {
+    "no step": (["--steps", "0"], ["--steps=0: must be an integer >= 1", "e.g. --steps=1000"]),
+    "negative warm-up": (["--warmup", "-1"], ["--warmup=-1: must be an integer >= 0"]),
+    "warm-up at the end": (["--steps", "10", "--warmup", "10"], ["--warmup=10 with --steps=10"]),
+}
+
+
+@pytest.mark.parametrize("case", SOAK)
+def test_soak_refuses_bad_values(case, tmp_path, capsys) -> None:
+    options, named = SOAK[case]
+    assert_refused(["soak", "--out", str(tmp_path / "soak"), *options], named, capsys)
+    assert not (tmp_path / "soak").exists()
+
+
+def hydra_argv(command: str, weightless: Path, run_dir: Path, *overrides: str) -> list[str]:
+    """``lightning-kd <command>`` on the smoke config with the weightless teacher."""
+    teacher = [f"teacher.path={weightless}", "teacher.config=null"]
+    return [command, "debug=smoke", *teacher, *overrides, f"hydra.run.dir={run_dir}"]
+
+
+CACHE = {
+    "zero block": ("data.block_size=0", ["data.block_size=0: must be an integer >= 2", "e.g."]),
+    "zero k": ("cache.k=0", ["cache.k=0: must be an integer >= 1", "e.g. cache.k=32"]),
+    "block past positions": (
+        "data.block_size=128",
+        [f"data.block_size=128 {BEYOND}", f"set data.block_size={POSITIONS} or less"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CACHE)
+def test_cache_refuses_bad_values(case, weightless, tmp_path, capsys) -> None:
+    override, named = CACHE[case]
+    argv = hydra_argv("cache", weightless, tmp_path / "cache", override)
+    assert_refused(argv, [n.format("the teacher") for n in named], capsys)
+    assert not list((tmp_path / "cache").glob("shard*"))
+
+
+GENERATE = {
+    "no new tokens": ("generate.max_new_tokens=0", ["generate.max_new_tokens=0: must be an"]),
+    "NaN temperature": (
+        "generate.temperature=nan",
+        ["generate.temperature=nan: must be a finite number > 0", "e.g. generate.temperature=1.0"],
+    ),
+    "top_p of 0": ("generate.top_p=0", ["generate.top_p=0: must be a finite number in (0, 1]"]),
+    "answers past positions": (
+        "generate.max_new_tokens=100",
+        [f"generate.max_new_tokens=100 {BEYOND}", f"set generate.max_new_tokens={POSITIONS}"],
+    ),
+    "prompt and answer past positions": (
+        "generate.max_new_tokens=60",
+        ["generate.max_new_tokens=60 after the longest prompt (10 tokens", "set generate."],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", GENERATE)
+def test_generate_refuses_bad_values(case, weightless, prompts, tmp_path, capsys) -> None:
+    override, named = GENERATE[case]
+    run_dir = tmp_path / "g"
+    argv = hydra_argv("generate", weightless, run_dir, f"generate.prompts={prompts}", override)
+    assert_refused(argv, [n.format("the teacher") for n in named], capsys)
+    assert not (run_dir / "completions.jsonl").exists()
+
+
+IMPORTANCE = {
+    "block past positions": (
+        "data.block_size=128",
+        [f"data.block_size=128 {BEYOND}", f"set data.block_size={POSITIONS} or less"],
+    ),
+    "no calibration block": (
+        "student.calibration_blocks=0",
+        ["student.calibration_blocks=0: must be an integer >= 1", "e.g."],
+    ),
+    "negative batch": ("data.batch_size=-1", ["data.batch_size=-1: must be an integer >= 1"]),
+}
+
+
+@pytest.mark.parametrize("case", IMPORTANCE)
+def test_importance_refuses_bad_values(case, weightless, capsys) -> None:
+    override, named = IMPORTANCE[case]
+    teacher = [f"teacher.path={weightless}", "teacher.config=null"]
+    argv = ["importance", "debug=smoke", *teacher, "student.layers=importance", override]
+    assert_refused(argv, [n.format("the teacher") for n in named], capsys)
+
+
+TRAIN = {
+    "zero batch": (["data.batch_size=0"], ["data.batch_size=0: must be an integer >= 1"]),
+    "NaN temperature": (
+        ["distill.temperature=nan"],
+        ["distill.temperature=nan: must be a finite number > 0", "e.g. distill.temperature=1.0"],
+    ),
+    "every weight 0 with features": (
+        ["distill.kd_weight=0", "distill.ce_weight=0", "distill.feature_weight=0"],
+        ["are all 0: the loss would be 0.0 and nothing would train", "e.g. distill.kd_weight=0.5"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", TRAIN)
+def test_train_refuses_bad_values(case, weightless, tmp_path, capsys) -> None:
+    overrides, named = TRAIN[case]
+    features = ["distill.features=uniform"]  # matched features: the default objective's part
+    argv = hydra_argv("train", weightless, tmp_path / "run", *overrides, *features)
+    assert_refused(argv, named, capsys)
+    assert not (tmp_path / "run" / "checkpoints").exists()

@@ -1,0 +1,34 @@
+"""What a finished run writes last — the exported student — names a full disk as one."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import pytest
+import transformers.modeling_utils
+from safetensors import SafetensorError
+
+from lightning_kd.launch.train import export_student
+from tests.conftest import make_module
+
+
+def test_a_student_the_disk_has_no_room_for_is_named(tiny_teacher, tmp_path: Path, monkeypatch):
+    def full_disk(tensors, filename, metadata=None) -> None:  # safetensors' own words for ENOSPC
+        Path(filename).write_bytes(b"\x00" * 8)
+        raise SafetensorError(
+            'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No '
+            'space left on device" })'
+        )
+
+    monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", full_disk)
+    module = make_module(tiny_teacher)
+    module.configure_model()  # the models, as Lightning builds them at fit
+    directory = tmp_path / "run" / "student"
+    with pytest.raises(OSError) as error:
+        export_student(module, directory)
+    assert error.value.errno == errno.ENOSPC
+    assert f"no space left on {directory}: free space and resume with ckpt_path=last" in str(
+        error.value
+    )
+    assert isinstance(error.value.__cause__, SafetensorError)

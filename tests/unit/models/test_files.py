@@ -1,0 +1,68 @@
+"""A model file its library cannot read is named, with the library's reason and the fix."""
+
+from __future__ import annotations
+
+import pickle
+import struct
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import SafetensorError
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from lightning_kd.evaluation.saved_models import load_model
+from lightning_kd.models.files import UnreadableModel
+from lightning_kd.models.loading import TeacherSpec, byte_tokenizer, load_teacher
+
+
+def saved_gpt2(path: Path) -> Path:
+    """A tiny GPT-2 and its tokenizer, saved as save_pretrained writes them (safetensors)."""
+    config = GPT2Config(vocab_size=257, n_embd=16, n_layer=1, n_head=2, n_positions=32)
+    GPT2LMHeadModel(config).save_pretrained(path)
+    byte_tokenizer().save_pretrained(path)
+    return path
+
+
+def test_a_damaged_safetensors_file_is_named_with_the_fix(tmp_path: Path) -> None:
+    path = saved_gpt2(tmp_path / "teacher")
+    (path / "model.safetensors").write_bytes(b"\x00garbage" * 10)
+    with pytest.raises(UnreadableModel) as error:
+        load_teacher(TeacherSpec(path=str(path), dtype="float32"))
+    message = str(error.value)
+    assert f"cannot read the teacher at {path / 'model.safetensors'}" in message
+    assert "deserializing header" in message and "re-download it" in message
+    assert isinstance(error.value.__cause__, SafetensorError)
+
+
+def test_a_truncated_gguf_file_is_named_with_the_fix(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("LIGHTNING_KD_CACHE", str(tmp_path / "cache"))
+    # A GGUF header that promises 10 tensors and 5 metadata entries, cut off after 2 bytes.
+    header = b"GGUF" + struct.pack("<IQQ", 3, 10, 5) + b"\x01\x00"
+    (tmp_path / "teacher.gguf").write_bytes(header)
+    with pytest.raises(UnreadableModel) as error:
+        load_teacher(TeacherSpec(path=str(tmp_path), gguf_file="teacher.gguf"))
+    message = str(error.value)
+    assert f"cannot read the GGUF teacher at {tmp_path / 'teacher.gguf'}" in message
+    assert "unpack_from requires a buffer" in message and "truncated or damaged" in message
+    assert isinstance(error.value.__cause__, struct.error)
+    assert not list((tmp_path / "cache").glob("teacher-*/config.json"))  # nothing half-converted
+
+
+class NotAWeight:
+    """A pickled object torch's weights-only unpickler refuses to build."""
+
+
+def test_a_pickle_that_weights_only_loading_refuses_is_named_with_the_fix(tmp_path) -> None:
+    path = saved_gpt2(tmp_path / "student")
+    state = GPT2LMHeadModel.from_pretrained(path).state_dict()
+    (path / "model.safetensors").unlink()
+    torch.save({**state, "extra": NotAWeight()}, path / "pytorch_model.bin")
+    with pytest.raises(UnreadableModel) as error:
+        load_model(str(path))
+    message = str(error.value)
+    assert (
+        f"cannot read {path} at {path / 'pytorch_model.bin'}: Weights only load failed" in message
+    )
+    assert "convert it to safetensors" in message
+    assert isinstance(error.value.__cause__, pickle.UnpicklingError)

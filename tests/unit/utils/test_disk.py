@@ -1,0 +1,62 @@
+"""A full disk is named as one: the path that could not be written, and the way on; the file that
+was there before is kept whole."""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections import namedtuple
+from pathlib import Path
+
+import pytest
+from safetensors import SafetensorError
+
+from lightning_kd.utils import disk
+from lightning_kd.utils.atomic import atomic_write_bytes
+from lightning_kd.utils.disk import disk_errors, is_disk_full
+
+Usage = namedtuple("Usage", "total used free")
+STREAM_WRITER = RuntimeError(
+    "[enforce fail at inline_container.cc:664] . PytorchStreamWriter failed writing file "
+    "data/3: file write failed"
+)
+
+
+def no_space(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_full_disk_names_the_path_and_keeps_the_earlier_file(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "cache" / "index.json"
+    atomic_write_bytes(path, b"the earlier index\n")
+    monkeypatch.setattr(os, "fsync", no_space)  # the kernel reports it when the bytes land
+    with pytest.raises(OSError) as error:
+        atomic_write_bytes(path, b"the new index\n", then="run the same command again")
+    assert error.value.errno == errno.ENOSPC
+    assert str(error.value) == (
+        f"[Errno 28] no space left on {path}: free space and run the same command again"
+    )
+    assert isinstance(error.value.__cause__, OSError)
+    assert path.read_bytes() == b"the earlier index\n"
+    assert sorted(p.name for p in path.parent.iterdir()) == ["index.json"]  # no temporary left
+
+
+@pytest.mark.parametrize(
+    ("error", "free", "full"),
+    [
+        (OSError(errno.ENOSPC, "No space left on device"), 10**12, True),
+        (SafetensorError('IoError(Os { code: 28, message: "No space left on device" })'), 0, True),
+        (STREAM_WRITER, 4096, True),  # torch keeps the errno: judged by the free space
+        (STREAM_WRITER, 10**12, False),  # a failed write on a disk with room: something else
+        (OSError(errno.EACCES, "Permission denied"), 0, False),
+    ],
+)
+def test_each_disguise_of_a_full_disk_is_recognised(
+    error: Exception, free: int, full: bool, tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setattr(disk.shutil, "disk_usage", lambda path: Usage(10**12, 10**12 - free, free))
+    assert is_disk_full(error, tmp_path / "not" / "yet" / "there.ckpt") == full
+    if not full:  # anything else passes unchanged
+        with pytest.raises(type(error)) as raised, disk_errors(tmp_path, "resume"):
+            raise error
+        assert raised.value is error
