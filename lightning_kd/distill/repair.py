@@ -232,6 +232,14 @@ def step(total: Tensor, count: Tensor, params: list[Tensor], optimizer) -> None:
     optimizer.step()
 
 
+def stop_if_asked(stop: Callable[[], bool] | None, done: int, steps: int) -> None:
+    """Raise :class:`Interrupted` after step ``done`` of ``steps`` if ``stop()`` says so (a
+    repair half done is not kept: the run that starts again repairs from the copied layers)."""
+    if stop is not None and stop():
+        where = f"after step {done} of {steps}"
+        raise Interrupted(STOP.signum or signal.SIGTERM, "in the block-wise repair", where)
+
+
 def repair(
     distiller,
     passes: Iterable[Iterable[dict[str, Tensor]]],
@@ -272,11 +280,7 @@ def repair(
                 scheduler.step()
                 totals = sums.detach().double() + (0 if totals is None else totals)
                 tokens, done = tokens + count.double(), done + 1
-                if stop is not None and stop():
-                    where = f"after step {done} of {steps}"
-                    raise Interrupted(
-                        STOP.signum or signal.SIGTERM, "in the block-wise repair", where
-                    )
+                stop_if_asked(stop, done, steps)
             means = (all_reduced(totals) / all_reduced(tokens).clamp(min=1)).tolist()
             report.first = report.first or means
             report.last, report.passes = means, report.passes + 1

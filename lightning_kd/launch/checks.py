@@ -94,7 +94,28 @@ def config_errors(cfg: Mapping) -> list[str]:
     errors = value_errors({key: lookup(cfg, key) for key in RULES}, RULES)
     errors += _list_errors(cfg) + _device_errors(cfg) + _encoder_errors(cfg)
     errors += _weight_errors(cfg) + _quantize_errors(cfg) + logger_errors(cfg)
-    return errors + _sharding_errors(cfg) + _repair_errors(cfg)
+    return errors + _sharding_errors(cfg) + _repair_errors(cfg) + _flag_errors(cfg)
+
+
+FLAGS = ("validate_before", "export_student", "overwrite", "resume_reset_optimizer")
+"""Top-level switches: a YAML boolean each (``overwrite=yes`` is one; ``overwrite=1`` is not)."""
+
+
+def _flag_errors(cfg: Mapping) -> list[str]:
+    errors = [
+        f"{key}={value!r}: use true or false"
+        for key in FLAGS
+        if (value := lookup(cfg, key)) is not ABSENT and not isinstance(value, bool)
+    ]
+    mode = lookup(cfg, "resume_mismatch")
+    if mode is not ABSENT and mode not in ("error", "warn"):
+        errors.append(f"resume_mismatch={mode!r}: use error or warn")
+    if lookup(cfg, "resume_reset_optimizer") is True and "deepspeed" in str(_strategy_target(cfg)):
+        errors.append(
+            "resume_reset_optimizer=true with strategy=deepspeed: DeepSpeed restores its "
+            "optimizer itself and cannot start it afresh; resume without it"
+        )
+    return errors
 
 
 WEIGHTS = ("distill.kd_weight", "distill.ce_weight", "distill.feature_weight")

@@ -99,3 +99,14 @@ def test_an_objective_whose_every_weight_is_0_is_refused(
     assert bool(errors) == refused, errors
     if refused:
         assert "e.g. distill.kd_weight=0.5" in errors[0]
+
+
+def test_top_level_switches_take_booleans_and_known_modes(default_cfg) -> None:
+    cfg = default_cfg.copy()
+    cfg.overwrite, cfg.resume_reset_optimizer, cfg.resume_mismatch = 1, "yes", "ignore"
+    errors = config_errors(cfg)
+    assert "overwrite=1: use true or false" in errors
+    assert "resume_reset_optimizer='yes': use true or false" in errors
+    assert "resume_mismatch='ignore': use error or warn" in errors
+    deepspeed = compose_config(["strategy=deepspeed", "resume_reset_optimizer=true"])
+    assert any("DeepSpeed restores its optimizer" in e for e in config_errors(deepspeed))
