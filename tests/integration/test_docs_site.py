@@ -46,3 +46,12 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "site" / "index.html").is_file()
+
+
+def test_every_test_the_failure_table_names_exists() -> None:
+    """docs/what-can-go-wrong.md says which test shows each fault: each must be a test here."""
+    table = (ROOT / "docs" / "what-can-go-wrong.md").read_text()
+    named = set(re.findall(r"`(test_[a-z0-9_]+)`", table))
+    sources = "\n".join(path.read_text() for path in (ROOT / "tests").rglob("test_*.py"))
+    assert len(named) > 50
+    assert [name for name in sorted(named) if f"def {name}(" not in sources] == []
