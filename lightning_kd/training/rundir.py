@@ -19,7 +19,6 @@ run's outputs, appended to (never truncated) by a resume.
 from __future__ import annotations
 
 import csv
-import fcntl
 import os
 import shlex
 import shutil
@@ -36,6 +35,7 @@ from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning_kd.training.checkpoints import RESUME
 from lightning_kd.utils.atomic import replaced_whole
 from lightning_kd.utils.disk import disk_errors
+from lightning_kd.utils.locks import LockHeld, take_lock
 
 LOCK_NAME = ".lock"
 HYDRA_OWN = (".hydra",)
@@ -81,20 +81,13 @@ def previous_outputs(run_dir: Path) -> list[str]:
 
 def _lock(run_dir: Path) -> int:
     """An fd holding an exclusive lock on ``run_dir/.lock``, or :class:`RunDirError`."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
-        os.close(fd)
+        return take_lock(run_dir / LOCK_NAME)
+    except LockHeld as held:
         raise RunDirError(
-            f"run directory {run_dir} is in use by another run (pid {holder}); wait for it to "
-            "end, or give this run its own directory (hydra.run.dir=...)"
+            f"run directory {run_dir} is in use by another run (pid {held.holder}); wait for it "
+            "to end, or give this run its own directory (hydra.run.dir=...)"
         ) from None
-    os.ftruncate(fd, 0)
-    os.write(fd, str(os.getpid()).encode())
-    return fd
 
 
 @contextmanager

@@ -26,8 +26,17 @@ _held: dict[Path, int] = {}
 """Lock files this process holds, with their descriptors (for re-entrance)."""
 
 
-def _take(path: Path, what: str, fix: str) -> int:
-    """A descriptor holding an exclusive lock on ``path``, or :class:`WriterLocked`."""
+class LockHeld(RuntimeError):
+    """Another process holds a lock file; ``holder`` is the pid it wrote there."""
+
+    def __init__(self, path: Path, holder: str) -> None:
+        super().__init__(f"{path} is held by pid {holder}")
+        self.path, self.holder = path, holder
+
+
+def take_lock(path: Path) -> int:
+    """A descriptor holding an exclusive ``flock`` on ``path`` (created if needed), this
+    process's pid written in it; :class:`LockHeld` at once if another process holds it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -35,9 +44,7 @@ def _take(path: Path, what: str, fix: str) -> int:
     except BlockingIOError:
         holder = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
         os.close(fd)
-        raise WriterLocked(
-            f"{what} is being written by another process (pid {holder}, holding {path}); {fix}"
-        ) from None
+        raise LockHeld(path, holder) from None
     os.ftruncate(fd, 0)
     os.write(fd, str(os.getpid()).encode())
     return fd
@@ -51,7 +58,12 @@ def writer_lock(path: Path, what: str, fix: str) -> Iterator[None]:
     if path in _held:  # this process holds it already (see the module doc)
         yield
         return
-    _held[path] = _take(path, what, fix)
+    try:
+        _held[path] = take_lock(path)
+    except LockHeld as held:
+        raise WriterLocked(
+            f"{what} is being written by another process (pid {held.holder}, holding {path}); {fix}"
+        ) from None
     try:
         yield
     finally:
