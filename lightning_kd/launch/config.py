@@ -25,6 +25,7 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
+from lightning.pytorch import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from lightning_kd.cache.format import CacheSpec
@@ -133,13 +134,26 @@ def record_job(cfg: DictConfig, run_dir: Path) -> None:
     log_to_file(run_dir / f"{hydra_cfg.hydra.job.name}.log")
 
 
+class JobRecord(Callback):
+    """:func:`record_job` as a resumed ``fit`` starts: after its checkpoint has been accepted
+    (``training/provenance.py``), so a resume refused for its settings leaves the run's record
+    as the run wrote it."""
+
+    def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
+        self.cfg, self.run_dir = cfg, run_dir
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        if trainer.is_global_zero:
+            record_job(self.cfg, self.run_dir)
+
+
 def log_to_file(path: Path) -> None:
     """Add Hydra's job-log file handler (its format, appending) to the root logger, once."""
     root = logging.getLogger()
     target = str(path.resolve())
     if any(getattr(h, "baseFilename", None) == target for h in root.handlers):
         return
-    handler = logging.FileHandler(target)
+    handler = logging.FileHandler(target, delay=True)  # the file appears with its first line
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
     root.addHandler(handler)
 

@@ -22,7 +22,7 @@ from omegaconf import DictConfig
 
 from lightning_kd.launch.auto import resolve
 from lightning_kd.launch.build import build
-from lightning_kd.launch.config import record_job
+from lightning_kd.launch.config import JobRecord, record_job
 from lightning_kd.launch.entry import check_entry
 from lightning_kd.launch.teacher_cache import drop_repair_states
 from lightning_kd.training.checkpoints import LAST_NAME, resolve_ckpt_path
@@ -65,15 +65,23 @@ def train(
     STOP.check("before loading the models", detail=KEPT_BEFORE_TRAINING)
     cfg = resolved.cfg
     module, datamodule, trainer, timer = build(cfg, resolved.datamodule)
+    if ckpt_path is not None:  # recorded once the resume's checkpoint is accepted
+        trainer.callbacks.append(JobRecord(cfg, output_dir))
 
     try:
-        before = validate_before(trainer, module, datamodule) if cfg.validate_before else {}
+        # A resume's "before" figures come with its checkpoint: validating the untrained student
+        # again would only repeat them (and log a step-0 row into the run's metrics once more).
+        if cfg.validate_before and ckpt_path is None:
+            module.before = validate_before(trainer, module, datamodule)
         trainer.fit(module, datamodule, ckpt_path=ckpt_path)
         STOP.check("after training", detail=FINISHED_ON_RESUME)
         after = validate_after(trainer, module, datamodule)
         STOP.check("after the final validation", detail=FINISHED_ON_RESUME)
     except BaseException as err:
-        if trainer.is_global_zero:
+        # A failure before training started (a refused resume, a bad model) has no way on to
+        # print: the command that failed would only fail again.
+        started = getattr(trainer.checkpoint_callback, "started", False)
+        if trainer.is_global_zero and (isinstance(err, Interrupted) or started):
             print(stop_report(err, trainer.checkpoint_callback, output_dir, command))
         raise
     if cfg.export_student:
@@ -83,7 +91,7 @@ def train(
         keep = bool(cfg.cache.get("keep_repair_states"))
         resolved.teacher_cache = drop_repair_states(resolved.teacher_cache, training, keep)
 
-    summary = summarise(module, trainer, resolved, before, after, timer.seconds)
+    summary = summarise(module, trainer, resolved, module.before, after, timer)
     summary.wall_seconds = time.perf_counter() - start
     if trainer.is_global_zero:
         summary.written = disk_use(output_dir, summary.teacher_cache)
@@ -91,7 +99,7 @@ def train(
     return summary
 
 
-def summarise(module, trainer: L.Trainer, resolved, before: dict, after: dict, seconds: float):
+def summarise(module, trainer: L.Trainer, resolved, before: dict, after: dict, timer):
     """The run's :class:`RunSummary` (its wall time set by the caller)."""
     return RunSummary(
         after=after,
@@ -99,7 +107,8 @@ def summarise(module, trainer: L.Trainer, resolved, before: dict, after: dict, s
         teacher_ppl=module.teacher_perplexity,
         steps=trainer.global_step,
         train_tokens=module.tokens_seen,
-        train_seconds=seconds,
+        train_seconds=timer.seconds,
+        timed_tokens=module.tokens_seen - timer.tokens_at_start,
         wall_seconds=0.0,
         peak_cuda_mb=torch.cuda.max_memory_allocated() / 2**20
         if torch.cuda.is_available()
@@ -111,12 +120,25 @@ def summarise(module, trainer: L.Trainer, resolved, before: dict, after: dict, s
     )
 
 
+def trainer_is_zero(module) -> bool:
+    """Whether this process is the one that writes (rank 0, or no trainer at all)."""
+    trainer = module._trainer
+    return trainer is None or trainer.is_global_zero
+
+
 def export_student(module, directory: Path) -> None:
     """The final student, checked finite, as a ``save_pretrained`` directory (a full disk named
     as one, with the way on)."""
     check_finite_model(module.student, "exporting the student")
+    if directory.exists() and not directory.is_dir():
+        raise NotADirectoryError(
+            f"{directory} is a file, not the directory the student is exported to; move it "
+            f"away and {FINISH_AGAIN}"
+        )
     with disk_errors(directory, FINISH_AGAIN):
         module.export_student(str(directory))
+    if trainer_is_zero(module) and not (directory / "config.json").is_file():
+        raise RuntimeError(f"exporting the student wrote no config.json into {directory}")
 
 
 def write_summary(summary: RunSummary, output_dir: Path) -> None:
@@ -145,7 +167,7 @@ def run(cfg: DictConfig, command: Sequence[str] = ("python", "run.py")) -> float
         STOP.installed(),
         claim_run_dir(output_dir, resuming=ckpt_path is not None, overwrite=cfg.overwrite),
     ):
-        if is_rank_zero():
+        if is_rank_zero() and ckpt_path is None:  # a resume's: once its checkpoint is accepted
             record_job(cfg, output_dir)  # only now that the directory is this launch's
         try:
             return train(cfg, ckpt_path, command).after.get("val/ppl")
@@ -153,8 +175,9 @@ def run(cfg: DictConfig, command: Sequence[str] = ("python", "run.py")) -> float
             if is_rank_zero() and not stop.reported:
                 print(stop_report(stop, None, output_dir, command))
             sys.exit(stop.exit_code)
-        except KeyboardInterrupt:  # a second Ctrl+C: stopped at once
-            print("\nstopped at once (a second SIGINT); the latest checkpoint stays", flush=True)
+        except KeyboardInterrupt as stop:  # a second Ctrl+C: stopped at once
+            if is_rank_zero():
+                print(stop_report(stop, None, output_dir, command), flush=True)
             sys.exit(128 + signal.SIGINT)
         except SystemExit as exit_:
             # Lightning ends a fit interrupted by KeyboardInterrupt with exit(1): the shell's
@@ -215,6 +238,8 @@ def stop_report(
     if isinstance(error, Interrupted):
         why = str(error)
         error.reported = True
+    elif isinstance(error, KeyboardInterrupt):
+        why = "stopped at once (a second SIGINT)"
     else:
         why = f"training stopped: {type(error).__name__}: {error}".split("\n")[0]
     overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []

@@ -41,6 +41,10 @@ class CheckpointError(ValueError):
     """A checkpoint path that is refused, missing, or a file that is not a whole checkpoint."""
 
 
+DEEPSPEED_TAG = "latest"
+"""The file naming the latest tag in a DeepSpeed checkpoint directory."""
+
+
 def resolve_ckpt_path(ckpt_path: str | None, checkpoint_dir: Path) -> Path | None:
     """The local checkpoint file ``ckpt_path`` names, checked to exist and look whole.
 
@@ -63,8 +67,15 @@ def resolve_ckpt_path(ckpt_path: str | None, checkpoint_dir: Path) -> Path | Non
             f"ckpt_path={text!r}: no checkpoint file at {path}"
             + (where if text == LAST else "; give the path of a .ckpt file, or ckpt_path=last")
         )
-    if path.is_file():  # (DeepSpeed writes a directory)
+    if path.is_file():
         check_whole(path)
+    elif not (path / DEEPSPEED_TAG).is_file():  # DeepSpeed's checkpoints are directories
+        inside = sorted(path.glob("*.ckpt")) or sorted(path.glob("*/*.ckpt"))
+        example = f"e.g. ckpt_path={inside[0]}" if inside else "or ckpt_path=last"
+        raise CheckpointError(
+            f"ckpt_path={text!r} is a directory, not a checkpoint (nor a DeepSpeed checkpoint "
+            f"directory, which holds a '{DEEPSPEED_TAG}' file); give a .ckpt file, {example}"
+        )
     return path
 
 
@@ -186,12 +197,32 @@ def drop_rebuilt(state: dict[str, Any], student_keys: frozenset[str] = frozenset
 
 
 def check_trainable_keys(
-    saved: dict[str, Any], own: dict[str, Any], student_keys: frozenset[str] = frozenset()
+    saved: dict[str, Any],
+    own: dict[str, Any],
+    student_keys: frozenset[str] = frozenset(),
+    changes: list[str] = (),
 ) -> None:
-    """Refuse a checkpoint that lacks any weight of ``own`` but those rebuilt on load."""
+    """Refuse a checkpoint that lacks any weight of ``own`` but those rebuilt on load, naming
+    the student settings that differ from the checkpoint's (``changes``) where known."""
     missing = [k for k in own if not is_rebuilt(k, student_keys) and k not in saved]
     if missing:
+        which = "; ".join(changes) if changes else "a different student configuration"
         raise KeyError(
-            f"checkpoint lacks {len(missing)} student weights (e.g. {missing[:3]}); it was "
-            "saved from a different student configuration"
+            f"checkpoint lacks {len(missing)} student weights (e.g. {missing[:3]}): it was "
+            f"saved from another student ({which}). Resume with the checkpoint's student "
+            "settings, or start a new run"
         )
+
+
+def spec_changes(saved: Any, hparams: Any) -> list[str]:
+    """``student.<key>: checkpoint …, this run …`` for each student setting (the module's
+    ``hparams["student"]``) that differs from the checkpoint's ``saved`` one."""
+    now = hparams.get("student") if hasattr(hparams, "get") else None
+    if not isinstance(saved, dict) or not isinstance(now, dict):
+        return []
+    keys = sorted(set(saved) | set(now))
+    return [
+        f"student.{key}: checkpoint {saved.get(key)!r}, this run {now.get(key)!r}"
+        for key in keys
+        if saved.get(key) != now.get(key)
+    ]

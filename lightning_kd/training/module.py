@@ -37,6 +37,7 @@ from lightning_kd.training.checkpoints import (
     drop_rebuilt,
     frozen_student_keys,
     is_rebuilt,
+    spec_changes,
 )
 from lightning_kd.training.finite import check_finite_loss
 from lightning_kd.training.metrics import ValidationMetrics
@@ -73,6 +74,8 @@ class DistillationModule(LightningModule):
         self.window = Window()
         self.teacher_perplexity: float | None = None
         self.tokens_seen = 0
+        self.before: dict[str, float] = {}
+        """The untrained student's validation metrics (``validate_before``), kept in checkpoints."""
         """Scored training tokens so far, over all ranks."""
         self.fit_validation: tuple[int, dict[str, float]] | None = None
         """``(global_step, metrics)`` of the latest validation inside ``fit``."""
@@ -244,14 +247,19 @@ class DistillationModule(LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         drop_rebuilt(checkpoint["state_dict"], self.rebuilt_student_keys)
         checkpoint["tokens_seen"] = self.tokens_seen
+        checkpoint["validation_before"] = self.before  # a resume reports them without rerunning
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state, own = checkpoint["state_dict"], self.state_dict()
-        check_trainable_keys(state, own, self.rebuilt_student_keys)
+        saved_student = checkpoint.get("hyper_parameters", {}).get("student")
+        check_trainable_keys(
+            state, own, self.rebuilt_student_keys, spec_changes(saved_student, self.hparams)
+        )
         if self._trainer is None:  # load_from_checkpoint: the models just built fill their keys
             rebuilt = {k: v for k, v in own.items() if is_rebuilt(k, self.rebuilt_student_keys)}
             state.update(rebuilt)
         self.tokens_seen = checkpoint.get("tokens_seen", 0)
+        self.before = dict(checkpoint.get("validation_before", {}))
 
     @rank_zero_only
     def export_student(self, directory: str) -> None:

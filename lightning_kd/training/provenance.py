@@ -9,15 +9,15 @@ with the accumulation that groups its batches into steps. A resume whose teacher
 objective, base or data differs is refused with the differences named, or only warned about with
 ``resume_mismatch=warn``.
 
-The optimizer's settings are recorded too, because a resume restores its state from the
-checkpoint — learning rate, betas, weight decay included, and the schedule's base rates with
-them — so a new ``optimizer.lr`` would be silently ignored. A resume with other optimizer
-settings is refused (``resume_mismatch=warn`` cannot continue it: that would be ignoring them)
-unless it says ``resume_reset_optimizer=true``, which applies them on purpose: the optimizer
-starts afresh (no moments) with the new settings, and the schedule is moved to the checkpoint's
-step. The shipped schedules need no record: a ``LambdaLR`` keeps only its step and base rates in
-a checkpoint and is rebuilt from the config, so a new ``trainer.max_steps`` or warmup applies
-from the checkpoint's step.
+The optimizer's and the schedule's settings are recorded too. A resume restores the optimizer's
+state from the checkpoint — learning rate, betas, weight decay included, and the schedule's base
+rates with them — so a new ``optimizer.lr`` would be silently ignored; and the schedule is rebuilt
+from the config, so another ``scheduler`` or ``trainer.max_steps`` would silently reshape the
+learning rate mid-run (a longer cosine rises again). A resume with either changed is refused
+(``resume_mismatch=warn`` cannot continue it: that would be ignoring or hiding them) unless it says
+``resume_reset_optimizer=true``, which applies them on purpose: the optimizer starts afresh (no
+moments) with the new settings, and the new schedule is moved to the checkpoint's step. A
+``trainer.max_steps`` below the checkpoint's step is refused outright.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from lightning_kd.models.digests import vocab_digest
 
 KEY = "provenance"
 """Checkpoint entry holding the record."""
-RESETTABLE = ("optimizer",)
+RESETTABLE = ("optimizer", "schedule")
 """Parts of the record that ``resume_reset_optimizer=true`` applies instead of refusing."""
 HOW_COMPUTED = ("foreach", "fused", "capturable", "differentiable", "maximize")
 """Optimizer arguments that change how its update is computed, not what it is."""
@@ -96,6 +96,10 @@ def run_settings(module: LightningModule, trainer: Trainer) -> dict[str, Any]:
         }
     optimizer = factory_settings(getattr(module, "optimizer_factory", None))
     found["optimizer"] = {k: v for k, v in optimizer.items() if k not in HOW_COMPUTED}
+    schedule = factory_settings(getattr(module, "scheduler_factory", None))
+    if schedule["name"] is not None:  # its length is the run's: another max_steps reshapes it
+        schedule["max_steps"] = trainer.max_steps
+    found["schedule"] = schedule
     return found
 
 
@@ -169,13 +173,15 @@ class Provenance(Callback):
                 stacklevel=2,
             )
             return
+        check_steps_left(checkpoint.get("global_step", 0), trainer.max_steps, where)
         found = differences(saved, self.current(trainer, pl_module))
         resettable = [line for line in found if line.split(".")[0] in RESETTABLE]
         others = [line for line in found if line not in resettable]
         if resettable and not self._fast_forward:
             raise ProvenanceMismatch(
-                f"{where} was trained with other optimizer settings, and a resume restores the "
-                "optimizer's state, so the new ones would be ignored:\n  "
+                f"{where} was trained with other optimizer or schedule settings, which a resume "
+                "would ignore (the optimizer's state) or apply silently mid-run (the schedule):"
+                "\n  "
                 + "\n  ".join(resettable)
                 + "\nResume with the checkpoint's settings, or apply the new ones on purpose "
                 "with resume_reset_optimizer=true (a fresh optimizer, the new schedule at the "
@@ -220,6 +226,16 @@ class Provenance(Callback):
         print(
             f"resume_reset_optimizer=true: a fresh optimizer from optimizer step "
             f"{trainer.global_step}, learning rate now {lr_now(trainer):.3g}"
+        )
+
+
+def check_steps_left(step: int, max_steps: int, where: str) -> None:
+    """Refuse a resume whose ``trainer.max_steps`` is below the checkpoint's optimizer step: it
+    would train nothing and end as if it had (the student exported, the summary rewritten)."""
+    if max_steps is not None and 0 <= max_steps < step:
+        raise ProvenanceMismatch(
+            f"trainer.max_steps={max_steps} but {where} is at optimizer step {step}: there is "
+            f"nothing left to train; resume with trainer.max_steps={step} or more"
         )
 
 

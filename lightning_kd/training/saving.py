@@ -59,6 +59,8 @@ class LastCheckpoint(Checkpoint):
         self.saved_step: int | None = None
         """Optimizer step of the checkpoint last written or loaded (None: none yet)."""
         self._installed = False  # whether this callback installed the stop handlers
+        self.started = False
+        """Whether training started in this process (a failure before it has nothing to add)."""
         self._step_seen = 0
         self._at_boundary = False  # no micro-batch has run since the last optimizer step
         self._stopping = False  # a stop was agreed on: raise before the next batch
@@ -68,6 +70,7 @@ class LastCheckpoint(Checkpoint):
         return self.dirpath / LAST_NAME
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.started = True
         self._step_seen = trainer.global_step
         self._at_boundary = True
         if trainer.global_step > 0:  # resumed: that step's checkpoint exists already

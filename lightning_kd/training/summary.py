@@ -40,9 +40,15 @@ class TrainTimer(Callback):
         self.throughput = Throughput(window_size=window)
         self._start: float | None = None
         self._batches = self._samples = self._tokens = 0
+        self.tokens_at_start = 0
 
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self.throughput = Throughput(world_size=trainer.world_size, window_size=self.window)
+        self.tokens_at_start = getattr(pl_module, "tokens_seen", 0)  # a resume with no steps left
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        # A resumed module's count starts at the checkpoint's: only what follows is timed here.
+        self.tokens_at_start = getattr(pl_module, "tokens_seen", 0)
 
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, *args) -> None:
         self._start = time.perf_counter()
@@ -69,6 +75,11 @@ class TrainTimer(Callback):
             pl_module.log_dict(rates, on_step=True, on_epoch=False)
 
 
+def rate(value: float | None) -> str:
+    """A throughput for the table: ``—`` when nothing was timed (a resume with no steps left)."""
+    return "—" if value is None else f"{value:.0f}"
+
+
 @dataclass
 class RunSummary:
     """The figures a run ends with; ``before``/``after`` are validation metrics by name."""
@@ -79,6 +90,8 @@ class RunSummary:
     steps: int = 0
     train_tokens: int = 0
     train_seconds: float = 0.0
+    timed_tokens: int | None = None
+    """The tokens trained in ``train_seconds`` (this process's share of a resumed run's)."""
     wall_seconds: float = 0.0
     peak_cuda_mb: float | None = None
     """``torch.cuda.max_memory_allocated`` of this process, on a GPU."""
@@ -97,8 +110,10 @@ class RunSummary:
     """What the run left on disk: ``{what: {"path": ..., "bytes": ...}}`` (:func:`disk_use`)."""
 
     @property
-    def tokens_per_second(self) -> float:
-        return self.train_tokens / self.train_seconds if self.train_seconds else 0.0
+    def tokens_per_second(self) -> float | None:
+        """Training throughput of this process (None when it trained no step)."""
+        tokens = self.train_tokens if self.timed_tokens is None else self.timed_tokens
+        return tokens / self.train_seconds if self.train_seconds and tokens else None
 
     def as_dict(self) -> dict:
         return {**asdict(self), "tokens_per_second": self.tokens_per_second}
@@ -120,7 +135,7 @@ class RunSummary:
         rows += [
             ("optimizer steps", "", str(self.steps)),
             ("training tokens", "", str(self.train_tokens)),
-            ("tokens/s (training)", "", f"{self.tokens_per_second:.0f}"),
+            ("tokens/s (training)", "", rate(self.tokens_per_second)),
             ("wall time (s)", "", f"{self.wall_seconds:.1f}"),
         ]
         if self.precision is not None:

@@ -32,3 +32,16 @@ def test_a_student_the_disk_has_no_room_for_is_named(tiny_teacher, tmp_path: Pat
         error.value
     )
     assert isinstance(error.value.__cause__, SafetensorError)
+
+
+def test_a_student_path_that_is_a_file_fails_the_export(tiny_teacher, tmp_path: Path) -> None:
+    """transformers only logs that the path should be a directory and writes nothing: the run
+    would end with exit 0 and no student."""
+    module = make_module(tiny_teacher)
+    module.configure_model()
+    directory = tmp_path / "student"
+    directory.write_text("not a directory")
+    with pytest.raises(NotADirectoryError, match=r"is a file, not the directory the student"):
+        export_student(module, directory)
+    export_student(module, tmp_path / "fine")
+    assert (tmp_path / "fine" / "config.json").is_file()

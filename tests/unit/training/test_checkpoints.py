@@ -99,3 +99,13 @@ def test_a_checkpoint_the_disk_has_no_room_for_keeps_the_last_one(tmp_path, monk
     monkeypatch.undo()
     assert torch.load(path, weights_only=True) == {"global_step": 4}
     assert sorted(p.name for p in path.parent.iterdir()) == ["last.ckpt"]
+
+
+def test_a_directory_is_not_taken_for_a_checkpoint(saved: Path, tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match=r"is a directory, not a checkpoint") as error:
+        resolve_ckpt_path(str(saved.parent), tmp_path)
+    assert f"e.g. ckpt_path={saved}" in str(error.value), "the .ckpt inside is suggested"
+    deepspeed = tmp_path / "ds.ckpt"  # DeepSpeed's checkpoints are directories with a tag file
+    deepspeed.mkdir()
+    (deepspeed / "latest").write_text("global_step3")
+    assert resolve_ckpt_path(str(deepspeed), tmp_path) == deepspeed

@@ -123,6 +123,32 @@ def test_checkpoint_missing_student_weights_is_refused(tiny_teacher, corpus, tmp
         make_trainer(tmp_path, max_steps=2).fit(make_module(tiny_teacher), dm, ckpt_path=path)
 
 
+def test_a_resume_with_another_student_names_the_setting(tiny_teacher, corpus, tmp_path) -> None:
+    dm = make_datamodule([corpus])
+    trainer = make_trainer(tmp_path, max_steps=1)
+    trainer.fit(make_module(tiny_teacher), dm)
+    path = tmp_path / "two_layers.ckpt"
+    trainer.save_checkpoint(path)
+    deeper = make_module(tiny_teacher, student={"num_layers": 3})
+    with pytest.raises(KeyError, match=r"student\.num_layers: checkpoint 2, this run 3"):
+        make_trainer(tmp_path, max_steps=2).fit(deeper, dm, ckpt_path=path)
+
+
+def test_a_resume_reports_the_validation_before_training_from_its_checkpoint(
+    tiny_teacher, corpus, tmp_path
+) -> None:
+    dm = make_datamodule([corpus])
+    module = make_module(tiny_teacher)
+    module.before = {"val/ppl": 123.0}  # as train() sets it from validate_before
+    trainer = make_trainer(tmp_path, max_steps=1)
+    trainer.fit(module, dm)
+    path = tmp_path / "one.ckpt"
+    trainer.save_checkpoint(path)
+    resumed = make_module(tiny_teacher)
+    make_trainer(tmp_path, max_steps=2).fit(resumed, dm, ckpt_path=path)
+    assert resumed.before == {"val/ppl": 123.0}
+
+
 def test_full_depth_student_matches_teacher_metrics(tiny_teacher, corpus) -> None:
     module = DistillationModule(
         teacher=tiny_teacher,

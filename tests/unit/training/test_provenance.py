@@ -164,3 +164,25 @@ class LearningRates(Callback):
 
     def on_train_batch_start(self, trainer, *args) -> None:
         self.steps.append(trainer.global_step)
+
+
+def test_a_new_schedule_length_is_refused_and_no_steps_left_is_refused(
+    tmp_path: Path, corpus: Path
+) -> None:
+    """A longer cosine would raise the learning rate again mid-run, silently."""
+    teacher = TeacherSpec(path=None, config=dict(TINY_LLAMA))
+    schedule = functools.partial(warmup_cosine, warmup_fraction=0.25, final_lr_fraction=0.1)
+    checkpoint = fit(tmp_path, teacher, corpus, None, schedule=schedule)  # 2 steps
+    longer = pytest.raises(
+        ProvenanceMismatch, match=r"schedule\.max_steps: checkpoint 2, this run 4"
+    )
+    with longer:
+        fit(tmp_path, teacher, corpus, checkpoint, schedule=schedule)  # 4 steps
+    with pytest.raises(ProvenanceMismatch, match=r"schedule\.name: checkpoint '"):
+        fit(tmp_path, teacher, corpus, checkpoint, "warn")  # the schedule dropped
+    module = make_module(teacher)
+    trainer = make_trainer(max_steps=1, callbacks=[Provenance()])
+    with pytest.raises(
+        ProvenanceMismatch, match=r"trainer\.max_steps=1 but .* at optimizer step 2"
+    ):
+        trainer.fit(module, make_datamodule([corpus]), ckpt_path=checkpoint)
