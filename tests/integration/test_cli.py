@@ -48,7 +48,8 @@ def test_smoke_run_writes_everything_under_the_run_dir(tmp_path: Path) -> None:
     assert torch.isfinite(student(ids).logits).all()
 
     assert "trainer.max_steps" not in (run_dir / ".hydra" / "overrides.yaml").read_text()
-    assert (run_dir / "train.log").is_file()  # Hydra's job log, opened by the package
+    log = run_dir / "train.log"  # Hydra's job log: created by the first line logged, if any
+    assert not log.exists() or log.stat().st_size > 0
 
     # The finished run directory is not run into again by mistake (refused before any load),
     # and the refused launch leaves everything the run wrote as it was, its record included.
@@ -56,6 +57,14 @@ def test_smoke_run_writes_everything_under_the_run_dir(tmp_path: Path) -> None:
     again = run_cli("debug=smoke", "trainer.max_steps=3", f"hydra.run.dir={run_dir}")
     assert again.returncode != 0
     assert f"run directory {run_dir} already holds a run's outputs" in again.stderr
+    assert changed_files(run_dir, record) == []
+    # A resume refused for its settings: nothing rewritten either (record, metrics), and no
+    # "Resume with" pointing at the command that was just refused.
+    refused = run_cli(
+        "debug=smoke", "ckpt_path=last", "distill.temperature=2", f"hydra.run.dir={run_dir}"
+    )
+    assert refused.returncode != 0 and "distill.temperature: checkpoint 1.0" in refused.stderr
+    assert "Resume with" not in refused.stdout
     assert changed_files(run_dir, record) == []
     # The same for a launch refused because another process holds the directory (a running run).
     with claim_run_dir(run_dir, resuming=True, overwrite=False):
