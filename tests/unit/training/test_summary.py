@@ -72,4 +72,13 @@ def test_training_seconds_leave_out_validation_and_throughput_is_logged(
 def test_summary_tokens_per_second() -> None:
     run = RunSummary(after={}, train_tokens=600, train_seconds=2.0)
     assert run.tokens_per_second == 300.0
-    assert RunSummary(after={}).tokens_per_second == 0.0
+    assert RunSummary(after={}).tokens_per_second is None  # nothing trained: no rate
+    assert "| tokens/s (training) |  | — |" in RunSummary(after={}).markdown()
+
+
+def test_a_resumed_run_rates_only_the_tokens_it_trained() -> None:
+    """A resume's token count starts at the checkpoint's; its seconds are its own."""
+    resumed = RunSummary(after={}, train_tokens=6000, train_seconds=2.0, timed_tokens=600)
+    assert resumed.tokens_per_second == 300.0
+    finished = RunSummary(after={}, train_tokens=6000, train_seconds=0.0, timed_tokens=0)
+    assert finished.tokens_per_second is None
