@@ -21,9 +21,29 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from lightning_kd.bench.measure import rss_mb
+from lightning_kd.launch.paths import out_dir_errors
+from lightning_kd.training.rundir import previous_outputs
+from lightning_kd.utils.refusal import refuse
 
 REPORT = "soak.json"
 MAX_GROWTH = 0.01
+MARKER = ".soak"
+"""The file a soak leaves in its ``--out``: a directory holding it is a soak's, re-used (its
+training outputs replaced by the next soak's); any other directory with outputs is refused."""
+
+
+def out_errors(out: Path) -> list[str]:
+    """Why ``out`` cannot take a soak: a file, or a directory holding outputs a soak did not
+    write (the soak's run starts afresh there, which would delete them)."""
+    if errors := out_dir_errors("--out", out):
+        return errors
+    found = previous_outputs(out)
+    if not found or (out / MARKER).is_file():
+        return []
+    return [
+        f"--out {out} holds outputs a soak did not write ({', '.join(found)}); the soak's run "
+        f"would replace them: give a new or empty directory, e.g. --out {out}-soak"
+    ]
 
 
 def live_tensors() -> int:
@@ -72,6 +92,9 @@ def soak(steps: int, warmup: int, out: Path) -> tuple[dict, bool]:
     :class:`SoakProbe`; its report and whether it passed (RSS growth under :data:`MAX_GROWTH`,
     no capture retained)."""
     out = out.resolve()
+    refuse(out_errors(out))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MARKER).touch()  # overwrite=true below then only ever replaces a soak's outputs
     command = [
         sys.executable,
         "-m",

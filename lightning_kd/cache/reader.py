@@ -152,9 +152,25 @@ class TeacherCache:
         return load_file(self.directory / Shard(f"{split}-{number:05d}", split, 0, 0).file)
 
 
+TRAINING_OUTPUTS = ("checkpoints", "logs", "student", "summary.json")
+"""What ``lightning-kd train`` writes into its run directory (``training.rundir.OUTPUTS``, which
+this layer cannot import): a directory holding any is a run's, not a cache."""
+
+
+def training_outputs(directory: Path) -> list[str]:
+    """The entries of ``directory`` that only a training run writes."""
+    return [name for name in TRAINING_OUTPUTS if (directory / name).exists()]
+
+
 def read_index(directory: Path) -> dict[str, Any]:
     """``index.json`` of a complete cache, or a :class:`CacheError` saying what is missing."""
     path = directory / INDEX_NAME
+    if not path.is_file() and (found := training_outputs(directory)):
+        raise CacheError(
+            f"{directory} is a training run's directory ({', '.join(found)}), not a teacher "
+            "cache; write the cache into a directory of its own (`lightning-kd cache "
+            "hydra.run.dir=DIR`) and pass distill.teacher_cache=DIR"
+        )
     if not path.is_file():
         partial = (directory / "meta.json").is_file()
         raise CacheError(

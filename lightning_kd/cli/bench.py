@@ -14,6 +14,7 @@ import torch
 from lightning_kd.bench import runner
 from lightning_kd.bench.scenarios import SCENARIOS
 from lightning_kd.launch.entry import Length, check_entry
+from lightning_kd.launch.paths import out_dir_errors
 from lightning_kd.models.loading import TeacherSpec
 from lightning_kd.models.positions import teacher_positions
 from lightning_kd.models.precision import probe_hardware, resolve_precision
@@ -85,8 +86,8 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def check(args: argparse.Namespace) -> None:
-    """The numbers every scenario uses, and ``--seq`` against the teacher's positions, before
-    any child loads a model."""
+    """The numbers every scenario uses, ``--seq`` against the teacher's positions, and ``--out``
+    (a directory, created if missing; not a file), before any child loads a model."""
     numbers = {
         "--student-layers": args.student_layers,
         "--batch": args.batch,
@@ -96,7 +97,12 @@ def check(args: argparse.Namespace) -> None:
         "--loss-repeats": args.loss_repeats,
     }
     teacher = {f"--teacher {args.teacher}": lambda: teacher_positions(TeacherSpec(args.teacher))}
-    check_entry(command="bench", options=numbers, lengths=[Length("--seq", args.seq, teacher)])
+    check_entry(
+        command="bench",
+        options=numbers,
+        lengths=[Length("--seq", args.seq, teacher)],
+        extra=out_dir_errors("--out", args.out),
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> dict | None:

@@ -20,13 +20,16 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from lightning_kd.data.text import expand_files
 from lightning_kd.evaluation.judge import judge_prompt_file
 from lightning_kd.evaluation.perplexity import markdown, score_files
 from lightning_kd.evaluation.prompts import Sampling
 from lightning_kd.evaluation.prompts import markdown as prompts_markdown
 from lightning_kd.evaluation.saved_models import model_location
 from lightning_kd.launch.entry import Length, check_entry
+from lightning_kd.launch.paths import out_file_errors
 from lightning_kd.models.positions import saved_positions
+from lightning_kd.utils.atomic import atomic_write_bytes
 
 
 def parser() -> argparse.ArgumentParser:
@@ -49,7 +52,11 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--text-field", default="text")
     parser.add_argument("--block-size", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--out", type=Path, help="write the rows as JSON here")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="write the rows as JSON to this file (its missing directories are created)",
+    )
     return parser
 
 
@@ -67,13 +74,14 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     rows = score_files(args.models, args.files, args.block_size, args.batch_size, args.text_field)
     print("\n" + markdown(rows))
     if args.out is not None:
-        args.out.write_text(json.dumps({"files": args.files, "rows": rows}, indent=2))
+        write_rows(args.out, {"files": args.files, "rows": rows})
     return rows
 
 
 def check(args: argparse.Namespace) -> None:
-    """Every number the evaluation uses, and its sequence length (``--block-size`` for text,
-    ``--max-new-tokens`` after each prompt) against each model's positions, before any loads."""
+    """Every number the evaluation uses, its sequence length (``--block-size`` for text,
+    ``--max-new-tokens`` after each prompt) against each model's positions, each model and
+    ``--files`` entry, and ``--out`` (a file path, not a directory), before any model loads."""
     if args.prompts is None:
         key, tokens, names = "--block-size", args.block_size, args.models
         numbers = {"--batch-size": args.batch_size, key: tokens}
@@ -83,8 +91,31 @@ def check(args: argparse.Namespace) -> None:
         numbers = {"--batch-size": args.batch_size, key: tokens, "--seed": args.seed}
         if args.samples is not None:  # left out: greedy answers only
             numbers |= {"--samples": args.samples, "--temperature": args.temperature}
-    limits = {name: lambda name=name: saved_positions(model_location(name)) for name in names}
-    check_entry(command="evaluate", options=numbers, lengths=[Length(key, tokens, limits)])
+    keys = {name: "model" for name in args.models} | (
+        {} if args.prompts is None else {args.teacher: "--teacher"}
+    )
+    limits = {
+        name: lambda name=name: saved_positions(model_location(name, keys[name])) for name in names
+    }
+    extra = out_file_errors("--out", args.out) + files_errors(args.files)
+    lengths = [Length(key, tokens, limits)]
+    check_entry(command="evaluate", options=numbers, lengths=lengths, extra=extra)
+
+
+def files_errors(files: list[str] | None) -> list[str]:
+    """``--files`` checked as the evaluation reads them (each a .txt/.jsonl file, each pattern
+    matching one), before any model loads."""
+    try:
+        expand_files(files or [], key="--files")
+    except (OSError, ValueError) as error:
+        return [str(error)]
+    return []
+
+
+def write_rows(out: Path, record: dict) -> None:
+    """``record`` as JSON at ``out``, its directory created if missing, written whole."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(out, json.dumps(record, indent=2).encode())
 
 
 def prompts(args: argparse.Namespace) -> list[dict]:
@@ -97,5 +128,5 @@ def prompts(args: argparse.Namespace) -> list[dict]:
     )
     print("\n" + prompts_markdown(rows))
     if args.out is not None:
-        args.out.write_text(json.dumps({"prompts": str(args.prompts), "rows": rows}, indent=2))
+        write_rows(args.out, {"prompts": str(args.prompts), "rows": rows})
     return rows

@@ -10,10 +10,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import hydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig
 
 from lightning_kd.launch.config import CONF_DIR, register_defaults
-from lightning_kd.utils.refusal import REFUSED_EXIT, Refused
+from lightning_kd.launch.paths import run_dir_errors
+from lightning_kd.utils.refusal import REFUSED_EXIT, Refused, refuse
 from lightning_kd.utils.stopping import STOP, Interrupted
 
 
@@ -38,6 +40,11 @@ def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
             print(f"lightning-kd: {refused}", file=sys.stderr)
             raise SystemExit(REFUSED_EXIT) from None
 
+    try:
+        check_run_dir(argv)
+    except Refused as refused:
+        print(f"lightning-kd: {refused}", file=sys.stderr)
+        raise SystemExit(REFUSED_EXIT) from None
     register_defaults()
     sys.argv = [typed[0] if typed else "lightning-kd", *argv]
     main = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
@@ -45,6 +52,23 @@ def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
         return main(as_typed)()
     finally:
         sys.argv = typed
+
+
+def check_run_dir(argv: Sequence[str]) -> None:
+    """Refuse a ``hydra.run.dir=`` override Hydra would trip on or misread, before Hydra runs:
+    it creates the directory before any task does (a file there is a raw ``FileExistsError``,
+    ``~/x`` a directory named ``~``). The config check sees the same value again as
+    ``output_dir``, for a notebook's composed config."""
+    words = [word for word in argv if word.startswith("hydra.run.dir=")]
+    if not words:
+        return
+    try:
+        (override,) = OverridesParser.create().parse_overrides(words[-1:])
+    except Exception:  # Hydra names a malformed override itself, when it parses
+        return
+    value = override.value()
+    if isinstance(value, str) and "${" not in value:  # an interpolation is Hydra's to resolve
+        refuse(run_dir_errors(value))
 
 
 def stoppable(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], Any]:

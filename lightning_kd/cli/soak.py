@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from lightning_kd.bench.soak import MAX_GROWTH, soak
+from lightning_kd.bench.soak import MAX_GROWTH, out_errors, soak
 from lightning_kd.launch.entry import check_entry
 
 
@@ -37,12 +37,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def check(args: argparse.Namespace) -> None:
-    """The step counts, before the soak's run starts: a baseline taken at the last step (or
-    after it) would compare the end with itself and pass whatever the memory did."""
+    """The step counts and ``--out``, before the soak's run starts: a baseline taken at the last
+    step (or after it) would compare the end with itself and pass whatever the memory did, and
+    the soak's run starts afresh in ``--out`` (``overwrite=true``)."""
     numbers = {"--steps": args.steps, "--warmup": args.warmup}
     late = args.warmup >= args.steps >= 1
     extra = [
         f"--warmup={args.warmup} with --steps={args.steps}: the baseline is taken at step "
         f"--warmup, so it must come before the last step; e.g. --warmup={args.steps // 10}"
     ]
-    check_entry(command="soak", options=numbers, extra=extra if late else [])
+    extra = (extra if late else []) + out_errors(args.out)
+    check_entry(command="soak", options=numbers, extra=extra)

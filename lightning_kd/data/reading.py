@@ -2,6 +2,7 @@
 
 - The format comes from the name's suffix alone: ``.txt`` (one document per file), ``.jsonl``
   (one JSON object per line), each optionally ``.gz``. ``notes.txt.jsonl`` is JSON lines.
+- A UTF-8 byte-order mark at a file's start is dropped (Notepad saves one).
 - A byte that is not UTF-8, a broken gzip stream, a line that is not JSON, a record without the
   text field or whose text is not a string: each is a ``ValueError`` naming ``file:line``.
 - The same file named twice (same resolved path, or identical content under another name, as
@@ -25,6 +26,10 @@ FORMATS = {".txt": "txt", ".jsonl": "jsonl", ".txt.gz": "txt", ".jsonl.gz": "jso
 """Suffix → format; a name must end with one of these."""
 
 
+BOM = "\ufeff"
+"""The UTF-8 byte-order mark, dropped from the start of a file."""
+
+
 def file_format(path: Path) -> str | None:
     """``txt`` or ``jsonl`` from ``path``'s suffix (``.gz`` allowed after it), else None."""
     for suffix, kind in FORMATS.items():
@@ -35,7 +40,7 @@ def file_format(path: Path) -> str | None:
 
 def _decode(data: bytes, path: Path, line: int) -> str:
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         line += data[: err.start].count(b"\n")
         column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
@@ -43,6 +48,9 @@ def _decode(data: bytes, path: Path, line: int) -> str:
             f"{path}:{line}: byte 0x{data[err.start]:02x} at column {column} is not UTF-8; "
             "re-encode the file as UTF-8 (e.g. iconv -t utf-8)"
         ) from None
+    # A byte-order mark (Notepad saves one) is not text: JSON refuses it, and a .txt would train
+    # on it. Only a file's first line can start with one.
+    return text.removeprefix(BOM) if line == 1 else text
 
 
 def _open(path: Path) -> IO[bytes]:

@@ -52,9 +52,10 @@ EMBEDDED = {"python_reference": DEFAULT_CORPUS, "smollm2_generated": TEACHER_COR
 SUFFIXES = tuple(FORMATS)
 
 
-def expand_files(patterns: list[str]) -> list[Path]:
+def expand_files(patterns: list[str], key: str = "data.files") -> list[Path]:
     """The files named by ``patterns`` — paths, globs, or the names of the embedded corpora
-    (``python_reference``, ``smollm2_generated``) — checked to exist and be readable here."""
+    (``python_reference``, ``smollm2_generated``) — checked to exist and be readable here; the
+    errors name ``key``, the setting that gave them (``--files`` for ``evaluate``)."""
     files: list[Path] = []
     for pattern in patterns:
         if pattern in EMBEDDED:
@@ -62,13 +63,13 @@ def expand_files(patterns: list[str]) -> list[Path]:
             continue
         matches = sorted(glob.glob(str(Path(pattern).expanduser()))) if _is_glob(pattern) else []
         if _is_glob(pattern) and not matches:
-            raise FileNotFoundError(f"data.files pattern {pattern!r} matches no file")
+            raise FileNotFoundError(f"{key} pattern {pattern!r} matches no file")
         for name in matches or [pattern]:
             path = Path(name).expanduser()
             if not path.is_file():
-                raise FileNotFoundError(f"data.files entry {name!r} is not a file")
+                raise FileNotFoundError(f"{key} entry {name!r} is not a file")
             if file_format(path) is None:
-                raise ValueError(f"data.files entry {name!r}: use one of {', '.join(SUFFIXES)}")
+                raise ValueError(f"{key} entry {name!r}: use one of {', '.join(SUFFIXES)}")
             files.append(path)
     return unique_files(files)
 

@@ -3,18 +3,19 @@ a packaged teacher (``smollm2``), loaded in fp32 for evaluation."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from lightning_kd.models.files import readable
-from lightning_kd.models.sources import teacher_dir
+from lightning_kd.models.sources import MINILM, SMOLLM2, checked_model_path, teacher_dir
 
 
-def model_location(name: str) -> str:
-    """``from_pretrained``'s argument for ``name`` (packaged models converted once)."""
-    return teacher_dir(name) if not Path(name).is_dir() else name
+def model_location(name: str, key: str = "model") -> str:
+    """``from_pretrained``'s argument for ``name`` (packaged models converted once); a missing
+    one refused naming ``key``, how the command was given it (``--teacher``, a model)."""
+    if name in (SMOLLM2, MINILM):
+        return teacher_dir(name)
+    return checked_model_path(name, key)
 
 
 def load_tokenizer(name: str):

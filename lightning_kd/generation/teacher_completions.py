@@ -46,6 +46,7 @@ from lightning_kd.generation.completions_record import (
     settings_record,
 )
 from lightning_kd.generation.decoding import generate_in_eval, left_padded
+from lightning_kd.utils.refusal import refuse
 from lightning_kd.utils.stopping import STOP
 
 OUTPUT_NAME = "completions.jsonl"
@@ -214,4 +215,11 @@ def use_chat_template(tokenizer: PreTrainedTokenizerBase, spec: GenerateSpec) ->
     if spec.chat_template is not None:
         tokenizer.chat_template = template_text(spec.chat_template, "generate.chat_template")
     if tokenizer.chat_template is None:
-        raise ValueError("the tokenizer has no chat template; set generate.chat_template")
+        # Refused, not raised: the tokenizer loads in a second, and this is the user's to set.
+        refuse(
+            [
+                "generate.chat_template=null: the teacher's tokenizer has no chat template to "
+                "render the prompts with; set generate.chat_template to a file holding a Jinja "
+                "template or the template itself, e.g. generate.chat_template=template.jinja"
+            ]
+        )

@@ -25,9 +25,11 @@ from lightning_kd.cache.writer import write_cache
 from lightning_kd.launch.build import build_datamodule, with_precision
 from lightning_kd.launch.config import record_job
 from lightning_kd.launch.entry import check_entry, teacher_length
+from lightning_kd.launch.paths import training_run_errors
 from lightning_kd.models.loading import load_teacher, load_tokenizer
 from lightning_kd.models.quantize import quantize_teacher
 from lightning_kd.training.rundir import is_rank_zero
+from lightning_kd.utils.refusal import refuse
 
 
 def fabric_for(cfg: DictConfig) -> Fabric:
@@ -71,6 +73,8 @@ def write(cfg: DictConfig) -> None:
     from before any rank starts (a DDP launch re-runs this per rank: only the launching process
     takes it, as rank 0 of one writer)."""
     directory = Path(cfg.output_dir)
+    # Before the claim and record_job: a training run's directory keeps its own record.
+    refuse(training_run_errors(directory, "cache"))
     with claim(directory) if is_rank_zero() else nullcontext():
         if is_rank_zero():
             record_job(cfg, directory)  # once the directory is this writer's

@@ -14,8 +14,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import torch
+from omegaconf.errors import OmegaConfBaseException
+
 from lightning_kd.distill.objective import learns_nothing
 from lightning_kd.launch.logger_checks import logger_errors
+from lightning_kd.launch.paths import run_dir_errors
 from lightning_kd.launch.rules import ABSENT, CountOrFraction, Number, value_errors
 from lightning_kd.models.quantize import STRATEGIES, backend_errors
 from lightning_kd.utils.refusal import refuse
@@ -25,7 +29,8 @@ NON_NEGATIVE = Number(low=0)
 COUNT = Number(low=1, integer=True)
 
 RULES: dict[str, Number | CountOrFraction] = {
-    "seed": Number(integer=True, example="0"),
+    # numpy's seed range: a seed outside it fails in numpy once the run directory is claimed.
+    "seed": Number(low=0, high=2**32 - 1, integer=True, example="0"),
     "optimizer.lr": Number(low=0, low_open=True, example="1e-3"),
     "optimizer.weight_decay": Number(low=0, example="0.01"),
     "optimizer.eps": Number(low=0, low_open=True, example="1e-8"),
@@ -94,7 +99,36 @@ def config_errors(cfg: Mapping) -> list[str]:
     errors = value_errors({key: lookup(cfg, key) for key in RULES}, RULES)
     errors += _list_errors(cfg) + _device_errors(cfg) + _encoder_errors(cfg)
     errors += _weight_errors(cfg) + _quantize_errors(cfg) + logger_errors(cfg)
-    return errors + _sharding_errors(cfg) + _repair_errors(cfg) + _flag_errors(cfg)
+    errors += _sharding_errors(cfg) + _repair_errors(cfg) + _flag_errors(cfg)
+    return errors + _precision_errors(cfg) + _output_dir_errors(cfg)
+
+
+def _output_dir_errors(cfg: Mapping) -> list[str]:
+    """The run directory (``output_dir``, Hydra's ``hydra.run.dir``): not a file, no ``~``."""
+    try:
+        run_dir = lookup(cfg, "output_dir")
+    except OmegaConfBaseException:  # ${hydra:...} outside a launch: no directory to judge yet
+        return []
+    return run_dir_errors(run_dir) if isinstance(run_dir, str) else []
+
+
+def _precision_errors(cfg: Mapping) -> list[str]:
+    """fp16 autocast on a CPU: Lightning runs bf16-mixed instead, while the run records 16."""
+    precision, accelerator = lookup(cfg, "trainer.precision"), lookup(cfg, "trainer.accelerator")
+    if str(precision) not in ("16-mixed", "16") or not _on_cpu(accelerator):
+        return []
+    return [
+        f"trainer.precision={precision} on a CPU (trainer.accelerator={accelerator}): CPUs have "
+        "no fp16 autocast, so Lightning would run bf16-mixed while the run records 16-mixed; "
+        "use trainer.precision=bf16-mixed (or 32-true)"
+    ]
+
+
+def _on_cpu(accelerator: Any) -> bool:
+    if accelerator == "cpu":
+        return True
+    no_gpu = not torch.cuda.is_available() and not torch.backends.mps.is_available()
+    return accelerator in ("auto", None, ABSENT) and no_gpu
 
 
 FLAGS = ("validate_before", "export_student", "overwrite", "resume_reset_optimizer")

@@ -24,6 +24,7 @@ from lightning_kd.generation.teacher_completions import (
 from lightning_kd.launch.build import with_precision
 from lightning_kd.launch.config import record_job
 from lightning_kd.launch.entry import check_entry, teacher_length
+from lightning_kd.launch.paths import training_run_errors
 from lightning_kd.models.loading import load_teacher, load_tokenizer
 from lightning_kd.models.positions import room_error, teacher_positions
 from lightning_kd.models.quantize import quantize_teacher
@@ -84,7 +85,11 @@ def run_generate(cfg: DictConfig) -> Path:
     """Load the teacher as a run would (``teacher.quantize`` applied) and write its completions;
     every value, and each prompt with ``generate.max_new_tokens`` after it against the teacher's
     positions, checked before the teacher loads."""
-    check_entry(cfg, lengths=[teacher_length(cfg, "generate.max_new_tokens")])
+    check_entry(
+        cfg,
+        lengths=[teacher_length(cfg, "generate.max_new_tokens")],
+        extra=training_run_errors(Path(cfg.output_dir), "generate"),
+    )
     cfg, _ = with_precision(cfg)
     teacher_spec = instantiate(cfg.teacher, _convert_="all")
     tokenizer = load_tokenizer(teacher_spec)

@@ -115,8 +115,12 @@ def passes(cfg: DictConfig, train_examples: int) -> float:
 
 
 def training_passes(cfg: DictConfig, train_examples: int) -> float:
+    """Passes over the ``train_examples`` blocks that training's steps read."""
     trainer = cfg.trainer
-    per_step = cfg.data.batch_size * (trainer.get("accumulate_grad_batches") or 1)
+    # A batch cannot read more blocks than there are: data.batch_size=100000 over 180 blocks
+    # reads the 180 once a batch, not 555 times.
+    per_batch = min(cfg.data.batch_size, train_examples)
+    per_step = per_batch * (trainer.get("accumulate_grad_batches") or 1)
     if trainer.max_steps not in (None, -1):
         return trainer.max_steps * per_step / train_examples
     return float(trainer.get("max_epochs") or 1)

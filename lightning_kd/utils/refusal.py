@@ -21,5 +21,6 @@ def refuse(errors: Sequence[str]) -> None:
     """Raise :class:`Refused` listing all of ``errors`` at once (nothing when there are none)."""
     if not errors:
         return
+    # Not "out of range": a missing file or a run directory is refused here too.
     head = "a value is" if len(errors) == 1 else f"{len(errors)} values are"
-    raise Refused(f"{head} out of range:\n  " + "\n  ".join(errors))
+    raise Refused(f"{head} refused:\n  " + "\n  ".join(errors))

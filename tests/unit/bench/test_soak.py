@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from lightning_kd.bench.soak import MARKER, REPORT, out_errors
 from tests.conftest import ROOT
 
 
@@ -23,3 +24,14 @@ def test_a_soak_keeps_memory_flat_and_no_capture(tmp_path: Path) -> None:
     assert report["captures_retained"] == 0
     assert report["rss_growth"] < 0.01, report
     assert result.returncode == 0 and "PASS" in result.stdout, result.stderr[-3000:]
+
+
+def test_a_soak_reuses_only_a_directory_it_marked(tmp_path: Path) -> None:
+    out = tmp_path / "soak"
+    assert out_errors(out) == []  # new: the soak creates it
+    (out / "checkpoints").mkdir(parents=True)
+    (out / REPORT).write_text("{}")
+    (error,) = out_errors(out)
+    assert f"--out {out} holds outputs a soak did not write (checkpoints, soak.json)" in error
+    (out / MARKER).touch()  # what a soak leaves: its own outputs, replaced by the next soak
+    assert out_errors(out) == []

@@ -16,11 +16,13 @@ from hydra.utils import instantiate
 
 from lightning_kd.cache import CacheError, CacheMismatch, CacheSpec, TeacherCache, cache_key
 from lightning_kd.cache.narrow import narrow_cache, without_features
+from lightning_kd.cache.reader import TRAINING_OUTPUTS, read_index
 from lightning_kd.cache.writer import ShardWriter, write_cache
 from lightning_kd.launch.cache import cached_teacher, write
 from lightning_kd.launch.config import compose_config
 from lightning_kd.losses.logits import math_dtype
 from lightning_kd.models.loading import TeacherSpec, byte_tokenizer, load_teacher
+from lightning_kd.training.rundir import OUTPUTS
 from lightning_kd.utils.stopping import STOP, Interrupted
 from tests.conftest import ROOT, TINY_LLAMA, make_datamodule
 
@@ -310,3 +312,16 @@ def test_a_signal_stops_the_writer_between_shards_and_a_new_run_completes_it(
     monkeypatch.undo()
     stats = write_cache(teacher, datamodule.tokenizer, datamodule, SPEC, directory)
     assert stats.shards_kept == 2 and (directory / "index.json").is_file()
+
+
+def test_a_training_runs_directory_is_not_offered_as_a_cache(tmp_path: Path) -> None:
+    run = tmp_path / "base"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "summary.json").write_text("{}")
+    with pytest.raises(CacheError) as refused:
+        read_index(run)
+    message = str(refused.value)
+    assert f"{run} is a training run's directory (checkpoints, summary.json)" in message
+    assert "a directory of its own" in message
+    assert f"hydra.run.dir={run}" not in message  # writing there replaces the run's record
+    assert set(TRAINING_OUTPUTS) <= set(OUTPUTS)  # the layer below cannot import rundir's list

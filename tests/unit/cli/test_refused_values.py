@@ -72,7 +72,7 @@ EVALUATE = {
     "zero batch": (["--batch-size", "0"], ["--batch-size=0: must be an integer >= 1"]),
     "both at once": (
         ["--block-size", "0", "--batch-size", "0"],
-        ["2 values are out of range", "--block-size=0", "--batch-size=0"],
+        ["2 values are refused", "--block-size=0", "--batch-size=0"],
     ),
     "block past positions": (
         ["--block-size", "128"],
@@ -234,3 +234,108 @@ def test_train_refuses_bad_values(case, weightless, tmp_path, capsys) -> None:
     argv = hydra_argv("train", weightless, tmp_path / "run", *overrides, *features)
     assert_refused(argv, named, capsys)
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+TRAIN_MORE = {
+    "negative seed": (["seed=-1"], ["seed=-1: must be an integer in [0, 4294967295]"]),
+    "fp16 on a CPU": (["trainer.precision=16-mixed"], ["use trainer.precision=bf16-mixed"]),
+}
+
+
+@pytest.mark.parametrize("case", TRAIN_MORE)
+def test_train_refuses_a_seed_and_a_precision_it_cannot_run(case, weightless, tmp_path, capsys):
+    overrides, named = TRAIN_MORE[case]
+    assert_refused(hydra_argv("train", weightless, tmp_path / "run", *overrides), named, capsys)
+    assert not (tmp_path / "run" / ".hydra").exists()  # refused before the directory is claimed
+
+
+def test_a_run_directory_that_is_a_file_or_has_a_tilde_is_refused(
+    weightless, tmp_path, capsys, monkeypatch
+) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("hi")
+    named = [f"hydra.run.dir={afile} is a file; give a directory"]
+    assert_refused(hydra_argv("train", weightless, afile), named, capsys)
+    assert afile.read_text() == "hi"
+    monkeypatch.chdir(tmp_path)
+    argv = [*hydra_argv("train", weightless, "x")[:-1], 'hydra.run.dir="~/tilde_x"']
+    assert_refused(
+        argv, ["Hydra does not expand '~'", "give $HOME/... or an absolute path"], capsys
+    )
+    assert not (tmp_path / "~").exists()  # refused before Hydra made the directory
+
+
+@pytest.fixture
+def training_run(tmp_path: Path) -> Path:
+    """A finished training run's directory (its record and outputs; no model needed)."""
+    run = tmp_path / "base"
+    for name in (".hydra", "checkpoints", "student"):
+        (run / name).mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text("distill:\n  temperature: 1.0\n")
+    (run / "summary.json").write_text("{}")
+    return run
+
+
+@pytest.mark.parametrize("command", ["cache", "generate"])
+def test_cache_and_generate_refuse_a_training_runs_directory(
+    command, weightless, prompts, training_run, capsys
+) -> None:
+    extra = [f"generate.prompts={prompts}"] if command == "generate" else []
+    argv = hydra_argv(command, weightless, training_run, *extra, "distill.temperature=2")
+    named = [
+        f"hydra.run.dir={training_run} holds a training run's outputs",
+        f"give it a directory of its own, e.g. hydra.run.dir={training_run}-{command}",
+    ]
+    assert_refused(argv, named, capsys)
+    assert (training_run / ".hydra" / "config.yaml").read_text().endswith("temperature: 1.0\n")
+    assert sorted(p.name for p in training_run.iterdir()) == [
+        ".hydra",
+        "checkpoints",
+        "student",
+        "summary.json",
+    ]
+
+
+def test_generate_without_a_chat_template_is_refused_with_an_example(
+    weightless, prompts, tmp_path, capsys
+) -> None:
+    (weightless / "tokenizer_config.json").write_text(
+        (weightless / "tokenizer_config.json").read_text().replace('"chat_template"', '"unused"')
+    )
+    for extra in weightless.glob("chat_template.*"):
+        extra.unlink()
+    settings = [f"generate.prompts={prompts}", "generate.max_new_tokens=16"]
+    argv = hydra_argv("generate", weightless, tmp_path / "g", *settings)
+    named = ["has no chat template", "e.g. generate.chat_template=template.jinja"]
+    assert_refused(argv, named, capsys)  # the weights are missing: the refusal came first
+
+
+def test_bench_refuses_an_out_that_is_a_file(weightless, tmp_path, capsys) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("hi")
+    argv = ["bench", "--quick", "--out", str(afile), "--teacher", str(weightless)]
+    assert_refused(argv, [f"--out {afile} is a file; give a directory"], capsys)
+
+
+EVALUATE_PATHS = {
+    "out is a directory": (["--out", "{tmp}"], ["--out {tmp} is a directory; give a file path"]),
+    "missing files": (["--files", "{tmp}/nonexist.txt"], ["--files entry '{tmp}/nonexist.txt'"]),
+    "missing model": (["--", "{tmp}/nonexist"], ["model={tmp}/nonexist does not exist"]),
+}
+
+
+@pytest.mark.parametrize("case", EVALUATE_PATHS)
+def test_evaluate_refuses_its_paths_before_loading(case, weightless, text, tmp_path, capsys):
+    options, named = EVALUATE_PATHS[case]
+    options = [option.format(tmp=tmp_path) for option in options]
+    argv = ["evaluate", "--files", str(text), "--block-size", "32", *options]
+    argv += [] if "--" in options else ["--", str(weightless)]
+    assert_refused(argv, [n.format(tmp=tmp_path) for n in named], capsys)
+    assert "teacher.path" not in capsys.readouterr().err
+
+
+def test_soak_refuses_an_out_holding_a_training_run(training_run, capsys) -> None:
+    argv = ["soak", "--steps", "6", "--warmup", "2", "--out", str(training_run)]
+    named = [f"--out {training_run} holds outputs a soak did not write", f"{training_run}-soak"]
+    assert_refused(argv, named, capsys)
+    assert (training_run / "student").is_dir() and (training_run / "checkpoints").is_dir()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_kd.data.reading import read_documents
+from lightning_kd.data.reading import read_documents, read_records
 from lightning_kd.data.text import expand_files
 from tests.conftest import make_datamodule
 
@@ -81,3 +81,14 @@ def test_duplicate_documents_are_kept_once(tmp_path: Path) -> None:
 def test_an_empty_file_list_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"data.files is empty; .*data.files=null"):
         make_datamodule([])
+
+
+def test_a_byte_order_mark_is_dropped(tmp_path: Path) -> None:
+    bom = b"\xef\xbb\xbf"
+    rows = tmp_path / "bom.jsonl"
+    rows.write_bytes(bom + b'{"text": "first"}\r\n{"text": "second"}\n')
+    text = tmp_path / "bom.txt"
+    text.write_bytes(bom + b"Notepad text")
+    assert list(read_documents(rows)) == ["first", "second"]
+    assert list(read_documents(text)) == ["Notepad text"]
+    assert next(read_records(rows)) == (1, {"text": "first"})

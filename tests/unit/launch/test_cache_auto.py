@@ -55,6 +55,14 @@ def test_a_run_over_its_data_about_once_keeps_the_teacher_online(tmp_path: Path)
     assert "(1.00 of them the block-wise repair's)" in choose(repaired, int(few)).line()
 
 
+def test_a_batch_larger_than_the_data_reads_each_block_once_a_batch(tmp_path: Path) -> None:
+    overrides = ["debug=smoke", "data.batch_size=100000", "distill.blockwise_passes=0"]
+    cfg = compose_config(overrides, output_dir=tmp_path)
+    batches = cfg.trainer.max_steps * (cfg.trainer.get("accumulate_grad_batches") or 1)
+    assert passes(cfg, 180) == batches  # each batch is the whole 180 blocks, read once
+    assert f"auto: {batches:.2f} passes over 180 training blocks" in choose(cfg, 180).reason
+
+
 @pytest.mark.parametrize(
     ("overrides", "reason"),
     [

@@ -110,3 +110,24 @@ def test_top_level_switches_take_booleans_and_known_modes(default_cfg) -> None:
     assert "resume_mismatch='ignore': use error or warn" in errors
     deepspeed = compose_config(["strategy=deepspeed", "resume_reset_optimizer=true"])
     assert any("DeepSpeed restores its optimizer" in e for e in config_errors(deepspeed))
+
+
+@pytest.mark.parametrize("seed", [-1, -5, 2**32])
+def test_a_seed_outside_numpys_range_is_refused(seed: int) -> None:
+    (error,) = config_errors({"seed": seed})
+    assert f"seed={seed}: must be an integer in [0, 4294967295]; e.g. seed=0" == error
+    assert config_errors({"seed": 2**32 - 1}) == []
+
+
+def test_fp16_autocast_on_a_cpu_is_refused_naming_bf16() -> None:
+    trainer = {"precision": "16-mixed", "accelerator": "cpu"}
+    (error,) = config_errors({"trainer": trainer})
+    assert "trainer.precision=16-mixed on a CPU" in error
+    assert "use trainer.precision=bf16-mixed (or 32-true)" in error
+    assert config_errors({"trainer": {**trainer, "precision": "bf16-mixed"}}) == []
+    assert config_errors({"trainer": {**trainer, "accelerator": "gpu"}}) == []
+
+
+def test_a_run_directory_with_a_tilde_is_refused_in_the_config() -> None:
+    (error,) = config_errors({"output_dir": "/tmp/cwd/~/x"})
+    assert "Hydra does not expand '~'" in error

@@ -20,7 +20,7 @@ def test_config_options_and_lengths_are_refused_at_once() -> None:
             lengths=[Length("--block-size", 64, models)],
         )
     message = str(refused.value)
-    assert message.startswith("4 values are out of range:"), message
+    assert message.startswith("4 values are refused:"), message
     assert "data.batch_size=0: must be an integer >= 1; e.g. data.batch_size=4" in message
     assert "--batch-size=0: must be an integer >= 1; e.g. --batch-size=8" in message
     assert "--temperature=nan: must be a finite number > 0; e.g. --temperature=1.0" in message

@@ -1,0 +1,71 @@
+"""Where a command writes, checked before anything loads: each message names the path and a fix.
+
+A run directory that is a file fails in Hydra's own ``mkdir`` with a raw traceback, and one
+written ``~/x`` becomes a directory literally named ``~`` (Hydra does not expand it); a command's
+output file found to be a directory only once its work is done loses that work; and ``cache`` or
+``generate`` pointed at a training run's directory would write their own record (``.hydra/``)
+over that run's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lightning_kd.training.rundir import REMOVED, previous_outputs
+
+
+def run_dir_errors(run_dir: str | Path, key: str = "hydra.run.dir") -> list[str]:
+    """Why ``run_dir`` cannot be a run directory (a file, a file above it, a ``~`` in it)."""
+    path = Path(run_dir)
+    if any(part.startswith("~") for part in path.parts):
+        return [
+            f"{key}={run_dir}: Hydra does not expand '~', so this would make a directory named "
+            f"'~'; give $HOME/... or an absolute path, e.g. {key}={Path.home()}/{path.name}"
+        ]
+    return out_dir_errors(key, path, sep="=")
+
+
+def out_dir_errors(option: str, out: Path, sep: str = " ") -> list[str]:
+    """Why ``out`` cannot be the output directory ``option`` names (a file, or under one)."""
+    blocking = _blocking_file(Path(out))
+    if blocking is None:
+        return []
+    where = "is a file" if blocking == Path(out) else f"is under the file {blocking}"
+    return [f"{option}{sep}{out} {where}; give a directory, e.g. {option}{sep}{out}-out"]
+
+
+def out_file_errors(option: str, out: Path | None) -> list[str]:
+    """Why ``out`` cannot be the output file ``option`` names: a directory, or under a file. A
+    missing parent directory is fine: the command creates it when it writes."""
+    if out is None:
+        return []
+    out = Path(out)
+    if out.is_dir():
+        return [f"{option} {out} is a directory; give a file path, e.g. {option} {out}/out.json"]
+    blocking = _blocking_file(out.parent)
+    if blocking is None:
+        return []
+    return [f"{option} {out} is under the file {blocking}; give a path in a directory"]
+
+
+def _blocking_file(path: Path) -> Path | None:
+    """``path`` or the nearest directory above it that exists as something else than a
+    directory (a file: nothing can be created under it), else None."""
+    for candidate in (path, *path.parents):
+        if candidate.exists() or candidate.is_symlink():
+            return None if candidate.is_dir() else candidate
+    return None
+
+
+def training_run_errors(directory: Path, command: str) -> list[str]:
+    """A message when ``directory`` holds a training run's outputs (``lightning-kd train``'s
+    checkpoints, logs, student, summary): ``command`` writing its own record there would replace
+    that run's."""
+    found = [name for name in previous_outputs(Path(directory)) if name in REMOVED]
+    if not found:
+        return []
+    return [
+        f"hydra.run.dir={directory} holds a training run's outputs ({', '.join(found)}); "
+        f"lightning-kd {command} would write its record (.hydra/) over that run's: give it a "
+        f"directory of its own, e.g. hydra.run.dir={directory}-{command}"
+    ]

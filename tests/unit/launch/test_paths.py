@@ -1,0 +1,67 @@
+"""Where a command writes is checked before anything loads: a file, a '~', a training run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lightning_kd.launch.paths import (
+    out_dir_errors,
+    out_file_errors,
+    run_dir_errors,
+    training_run_errors,
+)
+
+
+def test_a_run_directory_that_is_a_file_or_under_one_is_refused(tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("hi")
+    (error,) = run_dir_errors(str(afile))
+    assert f"hydra.run.dir={afile} is a file; give a directory" in error
+    (error,) = run_dir_errors(str(afile / "sub"))
+    assert f"is under the file {afile}" in error
+    assert run_dir_errors(str(tmp_path / "new" / "run")) == []  # missing: Hydra creates it
+
+
+def test_a_run_directory_with_a_tilde_is_refused_with_an_expanded_example() -> None:
+    (error,) = run_dir_errors("~/advtilde_x")
+    assert "Hydra does not expand '~'" in error
+    assert f"hydra.run.dir={Path.home()}/advtilde_x" in error
+    # What Hydra's runtime.output_dir makes of it (relative to the cwd) is refused the same way.
+    assert run_dir_errors("/tmp/cwd/~/advtilde_x")
+
+
+def test_an_output_file_that_is_a_directory_is_refused_a_missing_parent_is_not(
+    tmp_path: Path,
+) -> None:
+    (error,) = out_file_errors("--out", tmp_path)
+    assert f"--out {tmp_path} is a directory; give a file path" in error
+    assert out_file_errors("--out", tmp_path / "nodir" / "sub" / "out.json") == []
+    (tmp_path / "afile").write_text("")
+    (error,) = out_file_errors("--out", tmp_path / "afile" / "out.json")
+    assert "is under the file" in error
+    assert out_file_errors("--out", None) == []
+
+
+def test_an_output_directory_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    afile = tmp_path / "bench.json"
+    afile.write_text("{}")
+    (error,) = out_dir_errors("--out", afile)
+    assert f"--out {afile} is a file; give a directory" in error
+    assert out_dir_errors("--out", tmp_path / "new") == []
+
+
+def test_a_training_runs_directory_is_refused_for_cache_and_generate(tmp_path: Path) -> None:
+    run = tmp_path / "base"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "summary.json").write_text("{}")
+    (error,) = training_run_errors(run, "cache")
+    assert (
+        f"hydra.run.dir={run} holds a training run's outputs (checkpoints, summary.json)" in error
+    )
+    assert f"hydra.run.dir={run}-cache" in error
+    # A cache's or generate's own files are not a training run's: writing there again resumes.
+    own = tmp_path / "cache"
+    (own / "shards").mkdir(parents=True)
+    (own / "meta.json").write_text("{}")
+    (own / "completions.jsonl").write_text("")
+    assert training_run_errors(own, "cache") == []
