@@ -141,6 +141,7 @@ def test_a_run_records_the_scores_reports_them_and_resumes_with_the_same_layers(
         *common,
         "student.importance=block_influence",
         "trainer.max_steps=6",
+        "resume_reset_optimizer=true",  # a longer run is a new schedule, applied on purpose
         "ckpt_path=last",
         f"hydra.run.dir={run_dir}",
     )
