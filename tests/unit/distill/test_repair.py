@@ -234,7 +234,7 @@ def test_the_command_line_caches_the_span_ends_and_repairs_from_them(tmp_path) -
         p.stat().st_size for p in (cache / "shards").glob("*.safetensors")
     )
     # A resume repairs nothing and reads no state: it finds that cache and writes none.
-    resume = ["trainer.max_steps=8", "ckpt_path=last"]
+    resume = ["trainer.max_steps=8", "resume_reset_optimizer=true", "ckpt_path=last"]
     resumed = command("run", *overrides, f"hydra.run.dir={run_dir}", *resume)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "found whole in the shared cache" in resumed.stdout
