@@ -31,7 +31,9 @@ def out_dir_errors(option: str, out: Path, sep: str = " ") -> list[str]:
     if blocking is None:
         return []
     where = "is a file" if blocking == Path(out) else f"is under the file {blocking}"
-    return [f"{option}{sep}{out} {where}; give a directory, e.g. {option}{sep}{out}-out"]
+    # The example sits beside the file, with the rest of the path kept: not under the file.
+    example = blocking.with_name(blocking.name + "-out") / Path(out).relative_to(blocking)
+    return [f"{option}{sep}{out} {where}; give a directory, e.g. {option}{sep}{example}"]
 
 
 def out_file_errors(option: str, out: Path | None) -> list[str]:

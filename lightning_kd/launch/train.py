@@ -28,7 +28,9 @@ from lightning_kd.launch.teacher_cache import drop_repair_states
 from lightning_kd.training.checkpoints import LAST_NAME, resolve_ckpt_path
 from lightning_kd.training.finite import check_finite_model, strict_json
 from lightning_kd.training.rundir import (
+    RunDirError,
     claim_run_dir,
+    is_own_checkpoint,
     is_rank_zero,
     restart_command,
     resume_command,
@@ -163,9 +165,14 @@ def run(cfg: DictConfig, command: Sequence[str] = ("python", "run.py")) -> float
     check_entry(cfg)  # before anything loads (the positions: preflight.py, once built)
     output_dir = Path(cfg.output_dir)
     ckpt_path = resolve_ckpt_path(cfg.ckpt_path, output_dir / "checkpoints")
+    # Only a checkpoint of this directory's run resumes it: another run's, into a directory
+    # holding a run, would replace that run's outputs (and splice the two runs' metrics).
+    own = is_own_checkpoint(ckpt_path, output_dir)
+    if own:
+        check_work_left(ckpt_path, cfg.trainer.max_steps, output_dir)
     with (
         STOP.installed(),
-        claim_run_dir(output_dir, resuming=ckpt_path is not None, overwrite=cfg.overwrite),
+        claim_run_dir(output_dir, resuming=own, overwrite=cfg.overwrite),
     ):
         if is_rank_zero() and ckpt_path is None:  # a resume's: once its checkpoint is accepted
             record_job(cfg, output_dir)  # only now that the directory is this launch's
@@ -185,6 +192,22 @@ def run(cfg: DictConfig, command: Sequence[str] = ("python", "run.py")) -> float
             if exit_.code == 1 and STOP.signum == signal.SIGINT:
                 sys.exit(128 + signal.SIGINT)
             raise
+
+
+def check_work_left(ckpt_path: Path, max_steps: int, output_dir: Path) -> None:
+    """Refuse resuming a finished run (its summary written, its checkpoint at
+    ``trainer.max_steps``): it would only export the same student again and rewrite the summary
+    with a run of no steps."""
+    if not ckpt_path.is_file() or not (output_dir / "summary.json").is_file():
+        return  # a DeepSpeed directory, or a run stopped before its end: resumable
+    step = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True)["global_step"]
+    if max_steps is not None and 0 <= max_steps <= step:
+        raise RunDirError(
+            f"the run in {output_dir} is finished (optimizer step {step} of "
+            f"trainer.max_steps={max_steps}, summary.json written): there is nothing to resume. "
+            "Train it further with a larger trainer.max_steps (and resume_reset_optimizer=true, "
+            "a new schedule), or start a new run"
+        )
 
 
 ONE_STAGE = (

@@ -90,6 +90,12 @@ def _lock(run_dir: Path) -> int:
         ) from None
 
 
+def is_own_checkpoint(ckpt_path: Path | None, run_dir: Path) -> bool:
+    """Whether ``ckpt_path`` is a checkpoint of the run in ``run_dir`` (inside it, links
+    resolved): only such a one makes a launch a resume of that run."""
+    return ckpt_path is not None and ckpt_path.resolve().is_relative_to(run_dir.resolve())
+
+
 @contextmanager
 def claim_run_dir(run_dir: Path, resuming: bool, overwrite: bool) -> Iterator[None]:
     """Hold ``run_dir`` for the duration of the block (see the module doc)."""

@@ -60,15 +60,25 @@ def test_smoke_run_writes_everything_under_the_run_dir(tmp_path: Path) -> None:
     assert changed_files(run_dir, record) == []
     # A resume refused for its settings: nothing rewritten either (record, metrics), and no
     # "Resume with" pointing at the command that was just refused.
-    refused = run_cli(
-        "debug=smoke", "ckpt_path=last", "distill.temperature=2", f"hydra.run.dir={run_dir}"
-    )
+    further = ["trainer.max_steps=8", "resume_reset_optimizer=true", "distill.temperature=2"]
+    refused = run_cli("debug=smoke", "ckpt_path=last", *further, f"hydra.run.dir={run_dir}")
     assert refused.returncode != 0 and "distill.temperature: checkpoint 1.0" in refused.stderr
     assert "Resume with" not in refused.stdout
     assert changed_files(run_dir, record) == []
+    # Another run's checkpoint resumes nothing here (it would replace this run's outputs), and
+    # this finished run has nothing left to resume at its own length.
+    foreign = tmp_path / "elsewhere" / "last.ckpt"
+    foreign.parent.mkdir()
+    foreign.write_bytes((run_dir / "checkpoints" / "last.ckpt").read_bytes())
+    other = run_cli("debug=smoke", f"ckpt_path={foreign}", f"hydra.run.dir={run_dir}")
+    assert other.returncode != 0 and "already holds a run's outputs" in other.stderr
+    finished = run_cli("debug=smoke", "ckpt_path=last", f"hydra.run.dir={run_dir}")
+    assert finished.returncode != 0 and f"the run in {run_dir} is finished" in finished.stderr
+    assert changed_files(run_dir, record) == []
     # The same for a launch refused because another process holds the directory (a running run).
     with claim_run_dir(run_dir, resuming=True, overwrite=False):
-        busy = run_cli("debug=smoke", "ckpt_path=last", f"hydra.run.dir={run_dir}")
+        longer = ["trainer.max_steps=8", "resume_reset_optimizer=true"]
+        busy = run_cli("debug=smoke", "ckpt_path=last", *longer, f"hydra.run.dir={run_dir}")
     assert busy.returncode != 0 and "is in use by another run" in busy.stderr
     assert changed_files(run_dir, record) == []
 

@@ -16,6 +16,7 @@ from lightning_kd.training.rundir import (
     ResumableCSVLogger,
     RunDirError,
     claim_run_dir,
+    is_own_checkpoint,
     resume_command,
 )
 
@@ -131,3 +132,17 @@ def test_a_full_disk_keeps_the_earlier_hparams_yaml(tmp_path: Path, monkeypatch)
         resumed.log_hyperparams({"lr": 0.002})
     assert hparams.read_text() == before
     assert sorted(p.name for p in hparams.parent.iterdir()) == ["hparams.yaml"]
+
+
+def test_only_a_checkpoint_inside_the_run_directory_resumes_its_run(tmp_path: Path) -> None:
+    run_dir, other = tmp_path / "run", tmp_path / "other"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (other / "checkpoints").mkdir(parents=True)
+    own, foreign = run_dir / "checkpoints" / "last.ckpt", other / "checkpoints" / "last.ckpt"
+    own.write_bytes(b"x")
+    foreign.write_bytes(b"x")
+    assert is_own_checkpoint(own, run_dir) and not is_own_checkpoint(foreign, run_dir)
+    assert not is_own_checkpoint(None, run_dir)
+    linked = run_dir / "checkpoints" / "linked.ckpt"
+    linked.symlink_to(foreign)  # a link into another run is that run's checkpoint
+    assert not is_own_checkpoint(linked, run_dir)
