@@ -84,7 +84,9 @@ def test_two_ranks_equal_one_process_over_the_same_global_batches(
     result = run_cli(*common(data, 2), *student, *ddp)
     assert result.returncode == 0, result.stderr[-3000:]
     assert not list(tmp_path.glob("two*/two")), "one run directory, shared by both ranks"
-    assert (two / "train_ddp_process_1.log").is_file()
+    # rank 1 ran into that directory too (Hydra's rank job: hydra.job.name=train_ddp_process_1)
+    # and left the record to rank 0: one .hydra/, written once the directory was claimed
+    assert (two / ".hydra" / "config.yaml").is_file() and not list(two.glob("*/.hydra"))
     summary_one = json.loads((one / "summary.json").read_text())
     summary_two = json.loads((two / "summary.json").read_text())
     assert summary_one["train_tokens"] == summary_two["train_tokens"]
