@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -110,12 +111,17 @@ def test_load_from_checkpoint_rebuilds_the_module_without_the_teacher_in_the_fil
         loaded.configure_optimizers()
 
 
+def one_step_checkpoint(module, dm, tmp_path: Path, name: str) -> Path:
+    """``module`` trained one step on ``dm``, saved as ``tmp_path/name``."""
+    trainer = make_trainer(tmp_path, max_steps=1)
+    trainer.fit(module, dm)
+    trainer.save_checkpoint(tmp_path / name)
+    return tmp_path / name
+
+
 def test_checkpoint_missing_student_weights_is_refused(tiny_teacher, corpus, tmp_path) -> None:
     dm = make_datamodule([corpus])
-    trainer = make_trainer(tmp_path, max_steps=1)
-    trainer.fit(make_module(tiny_teacher), dm)
-    path = tmp_path / "bad.ckpt"
-    trainer.save_checkpoint(path)
+    path = one_step_checkpoint(make_module(tiny_teacher), dm, tmp_path, "bad.ckpt")
     checkpoint = torch.load(path, weights_only=False)
     del checkpoint["state_dict"]["distiller.student.model.norm.weight"]
     torch.save(checkpoint, path)
@@ -125,10 +131,7 @@ def test_checkpoint_missing_student_weights_is_refused(tiny_teacher, corpus, tmp
 
 def test_a_resume_with_another_student_names_the_setting(tiny_teacher, corpus, tmp_path) -> None:
     dm = make_datamodule([corpus])
-    trainer = make_trainer(tmp_path, max_steps=1)
-    trainer.fit(make_module(tiny_teacher), dm)
-    path = tmp_path / "two_layers.ckpt"
-    trainer.save_checkpoint(path)
+    path = one_step_checkpoint(make_module(tiny_teacher), dm, tmp_path, "two_layers.ckpt")
     deeper = make_module(tiny_teacher, student={"num_layers": 3})
     with pytest.raises(KeyError, match=r"student\.num_layers: checkpoint 2, this run 3"):
         make_trainer(tmp_path, max_steps=2).fit(deeper, dm, ckpt_path=path)
@@ -140,10 +143,7 @@ def test_a_resume_reports_the_validation_before_training_from_its_checkpoint(
     dm = make_datamodule([corpus])
     module = make_module(tiny_teacher)
     module.before = {"val/ppl": 123.0}  # as train() sets it from validate_before
-    trainer = make_trainer(tmp_path, max_steps=1)
-    trainer.fit(module, dm)
-    path = tmp_path / "one.ckpt"
-    trainer.save_checkpoint(path)
+    path = one_step_checkpoint(module, dm, tmp_path, "one.ckpt")
     resumed = make_module(tiny_teacher)
     make_trainer(tmp_path, max_steps=2).fit(resumed, dm, ckpt_path=path)
     assert resumed.before == {"val/ppl": 123.0}
