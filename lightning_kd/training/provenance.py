@@ -177,29 +177,30 @@ class Provenance(Callback):
         found = differences(saved, self.current(trainer, pl_module))
         resettable = [line for line in found if line.split(".")[0] in RESETTABLE]
         others = [line for line in found if line not in resettable]
-        if resettable and not self._fast_forward:
-            raise ProvenanceMismatch(
+        refused = [] if self._fast_forward else resettable
+        message = ""
+        if others:
+            message += (
+                f"{where} was trained with a different teacher, tokenizer, objective or data:\n  "
+                + "\n  ".join(others)
+                + "\nResume with the same settings, start a new run, or pass "
+                "resume_mismatch=warn to continue anyway"
+            )
+        if others and self.on_mismatch == "warn" and not refused:
+            warnings.warn(message + "\n(resume_mismatch=warn: continuing)", stacklevel=2)
+            return
+        if refused:  # named with the rest: one refusal says everything to change
+            message += ("\n" if message else "") + (
                 f"{where} was trained with other optimizer or schedule settings, which a resume "
                 "would ignore (the optimizer's state) or apply silently mid-run (the schedule):"
                 "\n  "
-                + "\n  ".join(resettable)
+                + "\n  ".join(refused)
                 + "\nResume with the checkpoint's settings, or apply the new ones on purpose "
                 "with resume_reset_optimizer=true (a fresh optimizer, the new schedule at the "
                 "checkpoint's step)"
             )
-        if not others:
-            return
-        message = (
-            f"{where} was trained with a different teacher, tokenizer, objective or data:\n  "
-            + "\n  ".join(others)
-        )
-        if self.on_mismatch == "warn":
-            warnings.warn(message + "\n(resume_mismatch=warn: continuing)", stacklevel=2)
-            return
-        raise ProvenanceMismatch(
-            message + "\nResume with the same settings, start a new run, or pass "
-            "resume_mismatch=warn to continue anyway"
-        )
+        if message:
+            raise ProvenanceMismatch(message)
 
     def _reset(self, trainer: Trainer, checkpoint: dict[str, Any]) -> None:
         """Leave the checkpoint's optimizer and scheduler states out of the restore: Lightning

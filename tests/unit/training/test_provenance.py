@@ -113,6 +113,9 @@ def test_a_new_learning_rate_is_refused_or_applied_on_purpose(tmp_path: Path, co
     refused = pytest.raises(ProvenanceMismatch, match=r"optimizer\.lr: checkpoint 0\.001, this run")
     with refused:
         fit(tmp_path, teacher, corpus, checkpoint, "warn", optimizer=adamw(1e-4))
+    # one refusal names everything to change: the objective's difference and the optimizer's
+    with pytest.raises(ProvenanceMismatch, match=r"(?s)distill\.temperature.*optimizer\.lr"):
+        fit(tmp_path, teacher, corpus, checkpoint, optimizer=adamw(1e-4), temperature=2.0)
     seen = LearningRates()
     fit(tmp_path, teacher, corpus, checkpoint, reset=True, optimizer=adamw(1e-4), probe=seen)
     # a fresh optimizer at the new rate (no moments carried over), from step 2 on
