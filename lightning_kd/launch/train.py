@@ -18,6 +18,7 @@ import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.strategies import FSDPStrategy
+from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
 
 from lightning_kd.launch.auto import resolve
@@ -122,12 +123,6 @@ def summarise(module, trainer: L.Trainer, resolved, before: dict, after: dict, t
     )
 
 
-def trainer_is_zero(module) -> bool:
-    """Whether this process is the one that writes (rank 0, or no trainer at all)."""
-    trainer = module._trainer
-    return trainer is None or trainer.is_global_zero
-
-
 def export_student(module, directory: Path) -> None:
     """The final student, checked finite, as a ``save_pretrained`` directory (a full disk named
     as one, with the way on)."""
@@ -139,7 +134,8 @@ def export_student(module, directory: Path) -> None:
         )
     with disk_errors(directory, FINISH_AGAIN):
         module.export_student(str(directory))
-    if trainer_is_zero(module) and not (directory / "config.json").is_file():
+    # module.export_student writes on rank 0 only (rank_zero_only): only there is it checked.
+    if rank_zero_only.rank == 0 and not (directory / "config.json").is_file():
         raise RuntimeError(f"exporting the student wrote no config.json into {directory}")
 
 
