@@ -16,11 +16,12 @@ class KillAtStep(Callback):
     of the previous batch).
     """
 
-    def __init__(self, step: int) -> None:
+    def __init__(self, step: int, rank: int | None = None) -> None:
         self.step = step
+        self.rank = rank  # only this global rank dies (None: every rank), as one node would
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        if trainer.global_step == self.step:
+        if trainer.global_step == self.step and self.rank in (None, trainer.global_rank):
             os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -25,6 +25,7 @@ from lightning_kd.launch.auto import resolve
 from lightning_kd.launch.build import build
 from lightning_kd.launch.config import JobRecord, record_job
 from lightning_kd.launch.entry import check_entry
+from lightning_kd.launch.nodes import launcher, node_errors
 from lightning_kd.launch.teacher_cache import drop_repair_states
 from lightning_kd.training.checkpoints import LAST_NAME, resolve_ckpt_path
 from lightning_kd.training.finite import check_finite_model, strict_json
@@ -158,7 +159,9 @@ def run(cfg: DictConfig, command: Sequence[str] = ("python", "run.py")) -> float
     student perplexity (for sweeps), if it has one."""
     for message in LIGHTNING_NOISE:
         warnings.filterwarnings("ignore", message=message)
-    check_entry(cfg)  # before anything loads (the positions: preflight.py, once built)
+    # Before anything loads (the positions: preflight.py, once built); the nodes against the
+    # launcher that started this process, for train alone (the others run on one process).
+    check_entry(cfg, extra=node_errors(cfg.trainer.get("num_nodes", 1), cfg.trainer.devices))
     output_dir = Path(cfg.output_dir)
     ckpt_path = resolve_ckpt_path(cfg.ckpt_path, output_dir / "checkpoints")
     # Only a checkpoint of this directory's run resumes it: another run's, into a directory
@@ -267,9 +270,16 @@ def stop_report(
         saved = getattr(callback, "saved_step", None)
         at = f" (optimizer step {saved})" if saved is not None else ""
         resume = resume_command(command, overrides, output_dir)
-        return f"\n{why}\nThe latest checkpoint is {last}{at}. Resume with:\n  {resume}"
+        return f"\n{why}\nThe latest checkpoint is {last}{at}. Resume with{where()}:\n  {resume}"
     restart = restart_command(command, overrides, output_dir)
     return (
         f"\n{why}\nNo checkpoint was written: there is nothing to resume from. Start again "
-        f"with:\n  {restart}"
+        f"with{where()}:\n  {restart}"
     )
+
+
+def where() -> str:
+    """Where the printed command runs: under a launcher, on every node through it again (the
+    process sees only its own command, not the launcher's)."""
+    found = launcher()
+    return "" if found is None else f", on every node, through {found.name} as before"

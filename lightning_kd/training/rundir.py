@@ -63,9 +63,15 @@ class RunDirError(RuntimeError):
     """A run directory in use by another run, or holding another run's outputs."""
 
 
+RANKS = ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "SLURM_PROCID")
+"""Where a process learns its place: Lightning's DDP launcher and torchrun (the first four) and
+SLURM's ``srun`` (``SLURM_PROCID``; Lightning reads it in place of ``RANK``)."""
+
+
 def is_rank_zero() -> bool:
-    """Whether this process is the launching one (a DDP launch re-runs the script per rank)."""
-    return all(os.environ.get(name, "0") == "0" for name in ("RANK", "LOCAL_RANK", "NODE_RANK"))
+    """Whether this process is the launching one: a DDP launch re-runs the script per rank, and
+    torchrun or ``srun`` start it once per rank on every node."""
+    return all(os.environ.get(name, "0") == "0" for name in RANKS)
 
 
 def previous_outputs(run_dir: Path) -> list[str]:

@@ -249,6 +249,22 @@ def test_train_refuses_a_seed_and_a_precision_it_cannot_run(case, weightless, tm
     assert not (tmp_path / "run" / ".hydra").exists()  # refused before the directory is claimed
 
 
+def test_several_nodes_without_their_launcher_are_refused(
+    weightless, tmp_path, capsys, monkeypatch
+) -> None:
+    """trainer.num_nodes=2 started by hand: Lightning would wait for the second node forever;
+    under torchrun with another process count, it would stop with a traceback once loading."""
+    argv = hydra_argv("train", weightless, tmp_path / "run", "trainer.num_nodes=2")
+    named = ["trainer.num_nodes=2, but no multi-node launcher", "torchrun --nnodes=2"]
+    assert_refused(argv, named, capsys)
+    torchrun = {"TORCHELASTIC_RUN_ID": "x", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2"}
+    for name, value in {**torchrun, "GROUP_WORLD_SIZE": "2"}.items():
+        monkeypatch.setenv(name, value)
+    named = ["trainer.devices=1, but torchrun started 2 processes per node (--nproc-per-node=2)"]
+    assert_refused(argv, named, capsys)
+    assert not (tmp_path / "run" / ".hydra").exists()
+
+
 def test_a_run_directory_that_is_a_file_or_has_a_tilde_is_refused(
     weightless, tmp_path, capsys, monkeypatch
 ) -> None:

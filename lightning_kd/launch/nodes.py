@@ -1,0 +1,146 @@
+"""Multi-node runs: which launcher started this process, and whether it agrees with the config.
+
+Lightning trains on ``trainer.num_nodes`` > 1 machines only when something else starts one
+process per device on every node and tells each its place: ``torchrun`` (``TORCHELASTIC_RUN_ID``,
+``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_WORLD_SIZE``) or SLURM's ``srun`` (``SLURM_NTASKS``,
+``SLURM_NNODES``, ``SLURM_NTASKS_PER_NODE``), which Lightning reads through its
+``TorchElasticEnvironment`` and ``SLURMEnvironment``. Without one, Lightning starts
+``trainer.devices`` processes on this machine and waits, with no message and no end, for ranks
+that never come; with one that disagrees with the config, it stops with a traceback after the
+config is read. Both are refused here, before any model loads, naming the launch command.
+
+Every node composes its own config, so the run directory must be one path every node sees:
+Hydra's default (``outputs/<date>/<time>``) differs from node to node and would split the run
+(each node resuming from its own ``checkpoints/``), so a multi-node run names it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+
+LAUNCH_DOC = "docs/scale-out.md#multi-node"
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """The processes an external launcher started, as it reports them."""
+
+    name: str
+    """``torchrun`` or ``srun``."""
+    world_size: int | None
+    nodes: int | None
+    per_node: int | None
+    """Processes per node (None where the launcher does not say: ``srun`` without
+    ``--ntasks-per-node``)."""
+
+
+def _number(environ: Mapping[str, str], name: str) -> int | None:
+    value = environ.get(name, "")
+    return int(value) if value.isdigit() else None
+
+
+def launcher(environ: Mapping[str, str] = os.environ) -> Launcher | None:
+    """The launcher that started this process (None: started by hand, or by Lightning itself).
+
+    SLURM jobs named ``bash`` or ``interactive`` are an interactive allocation in which the user
+    launches processes themselves, as Lightning's own detection treats them."""
+    if "TORCHELASTIC_RUN_ID" in environ:
+        return Launcher(
+            "torchrun",
+            _number(environ, "WORLD_SIZE"),
+            _number(environ, "GROUP_WORLD_SIZE"),
+            _number(environ, "LOCAL_WORLD_SIZE"),
+        )
+    if "SLURM_NTASKS" in environ and environ.get("SLURM_JOB_NAME") not in ("bash", "interactive"):
+        return Launcher(
+            "srun",
+            _number(environ, "SLURM_NTASKS"),
+            _number(environ, "SLURM_NNODES"),
+            _number(environ, "SLURM_NTASKS_PER_NODE"),
+        )
+    return None
+
+
+def torchrun_command(nodes: int, per_node: int | str) -> str:
+    """The command each node runs (``--node-rank`` 0 on the node whose address is given)."""
+    return (
+        f"torchrun --nnodes={nodes} --nproc-per-node={per_node} --node-rank=<0..{nodes - 1}> "
+        "--master-addr=<node 0's address> --master-port=29500 -m lightning_kd train "
+        f"strategy=ddp trainer.num_nodes={nodes} trainer.devices={per_node} "
+        "hydra.run.dir=<a directory every node sees>"
+    )
+
+
+def node_errors(
+    num_nodes: object, devices: object, environ: Mapping[str, str] = os.environ
+) -> list[str]:
+    """What stops ``trainer.num_nodes`` × ``trainer.devices`` from running under this process's
+    launcher (empty when nothing does; values of the wrong type are ``checks.py``'s to report)."""
+    if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
+        return []
+    found = launcher(environ)
+    if found is None:
+        if num_nodes == 1:
+            return []
+        return [
+            f"trainer.num_nodes={num_nodes}, but no multi-node launcher started this process "
+            "(no torchrun or SLURM srun environment), so Lightning would wait forever for the "
+            f"other nodes; start it on every node with `{torchrun_command(num_nodes, devices)}`, "
+            f"or submit it with hydra/launcher=submitit_slurm ({LAUNCH_DOC})"
+        ]
+    return _agreement_errors(found, num_nodes, devices) + _shared_dir_errors(num_nodes)
+
+
+def _agreement_errors(found: Launcher, num_nodes: int, devices: object) -> list[str]:
+    """The launcher's node count and processes per node against the config's."""
+    errors = []
+    per_node_flag = "--nproc-per-node" if found.name == "torchrun" else "--ntasks-per-node"
+    nodes_flag = "--nnodes" if found.name == "torchrun" else "--nodes"
+    if found.nodes is not None and found.nodes != num_nodes:
+        errors.append(
+            f"trainer.num_nodes={num_nodes}, but {found.name} started {found.nodes} nodes "
+            f"({nodes_flag}={found.nodes}); set trainer.num_nodes={found.nodes} or launch "
+            f"{nodes_flag}={num_nodes}"
+        )
+    if not isinstance(devices, int) or isinstance(devices, bool):
+        errors.append(
+            f"trainer.devices={devices!r} under {found.name}: each node runs the processes "
+            f"{found.name} starts, one per device, so give their number "
+            f"(trainer.devices={found.per_node or '<processes per node>'})"
+        )
+        return errors
+    if found.per_node is not None and found.per_node != devices:
+        errors.append(
+            f"trainer.devices={devices}, but {found.name} started {found.per_node} processes "
+            f"per node ({per_node_flag}={found.per_node}); set trainer.devices={found.per_node} "
+            f"or launch {per_node_flag}={devices}"
+        )
+    elif found.per_node is None and found.world_size not in (None, num_nodes * devices):
+        errors.append(
+            f"trainer.num_nodes={num_nodes} × trainer.devices={devices} is "
+            f"{num_nodes * devices} processes, but {found.name} started {found.world_size}; "
+            "make the two agree"
+        )
+    return errors
+
+
+def _shared_dir_errors(num_nodes: int) -> list[str]:
+    """A multi-node run without a run directory named on the command line (see the module
+    doc). A sweep's directory is composed once, where the jobs are submitted."""
+    if num_nodes == 1 or not HydraConfig.initialized():
+        return []
+    hydra = HydraConfig.get()
+    if hydra.mode != RunMode.RUN:
+        return []
+    if any(override.startswith("hydra.run.dir=") for override in hydra.overrides.hydra):
+        return []
+    return [
+        f"trainer.num_nodes={num_nodes} with Hydra's default run directory "
+        f"({hydra.run.dir}): every node composes its own, from its own clock; name one that "
+        "every node sees, the same on every node: hydra.run.dir=<shared path>"
+    ]

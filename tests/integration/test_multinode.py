@@ -1,0 +1,122 @@
+"""Two nodes of one process each, started by torchrun as on two machines (gloo, a localhost
+rendezvous, one shared run directory), train the student one process trains; one node killed
+mid-run, both restarted with ckpt_path=last, continue as the uninterrupted run."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tests.conftest import ROOT
+from tests.integration.test_cli import run_cli
+from tests.unit.training.test_ddp import common, documents
+from tests.unit.training.test_strategies import free_port
+
+NODES = 2
+
+
+def torchrun_nodes(*overrides: str, port: int) -> list[subprocess.CompletedProcess]:
+    """``torchrun --nnodes=2 --nproc-per-node=1 --node-rank=i run.py ...`` for each node i, as
+    each machine's user would type it, run side by side; each node in its own session (its
+    torchrun agent and the worker it starts), as on its own machine."""
+    launches = [
+        subprocess.Popen(
+            [
+                *(sys.executable, "-m", "torch.distributed.run"),
+                f"--nnodes={NODES}",
+                "--nproc-per-node=1",
+                f"--node-rank={rank}",
+                "--master-addr=127.0.0.1",
+                f"--master-port={port}",
+                "run.py",
+                "strategy=ddp",
+                f"trainer.num_nodes={NODES}",
+                "trainer.devices=1",
+                *overrides,
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        for rank in range(NODES)
+    ]
+    finished = []
+    for launch in launches:
+        try:
+            out, err = launch.communicate(timeout=600)
+        except subprocess.TimeoutExpired:
+            for other in launches:
+                os.killpg(other.pid, signal.SIGKILL)
+            raise
+        finished.append(subprocess.CompletedProcess(launch.args, launch.returncode, out, err))
+    return finished
+
+
+def train_losses(run_dir: Path) -> dict[int, float]:
+    with open(run_dir / "logs" / "metrics.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    return {int(r["step"]): float(r["train/loss"]) for r in rows if r.get("train/loss")}
+
+
+def assert_same_student(run_dir: Path, reference: Path, rtol: float) -> None:
+    want = load_file(reference / "student" / "model.safetensors")
+    got = load_file(run_dir / "student" / "model.safetensors")
+    for key, value in want.items():
+        torch.testing.assert_close(got[key], value, rtol=rtol, atol=rtol * 1e-3, msg=key)
+
+
+@pytest.mark.slow
+def test_two_nodes_equal_one_process_and_resume_after_a_node_is_killed(tmp_path: Path) -> None:
+    data = documents(tmp_path / "docs.jsonl")
+    # 6 optimizer steps of 3 micro-batches; last.ckpt at step 3, where node 1 dies.
+    shared = [o for o in common(data, 2) if not o.startswith("trainer.max_steps=")]
+    shared += ["trainer.max_steps=6", "checkpoint.every=3"]
+    one, two, killed = tmp_path / "one", tmp_path / "two", tmp_path / "killed"
+
+    result = run_cli(*shared, "data.batch_size=4", f"hydra.run.dir={one}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    nodes = torchrun_nodes(*shared, f"hydra.run.dir={two}", port=free_port())
+    for node in nodes:
+        assert node.returncode == 0, node.stderr[-3000:]
+    summary_one = json.loads((one / "summary.json").read_text())
+    summary_two = json.loads((two / "summary.json").read_text())
+    assert summary_one["steps"] == summary_two["steps"] == 6
+    assert summary_one["train_tokens"] == summary_two["train_tokens"] > 0
+    assert_same_student(two, one, rtol=1e-9)
+    # Token sums over both nodes' shares. Lightning collects logged values in float32 (its
+    # result metrics take the default dtype): fp64 sums that differ in their last digits can
+    # round to neighbouring float32 values, one float32 step (1.2e-7 relative) apart.
+    for name, value in summary_one["after"].items():
+        assert summary_two["after"][name] == pytest.approx(value, rel=2.5e-7), name
+    assert "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2" in nodes[1].stderr
+
+    # Node 1 dies (SIGKILL) as step 3 begins; node 0 loses its peer in the step's all-reduce.
+    kill = "+callbacks.kill={_target_: tests.helpers.KillAtStep, step: 3, rank: 1}"
+    nodes = torchrun_nodes(*shared, kill, f"hydra.run.dir={killed}", port=free_port())
+    assert all(node.returncode != 0 for node in nodes), [node.returncode for node in nodes]
+    state = torch.load(killed / "checkpoints" / "last.ckpt", weights_only=True)
+    assert state["global_step"] == 3
+    assert not (killed / "summary.json").exists()
+    # Node 0 names the lost peer's failure and how to resume: on every node, through torchrun.
+    resume = nodes[0].stdout.split("Resume with, on every node, through torchrun as before:\n")
+    assert len(resume) == 2 and "ckpt_path=last" in resume[1], nodes[0].stdout[-3000:]
+
+    nodes = torchrun_nodes(*shared, "ckpt_path=last", f"hydra.run.dir={killed}", port=free_port())
+    for node in nodes:
+        assert node.returncode == 0, node.stderr[-3000:]
+    expected, got = train_losses(two), train_losses(killed)
+    assert sorted(got) == sorted(expected) == list(range(6)), got
+    for step, loss in got.items():
+        assert loss == pytest.approx(expected[step], rel=1e-12), step
+    assert_same_student(killed, two, rtol=1e-12)

@@ -1,0 +1,64 @@
+"""Multi-node settings against the launcher that started the process, refused before loading."""
+
+from __future__ import annotations
+
+import pytest
+
+from lightning_kd.launch.nodes import Launcher, launcher, node_errors
+
+TORCHRUN_2x1 = {
+    "TORCHELASTIC_RUN_ID": "none",
+    "WORLD_SIZE": "2",
+    "GROUP_WORLD_SIZE": "2",
+    "LOCAL_WORLD_SIZE": "1",
+}
+SRUN_2x4 = {"SLURM_NTASKS": "8", "SLURM_NNODES": "2", "SLURM_NTASKS_PER_NODE": "4"}
+
+
+def test_the_launcher_is_read_from_its_environment() -> None:
+    assert launcher({}) is None
+    assert launcher(TORCHRUN_2x1) == Launcher("torchrun", 2, 2, 1)
+    assert launcher(SRUN_2x4) == Launcher("srun", 8, 2, 4)
+    # An interactive allocation (srun --pty bash): the user starts the processes, as Lightning
+    # itself treats it.
+    assert launcher({**SRUN_2x4, "SLURM_JOB_NAME": "interactive"}) is None
+
+
+def test_several_nodes_without_a_launcher_are_refused_with_the_command() -> None:
+    (error,) = node_errors(2, 1, {})
+    assert "trainer.num_nodes=2, but no multi-node launcher started this process" in error
+    assert "wait forever" in error
+    assert "torchrun --nnodes=2 --nproc-per-node=1 --node-rank=<0..1>" in error
+    assert "hydra/launcher=submitit_slurm" in error
+    assert node_errors(1, 1, {}) == [] and node_errors(1, 4, {}) == []
+
+
+@pytest.mark.parametrize(
+    ("num_nodes", "devices", "environ", "expected"),
+    [
+        (3, 1, TORCHRUN_2x1, "trainer.num_nodes=3, but torchrun started 2 nodes (--nnodes=2)"),
+        (2, 2, TORCHRUN_2x1, "trainer.devices=2, but torchrun started 1 processes per node "),
+        (1, 1, {**TORCHRUN_2x1, "GROUP_WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "2"}, "--nproc"),
+        (2, 2, SRUN_2x4, "set trainer.devices=4 or launch --ntasks-per-node=2"),
+        (4, 4, SRUN_2x4, "but srun started 2 nodes (--nodes=2); set trainer.num_nodes=2"),
+        (2, "auto", SRUN_2x4, "trainer.devices='auto' under srun: "),
+    ],
+    ids=["nodes", "devices", "one_node", "srun_tasks", "srun_nodes", "auto_devices"],
+)
+def test_a_launcher_that_disagrees_with_the_config_is_named(
+    num_nodes, devices, environ, expected
+) -> None:
+    errors = node_errors(num_nodes, devices, environ)
+    assert any(expected in error for error in errors), errors
+
+
+def test_srun_without_tasks_per_node_is_checked_by_its_task_count() -> None:
+    environ = {"SLURM_NTASKS": "6", "SLURM_NNODES": "2"}
+    (error,) = node_errors(2, 4, environ)
+    assert "trainer.num_nodes=2 × trainer.devices=4 is 8 processes, but srun started 6" in error
+    assert node_errors(2, 3, environ) == []
+
+
+def test_an_agreeing_launcher_passes() -> None:
+    assert node_errors(2, 1, TORCHRUN_2x1) == []
+    assert node_errors(2, 4, SRUN_2x4) == []
