@@ -263,6 +263,12 @@ def test_several_nodes_without_their_launcher_are_refused(
     named = ["trainer.devices=1, but torchrun started 2 processes per node (--nproc-per-node=2)"]
     assert_refused(argv, named, capsys)
     assert not (tmp_path / "run" / ".hydra").exists()
+    # Agreeing, but each node would compose its own timestamped directory.
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.chdir(tmp_path)
+    named = ["trainer.num_nodes=2 with Hydra's default run directory", "hydra.run.dir=<shared"]
+    assert_refused(argv[:-1], named, capsys)
 
 
 def test_a_run_directory_that_is_a_file_or_has_a_tilde_is_refused(
