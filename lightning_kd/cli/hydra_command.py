@@ -7,12 +7,15 @@ import functools
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import hydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from lightning_kd.launch.checks import config_errors
+from lightning_kd.launch.cluster import launcher_errors, launcher_override_errors, submitit_kind
 from lightning_kd.launch.config import CONF_DIR, register_defaults
 from lightning_kd.launch.paths import run_dir_errors
 from lightning_kd.utils.refusal import REFUSED_EXIT, Refused, refuse
@@ -37,15 +40,13 @@ def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
         try:
             return stoppable(task)(cfg)
         except Refused as refused:
-            print(f"lightning-kd: {refused}", file=sys.stderr)
-            raise SystemExit(REFUSED_EXIT) from None
+            exit_refused(refused)
 
-    try:
-        check_run_dir(argv)
-    except Refused as refused:
-        print(f"lightning-kd: {refused}", file=sys.stderr)
-        raise SystemExit(REFUSED_EXIT) from None
     register_defaults()
+    try:
+        refuse(run_dir_override_errors(argv) + launcher_override_errors(argv))
+    except Refused as refused:
+        exit_refused(refused)
     sys.argv = [typed[0] if typed else "lightning-kd", *argv]
     main = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
     try:
@@ -54,21 +55,44 @@ def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
         sys.argv = typed
 
 
-def check_run_dir(argv: Sequence[str]) -> None:
-    """Refuse a ``hydra.run.dir=`` override Hydra would trip on or misread, before Hydra runs:
-    it creates the directory before any task does (a file there is a raw ``FileExistsError``,
-    ``~/x`` a directory named ``~``). The config check sees the same value again as
-    ``output_dir``, for a notebook's composed config."""
+def exit_refused(refused: Refused) -> NoReturn:
+    """Print ``refused``'s message alone and exit 2, as every command does for refused input."""
+    print(f"lightning-kd: {refused}", file=sys.stderr)
+    raise SystemExit(REFUSED_EXIT) from None
+
+
+class LaunchCheck(Callback):
+    """A ``-m`` launch through a cluster launcher (``hydra/launcher=submitit_slurm``), checked in
+    the launching process before anything is submitted (``conf/config.yaml`` adds it to
+    Hydra's callbacks): the launcher's fields and the config's values, which each job checks
+    again once it runs, but only after its time in the queue. Other launches are left to their
+    jobs."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if submitit_kind(config) is None:
+            return
+        try:
+            refuse(launcher_errors(config) + config_errors(config))
+        except Refused as refused:
+            exit_refused(refused)
+
+
+def run_dir_override_errors(argv: Sequence[str]) -> list[str]:
+    """Why a ``hydra.run.dir=`` override is one Hydra would trip on or misread, found before
+    Hydra runs: it creates the directory before any task does (a file there is a raw
+    ``FileExistsError``, ``~/x`` a directory named ``~``). The config check sees the same value
+    again as ``output_dir``, for a notebook's composed config."""
     words = [word for word in argv if word.startswith("hydra.run.dir=")]
     if not words:
-        return
+        return []
     try:
         (override,) = OverridesParser.create().parse_overrides(words[-1:])
     except Exception:  # Hydra names a malformed override itself, when it parses
-        return
+        return []
     value = override.value()
     if isinstance(value, str) and "${" not in value:  # an interpolation is Hydra's to resolve
-        refuse(run_dir_errors(value))
+        return run_dir_errors(value)
+    return []
 
 
 def stoppable(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], Any]:

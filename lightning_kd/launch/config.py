@@ -32,6 +32,7 @@ from lightning_kd.cache.format import CacheSpec
 from lightning_kd.data.text import TextDataModule
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.generation.teacher_completions import GenerateSpec
+from lightning_kd.launch.cluster import register_launchers
 from lightning_kd.models.loading import StudentSpec, TeacherSpec
 from lightning_kd.utils.atomic import atomic_write_bytes
 
@@ -83,12 +84,14 @@ def on_default_corpus(files: Any, value: Any) -> Any:
 
 
 def register_defaults() -> None:
-    """Store each group's defaults as ``<group>/base`` (idempotent: the same node each time), and
-    the ``kd.*`` resolvers the YAML files use."""
+    """Store each group's defaults as ``<group>/base`` (idempotent: the same node each time), the
+    submitit launchers' as ``hydra/launcher/submitit_<kind>_base`` (``cluster.py``), and the
+    ``kd.*`` resolvers the YAML files use."""
     OmegaConf.register_new_resolver("kd.on_default_corpus", on_default_corpus, replace=True)
     store = ConfigStore.instance()
     for group, target in GROUP_TARGETS.items():
         store.store(group=group, name="base", node=defaults_node(target))
+    register_launchers(store)
 
 
 def compose_config(

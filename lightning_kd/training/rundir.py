@@ -63,15 +63,20 @@ class RunDirError(RuntimeError):
     """A run directory in use by another run, or holding another run's outputs."""
 
 
-RANKS = ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "SLURM_PROCID")
-"""Where a process learns its place: Lightning's DDP launcher and torchrun (the first four) and
-SLURM's ``srun`` (``SLURM_PROCID``; Lightning reads it in place of ``RANK``)."""
+RANKS = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
+"""Where a process reads its rank, the first one set winning, in Lightning's own order: its DDP
+launcher and torchrun set ``RANK``/``LOCAL_RANK``; SLURM's ``srun`` sets ``SLURM_PROCID`` on every
+task (0 in a batch script or an ``salloc`` shell, so a plain run there is rank 0), and torchrun
+under ``srun`` still wins with ``RANK``."""
+NODES = ("NODE_RANK", "GROUP_RANK")
+"""A further node's processes (Lightning's launcher, torchrun), whatever their local rank."""
 
 
 def is_rank_zero() -> bool:
     """Whether this process is the launching one: a DDP launch re-runs the script per rank, and
     torchrun or ``srun`` start it once per rank on every node."""
-    return all(os.environ.get(name, "0") == "0" for name in RANKS)
+    rank = next((os.environ[name] for name in RANKS if name in os.environ), "0")
+    return rank == "0" and all(os.environ.get(name, "0") == "0" for name in NODES)
 
 
 def previous_outputs(run_dir: Path) -> list[str]:

@@ -180,12 +180,10 @@ def conf_examples() -> list[Example]:
     """Overrides in the comments of every conf/ file, one example per comment line."""
     examples = []
     for path in sorted(CONF.rglob("*.yaml")):
-        group = path.parent.name if path.parent != CONF else None
-        selects = (
-            []
-            if group is None
-            else [f"{'' if group in DEFAULT_GROUPS else '+'}{group}={path.stem}"]
-        )
+        group = path.parent.relative_to(CONF).as_posix() if path.parent != CONF else None
+        # Hydra's own groups (hydra/launcher) and the primary config's are selected, others added.
+        selected = group in DEFAULT_GROUPS or str(group).startswith("hydra/")
+        selects = [] if group is None else [f"{'' if selected else '+'}{group}={path.stem}"]
         for number, line in enumerate(path.read_text().split("\n"), start=1):
             if "#" not in line:
                 continue

@@ -69,7 +69,9 @@ def test_the_installed_package_is_the_wheel_with_its_configs(installed, tmp_path
         conf.parts[-2:] == ("lightning_kd", "conf")
         and Path(installed["PYTHONPATH"]) in conf.parents
     )
-    assert {p.name for p in conf.iterdir()} == {p.name for p in (ROOT / "conf").iterdir()}
+    # Every config, those of nested groups (hydra/launcher/) included.
+    shipped = {p.relative_to(conf).as_posix() for p in conf.rglob("*.yaml")}
+    assert shipped == {p.relative_to(ROOT / "conf").as_posix() for p in ROOT.glob("conf/**/*.yaml")}
     assert shutil.which("lightning-kd", path=installed["PATH"]).startswith(installed["PYTHONPATH"])
 
 

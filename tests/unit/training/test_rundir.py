@@ -146,3 +146,25 @@ def test_only_a_checkpoint_inside_the_run_directory_resumes_its_run(tmp_path: Pa
     linked = run_dir / "checkpoints" / "linked.ckpt"
     linked.symlink_to(foreign)  # a link into another run is that run's checkpoint
     assert not is_own_checkpoint(linked, run_dir)
+
+
+@pytest.mark.parametrize(
+    ("environ", "zero"),
+    [
+        ({}, True),
+        ({"LOCAL_RANK": "1", "NODE_RANK": "0"}, False),  # Lightning's launcher, a further rank
+        ({"RANK": "0", "GROUP_RANK": "0", "LOCAL_RANK": "0"}, True),  # torchrun's first
+        ({"RANK": "2", "GROUP_RANK": "1", "LOCAL_RANK": "0"}, False),  # node 1's first
+        ({"SLURM_PROCID": "0", "SLURM_NTASKS": "8"}, True),  # srun's task 0
+        ({"SLURM_PROCID": "5", "SLURM_NTASKS": "8"}, False),  # one of the others
+        ({"SLURM_PROCID": "1", "RANK": "0", "GROUP_RANK": "0"}, True),  # torchrun under srun
+        ({"NODE_RANK": "1"}, False),  # the first process of a further node
+    ],
+)
+def test_rank_zero_is_found_under_every_launcher(environ, zero, monkeypatch) -> None:
+    """Only rank 0 claims the run directory: under ``srun`` every task once thought it was."""
+    for name in (*rundir.RANKS, *rundir.NODES):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    assert rundir.is_rank_zero() is zero
