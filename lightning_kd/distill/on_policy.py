@@ -18,6 +18,25 @@ forwards; eval mode turns activation checkpointing off for it. Which micro-batch
 what is sampled come from ``seed`` and the micro-batch's ``draw`` number (the optimizer step and
 batch index under Lightning), so a resumed run samples what the uninterrupted one would have.
 
+Under sharding (FSDP, DeepSpeed ZeRO-3) each forward of the student (and, interleaved, of the
+teacher) gathers its weights with a collective, which every rank must join. Three things keep
+the ranks in step:
+
+- *The same micro-batches are sampled on every rank*: the choice is a function of ``seed``,
+  ``draw`` and ``step`` alone, which every rank shares (Lightning gives each rank the same number
+  of batches), never of the rank or its data; a rank sampling alone would wait forever.
+- *The same token budget*: the widest prompt over the ranks sets every rank's room, so ranks
+  agree on the most tokens, and on a refusal.
+- *Decoding in step*: ``generate(synced_gpus=True)``, and the same in the interleaved loop, keep
+  a rank whose completions have all ended running forwards (drawing nothing) until every rank's
+  have: each rank writes what it would write alone, its completions as long as they are.
+
+This applies only when a model is sharded and there is more than one rank
+(``decoding.decodes_in_step``, asked of the models themselves, so a plain PyTorch loop gets it
+too); DDP and one device decode alone, with no collective per token. Every rank seeds its
+sampling with the same ``seed`` and ``draw``, as under DDP: ranks sample their own rows from the
+same random stream.
+
 With ``distill.on_policy_teacher_top_k=k`` the completions are written by interleaved sampling
 (speculative KD, ``generation/interleaved.py``): a student token outside the teacher's top k is
 replaced by the teacher's sample. ``tally`` counts how many of the written tokens were the
@@ -33,6 +52,7 @@ from torch import Tensor, nn
 
 from lightning_kd.generation.decoding import (
     completions_batch,
+    decodes_in_step,
     device_list,
     generate_in_eval,
     left_padded,
@@ -40,6 +60,7 @@ from lightning_kd.generation.decoding import (
     prompt_tokens,
     stop_and_pad,
     until_eos,
+    widest,
 )
 from lightning_kd.generation.interleaved import interleaved_sample
 
@@ -110,29 +131,38 @@ class OnPolicy:
         """``batch`` with each answer replaced by the student's completion of its prompt (with
         ``teacher_top_k``, by the interleaved completion ``teacher`` vetoes)."""
         prompts = prompt_tokens(batch)
-        left = left_padded(prompts, self.pad_token_id, batch["input_ids"].device)
-        room = self.room(student, teacher) - left["input_ids"].shape[1]
+        device = batch["input_ids"].device
+        left = left_padded(prompts, self.pad_token_id, device)
+        in_step = decodes_in_step(student, teacher if self.teacher_top_k is not None else None)
+        width = widest(left["input_ids"].shape[1], device, in_step)
+        room = self.room(student, teacher) - width
         if room < 1:
             raise ValueError(
-                f"distill.on_policy: a prompt of {left['input_ids'].shape[1]} tokens leaves the "
-                "student no position to generate in; lower data.block_size"
+                f"distill.on_policy: a prompt of {width} tokens leaves the student no position to "
+                "generate in; lower data.block_size"
             )
         with torch.random.fork_rng(devices=device_list(left["input_ids"])):
             torch.manual_seed(self.seed * 1_000_003 + draw)
-            new, own = self.write(student, teacher, left, min(self.max_new_tokens, room))
+            new, own = self.write(student, teacher, left, min(self.max_new_tokens, room), in_step)
         completions = [until_eos(row, self.eos_token_id) for row in new]
         if own is not None:  # interleaved: count the student's tokens among those kept
             self.tally.add(int(own.sum()), sum(len(completion) for completion in completions))
         return completions_batch(prompts, completions, self.pad_token_id)
 
     def write(
-        self, student: nn.Module, teacher: nn.Module | None, left: dict[str, Tensor], tokens: int
+        self,
+        student: nn.Module,
+        teacher: nn.Module | None,
+        left: dict[str, Tensor],
+        tokens: int,
+        in_step: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """At most ``tokens`` new tokens after each prompt: the student's sample, or the
-        interleaved one with which of its tokens are the student's own (None when all are)."""
+        interleaved one with which of its tokens are the student's own (None when all are);
+        ``in_step``: every rank runs each forward until all ranks are done (sharded models)."""
         options = {"eos_token_id": self.eos_token_id, "pad_token_id": self.pad_token_id}
         if self.teacher_top_k is None:
-            options |= {"do_sample": True, "top_k": 0, "top_p": 1.0}
+            options |= {"do_sample": True, "top_k": 0, "top_p": 1.0, "synced_gpus": in_step}
             new = generate_in_eval(
                 student, left, max_new_tokens=tokens, temperature=self.temperature, **options
             )
@@ -148,6 +178,7 @@ class OnPolicy:
             max_new_tokens=tokens,
             temperature=self.temperature,
             top_k=self.teacher_top_k,
+            in_step=in_step,
             **options,
         )
 

@@ -1,5 +1,6 @@
 """Decoding helpers shared by on-policy KD, the teacher's completions, prompt evaluation and the
-samples callback: prompts cut from a batch, left padding, generation in eval mode, end tokens."""
+samples callback: prompts cut from a batch, left padding, generation in eval mode, end tokens,
+and whether ranks must decode in step (sharded models)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
+from torch.distributed import fsdp
 
 from lightning_kd.losses.logits import IGNORE_INDEX
 
@@ -27,6 +30,41 @@ def generate_in_eval(model: nn.Module, left: dict[str, Tensor], **options) -> Te
     with eval_mode(model):
         output = model.generate(**left, use_cache=True, **options)
     return output[:, left["input_ids"].shape[1] :]
+
+
+def is_sharded(model: nn.Module) -> bool:
+    """Whether a forward of ``model`` gathers weights from the other ranks: it holds an FSDP unit
+    (FSDP1's wrapper, an FSDP2 module) or DeepSpeed ZeRO-3 partitioned parameters (``ds_id``).
+    A model inside one FSDP unit alone is whole during that unit's forward: not sharded here."""
+    units = tuple(
+        unit
+        for unit in (fsdp.FullyShardedDataParallel, getattr(fsdp, "FSDPModule", None))
+        if unit is not None
+    )
+    if any(isinstance(module, units) for module in model.modules()):
+        return True
+    return any(hasattr(parameter, "ds_id") for parameter in model.parameters())
+
+
+def decodes_in_step(*models: nn.Module | None) -> bool:
+    """Whether every rank must run each decoding forward together: more than one rank, and one
+    of ``models`` sharded, so that each of its forwards is a collective (a rank that stopped
+    early would leave the others waiting in it). A DDP or one-device run decodes alone: no
+    collective per token, and it samples what it always did."""
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return False
+    return any(model is not None and is_sharded(model) for model in models)
+
+
+def widest(width: int, device: torch.device, in_step: bool) -> int:
+    """``width`` (a prompt width), or the widest over ranks when they decode in step: every rank
+    then gets the same token budget (the same refusal, too), and a rank that runs extra forwards
+    for the others still stays within its model's positions."""
+    if not in_step:
+        return width
+    value = torch.tensor(width, device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return int(value)
 
 
 def positions(model: nn.Module) -> int:

@@ -15,7 +15,9 @@ both models continue from it. A token is therefore drawn from
 student's tokens that are the teacher's first choice.
 
 Both models decode with their own KV cache, one token per step, in eval mode with no graph;
-the caller owns the random stream (``on_policy.py`` forks and seeds it per micro-batch).
+the caller owns the random stream (``on_policy.py`` forks and seeds it per micro-batch). Under
+sharding the ranks decode in step: each forward gathers weights with a collective, so a rank
+whose rows have all ended keeps running forwards, drawing nothing, until every rank's have.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import inspect
 
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 
 from lightning_kd.generation.decoding import eval_mode
@@ -39,10 +42,16 @@ def interleaved_sample(
     top_k: int,
     eos_token_id: int | None,
     pad_token_id: int,
+    in_step: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """The tokens written after the left-padded prompts ``left`` (``[batch, ≤ max_new_tokens]``,
     ``pad_token_id`` after a row's end token) and which of them are the student's own (True)
-    rather than the teacher's replacements (False; padding is False too)."""
+    rather than the teacher's replacements (False; padding is False too).
+
+    ``in_step`` (sharded models, ``decoding.decodes_in_step``): every rank decodes until all are
+    done, each forward being a collective; a rank done early keeps running both models without
+    drawing (as ``generate(synced_gpus=True)`` does), so what it writes is what it writes alone.
+    """
     ids, mask = left["input_ids"], left["attention_mask"]
     position = (mask.cumsum(-1) - 1).clamp(min=0)  # left padding: each row counts from 0
     decoders = [Decoder(student), Decoder(teacher)]
@@ -51,17 +60,28 @@ def interleaved_sample(
     with eval_mode(student):
         for _ in range(max_new_tokens):
             logits = [decoder.next_logits(ids, mask, position) for decoder in decoders]
-            token, accepted = vetoed_draw(*logits, temperature, top_k)
-            token = token.masked_fill(done, pad_token_id)
-            tokens.append(token)
-            own.append(accepted & ~done)
-            if eos_token_id is not None:
-                done = done | (token == eos_token_id)
-            if bool(done.all()):
+            if not bool(done.all()):
+                token, accepted = vetoed_draw(*logits, temperature, top_k)
+                token = token.masked_fill(done, pad_token_id)
+                tokens.append(token)
+                own.append(accepted & ~done)
+                if eos_token_id is not None:
+                    done = done | (token == eos_token_id)
+            if all_done(bool(done.all()), in_step, ids.device):
                 break
             ids, position = token[:, None], position[:, -1:] + 1
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
     return torch.stack(tokens, dim=1), torch.stack(own, dim=1)
+
+
+def all_done(done: bool, in_step: bool, device: torch.device) -> bool:
+    """Whether decoding stops: this rank is ``done``, and with ``in_step`` every rank is (one
+    all-reduce of the ranks still writing)."""
+    if not in_step:
+        return done
+    writing = torch.tensor(0 if done else 1, device=device)
+    dist.all_reduce(writing)
+    return int(writing) == 0
 
 
 class Decoder:

@@ -197,8 +197,6 @@ def _strategy_target(cfg: Mapping) -> str | None:
 
 
 SHARDED_REFUSALS = {
-    "distill.on_policy": "ranks sample completions of different lengths, and each generated "
-    "token of a sharded student is a collective",
     "distill.blockwise_passes": "the repair trains whole student layers outside the sharded step",
 }
 

@@ -13,6 +13,9 @@ and ``DeepSpeedStrategy`` with the settings a second, frozen model needs.
   when tied) is left unsharded (FSDP ``ignored_states``), so the loss can read it too. No flat
   parameter mixes a bf16 teacher with an fp32 student ("Must flatten tensors with uniform
   dtype"). Activation checkpointing by policy goes to trainable blocks only: the student's.
+  On-policy sampling runs inside the root's forward too (``training_step``), so the student's
+  ``generate`` finds its root-unit weights gathered and gathers each block per token; its blocks
+  being units is what makes the ranks decode in step (``generation/decoding.decodes_in_step``).
 - DeepSpeed: frozen parameters are excluded from checkpoints; the optimizer never sees them.
   Under ZeRO-3 DeepSpeed gathers the partitioned heads the chunked loss reads inside the step
   (tested on CPUs: the step equals the unsharded one).

@@ -3,17 +3,22 @@ token for token, and draws each token from the distribution the rule defines."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 
 from lightning_kd.distill.distiller import Distiller
 from lightning_kd.distill.objective import DistillConfig
-from lightning_kd.generation.decoding import left_padded, prompt_tokens
+from lightning_kd.generation.decoding import decodes_in_step, left_padded, prompt_tokens, widest
 from lightning_kd.generation.interleaved import interleaved_sample, sample, vetoed_draw
 from lightning_kd.losses.logits import IGNORE_INDEX
 from lightning_kd.models.loading import StudentSpec, TeacherSpec, byte_tokenizer
 from tests.conftest import TINY_LLAMA
 from tests.unit.distill.test_on_policy import chat_batch
+from tests.unit.training.test_strategies import free_port
 
 TEACHER = TeacherSpec(path=None, config=dict(TINY_LLAMA))
 
@@ -139,6 +144,52 @@ def test_the_distiller_trains_on_interleaved_completions_and_counts_the_share() 
     share = model.on_policy.tally.take()
     assert share is not None and 0.0 < share < 1.0
     assert model.on_policy.tally.take() is None  # taken: counting starts again
+
+
+def decode_in_step_worker(rank: int, world_size: int, port: int) -> None:
+    """One rank: rank 0's one row ends at its first token, rank 1's two rows never end. Alone
+    they run 1 and 6 forwards of each model; in step both run 6, and write what they wrote alone."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    model = distiller()  # the same unsharded models on both ranks
+    assert not decodes_in_step(model.student, model.teacher)  # whole models decode alone
+    rows = prompt_tokens(chat_batch())  # prompts of 3 and 5 tokens
+    left = left_padded(rows if rank else rows[:1], 0, torch.device("cpu"))
+    widths = [left["input_ids"].shape[1]] * 2
+    dist.all_gather_object(widths, widths[0])
+    assert widest(widths[rank], torch.device("cpu"), True) == max(widths) > min(widths)
+    assert widest(widths[rank], torch.device("cpu"), False) == widths[rank]
+    options = {"max_new_tokens": 6, "temperature": 1.0, "top_k": 8, "pad_token_id": 0}
+
+    def decode(eos_token_id: int | None, in_step: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        torch.manual_seed(3)
+        args = (model.student, model.teacher, left)
+        return interleaved_sample(*args, eos_token_id=eos_token_id, in_step=in_step, **options)
+
+    first = int(decode(None, False)[0][0, 0])
+    end = first if rank == 0 else None  # rank 0's first token is its end token
+    alone = decode(end, False)
+    forwards = {"student": 0, "teacher": 0}
+    for role in forwards:
+
+        def count(module, args, output, role=role) -> None:
+            forwards[role] += 1
+
+        getattr(model, role).register_forward_hook(count)
+    together = decode(end, True)
+    assert all(torch.equal(a, b) for a, b in zip(together, alone, strict=True))
+    assert alone[0].shape[1] == (1 if rank == 0 else 6)
+    assert forwards == {"student": 6, "teacher": 6}
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_ranks_decode_in_step_until_every_rank_is_done() -> None:
+    """The interleaved loop's synchronisation (sharded models: each forward a collective): a rank
+    whose rows have ended keeps running both models, drawing nothing, until the other is done;
+    the widest prompt over ranks sets every rank's token budget."""
+    mp.spawn(decode_in_step_worker, args=(2, free_port()), nprocs=2)
 
 
 def test_bad_top_k_settings_are_refused() -> None:
