@@ -64,5 +64,28 @@ class Window:
         """
         scale = accumulate * world_size / tokens.clamp(min=1)
         for param in params:
-            if param.grad is not None:
-                param.grad.mul_(scale.to(param.grad.dtype))
+            scale_gradient(param, scale)
+
+
+def scale_gradient(param: nn.Parameter, scale: Tensor) -> None:
+    """Multiply ``param``'s accumulated gradient by ``scale`` where the engine keeps it.
+
+    Single device, DDP and FSDP keep it in ``param.grad``. DeepSpeed ZeRO-3 leaves ``param.grad``
+    empty and keeps each rank's partition of it in its optimizer (scaled here, partition by
+    partition: no gather); ZeRO-1/2 keep the reduced gradient in their fp32 partitions, reached
+    through DeepSpeed's own accessors. A parameter with no gradient at all is left alone.
+    """
+    if param.grad is not None:
+        param.grad.mul_(scale.to(param.grad.dtype))
+    elif hasattr(param, "ds_id"):  # ZeRO-3
+        from deepspeed.utils import safe_get_local_grad, safe_set_local_grad
+
+        grad = safe_get_local_grad(param)
+        if grad is not None:
+            safe_set_local_grad(param, grad * scale.to(grad))
+    elif hasattr(param, "_hp_mapping"):  # ZeRO-1/2
+        from deepspeed.utils import safe_get_full_grad, safe_set_full_grad
+
+        grad = safe_get_full_grad(param)
+        if grad is not None:
+            safe_set_full_grad(param, grad * scale.to(grad))

@@ -43,7 +43,7 @@ from lightning_kd.training.finite import check_finite_loss
 from lightning_kd.training.metrics import ValidationMetrics
 from lightning_kd.training.optim import optimizer_config
 from lightning_kd.training.repair import BlockwiseRepair
-from lightning_kd.training.strategies import ROLE
+from lightning_kd.training.strategies import ROLE, loss_divisor, window_ends
 from lightning_kd.utils.compat import exclude_from_ddp, silence_eval_mode_warning
 from lightning_kd.utils.plain_data import as_spec, plain_data
 
@@ -187,11 +187,13 @@ class DistillationModule(LightningModule):
         self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def on_before_optimizer_step(self, optimizer: Optimizer) -> None:
+        if not window_ends(self.trainer):  # DeepSpeed: called after every micro-batch
+            return
         totals = self.window.reduced(self.trainer.strategy)
         self.window.rescale_gradients(
             self.distiller.trainable_parameters(),
             totals["tokens"],
-            self.trainer.accumulate_grad_batches,  # Lightning divided each loss by it
+            loss_divisor(self.trainer),  # Lightning (and DeepSpeed) divided each loss by it
             self.trainer.world_size,
         )
         self.window.reset()

@@ -18,7 +18,10 @@ and ``DeepSpeedStrategy`` with the settings a second, frozen model needs.
   being units is what makes the ranks decode in step (``generation/decoding.decodes_in_step``).
 - DeepSpeed: frozen parameters are excluded from checkpoints; the optimizer never sees them.
   Under ZeRO-3 DeepSpeed gathers the partitioned heads the chunked loss reads inside the step
-  (tested on CPUs: the step equals the unsharded one).
+  (tested on CPUs: the step equals the unsharded one). DeepSpeed accumulates gradients itself:
+  Lightning then runs the optimizer hooks after every micro-batch and divides each loss by the
+  accumulation count, which the engine's backward does again; :func:`window_ends` and
+  :func:`loss_divisor` tell the exact accumulation (``accumulation.py``) both.
 """
 
 from __future__ import annotations
@@ -104,6 +107,26 @@ def fsdp(activation_checkpointing: bool = False, **kwargs: Any) -> DistillationF
 def deepspeed(stage: int = 3, **kwargs: Any):
     """Lightning's DeepSpeedStrategy (ZeRO ``stage``) saving no frozen teacher parameters."""
     return DeepSpeedStrategy(**{"stage": stage, "exclude_frozen_parameters": True, **kwargs})
+
+
+def window_ends(trainer) -> bool:
+    """Whether this optimizer hook ends an accumulation window.
+
+    A strategy that accumulates itself (DeepSpeed) has Lightning run the optimizer hooks after
+    every micro-batch, and its engine steps only at its own boundary; elsewhere Lightning runs
+    them once per window.
+    """
+    if not trainer.strategy.handles_gradient_accumulation:
+        return True
+    return trainer.model.is_gradient_accumulation_boundary()
+
+
+def loss_divisor(trainer) -> int:
+    """What each micro-batch's loss was divided by before backward: Lightning divides it by
+    ``accumulate_grad_batches``, and DeepSpeed's ``engine.backward`` divides it by its
+    accumulation steps (the same number, which Lightning sets) once more."""
+    accumulate = trainer.accumulate_grad_batches
+    return accumulate * accumulate if trainer.strategy.handles_gradient_accumulation else accumulate
 
 
 def check_accelerator(strategy: str | None, accelerator: str | None) -> None:

@@ -27,6 +27,8 @@ from lightning_kd.training.strategies import (
     fsdp,
     is_trainable_block,
     is_wrap_unit,
+    loss_divisor,
+    window_ends,
 )
 from tests.conftest import ROOT, TINY_LLAMA, make_module
 
@@ -348,3 +350,35 @@ def test_under_fsdp_the_run_is_one_fit(tmp_path, monkeypatch, capsys, max_steps,
     assert summary.before == {} and "validate_before skipped" in out
     assert (summary.after.get("val/ppl", 0) > 0) == validated_at_end
     assert ("final validation skipped" in out) != validated_at_end
+
+
+def deepspeed_like(boundary: bool, accumulate: int = 4) -> SimpleNamespace:
+    """A trainer as Lightning's DeepSpeedStrategy runs it: the engine accumulates."""
+    engine = SimpleNamespace(is_gradient_accumulation_boundary=lambda: boundary)
+    strategy = SimpleNamespace(handles_gradient_accumulation=True)
+    return SimpleNamespace(strategy=strategy, model=engine, accumulate_grad_batches=accumulate)
+
+
+def test_under_deepspeed_the_window_ends_at_the_engines_boundary_and_undoes_both_divisions():
+    """Lightning runs the optimizer hooks after every micro-batch under DeepSpeed and divides
+    each loss by the accumulation count, which the engine's backward does again: the exact
+    accumulation rescales once per window, by the square."""
+    assert not window_ends(deepspeed_like(boundary=False))
+    assert window_ends(deepspeed_like(boundary=True))
+    assert loss_divisor(deepspeed_like(boundary=True, accumulate=4)) == 16
+    ddp = SimpleNamespace(
+        strategy=SimpleNamespace(handles_gradient_accumulation=False), accumulate_grad_batches=4
+    )
+    assert window_ends(ddp) and loss_divisor(ddp) == 4
+
+
+def test_a_micro_batch_inside_a_deepspeed_window_leaves_the_window_open(built) -> None:
+    module = built
+    module.window.add(module.distiller(rank_batch(0))[1])
+    totals = module.window.totals.clone()
+    module._trainer = deepspeed_like(boundary=False)
+    try:
+        module.on_before_optimizer_step(optimizer=None)
+    finally:
+        module._trainer = None
+    assert torch.equal(module.window.totals, totals)  # counted on, not rescaled or reset
