@@ -3,7 +3,10 @@
     python scripts/gpu_check.py [--out DIR]
 
 Each strategy runs as its own ``python run.py`` (a fresh process and CUDA context) with
-``trainer.precision=bf16-mixed teacher.dtype=bfloat16``; the table prints each run's exit status,
+``trainer.precision=bf16-mixed teacher.dtype=bfloat16``, in two scenarios: ``plain`` (the smoke
+config) and ``on_policy`` (chat rows, mixed on-policy KD at λ 0.5 — the student generates inside
+the sharded step — with 2 accumulated micro-batches per step, DeepSpeed's own accumulation
+path); the table prints each run's exit status,
 final student perplexity and peak CUDA memory (``torch.cuda.max_memory_allocated``, written by the
 run to its summary.json), and checks that each last checkpoint holds the student and no teacher
 weights. DeepSpeed comes with the ``dev`` extras (``pip install -e ".[deepspeed]"`` alone).
@@ -21,12 +24,40 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 STRATEGIES = ("ddp", "fsdp", "deepspeed")
+SCENARIOS = ("plain", "on_policy")
+CHATML = (
+    "{% for message in messages %}"
+    "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def scenario_overrides(scenario: str, out: Path) -> list[str]:
+    """The overrides of ``scenario`` (its chat rows and template written under ``out``)."""
+    if scenario == "plain":
+        return []
+    rows, template = out / "chats.jsonl", out / "chatml.jinja"
+    template.write_text(CHATML)
+    with rows.open("w") as handle:
+        for i in range(64):
+            row = {"prompt": f"Count to {i % 9 + 1}.", "completion": f"{i}, said the model."}
+            handle.write(json.dumps(row) + "\n")
+    return [
+        "data=chat",
+        f"data.files=[{rows}]",
+        f"data.chat_template={template}",
+        "data.block_size=160",
+        "distill.on_policy=0.5",
+        "distill.on_policy_tokens=8",
+        "trainer.accumulate_grad_batches=2",
+    ]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(tempfile.mkdtemp(prefix="gpu-check-")))
     parser.add_argument("--strategies", nargs="+", default=list(STRATEGIES))
+    parser.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=SCENARIOS)
     args = parser.parse_args()
     import torch
 
@@ -34,37 +65,46 @@ def main() -> int:
         print("no CUDA device here: run this on a GPU machine")
         return 2
     rows, failed = [], 0
-    for strategy in args.strategies:
-        run_dir = args.out / strategy
-        command = [
-            sys.executable,
-            "run.py",
-            "debug=smoke",
-            f"strategy={strategy}",
-            "trainer.accelerator=gpu",
-            "trainer.devices=1",
-            "trainer.precision=bf16-mixed",
-            "teacher.dtype=bfloat16",
-            f"hydra.run.dir={run_dir}",
-        ]
-        result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
-        (args.out / f"{strategy}.log").write_text(result.stdout + result.stderr)
-        summary = run_dir / "summary.json"
-        if result.returncode == 0 and summary.is_file():
-            data = json.loads(summary.read_text())
-            status = checkpoint_status(run_dir / "checkpoints" / "last.ckpt")
-            failed += status != "ok"
-            rows.append((strategy, status, data["after"].get("val/ppl"), data.get("peak_cuda_mb")))
-        else:
-            failed += 1
-            rows.append((strategy, f"failed: {last_error(result.stderr)}", None, None))
-    print("| strategy | status | student ppl | peak CUDA MB |\n|---|---|---:|---:|")
-    for strategy, status, ppl, peak in rows:
+    args.out.mkdir(parents=True, exist_ok=True)
+    for scenario in args.scenarios:
+        for strategy in args.strategies:
+            row = run_one(strategy, scenario, args.out)
+            failed += row[2] != "ok"
+            rows.append(row)
+    print("| strategy | scenario | status | student ppl | peak CUDA MB |")
+    print("|---|---|---|---:|---:|")
+    for strategy, scenario, status, ppl, peak in rows:
         ppl_text = "—" if ppl is None else f"{ppl:.2f}"
         peak_text = "—" if peak is None else f"{peak:.0f}"
-        print(f"| {strategy} | {status} | {ppl_text} | {peak_text} |")
+        print(f"| {strategy} | {scenario} | {status} | {ppl_text} | {peak_text} |")
     print(f"logs: {args.out}")
     return 1 if failed else 0
+
+
+def run_one(strategy: str, scenario: str, out: Path) -> tuple:
+    """One ``python run.py`` of the smoke config under ``strategy`` in ``scenario``: (strategy,
+    scenario, status, student perplexity, peak CUDA MB)."""
+    run_dir = out / f"{strategy}-{scenario}"
+    command = [
+        sys.executable,
+        "run.py",
+        "debug=smoke",
+        f"strategy={strategy}",
+        "trainer.accelerator=gpu",
+        "trainer.devices=1",
+        "trainer.precision=bf16-mixed",
+        "teacher.dtype=bfloat16",
+        *scenario_overrides(scenario, out),
+        f"hydra.run.dir={run_dir}",
+    ]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    (out / f"{strategy}-{scenario}.log").write_text(result.stdout + result.stderr)
+    summary = run_dir / "summary.json"
+    if result.returncode != 0 or not summary.is_file():
+        return strategy, scenario, f"failed: {last_error(result.stderr)}", None, None
+    data = json.loads(summary.read_text())
+    status = checkpoint_status(run_dir / "checkpoints" / "last.ckpt")
+    return strategy, scenario, status, data["after"].get("val/ppl"), data.get("peak_cuda_mb")
 
 
 def checkpoint_status(path: Path) -> str:
