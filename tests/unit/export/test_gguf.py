@@ -31,7 +31,7 @@ LIMITS = {"f16": 0.005, "q8_0": 0.02}
 """The largest relative change of held-out perplexity each type may make."""
 
 
-def smoke_model(layers: int = 2, steps: int = 80):
+def smoke_model(layers: int = 2, steps: int = 40):
     """``debug=smoke``'s model (the tiny_llama teacher's config, the smoke student's 2 layers),
     trained briefly on ``TEXT``: a peaked model shows weight errors a random one hides."""
     config = OmegaConf.to_container(OmegaConf.load(ROOT / "conf/teacher/tiny_llama.yaml"))
