@@ -22,6 +22,7 @@ COMMANDS = {
     "generate": "write the teacher's completions for sequence-level KD (Hydra overrides)",
     "evaluate": "perplexity of saved models on text, or answers to prompts judged by a teacher",
     "importance": "score the teacher's layers and print the student.layers a run would keep",
+    "export": "write a saved student as a GGUF file for llama.cpp (f16 or q8_0)",
     "bench": "memory and speed of a KD step against its floor, side by side",
     "soak": "many optimizer steps of the real launch, watching for memory that only grows",
 }

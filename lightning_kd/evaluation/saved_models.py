@@ -1,13 +1,22 @@
-"""Saved models named on the command line: a ``save_pretrained`` directory, a Hugging Face id, or
-a packaged teacher (``smollm2``), loaded in fp32 for evaluation."""
+"""Saved models named on the command line: a ``save_pretrained`` directory, a Hugging Face id, a
+packaged teacher (``smollm2``) or a ``.gguf`` file (read by transformers' GGUF loader and
+converted once, as a GGUF teacher is), loaded in fp32 for evaluation."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from lightning_kd.models.files import readable
-from lightning_kd.models.sources import MINILM, SMOLLM2, checked_model_path, teacher_dir
+from lightning_kd.models.sources import (
+    MINILM,
+    SMOLLM2,
+    checked_model_path,
+    convert_gguf,
+    teacher_dir,
+)
 
 
 def model_location(name: str, key: str = "model") -> str:
@@ -15,6 +24,11 @@ def model_location(name: str, key: str = "model") -> str:
     one refused naming ``key``, how the command was given it (``--teacher``, a model)."""
     if name in (SMOLLM2, MINILM):
         return teacher_dir(name)
+    if name.endswith(".gguf"):  # a GGUF export (export.gguf), compared with its source
+        gguf = Path(name).expanduser()
+        if not gguf.is_file():
+            raise FileNotFoundError(f"{key}={name}: no such GGUF file")
+        return str(convert_gguf(gguf))
     return checked_model_path(name, key)
 
 

@@ -18,6 +18,7 @@ import torch
 from omegaconf.errors import OmegaConfBaseException
 
 from lightning_kd.distill.objective import learns_nothing
+from lightning_kd.export.gguf import type_errors
 from lightning_kd.launch.logger_checks import logger_errors
 from lightning_kd.launch.paths import run_dir_errors
 from lightning_kd.launch.rules import ABSENT, CountOrFraction, Number, value_errors
@@ -100,7 +101,22 @@ def config_errors(cfg: Mapping) -> list[str]:
     errors += _list_errors(cfg) + _device_errors(cfg) + _encoder_errors(cfg)
     errors += _weight_errors(cfg) + _quantize_errors(cfg) + logger_errors(cfg)
     errors += _sharding_errors(cfg) + _repair_errors(cfg) + _flag_errors(cfg)
-    return errors + _precision_errors(cfg) + _output_dir_errors(cfg)
+    return errors + _precision_errors(cfg) + _output_dir_errors(cfg) + _export_errors(cfg)
+
+
+def _export_errors(cfg: Mapping) -> list[str]:
+    """``export.gguf``: null or a GGUF type, and a student exported to convert."""
+    kind = lookup(cfg, "export.gguf")
+    if kind is ABSENT or kind is None:
+        return []
+    if errors := type_errors(kind):
+        return errors
+    if lookup(cfg, "export_student") is False:
+        return [
+            f"export.gguf={kind} converts the exported student (RUN_DIR/student), which "
+            "export_student=false does not write; set export_student=true, or export.gguf=null"
+        ]
+    return []
 
 
 def _output_dir_errors(cfg: Mapping) -> list[str]:

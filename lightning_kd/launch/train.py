@@ -25,6 +25,7 @@ from lightning_kd.launch.auto import resolve
 from lightning_kd.launch.build import build
 from lightning_kd.launch.config import JobRecord, record_job
 from lightning_kd.launch.entry import check_entry
+from lightning_kd.launch.export import export_gguf, gguf_errors
 from lightning_kd.launch.nodes import launcher, node_errors
 from lightning_kd.launch.teacher_cache import drop_repair_states
 from lightning_kd.training.checkpoints import LAST_NAME, resolve_ckpt_path
@@ -90,6 +91,7 @@ def train(
         raise
     if cfg.export_student:
         export_student(module, output_dir / "student")
+        export_gguf(cfg, output_dir / "student", FINISH_AGAIN)
     if resolved.teacher_cache is not None and trainer.is_global_zero:
         training = {pair.teacher for pair in module.distiller.layer_pairs}
         keep = bool(cfg.cache.get("keep_repair_states"))
@@ -160,8 +162,10 @@ def run(cfg: DictConfig, command: Sequence[str] = ("python", "run.py")) -> float
     for message in LIGHTNING_NOISE:
         warnings.filterwarnings("ignore", message=message)
     # Before anything loads (the positions: preflight.py, once built); the nodes against the
-    # launcher that started this process, for train alone (the others run on one process).
-    check_entry(cfg, extra=node_errors(cfg.trainer.get("num_nodes", 1), cfg.trainer.devices))
+    # launcher that started this process and the GGUF export, for train alone (the others run
+    # on one process and export nothing).
+    nodes = node_errors(cfg.trainer.get("num_nodes", 1), cfg.trainer.devices)
+    check_entry(cfg, extra=nodes + gguf_errors(cfg))
     output_dir = Path(cfg.output_dir)
     ckpt_path = resolve_ckpt_path(cfg.ckpt_path, output_dir / "checkpoints")
     # Only a checkpoint of this directory's run resumes it: another run's, into a directory

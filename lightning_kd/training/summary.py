@@ -172,12 +172,14 @@ def tree_bytes(path: Path) -> int:
 
 
 def disk_use(output_dir: Path, cache: dict | None = None) -> dict[str, dict]:
-    """What a run wrote: its run directory (checkpoints and exported student named apart) and,
-    where it wrote into the shared teacher cache, those bytes and that cache's path."""
+    """What a run wrote: its run directory (checkpoints, the exported student and its GGUFs
+    named apart) and, where it wrote into the shared teacher cache, those bytes and its path."""
     written = {"run directory": {"path": str(output_dir), "bytes": tree_bytes(output_dir)}}
     for part in ("checkpoints", "student"):
         if (output_dir / part).exists():
             written[part] = {"path": str(output_dir / part), "bytes": tree_bytes(output_dir / part)}
+    for gguf in sorted(output_dir.glob("student.*.gguf")):  # export.gguf's files
+        written[gguf.name] = {"path": str(gguf), "bytes": gguf.stat().st_size}
     if cache is not None and cache.get("distill.teacher_cache"):
         path = cache["distill.teacher_cache"]
         written["teacher cache"] = {"path": path, "bytes": cache.get("written_bytes", 0)}

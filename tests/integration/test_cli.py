@@ -27,7 +27,7 @@ def run_cli(*overrides: str) -> subprocess.CompletedProcess:
 
 def test_smoke_run_writes_everything_under_the_run_dir(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    result = run_cli("debug=smoke", f"hydra.run.dir={run_dir}")
+    result = run_cli("debug=smoke", "export.gguf=q8_0", f"hydra.run.dir={run_dir}")
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text(), parse_constant=no_constants)
     assert summary["steps"] == 6
@@ -46,6 +46,11 @@ def test_smoke_run_writes_everything_under_the_run_dir(tmp_path: Path) -> None:
     ids = tokenizer("def f(x): return x", return_tensors="pt")["input_ids"]
     assert student.config.num_hidden_layers == 2
     assert torch.isfinite(student(ids).logits).all()
+    # export.gguf=q8_0: the same student as one GGUF beside it, in the summary's written rows.
+    gguf = AutoModelForCausalLM.from_pretrained(run_dir, gguf_file="student.q8_0.gguf")
+    assert torch.allclose(gguf(ids).logits, student(ids).logits, atol=0.05)
+    written = summary["written"]["student.q8_0.gguf"]
+    assert written["bytes"] == (run_dir / "student.q8_0.gguf").stat().st_size
 
     assert "trainer.max_steps" not in (run_dir / ".hydra" / "overrides.yaml").read_text()
     log = run_dir / "train.log"  # Hydra's job log: created by the first line logged, if any

@@ -19,6 +19,7 @@ LAYERS = (
     "data",  # files, corpus, tokenising, loaders
     "generation",  # decoding outside the step's graph
     "evaluation",  # measuring saved models
+    "export",  # saved models in other formats (GGUF)
     "cache",  # the teacher cache
     "distill",  # the step as plain PyTorch
     "training",  # the Lightning layer

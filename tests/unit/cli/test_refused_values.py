@@ -239,6 +239,19 @@ def test_train_refuses_bad_values(case, weightless, tmp_path, capsys) -> None:
 TRAIN_MORE = {
     "negative seed": (["seed=-1"], ["seed=-1: must be an integer in [0, 4294967295]"]),
     "fp16 on a CPU": (["trainer.precision=16-mixed"], ["use trainer.precision=bf16-mixed"]),
+    "a GGUF type not written": (
+        ["export.gguf=q4_k"],
+        ["export.gguf='q4_k': choose one of f16, q8_0 (or null: no GGUF)"],
+    ),
+    "a GGUF without the export it converts": (
+        ["export.gguf=f16", "export_student=false"],
+        ["export.gguf=f16 converts the exported student", "set export_student=true"],
+    ),
+    # The student copies the teacher's GPT-2 architecture: refused before anything trains.
+    "a GGUF of a GPT-2": (
+        ["export.gguf=q8_0"],
+        ["the student is a gpt2 model (model_type='gpt2')", "llama.cpp's convert_hf_to_gguf.py"],
+    ),
 }
 
 
@@ -361,3 +374,25 @@ def test_soak_refuses_an_out_holding_a_training_run(training_run, capsys) -> Non
     named = [f"--out {training_run} holds outputs a soak did not write", f"{training_run}-soak"]
     assert_refused(argv, named, capsys)
     assert (training_run / "student").is_dir() and (training_run / "checkpoints").is_dir()
+
+
+EXPORT = {
+    "another architecture": (
+        ["{model}", "--gguf", "q8_0"],
+        ["the student is a gpt2 model (model_type='gpt2')", "convert_hf_to_gguf.py"],
+    ),
+    "no model there": (["{model}/nothing", "--gguf", "f16"], ["nothing does not exist"]),
+    "an --out that is a directory": (
+        ["{model}", "--gguf", "f16", "--out", "{model}"],
+        ["--out {model} is a directory; give a file path"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", EXPORT)
+def test_export_refuses_before_loading(case, weightless, capsys) -> None:
+    argv, named = EXPORT[case]
+    fill = {"model": weightless}
+    argv = ["export", *(word.format(**fill) for word in argv)]
+    assert_refused(argv, [text.format(**fill) for text in named], capsys)
+    assert not list(weightless.parent.glob("*.gguf"))

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from lightning_kd.cli.evaluate import main
+from lightning_kd.export.gguf import export_saved
 from lightning_kd.models.loading import byte_tokenizer
 from tests.conftest import TEXT, TINY_LLAMA
 
@@ -73,3 +74,32 @@ def test_too_little_text_is_an_error(tmp_path) -> None:
                 str(tmp_path / "a"),
             ]
         )
+
+
+def test_a_gguf_export_is_scored_beside_its_source(tmp_path, monkeypatch) -> None:
+    """``lightning-kd evaluate -- RUN/student RUN/student.q8_0.gguf``: the GGUF read by
+    transformers' GGUF loader, converted once into the cache as a GGUF teacher is.
+
+    That loader adds GPT-2's ``<|endoftext|>`` to a byte-level vocabulary without it (the
+    refusal of another tokenizer would then stop the comparison): SmolLM2's has it, so the
+    tiny model's tokenizer is given it too, at the model's last row."""
+    monkeypatch.setenv("LIGHTNING_KD_CACHE", str(tmp_path / "cache"))
+    torch.manual_seed(0)
+    config = dict(TINY_LLAMA, vocab_size=258)
+    model = AutoModelForCausalLM.from_config(
+        AutoConfig.for_model(config.pop("model_type"), **config)
+    )
+    tokenizer = byte_tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|endoftext|>"]})
+    model.save_pretrained(tmp_path / "student")
+    tokenizer.save_pretrained(tmp_path / "student")
+    gguf = export_saved(tmp_path / "student", "q8_0")
+    text = tmp_path / "heldout.txt"
+    text.write_text(TEXT)
+    rows = main(
+        ["--files", str(text), "--block-size", "32", "--", str(tmp_path / "student"), str(gguf)]
+    )
+    assert rows[1]["model"] == str(gguf) and rows[1]["tokens"] == rows[0]["tokens"]
+    assert rows[1]["perplexity"] == pytest.approx(rows[0]["perplexity"], rel=0.02)
+    with pytest.raises(ValueError, match=r"student\.f16\.gguf: no such GGUF file"):  # exit 2
+        main(["--files", str(text), "--", str(tmp_path / "student.f16.gguf")])

@@ -1,0 +1,53 @@
+"""``lightning-kd export``: a saved student as one GGUF file for llama.cpp, without training.
+
+    lightning-kd export runs/kd/student --gguf q8_0      # writes runs/kd/student.q8_0.gguf
+    lightning-kd export runs/kd/student --gguf f16 --out smollm2-6l.f16.gguf
+
+What a run's ``export.gguf=f16|q8_0`` writes, from a ``save_pretrained`` directory (a run's
+``student/``). Llama-family models only (SmolLM2's architecture), with a byte-level BPE tokenizer;
+another is refused by name before the weights load. The file appears whole or not at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+from lightning_kd.export.gguf import GGUF_TYPES, export_saved
+from lightning_kd.launch.entry import check_entry
+from lightning_kd.launch.paths import out_file_errors
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lightning-kd export",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("directory", type=Path, help="a save_pretrained directory (RUN/student)")
+    parser.add_argument("--gguf", required=True, choices=list(GGUF_TYPES), help="the GGUF type")
+    parser.add_argument(
+        "--out", type=Path, help="the file to write (default: beside DIRECTORY, <name>.<type>.gguf)"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    """Write the GGUF ``argv`` asks for; returns its path."""
+    args = parser().parse_args(argv)
+    check_entry(extra=directory_errors(args.directory) + out_file_errors("--out", args.out))
+    path = export_saved(args.directory, args.gguf, args.out)
+    print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MB)")
+    return path
+
+
+def directory_errors(directory: Path) -> list[str]:
+    """Why ``directory`` is not a saved model to convert (missing, or no ``config.json``)."""
+    if (directory / "config.json").is_file():
+        return []
+    what = "has no config.json" if directory.is_dir() else "does not exist"
+    return [
+        f"{directory} {what}: give a save_pretrained directory, e.g. a run's student/ "
+        "(lightning-kd export runs/kd/student --gguf q8_0)"
+    ]

@@ -1,0 +1,211 @@
+"""A Llama-family student as one GGUF file llama.cpp loads, in f16 or q8_0 (``export.gguf``).
+
+It follows llama.cpp's own converter (``convert_hf_to_gguf.py``, class ``LlamaModel``): tensor
+names from gguf-py's ``TensorNameMap``, the query and key rows permuted into the rotary layout
+llama.cpp's kernels expect (transformers' GGUF loader permutes them back), the ``llama.*``
+hyperparameters, the vocabulary of ``gguf_vocab.py``, and the same storage rule: every 1-D tensor
+and every norm in f32, the rest in the chosen type (a q8_0 tensor whose rows are not whole
+32-value blocks in f16, as llama.cpp falls back). Tied embeddings are written once, as
+``token_embd``; there is no ``output.weight`` then.
+
+Other architectures are refused by name before anything is written (:func:`architecture_errors`
+reads a config alone, so a run refuses before it trains), and the file appears whole or not at
+all: it is written under a temporary name beside its target and renamed when complete.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+from gguf import (
+    GGML_QUANT_SIZES,
+    GGML_QUANT_VERSION,
+    MODEL_ARCH,
+    MODEL_ARCH_NAMES,
+    GGMLQuantizationType,
+    LlamaFileType,
+    get_tensor_name_map,
+    quants,
+)
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PretrainedConfig
+
+from lightning_kd.export.gguf_vocab import GGUFFile, add_vocabulary, gguf_vocabulary
+from lightning_kd.utils.atomic import replaced_whole
+from lightning_kd.utils.disk import disk_errors
+from lightning_kd.utils.refusal import refuse
+
+GGUF_TYPES = {
+    "f16": (GGMLQuantizationType.F16, LlamaFileType.MOSTLY_F16),
+    "q8_0": (GGMLQuantizationType.Q8_0, LlamaFileType.MOSTLY_Q8_0),
+}
+"""``export.gguf`` values: how the weight matrices are stored, and the file type recorded."""
+ARCHITECTURES = ("llama",)
+"""``model_type`` values written (SmolLM2, the default teacher, is one)."""
+FIX = (
+    "keep the Hugging Face export (the save_pretrained directory, a run's student/), or convert "
+    "it with llama.cpp's convert_hf_to_gguf.py"
+)
+AGAIN = "export again"
+"""What follows a full disk, by default."""
+SKIPPED = ("rotary_emb.inv_freq",)
+"""State-dict entries with no tensor in a GGUF (llama.cpp computes them)."""
+
+
+def gguf_path(directory: Path, kind: str) -> Path:
+    """Where the GGUF of the saved model in ``directory`` goes: beside it, as
+    ``<directory>.<kind>.gguf`` (``RUN_DIR/student.q8_0.gguf``)."""
+    directory = Path(directory)
+    return directory.with_name(f"{directory.name}.{kind}.gguf")
+
+
+def type_errors(kind: object, key: str = "export.gguf") -> list[str]:
+    """The message refusing ``key``'s ``kind`` when it is not a GGUF type written here."""
+    if isinstance(kind, str) and kind in GGUF_TYPES:
+        return []
+    return [f"{key}={kind!r}: choose one of {', '.join(GGUF_TYPES)} (or null: no GGUF)"]
+
+
+def architecture_errors(config: PretrainedConfig) -> list[str]:
+    """One message for each part of ``config`` a Llama GGUF cannot express (none: writable)."""
+    model_type = getattr(config, "model_type", None)
+    if model_type not in ARCHITECTURES:
+        return [
+            f"the student is a {model_type} model (model_type={model_type!r}): the GGUF export "
+            f"writes {', '.join(ARCHITECTURES)} models only (SmolLM2's architecture); {FIX}"
+        ]
+    found = {
+        "rope type": rope(config)[1],
+        "attention_bias": bool(getattr(config, "attention_bias", False)),
+        "mlp_bias": bool(getattr(config, "mlp_bias", False)),
+        "hidden_act": getattr(config, "hidden_act", "silu"),
+    }
+    expected = {"rope type": "default", "attention_bias": False, "mlp_bias": False}
+    expected["hidden_act"] = "silu"
+    return [
+        f"the student's {key} is {found[key]!r}, which the Llama GGUF export does not write "
+        f"(it writes {expected[key]!r}); {FIX}"
+        for key in expected
+        if found[key] != expected[key]
+    ]
+
+
+def rope(config: PretrainedConfig) -> tuple[float, str]:
+    """The rotary base and kind of ``config`` (transformers 5's ``rope_parameters``, or 4's
+    ``rope_theta`` and ``rope_scaling``)."""
+    parameters = getattr(config, "rope_parameters", None) or {}
+    scaling = getattr(config, "rope_scaling", None) or {}
+    theta = parameters.get("rope_theta", getattr(config, "rope_theta", 10000.0))
+    kind = parameters.get("rope_type") or scaling.get("rope_type") or scaling.get("type")
+    return float(theta), kind or "default"
+
+
+def write_gguf(
+    model, tokenizer, path: Path, kind: str, name: str | None = None, then: str = AGAIN
+) -> Path:
+    """Write ``model`` (a Llama ``PreTrainedModel``) and ``tokenizer`` to ``path`` as a GGUF of
+    ``kind`` (``f16`` or ``q8_0``), named ``name`` inside; returns ``path``. Whatever cannot be
+    written is refused before the file is begun; a full disk is named with ``then``, the step
+    after freeing space."""
+    refuse(type_errors(kind) + architecture_errors(model.config))
+    vocabulary = gguf_vocabulary(tokenizer, model.config.vocab_size)
+    tensors = list(gguf_tensors(model, GGUF_TYPES[kind][0]))
+    with replaced_whole(path) as temp, disk_errors(path, then):
+        writer = GGUFFile(temp, MODEL_ARCH_NAMES[MODEL_ARCH.LLAMA])
+        try:
+            writer.add_name(name or path.name.split(".")[0])
+            add_hyperparameters(writer, model.config, GGUF_TYPES[kind][1])
+            add_vocabulary(writer, vocabulary)
+            for tensor_name, data, stored in tensors:
+                writer.add_tensor(tensor_name, data, raw_dtype=stored)
+            writer.write_header_to_file()
+            writer.write_kv_data_to_file()
+            writer.write_tensors_to_file()
+            writer.flush()
+            for handle in writer.fout or ():
+                os.fsync(handle.fileno())
+        finally:
+            writer.close()
+    return path
+
+
+def add_hyperparameters(writer: GGUFFile, config: PretrainedConfig, file_type: int) -> None:
+    """The ``llama.*`` keys llama.cpp builds the model from, and the file type."""
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    writer.add_type("model")
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(getattr(config, "num_key_value_heads", None) or heads)
+    writer.add_rope_freq_base(rope(config)[0])
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    writer.add_vocab_size(config.vocab_size)
+    writer.add_rope_dimension_count(head_dim)
+    if head_dim * heads != config.hidden_size:  # llama.cpp's default is hidden_size / heads
+        writer.add_key_length(head_dim)
+        writer.add_value_length(head_dim)
+    writer.add_file_type(file_type)
+    writer.add_quantization_version(GGML_QUANT_VERSION)
+
+
+def gguf_tensors(model, wanted: GGMLQuantizationType):
+    """``(GGUF name, data, stored type)`` of each of ``model``'s tensors, in state-dict order;
+    a tensor the name map does not know is refused by name."""
+    config = model.config
+    names = get_tensor_name_map(MODEL_ARCH.LLAMA, config.num_hidden_layers)
+    tied = getattr(config, "tie_word_embeddings", False)
+    unknown = []
+    for key, tensor in model.state_dict().items():
+        if key.endswith(SKIPPED) or (tied and key == "lm_head.weight"):
+            continue
+        name = names.get_name(key, try_suffixes=(".weight", ".bias"))
+        if name is None:
+            unknown.append(key)
+            continue
+        data = rotary_rows(name, tensor.detach().to(torch.float32).cpu().numpy(), config)
+        stored = storage(name, data, wanted)
+        yield name, quants.quantize(data, stored), stored
+    if unknown:
+        refuse([f"export.gguf: the student has tensors a Llama GGUF has no name for: {unknown}"])
+
+
+def rotary_rows(name: str, data: np.ndarray, config: PretrainedConfig) -> np.ndarray:
+    """``data`` with a query or key projection's rows in llama.cpp's rotary order: within each
+    head, transformers rotates the first half against the second, llama.cpp adjacent pairs."""
+    if not name.endswith(("attn_q.weight", "attn_k.weight")):
+        return data
+    heads = config.num_attention_heads
+    if name.endswith("attn_k.weight"):
+        heads = getattr(config, "num_key_value_heads", None) or heads
+    rows = data.reshape(heads, 2, data.shape[0] // heads // 2, *data.shape[1:])
+    return rows.swapaxes(1, 2).reshape(data.shape)
+
+
+def storage(name: str, data: np.ndarray, wanted: GGMLQuantizationType) -> GGMLQuantizationType:
+    """How llama.cpp's converter stores ``name``: 1-D tensors and norms in f32; a q8_0 tensor
+    whose rows do not split into 32-value blocks in f16; the rest as ``wanted``."""
+    if data.ndim <= 1 or name.endswith("_norm.weight"):
+        return GGMLQuantizationType.F32
+    block = GGML_QUANT_SIZES[wanted][0]
+    return GGMLQuantizationType.F16 if data.shape[-1] % block else wanted
+
+
+def saved_config_errors(directory: Path) -> list[str]:
+    """:func:`architecture_errors` of the model saved in ``directory`` (its config alone)."""
+    return architecture_errors(AutoConfig.from_pretrained(directory))
+
+
+def export_saved(directory: Path, kind: str, path: Path | None = None, then: str = AGAIN) -> Path:
+    """The GGUF of the ``save_pretrained`` directory ``directory`` (model and tokenizer), at
+    ``path`` or :func:`gguf_path`; its architecture is checked before the weights load."""
+    directory = Path(directory)
+    refuse(type_errors(kind) + saved_config_errors(directory))
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
+    target = gguf_path(directory, kind) if path is None else Path(path)
+    return write_gguf(model, tokenizer, target, kind, directory.name, then)
