@@ -220,11 +220,20 @@ SHARDED_REFUSALS = {
 def _sharding_errors(cfg: Mapping) -> list[str]:
     if not any(kind in str(_strategy_target(cfg)).lower() for kind in STRATEGIES):
         return []
-    return [
+    errors = [
         f"{key} with a sharding strategy: {why}; use strategy=ddp (or {key}=0)"
         for key, why in SHARDED_REFUSALS.items()
         if isinstance(value := lookup(cfg, key), int | float) and value > 0
     ]
+    if lookup(cfg, "callbacks.samples") not in (None, ABSENT):
+        # Rank 0 alone generates them, outside the step: with sharded weights each forward is
+        # a collective the other ranks never join, and the run would hang there.
+        errors.append(
+            "callbacks.samples with a sharding strategy: rank 0 alone writes the samples, and "
+            "each forward of a sharded model needs every rank; use strategy=ddp, or drop "
+            "+callbacks=samples (score the exported student with lightning-kd evaluate)"
+        )
+    return errors
 
 
 def _repair_errors(cfg: Mapping) -> list[str]:

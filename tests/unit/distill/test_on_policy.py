@@ -150,6 +150,10 @@ def test_on_policy_and_interleaved_kd_are_accepted_under_sharding(strategy: str)
     assert [e.split(":")[0] for e in config_errors(repaired)] == [
         "distill.blockwise_passes with a sharding strategy"
     ]
+    # Completion samples are rank 0's alone, outside the step: a sharded forward would hang.
+    no_repair = [*sampled, "distill.blockwise_passes=0", "+callbacks=samples"]
+    (error,) = config_errors(compose_config(no_repair))
+    assert error.startswith("callbacks.samples with a sharding strategy") and "drop" in error
 
 
 def test_a_completion_ends_at_its_end_token_and_is_labelled_alone() -> None:
