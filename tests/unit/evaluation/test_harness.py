@@ -15,8 +15,10 @@ import pytest
 from lightning_kd.evaluation import harness
 from lightning_kd.evaluation.harness import (
     TASKS_DIR,
+    Harness,
     logged_metrics,
     markdown,
+    run_tasks,
     scores,
     task_errors,
     task_names,
@@ -108,6 +110,37 @@ def test_the_shipped_rows_are_read_beside_their_yaml_from_any_directory(
     data = files.beside({"test": "choice.jsonl"}, pretrained="ignored")
     assert data["test"].num_rows == 40
     assert set(data["test"].column_names) == {"question", "choices", "answer"}
+
+
+def test_lm_eval_gets_a_model_directory_whole_and_only_the_tasks_index_it_needs(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A relative directory shaped like a hub id (``runs/student``) reaches lm-eval absolute:
+    lm-eval asks the hub about the ``pretrained`` it is given (its commit, for the record)."""
+    import lm_eval
+
+    (tmp_path / "runs" / "student").mkdir(parents=True)
+    (tmp_path / "runs" / "student" / "config.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    calls = []
+
+    def simple_evaluate(**arguments):
+        calls.append(arguments)
+        return {"results": {"kd_heldout_choice": {"acc,none": 0.5, "acc_stderr,none": 0.1}}}
+
+    monkeypatch.setattr(lm_eval, "simple_evaluate", simple_evaluate)
+    harness = Harness(("kd_heldout_choice",), (), batch_size=4, device="cpu", limit=3)
+    assert run_tasks("runs/student", harness) == {
+        "kd_heldout_choice": {"acc": 0.5, "acc_stderr": 0.1}
+    }
+    (call,) = calls
+    assert call["model_args"] == {
+        "pretrained": str(tmp_path / "runs" / "student"),
+        "dtype": "float32",
+    }
+    assert (call["batch_size"], call["limit"], call["device"]) == (4, 3, "cpu")
+    tasks = call["task_manager"].all_tasks
+    assert "kd_heldout_choice" in tasks and "hellaswag" not in tasks  # lm-eval's own: not read
 
 
 def test_a_missing_include_directory_and_a_missing_lm_eval_are_named(

@@ -30,6 +30,10 @@ def test_the_config_asks_for_nothing_by_default_and_names_the_teacher() -> None:
     )
     assert teacher_name(cfg) == "smollm2"  # evaluated as `evaluate` names it: its own cache
     assert teacher_name(compose_config(["debug=smoke"])) is None  # no saved weights to score
+    encoder = compose_config(["experiment=minilm", "lm_eval.tasks=kd_heldout"])
+    assert harness_errors(encoder) == [
+        "lm_eval.tasks=['kd_heldout'] with teacher.task=encoder: lm-eval scores causal LMs"
+    ]
 
 
 def test_the_end_of_a_run_logs_and_tabulates_the_student_and_the_teacher(
