@@ -60,7 +60,10 @@ def parser() -> argparse.ArgumentParser:
         help="with --lm-eval: a directory of task YAMLs of your own (repeatable)",
     )
     parser.add_argument(
-        "--lm-eval-limit", type=int, help="with --lm-eval: at most N examples a task (a glance)"
+        "--lm-eval-limit",
+        type=int,
+        metavar="N",
+        help="with --lm-eval: the first N examples of each task only (a glance)",
     )
     parser.add_argument("--device", help="with --lm-eval: where the models run (cpu, cuda)")
     parser.add_argument("--max-new-tokens", type=int, default=256)

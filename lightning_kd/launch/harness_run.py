@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from lightning_kd.evaluation.harness import (
     Harness,
@@ -19,19 +20,29 @@ from lightning_kd.launch.checks import lookup
 from lightning_kd.launch.rules import ABSENT
 from lightning_kd.models.sources import teacher_dir
 
+DEFAULTS = {"include": [], "teacher": True, "batch_size": 8, "limit": None, "device": "cpu"}
+"""The ``lm_eval`` node's keys beside ``tasks`` where a config leaves them out (conf/config.yaml
+writes the same; a test holds the two equal)."""
+
+
+def setting(cfg: Mapping, key: str) -> Any:
+    """``cfg``'s ``lm_eval.<key>``, or its :data:`DEFAULTS` value where the config has none."""
+    value = lookup(cfg, f"lm_eval.{key}")
+    return DEFAULTS.get(key) if value is ABSENT else value
+
 
 def harness_of(cfg: Mapping) -> Harness | None:
     """What ``cfg``'s ``lm_eval`` node asks for (None: no tasks, nothing to run)."""
-    tasks = task_names(lookup(cfg, "lm_eval.tasks") or None)
+    tasks = task_names(setting(cfg, "tasks"))
     if not tasks:
         return None
-    include = lookup(cfg, "lm_eval.include") or ()
+    include = setting(cfg, "include") or ()
     return Harness(
         tasks=tasks,
         include=(include,) if isinstance(include, str) else tuple(map(str, include)),
-        batch_size=lookup(cfg, "lm_eval.batch_size"),
-        device=str(lookup(cfg, "lm_eval.device")),
-        limit=lookup(cfg, "lm_eval.limit"),
+        batch_size=setting(cfg, "batch_size"),
+        device=str(setting(cfg, "device")),
+        limit=setting(cfg, "limit"),
     )
 
 
@@ -47,7 +58,7 @@ def harness_errors(cfg: Mapping) -> list[str]:
         errors.append(f"{tasks} scores the exported student: set export_student=true")
     if lookup(cfg, "teacher.task") == "encoder":
         errors.append(f"{tasks} with teacher.task=encoder: lm-eval scores causal LMs")
-    scores_teacher = lookup(cfg, "lm_eval.teacher")
+    scores_teacher = setting(cfg, "teacher")
     if not isinstance(scores_teacher, bool):
         errors.append(f"lm_eval.teacher={scores_teacher!r}: use true or false")
     elif scores_teacher and lookup(cfg, "teacher.path") in (None, ABSENT):
@@ -61,7 +72,7 @@ def harness_errors(cfg: Mapping) -> list[str]:
 def teacher_name(cfg: Mapping) -> str | None:
     """The teacher as ``evaluate`` names a model (``smollm2``, a directory, a hub id), or None
     when ``lm_eval.teacher`` is off."""
-    if not lookup(cfg, "lm_eval.teacher"):
+    if not setting(cfg, "teacher"):
         return None
     path, gguf_file = lookup(cfg, "teacher.path"), lookup(cfg, "teacher.gguf_file")
     if gguf_file not in (None, ABSENT):  # a GGUF file in a directory: its converted copy

@@ -9,10 +9,17 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from lightning.pytorch.loggers import CSVLogger
+from omegaconf import OmegaConf
 
 from lightning_kd.evaluation.harness import Harness
 from lightning_kd.launch.config import compose_config
-from lightning_kd.launch.harness_run import evaluate_run, harness_errors, harness_of, teacher_name
+from lightning_kd.launch.harness_run import (
+    DEFAULTS,
+    evaluate_run,
+    harness_errors,
+    harness_of,
+    teacher_name,
+)
 from lightning_kd.training.summary import RunSummary
 from tests.unit.evaluation.test_evaluate import save_tiny
 
@@ -20,6 +27,8 @@ from tests.unit.evaluation.test_evaluate import save_tiny
 def test_the_config_asks_for_nothing_by_default_and_names_the_teacher() -> None:
     assert harness_of(compose_config([])) is None
     assert harness_errors(compose_config([])) == []
+    assert OmegaConf.to_container(compose_config([]).lm_eval) == {"tasks": None, **DEFAULTS}
+    assert harness_of({}) is None and harness_errors({}) == []  # a config without the node
     cfg = compose_config(["lm_eval.tasks=[kd_heldout_choice,kd_heldout_prose]", "lm_eval.limit=5"])
     assert harness_of(cfg) == Harness(
         tasks=("kd_heldout_choice", "kd_heldout_prose"),
