@@ -1,16 +1,19 @@
-"""``lightning-kd evaluate``: perplexity of saved models on text files, or their answers to
-held-out prompts judged by a teacher.
+"""``lightning-kd evaluate``: perplexity of saved models on text files, their answers to
+held-out prompts judged by a teacher, or lm-eval's tasks.
 
     lightning-kd evaluate --files heldout.jsonl -- smollm2 runs/kd/student runs/ce/student
     lightning-kd evaluate --prompts heldout.jsonl --teacher smollm2 -- runs/kd/student
+    lightning-kd evaluate --lm-eval kd_heldout --teacher smollm2 -- runs/kd/student
 
 Each model (a ``save_pretrained`` directory, a Hugging Face id, or ``smollm2`` for the packaged
 teacher) scores the same text: the files are read as ``data.files`` reads them, tokenized with the
 first model's tokenizer, joined with EOS and cut into ``--block-size`` blocks (the training
 layout), and every block position that predicts a next token counts once. ``--prompts`` judges
 answers instead: each model's greedy completions of chat prompts, scored by ``--teacher`` (its NLL
-of them, ROUGE-L to its own, the model's perplexity on its own). Prints a markdown table and, with
-``--out``, writes it as JSON.
+of them, ROUGE-L to its own, the model's perplexity on its own). ``--lm-eval`` runs lm-eval's
+tasks (its names, comma-separated; the package's held-out ``kd_heldout``; those of
+``--lm-eval-include`` directories) on each model, ``--teacher`` first for the ratio (``pip install
+'lightning-kd[eval]'``). Prints a markdown table and, with ``--out``, writes it as JSON.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lightning_kd.data.text import expand_files
+from lightning_kd.evaluation.harness import Harness, score_models, task_errors, task_names
+from lightning_kd.evaluation.harness import markdown as harness_markdown
 from lightning_kd.evaluation.judge import judge_prompt_file
 from lightning_kd.evaluation.perplexity import markdown, score_files
 from lightning_kd.evaluation.prompts import Sampling
@@ -42,7 +47,25 @@ def parser() -> argparse.ArgumentParser:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--files", nargs="+", help="text as data.files takes it: perplexity")
     source.add_argument("--prompts", type=Path, help="prompt rows: answers judged by --teacher")
-    parser.add_argument("--teacher", help="with --prompts: the judge (a directory, or smollm2)")
+    source.add_argument("--lm-eval", metavar="TASKS", help="lm-eval tasks, comma-separated")
+    parser.add_argument(
+        "--teacher",
+        help="with --prompts: the judge; with --lm-eval: scored too, for the ratio (smollm2)",
+    )
+    parser.add_argument(
+        "--lm-eval-include",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="with --lm-eval: a directory of task YAMLs of your own (repeatable)",
+    )
+    parser.add_argument(
+        "--lm-eval-limit",
+        type=int,
+        metavar="N",
+        help="with --lm-eval: the first N examples of each task only (a glance)",
+    )
+    parser.add_argument("--device", help="with --lm-eval: where the models run (cpu, cuda)")
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument(
         "--samples", type=int, help="with --prompts: also K sampled completions per prompt"
@@ -67,7 +90,12 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     if args.prompts is not None and args.teacher is None:
         options.error("--prompts needs --teacher: the model that judges the answers (smollm2)")
     if args.prompts is None and args.samples is not None:
-        options.error("--samples samples answers to --prompts: it has no meaning with --files")
+        options.error("--samples samples answers to --prompts: it has no meaning without it")
+    lm_eval_only = args.lm_eval_include or args.lm_eval_limit is not None or args.device
+    if args.lm_eval is None and lm_eval_only:
+        options.error("--lm-eval-include, --lm-eval-limit and --device go with --lm-eval TASKS")
+    if args.lm_eval is not None:
+        return lm_eval(args)
     check(args)
     if args.prompts is not None:
         return prompts(args)
@@ -130,3 +158,42 @@ def prompts(args: argparse.Namespace) -> list[dict]:
     if args.out is not None:
         write_rows(args.out, {"prompts": str(args.prompts), "rows": rows})
     return rows
+
+
+def lm_eval(args: argparse.Namespace) -> list[dict]:
+    """``--lm-eval``: lm-eval's tasks on each model (the teacher's row first, for the ratio)."""
+    harness = Harness(
+        tasks=task_names(args.lm_eval),
+        include=tuple(args.lm_eval_include),
+        batch_size=args.batch_size,
+        device=args.device or "cpu",
+        limit=args.lm_eval_limit,
+    )
+    numbers = {"--batch-size": args.batch_size}
+    if args.lm_eval_limit is not None:  # left out: every example
+        numbers["--lm-eval-limit"] = args.lm_eval_limit
+    check_entry(
+        command="evaluate",
+        options=numbers,
+        extra=out_file_errors("--out", args.out)
+        + model_errors(args.models, args.teacher)
+        + task_errors(harness.tasks, harness.include, "--lm-eval", "--lm-eval-include"),
+    )
+    rows = score_models(args.models, harness, args.teacher)
+    print("\n" + harness_markdown(rows))
+    if args.out is not None:
+        write_rows(args.out, {"lm_eval": list(harness.tasks), "rows": rows})
+    return rows
+
+
+def model_errors(models: list[str], teacher: str | None) -> list[str]:
+    """Each model (and ``--teacher``) that is neither a directory of a saved model, a Hugging
+    Face id nor a packaged teacher, before any loads."""
+    named = [(name, "model") for name in models] + ([(teacher, "--teacher")] if teacher else [])
+    errors = []
+    for name, key in named:
+        try:
+            model_location(name, key)
+        except (OSError, ValueError) as error:
+            errors.append(str(error))
+    return errors

@@ -81,6 +81,8 @@ RULES: dict[str, Number | CountOrFraction] = {
     "generate.temperature": Number(low=0, low_open=True, example="1.0"),
     "generate.top_p": Number(low=0, high=1, low_open=True, example="1.0"),
     "generate.batch_size": Number(low=1, integer=True, example="8"),
+    "lm_eval.batch_size": Number(low=1, integer=True, example="8"),
+    "lm_eval.limit": Number(low=1, integer=True, nullable=True, example="100"),
 }
 """Every numeric key a run reads, by dotted path; a key a config does not have is skipped."""
 

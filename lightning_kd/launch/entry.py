@@ -31,6 +31,7 @@ OPTIONS: dict[str, dict[str, Number]] = {
         "--samples": Number(low=1, integer=True, example="4"),
         "--temperature": Number(low=0, low_open=True, example="1.0"),
         "--seed": Number(integer=True, example="0"),
+        "--lm-eval-limit": Number(low=1, integer=True, example="100"),
     },
     "bench": {
         "--student-layers": Number(low=1, integer=True, example="6"),

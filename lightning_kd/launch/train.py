@@ -26,6 +26,7 @@ from lightning_kd.launch.build import build
 from lightning_kd.launch.config import JobRecord, record_job
 from lightning_kd.launch.entry import check_entry
 from lightning_kd.launch.export import export_gguf, gguf_errors
+from lightning_kd.launch.harness_run import evaluate_run, harness_errors
 from lightning_kd.launch.nodes import launcher, node_errors
 from lightning_kd.launch.teacher_cache import drop_repair_states
 from lightning_kd.training.checkpoints import LAST_NAME, resolve_ckpt_path
@@ -98,6 +99,8 @@ def train(
         resolved.teacher_cache = drop_repair_states(resolved.teacher_cache, training, keep)
 
     summary = summarise(module, trainer, resolved, module.before, after, timer)
+    if trainer.is_global_zero:  # lm_eval.tasks: on the exported student, once
+        summary.lm_eval = evaluate_run(cfg, output_dir / "student", trainer)
     summary.wall_seconds = time.perf_counter() - start
     if trainer.is_global_zero:
         summary.written = disk_use(output_dir, summary.teacher_cache)
@@ -162,10 +165,10 @@ def run(cfg: DictConfig, command: Sequence[str] = ("python", "run.py")) -> float
     for message in LIGHTNING_NOISE:
         warnings.filterwarnings("ignore", message=message)
     # Before anything loads (the positions: preflight.py, once built); the nodes against the
-    # launcher that started this process and the GGUF export, for train alone (the others run
-    # on one process and export nothing).
+    # launcher that started this process, the GGUF export and lm_eval.tasks, for train alone (the
+    # others run on one process and export no student).
     nodes = node_errors(cfg.trainer.get("num_nodes", 1), cfg.trainer.devices)
-    check_entry(cfg, extra=nodes + gguf_errors(cfg))
+    check_entry(cfg, extra=nodes + gguf_errors(cfg) + harness_errors(cfg))
     output_dir = Path(cfg.output_dir)
     ckpt_path = resolve_ckpt_path(cfg.ckpt_path, output_dir / "checkpoints")
     # Only a checkpoint of this directory's run resumes it: another run's, into a directory

@@ -9,6 +9,7 @@ from pathlib import Path
 from lightning.fabric.utilities.throughput import Throughput
 from lightning.pytorch import Callback, LightningModule, Trainer
 
+from lightning_kd.evaluation.harness import markdown as harness_markdown
 from lightning_kd.models.layer_scores import Ranking
 
 ROWS = (
@@ -106,6 +107,9 @@ class RunSummary:
     (``cache.auto.CacheChoice.as_dict``)."""
     blockwise: dict | None = None
     """With ``distill.blockwise_passes``: what the repair did (``repair.RepairReport.as_dict``)."""
+    lm_eval: list[dict] | None = None
+    """With ``lm_eval.tasks``: lm-eval's scores of the exported student (and the teacher's, first),
+    a row per model (``evaluation.harness.score_models``)."""
     written: dict[str, dict] = field(default_factory=dict)
     """What the run left on disk: ``{what: {"path": ..., "bytes": ...}}`` (:func:`disk_use`)."""
 
@@ -161,6 +165,8 @@ class RunSummary:
         lines += [f"| {name} | {before} | {after} |" for name, before, after in rows]
         if self.importance is not None:
             lines += ["", "Teacher layer scores:", "", Ranking.from_dict(self.importance).table()]
+        if self.lm_eval:
+            lines += ["", "lm-eval on the exported student:", "", harness_markdown(self.lm_eval)]
         return "\n".join(lines)
 
 

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from lightning_kd.models.precision import probe_hardware, resolve_precision
 from lightning_kd.training.rundir import claim_run_dir
 from tests.conftest import ROOT
+from tests.unit.evaluation.test_evaluate import save_tiny
 
 
 def run_cli(*overrides: str) -> subprocess.CompletedProcess:
@@ -27,7 +30,9 @@ def run_cli(*overrides: str) -> subprocess.CompletedProcess:
 
 def test_smoke_run_writes_everything_under_the_run_dir(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    result = run_cli("debug=smoke", "export.gguf=q8_0", f"hydra.run.dir={run_dir}")
+    # lm_eval.tasks: two questions of the shipped task on the exported student (seconds).
+    lm_eval = ["lm_eval.tasks=[kd_heldout_choice]", "lm_eval.limit=2"]
+    result = run_cli("debug=smoke", "export.gguf=q8_0", *lm_eval, f"hydra.run.dir={run_dir}")
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text(), parse_constant=no_constants)
     assert summary["steps"] == 6
@@ -39,6 +44,14 @@ def test_smoke_run_writes_everything_under_the_run_dir(tmp_path: Path) -> None:
     assert "Resume with" not in result.stdout
     assert (run_dir / "logs" / "metrics.csv").is_file()
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
+    (scored,) = summary["lm_eval"]  # the student's row (debug=smoke's teacher has no weights)
+    acc = scored["scores"]["kd_heldout_choice"]["acc"]
+    assert scored["model"] == str(run_dir / "student") and acc in (0, 0.5, 1)
+    with (run_dir / "logs" / "metrics.csv").open() as handle:
+        logged = [row for row in csv.DictReader(handle) if row["lm_eval/kd_heldout_choice/acc"]]
+    (logged,) = logged
+    assert float(logged["lm_eval/kd_heldout_choice/acc"]) == acc and logged["step"] == "6"
+    assert f"| kd_heldout_choice | acc | {run_dir / 'student'} | {acc:.4f} |" in result.stdout
     assert (run_dir / ".hydra" / "config.yaml").is_file()
 
     student = AutoModelForCausalLM.from_pretrained(run_dir / "student")
@@ -98,6 +111,31 @@ def changed_files(run_dir: Path, record: dict[Path, bytes]) -> list[str]:
 
 def no_constants(name: str) -> None:
     raise ValueError(f"summary.json holds a bare {name}: not strict JSON")
+
+
+@pytest.mark.slow  # another smoke run, lm-eval's whole shipped tasks on two models
+def test_a_run_scores_the_teacher_beside_the_student(tmp_path: Path) -> None:
+    save_tiny(tmp_path / "teacher", seed=0)
+    run_dir = tmp_path / "run"
+    teacher = [f"teacher.path={tmp_path / 'teacher'}", "teacher.config=null"]
+    lm_eval = ["lm_eval.tasks=[kd_heldout]", "lm_eval.teacher=true"]
+    result = run_cli("debug=smoke", *teacher, *lm_eval, f"hydra.run.dir={run_dir}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = json.loads((run_dir / "summary.json").read_text())["lm_eval"]
+    assert [(row["model"], row["teacher"]) for row in rows] == [
+        (str(tmp_path / "teacher"), True),
+        (str(run_dir / "student"), False),
+    ]
+    with (run_dir / "logs" / "metrics.csv").open() as handle:
+        (logged,) = [
+            row for row in csv.DictReader(handle) if row["lm_eval/kd_heldout_prose/bits_per_byte"]
+        ]
+    for prefix, row in (("teacher_", rows[0]), ("", rows[1])):
+        for task, metrics in row["scores"].items():
+            for metric, value in metrics.items():
+                if value is not None:
+                    assert float(logged[f"lm_eval/{task}/{prefix}{metric}"]) == value
+    assert "| ÷ teacher |" in (run_dir / "summary.md").read_text()
 
 
 def test_bad_config_values_fail_with_a_clear_message(tmp_path: Path) -> None:

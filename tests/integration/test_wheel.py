@@ -72,6 +72,12 @@ def test_the_installed_package_is_the_wheel_with_its_configs(installed, tmp_path
     # Every config, those of nested groups (hydra/launcher/) included.
     shipped = {p.relative_to(conf).as_posix() for p in conf.rglob("*.yaml")}
     assert shipped == {p.relative_to(ROOT / "conf").as_posix() for p in ROOT.glob("conf/**/*.yaml")}
+    # The lm-eval tasks: their YAML, rows and loader.
+    tasks = conf.parent / "evaluation" / "tasks"
+    checkout = ROOT / "lightning_kd" / "evaluation" / "tasks"
+    assert {p.relative_to(tasks) for p in tasks.rglob("*.*") if "__pycache__" not in p.parts} == {
+        p.relative_to(checkout) for p in checkout.rglob("*.*") if "__pycache__" not in p.parts
+    }
     assert shutil.which("lightning-kd", path=installed["PATH"]).startswith(installed["PYTHONPATH"])
 
 
@@ -108,6 +114,15 @@ def test_cache_generate_evaluate_and_importance_run(installed, trained, tmp_path
 
     ranked = shell(["lightning-kd", "importance", *smoke], tmp_path, installed)
     assert "student.layers=[" in ranked.stdout
+
+
+@pytest.mark.slow  # a fresh process importing lm-eval; the wheel's task files are checked above
+def test_the_shipped_lm_eval_tasks_run_from_the_wheel(installed, trained, tmp_path) -> None:
+    student = trained / "x" / "student"
+    harness = ["--lm-eval", "kd_heldout", "--lm-eval-limit", "2", "--", str(student)]
+    scored = shell(["lightning-kd", "evaluate", *harness], tmp_path, installed)
+    assert f"| kd_heldout_prose | bits_per_byte | {student} |" in scored.stdout
+    assert list(tmp_path.iterdir()) == []  # nothing written where it ran
 
 
 @pytest.mark.slow  # two minutes of child processes; each scenario also runs in-process (test_bench)

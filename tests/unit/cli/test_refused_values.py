@@ -111,6 +111,30 @@ def test_evaluate_prompts_refuses_bad_values(case, weightless, prompts, capsys) 
     assert_refused(argv, [n.format(weightless) for n in named], capsys)
 
 
+def test_an_unknown_lm_eval_task_is_refused_before_any_model_loads(weightless, capsys) -> None:
+    argv = ["evaluate", "--lm-eval", "kd_heldout,kd_heldout_choise", "--lm-eval-limit", "0"]
+    named = [
+        "2 values are refused",
+        "--lm-eval-limit=0: must be an integer >= 1",
+        "--lm-eval: lm-eval has no task 'kd_heldout_choise' (nearest: kd_heldout_choice",
+    ]
+    assert_refused([*argv, "--", str(weightless)], named, capsys)
+
+
+def test_train_refuses_lm_eval_tasks_it_cannot_run(weightless, tmp_path, capsys) -> None:
+    overrides = ["lm_eval.tasks=[kd_heldout]", "export_student=false", "lm_eval.include=[nope]"]
+    named = [
+        "lm_eval.tasks=['kd_heldout'] scores the exported student: set export_student=true",
+        "lm_eval.include=nope: no such directory",
+    ]
+    assert_refused(hydra_argv("train", weightless, tmp_path / "run", *overrides), named, capsys)
+    no_weights = ["teacher.path=null", "lm_eval.teacher=true", "lm_eval.tasks=kd_heldout"]
+    named = ["lm_eval.teacher=true scores the teacher's saved weights, but teacher.path=null"]
+    argv = ["train", "debug=smoke", *no_weights, f"hydra.run.dir={tmp_path / 'run'}"]
+    assert_refused(argv, named, capsys)
+    assert not (tmp_path / "run" / ".hydra").exists()
+
+
 BENCH = {
     "zero sequence": (["--seq", "0"], ["--seq=0: must be an integer >= 2", "e.g. --seq=256"]),
     "no timed step": (["--repeats", "0"], ["--repeats=0: must be an integer >= 1"]),

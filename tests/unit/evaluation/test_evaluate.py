@@ -103,3 +103,27 @@ def test_a_gguf_export_is_scored_beside_its_source(tmp_path, monkeypatch) -> Non
     assert rows[1]["perplexity"] == pytest.approx(rows[0]["perplexity"], rel=0.02)
     with pytest.raises(ValueError, match=r"student\.f16\.gguf: no such GGUF file"):  # exit 2
         main(["--files", str(text), "--", str(tmp_path / "student.f16.gguf")])
+
+
+def test_lm_eval_scores_each_model_beside_the_teacher(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    save_tiny(tmp_path / "teacher", 0), save_tiny(tmp_path / "student", 1)
+    out = tmp_path / "scores.json"
+    argv = ["--lm-eval", "kd_heldout_choice", "--lm-eval-limit", "4", "--teacher"]
+    argv += [str(tmp_path / "teacher"), "--out", str(out), "--", str(tmp_path / "student")]
+    rows = main(argv)
+
+    assert [(row["model"], row["teacher"]) for row in rows] == [
+        (str(tmp_path / "teacher"), True),
+        (str(tmp_path / "student"), False),
+    ]
+    assert json.loads(out.read_text()) == {"lm_eval": ["kd_heldout_choice"], "rows": rows}
+    teacher, student = (row["scores"]["kd_heldout_choice"] for row in rows)
+    assert set(student) == {"acc", "acc_stderr", "acc_norm", "acc_norm_stderr"}
+    assert all(value in (0, 0.25, 0.5, 0.75, 1) for value in (student["acc"], teacher["acc"]))
+    table = capsys.readouterr().out
+    assert "| task | metric | model | value | ± stderr | ÷ teacher |" in table
+    ratio = f"{student['acc'] / teacher['acc']:.3f}" if teacher["acc"] else "—"
+    line = f"| kd_heldout_choice | acc | {tmp_path / 'student'} | {student['acc']:.4f} | "
+    assert f"{line}{student['acc_stderr']:.4f} | {ratio} |" in table

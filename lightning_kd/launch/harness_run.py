@@ -1,0 +1,98 @@
+"""lm-eval's tasks at the end of a run (``lm_eval.tasks``): checked before anything loads, run on
+the exported student (and the teacher, for the ratio) once it is written, logged to the run's
+loggers as ``lm_eval/<task>/<metric>`` (the teacher's as ``lm_eval/<task>/teacher_<metric>``) and
+returned for the summary."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from lightning_kd.evaluation.harness import (
+    Harness,
+    logged_metrics,
+    score_models,
+    task_errors,
+    task_names,
+)
+from lightning_kd.launch.checks import lookup
+from lightning_kd.launch.rules import ABSENT
+from lightning_kd.models.sources import teacher_dir
+
+DEFAULTS = {"include": [], "teacher": True, "batch_size": 8, "limit": None, "device": "cpu"}
+"""The ``lm_eval`` node's keys beside ``tasks`` where a config leaves them out (conf/config.yaml
+writes the same; a test holds the two equal)."""
+
+
+def setting(cfg: Mapping, key: str) -> Any:
+    """``cfg``'s ``lm_eval.<key>``, or its :data:`DEFAULTS` value where the config has none."""
+    value = lookup(cfg, f"lm_eval.{key}")
+    return DEFAULTS.get(key) if value is ABSENT else value
+
+
+def harness_of(cfg: Mapping) -> Harness | None:
+    """What ``cfg``'s ``lm_eval`` node asks for (None: no tasks, nothing to run)."""
+    tasks = task_names(setting(cfg, "tasks"))
+    if not tasks:
+        return None
+    include = setting(cfg, "include") or ()
+    return Harness(
+        tasks=tasks,
+        include=(include,) if isinstance(include, str) else tuple(map(str, include)),
+        batch_size=setting(cfg, "batch_size"),
+        device=str(setting(cfg, "device")),
+        limit=setting(cfg, "limit"),
+    )
+
+
+def harness_errors(cfg: Mapping) -> list[str]:
+    """Why ``lm_eval.tasks`` cannot run at the end of this run (lm-eval missing, a task it does
+    not know, no student exported, a teacher with no saved weights), before anything loads."""
+    harness = harness_of(cfg)
+    if harness is None:
+        return []
+    tasks = f"lm_eval.tasks={list(harness.tasks)}"
+    errors = []
+    if lookup(cfg, "export_student") is not True:
+        errors.append(f"{tasks} scores the exported student: set export_student=true")
+    if lookup(cfg, "teacher.task") == "encoder":
+        errors.append(f"{tasks} with teacher.task=encoder: lm-eval scores causal LMs")
+    scores_teacher = setting(cfg, "teacher")
+    if not isinstance(scores_teacher, bool):
+        errors.append(f"lm_eval.teacher={scores_teacher!r}: use true or false")
+    elif scores_teacher and lookup(cfg, "teacher.path") in (None, ABSENT):
+        errors.append(
+            "lm_eval.teacher=true scores the teacher's saved weights, but teacher.path=null "
+            "builds it from teacher.config: set lm_eval.teacher=false"
+        )
+    return errors + task_errors(harness.tasks, harness.include, "lm_eval.tasks", "lm_eval.include")
+
+
+def teacher_name(cfg: Mapping) -> str | None:
+    """The teacher as ``evaluate`` names a model (``smollm2``, a directory, a hub id), or None
+    when ``lm_eval.teacher`` is off."""
+    if not setting(cfg, "teacher"):
+        return None
+    path, gguf_file = lookup(cfg, "teacher.path"), lookup(cfg, "teacher.gguf_file")
+    if gguf_file not in (None, ABSENT):  # a GGUF file in a directory: its converted copy
+        return teacher_dir(path, gguf_file)
+    return path
+
+
+def evaluate_run(cfg: Mapping, student_dir: Path, trainer) -> list[dict] | None:
+    """The tasks of ``cfg``'s ``lm_eval`` node on the student in ``student_dir`` (and the
+    teacher), logged at the run's last step to each of ``trainer.loggers``; the table's rows for
+    the summary (None when no task is asked for)."""
+    harness = harness_of(cfg)
+    if harness is None:
+        return None
+    teacher = teacher_name(cfg)
+    rows = score_models([str(student_dir)], harness, teacher)
+    metrics = logged_metrics(rows[-1]["scores"])
+    if teacher is not None:
+        metrics |= logged_metrics(rows[0]["scores"], prefix="teacher_")
+    for logger in trainer.loggers:
+        logger.log_metrics(metrics, step=trainer.global_step)
+        logger.save()
+    return rows
