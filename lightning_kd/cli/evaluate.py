@@ -20,7 +20,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from lightning_kd.data.text import expand_files
+from lightning_kd.data.reading import expand_files
 from lightning_kd.evaluation.judge import judge_prompt_file
 from lightning_kd.evaluation.perplexity import markdown, score_files
 from lightning_kd.evaluation.prompts import Sampling

@@ -11,7 +11,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from lightning_kd.data.chat import ChatDataModule, prompt_ids
+from lightning_kd.data.chat import ChatDataModule
+from lightning_kd.data.chat_tokens import prompt_ids
 from lightning_kd.data.conversations import ChatFields, prompt_of
 from lightning_kd.generation.teacher_completions import (
     OUTPUT_NAME,
