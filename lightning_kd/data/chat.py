@@ -34,6 +34,7 @@ from lightning_kd.data.batches import Unscored
 from lightning_kd.data.chat_tokens import (
     ChatExample,
     conversation_tokens,
+    dataset_row_messages,
     encode_chat,
     pack_chats,
     template_text,
@@ -47,7 +48,6 @@ from lightning_kd.data.text import TextDataModule
 from lightning_kd.data.tokenized import cache_key, rows, text_key, tokenized
 from lightning_kd.losses.logits import IGNORE_INDEX
 from lightning_kd.models.digests import tokenizer_digest
-from lightning_kd.utils.refusal import Refused
 
 
 @dataclass(frozen=True)
@@ -202,10 +202,7 @@ class ChatDataModule(TextDataModule):
 
     def stream_row(self, row: dict, where: str) -> tuple[str, ChatExample]:
         """A streamed row's key (its prompt's digest) and rendered conversation."""
-        try:
-            messages = row_messages(row, where, self.fields)
-        except ValueError as err:
-            raise Refused(str(err)) from None
+        messages = dataset_row_messages(row, where, self.fields)
         return text_key(prompt_key(messages)), encode_chat(self.tokenizer, messages, where)
 
     def keep(self, example: ChatExample) -> bool:

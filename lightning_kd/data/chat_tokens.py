@@ -124,6 +124,17 @@ def template_text(value: str, key: str = "data.chat_template") -> str:
     return path.read_text()
 
 
+def dataset_row_messages(row: dict, where: str, fields: ChatFields) -> list[dict[str, str]]:
+    """The conversation of a dataset row, refused by its number when it has none. A column the
+    row leaves empty (``None``: a table of ``messages`` rows and ``prompt``/``completion`` rows
+    holds both columns) counts as absent."""
+    present = {key: value for key, value in row.items() if value is not None}
+    try:
+        return row_messages(present, where, fields)
+    except ValueError as err:
+        raise Refused(str(err)) from None
+
+
 def conversation_tokens(
     batch: dict[str, list], indices: list[int], tokenizer, fields: ChatFields, where: str
 ) -> dict[str, list]:
@@ -133,10 +144,7 @@ def conversation_tokens(
     names = list(batch)
     for index, values in zip(indices, zip(*batch.values(), strict=True), strict=True):
         here = f"{where} row {index}"
-        try:
-            messages = row_messages(dict(zip(names, values, strict=True)), here, fields)
-        except ValueError as err:
-            raise Refused(str(err)) from None
+        messages = dataset_row_messages(dict(zip(names, values, strict=True)), here, fields)
         example = encode_chat(tokenizer, messages, here)
         found["tokens"].append(example.tokens.tolist())
         found["labels"].append(example.labels.tolist())

@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from lightning_kd.data.dataset_files import looks_empty
 from lightning_kd.utils.refusal import Refused
 
 SAVED_MARKERS = ("state.json", "dataset_dict.json")
@@ -139,7 +140,7 @@ def open_split(source: DatasetSource, split: str, streaming: bool):
         raise
     except Exception as err:  # datasets' own: not found, offline, unreadable, wrong builder
         if not str(err).startswith("Unknown split"):
-            raise unopenable(source, err) from None
+            raise unopenable(source, split, err) from None
     raise Refused(split_error(source, split, open_split_names(source)))
 
 
@@ -178,8 +179,10 @@ def split_error(source: DatasetSource, split: str, splits: list[str]) -> str:
     )
 
 
-def unopenable(source: DatasetSource, err: Exception):
-    """The refusal of a dataset ``datasets`` could not open, with its reason."""
+def unopenable(source: DatasetSource, split: str, err: Exception):
+    """The refusal of a dataset ``datasets`` could not open: empty, or its reason."""
+    if looks_empty(source):
+        return Refused(empty_error(source.describe(split)))
     reason = str(err).strip().splitlines()[0] if str(err).strip() else ""
     return Refused(
         f"{source.describe()} cannot be opened here ({type(err).__name__}: {reason}); set "
@@ -206,6 +209,10 @@ class Columns:
         return f"{where} has {lacks}; its columns: {columns}; set {self.setting}"
 
 
+def empty_error(where: str) -> str:
+    return f"{where} is empty (no rows); point data.dataset at data (its split, data_files)"
+
+
 def split_errors(dataset, columns: Columns, where: str) -> list[str]:
     """A split without rows, or without the columns read (map-style or streamed)."""
     if hasattr(dataset, "__len__"):
@@ -215,7 +222,7 @@ def split_errors(dataset, columns: Columns, where: str) -> list[str]:
         first = next(iter(dataset), None)
         names = list(dataset.column_names or (first or {}))
     if first is None:
-        return [f"{where} is empty (no rows); point data.dataset at data (its split, data_files)"]
+        return [empty_error(where)]
     error = columns.error(names, where)
     return [error] if error else []
 

@@ -17,7 +17,6 @@ whole in memory: its examples digest is the validation examples'.
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
@@ -27,6 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lightning_kd.data.dataset_files import local_files
 from lightning_kd.data.dataset_source import DatasetSource
 from lightning_kd.models.sources import cache_root
 from lightning_kd.utils.files import file_digest, remembered_digest
@@ -79,40 +79,6 @@ def folder_fingerprints(folder: Path) -> dict[str, str | None]:
     for state in sorted(folder.glob("*/state.json")):
         found[state.parent.name] = json.loads(state.read_text()).get("_fingerprint")
     return found
-
-
-def local_files(source: DatasetSource) -> list[Path]:
-    """The local files ``source`` reads: its ``data_files`` (globs expanded, relative to a
-    folder ``path``), or every file of a folder ``path``; none for a hub name."""
-    base = Path(str(source.path)).expanduser()
-    if source.saved_folder():
-        return []
-    patterns = flatten(source.data_files)
-    if not patterns:
-        return sorted(p for p in base.rglob("*") if is_data(p, base)) if base.is_dir() else []
-    found: list[Path] = []
-    for pattern in patterns:
-        root = base if base.is_dir() and not Path(pattern).is_absolute() else Path()
-        matches = sorted(glob.glob(str(root / pattern), recursive=True))
-        found += [Path(m) for m in matches if Path(m).is_file()]
-    return found
-
-
-def is_data(path: Path, base: Path) -> bool:
-    """A file under ``base``, not hidden there, not a lock."""
-    hidden = any(part.startswith(".") for part in path.relative_to(base).parts)
-    return path.is_file() and not hidden and path.suffix != ".lock"
-
-
-def flatten(data_files: Any) -> list[str]:
-    """``data_files`` (a string, a list, or ``{split: files}``) as one list of strings."""
-    if data_files is None:
-        return []
-    if isinstance(data_files, str):
-        return [] if "://" in data_files else [data_files]
-    if isinstance(data_files, Mapping):
-        return [name for value in data_files.values() for name in flatten(value)]
-    return [str(name) for name in data_files if "://" not in str(name)]
 
 
 def data_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
