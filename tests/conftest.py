@@ -74,6 +74,16 @@ def tiny_teacher() -> TeacherSpec:
 
 
 @pytest.fixture
+def one_thread():
+    """torch on one thread for the test: tiny matrices on cores other work shares run several
+    times faster than on threads that spin waiting for each other."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
 def datasets_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """``datasets`` offline, with its cache and the tokenized-data cache under ``tmp_path``, in
     this process; the environment a command run in a subprocess needs for the same."""

@@ -75,7 +75,9 @@ def dataset_digest(path: Path) -> str:
     return file_digest(path)[:20]
 
 
-def test_a_short_run_from_parquet_has_the_jsonl_runs_losses(tmp_path, tiny_teacher, datasets_home):
+def test_a_short_run_from_parquet_has_the_jsonl_runs_losses(
+    tmp_path, tiny_teacher, datasets_home, one_thread
+):
     """fp32, the same steps from the same blocks: the same loss at every step."""
     rows = embedded_rows()[:40]
     jsonl = tmp_path / "corpus.jsonl"
