@@ -8,21 +8,28 @@ import glob
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow.parquet as pq
 
-if TYPE_CHECKING:  # dataset_source.py reads these functions
-    from lightning_kd.data.dataset_source import DatasetSource
+SAVED_MARKERS = ("state.json", "dataset_dict.json")
+"""Files ``save_to_disk`` writes at a dataset's (``state.json``) or a split dict's top."""
 
 
-def local_files(source: DatasetSource) -> list[Path]:
-    """The local files ``source`` reads: its ``data_files`` (globs expanded, relative to a
-    folder ``path``), or every file of a folder ``path``; none for a hub name."""
-    base = Path(str(source.path)).expanduser()
-    if source.saved_folder():
+def is_saved_folder(path: str | None) -> bool:
+    """Whether ``path`` is a folder written by ``save_to_disk``."""
+    folder = Path(str(path)).expanduser()
+    return folder.is_dir() and any((folder / name).is_file() for name in SAVED_MARKERS)
+
+
+def local_files(path: str | None, data_files: Any) -> list[Path]:
+    """The local files a dataset at ``path`` reads: its ``data_files`` (globs expanded, relative
+    to a folder ``path``), or every file of a folder ``path``; none for a hub name or a saved
+    folder (recorded by its fingerprint)."""
+    base = Path(str(path)).expanduser()
+    if is_saved_folder(path):
         return []
-    patterns = flatten(source.data_files)
+    patterns = flatten(data_files)
     if not patterns:
         return sorted(p for p in base.rglob("*") if is_data(p, base)) if base.is_dir() else []
     found: list[Path] = []
@@ -50,14 +57,13 @@ def flatten(data_files: Any) -> list[str]:
     return [str(name) for name in data_files if "://" not in str(name)]
 
 
-def looks_empty(source: DatasetSource) -> bool:
-    """Whether ``source``'s local data holds no row: a saved folder without data files, or
-    files each empty (no byte, a parquet file of no row, a CSV file of a header alone)."""
-    folder = Path(str(source.path)).expanduser()
-    if source.saved_folder():
-        state = folder / "state.json"
+def looks_empty(path: str | None, data_files: Any) -> bool:
+    """Whether the local data of a dataset at ``path`` holds no row: a saved folder without data
+    files, or files each empty (no byte, a parquet file of no row, a CSV file of a header)."""
+    if is_saved_folder(path):
+        state = Path(str(path)).expanduser() / "state.json"
         return state.is_file() and not json.loads(state.read_text()).get("_data_files")
-    files = local_files(source)
+    files = local_files(path, data_files)
     return bool(files) and all(rows_at_most_one(path) for path in files)
 
 

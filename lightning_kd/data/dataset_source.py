@@ -13,14 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import Any
 
-from lightning_kd.data.dataset_files import looks_empty
+from lightning_kd.data.dataset_files import is_saved_folder, looks_empty
 from lightning_kd.utils.refusal import Refused
 
-SAVED_MARKERS = ("state.json", "dataset_dict.json")
-"""Files ``save_to_disk`` writes at a dataset's (``state.json``) or a split dict's top."""
 STREAM_SHARDS = 64
 """Shards a saved folder is streamed in: whole shards divide among 1, 2, 4 … 64 ranks."""
 
@@ -67,8 +64,7 @@ class DatasetSource:
 
     def saved_folder(self) -> bool:
         """Whether ``path`` is a folder written by ``save_to_disk``."""
-        folder = Path(str(self.path)).expanduser()
-        return folder.is_dir() and any((folder / name).is_file() for name in SAVED_MARKERS)
+        return is_saved_folder(self.path)
 
 
 def setting_errors(
@@ -181,7 +177,7 @@ def split_error(source: DatasetSource, split: str, splits: list[str]) -> str:
 
 def unopenable(source: DatasetSource, split: str, err: Exception):
     """The refusal of a dataset ``datasets`` could not open: empty, or its reason."""
-    if looks_empty(source):
+    if looks_empty(source.path, source.data_files):
         return Refused(empty_error(source.describe(split)))
     reason = str(err).strip().splitlines()[0] if str(err).strip() else ""
     return Refused(

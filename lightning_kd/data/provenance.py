@@ -63,7 +63,10 @@ def source_record(source: DatasetSource) -> dict[str, Any]:
     record = {"path": source.path, "name": source.name, "split": source.split}
     record["val_split"] = source.val_split
     memo = cache_root() / "file_digests"
-    files = {str(path): remembered_digest(path, memo)[:20] for path in local_files(source)}
+    files = {
+        str(path): remembered_digest(path, memo)[:20]
+        for path in local_files(source.path, source.data_files)
+    }
     record["data_files"] = files or source.data_files
     if source.saved_folder():
         state = Path(str(source.path)).expanduser() / "state.json"
