@@ -10,8 +10,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
 SAVED_MARKERS = ("state.json", "dataset_dict.json")
 """Files ``save_to_disk`` writes at a dataset's (``state.json``) or a split dict's top."""
 
@@ -72,6 +70,8 @@ def rows_at_most_one(path: Path) -> bool:
     if path.stat().st_size == 0:
         return True
     if path.suffix == ".parquet":
+        import pyarrow.parquet as pq  # datasets' own dependency, loaded once a dataset is read
+
         return pq.ParquetFile(path).metadata.num_rows == 0
     if path.suffix == ".csv":
         with open(path, "rb") as handle:
