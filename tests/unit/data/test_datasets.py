@@ -13,6 +13,7 @@ import torch
 from lightning.pytorch import Callback
 
 from lightning_kd.data.chat import ChatDataModule
+from lightning_kd.data.provenance import data_differences
 from lightning_kd.data.reading import DEFAULT_FILES, read_documents
 from lightning_kd.data.text import TextDataModule
 from lightning_kd.data.tokenized import DIRECTORY
@@ -287,3 +288,31 @@ def test_a_name_datasets_cannot_open_is_refused_with_its_reason(tmp_path, datase
     hub = {"path": "someone/no-such-dataset"}
     with pytest.raises(Refused, match=r"'someone/no-such-dataset' cannot be opened here"):
         TextDataModule(byte_tokenizer(), dataset=hub).setup()
+
+
+def test_a_resume_on_other_data_names_what_changed(tmp_path, datasets_home) -> None:
+    import datasets
+
+    parquet = write_parquet(tmp_path / "d.parquet", embedded_rows()[:20])
+
+    def record(source: dict) -> dict:
+        data = TextDataModule(byte_tokenizer(), block_size=64, dataset=source)
+        data.setup()
+        return data.provenance()
+
+    source = {"path": "parquet", "data_files": str(parquet)}
+    saved = record(source)
+    assert data_differences(saved, record(source)) == []
+    other = {**saved["dataset"], "split": "other"}
+    assert data_differences(saved, saved | {"dataset": other}) == [
+        "data.dataset.split: checkpoint 'train', this run 'other'"
+    ]
+    write_parquet(parquet, embedded_rows()[1:21])
+    edited = data_differences(saved, record(source))
+    assert f"data.dataset.data_files: edited ['{parquet}']" in edited
+    folder = str(tmp_path / "saved")
+    datasets.Dataset.from_list(embedded_rows()[:20]).save_to_disk(folder)
+    before = record({"path": folder})
+    datasets.Dataset.from_list(embedded_rows()[1:21]).save_to_disk(folder)
+    changed = data_differences(before, record({"path": folder}))
+    assert any("the saved folder's fingerprint is" in line for line in changed)

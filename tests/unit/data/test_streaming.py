@@ -186,3 +186,10 @@ def test_a_streamed_fit_resumed_from_its_checkpoint_trains_the_same_batches(
     batches = zip(first.batches + rest.batches, whole.batches, strict=True)
     assert all(torch.equal(a, b) for a, b in batches)
     assert first.losses + rest.losses == whole.losses
+
+
+def test_a_resume_with_another_number_of_ranks_is_refused(tmp_path, datasets_home) -> None:
+    data = streamed(parquet_source(lettered(tmp_path / "d.parquet")))
+    two = {"stream_cursors": [data.state_dict()["stream_cursors"][0]] * 2}
+    with pytest.raises(ValueError, match=r"read by 2 process\(es\) and this run has 1: each reads"):
+        data.load_state_dict(two)
