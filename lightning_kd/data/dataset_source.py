@@ -215,7 +215,9 @@ def split_errors(dataset, columns: Columns, where: str) -> list[str]:
         first = dataset[0] if len(dataset) else None
         names = list(dataset.column_names)
     else:
-        first = next(iter(dataset), None)
+        rows = iter(dataset)
+        first = next(rows, None)
+        getattr(rows, "close", lambda: None)()  # datasets' generators hold files open
         names = list(dataset.column_names or (first or {}))
     if first is None:
         return [empty_error(where)]

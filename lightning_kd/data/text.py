@@ -189,7 +189,7 @@ class TextDataModule(LightningDataModule):
             raise ValueError(
                 f"the corpus gives {len(examples)} example(s) of {self.block_size} tokens "
                 f"({total} tokens in all); one is needed for training and one for validation: "
-                "add text (data.files=[...]) or lower data.block_size"
+                "add text (data.files or data.dataset) or lower data.block_size"
             )
         return examples
 
