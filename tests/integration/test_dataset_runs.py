@@ -115,20 +115,50 @@ def streamed(tmp_path: Path, steps: int) -> list[str]:
     ]
 
 
+@pytest.fixture(scope="module")
+def stream_home(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """A directory for the streamed runs of this module, and their environment (datasets
+    offline, its caches there)."""
+    root = tmp_path_factory.mktemp("streamed")
+    env = {"HF_DATASETS_CACHE": str(root / "hf_datasets"), "LIGHTNING_KD_CACHE": str(root / "kd")}
+    return root, env | {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_stream(stream_home) -> Path:
+    root, env = stream_home
+    result = run(env, *streamed(root, 200), f"hydra.run.dir={root / 'whole'}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return root / "whole"
+
+
+STOPS = {
+    # kill -9 as step 120 of 200 begins: its checkpoint (checkpoint.every=40) is the last written
+    "kill": ("+callbacks.stop={_target_: tests.helpers.KillAtStep, step: 120}", -signal.SIGKILL),
+    # SIGTERM as micro-batch 125 begins: the run stops after that step, saving a checkpoint
+    "sigterm": (
+        "+callbacks.stop={_target_: tests.helpers.SignalAtStep, batch: 125, signal: SIGTERM}",
+        128 + signal.SIGTERM,
+    ),
+}
+
+
 @pytest.mark.slow
-def test_a_killed_streamed_run_resumes_on_the_uninterrupted_losses(tmp_path, datasets_home):
-    """kill -9 as step 120 of 200 begins (its checkpoint written), resume: steps 121-200 train
-    on the batches, and with the losses, of the run that was never stopped."""
-    common = streamed(tmp_path, 200)
-    whole = run(datasets_home, *common, f"hydra.run.dir={tmp_path / 'whole'}")
-    assert whole.returncode == 0, whole.stderr[-3000:]
-    run_dir = tmp_path / "run"
-    kill = "+callbacks.kill={_target_: tests.helpers.KillAtStep, step: 120}"
-    killed = run(datasets_home, *common, kill, f"hydra.run.dir={run_dir}")
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    resumed = run(datasets_home, *common, "ckpt_path=last", f"hydra.run.dir={run_dir}")
+@pytest.mark.parametrize("stop", STOPS.values(), ids=STOPS.keys())
+def test_a_stopped_streamed_run_resumes_on_the_uninterrupted_losses(
+    tmp_path, stream_home, uninterrupted_stream, stop
+) -> None:
+    """Stopped mid-run and resumed with ckpt_path=last: the steps after the checkpoint train on
+    the batches, and with the losses, of the run that was never stopped (steps 121-200 after
+    kill -9 at step 120; several passes over the 12 rows, 16-example shuffle windows)."""
+    root, env = stream_home
+    common = streamed(root, 200)
+    callback, code = stop
+    stopped = run(env, *common, callback, f"hydra.run.dir={tmp_path / 'run'}")
+    assert stopped.returncode == code, stopped.stderr[-3000:]
+    resumed = run(env, *common, "ckpt_path=last", f"hydra.run.dir={tmp_path / 'run'}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    expected, got = train_losses(tmp_path / "whole"), train_losses(run_dir)
+    expected, got = train_losses(uninterrupted_stream), train_losses(tmp_path / "run")
     assert sorted(got) == sorted(expected) == list(range(200))
     assert all(abs(got[step] - expected[step]) < 1e-6 for step in range(200))
 
