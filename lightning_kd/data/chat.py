@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,7 +100,7 @@ class ChatDataModule(TextDataModule):
         self.teacher_answers = None if teacher_answers is None else Path(teacher_answers)
 
     @classmethod
-    def dataset_columns(cls, settings: Any) -> Columns:
+    def dataset_columns(cls, settings: Mapping[str, Any]) -> Columns:
         """A ``messages`` column, or ``prompt`` and ``completion`` ones (as ``settings`` name
         them)."""
         messages = settings.get("messages_field", "messages")
@@ -177,7 +178,7 @@ class ChatDataModule(TextDataModule):
                 chats.append(chat)
         return chats
 
-    def file_chats(self):
+    def file_chats(self) -> Iterator[Conversation]:
         """The conversations of ``data.files``, row by row (``file:line`` each)."""
         for path in self.files:
             for number, record in read_records(path):
@@ -185,7 +186,7 @@ class ChatDataModule(TextDataModule):
                 messages = row_messages(record, where, self.fields)
                 yield Conversation(where, messages, encode_chat(self.tokenizer, messages, where))
 
-    def dataset_chats(self, split: str):
+    def dataset_chats(self, split: str) -> Iterator[Conversation]:
         """The conversations of ``data.dataset``'s ``split``: rendered once into the cache
         (``tokenized.py``), read back from it after."""
         dataset = open_checked(self.dataset, split, False, self.columns())
