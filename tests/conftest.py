@@ -74,6 +74,35 @@ def tiny_teacher() -> TeacherSpec:
 
 
 @pytest.fixture
+def one_thread():
+    """torch on one thread for the test: tiny matrices on cores other work shares run several
+    times faster than on threads that spin waiting for each other."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def datasets_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """``datasets`` offline, with its cache and the tokenized-data cache under ``tmp_path``, in
+    this process; the environment a command run in a subprocess needs for the same."""
+    import datasets
+
+    env = {
+        "HF_DATASETS_CACHE": str(tmp_path / "hf_datasets"),
+        "LIGHTNING_KD_CACHE": str(tmp_path / "kd_cache"),
+        "HF_DATASETS_OFFLINE": "1",
+        "HF_HUB_OFFLINE": "1",
+    }
+    monkeypatch.setenv("LIGHTNING_KD_CACHE", env["LIGHTNING_KD_CACHE"])
+    # datasets reads both when imported: the values it holds are the ones to set.
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", Path(env["HF_DATASETS_CACHE"]))
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    return env
+
+
+@pytest.fixture
 def corpus(tmp_path: Path) -> Path:
     path = tmp_path / "corpus.txt"
     path.write_text(TEXT)

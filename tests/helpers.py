@@ -111,3 +111,20 @@ class SignalInFinalValidation(Callback):
         final = trainer.state.fn == "validate" and trainer.global_step == trainer.max_steps
         if final and batch_idx == 0:
             os.kill(os.getpid(), self.signum)
+
+
+class RecordBatches(Callback):
+    """Write each training batch's token rows, as this rank trains them, to
+    ``directory/rank<global rank>.jsonl`` (one line per batch)."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        import json
+        from pathlib import Path
+
+        path = Path(self.directory) / f"rank{trainer.global_rank}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as handle:
+            handle.write(json.dumps(batch["input_ids"].tolist()) + "\n")

@@ -23,7 +23,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from lightning_kd.data.text import expand_files
+from lightning_kd.data.reading import expand_files
 from lightning_kd.evaluation.harness import Harness, score_models, task_errors, task_names
 from lightning_kd.evaluation.harness import markdown as harness_markdown
 from lightning_kd.evaluation.judge import judge_prompt_file

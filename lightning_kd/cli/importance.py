@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from lightning_kd.launch.build import with_precision
 from lightning_kd.launch.config import compose_config
+from lightning_kd.launch.data_checks import dataset_errors
 from lightning_kd.launch.entry import check_entry, teacher_length
 from lightning_kd.launch.importance import score_config
 
@@ -26,7 +27,7 @@ def main(argv: Sequence[str]) -> int:
         print(f"lightning-kd importance takes config overrides only, not {flags}", file=sys.stderr)
         return 2
     cfg = compose_config(list(argv))
-    check_entry(cfg, lengths=[teacher_length(cfg, "data.block_size")])
+    check_entry(cfg, lengths=[teacher_length(cfg, "data.block_size")], extra=dataset_errors(cfg))
     cfg, _ = with_precision(cfg)
     ranking = score_config(cfg)
     print(ranking.table())

@@ -1,2 +1,2 @@
-"""Text and chat data: reading files, the embedded corpus, tokenising, packing, resumable
-loaders."""
+"""Text and chat data: reading files and datasets (whole or streamed), the embedded corpus,
+tokenising, packing, resumable loaders."""

@@ -1,26 +1,28 @@
 """Chat data: conversations rendered with the tokenizer's chat template, the answers alone scored.
 
-``data=chat`` reads ``.jsonl`` rows (optionally gzipped) of either form:
+``data=chat`` reads rows of either form, from ``.jsonl`` files (optionally gzipped,
+``data.files``) or from the columns of a ``data.dataset`` (read whole or streamed):
 
 - ``{"messages": [{"role": "user", "content": "..."}, {"role": "assistant", "content": ...}]}``
 - ``{"prompt": "...", "completion": "..."}`` (each may also be a list of messages, TRL's
   conversational form; a string prompt is the user's turn, a string completion the assistant's)
 
-Each conversation is rendered with the tokenizer's chat template (or ``data.chat_template``) and
-every token outside an assistant turn is labelled −100. The KD, CE and feature terms all score the
-positions that predict a label, so the prompt, the system turn and the template's role headers
-count nowhere. An assistant turn's tokens are found by rendering the conversation up to that turn
-with the generation prompt, then through it: the characters between the two renderings are the
-answer (with whatever the template closes a turn with, e.g. ``<|im_end|>``), whatever template.
+Each conversation is rendered and labelled by ``chat_tokens.py``: every token outside an
+assistant turn is −100, so the KD, CE and feature terms score the answers alone. A dataset's rows
+are rendered once and cached for later runs (``tokenized.py``).
 
-Conversations are split into training and validation before packing, so none straddles the two;
-``pack=true`` joins them into blocks of ``block_size``, ``pack=false`` (the default here) pads each
-conversation, truncated to ``block_size``.
+Conversations are split into training and validation by prompt before packing, so none
+straddles the two and a held-out prompt is never trained on (``data.dataset.val_split``: its
+prompts are left out of training; streamed: those of the validation rows held out first).
+``pack=true`` joins them into blocks of ``block_size``, ``pack=false`` (the default here) pads
+each conversation, truncated to ``block_size``.
 """
 
 from __future__ import annotations
 
+import json
 import warnings
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,30 +31,24 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
+from lightning_kd.data.batches import Unscored
+from lightning_kd.data.chat_tokens import (
+    ChatExample,
+    conversation_tokens,
+    dataset_row_messages,
+    encode_chat,
+    pack_chats,
+    template_text,
+)
 from lightning_kd.data.conversations import ChatFields, prompt_key, row_messages
+from lightning_kd.data.dataset_source import Columns, DatasetSource, open_checked
+from lightning_kd.data.provenance import source_record
 from lightning_kd.data.reading import read_records
 from lightning_kd.data.teacher_answers import teacher_answered
-from lightning_kd.data.text import TextDataModule, Unscored
+from lightning_kd.data.text import TextDataModule
+from lightning_kd.data.tokenized import cache_key, rows, text_key, tokenized
 from lightning_kd.losses.logits import IGNORE_INDEX
-
-
-@dataclass(frozen=True)
-class ChatExample:
-    """A conversation's tokens and labels (the token inside an assistant turn, else −100)."""
-
-    tokens: Tensor
-    labels: Tensor
-
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-    def cut(self, start: int, stop: int) -> ChatExample:
-        return ChatExample(self.tokens[start:stop], self.labels[start:stop])
-
-    @property
-    def scored(self) -> int:
-        """Positions that predict a label (the first token predicts nothing)."""
-        return int((self.labels[1:] != IGNORE_INDEX).sum())
+from lightning_kd.models.digests import tokenizer_digest
 
 
 @dataclass(frozen=True)
@@ -62,83 +58,6 @@ class Conversation:
     where: str
     messages: list[dict[str, str]]
     example: ChatExample
-
-
-def prompt_ids(tokenizer: PreTrainedTokenizerBase, prompts: list[list[dict]]) -> list[Tensor]:
-    """Each prompt rendered with the chat template and the generation prompt, as token ids
-    (what a model is asked to continue)."""
-    texts = [
-        tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True)
-        for m in prompts
-    ]
-    return [torch.tensor(t) for t in tokenizer(texts, add_special_tokens=False)["input_ids"]]
-
-
-def render(tokenizer: PreTrainedTokenizerBase, messages: list[dict], where: str, **kw) -> str:
-    """The chat template applied to ``messages`` (text), its errors pointed at the row."""
-    try:
-        return tokenizer.apply_chat_template(messages, tokenize=False, **kw)
-    except Exception as err:  # jinja2's TemplateError, or the template's own raise_exception
-        roles = [message["role"] for message in messages]
-        raise ValueError(
-            f"{where}: the chat template cannot render roles {roles} ({err}); fix the row, or "
-            "set data.chat_template to a template that takes them"
-        ) from None
-
-
-def assistant_spans(
-    tokenizer: PreTrainedTokenizerBase, messages: list[dict], where: str
-) -> tuple[str, list[tuple[int, int]]]:
-    """The rendered conversation and the character span of each assistant turn in it."""
-    text, spans = render(tokenizer, messages, where), []
-    for turn, message in enumerate(messages):
-        if message["role"] != "assistant":
-            continue
-        before = render(tokenizer, messages[:turn], where, add_generation_prompt=True)
-        through = render(tokenizer, messages[: turn + 1], where)
-        if not (through.startswith(before) and text.startswith(through)):
-            raise ValueError(
-                f"{where}: the chat template does not render this conversation's turns as "
-                f"prefixes of one another (turn {turn}), so the answer's tokens cannot be told "
-                "from the prompt's; set data.chat_template to a template that does"
-            )
-        spans.append((len(before), len(through)))
-    return text, spans
-
-
-def encode_chat(
-    tokenizer: PreTrainedTokenizerBase, messages: list[dict], where: str
-) -> ChatExample:
-    """Tokens of the rendered conversation; labels are the tokens that start inside an answer."""
-    text, spans = assistant_spans(tokenizer, messages, where)
-    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    tokens = torch.tensor(encoded["input_ids"], dtype=torch.long)
-    starts = torch.tensor([start for start, _ in encoded["offset_mapping"]], dtype=torch.long)
-    answer = torch.zeros_like(tokens, dtype=torch.bool)
-    for first, last in spans:
-        answer |= (starts >= first) & (starts < last)
-    return ChatExample(tokens, tokens.masked_fill(~answer, IGNORE_INDEX))
-
-
-def pack_chats(examples: list[ChatExample], block_size: int) -> list[ChatExample]:
-    """Conversations joined end to end and cut into blocks of ``block_size`` (tail dropped)."""
-    if not examples:
-        return []
-    joined = ChatExample(
-        torch.cat([e.tokens for e in examples]), torch.cat([e.labels for e in examples])
-    )
-    count = len(joined) // block_size
-    return [joined.cut(i * block_size, (i + 1) * block_size) for i in range(count)]
-
-
-def template_text(value: str, key: str = "data.chat_template") -> str:
-    """A chat template setting (``key``): a Jinja template itself, or the file holding one."""
-    if "{{" in value or "{%" in value:
-        return value
-    path = Path(value).expanduser()
-    if not path.is_file():
-        raise FileNotFoundError(f"{key}={value!r} is neither a Jinja template nor a file")
-    return path.read_text()
 
 
 class ChatDataModule(TextDataModule):
@@ -156,10 +75,16 @@ class ChatDataModule(TextDataModule):
         teacher_answers: str | None = None,
         **text: Any,
     ) -> None:
-        if files is None:
+        if files is None and not DatasetSource.of(text.get("dataset")).given:
             raise ValueError(
                 "data=chat reads conversations from your .jsonl files: set data.files=[chats.jsonl]"
-                " (rows with 'messages', or 'prompt' and 'completion')"
+                " (rows with 'messages', or 'prompt' and 'completion'), or from a dataset: set "
+                "data.dataset.path"
+            )
+        if teacher_answers is not None and text.get("streaming"):
+            raise ValueError(
+                "data.teacher_answers with data.streaming=true: the answers are matched to the "
+                "training prompts, which a stream never holds at once; set data.streaming=false"
             )
         super().__init__(tokenizer, files, pack=pack, **text)
         if not tokenizer.is_fast:
@@ -174,9 +99,30 @@ class ChatDataModule(TextDataModule):
         self.fields = ChatFields(messages_field, prompt_field, completion_field)
         self.teacher_answers = None if teacher_answers is None else Path(teacher_answers)
 
+    @classmethod
+    def dataset_columns(cls, settings: Mapping[str, Any]) -> Columns:
+        """A ``messages`` column, or ``prompt`` and ``completion`` ones (as ``settings`` name
+        them)."""
+        messages = settings.get("messages_field", "messages")
+        pair = (
+            settings.get("prompt_field", "prompt"),
+            settings.get("completion_field", "completion"),
+        )
+        setting = "data.messages_field (or data.prompt_field and data.completion_field)"
+        return Columns(((messages,), pair), f"{setting} to the columns holding the conversation")
+
+    def columns(self) -> Columns:
+        fields = self.fields
+        names = {"messages_field": fields.messages, "prompt_field": fields.prompt}
+        return self.dataset_columns(names | {"completion_field": fields.completion})
+
     def setup(self, stage: str | None = None) -> None:
-        """Read, render and split the conversations, then pack or truncate each split."""
-        if self.train_examples:
+        """Read, render and split the conversations, then pack or truncate each split
+        (streamed: only the validation conversations are read here)."""
+        if self.val_examples:
+            return
+        if self.stream is not None:
+            self.val_examples = self.stream.validation(self.columns())
             return
         train, val = self.split()
         train = self.limit(train)
@@ -188,14 +134,22 @@ class ChatDataModule(TextDataModule):
     def split(self) -> tuple[list[Conversation], list[Conversation]]:
         """The training and the validation conversations. Split by prompt: conversations that
         share a prompt fall on one side, so a held-out prompt is never trained on."""
-        chats = self.read_chats()
+        if self.dataset.val_split is not None:
+            val = self.read_chats(self.dataset.val_split)
+            held = {prompt_key(chat.messages) for chat in val}
+            train = [
+                c for c in self.read_chats(self.dataset.split) if prompt_key(c.messages) not in held
+            ]
+            return self.shuffled(train), val
+        chats = self.read_chats(self.dataset.split)
         groups: dict[str, list[Conversation]] = {}
         for chat in chats:
             groups.setdefault(prompt_key(chat.messages), []).append(chat)
         if len(groups) < 2:
+            read = self.dataset.describe(self.dataset.split) if self.dataset.given else self.files
             raise ValueError(
-                f"{len(groups)} distinct prompt(s) in {[str(p) for p in self.files]}; one is "
-                "needed for training and one for validation"
+                f"{len(groups)} distinct prompt(s) in {read}; one is needed for training and "
+                "one for validation"
             )
         ordered = list(groups.values())
         order = torch.randperm(len(ordered), generator=torch.Generator().manual_seed(self.seed))
@@ -212,19 +166,49 @@ class ChatDataModule(TextDataModule):
             for c, m in zip(chats, answered, strict=True)
         ]
 
-    def read_chats(self) -> list[Conversation]:
-        """Every row of every file, encoded; repeated conversations once (none in both splits)."""
+    def read_chats(self, split: str) -> list[Conversation]:
+        """Every row of every file (or of the dataset's ``split``), encoded; repeated
+        conversations once (none in both splits)."""
         chats, seen = [], set()
+        read = self.dataset_chats(split) if self.dataset.given else self.file_chats()
+        for chat in read:
+            key = tuple(chat.example.tokens.tolist())
+            if key not in seen:
+                seen.add(key)
+                chats.append(chat)
+        return chats
+
+    def file_chats(self) -> Iterator[Conversation]:
+        """The conversations of ``data.files``, row by row (``file:line`` each)."""
         for path in self.files:
             for number, record in read_records(path):
                 where = f"{path}:{number}"
                 messages = row_messages(record, where, self.fields)
-                example = encode_chat(self.tokenizer, messages, where)
-                key = tuple(example.tokens.tolist())
-                if key not in seen:
-                    seen.add(key)
-                    chats.append(Conversation(where, messages, example))
-        return chats
+                yield Conversation(where, messages, encode_chat(self.tokenizer, messages, where))
+
+    def dataset_chats(self, split: str) -> Iterator[Conversation]:
+        """The conversations of ``data.dataset``'s ``split``: rendered once into the cache
+        (``tokenized.py``), read back from it after."""
+        dataset = open_checked(self.dataset, split, False, self.columns())
+        where, tokenizer = self.dataset.describe(split), self.tokenizer
+        parts = {"kind": "chat", "fields": list(vars(self.fields).values())}
+        parts |= {"template": tokenizer.chat_template, "tokenizer": tokenizer_digest(tokenizer)}
+        parts["source"] = source_record(self.dataset)
+        options = {"tokenizer": tokenizer, "fields": self.fields, "where": where}
+        key = cache_key(dataset, parts)
+        mapped = tokenized(dataset, conversation_tokens, options, key, f"rendering {where}")
+        for index, row in enumerate(rows(mapped)):
+            example = ChatExample(torch.tensor(row["tokens"]), torch.tensor(row["labels"]))
+            yield Conversation(f"{where} row {index}", json.loads(row["messages"]), example)
+
+    def stream_row(self, row: dict, where: str) -> tuple[str, ChatExample]:
+        """A streamed row's key (its prompt's digest) and rendered conversation."""
+        messages = dataset_row_messages(row, where, self.fields)
+        return text_key(prompt_key(messages)), encode_chat(self.tokenizer, messages, where)
+
+    def keep(self, example: ChatExample) -> bool:
+        """A streamed example is kept when it holds an answer token."""
+        return example.scored > 0
 
     def layout(self, chats: list[ChatExample], split: str) -> list[ChatExample]:
         """Packed blocks or truncated conversations, those left without a scored token dropped."""

@@ -8,11 +8,17 @@ is another — the run would go on with exit 0 on something else. The record hol
 that shape the batches (each named when it differs), each file's content digest (so an edited
 file is named), and a digest of the training and validation examples themselves (which catches
 what the two miss: a tokenizer that splits differently, another reading of the same bytes).
+
+A ``data.dataset`` is recorded by its settings (path, name, split, validation split), the content
+digest of each local data file (remembered across runs while a file is unchanged, so a large
+corpus is hashed once), and a ``save_to_disk`` folder's fingerprint. A streamed corpus is never
+whole in memory: its examples digest is the validation examples'.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,7 +26,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lightning_kd.utils.files import file_digest
+from lightning_kd.data.dataset_files import local_files
+from lightning_kd.data.dataset_source import DatasetSource
+from lightning_kd.models.sources import cache_root
+from lightning_kd.utils.files import file_digest, remembered_digest
 
 
 def examples_digest(examples: Iterable[Any]) -> str:
@@ -48,21 +57,74 @@ def files_record(files: Iterable[Path], names: Mapping[Path, str]) -> dict[str, 
     return {names.get(path, str(path)): file_digest(path)[:20] for path in files}
 
 
+def source_record(source: DatasetSource) -> dict[str, Any]:
+    """What a checkpoint records of ``source`` (``data/provenance.py``): its settings, each local
+    data file's content digest, and a saved folder's fingerprint."""
+    record = {"path": source.path, "name": source.name, "split": source.split}
+    record["val_split"] = source.val_split
+    memo = cache_root() / "file_digests"
+    files = {
+        str(path): remembered_digest(path, memo)[:20]
+        for path in local_files(source.path, source.data_files)
+    }
+    record["data_files"] = files or source.data_files
+    if source.saved_folder():
+        state = Path(str(source.path)).expanduser() / "state.json"
+        record["fingerprint"] = (
+            json.loads(state.read_text()).get("_fingerprint") if state.is_file() else None
+        ) or folder_fingerprints(Path(str(source.path)).expanduser())
+    return record
+
+
+def folder_fingerprints(folder: Path) -> dict[str, str | None]:
+    """Each split's fingerprint of a saved split dict (``dataset_dict.json``'s folders)."""
+    found = {}
+    for state in sorted(folder.glob("*/state.json")):
+        found[state.parent.name] = json.loads(state.read_text()).get("_fingerprint")
+    return found
+
+
 def data_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
-    """``data.<key>: checkpoint …, this run …`` for each setting that differs; the files by name
-    (an edited file, one added, one gone); the examples only when nothing else explains them."""
+    """``data.<key>: checkpoint …, this run …`` for each setting that differs; the files and the
+    dataset by name (an edited file, one added, one gone); the examples only when nothing else
+    explains them."""
     found = [
         f"data.{key}: checkpoint {saved.get(key)!r}, this run {value!r}"
         for key, value in now.items()
-        if key not in ("files", "examples") and saved.get(key) != value
+        if key not in ("files", "examples", "dataset") and saved.get(key) != value
     ]
     then_files, now_files = saved.get("files", {}), now.get("files", {})
     if sorted(then_files.values()) != sorted(now_files.values()):
         found.append(f"data.files: {files_change(then_files, now_files)}")
+    found += dataset_differences(saved.get("dataset"), now.get("dataset"))
     if not found and saved.get("examples") != now.get("examples"):
         found.append(
             "data: the same files and settings give other examples (another tokenizer or "
             "reading of the files)"
+        )
+    return found
+
+
+def dataset_differences(then: dict | None, now: dict | None) -> list[str]:
+    """How the ``data.dataset`` record differs: its settings by key, its files by name, a saved
+    folder's fingerprint."""
+    if then is None or now is None:
+        return [] if then == now else [f"data.dataset: checkpoint {then!r}, this run {now!r}"]
+    found = [
+        f"data.dataset.{key}: checkpoint {then.get(key)!r}, this run {value!r}"
+        for key, value in now.items()
+        if key not in ("data_files", "fingerprint") and then.get(key) != value
+    ]
+    files = then.get("data_files"), now.get("data_files")
+    if all(isinstance(f, dict) for f in files):
+        if sorted(files[0].values()) != sorted(files[1].values()):
+            found.append(f"data.dataset.data_files: {files_change(*files)}")
+    elif files[0] != files[1]:
+        found.append(f"data.dataset.data_files: checkpoint {files[0]!r}, this run {files[1]!r}")
+    if then.get("fingerprint") != now.get("fingerprint"):
+        found.append(
+            f"data.dataset: the saved folder's fingerprint is {now.get('fingerprint')!r}, the "
+            f"checkpoint's {then.get('fingerprint')!r} (saved again, with other rows)"
         )
     return found
 

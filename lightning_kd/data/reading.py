@@ -1,5 +1,7 @@
 """Reading ``data.files``: format by suffix, every error at its file and line, duplicates out.
 
+- Entries are paths, glob patterns, or the embedded corpora's names (``python_reference``,
+  ``smollm2_generated``); ``data.files: null`` reads both embedded corpora.
 - The format comes from the name's suffix alone: ``.txt`` (one document per file), ``.jsonl``
   (one JSON object per line), each optionally ``.gz``. ``notes.txt.jsonl`` is JSON lines.
 - A UTF-8 byte-order mark at a file's start is dropped (Notepad saves one).
@@ -12,6 +14,7 @@
 
 from __future__ import annotations
 
+import glob
 import gzip
 import json
 import warnings
@@ -28,6 +31,43 @@ FORMATS = {".txt": "txt", ".jsonl": "jsonl", ".txt.gz": "txt", ".jsonl.gz": "jso
 
 BOM = "\ufeff"
 """The UTF-8 byte-order mark, dropped from the start of a file."""
+
+DEFAULT_CORPUS = Path(__file__).parent / "corpus" / "python_reference.jsonl.gz"
+"""The Python 3.11 Language Reference (see ``lightning_kd/data/corpus/README.md``)."""
+TEACHER_CORPUS = Path(__file__).parent / "corpus" / "smollm2_generated.jsonl.gz"
+"""General English written by the default teacher itself (``data/corpus/README.md``)."""
+DEFAULT_FILES = (DEFAULT_CORPUS, TEACHER_CORPUS)
+"""What ``data.files: null`` reads: technical prose and the teacher's own broad English."""
+EMBEDDED = {"python_reference": DEFAULT_CORPUS, "smollm2_generated": TEACHER_CORPUS}
+"""Names that ``data.files`` entries may use for the embedded corpora."""
+
+SUFFIXES = tuple(FORMATS)
+
+
+def expand_files(patterns: list[str], key: str = "data.files") -> list[Path]:
+    """The files named by ``patterns`` — paths, globs, or the names of the embedded corpora
+    (``python_reference``, ``smollm2_generated``) — checked to exist and be readable here; the
+    errors name ``key``, the setting that gave them (``--files`` for ``evaluate``)."""
+    files: list[Path] = []
+    for pattern in patterns:
+        if pattern in EMBEDDED:
+            files.append(EMBEDDED[pattern])
+            continue
+        matches = sorted(glob.glob(str(Path(pattern).expanduser()))) if _is_glob(pattern) else []
+        if _is_glob(pattern) and not matches:
+            raise FileNotFoundError(f"{key} pattern {pattern!r} matches no file")
+        for name in matches or [pattern]:
+            path = Path(name).expanduser()
+            if not path.is_file():
+                raise FileNotFoundError(f"{key} entry {name!r} is not a file")
+            if file_format(path) is None:
+                raise ValueError(f"{key} entry {name!r}: use one of {', '.join(SUFFIXES)}")
+            files.append(path)
+    return unique_files(files)
+
+
+def _is_glob(pattern: str) -> bool:
+    return any(ch in pattern for ch in "*?[")
 
 
 def file_format(path: Path) -> str | None:

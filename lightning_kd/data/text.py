@@ -1,81 +1,57 @@
 """Text data for distillation: read documents, tokenize with the teacher's tokenizer, batch.
 
+Where the documents come from:
+- ``data.files``: ``.txt`` (one document per file) and ``.jsonl`` (text under ``text_field``)
+  files, gzipped or not, globs expanded; null: the embedded corpus (``reading.py``);
+- ``data.dataset``: anything Hugging Face ``datasets`` opens (``dataset_source.py``), its
+  ``text_field`` column tokenized once and cached for later runs (``tokenized.py``);
+- ``data.dataset`` with ``data.streaming=true``: read row by row, never whole (``streaming.py``).
+
 Two layouts:
 - ``pack=True`` (default): documents are joined with the EOS token and cut into fixed blocks of
   ``block_size`` tokens, the usual layout for language-model training; no padding at all.
 - ``pack=False``: one document per example, truncated to ``block_size`` and padded per batch;
   padded positions carry label ``-100`` and attention mask 0.
 
-The split into train and validation is by example, with a seeded permutation, so it is the same on
-every machine and every rank. Training order is a seeded permutation per epoch, and a run resumed
-from a mid-epoch checkpoint skips the batches that epoch already trained on, so it sees exactly the
-batches the uninterrupted run would have.
-
-Files: ``.txt`` (one document per file), ``.jsonl`` (one JSON object per line, text under
-``text_field``), either optionally gzipped. Glob patterns are expanded.
+Read whole, the split into train and validation is by example, with a seeded permutation (or a
+``data.dataset.val_split`` of its own), the same on every machine and every rank; training order is
+a seeded permutation per epoch, and a run resumed from a mid-epoch checkpoint skips the batches
+that epoch already trained on. Streamed, validation is held out of the stream's start and a
+resumed run continues from the stream position saved in its checkpoint. Either way a resumed run
+sees exactly the batches the uninterrupted run would have.
 """
 
 from __future__ import annotations
 
-import glob
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from lightning.pytorch import LightningDataModule
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerBase
 
+from lightning_kd.data.batches import IndexedBlocks, collate_tokens, pad_for_ranks
+from lightning_kd.data.dataset_source import (
+    Columns,
+    DatasetSource,
+    open_checked,
+    setting_errors,
+)
 from lightning_kd.data.loaders import EpochSampler, ResumableLoader
-from lightning_kd.data.provenance import examples_digest, files_record
+from lightning_kd.data.provenance import examples_digest, files_record, source_record
 from lightning_kd.data.reading import (
-    FORMATS,
-    file_format,
+    DEFAULT_FILES,
+    EMBEDDED,
+    expand_files,
     read_documents,
     unique_documents,
-    unique_files,
 )
-from lightning_kd.losses.logits import IGNORE_INDEX
+from lightning_kd.data.streaming import Layout, Stream
+from lightning_kd.data.tokenized import checked_text, split_documents, text_key
 from lightning_kd.utils.compat import resumed_batches_in_epoch
-
-DEFAULT_CORPUS = Path(__file__).parent / "corpus" / "python_reference.jsonl.gz"
-"""The Python 3.11 Language Reference (see ``lightning_kd/data/corpus/README.md``)."""
-TEACHER_CORPUS = Path(__file__).parent / "corpus" / "smollm2_generated.jsonl.gz"
-"""General English written by the default teacher itself (``data/corpus/README.md``)."""
-DEFAULT_FILES = (DEFAULT_CORPUS, TEACHER_CORPUS)
-"""What ``data.files: null`` reads: technical prose and the teacher's own broad English."""
-EMBEDDED = {"python_reference": DEFAULT_CORPUS, "smollm2_generated": TEACHER_CORPUS}
-"""Names that ``data.files`` entries may use for the embedded corpora."""
-
-SUFFIXES = tuple(FORMATS)
-
-
-def expand_files(patterns: list[str], key: str = "data.files") -> list[Path]:
-    """The files named by ``patterns`` — paths, globs, or the names of the embedded corpora
-    (``python_reference``, ``smollm2_generated``) — checked to exist and be readable here; the
-    errors name ``key``, the setting that gave them (``--files`` for ``evaluate``)."""
-    files: list[Path] = []
-    for pattern in patterns:
-        if pattern in EMBEDDED:
-            files.append(EMBEDDED[pattern])
-            continue
-        matches = sorted(glob.glob(str(Path(pattern).expanduser()))) if _is_glob(pattern) else []
-        if _is_glob(pattern) and not matches:
-            raise FileNotFoundError(f"{key} pattern {pattern!r} matches no file")
-        for name in matches or [pattern]:
-            path = Path(name).expanduser()
-            if not path.is_file():
-                raise FileNotFoundError(f"{key} entry {name!r} is not a file")
-            if file_format(path) is None:
-                raise ValueError(f"{key} entry {name!r}: use one of {', '.join(SUFFIXES)}")
-            files.append(path)
-    return unique_files(files)
-
-
-def _is_glob(pattern: str) -> bool:
-    return any(ch in pattern for ch in "*?[")
+from lightning_kd.utils.refusal import refuse
 
 
 def separator_id(tokenizer: PreTrainedTokenizerBase) -> int | None:
@@ -90,39 +66,16 @@ def pack_blocks(token_lists: list[list[int]], block_size: int, eos_id: int) -> T
     return torch.tensor(stream[: count * block_size], dtype=torch.long).view(count, block_size)
 
 
-@dataclass(frozen=True)
-class Unscored:
-    """An example's tokens, run through the models but scored nowhere (its labels are all -100).
-
-    It pads the validation set to a multiple of the world size: Lightning's DistributedSampler
-    would otherwise repeat real examples on some ranks, and those would count twice in every
-    metric. Ranks keep equal batch counts (so no rank waits in a collective), and the padding
-    adds no token to any sum.
-    """
-
-    tokens: Tensor
-
-
-class IndexedBlocks(Dataset):
-    """``blocks[i]`` as ``(i, block)``: each batch then says which blocks it holds
-    (``block_index``, −1 for :class:`Unscored` padding), which a cached teacher's records are
-    looked up by."""
-
-    def __init__(self, blocks: list[Tensor | Unscored]) -> None:
-        self.blocks = blocks
-
-    def __len__(self) -> int:
-        return len(self.blocks)
-
-    def __getitem__(self, index: int) -> tuple[int, Tensor | Unscored]:
-        block = self.blocks[index]
-        return (-1 if isinstance(block, Unscored) else index), block
-
-
-def pad_for_ranks(examples: list[Tensor], world_size: int) -> list[Tensor | Unscored]:
-    """``examples`` plus unscored copies of the first few, to a multiple of ``world_size``."""
-    extra = -len(examples) % world_size
-    return examples + [Unscored(examples[i % len(examples)]) for i in range(extra)]
+def check_sizes(block_size: int, val_fraction: float, max_train_examples: int | None) -> None:
+    """Refuse sizes no split or block can have."""
+    if block_size < 2:
+        raise ValueError(f"data.block_size={block_size}; a block needs at least 2 tokens")
+    if not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"data.val_fraction={val_fraction} must lie strictly between 0 and 1")
+    if max_train_examples is not None and max_train_examples < 1:
+        raise ValueError(
+            f"data.max_train_examples={max_train_examples}; use a count ≥ 1, or null for all"
+        )
 
 
 class TextDataModule(LightningDataModule):
@@ -139,18 +92,15 @@ class TextDataModule(LightningDataModule):
         max_train_examples: int | None = None,
         pack: bool = True,
         text_field: str = "text",
+        dataset: DatasetSource | Mapping[str, Any] | None = DatasetSource(),
+        streaming: bool = False,
+        val_size: int = 64,
+        shuffle_buffer: int = 1024,
         seed: int = 0,
         num_workers: int = 0,
     ) -> None:
         super().__init__()
-        if block_size < 2:
-            raise ValueError(f"data.block_size={block_size}; a block needs at least 2 tokens")
-        if not 0.0 < val_fraction < 1.0:
-            raise ValueError(f"data.val_fraction={val_fraction} must lie strictly between 0 and 1")
-        if max_train_examples is not None and max_train_examples < 1:
-            raise ValueError(
-                f"data.max_train_examples={max_train_examples}; use a count ≥ 1, or null for all"
-            )
+        check_sizes(block_size, val_fraction, max_train_examples)
         if separator_id(tokenizer) is None:
             raise ValueError("the tokenizer has no EOS or SEP token to separate packed documents")
         self.tokenizer = tokenizer
@@ -159,7 +109,11 @@ class TextDataModule(LightningDataModule):
                 "data.files is empty; list your files (data.files=[a.txt,'dir/*.jsonl']), or "
                 "set data.files=null for the built-in corpus"
             )
-        self.files = expand_files(list(files)) if files is not None else list(DEFAULT_FILES)
+        self.dataset = DatasetSource.of(dataset)
+        self.streaming, self.val_size, self.shuffle_buffer = streaming, val_size, shuffle_buffer
+        refuse(setting_errors(self.dataset, files, streaming, max_train_examples, num_workers))
+        self.files = [] if self.dataset.given else list(DEFAULT_FILES)
+        self.files = expand_files(list(files)) if files is not None else self.files
         self.block_size = block_size
         self.batch_size = batch_size
         self.val_batch_size = val_batch_size or batch_size
@@ -171,48 +125,104 @@ class TextDataModule(LightningDataModule):
         self.num_workers = num_workers
         self.train_examples: list[Tensor] = []
         self.val_examples: list[Tensor] = []
+        self.stream: Stream | None = None
+        if streaming:  # the row encoding and the kept examples are the subclass's (chat's)
+            settings = {"block_size": block_size, "pack": pack, "seed": seed, "keep": self.keep}
+            layout = Layout.of(shuffle_buffer, batch_size, **settings)
+            self.stream = Stream(self.dataset, self.stream_row, layout, val_size)
+
+    @classmethod
+    def dataset_columns(cls, settings: Mapping[str, Any]) -> Columns:
+        """The columns of ``data.dataset`` that ``settings`` (the ``data`` config) read."""
+        return Columns(((settings.get("text_field", "text"),),), "data.text_field")
+
+    def columns(self) -> Columns:
+        """The columns this module reads of ``data.dataset``."""
+        return self.dataset_columns({"text_field": self.text_field})
 
     def setup(self, stage: str | None = None) -> None:
-        """Read, tokenize and split the corpus (once; later stages reuse it)."""
-        if self.train_examples:
+        """Read, tokenize and split the corpus (once; later stages reuse it); streamed, only
+        the validation examples are read here."""
+        if self.val_examples:
             return
+        if self.stream is not None:
+            self.val_examples = self.stream.validation(self.columns())
+            return
+        if self.dataset.val_split is not None:
+            val = dict(self.split_documents(self.dataset.val_split))
+            train = [t for key, t in self.split_documents(self.dataset.split) if key not in val]
+            self.val_examples = self.examples(list(val.values()))
+            self.train_examples = self.limit(self.shuffled(self.examples(train)))
+            return
+        examples = self.examples(self.documents())
+        order = self.shuffled(list(range(len(examples))))
+        val_count = min(max(1, round(self.val_fraction * len(examples))), len(examples) - 1)
+        self.val_examples = [examples[i] for i in order[:val_count]]
+        self.train_examples = self.limit([examples[i] for i in order[val_count:]])
+
+    def documents(self) -> list[list[int]]:
+        """Every document's tokens: of ``data.files``, or of ``data.dataset``'s split."""
+        if self.dataset.given:
+            return [tokens for _, tokens in self.split_documents(self.dataset.split)]
         documents = unique_documents(
-            [
-                text
-                for path in self.files
-                for text in read_documents(path, self.text_field)
-                if text.strip()
-            ]
+            [text for path in self.files for text in read_documents(path, self.text_field)]
         )
+        documents = [text for text in documents if text.strip()]
         if not documents:
             raise ValueError(f"no text in {[str(p) for p in self.files]}: the files are empty")
-        token_lists = self.tokenizer(documents, add_special_tokens=False)["input_ids"]
+        return self.tokenizer(documents, add_special_tokens=False)["input_ids"]
+
+    def split_documents(self, split: str) -> list[tuple[str, list[int]]]:
+        """A split of ``data.dataset``: each distinct document's key and tokens (cached)."""
+        dataset = open_checked(self.dataset, split, False, self.columns())
+        where = self.dataset.describe(split)
+        return split_documents(dataset, self.tokenizer, self.text_field, where, self.dataset)
+
+    def examples(self, token_lists: list[list[int]]) -> list[Tensor]:
+        """Packed blocks, or each document truncated; refused when there are too few."""
         if self.pack:
             examples = list(pack_blocks(token_lists, self.block_size, separator_id(self.tokenizer)))
         else:
             examples = [torch.tensor(t[: self.block_size]) for t in token_lists if len(t) >= 2]
-        if len(examples) < 2:
+        if len(examples) < 1 + (self.dataset.val_split is None):
             total = sum(len(t) for t in token_lists)
             raise ValueError(
                 f"the corpus gives {len(examples)} example(s) of {self.block_size} tokens "
                 f"({total} tokens in all); one is needed for training and one for validation: "
-                "add text (data.files=[...]) or lower data.block_size"
+                "add text (data.files or data.dataset) or lower data.block_size"
             )
-        order = torch.randperm(len(examples), generator=torch.Generator().manual_seed(self.seed))
-        val_count = min(max(1, round(self.val_fraction * len(examples))), len(examples) - 1)
-        self.val_examples = [examples[i] for i in order[:val_count].tolist()]
-        self.train_examples = self.limit([examples[i] for i in order[val_count:].tolist()])
+        return examples
+
+    def shuffled(self, items: list) -> list:
+        """``items`` in the seeded order the split draws (the same on every machine)."""
+        order = torch.randperm(len(items), generator=torch.Generator().manual_seed(self.seed))
+        return [items[i] for i in order.tolist()]
 
     def limit(self, train: list) -> list:
         """The first ``data.max_train_examples`` of the shuffled training split (all of it when
         unset or larger): a fixed subset trained on epoch after epoch, validation unchanged."""
         return train if self.max_train_examples is None else train[: self.max_train_examples]
 
+    def stream_row(self, row: dict, where: str) -> tuple[str, Tensor | None]:
+        """A streamed row's key (its text's digest) and tokens (None: left out, as blank)."""
+        text = checked_text(row.get(self.text_field), self.text_field, where)
+        if not text.strip():
+            return text_key(text), None
+        tokens = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        if self.pack:
+            return text_key(text), torch.tensor([*tokens, separator_id(self.tokenizer)])
+        return text_key(text), (torch.tensor(tokens) if len(tokens) >= 2 else None)
+
+    def keep(self, example: Any) -> bool:
+        """Whether a streamed example is trained or validated on (chat: one with an answer)."""
+        return True
+
     def provenance(self) -> dict[str, Any]:
         """What a checkpoint records of this data, once set up (see ``data/provenance.py``): the
-        settings that shape the batches, the files' digests, the examples' digest."""
+        settings that shape the batches, the files' (or the dataset's) digests, the examples'
+        digest (streamed: the validation examples')."""
         names = {path: name for name, path in EMBEDDED.items()}
-        return {
+        found = {
             "block_size": self.block_size,
             "batch_size": self.batch_size,
             "pack": self.pack,
@@ -223,40 +233,22 @@ class TextDataModule(LightningDataModule):
             "files": files_record(self.files, names),
             "examples": examples_digest([*self.train_examples, *self.val_examples]),
         }
+        # Only where used: a checkpoint of data.files, saved before these existed, stays equal.
+        if self.dataset.given:
+            found["dataset"] = source_record(self.dataset)
+        if self.streaming:
+            found |= {"streaming": True, "val_size": self.val_size}
+            found["shuffle_buffer"] = self.shuffle_buffer
+        return found
 
-    @property
-    def train_tokens(self) -> int:
-        """Tokens in the training split (one epoch)."""
-        return sum(len(example) for example in self.train_examples)
-
-    def collate(
-        self, examples: list[Tensor | Unscored] | list[tuple[int, Tensor | Unscored]]
-    ) -> dict[str, Tensor]:
-        """Right-pad to the longest example; padding is masked from attention and labels, and
-        :class:`Unscored` examples from labels. Examples given as ``(block index, tokens)``
-        (:class:`IndexedBlocks`) add ``block_index`` ``[batch]`` to the batch."""
-        block_index = None
-        if examples and isinstance(examples[0], tuple):
-            block_index = torch.tensor([index for index, _ in examples], dtype=torch.long)
-            examples = [example for _, example in examples]
-        unscored = [isinstance(example, Unscored) for example in examples]
-        examples = [
-            example.tokens if isinstance(example, Unscored) else example for example in examples
-        ]
-        length = max(len(example) for example in examples)
+    def collate(self, examples: list) -> dict[str, Tensor]:
+        """Right-pad to the longest example (``batches.collate_tokens``)."""
         pad_id = self.tokenizer.pad_token_id
-        pad_id = separator_id(self.tokenizer) if pad_id is None else pad_id
-        input_ids = torch.full((len(examples), length), pad_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(examples), length), dtype=torch.long)
-        for row, example in enumerate(examples):
-            input_ids[row, : len(example)] = example
-            attention_mask[row, : len(example)] = 1
-        labels = input_ids.masked_fill(attention_mask == 0, IGNORE_INDEX)
-        labels[torch.tensor(unscored)] = IGNORE_INDEX
-        batch = {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
-        return batch if block_index is None else batch | {"block_index": block_index}
+        return collate_tokens(examples, separator_id(self.tokenizer) if pad_id is None else pad_id)
 
     def train_dataloader(self) -> DataLoader:
+        if self.stream is not None:
+            return self.stream.loader(self.collate, *self.rank())
         return ResumableLoader(
             IndexedBlocks(self.train_examples),
             batch_size=self.batch_size,
@@ -265,6 +257,23 @@ class TextDataModule(LightningDataModule):
             num_workers=self.num_workers,
             skip_batches=self.batches_already_trained,
         )
+
+    def rank(self) -> tuple[int, int]:
+        """This process's rank and the number of ranks (0 of 1 outside a trainer)."""
+        trainer = self.trainer
+        return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """A streamed batch's position is taken as it goes to training (``Stream.taken``)."""
+        return self.stream.taken(batch) if self.stream is not None else batch
+
+    def state_dict(self) -> dict[str, Any]:
+        """Streamed: every rank's stream position (a collective, as a checkpoint save is)."""
+        return self.stream.state_dict() if self.stream is not None else {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if self.stream is not None and "stream_cursors" in state_dict:
+            self.stream.load_state_dict(state_dict, *self.rank())
 
     def batches_already_trained(self) -> int:
         """Batches of the current epoch a resumed run has trained on (0 unless resuming).

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lightning_kd.data.chat import prompt_ids
+from lightning_kd.data.chat_tokens import prompt_ids
 from lightning_kd.data.conversations import ChatFields
 from lightning_kd.evaluation.prompts import Sampling, evaluate_prompts
 from lightning_kd.evaluation.saved_models import load_model, load_tokenizer, model_location

@@ -22,7 +22,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from lightning_kd.data.text import expand_files, pack_blocks, read_documents, separator_id
+from lightning_kd.data.reading import expand_files, read_documents
+from lightning_kd.data.text import pack_blocks, separator_id
 from lightning_kd.evaluation.saved_models import load_model, load_tokenizer
 from lightning_kd.losses.logits import scored_next_token
 

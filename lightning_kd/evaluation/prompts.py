@@ -42,7 +42,7 @@ from torch import Tensor, nn
 from torchmetrics.text.rouge import ROUGEScore
 from transformers import PreTrainedTokenizerBase
 
-from lightning_kd.data.chat import prompt_ids
+from lightning_kd.data.chat_tokens import prompt_ids
 from lightning_kd.generation.decoding import (
     completions_batch,
     generate_in_eval,

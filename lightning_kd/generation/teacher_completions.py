@@ -37,7 +37,7 @@ import torch
 from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from lightning_kd.data.chat import prompt_ids, template_text
+from lightning_kd.data.chat_tokens import prompt_ids, template_text
 from lightning_kd.data.conversations import ChatFields, as_messages, checked_messages, prompt_of
 from lightning_kd.data.reading import read_records
 from lightning_kd.generation.completions_record import (

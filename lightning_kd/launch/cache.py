@@ -24,6 +24,7 @@ from lightning_kd.cache.narrow import narrow_cache
 from lightning_kd.cache.writer import write_cache
 from lightning_kd.launch.build import build_datamodule, with_precision
 from lightning_kd.launch.config import record_job
+from lightning_kd.launch.data_checks import dataset_errors
 from lightning_kd.launch.entry import check_entry, teacher_length
 from lightning_kd.launch.paths import training_run_errors
 from lightning_kd.models.loading import load_teacher, load_tokenizer
@@ -83,7 +84,12 @@ def write(cfg: DictConfig) -> None:
 
 def write_claimed(cfg: DictConfig, directory: Path) -> None:
     """Build the data and the teacher of ``cfg`` and write the cache into ``directory``."""
-    check_entry(cfg, lengths=[teacher_length(cfg, "data.block_size")])
+    lengths = [teacher_length(cfg, "data.block_size")]
+    streamed = [
+        "data.streaming=true: a stream has no fixed blocks to cache; set data.streaming=false"
+    ]
+    extra = dataset_errors(cfg) + (streamed if cfg.data.get("streaming") else [])
+    check_entry(cfg, lengths=lengths, extra=extra)
     cfg, _ = with_precision(cfg)
     teacher_spec = instantiate(cfg.teacher, _convert_="all")
     if teacher_spec.task != "causal_lm":

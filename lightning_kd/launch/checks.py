@@ -19,9 +19,10 @@ from omegaconf.errors import OmegaConfBaseException
 
 from lightning_kd.distill.objective import learns_nothing
 from lightning_kd.export.gguf import type_errors
+from lightning_kd.launch.data_checks import data_setting_errors
 from lightning_kd.launch.logger_checks import logger_errors
 from lightning_kd.launch.paths import run_dir_errors
-from lightning_kd.launch.rules import ABSENT, CountOrFraction, Number, value_errors
+from lightning_kd.launch.rules import ABSENT, CountOrFraction, Number, lookup, value_errors
 from lightning_kd.models.quantize import STRATEGIES, backend_errors
 from lightning_kd.utils.refusal import refuse
 
@@ -61,6 +62,8 @@ RULES: dict[str, Number | CountOrFraction] = {
     "data.val_fraction": Number(low=0, high=1, low_open=True, high_open=True, example="0.05"),
     "data.max_train_examples": Number(low=1, integer=True, nullable=True, example="180"),
     "data.num_workers": Number(low=0, integer=True, example="0"),
+    "data.val_size": Number(low=1, integer=True, example="64"),
+    "data.shuffle_buffer": Number(low=1, integer=True, example="1024"),
     "student.num_layers": Number(low=1, integer=True, nullable=True, example="6"),
     "student.calibration_blocks": Number(low=1, integer=True, example="4"),
     "teacher.init_seed": Number(integer=True, example="0"),
@@ -87,22 +90,13 @@ RULES: dict[str, Number | CountOrFraction] = {
 """Every numeric key a run reads, by dotted path; a key a config does not have is skipped."""
 
 
-def lookup(cfg: Mapping, dotted: str) -> Any:
-    """``cfg``'s value at ``a.b.c``, or ``ABSENT`` where a part of the path is missing."""
-    node: Any = cfg
-    for part in dotted.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return ABSENT
-        node = node[part]
-    return node
-
-
 def config_errors(cfg: Mapping) -> list[str]:
     """One message per bad numeric value in ``cfg`` (empty when all are fine)."""
     errors = value_errors({key: lookup(cfg, key) for key in RULES}, RULES)
     errors += _list_errors(cfg) + _device_errors(cfg) + _encoder_errors(cfg)
     errors += _weight_errors(cfg) + _quantize_errors(cfg) + logger_errors(cfg)
     errors += _sharding_errors(cfg) + _repair_errors(cfg) + _flag_errors(cfg)
+    errors += data_setting_errors(cfg)
     return errors + _precision_errors(cfg) + _output_dir_errors(cfg) + _export_errors(cfg)
 
 

@@ -16,6 +16,7 @@ the tests, the benchmark and the notebooks use it, so they run the configuration
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import logging
 from collections.abc import Callable, Sequence
@@ -77,10 +78,21 @@ def defaults_node(target: Callable[..., Any]) -> dict[str, Any]:
     return node
 
 
-def on_default_corpus(files: Any, value: Any) -> Any:
-    """``value`` when ``data.files`` is null (the embedded corpus), else null: for settings of the
-    default run that must not follow a user to their own files (``conf/data/text.yaml``)."""
-    return value if files is None else None
+def on_default_corpus(files: Any, dataset: Any, value: Any) -> Any:
+    """``value`` when ``data.files`` and ``data.dataset.path`` are null (the embedded corpus),
+    else null: for settings of the default run that must not follow a user to their own data
+    (``conf/data/text.yaml``)."""
+    return value if files is None and dataset is None else None
+
+
+def config_node(node: dict[str, Any]) -> dict[str, Any]:
+    """``node`` with each dataclass default (``data.dataset``'s) as a plain mapping of its
+    fields: an untyped node, so that ``data.dataset.data_files`` takes a string, a list or a
+    mapping, as ``datasets`` does."""
+    return {
+        key: dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+        for key, value in node.items()
+    }
 
 
 def register_defaults() -> None:
@@ -90,7 +102,7 @@ def register_defaults() -> None:
     OmegaConf.register_new_resolver("kd.on_default_corpus", on_default_corpus, replace=True)
     store = ConfigStore.instance()
     for group, target in GROUP_TARGETS.items():
-        store.store(group=group, name="base", node=defaults_node(target))
+        store.store(group=group, name="base", node=config_node(defaults_node(target)))
     register_launchers(store)
 
 

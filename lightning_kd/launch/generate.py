@@ -11,7 +11,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from lightning_kd.data.chat import ChatDataModule, prompt_ids
+from lightning_kd.data.chat import ChatDataModule
+from lightning_kd.data.chat_tokens import prompt_ids
 from lightning_kd.data.conversations import ChatFields, prompt_of
 from lightning_kd.generation.teacher_completions import (
     OUTPUT_NAME,
@@ -39,6 +40,11 @@ def split_prompts(cfg: DictConfig, tokenizer, split: str) -> list[tuple[str, lis
         raise ValueError(
             f"generate.prompts={split}_split reads the prompts of data=chat's {split} split; this "
             "config's data is not chat data: add data=chat (or experiment=instruct) and its files"
+        )
+    if data.stream is not None:
+        raise ValueError(
+            f"generate.prompts={split}_split with data.streaming=true: a stream's split is never "
+            "held whole; set data.streaming=false (the prompts are read once, as a run reads them)"
         )
     train, val = data.split()
     return [(c.where, prompt_of(c.messages)) for c in (train if split == "train" else val)]

@@ -37,10 +37,11 @@ FILENAME = "importance.json"
 
 
 def calibration_batches(datamodule: TextDataModule, blocks: int) -> list[Batch]:
-    """The first ``blocks`` examples of the training split (already a seeded shuffle), one
-    batch each. Validation examples are never among them."""
+    """The first ``blocks`` examples of the training split (already a seeded shuffle; streamed:
+    the stream's first), one batch each. Validation examples are never among them."""
     datamodule.setup("fit")
-    examples = datamodule.train_examples
+    stream = datamodule.stream
+    examples = stream.first_examples(blocks) if stream is not None else datamodule.train_examples
     if blocks > len(examples):
         raise ValueError(
             f"student.calibration_blocks={blocks} but the training split has only "

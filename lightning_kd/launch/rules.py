@@ -110,3 +110,13 @@ def value_errors(
         fix = f"; e.g. {key}={rule.example}" if rule.example else ""
         errors.append(f"{key}={value!r}: must be {rule.describe()}{fix}")
     return errors
+
+
+def lookup(cfg: Mapping, dotted: str) -> Any:
+    """``cfg``'s value at ``a.b.c``, or ``ABSENT`` where a part of the path is missing."""
+    node: Any = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return ABSENT
+        node = node[part]
+    return node

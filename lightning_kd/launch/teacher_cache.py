@@ -12,8 +12,8 @@ a file lock, so two runs never write the same cache at once.
 
 ``auto`` keeps the teacher online — and says why — where a cache saves nothing or cannot serve:
 fewer than :data:`MIN_PASSES` passes over the data, an objective without the teacher's logits,
-on-policy KD, the full-logit loss, a teacher that is not a causal LM, chat data,
-or several processes (write their cache first with ``lightning-kd cache strategy=ddp``).
+on-policy KD, the full-logit loss, a teacher that is not a causal LM, chat data, a streamed
+corpus, or several processes (write their cache first with ``lightning-kd cache strategy=ddp``).
 Elsewhere (the notebooks, the benchmark, ``DistillConfig`` itself) an unresolved ``auto`` is the
 online teacher: only a run resolves it.
 """
@@ -99,6 +99,7 @@ def why_online(cfg: DictConfig) -> str | None:
         (not distill.get("chunked", True), "distill.chunked=false computes full teacher logits"),
         (cfg.teacher.get("task", "causal_lm") != "causal_lm", "only causal LM logits are cached"),
         (str(cfg.data.get("_target_", "")).endswith("ChatDataModule"), "chat data is not cached"),
+        (cfg.data.get("streaming") is True, "a streamed corpus has no fixed blocks to cache"),
         (
             (trainer.get("devices") or 1) != 1 or trainer.get("strategy") not in (None, "auto"),
             "several processes: write the cache first (lightning-kd cache "

@@ -24,6 +24,7 @@ from omegaconf import DictConfig
 from lightning_kd.launch.auto import resolve
 from lightning_kd.launch.build import build
 from lightning_kd.launch.config import JobRecord, record_job
+from lightning_kd.launch.data_checks import dataset_errors
 from lightning_kd.launch.entry import check_entry
 from lightning_kd.launch.export import export_gguf, gguf_errors
 from lightning_kd.launch.harness_run import evaluate_run, harness_errors
@@ -165,10 +166,10 @@ def run(cfg: DictConfig, command: Sequence[str] = ("python", "run.py")) -> float
     for message in LIGHTNING_NOISE:
         warnings.filterwarnings("ignore", message=message)
     # Before anything loads (the positions: preflight.py, once built); the nodes against the
-    # launcher that started this process, the GGUF export and lm_eval.tasks, for train alone (the
-    # others run on one process and export no student).
+    # launcher that started this process, the data source, the GGUF export and lm_eval.tasks, for
+    # train alone (the others run on one process and export no student).
     nodes = node_errors(cfg.trainer.get("num_nodes", 1), cfg.trainer.devices)
-    check_entry(cfg, extra=nodes + gguf_errors(cfg) + harness_errors(cfg))
+    check_entry(cfg, extra=nodes + dataset_errors(cfg) + gguf_errors(cfg) + harness_errors(cfg))
     output_dir = Path(cfg.output_dir)
     ckpt_path = resolve_ckpt_path(cfg.ckpt_path, output_dir / "checkpoints")
     # Only a checkpoint of this directory's run resumes it: another run's, into a directory

@@ -59,3 +59,18 @@ def config_digest(config: Any) -> str:
 def vocab_digest(tokenizer: Any) -> str:
     """A digest of the tokenizer's token → id map."""
     return _sha(json.dumps(sorted(tokenizer.get_vocab().items())).encode())
+
+
+def tokenizer_digest(tokenizer: Any) -> str:
+    """A digest of everything that decides how ``tokenizer`` splits text: a fast tokenizer's
+    whole definition (normalizer, pre-tokenizer, model and merges, added tokens), else its class,
+    vocabulary and special tokens. A call's truncation and padding settings, which transformers
+    leaves on the backend after a call that asked for them, are not part of it."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        definition = json.loads(backend.to_str())
+        definition.pop("truncation", None)
+        definition.pop("padding", None)
+        return _sha(json.dumps(definition, sort_keys=True).encode())
+    special = json.dumps(tokenizer.special_tokens_map, sort_keys=True, default=str)
+    return _sha(f"{type(tokenizer).__name__}:{vocab_digest(tokenizer)}:{special}".encode())

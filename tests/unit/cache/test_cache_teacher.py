@@ -15,7 +15,7 @@ import torch
 from lightning_kd.cache import CacheMismatch, CacheSpec
 from lightning_kd.cache.hidden_states import feature_paths
 from lightning_kd.cache.writer import write_cache
-from lightning_kd.data.text import IndexedBlocks
+from lightning_kd.data.batches import IndexedBlocks
 from lightning_kd.distill.distiller import Distiller
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.losses.chunk_terms import chunk_autograd, chunk_fused

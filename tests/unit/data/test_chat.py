@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from lightning_kd.data.chat import ChatDataModule, encode_chat
+from lightning_kd.data.batches import IndexedBlocks, Unscored, pad_for_ranks
+from lightning_kd.data.chat import ChatDataModule
+from lightning_kd.data.chat_tokens import encode_chat
 from lightning_kd.data.conversations import ChatFields, row_messages
-from lightning_kd.data.text import IndexedBlocks, Unscored, pad_for_ranks
 from lightning_kd.losses.logits import IGNORE_INDEX, scored_mask
 from lightning_kd.models.loading import byte_tokenizer
 from tests.integration.test_cli import run_cli

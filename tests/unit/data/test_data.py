@@ -8,16 +8,15 @@ import json
 import pytest
 import torch
 
-from lightning_kd.data.text import (
+from lightning_kd.data.batches import Unscored, pad_for_ranks
+from lightning_kd.data.reading import (
     DEFAULT_CORPUS,
     DEFAULT_FILES,
     TEACHER_CORPUS,
-    Unscored,
     expand_files,
-    pack_blocks,
-    pad_for_ranks,
     read_documents,
 )
+from lightning_kd.data.text import pack_blocks
 from lightning_kd.losses import IGNORE_INDEX
 from tests.conftest import make_datamodule
 

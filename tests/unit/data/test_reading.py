@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_kd.data.reading import read_documents, read_records
-from lightning_kd.data.text import expand_files
+from lightning_kd.data.reading import expand_files, read_documents, read_records
 from tests.conftest import make_datamodule
 
 

@@ -105,6 +105,11 @@ def test_the_prompts_of_a_data_split_are_completed(teacher, tmp_path) -> None:
     text.generate.prompts = "train_split"
     with pytest.raises(ValueError, match=r"train_split reads the prompts of data=chat's train"):
         generate(text, teacher, tokenizer())
+    stream = ["data=chat", "data.streaming=true", "data.dataset.path=json"]
+    streamed = config(tmp_path / "stream", Path("train_split"), *stream)
+    streamed.generate.prompts = "train_split"
+    with pytest.raises(ValueError, match=r"train_split with data.streaming=true: a stream's"):
+        generate(streamed, teacher, tokenizer())
 
 
 def test_a_file_of_other_prompts_is_not_continued(teacher, tmp_path) -> None:

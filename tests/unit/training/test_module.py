@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from lightning_kd.data.text import Unscored
+from lightning_kd.data.batches import Unscored
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.models.loading import StudentSpec, TeacherSpec, byte_tokenizer
 from lightning_kd.training.module import DistillationModule

@@ -1,0 +1,77 @@
+"""Examples to batches: right-padding with masks, indexed blocks, unscored padding for ranks.
+
+Shared by every data module (text, chat; read whole or streamed): the layout of a batch —
+``input_ids``, ``attention_mask``, ``labels`` (−100 where nothing is scored) and, for indexed
+blocks, ``block_index`` — is written once here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from torch.utils.data import Dataset
+
+from lightning_kd.losses.logits import IGNORE_INDEX
+
+
+@dataclass(frozen=True)
+class Unscored:
+    """An example's tokens, run through the models but scored nowhere (its labels are all -100).
+
+    It pads the validation set to a multiple of the world size: Lightning's DistributedSampler
+    would otherwise repeat real examples on some ranks, and those would count twice in every
+    metric. Ranks keep equal batch counts (so no rank waits in a collective), and the padding
+    adds no token to any sum.
+    """
+
+    tokens: Tensor
+
+
+class IndexedBlocks(Dataset):
+    """``blocks[i]`` as ``(i, block)``: each batch then says which blocks it holds
+    (``block_index``, −1 for :class:`Unscored` padding), which a cached teacher's records are
+    looked up by."""
+
+    def __init__(self, blocks: list[Tensor | Unscored]) -> None:
+        self.blocks = blocks
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+    def __getitem__(self, index: int) -> tuple[int, Tensor | Unscored]:
+        block = self.blocks[index]
+        return (-1 if isinstance(block, Unscored) else index), block
+
+
+def pad_for_ranks(examples: list[Tensor], world_size: int) -> list[Tensor | Unscored]:
+    """``examples`` plus unscored copies of the first few, to a multiple of ``world_size``."""
+    extra = -len(examples) % world_size
+    return examples + [Unscored(examples[i % len(examples)]) for i in range(extra)]
+
+
+def collate_tokens(
+    examples: list[Tensor | Unscored] | list[tuple[int, Tensor | Unscored]], pad_id: int
+) -> dict[str, Tensor]:
+    """Right-pad to the longest example with ``pad_id``; padding is masked from attention and
+    labels, and :class:`Unscored` examples from labels. Examples given as ``(block index,
+    tokens)`` (:class:`IndexedBlocks`) add ``block_index`` ``[batch]`` to the batch."""
+    block_index = None
+    if examples and isinstance(examples[0], tuple):
+        block_index = torch.tensor([index for index, _ in examples], dtype=torch.long)
+        examples = [example for _, example in examples]
+    unscored = [isinstance(example, Unscored) for example in examples]
+    examples = [
+        example.tokens if isinstance(example, Unscored) else example for example in examples
+    ]
+    length = max(len(example) for example in examples)
+    input_ids = torch.full((len(examples), length), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(examples), length), dtype=torch.long)
+    for row, example in enumerate(examples):
+        input_ids[row, : len(example)] = example
+        attention_mask[row, : len(example)] = 1
+    labels = input_ids.masked_fill(attention_mask == 0, IGNORE_INDEX)
+    labels[torch.tensor(unscored)] = IGNORE_INDEX
+    batch = {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+    return batch if block_index is None else batch | {"block_index": block_index}

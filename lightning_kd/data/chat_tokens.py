@@ -1,0 +1,152 @@
+"""Conversations to tokens and labels: rendered with the chat template, the answers alone labelled.
+
+Each conversation is rendered with the tokenizer's chat template (or ``data.chat_template``) and
+every token outside an assistant turn is labelled −100. An assistant turn's tokens are found by
+rendering the conversation up to that turn with the generation prompt, then through it: the
+characters between the two renderings are the answer (with whatever the template closes a turn
+with, e.g. ``<|im_end|>``), whatever the template.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+from transformers import PreTrainedTokenizerBase
+
+from lightning_kd.data.conversations import ChatFields, row_messages
+from lightning_kd.losses.logits import IGNORE_INDEX
+from lightning_kd.utils.refusal import Refused
+
+
+@dataclass(frozen=True)
+class ChatExample:
+    """A conversation's tokens and labels (the token inside an assistant turn, else −100)."""
+
+    tokens: Tensor
+    labels: Tensor
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def cut(self, start: int, stop: int) -> ChatExample:
+        return ChatExample(self.tokens[start:stop], self.labels[start:stop])
+
+    @classmethod
+    def join(cls, examples: list[ChatExample]) -> ChatExample:
+        """``examples`` end to end, as one."""
+        tokens, labels = (
+            torch.cat([getattr(e, name) for e in examples]) for name in ("tokens", "labels")
+        )
+        return cls(tokens, labels)
+
+    @property
+    def scored(self) -> int:
+        """Positions that predict a label (the first token predicts nothing)."""
+        return int((self.labels[1:] != IGNORE_INDEX).sum())
+
+
+def prompt_ids(tokenizer: PreTrainedTokenizerBase, prompts: list[list[dict]]) -> list[Tensor]:
+    """Each prompt rendered with the chat template and the generation prompt, as token ids
+    (what a model is asked to continue)."""
+    texts = [
+        tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True)
+        for m in prompts
+    ]
+    return [torch.tensor(t) for t in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+
+def render(tokenizer: PreTrainedTokenizerBase, messages: list[dict], where: str, **kw) -> str:
+    """The chat template applied to ``messages`` (text), its errors pointed at the row."""
+    try:
+        return tokenizer.apply_chat_template(messages, tokenize=False, **kw)
+    except Exception as err:  # jinja2's TemplateError, or the template's own raise_exception
+        roles = [message["role"] for message in messages]
+        raise ValueError(
+            f"{where}: the chat template cannot render roles {roles} ({err}); fix the row, or "
+            "set data.chat_template to a template that takes them"
+        ) from None
+
+
+def assistant_spans(
+    tokenizer: PreTrainedTokenizerBase, messages: list[dict], where: str
+) -> tuple[str, list[tuple[int, int]]]:
+    """The rendered conversation and the character span of each assistant turn in it."""
+    text, spans = render(tokenizer, messages, where), []
+    for turn, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        before = render(tokenizer, messages[:turn], where, add_generation_prompt=True)
+        through = render(tokenizer, messages[: turn + 1], where)
+        if not (through.startswith(before) and text.startswith(through)):
+            raise ValueError(
+                f"{where}: the chat template does not render this conversation's turns as "
+                f"prefixes of one another (turn {turn}), so the answer's tokens cannot be told "
+                "from the prompt's; set data.chat_template to a template that does"
+            )
+        spans.append((len(before), len(through)))
+    return text, spans
+
+
+def encode_chat(
+    tokenizer: PreTrainedTokenizerBase, messages: list[dict], where: str
+) -> ChatExample:
+    """Tokens of the rendered conversation; labels are the tokens that start inside an answer."""
+    text, spans = assistant_spans(tokenizer, messages, where)
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    tokens = torch.tensor(encoded["input_ids"], dtype=torch.long)
+    starts = torch.tensor([start for start, _ in encoded["offset_mapping"]], dtype=torch.long)
+    answer = torch.zeros_like(tokens, dtype=torch.bool)
+    for first, last in spans:
+        answer |= (starts >= first) & (starts < last)
+    return ChatExample(tokens, tokens.masked_fill(~answer, IGNORE_INDEX))
+
+
+def pack_chats(examples: list[ChatExample], block_size: int) -> list[ChatExample]:
+    """Conversations joined end to end and cut into blocks of ``block_size`` (tail dropped)."""
+    if not examples:
+        return []
+    joined = ChatExample.join(examples)
+    count = len(joined) // block_size
+    return [joined.cut(i * block_size, (i + 1) * block_size) for i in range(count)]
+
+
+def template_text(value: str, key: str = "data.chat_template") -> str:
+    """A chat template setting (``key``): a Jinja template itself, or the file holding one."""
+    if "{{" in value or "{%" in value:
+        return value
+    path = Path(value).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"{key}={value!r} is neither a Jinja template nor a file")
+    return path.read_text()
+
+
+def dataset_row_messages(row: dict, where: str, fields: ChatFields) -> list[dict[str, str]]:
+    """The conversation of a dataset row, refused by its number when it has none. A column the
+    row leaves empty (``None``: a table of ``messages`` rows and ``prompt``/``completion`` rows
+    holds both columns) counts as absent."""
+    present = {key: value for key, value in row.items() if value is not None}
+    try:
+        return row_messages(present, where, fields)
+    except ValueError as err:
+        raise Refused(str(err)) from None
+
+
+def conversation_tokens(
+    batch: dict[str, list], indices: list[int], tokenizer, fields: ChatFields, where: str
+) -> dict[str, list]:
+    """A batch of dataset rows' conversations as tokens, labels and the checked messages (JSON),
+    for ``Dataset.map``; a bad row is refused by its number."""
+    found: dict[str, list] = {"tokens": [], "labels": [], "messages": []}
+    names = list(batch)
+    for index, values in zip(indices, zip(*batch.values(), strict=True), strict=True):
+        here = f"{where} row {index}"
+        messages = dataset_row_messages(dict(zip(names, values, strict=True)), here, fields)
+        example = encode_chat(tokenizer, messages, here)
+        found["tokens"].append(example.tokens.tolist())
+        found["labels"].append(example.labels.tolist())
+        found["messages"].append(json.dumps(messages, ensure_ascii=False))
+    return found

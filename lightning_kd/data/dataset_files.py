@@ -1,0 +1,79 @@
+"""The local files a ``data.dataset`` reads: recorded (with their digests) in checkpoints and in
+the tokenized cache's key, and looked at to tell an empty dataset from one ``datasets`` cannot
+read (it fails on empty data in ways of its own: no features, no batch, no table)."""
+
+from __future__ import annotations
+
+import glob
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+SAVED_MARKERS = ("state.json", "dataset_dict.json")
+"""Files ``save_to_disk`` writes at a dataset's (``state.json``) or a split dict's top."""
+
+
+def is_saved_folder(path: str | None) -> bool:
+    """Whether ``path`` is a folder written by ``save_to_disk``."""
+    folder = Path(str(path)).expanduser()
+    return folder.is_dir() and any((folder / name).is_file() for name in SAVED_MARKERS)
+
+
+def local_files(path: str | None, data_files: Any) -> list[Path]:
+    """The local files a dataset at ``path`` reads: its ``data_files`` (globs expanded, relative
+    to a folder ``path``), or every file of a folder ``path``; none for a hub name or a saved
+    folder (recorded by its fingerprint)."""
+    base = Path(str(path)).expanduser()
+    if is_saved_folder(path):
+        return []
+    patterns = flatten(data_files)
+    if not patterns:
+        return sorted(p for p in base.rglob("*") if is_data(p, base)) if base.is_dir() else []
+    found: list[Path] = []
+    for pattern in patterns:
+        root = base if base.is_dir() and not Path(pattern).is_absolute() else Path()
+        matches = sorted(glob.glob(str(root / pattern), recursive=True))
+        found += [Path(m) for m in matches if Path(m).is_file()]
+    return found
+
+
+def is_data(path: Path, base: Path) -> bool:
+    """A file under ``base``, not hidden there, not a lock."""
+    hidden = any(part.startswith(".") for part in path.relative_to(base).parts)
+    return path.is_file() and not hidden and path.suffix != ".lock"
+
+
+def flatten(data_files: Any) -> list[str]:
+    """``data_files`` (a string, a list, or ``{split: files}``) as one list of strings."""
+    if data_files is None:
+        return []
+    if isinstance(data_files, str):
+        return [] if "://" in data_files else [data_files]
+    if isinstance(data_files, Mapping):
+        return [name for value in data_files.values() for name in flatten(value)]
+    return [str(name) for name in data_files if "://" not in str(name)]
+
+
+def looks_empty(path: str | None, data_files: Any) -> bool:
+    """Whether the local data of a dataset at ``path`` holds no row: a saved folder without data
+    files, or files each empty (no byte, a parquet file of no row, a CSV file of a header)."""
+    if is_saved_folder(path):
+        state = Path(str(path)).expanduser() / "state.json"
+        return state.is_file() and not json.loads(state.read_text()).get("_data_files")
+    files = local_files(path, data_files)
+    return bool(files) and all(rows_at_most_one(path) for path in files)
+
+
+def rows_at_most_one(path: Path) -> bool:
+    """No row in ``path`` (a CSV header is no row)."""
+    if path.stat().st_size == 0:
+        return True
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq  # datasets' own dependency, loaded once a dataset is read
+
+        return pq.ParquetFile(path).metadata.num_rows == 0
+    if path.suffix == ".csv":
+        with open(path, "rb") as handle:
+            return sum(1 for line in handle if line.strip()) <= 1
+    return False

@@ -1,0 +1,260 @@
+"""``data.dataset``: a corpus that Hugging Face ``datasets`` opens, read whole or streamed.
+
+``path`` is what ``datasets.load_dataset`` takes — a builder reading ``data_files`` (``parquet``,
+``json``, ``csv``, ``arrow``, ``text``), a folder of data files, a hub name (where the hub is
+reachable) — or a folder written by ``save_to_disk`` (opened with ``load_from_disk``). Opening
+it is refused, before any model loads, with the dataset, what is wrong and the fix: a name that
+opens nothing here, a split it does not have (its splits named), a column it lacks (its columns
+named), no rows. ``datasets`` is imported only when a dataset is read: runs on ``data.files``
+never pay for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from lightning_kd.data.dataset_files import is_saved_folder, looks_empty
+from lightning_kd.utils.refusal import Refused
+
+STREAM_SHARDS = 64
+"""Shards a saved folder is streamed in: whole shards divide among 1, 2, 4 … 64 ranks."""
+
+
+@dataclass(frozen=True)
+class DatasetSource:
+    """Where ``data.dataset`` reads from; each field is a ``data.dataset.<field>`` key."""
+
+    path: str | None = None
+    """A ``datasets`` builder (``parquet``, ``json``, ``csv``, ``arrow``, ``text``) reading
+    ``data_files``, a folder (of data files, or written by ``save_to_disk``), or a hub name;
+    null: no dataset (``data.files`` is read)."""
+    name: str | None = None
+    """The dataset's configuration (its subset on the hub), where it has several."""
+    data_files: Any = None
+    """The files a builder reads: a path or glob, a list of them, or ``{split: files}``."""
+    split: str = "train"
+    """The split trained on."""
+    val_split: str | None = None
+    """A split to validate on; null: validation is held out of ``split`` (``docs/data.md``)."""
+
+    @classmethod
+    def of(cls, value: DatasetSource | Mapping[str, Any] | None) -> DatasetSource:
+        """``value`` as a source (a mapping of the keys above, as the config gives it)."""
+        if value is None or isinstance(value, DatasetSource):
+            return value or cls()
+        known = {field.name for field in fields(cls)}
+        unknown = sorted(set(value) - known)
+        if unknown:
+            raise ValueError(f"data.dataset: unknown key(s) {unknown}; use {sorted(known)}")
+        return cls(**dict(value))
+
+    @property
+    def given(self) -> bool:
+        """Whether a dataset is named at all."""
+        return self.path is not None
+
+    def describe(self, split: str | None = None) -> str:
+        """``data.dataset 'parquet' (data_files …) split 'train'``: the dataset in messages."""
+        text = f"data.dataset {self.path!r}"
+        text += f" (name {self.name!r})" if self.name else ""
+        text += f" (data_files {self.data_files!r})" if self.data_files is not None else ""
+        return text + (f" split {split!r}" if split is not None else "")
+
+    def saved_folder(self) -> bool:
+        """Whether ``path`` is a folder written by ``save_to_disk``."""
+        return is_saved_folder(self.path)
+
+
+def setting_errors(
+    source: DatasetSource,
+    files: Any,
+    streaming: bool,
+    max_train_examples: int | None,
+    num_workers: int,
+) -> list[str]:
+    """Data settings that cannot go together, each with the one to change."""
+    errors = []
+    if source.given and files is not None:
+        errors.append(
+            f"data.dataset.path={source.path!r} and data.files={list(files)!r} both name the "
+            "data: drop one (data.files=null to read the dataset, or data.dataset.path=null to "
+            "read the files)"
+        )
+    if source.given and source.val_split == source.split:
+        errors.append(
+            f"data.dataset.val_split={source.val_split!r} is the split trained on; name another "
+            "split, or set data.dataset.val_split=null to hold validation out of it"
+        )
+    if not streaming:
+        return errors
+    if not source.given:
+        errors.append(
+            "data.streaming=true reads a dataset row by row: set data.dataset.path (e.g. "
+            "data.dataset.path=json data.dataset.data_files=big.jsonl), or data.streaming=false"
+        )
+    if max_train_examples is not None:
+        errors.append(
+            f"data.max_train_examples={max_train_examples} with data.streaming=true: a stream has "
+            "no fixed training subset; set data.max_train_examples=null (trainer.max_steps "
+            "ends the run)"
+        )
+    if num_workers:
+        errors.append(
+            f"data.num_workers={num_workers} with data.streaming=true: the stream is read in "
+            "the training process, whose position each checkpoint saves; set data.num_workers=0"
+        )
+    return errors
+
+
+def import_datasets():
+    """The ``datasets`` package, or a refusal naming how to install it."""
+    try:
+        import datasets
+    except ImportError:
+        raise Refused(
+            "data.dataset needs the datasets package, a dependency of lightning-kd that this "
+            "environment lacks: pip install datasets"
+        ) from None
+    return datasets
+
+
+def open_split(source: DatasetSource, split: str, streaming: bool):
+    """The ``split`` of ``source``: a ``datasets.Dataset``, or an ``IterableDataset`` read row
+    by row when ``streaming``; refused, naming the splits there are, when it has no such one."""
+    datasets = import_datasets()
+    try:
+        if source.saved_folder():
+            return saved_split(datasets.load_from_disk(source.path), source, split, streaming)
+        options = {"name": source.name, "data_files": source.data_files}
+        if streaming:
+            splits = datasets.load_dataset(source.path, streaming=True, **options)
+            return pick_split(splits, source, split)
+        return datasets.load_dataset(source.path, split=split, **options)
+    except Refused:
+        raise
+    except Exception as err:  # datasets' own: not found, offline, unreadable, wrong builder
+        if not str(err).startswith("Unknown split"):
+            raise unopenable(source, split, err) from None
+    raise Refused(split_error(source, split, open_split_names(source)))
+
+
+def open_split_names(source: DatasetSource) -> list[str]:
+    """The split names ``source`` has (read without preparing any split)."""
+    datasets = import_datasets()
+    if source.saved_folder():
+        loaded = datasets.load_from_disk(source.path)
+        return list(loaded) if isinstance(loaded, Mapping) else [str(loaded.split or "train")]
+    options = {"name": source.name, "data_files": source.data_files}
+    return list(datasets.load_dataset(source.path, streaming=True, **options))
+
+
+def saved_split(loaded, source: DatasetSource, split: str, streaming: bool):
+    """The ``split`` of what ``load_from_disk`` gave (one dataset: its own split, else train),
+    streamed in :data:`STREAM_SHARDS` shards when ``streaming``."""
+    if not isinstance(loaded, Mapping):
+        loaded = {str(loaded.split or "train"): loaded}
+    dataset = pick_split(loaded, source, split)
+    if not streaming:
+        return dataset
+    return dataset.to_iterable_dataset(num_shards=max(1, min(STREAM_SHARDS, len(dataset))))
+
+
+def pick_split(splits: Mapping[str, Any], source: DatasetSource, split: str):
+    if split not in splits:
+        raise Refused(split_error(source, split, list(splits)))
+    return splits[split]
+
+
+def split_error(source: DatasetSource, split: str, splits: list[str]) -> str:
+    key = "data.dataset.val_split" if split == source.val_split else "data.dataset.split"
+    return (
+        f"{key}={split!r}: {source.describe()} has no split {split!r}; its splits: {splits}; "
+        f"set {key} to one of them"
+    )
+
+
+def unopenable(source: DatasetSource, split: str, err: Exception):
+    """The refusal of a dataset ``datasets`` could not open: empty, or its reason."""
+    if looks_empty(source.path, source.data_files):
+        return Refused(empty_error(source.describe(split)))
+    reason = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return Refused(
+        f"{source.describe()} cannot be opened here ({type(err).__name__}: {reason}); set "
+        "data.dataset.path to a builder reading data.dataset.data_files (parquet, json, csv, "
+        "arrow, text), a folder (of data files, or save_to_disk's), or a hub name the hub "
+        "can be reached for"
+    )
+
+
+@dataclass(frozen=True)
+class Columns:
+    """The columns a data module reads: all of one of ``choices``, named by ``setting``."""
+
+    choices: tuple[tuple[str, ...], ...]
+    setting: str
+    """The fix: the setting(s) that name them (``data.text_field``)."""
+
+    def error(self, columns: list[str], where: str) -> str | None:
+        """Why ``columns`` hold none of the choices (None when one is there)."""
+        if any(all(column in columns for column in choice) for choice in self.choices):
+            return None
+        wanted = " nor ".join(" and ".join(repr(c) for c in choice) for choice in self.choices)
+        lacks = f"no column {wanted}" if len(self.choices) == 1 else f"neither column {wanted}"
+        return f"{where} has {lacks}; its columns: {columns}; set {self.setting}"
+
+
+def empty_error(where: str) -> str:
+    return f"{where} is empty (no rows); point data.dataset at data (its split, data_files)"
+
+
+def split_errors(dataset, columns: Columns, where: str) -> list[str]:
+    """A split without rows, or without the columns read (map-style or streamed)."""
+    if hasattr(dataset, "__len__"):
+        first = dataset[0] if len(dataset) else None
+        names = list(dataset.column_names)
+    else:
+        rows = iter(dataset)
+        first = next(rows, None)
+        getattr(rows, "close", lambda: None)()  # datasets' generators hold files open
+        names = list(dataset.column_names or (first or {}))
+    if first is None:
+        return [empty_error(where)]
+    error = columns.error(names, where)
+    return [error] if error else []
+
+
+def open_checked(source: DatasetSource, split: str, streaming: bool, columns: Columns):
+    """:func:`open_split`, refused when the split has no rows or lacks ``columns``."""
+    dataset = open_split(source, split, streaming)
+    errors = split_errors(dataset, columns, source.describe(split))
+    if errors:
+        raise Refused("\n  ".join(errors))
+    return dataset
+
+
+def source_errors(source: DatasetSource, columns: Columns) -> list[str]:
+    """Everything wrong with reading ``source`` for ``columns``, found by opening each split it
+    reads (streamed: no split is prepared, nothing is tokenized)."""
+    errors = []
+    for split in (source.split, source.val_split):
+        if split is None:
+            continue
+        try:
+            dataset = open_split(source, split, streaming=True)
+        except Refused as err:
+            errors.append(str(err))
+            continue
+        errors += split_errors(dataset, columns, source.describe(split))
+    return errors
+
+
+def share(dataset, rank: int, world_size: int):
+    """Rank ``rank``'s share of a streamed ``dataset``: whole shards where their count divides
+    among ``world_size`` ranks, else every ``world_size``-th row (no row read by two ranks)."""
+    if world_size == 1:
+        return dataset
+    from datasets.distributed import split_dataset_by_node
+
+    return split_dataset_by_node(dataset, rank=rank, world_size=world_size)

@@ -1,0 +1,130 @@
+"""Rows read one by one into examples, knowing at every example where the next one starts.
+
+:class:`Rows` encodes each row of a ``datasets.IterableDataset`` into a *piece* — a document's
+tokens (a tensor) or a conversation's tokens and labels (anything with ``cut`` and ``join``) —
+and marks it with ``datasets``' own state before the row (``IterableDataset.state_dict()``) and
+the row's number. :class:`Packer` cuts the pieces into examples: joined end to end and cut into
+blocks (packing), or each truncated to a block (padding). Its :meth:`Packer.position` — the mark
+of the first row not wholly used yet, and how many of that row's tokens are — is all it takes to
+start again at the very same example: load the state, skip that many tokens.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+Piece = Any
+"""A row's encoding: a token tensor, or an object with ``cut(start, stop)`` and ``join``."""
+
+
+@dataclass(frozen=True)
+class Mark:
+    """Before one row: its number in the share read, and ``datasets``' state there."""
+
+    row: int = 0
+    state: dict | None = None
+    """``IterableDataset.state_dict()`` before the row; None: the share's start."""
+
+
+def cut(piece: Piece, start: int, stop: int) -> Piece:
+    return piece[start:stop] if isinstance(piece, Tensor) else piece.cut(start, stop)
+
+
+def join(pieces: list[Piece]) -> Piece:
+    if len(pieces) == 1:
+        return pieces[0]
+    return torch.cat(pieces) if isinstance(pieces[0], Tensor) else type(pieces[0]).join(pieces)
+
+
+class Rows:
+    """The encoded rows of ``dataset`` from ``mark`` on, each with the mark before it.
+
+    ``encode(row, where)`` gives ``(key, piece)`` — piece None to leave the row out — and a row
+    whose key is in ``skip`` is left out too; each key read is added to ``keys`` (when given).
+    """
+
+    def __init__(
+        self,
+        dataset,
+        mark: Mark,
+        encode: Callable[[dict, str], tuple[str, Piece | None]],
+        where: str,
+        skip: frozenset[str] = frozenset(),
+        keys: set[str] | None = None,
+    ) -> None:
+        if mark.state is not None:
+            dataset.load_state_dict(mark.state)
+        self.dataset, self.iterator, self.number = dataset, iter(dataset), mark.row
+        self.encode, self.where, self.skip, self.keys = encode, where, skip, keys
+
+    def mark(self) -> Mark:
+        """Before the next row."""
+        return Mark(self.number, self.dataset.state_dict())
+
+    def __iter__(self) -> Iterator[tuple[Mark, Piece]]:
+        return self
+
+    def __next__(self) -> tuple[Mark, Piece]:
+        while True:
+            before = self.mark()
+            row = next(self.iterator)  # StopIteration ends the share
+            self.number += 1
+            key, piece = self.encode(row, f"{self.where} row {before.row}")
+            if self.keys is not None:
+                self.keys.add(key)
+            if piece is not None and key not in self.skip:
+                return before, piece
+
+
+class Packer:
+    """Examples from :class:`Rows`: blocks of ``block_size`` cut from the pieces joined end to
+    end (``pack``), or each piece truncated to ``block_size``; ``keep(example)`` leaves out the
+    examples it refuses (a chat block without an answer token). ``offset`` tokens of the first
+    row are taken already."""
+
+    def __init__(
+        self,
+        rows: Rows,
+        block_size: int,
+        pack: bool,
+        offset: int = 0,
+        keep: Callable[[Piece], bool] = lambda example: True,
+    ) -> None:
+        self.rows, self.block_size, self.pack, self.keep = rows, block_size, pack, keep
+        self.pending: deque[tuple[Mark, Piece]] = deque()
+        self.offset = offset
+
+    def position(self) -> tuple[Mark, int]:
+        """Where the next example starts: a row's mark and the tokens of it taken already."""
+        if self.pending:
+            return self.pending[0][0], self.offset
+        return self.rows.mark(), self.offset
+
+    def take(self) -> Piece | None:
+        """The next example kept, or None at the end of the rows."""
+        while (example := self._next()) is not None:
+            if self.keep(example):
+                return example
+        return None
+
+    def _next(self) -> Piece | None:
+        if not self.pack:
+            _, piece = next(self.rows, (None, None))
+            return None if piece is None else cut(piece, 0, self.block_size)
+        while sum(len(piece) for _, piece in self.pending) - self.offset < self.block_size:
+            following = next(self.rows, None)
+            if following is None:
+                return None
+            self.pending.append(following)
+        end = self.offset + self.block_size
+        example = cut(join([piece for _, piece in self.pending]), self.offset, end)
+        while self.pending and len(self.pending[0][1]) <= end:
+            end -= len(self.pending.popleft()[1])
+        self.offset = end
+        return example

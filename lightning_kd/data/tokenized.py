@@ -1,0 +1,140 @@
+"""Map-style datasets tokenized once, with a progress bar, and reused by every later run.
+
+``Dataset.map`` writes each row's tokens into ``cache_root()/tokenized/<key>.arrow``, and a run
+whose key names an existing file reads it instead of tokenizing. The key is a digest of all the
+tokens depend on: the dataset (``datasets``' fingerprint of it, and the content digests of its
+local files, so an edited file is a new key even where its fingerprint would not change), the
+columns read, the tokenizer's whole definition (``tokenizer_digest``), the chat template and
+fields for chat rows, and this format's version. The block size, packing, the split and the
+limits are not in it: they are applied afresh each run to the cached per-row tokens (milliseconds),
+so changing them can never reuse a stale layout. Writers of one key take a file lock (several
+ranks set up at once); ``datasets`` writes the file under a temporary name first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from lightning_kd.data.dataset_source import DatasetSource
+from lightning_kd.data.provenance import source_record
+from lightning_kd.models.digests import tokenizer_digest
+from lightning_kd.models.sources import cache_root
+from lightning_kd.utils.refusal import Refused
+
+FORMAT = 1
+"""Bumped when what a cached row holds changes (older files are then never read)."""
+DIRECTORY = "tokenized"
+READ_ROWS = 1024
+"""Rows read back from a cached file at a time."""
+
+
+def cache_key(dataset, parts: dict[str, Any]) -> str:
+    """The cache key of ``dataset`` tokenized as ``parts`` describes (JSON-able values)."""
+    # datasets' fingerprint is its identity of the data (files and their times, a saved
+    # folder's state); the private attribute is the only way to read it.
+    described = parts | {"dataset": dataset._fingerprint, "format": FORMAT}
+    return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def cache_path(key: str) -> Path:
+    return cache_root() / DIRECTORY / f"{key}.arrow"
+
+
+def tokenized(
+    dataset, function: Callable[..., dict], fn_kwargs: dict[str, Any], key: str, desc: str
+):
+    """``dataset`` mapped by ``function(batch, indices, **fn_kwargs)`` into the cached file of
+    ``key`` (read back when it exists); its own columns dropped."""
+    path = cache_path(key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{path}.lock"):
+        return dataset.map(
+            function,
+            batched=True,
+            with_indices=True,
+            fn_kwargs=fn_kwargs,
+            remove_columns=dataset.column_names,
+            cache_file_name=str(path),
+            new_fingerprint=key,
+            load_from_cache_file=True,
+            desc=desc,
+        )
+
+
+def rows(dataset) -> Iterator[dict[str, Any]]:
+    """Each row of a (cached) dataset, read :data:`READ_ROWS` at a time."""
+    for batch in dataset.iter(batch_size=READ_ROWS):
+        names = list(batch)
+        for values in zip(*(batch[name] for name in names), strict=True):
+            yield dict(zip(names, values, strict=True))
+
+
+def text_key(text: str) -> str:
+    """A document's identity: the digest of its text (repeats are kept once)."""
+    return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
+
+
+def checked_text(text: Any, field: str, where: str) -> str:
+    """``text`` when it is a string; else refused, naming the row and the fix."""
+    if not isinstance(text, str):
+        shown = json.dumps(text, default=str)[:40]
+        raise Refused(
+            f"{where}: column {field!r} holds {type(text).__name__} {shown}, not a string; give "
+            "every row text, or set data.text_field to the column holding it"
+        )
+    return text
+
+
+def document_tokens(
+    batch: dict[str, list], indices: list[int], tokenizer, field: str, where: str
+) -> dict[str, list]:
+    """A batch of rows' documents as tokens, each with its text's digest ("" for a blank one,
+    which is left out like a blank document of ``data.files``)."""
+    texts = [
+        checked_text(text, field, f"{where} row {i}")
+        for text, i in zip(batch[field], indices, strict=True)
+    ]
+    kept = [text if text.strip() else "" for text in texts]
+    return {
+        "input_ids": tokenizer(kept, add_special_tokens=False)["input_ids"],
+        "text_key": [text_key(text) if text else "" for text in kept],
+    }
+
+
+def split_documents(
+    dataset, tokenizer, field: str, where: str, source: DatasetSource
+) -> list[tuple[str, list[int]]]:
+    """Each distinct non-blank document of ``dataset``'s ``field`` column, in row order, as its
+    key and tokens: tokenized once into the cache, read back from it after (see the module doc).
+    Repeats are kept once, with a warning that counts them, as for ``data.files``."""
+    parts = {"kind": "text", "field": field, "tokenizer": tokenizer_digest(tokenizer)}
+    parts["source"] = source_record(source)
+    options = {"tokenizer": tokenizer, "field": field, "where": where}
+    mapped = tokenized(
+        dataset, document_tokens, options, cache_key(dataset, parts), f"tokenizing {where}"
+    )
+    documents: dict[str, list[int]] = {}
+    repeats = 0
+    for row in rows(mapped):
+        if row["text_key"] in documents:
+            repeats += 1
+        elif row["text_key"]:
+            documents[row["text_key"]] = row["input_ids"]
+    if repeats:
+        warnings.warn(
+            f"data: removed {repeats} duplicate document(s) of {len(documents) + repeats} "
+            "(identical text), so none is in both training and validation",
+            stacklevel=2,
+        )
+    if not documents:
+        raise Refused(
+            f"{where} holds no text (every row's {field!r} is blank); point data.dataset at text"
+        )
+    return list(documents.items())

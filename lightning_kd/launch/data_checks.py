@@ -1,0 +1,81 @@
+"""The data settings, checked before anything loads.
+
+:func:`data_setting_errors` (part of every config check, ``checks.py``): data settings that cannot
+go together — ``data.dataset`` with ``data.files``, streaming without a dataset — and what a stream
+cannot serve (the block-wise repair, a teacher cache, a run without ``trainer.max_steps``).
+:func:`dataset_errors` (the commands that read data): ``data.dataset`` opened, streamed, to check
+the splits it reads exist, hold rows and hold the columns the data module reads; nothing is
+prepared or tokenized, so a bad split or column costs a second, not a model load.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from hydra.utils import get_class
+from omegaconf import OmegaConf
+
+from lightning_kd.data.dataset_source import DatasetSource, setting_errors, source_errors
+from lightning_kd.launch.rules import ABSENT, lookup
+
+
+def data_source(data: Mapping) -> DatasetSource:
+    """``data.dataset`` of a ``data`` config node."""
+    dataset = data.get("dataset")
+    if OmegaConf.is_config(dataset):
+        dataset = OmegaConf.to_container(dataset, resolve=True)
+    return DatasetSource.of(dataset)
+
+
+def data_setting_errors(cfg: Mapping) -> list[str]:
+    """Data settings that cannot go together, and what a streamed corpus cannot serve."""
+    data = lookup(cfg, "data")
+    if not isinstance(data, Mapping):
+        return []
+    try:
+        source = data_source(data)
+    except ValueError as err:  # an unknown data.dataset key
+        return [str(err)]
+    streaming = data.get("streaming") is True
+    limit = data.get("max_train_examples")
+    errors = setting_errors(source, data.get("files"), streaming, limit, data.get("num_workers"))
+    return errors + (stream_errors(cfg) if streaming else [])
+
+
+def stream_errors(cfg: Mapping) -> list[str]:
+    """What ``data.streaming=true`` cannot go with, each with the setting to change."""
+    errors = []
+    passes = lookup(cfg, "distill.blockwise_passes")
+    if isinstance(passes, int) and not isinstance(passes, bool) and passes > 0:
+        errors.append(
+            f"distill.blockwise_passes={passes} with data.streaming=true: the block-wise repair "
+            "passes over a fixed set of training blocks, which a stream never holds; set "
+            "distill.blockwise_passes=0"
+        )
+    cache = lookup(cfg, "distill.teacher_cache")
+    if cache not in (None, "auto", ABSENT):
+        errors.append(
+            f"distill.teacher_cache={cache!r} with data.streaming=true: a cache holds the "
+            "teacher's records of fixed blocks; set distill.teacher_cache=null (auto keeps the "
+            "teacher online for a stream)"
+        )
+    steps = lookup(cfg, "trainer.max_steps")
+    if steps in (-1, None):
+        errors.append(
+            f"trainer.max_steps={steps} with data.streaming=true: a stream is read pass after "
+            "pass without end, and max_steps ends the run; set trainer.max_steps (e.g. 1000)"
+        )
+    return errors
+
+
+def dataset_errors(cfg: Mapping) -> list[str]:
+    """``data.dataset`` opened (streamed, nothing prepared): its splits, rows and columns."""
+    data = lookup(cfg, "data")
+    if not isinstance(data, Mapping) or data_setting_errors(cfg):
+        return []  # nothing to open, or settings already refused
+    source = data_source(data)
+    if not source.given:
+        return []
+    module: Any = get_class(data["_target_"])
+    return source_errors(source, module.dataset_columns(data))

@@ -1,0 +1,318 @@
+"""``data.dataset``: what ``datasets`` opens gives the batches ``data.files`` gives, tokenized once
+and reused; every bad input is refused naming the dataset, split, column or row and the fix."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from lightning.pytorch import Callback
+
+from lightning_kd.data.chat import ChatDataModule
+from lightning_kd.data.provenance import data_differences
+from lightning_kd.data.reading import DEFAULT_FILES, read_documents
+from lightning_kd.data.text import TextDataModule
+from lightning_kd.data.tokenized import DIRECTORY
+from lightning_kd.models.loading import byte_tokenizer
+from lightning_kd.utils.refusal import Refused
+from tests.conftest import make_module, make_trainer
+from tests.unit.data.test_chat import TURNS, chat_tokenizer, conversations, write_rows
+
+
+def write_parquet(path: Path, rows: list[dict], schema: pa.Schema | None = None) -> Path:
+    """``rows`` as a parquet table with every key any row has (a row without one: null)."""
+    keys = list(dict.fromkeys(key for row in rows for key in row))
+    schema = schema or pa.Table.from_pydict({k: [row.get(k) for row in rows] for k in keys}).schema
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path, row_group_size=50)
+    return path
+
+
+def embedded_rows() -> list[dict]:
+    """The embedded corpus (both files, in order) as rows of a table."""
+    return [{"text": text} for path in DEFAULT_FILES for text in read_documents(path)]
+
+
+def same(first: list, second: list) -> bool:
+    tensors = lambda examples: [getattr(e, "tokens", e) for e in examples]  # noqa: E731
+    return len(first) == len(second) and all(
+        torch.equal(a, b) for a, b in zip(tensors(first), tensors(second), strict=True)
+    )
+
+
+def epoch_batches(data: TextDataModule, epoch: int) -> list[dict]:
+    loader = data.train_dataloader()
+    loader.sampler.set_epoch(epoch)
+    return list(loader)
+
+
+def test_the_embedded_corpus_as_parquet_gives_the_files_batches(tmp_path, datasets_home) -> None:
+    """The default run's data (its layout: 256-token blocks, 2 a batch, 180 training blocks),
+    read as parquet through datasets: the same split, and the same batch at every step."""
+    parquet = write_parquet(tmp_path / "corpus.parquet", embedded_rows())
+    files = TextDataModule(byte_tokenizer(), max_train_examples=180)
+    source = {"path": "parquet", "data_files": str(parquet)}
+    dataset = TextDataModule(byte_tokenizer(), max_train_examples=180, dataset=source)
+    for data in (files, dataset):
+        with pytest.warns(UserWarning, match="removed 1 duplicate document"):
+            data.setup("fit")
+    assert same(files.train_examples, dataset.train_examples)
+    assert same(files.val_examples, dataset.val_examples)
+    for epoch in (0, 1):
+        for one, other in zip(
+            epoch_batches(files, epoch), epoch_batches(dataset, epoch), strict=True
+        ):
+            assert all(torch.equal(one[key], other[key]) for key in one)
+    assert files.provenance()["examples"] == dataset.provenance()["examples"]
+    assert dataset.provenance()["dataset"]["data_files"] == {str(parquet): dataset_digest(parquet)}
+
+
+def dataset_digest(path: Path) -> str:
+    from lightning_kd.utils.files import file_digest
+
+    return file_digest(path)[:20]
+
+
+def test_a_short_run_from_parquet_has_the_jsonl_runs_losses(
+    tmp_path, tiny_teacher, datasets_home, one_thread
+):
+    """fp32, the same steps from the same blocks: the same loss at every step."""
+    rows = embedded_rows()[:40]
+    jsonl = tmp_path / "corpus.jsonl"
+    jsonl.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    parquet = write_parquet(tmp_path / "corpus.parquet", rows)
+    losses = []
+    for data in (
+        TextDataModule(byte_tokenizer(), files=[str(jsonl)], block_size=32, batch_size=4),
+        TextDataModule(
+            byte_tokenizer(),
+            block_size=32,
+            batch_size=4,
+            dataset={"path": "parquet", "data_files": str(parquet)},
+        ),
+    ):
+        torch.manual_seed(0)
+        record = Losses()
+        trainer = make_trainer(max_steps=4, precision="32-true", callbacks=[record])
+        trainer.fit(make_module(tiny_teacher), data)
+        losses.append(record.losses)
+    assert len(losses[0]) == 4 and losses[0] == losses[1]
+
+
+class Losses(Callback):
+    """Each training step's loss, as the step returned it."""
+
+    def __init__(self) -> None:
+        self.losses: list[float] = []
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
+        self.losses.append(float(outputs["loss"] if isinstance(outputs, dict) else outputs))
+
+
+def test_tokenization_is_cached_and_keyed_by_the_data_and_the_tokenizer(
+    tmp_path, datasets_home
+) -> None:
+    parquet = write_parquet(tmp_path / "d.parquet", embedded_rows()[:20])
+    cache = Path(datasets_home["LIGHTNING_KD_CACHE"]) / DIRECTORY
+    source = {"path": "parquet", "data_files": str(parquet)}
+
+    def read(tokenizer=None, **settings) -> TextDataModule:
+        data = TextDataModule(tokenizer or byte_tokenizer(), dataset=source, **settings)
+        data.setup()
+        return data
+
+    first = read(block_size=64)
+    (written,) = cache.glob("*.arrow")
+    stamp = written.stat().st_mtime_ns
+    # Another block size: the same cached tokens, laid out afresh.
+    wider = read(block_size=128)
+    assert list(cache.glob("*.arrow")) == [written] and written.stat().st_mtime_ns == stamp
+    assert len(wider.train_examples[0]) == 128 and len(first.train_examples[0]) == 64
+    # Another tokenizer (one token added), then the file edited: each a cache of its own.
+    tokenizer = byte_tokenizer()
+    tokenizer.add_tokens(["zebra"])
+    read(tokenizer, block_size=64)
+    assert len(list(cache.glob("*.arrow"))) == 2
+    write_parquet(parquet, [*embedded_rows()[:20], {"text": "zebra " * 300}])
+    edited = read(block_size=64)
+    assert len(list(cache.glob("*.arrow"))) == 3
+    assert not same(
+        edited.train_examples + edited.val_examples, first.train_examples + first.val_examples
+    )
+
+
+def test_a_saved_folder_json_lines_and_csv_read_the_same(tmp_path, datasets_home) -> None:
+    import datasets
+
+    rows = embedded_rows()[:30]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    datasets.Dataset.from_list(rows).to_csv(str(tmp_path / "d.csv"))
+    datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "saved"))
+    sources = [
+        {"path": "json", "data_files": str(tmp_path / "d.jsonl")},
+        {"path": "csv", "data_files": str(tmp_path / "d.csv")},
+        {"path": str(tmp_path / "saved")},
+    ]
+    read = [TextDataModule(byte_tokenizer(), block_size=64, dataset=source) for source in sources]
+    for data in read:
+        data.setup()
+    for data in read[1:]:
+        assert same(data.train_examples, read[0].train_examples)
+        assert same(data.val_examples, read[0].val_examples)
+    assert read[2].provenance()["dataset"]["fingerprint"]  # a saved folder: its fingerprint
+
+
+def test_a_validation_split_of_its_own(tmp_path, datasets_home) -> None:
+    rows = embedded_rows()
+    train = write_parquet(tmp_path / "train.parquet", rows[:30])
+    val = write_parquet(tmp_path / "val.parquet", rows[28:34])  # two rows in both
+    files = {"train": str(train), "validation": str(val)}
+    source = {"path": "parquet", "data_files": files, "val_split": "validation"}
+    data = TextDataModule(byte_tokenizer(), block_size=64, dataset=source)
+    data.setup()
+    (tmp_path / "v.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[28:34]))
+    alone = TextDataModule(byte_tokenizer(), block_size=64, files=[str(tmp_path / "v.jsonl")])
+    assert same(data.val_examples, alone.examples(alone.documents()))
+    held_out = {tuple(e.tolist()) for e in data.val_examples}
+    assert not held_out & {tuple(e.tolist()) for e in data.train_examples}
+
+
+def chat_rows() -> list[dict]:
+    return conversations(24)
+
+
+def test_chat_rows_from_a_dataset_are_the_files_conversations(tmp_path, datasets_home) -> None:
+    """Rows of both forms (messages; prompt and completion) in one table, as in the .jsonl."""
+    rows = chat_rows()
+    jsonl = write_rows(tmp_path / "c.jsonl", rows)
+    parquet = write_parquet(tmp_path / "c.parquet", rows)
+    options = {"val_fraction": 0.25, "block_size": 160}
+    files = ChatDataModule(chat_tokenizer(), files=[str(jsonl)], **options)
+    source = {"path": "parquet", "data_files": str(parquet)}
+    dataset = ChatDataModule(chat_tokenizer(), dataset=source, **options)
+    files.setup()
+    dataset.setup()
+    for split in ("train_examples", "val_examples"):
+        one, other = getattr(files, split), getattr(dataset, split)
+        assert len(one) == len(other) > 0
+        for a, b in zip(one, other, strict=True):
+            assert torch.equal(a.tokens, b.tokens) and torch.equal(a.labels, b.labels)
+    batches = zip(files.train_dataloader(), dataset.train_dataloader(), strict=True)
+    assert all(torch.equal(a["labels"], b["labels"]) for a, b in batches)
+
+
+# Bad input: each refused naming what is wrong, what there is, and the fix.
+
+
+def test_a_missing_column_names_the_columns_there_are(tmp_path, datasets_home) -> None:
+    parquet = write_parquet(tmp_path / "d.parquet", [{"body": "x" * 300, "id": 1}])
+    source = {"path": "parquet", "data_files": str(parquet)}
+    text = r"split 'train' has no column 'text'; its columns: \['body', 'id'\]; set data.text_field"
+    with pytest.raises(Refused, match=text):
+        TextDataModule(byte_tokenizer(), dataset=source).setup()
+    chat = ChatDataModule(chat_tokenizer(), dataset=source)
+    either = r"has neither column 'messages' nor 'prompt' and 'completion'; its columns: "
+    with pytest.raises(Refused, match=either + r"\['body', 'id'\]; set data.messages_field"):
+        chat.setup()
+
+
+def test_a_missing_split_names_the_splits_there_are(tmp_path, datasets_home) -> None:
+    parquet = write_parquet(tmp_path / "d.parquet", embedded_rows()[:5])
+    source = {"path": "parquet", "data_files": str(parquet), "split": "validation"}
+    message = (
+        r"data.dataset.split='validation': data.dataset 'parquet' \(data_files '.*d.parquet'\) "
+        r"has no split 'validation'; its splits: \['train'\]; set data.dataset.split to one"
+    )
+    with pytest.raises(Refused, match=message):
+        TextDataModule(byte_tokenizer(), dataset=source).setup()
+    with pytest.raises(Refused, match=r"data.dataset.val_split='test': .* its splits: \['train'\]"):
+        source = {"path": "parquet", "data_files": str(parquet), "val_split": "test"}
+        TextDataModule(byte_tokenizer(), dataset=source).setup()
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"), [(None, "NoneType null"), (7, "int 7")], ids=["null", "number"]
+)
+def test_text_that_is_not_a_string_names_its_row(tmp_path, datasets_home, value, shown) -> None:
+    rows = [{"text": "fine text " * 40} for _ in range(5)]
+    if value is None:
+        rows[3]["text"] = None
+        path = write_parquet(tmp_path / "d.parquet", rows)
+        source = {"path": "parquet", "data_files": str(path)}
+        row = 3
+    else:  # a JSON column of numbers: every row is one; the first is named
+        path = tmp_path / "d.jsonl"
+        path.write_text("".join(json.dumps({"text": value}) + "\n" for _ in range(3)))
+        source = {"path": "json", "data_files": str(path)}
+        row = 0
+    message = rf"split 'train' row {row}: column 'text' holds {shown}, not a string; give every "
+    with pytest.raises(Refused, match=message + "row text, or set data.text_field"):
+        TextDataModule(byte_tokenizer(), dataset=source).setup()
+
+
+def test_an_empty_dataset_is_refused(tmp_path, datasets_home) -> None:
+    schema = pa.schema([("text", pa.string())])
+    path = write_parquet(tmp_path / "d.parquet", [], schema=schema)
+    source = {"path": "parquet", "data_files": str(path)}
+    with pytest.raises(Refused, match=r"d.parquet'\) split 'train' is empty \(no rows\)"):
+        TextDataModule(byte_tokenizer(), dataset=source).setup()
+
+
+def test_a_chat_row_without_an_assistant_turn_names_its_row(tmp_path, datasets_home) -> None:
+    rows = [{"messages": TURNS} for _ in range(4)]
+    rows[2] = {"messages": TURNS[:1]}
+    path = write_parquet(tmp_path / "c.parquet", rows)
+    data = ChatDataModule(chat_tokenizer(), dataset={"path": "parquet", "data_files": str(path)})
+    message = r"split 'train' row 2 has no assistant turn, so nothing in it would be scored; "
+    with pytest.raises(Refused, match=message + "give each row the answer"):
+        data.setup()
+
+
+def test_a_dataset_with_files_says_which_to_drop(tmp_path, corpus) -> None:
+    source = {"path": "parquet", "data_files": "d.parquet"}
+    message = (
+        r"data.dataset.path='parquet' and data.files=\[.*\] both name the data: drop one "
+        r"\(data.files=null to read the dataset, or data.dataset.path=null to read the files\)"
+    )
+    with pytest.raises(Refused, match=message):
+        TextDataModule(byte_tokenizer(), files=[str(corpus)], dataset=source)
+
+
+def test_a_name_datasets_cannot_open_is_refused_with_its_reason(tmp_path, datasets_home) -> None:
+    missing = {"path": "parquet", "data_files": str(tmp_path / "nowhere.parquet")}
+    with pytest.raises(Refused, match=r"cannot be opened here \(FileNotFoundError: .*nowhere"):
+        TextDataModule(byte_tokenizer(), dataset=missing).setup()
+    hub = {"path": "someone/no-such-dataset"}
+    with pytest.raises(Refused, match=r"'someone/no-such-dataset' cannot be opened here"):
+        TextDataModule(byte_tokenizer(), dataset=hub).setup()
+
+
+def test_a_resume_on_other_data_names_what_changed(tmp_path, datasets_home) -> None:
+    import datasets
+
+    parquet = write_parquet(tmp_path / "d.parquet", embedded_rows()[:20])
+
+    def record(source: dict) -> dict:
+        data = TextDataModule(byte_tokenizer(), block_size=64, dataset=source)
+        data.setup()
+        return data.provenance()
+
+    source = {"path": "parquet", "data_files": str(parquet)}
+    saved = record(source)
+    assert data_differences(saved, record(source)) == []
+    other = {**saved["dataset"], "split": "other"}
+    assert data_differences(saved, saved | {"dataset": other}) == [
+        "data.dataset.split: checkpoint 'train', this run 'other'"
+    ]
+    write_parquet(parquet, embedded_rows()[1:21])
+    edited = data_differences(saved, record(source))
+    assert f"data.dataset.data_files: edited ['{parquet}']" in edited
+    folder = str(tmp_path / "saved")
+    datasets.Dataset.from_list(embedded_rows()[:20]).save_to_disk(folder)
+    before = record({"path": folder})
+    datasets.Dataset.from_list(embedded_rows()[1:21]).save_to_disk(folder)
+    changed = data_differences(before, record({"path": folder}))
+    assert any("the saved folder's fingerprint is" in line for line in changed)

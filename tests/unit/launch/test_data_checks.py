@@ -1,0 +1,93 @@
+"""``data.dataset`` and ``data.streaming`` checked from the composed config before anything loads:
+what cannot go together, and a dataset opened (streamed, nothing prepared) for its splits and
+columns."""
+
+from __future__ import annotations
+
+import pytest
+
+from lightning_kd.launch.checks import config_errors
+from lightning_kd.launch.config import compose_config
+from lightning_kd.launch.data_checks import dataset_errors
+from tests.unit.data.test_datasets import write_parquet
+
+STREAM = ["data.streaming=true", "data.dataset.path=parquet", "data.dataset.data_files=d.parquet"]
+
+
+def test_the_dataset_keys_compose_and_the_default_runs_subset_stays_with_its_corpus() -> None:
+    files = ["data.dataset.path=json", "data.dataset.data_files=[a.jsonl,b.jsonl]"]
+    cfg = compose_config([*files, "data.dataset.val_split=validation"])
+    assert cfg.data.dataset.data_files == ["a.jsonl", "b.jsonl"]
+    assert cfg.data.max_train_examples is None  # 180 is the embedded corpus's alone
+    mapping = compose_config(["data.dataset.path=parquet", "data.dataset.data_files={a: x}"])
+    assert mapping.data.dataset.data_files == {"a": "x"}
+    assert config_errors(compose_config(["data=chat", *STREAM, "trainer.max_steps=5"])) == [
+        "distill.blockwise_passes=5 with data.streaming=true: the block-wise repair passes over "
+        "a fixed set of training blocks, which a stream never holds; set "
+        "distill.blockwise_passes=0"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["data.dataset.path=parquet", "data.files=[a.txt]"],
+            "data.dataset.path='parquet' and data.files=['a.txt'] both name the data: drop one "
+            "(data.files=null to read the dataset, or data.dataset.path=null to read the files)",
+        ),
+        (
+            ["data.streaming=true"],
+            "data.streaming=true reads a dataset row by row: set data.dataset.path",
+        ),
+        (
+            [*STREAM, "distill.teacher_cache=/caches/x"],
+            "distill.teacher_cache='/caches/x' with data.streaming=true: a cache holds",
+        ),
+        ([*STREAM, "trainer.max_steps=-1"], "trainer.max_steps=-1 with data.streaming=true"),
+        ([*STREAM, "data.num_workers=2"], "data.num_workers=2 with data.streaming=true"),
+        (
+            [*STREAM, "data.max_train_examples=50"],
+            "data.max_train_examples=50 with data.streaming=true: a stream has no fixed",
+        ),
+        (
+            ["data.dataset.path=x", "data.dataset.val_split=train"],
+            "data.dataset.val_split='train' is the split trained on",
+        ),
+        (["+data.dataset.revision=main"], "data.dataset: unknown key(s) ['revision']"),
+        (["data.val_size=0"], "data.val_size=0: must be an integer >= 1"),
+    ],
+    ids=[
+        "dataset_and_files",
+        "stream_without_dataset",
+        "stream_cache",
+        "stream_forever",
+        "stream_workers",
+        "stream_subset",
+        "val_split_is_split",
+        "unknown_key",
+        "val_size",
+    ],
+)
+def test_settings_that_cannot_go_together_are_refused(overrides, message) -> None:
+    cfg = compose_config(["distill.blockwise_passes=0", *overrides])
+    assert any(message in error for error in config_errors(cfg)), config_errors(cfg)
+
+
+def test_a_dataset_is_opened_for_its_splits_and_columns_before_anything_loads(
+    tmp_path, datasets_home
+) -> None:
+    parquet = write_parquet(tmp_path / "d.parquet", [{"body": "text " * 50}])
+    source = ["data.dataset.path=parquet", f"data.dataset.data_files={parquet}"]
+    errors = dataset_errors(compose_config([*source, "data.dataset.val_split=test"]))
+    assert len(errors) == 2
+    column = "split 'train' has no column 'text'; its columns: ['body']; set data.text_field"
+    assert errors[0].endswith(column)
+    assert "data.dataset.val_split='test'" in errors[1] and "its splits: ['train']" in errors[1]
+    chat = dataset_errors(compose_config(["data=chat", *source, "data.messages_field=turns"]))
+    assert chat[0].endswith(
+        "has neither column 'turns' nor 'prompt' and 'completion'; its columns: ['body']; set "
+        "data.messages_field (or data.prompt_field and data.completion_field) to the columns "
+        "holding the conversation"
+    )
+    assert dataset_errors(compose_config([*source, "data.text_field=body"])) == []
