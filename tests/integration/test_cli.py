@@ -12,6 +12,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from lightning_kd.cli import main as cli_main
 from lightning_kd.models.precision import probe_hardware, resolve_precision
 from lightning_kd.training.rundir import claim_run_dir
 from tests.conftest import ROOT
@@ -26,6 +27,17 @@ def run_cli(*overrides: str) -> subprocess.CompletedProcess:
         text=True,
         timeout=600,
     )
+
+
+def run_in_process(argv: list[str], capsys) -> tuple[int | None, str]:
+    """``lightning-kd <argv>`` in this process, as the command line runs it: its exit status
+    (a Hydra command leaves through ``SystemExit``) and what it printed."""
+    try:
+        code = cli_main(argv)
+    except SystemExit as leaving:
+        code = leaving.code
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
 
 
 def test_smoke_run_writes_everything_under_the_run_dir(tmp_path: Path) -> None:
@@ -138,7 +150,9 @@ def test_a_run_scores_the_teacher_beside_the_student(tmp_path: Path) -> None:
     assert "| ÷ teacher |" in (run_dir / "summary.md").read_text()
 
 
-def test_bad_config_values_fail_with_a_clear_message(tmp_path: Path) -> None:
+def test_bad_config_values_fail_with_a_clear_message(tmp_path: Path, capsys) -> None:
+    """Run in this process (``lightning-kd train`` as the CLI runs it): a process start-up each
+    cost more than the runs themselves."""
     cases = {
         "debug=smoke distill.divergence=kl": "unknown divergence 'kl'",
         "teacher.path=/no/such/model": "teacher.path=/no/such/model does not exist",
@@ -148,22 +162,12 @@ def test_bad_config_values_fail_with_a_clear_message(tmp_path: Path) -> None:
             "student.num_layers=9 is larger than the teacher's 4 layers; choose 1..4"
         ),
     }
-    launched = {}
-    for number, override in enumerate(cases):  # all at once: each is mostly a process start-up
+    for number, override in enumerate(cases):
         # A directory each: a run that failed after its logger started leaves logs/ behind.
-        command = [
-            sys.executable,
-            "run.py",
-            *override.split(),
-            f"hydra.run.dir={tmp_path / str(number)}",
-        ]
-        launched[override] = subprocess.Popen(
-            command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-    for override, process in launched.items():
-        stdout, stderr = process.communicate(timeout=600)
-        assert process.returncode != 0, override
-        assert cases[override] in stdout + stderr, (override, stderr[-2000:])
+        argv = ["train", *override.split(), f"hydra.run.dir={tmp_path / str(number)}"]
+        code, output = run_in_process(argv, capsys)
+        assert code not in (0, None), override
+        assert cases[override] in output, (override, output[-2000:])
 
 
 def test_multirun_sweep_gives_each_job_its_own_directory(tmp_path: Path) -> None:

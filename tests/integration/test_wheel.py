@@ -94,6 +94,7 @@ def test_train_exports_a_student(trained: Path) -> None:
     assert json.loads((trained / "x" / "summary.json").read_text())["steps"] == 6
 
 
+@pytest.mark.slow  # four commands from the wheel, each a process: the train one stays default
 def test_cache_generate_evaluate_and_importance_run(installed, trained, tmp_path: Path) -> None:
     smoke = ["debug=smoke"]
     shell(["lightning-kd", "cache", *smoke, "hydra.run.dir=c"], tmp_path, installed)
