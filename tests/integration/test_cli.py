@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,13 +20,15 @@ from tests.conftest import ROOT
 from tests.unit.evaluation.test_evaluate import save_tiny
 
 
-def run_cli(*overrides: str) -> subprocess.CompletedProcess:
+def run_cli(*overrides: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``python run.py <overrides>`` in the checkout, with ``env`` added to the environment."""
     return subprocess.run(
         [sys.executable, "run.py", *overrides],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=600,
+        env=None if env is None else {**os.environ, **env},
     )
 
 

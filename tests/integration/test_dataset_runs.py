@@ -5,17 +5,15 @@ uninterrupted run's losses, two DDP ranks stream disjoint shards, bad input exit
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from lightning_kd.data.reading import DEFAULT_FILES, read_documents
 from lightning_kd.utils.refusal import REFUSED_EXIT
-from tests.conftest import ROOT
+from tests.integration.test_cli import run_cli
 from tests.integration.test_resume import train_losses
 from tests.unit.data.test_chat import CHATML, conversations, write_rows
 from tests.unit.data.test_datasets import write_parquet
@@ -26,14 +24,7 @@ QUIET = ["~callbacks.progress", "+trainer.enable_progress_bar=false", "~callback
 
 def run(env: dict[str, str], *overrides: str) -> subprocess.CompletedProcess:
     """``python run.py`` with ``datasets`` offline and its caches in the test's directory."""
-    return subprocess.run(
-        [sys.executable, "run.py", *overrides],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, **env, "OMP_NUM_THREADS": "1"},
-    )
+    return run_cli(*overrides, env={**env, "OMP_NUM_THREADS": "1"})
 
 
 def test_bad_dataset_input_exits_2_before_anything_loads(tmp_path, datasets_home) -> None:
