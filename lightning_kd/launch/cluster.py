@@ -26,7 +26,7 @@ from hydra.plugins.config_source import ConfigLoadError
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from lightning_kd.launch.checks import lookup
+from lightning_kd.launch.rules import lookup
 
 PLUGIN = "hydra_plugins.hydra_submitit_launcher"
 """The plugin's package: its launchers' ``_target_`` starts with it."""

@@ -18,8 +18,8 @@ from typing import Any
 
 from hydra.utils import instantiate
 
-from lightning_kd.launch.checks import config_errors, lookup
-from lightning_kd.launch.rules import Number, value_errors
+from lightning_kd.launch.checks import config_errors
+from lightning_kd.launch.rules import Number, lookup, value_errors
 from lightning_kd.models.positions import position_error, teacher_positions
 from lightning_kd.utils.refusal import refuse
 

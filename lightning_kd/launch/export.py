@@ -17,7 +17,7 @@ from transformers import AutoConfig, PretrainedConfig
 
 from lightning_kd.export.gguf import GGUF_TYPES, architecture_errors, export_saved
 from lightning_kd.export.gguf_vocab import gguf_vocabulary
-from lightning_kd.launch.checks import lookup
+from lightning_kd.launch.rules import lookup
 from lightning_kd.models.loading import StudentSpec, TeacherSpec, load_tokenizer
 from lightning_kd.models.sources import checked_model_path, teacher_dir
 from lightning_kd.utils.refusal import Refused

@@ -16,8 +16,7 @@ from lightning_kd.evaluation.harness import (
     task_errors,
     task_names,
 )
-from lightning_kd.launch.checks import lookup
-from lightning_kd.launch.rules import ABSENT
+from lightning_kd.launch.rules import ABSENT, lookup
 from lightning_kd.models.sources import teacher_dir
 
 DEFAULTS = {"include": [], "teacher": True, "batch_size": 8, "limit": None, "device": "cpu"}
