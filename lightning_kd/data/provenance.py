@@ -28,8 +28,7 @@ from torch import Tensor
 
 from lightning_kd.data.dataset_files import local_files
 from lightning_kd.data.dataset_source import DatasetSource
-from lightning_kd.models.sources import cache_root
-from lightning_kd.utils.files import file_digest, remembered_digest
+from lightning_kd.data.reading import data_file_digest
 
 
 def examples_digest(examples: Iterable[Any]) -> str:
@@ -54,7 +53,7 @@ def example_tensors(example: Any) -> list[Tensor]:
 def files_record(files: Iterable[Path], names: Mapping[Path, str]) -> dict[str, str]:
     """``name → content digest`` for each file (``names`` gives the embedded corpora their
     short names, so a checkout and an installed wheel record the same thing)."""
-    return {names.get(path, str(path)): file_digest(path)[:20] for path in files}
+    return {names.get(path, str(path)): data_file_digest(path)[:20] for path in files}
 
 
 def source_record(source: DatasetSource) -> dict[str, Any]:
@@ -62,9 +61,8 @@ def source_record(source: DatasetSource) -> dict[str, Any]:
     data file's content digest, and a saved folder's fingerprint."""
     record = {"path": source.path, "name": source.name, "split": source.split}
     record["val_split"] = source.val_split
-    memo = cache_root() / "file_digests"
     files = {
-        str(path): remembered_digest(path, memo)[:20]
+        str(path): data_file_digest(path)[:20]
         for path in local_files(source.path, source.data_files)
     }
     record["data_files"] = files or source.data_files
