@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import torch
 from hydra.utils import instantiate
 from lightning.pytorch import Trainer
+from transformers import PreTrainedTokenizerFast
 
 from lightning_kd.data.text import TextDataModule
 from lightning_kd.launch.config import compose_config
@@ -145,3 +147,39 @@ def make_trainer(tmp_path: Path | None = None, **kwargs) -> Trainer:
         "num_sanity_val_steps": 0,
     } | kwargs
     return Trainer(**options)
+
+
+def sentencepiece_tokenizer(normalizer=None) -> PreTrainedTokenizerFast:
+    """A SentencePiece-style tokenizer unlike :func:`byte_tokenizer`: ``▁`` for spaces, BPE merges
+    learnt on :data:`TEXT`, ``<0xNN>`` byte pieces for what they do not cover, a BOS before
+    every text (as Gemma's and Llama 2's); ``normalizer`` (a ``tokenizers`` normalizer) rewrites
+    the text first."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    from tokenizers.trainers import BpeTrainer
+
+    specials = ["<pad>", "<eos>", "<bos>"]
+    space = normalizers.Replace(" ", "▁")
+    steps = [space] if normalizer is None else [normalizer, space]
+
+    def configured(backend: Tokenizer) -> Tokenizer:
+        backend.normalizer = normalizers.Sequence(steps)
+        backend.pre_tokenizer = pre_tokenizers.Split("▁", behavior="merged_with_next")
+        return backend
+
+    trained = configured(Tokenizer(models.BPE()))
+    trained.train_from_iterator([TEXT], BpeTrainer(vocab_size=120, special_tokens=specials))
+    state = json.loads(trained.to_str())["model"]
+    vocab = dict(state["vocab"])
+    for byte in range(256):
+        vocab.setdefault(f"<0x{byte:02X}>", len(vocab))
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in state["merges"]]
+    backend = configured(Tokenizer(models.BPE(vocab=vocab, merges=merges, byte_fallback=True)))
+    backend.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
+    )
+    backend.post_processor = processors.TemplateProcessing(
+        single="<bos> $A", special_tokens=[("<bos>", vocab["<bos>"])]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>"
+    )

@@ -21,6 +21,7 @@ the validation metrics as ``(sum, count)`` pairs. Nothing here imports Lightning
 from __future__ import annotations
 
 from collections.abc import Iterator
+import math
 from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
@@ -31,6 +32,7 @@ from torch import Tensor, nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lightning_kd.cache.teacher import CachedTeacher
+from lightning_kd.distill.cross_tokenizer import CrossTokenizer
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.distill.on_policy import on_policy_for
 from lightning_kd.distill.tasks import Heads, MetricSums, make_task
@@ -74,9 +76,17 @@ class Distiller(nn.Module):
         task: str = "causal_lm",
         layer_map: list[int] | None = None,
         cache: CachedTeacher | None = None,
+        cross: CrossTokenizer | None = None,
+        token_lengths: Tensor | None = None,
     ) -> None:
         super().__init__()
         check_teacher_source(teacher, cache, distill)
+        self.cross = cross
+        """With a teacher whose tokenizer is not the student's: the re-tokenisation and records."""
+        if token_lengths is None and cross is not None:
+            token_lengths = cross.student_lengths
+        self.token_lengths = token_lengths
+        """``[student_vocab]``: the bytes each student id spells, for bits per byte (or None)."""
         self.teacher = None if teacher is None else teacher.requires_grad_(False).eval()
         self.cached_teacher = cache
         self.adapter = Adapter(student) if is_peft_model(student) else None
@@ -192,7 +202,22 @@ class Distiller(nn.Module):
         come from the capture), or the cached records and features of the batch's blocks."""
         if self.cached_teacher is not None:
             return self.cached_teacher.records(batch, split)
+        if self.cross is not None:
+            self.check_cross_head(batch)
+            head, temperature = self.output_head("teacher"), self.objective.temperature
+            return self.cross.records(self.teacher, head, batch, temperature), None
         return self.run("teacher", batch), None
+
+    def check_cross_head(self, batch: dict[str, Tensor]) -> None:
+        """Check the teacher's head once, on the teacher's own tokenisation of ``batch``."""
+        if "teacher" in self._heads_checked:
+            return
+        view = self.cross.view(batch)
+        device = batch["input_ids"].device
+        inputs = {"input_ids": view.input_ids.to(device)}
+        inputs["attention_mask"] = view.attention_mask.to(device)
+        check_head(self.teacher, inputs, "teacher", "set distill.chunked=false")
+        self._heads_checked.add("teacher")
 
     def forward(
         self, batch: dict[str, Tensor], draw: int | None = None, step: int | None = None
@@ -228,14 +253,34 @@ class Distiller(nn.Module):
         """Validation metrics of one batch as ``name → (sum, count)`` (see ``tasks``)."""
         heads = self.heads(batch, ROLES)
         with capture_step(*self.captures.values()):
-            teacher_out, cached = self.teacher_output(batch, "val")
-            student_out = self.run("student", batch)
             metrics = {}
+            if self.cross is not None:
+                self.check_cross_head(batch)
+                args = (self.output_head("teacher"), batch, self.objective.temperature)
+                teacher_out, metrics = self.cross.metric_records(self.teacher, *args)
+                cached = None
+            else:
+                teacher_out, cached = self.teacher_output(batch, "val")
+            student_out = self.run("student", batch)
             if self.layer_pairs:
                 mask = self.task.scored_mask(batch)
                 metrics["features"] = (self.feature_sum(mask, cached), mask.sum())
         with gathered(heads):
-            return metrics | self.task.metric_sums(student_out, teacher_out, batch, heads)
+            metrics |= self.task.metric_sums(student_out, teacher_out, batch, heads)
+        return metrics | self.bits_per_byte(batch, metrics)
+
+    def bits_per_byte(self, batch: dict[str, Tensor], metrics: MetricSums) -> MetricSums:
+        """The student's (and a same-tokenizer teacher's) bits per byte of the scored text: the
+        NLL in bits over the bytes the scored tokens spell, comparable across tokenizers."""
+        if self.token_lengths is None or "ppl" not in metrics:
+            return {}
+        targets = batch["labels"][:, 1:]
+        lengths = self.token_lengths.to(targets.device)
+        text_bytes = lengths[targets[targets != -100].clamp(max=len(lengths) - 1)].sum()
+        sums = {"bpb": (metrics["ppl"][0] / math.log(2), text_bytes)}
+        if "teacher_ppl" in metrics:
+            sums["teacher_bpb"] = (metrics["teacher_ppl"][0] / math.log(2), text_bytes)
+        return sums
 
     def feature_sum(self, mask: Tensor, cached: dict[str, Tensor] | None = None) -> Tensor:
         """Σ over pairs of weight · Σ over scored positions of the pair's loss; reads and clears
@@ -265,10 +310,13 @@ class Distiller(nn.Module):
         if not self.task.uses_heads:
             return None
         for role in roles:
+            if role == "teacher" and self.cross is not None:
+                continue  # its ids are not the batch's: checked on its own (check_cross_head)
             if getattr(self, role) is not None and role not in self._heads_checked:
                 check_head(getattr(self, role), batch, role, "set distill.chunked=false")
                 self._heads_checked.add(role)
-        teacher = self.output_head("teacher") if self.teacher is not None else None
+        own_head = self.teacher is not None and self.cross is None
+        teacher = self.output_head("teacher") if own_head else None
         return self.output_head("student"), teacher
 
     def unsharded_parameters(self) -> list[nn.Parameter]:

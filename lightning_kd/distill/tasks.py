@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lightning_kd.losses.chunked import OutputHead, chunked_distillation_sums, logit_chunks
+from lightning_kd.losses.cross_vocab import CrossTeacher, cross_evaluation_sums
 from lightning_kd.losses.features import mean_pool
 from lightning_kd.losses.logits import (
     IGNORE_INDEX,
@@ -119,6 +120,8 @@ class CausalLM:
     ) -> MetricSums:
         """Perplexities, top-1 agreement, KL and the objective's logit terms, as token sums."""
         labels = batch["labels"]
+        if isinstance(teacher, CrossTeacher):
+            return self.cross_metric_sums(student, teacher, labels, heads)
         cached = isinstance(teacher, TopKTeacher)
         if self.chunked:
             chunks = logit_chunks(student, heads[0], teacher, heads[1], labels, self.chunk_size)
@@ -137,6 +140,26 @@ class CausalLM:
         }
         if cached and self.objective.temperature != 1.0:
             del metrics["kl"]  # the records hold the teacher at T alone, not at 1
+        return metrics
+
+
+    def cross_metric_sums(
+        self, student: Tensor, teacher: CrossTeacher, labels: Tensor, heads: Heads
+    ) -> MetricSums:
+        """:meth:`metric_sums` against a teacher with another tokenizer: its perplexity is over
+        other tokens (``teacher_bpb`` stands in, ``cross_tokenizer.py``); agreement and KL are
+        over the positions aligned with it, whose share is ``aligned``."""
+        chunks = logit_chunks(student, heads[0], teacher, None, labels, self.chunk_size)
+        sums = cross_evaluation_sums(chunks, self.objective.divergence, self.objective.temperature)
+        tokens, aligned = sums["tokens"], sums["aligned"]
+        metrics = {
+            "ppl": (sums["student_nll"], tokens),
+            "agreement": (sums["agreement"], aligned),
+            "aligned": (aligned, tokens),
+            "loss": (self.objective.combine(sums["kd"], sums["student_nll"]), tokens),
+        }
+        if "kl" in sums:
+            metrics["kl"] = (sums["kl"], aligned)
         return metrics
 
 

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from lightning_kd.losses.cross_vocab import CrossTeacher
 from lightning_kd.losses.divergences import FusedDivergence, TokenDivergence
 from lightning_kd.losses.logits import LogitObjective, math_dtype, shared_vocab
 from lightning_kd.losses.topk import TopKTeacher
@@ -26,7 +27,7 @@ from lightning_kd.losses.topk import TopKTeacher
 
 def _chunk_terms(
     student_logits: Tensor,
-    teacher_logits: Tensor | TopKTeacher | None,
+    teacher_logits: Tensor | TopKTeacher | CrossTeacher | None,
     targets: Tensor,
     divergence: TokenDivergence,
     temperature: float,
@@ -34,12 +35,13 @@ def _chunk_terms(
     """Summed T²-scaled divergence and cross-entropy of one chunk (logits in math dtype).
 
     Without teacher logits (a CE-only run skips the teacher) the divergence term is 0; a cached
-    teacher's top-k records give the divergence of the bucketed distributions (``losses.topk``).
+    teacher's top-k records give the divergence of the bucketed distributions (``losses.topk``),
+    a teacher with another tokenizer its records at aligned positions (``losses.cross_vocab``).
     """
     ce = F.cross_entropy(student_logits, targets, reduction="sum")
     if teacher_logits is None:
         return torch.zeros_like(ce), ce
-    if isinstance(teacher_logits, TopKTeacher):
+    if isinstance(teacher_logits, TopKTeacher | CrossTeacher):
         kd = teacher_logits.divergence(student_logits / temperature, divergence)
         return kd.sum() * temperature**2, ce
     student_logits, teacher_logits = shared_vocab(student_logits, teacher_logits)

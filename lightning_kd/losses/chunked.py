@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lightning_kd.losses.chunk_terms import chunk_autograd, chunk_fused
+from lightning_kd.losses.cross_vocab import CrossTeacher
 from lightning_kd.losses.logits import (
     LogitObjective,
     LossSums,
@@ -45,6 +46,10 @@ spend more time re-reading the head weights and accumulating their gradient; lar
 more memory (and on the CPU leave glibc's 32 MB mmap threshold, so every chunk page-faults)."""
 
 LogitTransform = Callable[[Tensor], Tensor]
+
+Records = TopKTeacher | CrossTeacher
+"""A teacher given as records of the scored positions instead of hidden states: a top-k cache's,
+or a teacher with another tokenizer's at aligned positions."""
 
 
 @dataclass
@@ -94,7 +99,7 @@ class ChunkedLoss:
 
 def _chunk_gradient(
     hidden: Tensor,
-    teacher: Tensor | TopKTeacher | None,
+    teacher: Tensor | Records | None,
     targets: Tensor,
     head: OutputHead,
     teacher_head: OutputHead | None,
@@ -115,6 +120,8 @@ def _chunk_gradient(
     fused = getattr(objective.divergence, "fused", None)
     if isinstance(teacher, TopKTeacher):  # the top-k closed form is forward KL's alone
         fused = fused if objective.divergence.name == "forward_kl" else None
+    if isinstance(teacher, CrossTeacher):  # sorting and bucketing: autograd's
+        fused = None
     if fused is not None and head.transform is None:
         kd, ce, grad = chunk_fused(logits, teacher_logits, targets, objective, options.compile)
     else:
@@ -135,7 +142,7 @@ class _ChunkedDistillation(torch.autograd.Function):
         student_hidden: Tensor,
         student_weight: Tensor,
         student_bias: Tensor | None,
-        teacher_hidden: Tensor | TopKTeacher | None,
+        teacher_hidden: Tensor | Records | None,
         heads: tuple[OutputHead, OutputHead | None],
         targets: Tensor,
         options: ChunkedLoss,
@@ -196,7 +203,7 @@ class _ChunkedDistillation(torch.autograd.Function):
 def chunked_distillation_sums(
     student_hidden: Tensor,
     student_head: OutputHead,
-    teacher_hidden: Tensor | TopKTeacher | None,
+    teacher_hidden: Tensor | Records | None,
     teacher_head: OutputHead | None,
     labels: Tensor,
     objective: LogitObjective,
@@ -210,13 +217,13 @@ def chunked_distillation_sums(
     the final norm), ``labels`` ``[batch, seq]`` aligned with the inputs (shifted here, ``-100``
     masked). Gradients reach ``student_hidden`` and the student head's weight and bias.
     ``teacher_hidden=None`` skips the teacher (the divergence term is then 0: CE-only training);
-    a :class:`~lightning_kd.losses.topk.TopKTeacher` (a cached teacher's records of positions
-    0 .. seq − 2) takes its place, with no teacher head.
+    :data:`Records` of positions 0 .. seq − 2 (a cached teacher's top k, or a teacher with another
+    tokenizer's records at aligned positions) take its place, with no teacher head.
     ``chunk_size`` is in scored tokens (None: about 8M logits a chunk); ``compile`` runs the
     chunk math through ``torch.compile``.
     """
     student_hidden, targets = scored_next_token(student_hidden, labels)
-    if isinstance(teacher_hidden, TopKTeacher):  # records of positions 0 .. seq−2
+    if isinstance(teacher_hidden, Records):  # records of positions 0 .. seq−2
         teacher_hidden = teacher_hidden.select(next_token_targets(labels)[1])
     elif teacher_hidden is not None:
         teacher_hidden = scored_next_token(teacher_hidden, labels)[0]
@@ -241,11 +248,11 @@ def chunked_distillation_sums(
 def logit_chunks(
     student_hidden: Tensor,
     student_head: OutputHead,
-    teacher_hidden: Tensor | TopKTeacher,
+    teacher_hidden: Tensor | Records,
     teacher_head: OutputHead | None,
     labels: Tensor,
     chunk_size: int | None = None,
-) -> Iterator[tuple[Tensor, Tensor | TopKTeacher, Tensor]]:
+) -> Iterator[tuple[Tensor, Tensor | Records, Tensor]]:
     """``(student_logits, teacher_logits, targets)`` of the scored tokens, a chunk at a time
     (a cached teacher's records in place of its logits).
 
@@ -253,7 +260,7 @@ def logit_chunks(
     (:func:`lightning_kd.losses.topk.top_k_evaluation_sums` for records).
     """
     student_hidden, targets = scored_next_token(student_hidden, labels)
-    cached = isinstance(teacher_hidden, TopKTeacher)
+    cached = isinstance(teacher_hidden, Records)
     if cached:
         teacher_hidden = teacher_hidden.select(next_token_targets(labels)[1])
     else:

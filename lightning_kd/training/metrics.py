@@ -23,7 +23,11 @@ class ValidationMetrics(nn.Module):
     """The validation metrics of a distillation run, logged as ``val/<name>``.
 
     - ``ppl`` / ``teacher_ppl``: perplexity of the student / teacher on the held-out tokens
-    - ``agreement``: fraction of tokens where their top-1 predictions agree
+    - ``bpb`` / ``teacher_bpb``: bits per byte of the same held-out text (comparable across
+      tokenizers, where perplexities are not)
+    - ``agreement``: fraction of tokens where their top-1 predictions agree (with a teacher of
+      another tokenizer: of the positions aligned with it)
+    - ``aligned``: with a teacher of another tokenizer, the share of positions aligned with it
     - ``kl``: KL(teacher ‖ student) per token at T = 1
     - ``loss``: the training objective's logit terms
     - ``features``: the weighted feature-matching terms per token
@@ -32,7 +36,18 @@ class ValidationMetrics(nn.Module):
     A metric nobody updated in an epoch is left out of :meth:`compute`.
     """
 
-    NAMES = ("ppl", "teacher_ppl", "agreement", "kl", "loss", "features", "embedding_cosine")
+    NAMES = (
+        "ppl",
+        "teacher_ppl",
+        "bpb",
+        "teacher_bpb",
+        "agreement",
+        "aligned",
+        "kl",
+        "loss",
+        "features",
+        "embedding_cosine",
+    )
 
     def __init__(self) -> None:
         super().__init__()

@@ -14,6 +14,7 @@ from lightning_kd.models.layer_scores import Ranking
 
 ROWS = (
     ("val/ppl", "student perplexity (val)", 2),
+    ("val/bpb", "student bits per byte (val)", 4),
     ("val/agreement", "top-1 agreement with teacher", 3),
     ("val/kl", "KL(teacher ‖ student) per token", 3),
     ("val/features", "feature loss (val)", 4),

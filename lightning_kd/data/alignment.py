@@ -1,0 +1,263 @@
+"""The teacher's tokenisation of a student batch, and which positions of the two predict alike.
+
+A student row is decoded to bytes through its :class:`~lightning_kd.data.token_bytes.TokenBytes`
+(exactly: each id is a run of the text's bytes), cut at its document boundaries (EOS), and each
+piece of text is tokenised by the teacher, which gets its own BOS before a document (if its
+tokenizer adds one) and its own EOS where the student's was. Both rows then live in one byte
+coordinate, and a student position and a teacher position are **aligned** when the tokens they
+predict start at the same byte (or are both the document's end): the two models have read the same
+text and predict what follows it, so their next-token distributions can be compared. A position
+whose next token starts inside one of the other side's tokens has no partner.
+
+The teacher's text should spell the student's bytes back. Where it does not — a normaliser that
+rewrites characters, a dummy-prefix space, bytes an UTF-8 cut left at a block's edge — the two
+byte strings are matched (``difflib``) and only boundaries inside matched runs align;
+:attr:`TeacherView.share` is the share of the student's text bytes the teacher spelled back, which
+the run checks before step 0 (``distill.cross_min_aligned``).
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from transformers import PreTrainedTokenizerBase
+
+from lightning_kd.data.token_bytes import TokenBytes, token_bytes
+
+END = "end"
+TEXT = "text"
+IGNORE_INDEX = -100
+
+
+@dataclass
+class TeacherView:
+    """A student batch as the teacher reads it, and the positions both predict alike."""
+
+    input_ids: Tensor
+    """``[batch, teacher_seq]``: the teacher's ids (right-padded)."""
+    attention_mask: Tensor
+    """``[batch, teacher_seq]``: 1 on the teacher's tokens, 0 on padding."""
+    partner: Tensor
+    """``[batch, seq]``: for student position i (predicting token i + 1), the index j of the
+    teacher position predicting the same next text, or −1."""
+    scored: Tensor
+    """``[batch, teacher_seq]``: teacher positions whose next token lies in the text the student
+    is scored on (its labels): what the teacher's own bits per byte count."""
+    target_bytes: Tensor
+    """``[batch, teacher_seq]``: the byte length of each teacher position's next token."""
+    text_bytes: int
+    """Bytes of text in the student rows."""
+    matched_bytes: int
+    """Of those, the bytes the teacher's tokenisation spelled back."""
+
+    @property
+    def share(self) -> float:
+        """The share of the student's text the teacher's tokens spell back (1.0 for no text)."""
+        return self.matched_bytes / self.text_bytes if self.text_bytes else 1.0
+
+
+@dataclass
+class _Segment:
+    start: int
+    """Byte offset of the segment in its row."""
+    data: bytes
+
+
+def utf8_window(data: bytes) -> tuple[int, int]:
+    """``(lo, hi)``: the longest slice of ``data`` that starts and ends on whole UTF-8 characters
+    (a block cut mid-character leaves up to three stray bytes at either edge)."""
+    lo = 0
+    while lo < min(len(data), 3) and data[lo] & 0xC0 == 0x80:
+        lo += 1
+    hi = len(data)
+    for back in range(1, min(4, hi - lo) + 1):
+        lead = data[hi - back]
+        if lead & 0xC0 == 0x80:
+            continue
+        width = 1 if lead < 0x80 else 2 if lead >> 5 == 0b110 else 3 if lead >> 4 == 0b1110 else 4
+        if width > back:
+            hi -= back
+        break
+    return lo, max(lo, hi)
+
+
+def spelled_offsets(original: bytes, spelled: bytes) -> tuple[list[int], int]:
+    """Map each byte offset of ``spelled`` (0 .. len) to one of ``original`` (−1 where the two
+    disagree), and count the bytes they share. Identical strings map one to one."""
+    if original == spelled:
+        return list(range(len(spelled) + 1)), len(original)
+    mapping = [-1] * (len(spelled) + 1)
+    matcher = difflib.SequenceMatcher(None, original, spelled, autojunk=False)
+    matched = 0
+    for a, b, size in matcher.get_matching_blocks():
+        matched += size
+        for offset in range(size + 1):
+            mapping[b + offset] = a + offset
+    return mapping, matched
+
+
+class Aligner:
+    """Re-tokenises student batches for the teacher and pairs their positions."""
+
+    def __init__(
+        self, student: PreTrainedTokenizerBase, teacher: PreTrainedTokenizerBase
+    ) -> None:
+        self.student_tokenizer, self.teacher_tokenizer = student, teacher
+        self.student: TokenBytes = token_bytes(student, "student")
+        self.teacher: TokenBytes = token_bytes(teacher, "teacher")
+        pad = teacher.pad_token_id
+        self.teacher_pad = pad if pad is not None else (self.teacher.end or 0)
+
+    # -------------------------------------------------------------------- the student's side
+
+    def student_row(self, ids: list[int], attended: list[int]) -> tuple[list, list[_Segment]]:
+        """Each student token's key (``(kind, byte)`` or None) and the row's text segments,
+        with ``None`` in the segment list where a document ends."""
+        keys: list[tuple[str, int] | None] = []
+        events: list = []
+        position, current = 0, None
+        for token, on in zip(ids, attended, strict=True):
+            if not on:
+                keys.append(None)
+                continue
+            if token in self.student.boundaries:
+                current = None
+                if token == self.student.end:
+                    keys.append((END, position))
+                    events.append(None)
+                else:
+                    keys.append(None)  # a BOS: nothing predicts it, it predicts like a start
+                continue
+            piece = self.student.pieces[token] if token < len(self.student) else b""
+            keys.append((TEXT, position) if piece else None)
+            if current is None:
+                current = _Segment(position, b"")
+                events.append(current)
+            current.data += piece
+            position += len(piece)
+        return keys, events
+
+    # -------------------------------------------------------------------- the teacher's side
+
+    def teacher_rows(self, rows: list[list]) -> tuple[list[list[int]], list[list], int]:
+        """The teacher's ids of each row, each token's key, and the bytes it spelled back."""
+        segments = [event for events in rows for event in events if event is not None]
+        windows = [utf8_window(segment.data) for segment in segments]
+        texts = [
+            segment.data[lo:hi].decode("utf-8", errors="replace")
+            for segment, (lo, hi) in zip(segments, windows, strict=True)
+        ]
+        encoded = iter(
+            self.teacher_tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+        )
+        window_of = dict(zip(map(id, segments), windows, strict=True))
+        all_ids, all_keys, matched = [], [], 0
+        for events in rows:
+            ids, keys, end_at = [], [], 0
+            for event in events:
+                if event is None:
+                    ids.append(self.teacher.end if self.teacher.end is not None else 0)
+                    keys.append((END, end_at))
+                    continue
+                ids.extend(self.teacher.prefix)
+                keys.extend([None] * len(self.teacher.prefix))
+                lo, hi = window_of[id(event)]
+                tokens = next(encoded)
+                pieces = [self.teacher.pieces[t] if t < len(self.teacher) else b"" for t in tokens]
+                mapping, shared = spelled_offsets(event.data[lo:hi], b"".join(pieces))
+                matched += shared
+                offset = 0
+                for token, piece in zip(tokens, pieces, strict=True):
+                    start = mapping[offset]
+                    ids.append(token)
+                    keys.append((TEXT, event.start + lo + start) if piece and start >= 0 else None)
+                    offset += len(piece)
+                end_at = event.start + len(event.data)
+            all_ids.append(ids)
+            all_keys.append(keys)
+        return all_ids, all_keys, matched
+
+    # -------------------------------------------------------------------- the pairing
+
+    def view(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None
+    ) -> TeacherView:
+        """The teacher's view of the student batch ``input_ids`` ``[batch, seq]``."""
+        batch, seq = input_ids.shape
+        ids = input_ids.tolist()
+        attended = attention_mask.tolist() if attention_mask is not None else [[1] * seq] * batch
+        student = [self.student_row(row, on) for row, on in zip(ids, attended, strict=True)]
+        text_bytes = sum(len(e.data) for _, events in student for e in events if e is not None)
+        teacher_ids, teacher_keys, matched = self.teacher_rows([events for _, events in student])
+        width = max(1, max(len(row) for row in teacher_ids))
+        out_ids = torch.full((batch, width), self.teacher_pad, dtype=torch.long)
+        mask = torch.zeros((batch, width), dtype=torch.long)
+        partner = torch.full((batch, seq), -1, dtype=torch.long)
+        scored = torch.zeros((batch, width), dtype=torch.bool)
+        target_bytes = torch.zeros((batch, width), dtype=torch.long)
+        label_rows = labels.tolist() if labels is not None else ids
+        for row, ((keys, _), t_ids, t_keys) in enumerate(
+            zip(student, teacher_ids, teacher_keys, strict=True)
+        ):
+            out_ids[row, : len(t_ids)] = torch.tensor(t_ids, dtype=torch.long)
+            mask[row, : len(t_ids)] = 1
+            where = {key: j for j, key in enumerate(t_keys) if key is not None and j > 0}
+            spans = []
+            for i in range(seq - 1):
+                key = keys[i + 1]
+                if key is None or label_rows[row][i + 1] == IGNORE_INDEX:
+                    continue
+                spans.append(self._span(key, ids[row][i + 1]))
+                if (j := where.get(key)) is not None:
+                    partner[row, i] = j - 1
+            self._teacher_targets(row, t_ids, t_keys, spans, scored, target_bytes)
+        return TeacherView(out_ids, mask, partner, scored, target_bytes, text_bytes, matched)
+
+    def _span(self, key: tuple[str, int], token: int) -> tuple[int, int]:
+        """The bytes ``[start, stop)`` a student target covers (an end: ``[at, at]``)."""
+        kind, start = key
+        return (start, start) if kind == END else (start, start + len(self.student.pieces[token]))
+
+    def _teacher_targets(self, row, t_ids, t_keys, spans, scored, target_bytes) -> None:
+        """Mark the teacher positions whose next token starts inside a scored student target."""
+        ends = {start for start, stop in spans if start == stop}
+        covered = bytearray(max((stop for _, stop in spans), default=0))
+        for start, stop in spans:
+            covered[start:stop] = b"\x01" * (stop - start)
+        for j in range(len(t_ids) - 1):
+            key = t_keys[j + 1]
+            if key is None:
+                continue
+            kind, at = key
+            if kind == END:
+                scored[row, j] = at in ends
+            else:
+                target_bytes[row, j] = len(self.teacher.pieces[t_ids[j + 1]])
+                scored[row, j] = at < len(covered) and bool(covered[at])
+
+def vocabulary_map(student: TokenBytes, teacher: TokenBytes, teacher_size: int) -> Tensor:
+    """``[teacher_size]``: the student id spelling the same bytes as each teacher id, or −1.
+
+    One to one: where several teacher ids spell the same bytes, the one its tokenizer emits wins
+    (a regular piece before a byte-fallback piece); the document ends map to each other.
+    """
+    by_bytes: dict[bytes, int] = {}
+    for index, piece in enumerate(student.pieces):
+        if piece and piece not in by_bytes:
+            by_bytes[piece] = index
+    mapping = torch.full((teacher_size,), -1, dtype=torch.long)
+    order = sorted(range(len(teacher.pieces)), key=lambda i: i in teacher.byte_pieces)
+    taken = set()
+    for index in order:
+        if index >= teacher_size:
+            continue
+        target = by_bytes.get(teacher.pieces[index]) if teacher.pieces[index] else None
+        if target is not None and target not in taken:
+            mapping[index] = target
+            taken.add(target)
+    if teacher.end is not None and student.end is not None and teacher.end < teacher_size:
+        mapping[teacher.end] = student.end
+    return mapping

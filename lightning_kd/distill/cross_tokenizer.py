@@ -1,0 +1,166 @@
+"""The teacher's side of a step when its tokenizer is not the student's.
+
+Each micro-batch of student ids is re-tokenised for the teacher (``data/alignment.py``), the teacher
+runs on its own ids, and its top-k records are taken at the teacher positions aligned with the
+student's scored positions (``losses/cross_vocab.py``), a chunk of positions at a time through
+its output head: the chunked loss then reads them as it reads a cache's records, inside the same
+exact token-sum accumulation (every student token counts in the denominator; unaligned ones add
+CE only). Validation adds tokenizer-free numbers: bits per byte of both models over the same text
+and the share of the student's positions that had a teacher partner.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+from transformers import PreTrainedTokenizerBase
+
+from lightning_kd.data.alignment import Aligner, TeacherView, vocabulary_map
+from lightning_kd.losses.chunked import CHUNK_ELEMENTS, OutputHead, matmul_dtype
+from lightning_kd.losses.cross_vocab import CrossTeacher, cross_records, twins
+from lightning_kd.losses.logits import next_token_targets
+from lightning_kd.models.heads import final_hidden
+
+MetricSums = dict[str, tuple[Tensor, Tensor]]
+
+
+class CrossTokenizer:
+    """Aligns student batches with the teacher's tokenisation and turns the teacher's outputs
+    into records at the student's positions."""
+
+    def __init__(
+        self,
+        student_tokenizer: PreTrainedTokenizerBase,
+        teacher_tokenizer: PreTrainedTokenizerBase,
+        student_vocab: int,
+        teacher_vocab: int,
+        *,
+        top_k: int = 64,
+        loss: str = "hybrid",
+        uld_weight: float = 1.0,
+        min_aligned: float = 0.9,
+    ) -> None:
+        self.aligner = Aligner(student_tokenizer, teacher_tokenizer)
+        self.mapping = vocabulary_map(self.aligner.student, self.aligner.teacher, teacher_vocab)
+        self.student_twins = twins(self.mapping, student_vocab)
+        self.student_lengths = self.aligner.student.lengths(student_vocab)
+        self.top_k = min(top_k, teacher_vocab)
+        self.loss, self.uld_weight, self.min_aligned = loss, uld_weight, min_aligned
+        self.checked = False
+
+    def view(self, batch: dict[str, Tensor]) -> TeacherView:
+        """The teacher's tokenisation of ``batch``, checked once for how much text it spells
+        back (the first batch a run sees: before step 0)."""
+        view = self.aligner.view(
+            batch["input_ids"].cpu(), batch.get("attention_mask", None), batch["labels"].cpu()
+        )
+        if not self.checked:
+            self.check(view)
+            self.checked = True
+        return view
+
+    def check(self, view: TeacherView) -> None:
+        """Refuse a pair of tokenizers whose texts disagree beyond normalisation."""
+        if view.share < self.min_aligned:
+            raise ValueError(
+                f"the teacher's tokenizer spells back {view.share:.1%} of the student's text "
+                f"(distill.cross_min_aligned={self.min_aligned}): the two tokenizers normalise "
+                "the text differently (case, Unicode forms, whitespace), so too few positions can "
+                "be aligned. Use a teacher whose tokenizer keeps the text as it is, or lower "
+                "distill.cross_min_aligned if that share is what you expect"
+            )
+
+    @torch.no_grad()
+    def teacher_hidden(self, teacher: nn.Module, view: TeacherView, device) -> Tensor:
+        """The teacher's final hidden states on its own ids ``[batch, teacher_seq, hidden]``."""
+        inputs = {
+            "input_ids": view.input_ids.to(device),
+            "attention_mask": view.attention_mask.to(device),
+        }
+        return final_hidden(teacher, inputs, logits=False)
+
+    @torch.no_grad()
+    def records(
+        self,
+        teacher: nn.Module,
+        head: OutputHead,
+        batch: dict[str, Tensor],
+        temperature: float,
+    ) -> CrossTeacher:
+        """The teacher's records at the student positions 0 .. seq − 2 of ``batch``."""
+        records, _, _ = self._records(teacher, head, batch, temperature)
+        return records
+
+    def _records(self, teacher, head, batch, temperature):
+        view = self.view(batch)
+        device = batch["input_ids"].device
+        hidden = self.teacher_hidden(teacher, view, device)
+        flat = hidden.reshape(-1, hidden.shape[-1])
+        dtype = matmul_dtype(hidden)
+        cast = head.cast(dtype)
+        width = view.input_ids.shape[1]
+        partner = view.partner[:, :-1].to(device)
+        scored = next_token_targets(batch["labels"])[1]
+        wanted = (partner >= 0) & scored
+        rows = torch.arange(partner.shape[0], device=device).unsqueeze(1)
+        index = (rows * width + partner)[wanted]
+        chunk = max(1, CHUNK_ELEMENTS // max(1, head.weight.shape[0]))
+        found = cross_records(
+            lambda where: cast.logits(flat[where], dtype),
+            index,
+            torch.ones(index.numel(), dtype=torch.bool, device=device),
+            self.mapping.to(device),
+            self.student_twins.to(device),
+            k=self.top_k,
+            temperature=temperature,
+            chunk=chunk,
+            loss=self.loss,
+            uld_weight=self.uld_weight,
+        )
+        return self._on_grid(found, wanted), view, (flat, cast, dtype)
+
+    def _on_grid(self, found: CrossTeacher, wanted: Tensor) -> CrossTeacher:
+        """``found`` (records of the ``wanted`` positions) spread over ``[batch, seq − 1]``,
+        filler where nothing is wanted."""
+        shape = (*wanted.shape, found.ids.shape[-1] if found.ids.ndim == 2 else self.top_k)
+
+        def spread(values: Tensor, fill, per_position: bool) -> Tensor:
+            grid = values.new_full(shape[:2] if per_position else shape, fill)
+            grid[wanted] = values
+            return grid
+
+        return CrossTeacher(
+            ids=spread(found.ids, 0, False),
+            log_probs=spread(found.log_probs, -1.0e4, False),
+            matched=spread(found.matched, False, False),
+            tail=spread(found.tail, -1.0e4, True),
+            top_probs=spread(found.top_probs, 0.0, False),
+            aligned=spread(found.aligned, False, True),
+            student_twins=found.student_twins,
+            loss=found.loss,
+            uld_weight=found.uld_weight,
+        )
+
+    # ------------------------------------------------------------------------- validation
+
+    @torch.no_grad()
+    def metric_records(
+        self, teacher: nn.Module, head: OutputHead, batch: dict[str, Tensor], temperature: float
+    ) -> tuple[CrossTeacher, MetricSums]:
+        """The records, and the teacher's bits per byte over the student's scored text."""
+        records, view, (flat, cast, dtype) = self._records(teacher, head, batch, temperature)
+        device = flat.device
+        scored = view.scored[:, :-1].reshape(-1).to(device)
+        index = torch.arange(view.scored.numel(), device=device).view(view.scored.shape)
+        index = index[:, :-1].reshape(-1)[scored]
+        targets = view.input_ids.to(device)[:, 1:].reshape(-1)[scored]
+        nll = flat.new_zeros((), dtype=torch.float64)
+        chunk = max(1, CHUNK_ELEMENTS // max(1, head.weight.shape[0]))
+        for start in range(0, index.numel(), chunk):
+            logits = cast.logits(flat[index[start : start + chunk]], dtype).double()
+            picked = logits.gather(-1, targets[start : start + chunk].unsqueeze(-1)).squeeze(-1)
+            nll += (torch.logsumexp(logits, -1) - picked).sum()
+        teacher_bytes = view.target_bytes[:, :-1].reshape(-1)[scored.cpu()].sum()
+        return records, {"teacher_bpb": (nll / math.log(2), teacher_bytes.to(device))}

@@ -1,0 +1,171 @@
+"""Aligning two tokenisations of the same text, on hand-made strings."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tokenizers import normalizers
+
+from lightning_kd.data.alignment import Aligner, spelled_offsets, utf8_window, vocabulary_map
+from lightning_kd.data.token_bytes import check_fast, token_bytes
+from lightning_kd.models.loading import byte_tokenizer
+from tests.conftest import sentencepiece_tokenizer
+
+
+def student_batch(*texts: str, end: bool = False) -> torch.Tensor:
+    """Byte-tokenised rows of ``texts`` joined by the student's EOS (one row)."""
+    tokenizer = byte_tokenizer()
+    ids = []
+    for text in texts:
+        ids += tokenizer(text)["input_ids"] + ([256] if end or text is not texts[-1] else [])
+    return torch.tensor([ids])
+
+
+def starts(aligner: Aligner, ids: list[int], table) -> list[int]:
+    """The byte offset at which each token of ``ids`` starts (boundaries take no bytes)."""
+    offsets, at = [], 0
+    for token in ids:
+        offsets.append(at)
+        at += len(table.pieces[token])
+    return offsets
+
+
+def pairs(view, student_ids):
+    partner = view.partner[0].tolist()
+    return [(i, j) for i, j in enumerate(partner) if j >= 0]
+
+
+def test_aligned_positions_predict_tokens_that_start_at_the_same_byte():
+    aligner = Aligner(byte_tokenizer(), sentencepiece_tokenizer())
+    ids = student_batch("The quick brown fox jumps")
+    view = aligner.view(ids)
+    student_starts = starts(aligner, ids[0].tolist(), aligner.student)
+    teacher_ids = view.input_ids[0].tolist()
+    teacher_starts = starts(aligner, teacher_ids, aligner.teacher)
+    found = pairs(view, ids)
+    # The teacher's merged words ("▁quick") start where the student's bytes do: one pair each.
+    assert [student_starts[i + 1] for i, _ in found] == [teacher_starts[j + 1] for _, j in found]
+    words = {3, 9, 15, 19}  # the bytes where " quick", " brown", " fox", " jumps" start
+    assert {student_starts[i + 1] for i, _ in found} >= words
+    # Inside a teacher token (the "u" of "quick") nothing aligns: the student predicts a byte
+    # the teacher never predicts alone.
+    assert all(student_starts[i + 1] in set(teacher_starts) for i, _ in found)
+    assert view.share == 1.0
+
+
+def test_a_bos_on_the_teacher_side_only_predicts_the_first_token():
+    aligner = Aligner(byte_tokenizer(), sentencepiece_tokenizer())
+    view = aligner.view(student_batch("The fox"))
+    teacher = view.input_ids[0].tolist()
+    assert teacher[0] == aligner.teacher.prefix[0]  # its own BOS, which the student lacks
+    # Student position 0 predicts "h" (inside the teacher's "The"): no partner. The teacher's
+    # BOS predicts "The", which no student position predicts (nothing precedes the first token).
+    assert view.partner[0, 0] == -1
+    assert 0 not in view.partner[0].tolist()
+
+
+def test_document_ends_align_with_each_other_and_the_next_document_with_the_bos():
+    aligner = Aligner(byte_tokenizer(), sentencepiece_tokenizer())
+    ids = student_batch("The fox", "The dog")
+    row = ids[0].tolist()
+    end = row.index(256)
+    view = aligner.view(ids)
+    teacher = view.input_ids[0].tolist()
+    teacher_end = teacher.index(aligner.teacher.end)
+    assert view.partner[0, end - 1] == teacher_end - 1  # "x" → EOS and its teacher twin
+    # After the EOS the teacher reads its own BOS; the student's EOS position and the teacher's
+    # BOS position both predict the next document's first token.
+    assert teacher[teacher_end + 1] == aligner.teacher.prefix[0]
+    assert view.partner[0, end] == teacher_end + 1
+
+
+def test_byte_fallback_pieces_spell_bytes_and_align_byte_by_byte():
+    aligner = Aligner(byte_tokenizer(), sentencepiece_tokenizer())
+    text = "ok 日本"  # not in the teacher's learnt merges: six <0xNN> pieces
+    view = aligner.view(student_batch(text))
+    assert view.share == 1.0
+    teacher = view.input_ids[0].tolist()
+    pieces = [aligner.teacher_tokenizer.convert_ids_to_tokens(t) for t in teacher]
+    assert pieces[-6:] == ["<0xE6>", "<0x97>", "<0xA5>", "<0xE6>", "<0x9C>", "<0xAC>"]
+    # Every byte of the two characters starts a token on both sides.
+    student_row = student_batch(text)[0].tolist()
+    assert all(view.partner[0, i] >= 0 for i in range(len(student_row) - 7, len(student_row) - 1))
+
+
+def test_a_normaliser_that_rewrites_characters_leaves_the_rest_aligned():
+    nfkc = sentencepiece_tokenizer(normalizers.NFKC())
+    aligner = Aligner(byte_tokenizer(), nfkc)
+    text = "The ﬁsh and the fox"  # NFKC turns the ligature "ﬁ" (3 bytes) into "fi" (2)
+    view = aligner.view(student_batch(text))
+    assert view.share == pytest.approx((len(text.encode()) - 3) / len(text.encode()))
+    student_starts = starts(aligner, student_batch(text)[0].tolist(), aligner.student)
+    aligned = {student_starts[i + 1] for i, _ in pairs(view, None)}
+    assert text.encode().index(b" fox") in aligned  # after the rewrite, offsets still agree
+
+
+def test_a_teacher_that_rewrites_most_of_the_text_is_refused():
+    from lightning_kd.distill.cross_tokenizer import CrossTokenizer
+
+    lower = sentencepiece_tokenizer(normalizers.Lowercase())
+    cross = CrossTokenizer(byte_tokenizer(), lower, 257, len(lower))
+    ids = student_batch("THE QUICK BROWN FOX JUMPS OVER THE LAZY DOG")
+    with pytest.raises(ValueError, match=r"spells back .*% of the student's text.*cross_min"):
+        cross.view({"input_ids": ids, "labels": ids})
+
+
+def test_whitespace_runs_and_newlines_round_trip():
+    aligner = Aligner(byte_tokenizer(), sentencepiece_tokenizer())
+    view = aligner.view(student_batch("The  fox\n\n  jumps\t over"))
+    assert view.share == 1.0
+    assert (view.partner >= 0).sum() >= 6
+
+
+def test_a_block_cut_inside_a_character_drops_only_the_stray_bytes():
+    aligner = Aligner(byte_tokenizer(), sentencepiece_tokenizer())
+    full = student_batch("日本 fox jumps 日")[0]
+    cut = full[1:-2].unsqueeze(0)  # starts and ends mid-character
+    view = aligner.view(cut)
+    assert view.text_bytes == len(cut[0]) and view.matched_bytes == len(cut[0]) - 3
+    assert view.partner[0, 0] == -1  # the second stray byte: no teacher token starts there
+    assert (view.partner >= 0).sum() >= 4
+    assert utf8_window("本".encode()[1:]) == (2, 2)
+    assert utf8_window(b"ab" + "本".encode()[:2]) == (0, 2)
+
+
+def test_spelled_offsets_maps_shared_runs_and_counts_them():
+    mapping, shared = spelled_offsets(b"a fish", b" a fish")  # a dummy-prefix space
+    assert shared == 6 and mapping[1] == 0 and mapping[7] == 6
+
+
+def test_masked_labels_and_padding_are_not_paired():
+    aligner = Aligner(byte_tokenizer(), sentencepiece_tokenizer())
+    ids = student_batch("The quick fox")
+    labels = ids.clone()
+    labels[0, :6] = -100
+    mask = torch.ones_like(ids)
+    mask[0, -2:] = 0
+    view = aligner.view(ids, mask, labels)
+    assert (view.partner[0, :5] == -1).all()  # they predict masked labels
+    assert (view.partner[0, -3:] == -1).all()  # they predict padding
+
+
+def test_vocabulary_map_is_one_to_one_and_prefers_regular_pieces():
+    student, teacher = byte_tokenizer(), sentencepiece_tokenizer()
+    tables = token_bytes(student), token_bytes(teacher, "teacher")
+    mapping = vocabulary_map(*tables, len(teacher))
+    hits = mapping[mapping >= 0]
+    assert hits.unique().numel() == hits.numel()
+    # "e" is both a learnt piece and the byte piece <0x65>: the learnt one maps, as it is emitted.
+    e = teacher.convert_tokens_to_ids("e")
+    assert mapping[e] == student.convert_tokens_to_ids("e")
+    assert mapping[teacher.convert_tokens_to_ids("<0x65>")] == -1
+    assert mapping[teacher.eos_token_id] == student.eos_token_id
+    assert mapping[teacher.convert_tokens_to_ids("▁quick")] == -1  # no such student token
+
+
+def test_a_slow_tokenizer_is_refused_with_the_fix():
+    class Slow:
+        is_fast = False
+
+    with pytest.raises(ValueError, match=r"slow .*use_fast=True"):
+        check_fast(Slow(), "teacher")
