@@ -102,9 +102,7 @@ def spelled_offsets(original: bytes, spelled: bytes) -> tuple[list[int], int]:
 class Aligner:
     """Re-tokenises student batches for the teacher and pairs their positions."""
 
-    def __init__(
-        self, student: PreTrainedTokenizerBase, teacher: PreTrainedTokenizerBase
-    ) -> None:
+    def __init__(self, student: PreTrainedTokenizerBase, teacher: PreTrainedTokenizerBase) -> None:
         self.student_tokenizer, self.teacher_tokenizer = student, teacher
         self.student: TokenBytes = token_bytes(student, "student")
         self.teacher: TokenBytes = token_bytes(teacher, "teacher")
@@ -237,6 +235,7 @@ class Aligner:
             else:
                 target_bytes[row, j] = len(self.teacher.pieces[t_ids[j + 1]])
                 scored[row, j] = at < len(covered) and bool(covered[at])
+
 
 def vocabulary_map(student: TokenBytes, teacher: TokenBytes, teacher_size: int) -> Tensor:
     """``[teacher_size]``: the student id spelling the same bytes as each teacher id, or −1.

@@ -139,3 +139,12 @@ def token_bytes(tokenizer: PreTrainedTokenizerBase, role: str = "student") -> To
     for index in boundaries:
         pieces[index] = b""
     return TokenBytes(pieces, frozenset(byte_pieces), frozenset(boundaries), end, prefix)
+
+
+def byte_lengths(tokenizer: PreTrainedTokenizerBase | None, model) -> Tensor | None:
+    """``[model's output rows]``: the bytes each id of ``model``'s vocabulary spells, for bits
+    per byte (None without a fast tokenizer to read them from)."""
+    if tokenizer is None or not getattr(tokenizer, "is_fast", False):
+        return None
+    rows = model.get_output_embeddings()
+    return token_bytes(tokenizer).lengths(None if rows is None else rows.weight.shape[0])

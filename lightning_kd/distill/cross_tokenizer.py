@@ -21,7 +21,9 @@ from lightning_kd.data.alignment import Aligner, TeacherView, vocabulary_map
 from lightning_kd.losses.chunked import CHUNK_ELEMENTS, OutputHead, matmul_dtype
 from lightning_kd.losses.cross_vocab import CrossTeacher, cross_records, twins
 from lightning_kd.losses.logits import next_token_targets
-from lightning_kd.models.heads import final_hidden
+from lightning_kd.models.heads import check_head, final_hidden
+from lightning_kd.models.loading import TeacherSpec, load_tokenizer
+from lightning_kd.models.student import same_tokenizer
 
 MetricSums = dict[str, tuple[Tensor, Tensor]]
 
@@ -49,12 +51,37 @@ class CrossTokenizer:
         self.top_k = min(top_k, teacher_vocab)
         self.loss, self.uld_weight, self.min_aligned = loss, uld_weight, min_aligned
         self.checked = False
+        self.head_checked = False
+        self.kept: tuple | None = None
+        """A validation batch's view and teacher states, until :meth:`teacher_sums` reads them."""
+
+    @classmethod
+    def for_models(
+        cls,
+        tokenizer: PreTrainedTokenizerBase,
+        teacher_tokenizer: PreTrainedTokenizerBase,
+        student: nn.Module,
+        teacher: nn.Module,
+        distill,
+    ) -> CrossTokenizer:
+        """The cross-tokenizer path between ``student`` (reading ``tokenizer``) and ``teacher``
+        (reading ``teacher_tokenizer``) with ``distill``'s ``cross_*`` settings."""
+        return cls(
+            tokenizer,
+            teacher_tokenizer,
+            student.get_output_embeddings().weight.shape[0],
+            teacher.get_output_embeddings().weight.shape[0],
+            top_k=distill.cross_top_k,
+            loss=distill.cross_loss,
+            uld_weight=distill.cross_uld_weight,
+            min_aligned=distill.cross_min_aligned,
+        )
 
     def view(self, batch: dict[str, Tensor]) -> TeacherView:
         """The teacher's tokenisation of ``batch``, checked once for how much text it spells
         back (the first batch a run sees: before step 0)."""
         view = self.aligner.view(
-            batch["input_ids"].cpu(), batch.get("attention_mask", None), batch["labels"].cpu()
+            batch["input_ids"].cpu(), batch.get("attention_mask"), batch["labels"].cpu()
         )
         if not self.checked:
             self.check(view)
@@ -74,11 +101,15 @@ class CrossTokenizer:
 
     @torch.no_grad()
     def teacher_hidden(self, teacher: nn.Module, view: TeacherView, device) -> Tensor:
-        """The teacher's final hidden states on its own ids ``[batch, teacher_seq, hidden]``."""
+        """The teacher's final hidden states on its own ids ``[batch, teacher_seq, hidden]``;
+        its head is checked against its own logits once, on these ids."""
         inputs = {
             "input_ids": view.input_ids.to(device),
             "attention_mask": view.attention_mask.to(device),
         }
+        if not self.head_checked:
+            check_head(teacher, inputs, "teacher", "set distill.chunked=false")
+            self.head_checked = True
         return final_hidden(teacher, inputs, logits=False)
 
     @torch.no_grad()
@@ -88,9 +119,12 @@ class CrossTokenizer:
         head: OutputHead,
         batch: dict[str, Tensor],
         temperature: float,
+        keep: bool = False,
     ) -> CrossTeacher:
-        """The teacher's records at the student positions 0 .. seq − 2 of ``batch``."""
-        records, _, _ = self._records(teacher, head, batch, temperature)
+        """The teacher's records at the student positions 0 .. seq − 2 of ``batch``; ``keep``
+        holds the teacher's states for :meth:`teacher_sums` (validation)."""
+        records, view, states = self._records(teacher, head, batch, temperature)
+        self.kept = (view, *states) if keep else None
         return records
 
     def _records(self, teacher, head, batch, temperature):
@@ -146,21 +180,41 @@ class CrossTokenizer:
     # ------------------------------------------------------------------------- validation
 
     @torch.no_grad()
-    def metric_records(
-        self, teacher: nn.Module, head: OutputHead, batch: dict[str, Tensor], temperature: float
-    ) -> tuple[CrossTeacher, MetricSums]:
-        """The records, and the teacher's bits per byte over the student's scored text."""
-        records, view, (flat, cast, dtype) = self._records(teacher, head, batch, temperature)
+    def teacher_sums(self) -> MetricSums:
+        """The teacher's bits per byte over the student's scored text, from the states the last
+        ``records(..., keep=True)`` kept (then dropped)."""
+        if self.kept is None:
+            raise RuntimeError("teacher_sums reads the states of records(..., keep=True)")
+        (view, flat, cast, dtype), self.kept = self.kept, None
         device = flat.device
-        scored = view.scored[:, :-1].reshape(-1).to(device)
-        index = torch.arange(view.scored.numel(), device=device).view(view.scored.shape)
-        index = index[:, :-1].reshape(-1)[scored]
-        targets = view.input_ids.to(device)[:, 1:].reshape(-1)[scored]
+        scored = view.scored[:, :-1].reshape(-1)
+        index = torch.arange(view.scored.numel()).view(view.scored.shape)[:, :-1].reshape(-1)
+        index, targets = index[scored].to(device), view.input_ids[:, 1:].reshape(-1)[scored]
+        targets = targets.to(device)
         nll = flat.new_zeros((), dtype=torch.float64)
-        chunk = max(1, CHUNK_ELEMENTS // max(1, head.weight.shape[0]))
+        chunk = max(1, CHUNK_ELEMENTS // max(1, cast.weight.shape[0]))
         for start in range(0, index.numel(), chunk):
             logits = cast.logits(flat[index[start : start + chunk]], dtype).double()
             picked = logits.gather(-1, targets[start : start + chunk].unsqueeze(-1)).squeeze(-1)
             nll += (torch.logsumexp(logits, -1) - picked).sum()
-        teacher_bytes = view.target_bytes[:, :-1].reshape(-1)[scored.cpu()].sum()
-        return records, {"teacher_bpb": (nll / math.log(2), teacher_bytes.to(device))}
+        teacher_bytes = view.target_bytes[:, :-1].reshape(-1)[scored].sum()
+        return {"teacher_bpb": (nll / math.log(2), teacher_bytes.to(device))}
+
+
+def teacher_tokenizer_for(
+    teacher: TeacherSpec, distill, tokenizer: PreTrainedTokenizerBase | None
+) -> PreTrainedTokenizerBase | None:
+    """The teacher's tokenizer when the run distils across tokenizers (the run's ``tokenizer``,
+    the student's, is not the teacher's, or ``distill.cross_tokenizer=always``), else None;
+    what that path cannot serve is refused here, before any model loads."""
+    if teacher.task != "causal_lm" or tokenizer is None:
+        return None
+    teacher_tokenizer = load_tokenizer(teacher)
+    if distill.cross_tokenizer != "always" and same_tokenizer(tokenizer, teacher_tokenizer):
+        return None
+    if errors := distill.cross_errors():
+        raise ValueError(
+            "the student's tokenizer is not the teacher's (cross-tokenizer distillation), and "
+            + "; ".join(errors)
+        )
+    return teacher_tokenizer

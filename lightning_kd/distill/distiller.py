@@ -21,9 +21,7 @@ the validation metrics as ``(sum, count)`` pairs. Nothing here imports Lightning
 from __future__ import annotations
 
 from collections.abc import Iterator
-import math
 from contextlib import nullcontext
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +30,11 @@ from torch import Tensor, nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lightning_kd.cache.teacher import CachedTeacher
+from lightning_kd.distill.assembly import assemble
 from lightning_kd.distill.cross_tokenizer import CrossTokenizer
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.distill.on_policy import on_policy_for
-from lightning_kd.distill.tasks import Heads, MetricSums, make_task
+from lightning_kd.distill.tasks import Heads, MetricSums, bits_per_byte, make_task
 from lightning_kd.losses.chunked import OutputHead
 from lightning_kd.losses.features import get_feature_loss, masked_feature_sum
 from lightning_kd.losses.logits import LossSums
@@ -43,10 +42,8 @@ from lightning_kd.losses.topk import TopKTeacher
 from lightning_kd.models.capture import ModuleCapture, capture_step
 from lightning_kd.models.heads import check_head, final_hidden, gathered, output_head
 from lightning_kd.models.layer_pairs import configured_pairs, make_projectors, repair_pairs
-from lightning_kd.models.loading import StudentSpec, TeacherSpec, load_teacher
+from lightning_kd.models.loading import StudentSpec, TeacherSpec
 from lightning_kd.models.lora import ADAPTER_DIR, Adapter, is_peft_model
-from lightning_kd.models.quantize import quantize_teacher
-from lightning_kd.models.student import build_student, check_vocabularies, student_tokenizer
 
 ROLES = ("teacher", "student")
 
@@ -126,33 +123,10 @@ class Distiller(nn.Module):
         precision: str | None = None,
         data: Any = None,
     ) -> Distiller:
-        """Load the teacher, build the student from it, quantize the teacher if
-        ``teacher.quantize`` says so, check their vocabularies against ``tokenizer``;
-        ``precision`` (a Lightning precision) resolves ``teacher.dtype=auto``.
-
-        With ``distill.teacher_cache`` the teacher is loaded as the cache's writer loaded it
-        (its dtype, its quantization), the cache is opened against it, ``tokenizer`` and ``data``
-        (the set-up data module), and the teacher is released: the distiller holds the records
-        instead.
-        """
-        if distill.teacher_cache is not None:
-            teacher = replace(teacher, dtype=CachedTeacher.stored_dtype(distill.teacher_cache))
-        teacher_model = load_teacher(teacher, precision)
-        models = build_student(student, teacher_model, teacher.task)
-        if teacher.quantize is not None:  # after the student copied full-precision layers
-            quantize_teacher(teacher_model, teacher.quantize)
-        if teacher.task == "causal_lm" and tokenizer is not None:
-            check_vocabularies(teacher_model, models.student, tokenizer, student_tokenizer(student))
-        distiller = cls(
-            teacher_model, models.student, distill, task=teacher.task, layer_map=models.layer_map
-        )
-        if distill.teacher_cache is not None:
-            # The repair's states are checked when it runs: a resume skips it, and its cache
-            # may hold none of them (cache.keep_repair_states).
-            paths = tuple(sorted({pair.teacher for pair in distiller.layer_pairs}))
-            args = (distill, teacher.task, teacher_model, tokenizer, data, paths)
-            distiller.replace_teacher(CachedTeacher.for_distiller(*args))
-        return distiller
+        """The distiller of these specs, its models loaded (``assembly.py`` says how: the
+        teacher, the student built from it or from ``student.source``, a cross-tokenizer path
+        where ``tokenizer`` — the run's — is not the teacher's, a teacher cache in its place)."""
+        return assemble(cls, teacher, student, distill, tokenizer, precision, data)
 
     def replace_teacher(self, cache: CachedTeacher) -> None:
         """Drop the teacher (and its hooks) for ``cache``, which holds its outputs: from here on
@@ -203,21 +177,10 @@ class Distiller(nn.Module):
         if self.cached_teacher is not None:
             return self.cached_teacher.records(batch, split)
         if self.cross is not None:
-            self.check_cross_head(batch)
             head, temperature = self.output_head("teacher"), self.objective.temperature
-            return self.cross.records(self.teacher, head, batch, temperature), None
+            keep = split == "val"  # validation reads the teacher's own bits per byte too
+            return self.cross.records(self.teacher, head, batch, temperature, keep), None
         return self.run("teacher", batch), None
-
-    def check_cross_head(self, batch: dict[str, Tensor]) -> None:
-        """Check the teacher's head once, on the teacher's own tokenisation of ``batch``."""
-        if "teacher" in self._heads_checked:
-            return
-        view = self.cross.view(batch)
-        device = batch["input_ids"].device
-        inputs = {"input_ids": view.input_ids.to(device)}
-        inputs["attention_mask"] = view.attention_mask.to(device)
-        check_head(self.teacher, inputs, "teacher", "set distill.chunked=false")
-        self._heads_checked.add("teacher")
 
     def forward(
         self, batch: dict[str, Tensor], draw: int | None = None, step: int | None = None
@@ -253,34 +216,16 @@ class Distiller(nn.Module):
         """Validation metrics of one batch as ``name → (sum, count)`` (see ``tasks``)."""
         heads = self.heads(batch, ROLES)
         with capture_step(*self.captures.values()):
-            metrics = {}
-            if self.cross is not None:
-                self.check_cross_head(batch)
-                args = (self.output_head("teacher"), batch, self.objective.temperature)
-                teacher_out, metrics = self.cross.metric_records(self.teacher, *args)
-                cached = None
-            else:
-                teacher_out, cached = self.teacher_output(batch, "val")
+            metrics, (teacher_out, cached) = {}, self.teacher_output(batch, "val")
+            if self.cross is not None:  # its own numbers on its own tokens
+                metrics = self.cross.teacher_sums()
             student_out = self.run("student", batch)
             if self.layer_pairs:
                 mask = self.task.scored_mask(batch)
                 metrics["features"] = (self.feature_sum(mask, cached), mask.sum())
         with gathered(heads):
             metrics |= self.task.metric_sums(student_out, teacher_out, batch, heads)
-        return metrics | self.bits_per_byte(batch, metrics)
-
-    def bits_per_byte(self, batch: dict[str, Tensor], metrics: MetricSums) -> MetricSums:
-        """The student's (and a same-tokenizer teacher's) bits per byte of the scored text: the
-        NLL in bits over the bytes the scored tokens spell, comparable across tokenizers."""
-        if self.token_lengths is None or "ppl" not in metrics:
-            return {}
-        targets = batch["labels"][:, 1:]
-        lengths = self.token_lengths.to(targets.device)
-        text_bytes = lengths[targets[targets != -100].clamp(max=len(lengths) - 1)].sum()
-        sums = {"bpb": (metrics["ppl"][0] / math.log(2), text_bytes)}
-        if "teacher_ppl" in metrics:
-            sums["teacher_bpb"] = (metrics["teacher_ppl"][0] / math.log(2), text_bytes)
-        return sums
+        return metrics | bits_per_byte(batch["labels"], self.token_lengths, metrics)
 
     def feature_sum(self, mask: Tensor, cached: dict[str, Tensor] | None = None) -> Tensor:
         """Σ over pairs of weight · Σ over scored positions of the pair's loss; reads and clears
@@ -311,7 +256,7 @@ class Distiller(nn.Module):
             return None
         for role in roles:
             if role == "teacher" and self.cross is not None:
-                continue  # its ids are not the batch's: checked on its own (check_cross_head)
+                continue  # its ids are not the batch's: the cross path checks it on its own
             if getattr(self, role) is not None and role not in self._heads_checked:
                 check_head(getattr(self, role), batch, role, "set distill.chunked=false")
                 self._heads_checked.add(role)

@@ -79,6 +79,24 @@ class DistillConfig:
     completions stay text the teacher can judge. None: the student's samples as they are."""
     on_policy_seed: int = 0
     """Seeds which micro-batches are sampled and what (``conf/distill/default.yaml``: ``seed``)."""
+    cross_tokenizer: str = "auto"
+    """``auto``: when the student's tokenizer is not the teacher's (``student.source``, a
+    pretrained ``student.path``), the teacher reads its own tokenisation of each batch and its
+    distribution is compared at aligned positions (``distill/cross_tokenizer.py``); ``always``:
+    that path even for one shared tokenizer (to check it: it then equals the same-tokenizer
+    loss at ``cross_top_k`` = vocabulary)."""
+    cross_loss: str = "hybrid"
+    """``hybrid``: the run's divergence over the tokens both vocabularies spell alike (plus "any
+    other token") and ULD over the rest, weighted ``cross_uld_weight``; ``uld``: ULD alone
+    (Wasserstein-1 of the sorted distributions, Boizard et al. 2024). See
+    ``losses/cross_vocab.py``."""
+    cross_top_k: int = 64
+    """Teacher tokens kept per aligned position (its top k at the temperature)."""
+    cross_uld_weight: float = 1.0
+    """Weight of the hybrid's ULD term over the tokens without a twin."""
+    cross_min_aligned: float = 0.9
+    """Refuse, before step 0, a teacher whose tokenisation spells back less than this share of
+    the student's text bytes (tokenizers that normalise text differently)."""
 
     def __post_init__(self) -> None:
         if self.teacher_cache == "auto":  # unresolved: no run directory to cache into
@@ -101,6 +119,7 @@ class DistillConfig:
                 f"distill.blockwise_passes={self.blockwise_passes} must be >= 0 and "
                 f"distill.blockwise_lr={self.blockwise_lr} positive"
             )
+        self._check_cross()
         if self.chunk_size is not None and self.chunk_size < 1:
             raise ValueError(
                 f"distill.chunk_size={self.chunk_size}; use null (auto) or a count >= 1"
@@ -135,6 +154,53 @@ class DistillConfig:
                 "distill.on_policy scores the student's own completions, which no teacher cache "
                 "holds: drop distill.teacher_cache (the teacher must run)"
             )
+
+    def _check_cross(self) -> None:
+        from lightning_kd.losses.cross_vocab import LOSSES
+
+        if self.cross_tokenizer not in ("auto", "always"):
+            raise ValueError(
+                f"distill.cross_tokenizer={self.cross_tokenizer!r}; choose auto (when the "
+                "tokenizers differ) or always"
+            )
+        if self.cross_loss not in LOSSES:
+            raise ValueError(f"distill.cross_loss={self.cross_loss!r}; choose one of {LOSSES}")
+        if self.cross_top_k < 1 or self.cross_uld_weight < 0:
+            raise ValueError(
+                f"distill.cross_top_k={self.cross_top_k} must be >= 1 and "
+                f"distill.cross_uld_weight={self.cross_uld_weight} >= 0"
+            )
+        if not 0.0 <= self.cross_min_aligned <= 1.0:
+            raise ValueError(
+                f"distill.cross_min_aligned={self.cross_min_aligned}: a share, in [0, 1]"
+            )
+
+    def cross_errors(self) -> list[str]:
+        """What the cross-tokenizer path cannot serve in this config (empty: nothing)."""
+        errors = []
+        if self.features:
+            errors.append(
+                "distill.features matches hidden states position by position, and the two "
+                "tokenisations have different positions: set distill.features=null"
+            )
+        if self.blockwise_passes:
+            errors.append(
+                "distill.blockwise_passes repairs a student copied from the teacher's layers: "
+                "set distill.blockwise_passes=0"
+            )
+        if not self.chunked:
+            errors.append("the cross-tokenizer loss is chunked only: set distill.chunked=true")
+        if self.teacher_cache is not None:
+            errors.append(
+                "a teacher cache holds records at the teacher's own positions; cross-tokenizer "
+                "runs read the teacher online: set distill.teacher_cache=null"
+            )
+        if self.on_policy_teacher_top_k is not None:
+            errors.append(
+                "distill.on_policy_teacher_top_k swaps in the teacher's tokens, which are not "
+                "the student's: set it to null"
+            )
+        return errors
 
     def _check_cached(self) -> None:
         """What a cache of top-k logits cannot serve, refused before anything loads."""

@@ -12,6 +12,7 @@ imports torch and ``losses/`` only.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Protocol
 
@@ -142,7 +143,6 @@ class CausalLM:
             del metrics["kl"]  # the records hold the teacher at T alone, not at 1
         return metrics
 
-
     def cross_metric_sums(
         self, student: Tensor, teacher: CrossTeacher, labels: Tensor, heads: Heads
     ) -> MetricSums:
@@ -200,6 +200,21 @@ class Encoder:
         )
         scored = self.scored_mask(batch).any(dim=-1)  # passages, not the unscored padding rows
         return {"embedding_cosine": (cosine[scored].sum(), scored.sum())}
+
+
+def bits_per_byte(labels: Tensor, lengths: Tensor | None, metrics: MetricSums) -> MetricSums:
+    """The student's (and a same-tokenizer teacher's) bits per byte of the scored text: the NLL
+    in bits over the bytes the scored next tokens spell (``lengths``: bytes per student id),
+    comparable across tokenizers where perplexities are not. Empty without ``lengths``."""
+    if lengths is None or "ppl" not in metrics:
+        return {}
+    targets = labels[:, 1:]
+    lengths = lengths.to(targets.device)
+    text_bytes = lengths[targets[targets != IGNORE_INDEX].clamp(max=len(lengths) - 1)].sum()
+    sums = {"bpb": (metrics["ppl"][0] / math.log(2), text_bytes)}
+    if "teacher_ppl" in metrics:
+        sums["teacher_bpb"] = (metrics["teacher_ppl"][0] / math.log(2), text_bytes)
+    return sums
 
 
 def make_task(

@@ -26,6 +26,7 @@ from lightning_kd.launch.teacher_cache import CacheChoice, choose, prepare, unre
 from lightning_kd.models.layer_scores import Ranking
 from lightning_kd.models.loading import load_tokenizer
 from lightning_kd.models.precision import PrecisionChoice
+from lightning_kd.models.student import run_tokenizer, same_tokenizer
 
 
 @dataclass
@@ -63,10 +64,13 @@ def resolve_teacher_cache(
 ) -> tuple[CacheChoice, TextDataModule]:
     """Cache or online for ``cfg`` (whose other settings are concrete), the cache prepared (a
     resume's without the repair's states), and the set-up data module it was matched to."""
-    tokenizer = load_tokenizer(instantiate(cfg.teacher, _convert_="all"))
+    teacher = instantiate(cfg.teacher, _convert_="all")
+    tokenizer = run_tokenizer(teacher, instantiate(cfg.student, _convert_="all"))
     datamodule = build_datamodule(cfg, tokenizer)
     datamodule.setup("fit")
-    choice = choose(cfg, len(datamodule.train_examples))
+    causal = teacher.task == "causal_lm"
+    cross = causal and not same_tokenizer(tokenizer, load_tokenizer(teacher))
+    choice = choose(cfg, len(datamodule.train_examples), cross)
     if choice.caches:
         choice = prepare(cfg, datamodule, tokenizer, choice, resuming)
     if rank_zero_only.rank == 0:

@@ -19,8 +19,8 @@ from transformers import PreTrainedTokenizerBase
 from lightning_kd.data.text import TextDataModule
 from lightning_kd.distill.distiller import Distiller
 from lightning_kd.launch.logger_checks import logger_configs
-from lightning_kd.models.loading import load_tokenizer
 from lightning_kd.models.precision import PrecisionChoice, probe_hardware, resolve_precision
+from lightning_kd.models.student import run_tokenizer
 from lightning_kd.training.module import DistillationModule
 from lightning_kd.training.strategies import check_accelerator
 from lightning_kd.training.summary import TrainTimer
@@ -58,13 +58,14 @@ def build_module(
 ) -> DistillationModule:
     """The LightningModule of ``cfg`` (its models are built by ``configure_model``)."""
     teacher = instantiate(cfg.teacher, _convert_="all")
+    student = instantiate(cfg.student, _convert_="all")
     return DistillationModule(
         teacher=teacher,
-        student=instantiate(cfg.student, _convert_="all"),
+        student=student,
         distill=instantiate(cfg.distill, _convert_="all"),
         optimizer=instantiate(cfg.optimizer, _convert_="all"),
         scheduler=instantiate(cfg.scheduler) if cfg.get("scheduler") else None,
-        tokenizer=tokenizer if tokenizer is not None else load_tokenizer(teacher),
+        tokenizer=tokenizer if tokenizer is not None else run_tokenizer(teacher, student),
     )
 
 
@@ -75,10 +76,11 @@ def build_distiller(cfg: DictConfig) -> tuple[Distiller, PreTrainedTokenizerBase
     teacher takes the dtype this machine computes fast).
     """
     teacher = instantiate(cfg.teacher, _convert_="all")
-    tokenizer = load_tokenizer(teacher)
+    student = instantiate(cfg.student, _convert_="all")
+    tokenizer = run_tokenizer(teacher, student)
     distiller = Distiller.from_specs(
         teacher,
-        instantiate(cfg.student, _convert_="all"),
+        student,
         instantiate(cfg.distill, _convert_="all"),
         tokenizer,
     )

@@ -16,6 +16,7 @@ import torch
 from hydra.utils import instantiate
 from lightning.fabric import Fabric
 from omegaconf import DictConfig
+from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.cache.claim import claim
 from lightning_kd.cache.format import INDEX_NAME
@@ -27,8 +28,9 @@ from lightning_kd.launch.config import record_job
 from lightning_kd.launch.data_checks import dataset_errors
 from lightning_kd.launch.entry import check_entry, teacher_length
 from lightning_kd.launch.paths import training_run_errors
-from lightning_kd.models.loading import load_teacher, load_tokenizer
+from lightning_kd.models.loading import StudentSpec, TeacherSpec, load_teacher, load_tokenizer
 from lightning_kd.models.quantize import quantize_teacher
+from lightning_kd.models.student import run_tokenizer, same_tokenizer
 from lightning_kd.training.rundir import is_rank_zero
 from lightning_kd.utils.refusal import refuse
 
@@ -82,6 +84,19 @@ def write(cfg: DictConfig) -> None:
         write_claimed(cfg, directory)
 
 
+def shared_tokenizer(teacher: TeacherSpec, student: StudentSpec) -> PreTrainedTokenizerBase:
+    """The teacher's tokenizer, refused unless the student reads it too: a cache holds the
+    teacher's records at its own positions, which a cross-tokenizer run does not read."""
+    tokenizer = load_tokenizer(teacher)
+    if not same_tokenizer(tokenizer, run_tokenizer(teacher, student)):
+        raise ValueError(
+            "the student's tokenizer is not the teacher's (student.source or a pretrained "
+            "student.path): a cross-tokenizer run reads the teacher online, with "
+            "distill.teacher_cache=null; there is no cache to write for it"
+        )
+    return tokenizer
+
+
 def write_claimed(cfg: DictConfig, directory: Path) -> None:
     """Build the data and the teacher of ``cfg`` and write the cache into ``directory``."""
     lengths = [teacher_length(cfg, "data.block_size")]
@@ -96,10 +111,10 @@ def write_claimed(cfg: DictConfig, directory: Path) -> None:
         raise ValueError(
             f"teacher.task={teacher_spec.task!r}: only a causal LM's logits are cached"
         )
+    tokenizer = shared_tokenizer(teacher_spec, instantiate(cfg.student, _convert_="all"))
     spec = instantiate(cfg.cache, _convert_="all")
     fabric = fabric_for(cfg)
     fabric.launch()
-    tokenizer = load_tokenizer(teacher_spec)
     datamodule = build_datamodule(cfg, tokenizer)
     datamodule.setup("fit")
     teacher, features, _ = cached_teacher(cfg, teacher_spec, spec)

@@ -18,8 +18,9 @@ from transformers import AutoConfig, PretrainedConfig
 from lightning_kd.export.gguf import GGUF_TYPES, architecture_errors, export_saved
 from lightning_kd.export.gguf_vocab import gguf_vocabulary
 from lightning_kd.launch.rules import lookup
-from lightning_kd.models.loading import StudentSpec, TeacherSpec, load_tokenizer
+from lightning_kd.models.loading import StudentSpec, TeacherSpec
 from lightning_kd.models.sources import checked_model_path, teacher_dir
+from lightning_kd.models.student import run_tokenizer
 from lightning_kd.utils.refusal import Refused
 
 KEY = "export.gguf"
@@ -39,10 +40,11 @@ def gguf_errors(cfg: Mapping) -> list[str]:
         return []
     try:
         teacher = instantiate(cfg["teacher"], _convert_="all")
-        config = student_config(teacher, instantiate(cfg["student"], _convert_="all"))
+        student = instantiate(cfg["student"], _convert_="all")
+        config = student_config(teacher, student)
         errors = architecture_errors(config)
         if not errors:
-            gguf_vocabulary(load_tokenizer(teacher), config.vocab_size)
+            gguf_vocabulary(run_tokenizer(teacher, student), config.vocab_size)
     except Refused as refused:
         errors = [str(refused)]
     except (ValueError, OSError, InstantiationException):
@@ -56,6 +58,10 @@ def student_config(teacher: TeacherSpec, student: StudentSpec) -> PretrainedConf
     if student.path is not None:
         location = checked_model_path(student.path, "student.path")
         return AutoConfig.from_pretrained(location, trust_remote_code=student.trust_remote_code)
+    if student.source is not None:
+        config = AutoConfig.from_pretrained(teacher_dir(student.source))
+        config.num_hidden_layers = len(student.layers or []) or student.num_layers
+        return config
     if teacher.config is not None:
         overrides = dict(teacher.config)
         config = AutoConfig.for_model(overrides.pop("model_type"), **overrides)

@@ -90,8 +90,9 @@ def unresolved(value: object) -> bool:
     return value == AUTO
 
 
-def why_online(cfg: DictConfig) -> str | None:
-    """Why ``cfg`` trains with the teacher online whatever its length, or None."""
+def why_online(cfg: DictConfig, cross: bool = False) -> str | None:
+    """Why ``cfg`` trains with the teacher online whatever its length, or None (``cross``: the
+    student's tokenizer is not the teacher's)."""
     distill, trainer = cfg.distill, cfg.trainer
     reasons = (
         (distill.kd_weight == 0, "distill.kd_weight=0: training uses no teacher logits"),
@@ -100,6 +101,10 @@ def why_online(cfg: DictConfig) -> str | None:
         (cfg.teacher.get("task", "causal_lm") != "causal_lm", "only causal LM logits are cached"),
         (str(cfg.data.get("_target_", "")).endswith("ChatDataModule"), "chat data is not cached"),
         (cfg.data.get("streaming") is True, "a streamed corpus has no fixed blocks to cache"),
+        (
+            cross or distill.get("cross_tokenizer") == "always",
+            "a teacher with another tokenizer than the student's reads its own tokenisation",
+        ),
         (
             (trainer.get("devices") or 1) != 1 or trainer.get("strategy") not in (None, "auto"),
             "several processes: write the cache first (lightning-kd cache "
@@ -134,9 +139,10 @@ def repair_passes(cfg: DictConfig, train_examples: int) -> float:
     return repair * min(1.0, training_passes(cfg, train_examples))
 
 
-def choose(cfg: DictConfig, train_examples: int) -> CacheChoice:
-    """Cache or online, for a run of ``cfg`` over ``train_examples`` blocks (writes nothing)."""
-    reason = why_online(cfg)
+def choose(cfg: DictConfig, train_examples: int, cross: bool = False) -> CacheChoice:
+    """Cache or online, for a run of ``cfg`` over ``train_examples`` blocks (writes nothing;
+    ``cross``: the student's tokenizer is not the teacher's)."""
+    reason = why_online(cfg, cross)
     if reason is not None:
         distill = instantiate(cfg.distill, _convert_="all")
         return CacheChoice(None, f"auto: {reason}", in_training=distill.uses_teacher_in_training)

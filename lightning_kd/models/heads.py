@@ -4,13 +4,31 @@ read, the check that they reproduce the model's own logits, and their gathering 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
 from torch import Tensor, nn
 
 from lightning_kd.losses.chunked import OutputHead, matmul_dtype
-from lightning_kd.models.loading import logit_transform
+
+
+def logit_transform(config) -> Callable[[Tensor], Tensor] | None:
+    """What a model does to its head's raw output before returning logits, if anything.
+
+    The chunked loss computes logits from hidden states itself, so it must repeat these steps:
+    soft-capping (Gemma 2/3), a constant scale (Cohere), a divisor (Granite).
+    """
+    cap = getattr(config, "final_logit_softcapping", None)
+    scale = getattr(config, "logit_scale", None)
+    divisor = getattr(config, "logits_scaling", None)
+    if cap:
+        return lambda logits: torch.tanh(logits / cap) * cap
+    if scale is not None and scale != 1.0:
+        return lambda logits: logits * scale
+    if divisor is not None and divisor != 1.0:
+        return lambda logits: logits / divisor
+    return None
 
 
 def output_head(model: nn.Module) -> OutputHead:
@@ -44,7 +62,7 @@ def largest_weight(model: nn.Module) -> float:
 def check_head(model: nn.Module, batch: dict[str, Tensor], role: str, fix: str) -> None:
     """The head applied to ``model``'s hidden states must give the model's own logits (on the
     first row's first 8 tokens of ``batch``): catches architectures that post-process logits in
-    a way :func:`~lightning_kd.models.loading.logit_transform` does not know, before anything
+    a way :func:`logit_transform` does not know, before anything
     trains on (or stores) other logits. ``fix`` ends the error."""
     sample = {key: batch[key][:1, :8] for key in ("input_ids", "attention_mask")}
     was_training = model.training

@@ -13,12 +13,10 @@ This module knows transformers, not Lightning.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import Tensor
 from transformers import (
     AutoConfig,
     AutoModel,
@@ -100,6 +98,11 @@ class StudentSpec:
     """With ``layers=importance``: keep the first and last layer always (false: scores decide)."""
     path: str | None = None
     """Load a pretrained student (Hugging Face id or local directory) instead of copying layers."""
+    source: str | None = None
+    """Copy the layers from this model instead of the teacher (a ``teacher.path`` value:
+    ``smollm2``, a Hugging Face id, a local directory): a student with the source's tokenizer,
+    distilled from a teacher with another one (cross-tokenizer KD, ``distill.cross_*``).
+    ``num_layers``/``layers`` count the source's layers. None: the teacher's."""
     config: dict[str, Any] | None = None
     """Randomly initialise a student: overrides applied to the teacher's config."""
     activation_checkpointing: bool = False
@@ -135,8 +138,16 @@ class StudentSpec:
                     "student.lora trains the adapters only, so student.freeze_embeddings=false "
                     "cannot apply; leave it unset"
                 )
-        if self.path is not None and self.config is not None:
-            raise ValueError("set student.path or student.config, not both")
+        if sum(value is not None for value in (self.path, self.config, self.source)) > 1:
+            raise ValueError(
+                "set one of student.path (pretrained), student.config (random) or "
+                "student.source (layers copied from another model), not several"
+            )
+        if self.source is not None and self.layers == IMPORTANCE:
+            raise ValueError(
+                "student.layers=importance ranks the teacher's layers, not student.source's; "
+                "give student.num_layers or student.layers (indices of the source's layers)"
+            )
         self._check_freeze_layers()
         if isinstance(self.layers, str):
             self._check_importance()
@@ -189,8 +200,14 @@ class StudentSpec:
 
     @property
     def from_teacher(self) -> bool:
-        """Whether the student is initialised by copying teacher layers."""
+        """Whether the student is initialised by copying layers (the teacher's, or
+        ``source``'s): its embeddings and head are then copied, and frozen by default."""
         return self.path is None and self.config is None
+
+    @property
+    def copies_teacher(self) -> bool:
+        """Whether the student's layers are the teacher's (a layer map to feature-match by)."""
+        return self.from_teacher and self.source is None
 
 
 def check_dtype(name: str, key: str, allowed: tuple[str, ...] = ()) -> torch.dtype | None:
@@ -280,21 +297,3 @@ def load_teacher(spec: TeacherSpec, precision: str | None = None) -> PreTrainedM
     teacher.eval()
     teacher.config.use_cache = False
     return teacher
-
-
-def logit_transform(config) -> Callable[[Tensor], Tensor] | None:
-    """What a model does to its head's raw output before returning logits, if anything.
-
-    The chunked loss computes logits from hidden states itself, so it must repeat these steps:
-    soft-capping (Gemma 2/3), a constant scale (Cohere), a divisor (Granite).
-    """
-    cap = getattr(config, "final_logit_softcapping", None)
-    scale = getattr(config, "logit_scale", None)
-    divisor = getattr(config, "logits_scaling", None)
-    if cap:
-        return lambda logits: torch.tanh(logits / cap) * cap
-    if scale is not None and scale != 1.0:
-        return lambda logits: logits * scale
-    if divisor is not None and divisor != 1.0:
-        return lambda logits: logits / divisor
-    return None

@@ -22,7 +22,15 @@ except ImportError:  # transformers 4.x
     from transformers.modeling_utils import no_init_weights
 
 from lightning_kd.models.files import readable
-from lightning_kd.models.loading import DTYPES, StudentSpec, auto_class, model_from_config
+from lightning_kd.models.loading import (
+    DTYPES,
+    StudentSpec,
+    TeacherSpec,
+    auto_class,
+    load_teacher,
+    load_tokenizer,
+    model_from_config,
+)
 from lightning_kd.models.lora import apply_lora
 from lightning_kd.models.sources import checked_model_path
 
@@ -125,6 +133,11 @@ def build_student(spec: StudentSpec, teacher: PreTrainedModel, task: str) -> Mod
             )
     elif spec.config is not None:
         student = model_from_config(spec.config, task, base=teacher.config)
+    elif spec.source is not None:
+        source = load_teacher(TeacherSpec(path=spec.source, dtype="float32", task=task))
+        indices = student_layer_indices(spec, source.config.num_hidden_layers)
+        student = student_from_teacher(source, indices)
+        del source
     else:
         layer_map = student_layer_indices(spec, teacher.config.num_hidden_layers)
         student = student_from_teacher(teacher, layer_map)
@@ -183,13 +196,28 @@ def is_activation_checkpointing(model: PreTrainedModel) -> bool:
 
 
 def student_tokenizer(spec: StudentSpec) -> PreTrainedTokenizerBase | None:
-    """The tokenizer saved with a pretrained student, if it has one (to check it matches)."""
+    """The student's own tokenizer: its ``source``'s, or the one saved with a pretrained
+    student if it has one (None: the student reads the teacher's)."""
+    if spec.source is not None:
+        return load_tokenizer(TeacherSpec(path=spec.source))
     if spec.path is None:
         return None
     try:
         return AutoTokenizer.from_pretrained(spec.path, trust_remote_code=spec.trust_remote_code)
     except (OSError, ValueError):
         return None  # weights without a tokenizer: check_vocabularies compares sizes only
+
+
+def run_tokenizer(teacher: TeacherSpec, student: StudentSpec) -> PreTrainedTokenizerBase:
+    """The tokenizer the run's data is read with and the student is saved with: the student's
+    own where it has one (a ``source``, a pretrained student's), else the teacher's."""
+    own = student_tokenizer(student)
+    return own if own is not None else load_tokenizer(teacher)
+
+
+def same_tokenizer(a: PreTrainedTokenizerBase, b: PreTrainedTokenizerBase) -> bool:
+    """Whether two tokenizers map every string to the same ids (the same vocabulary)."""
+    return a is b or a.get_vocab() == b.get_vocab()
 
 
 def check_vocabularies(

@@ -30,7 +30,8 @@ from lightning_kd.distill.distiller import Distiller
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.distill.repair import RepairReport
 from lightning_kd.models.digests import config_digest, weights_digest
-from lightning_kd.models.loading import StudentSpec, TeacherSpec, load_tokenizer
+from lightning_kd.models.loading import StudentSpec, TeacherSpec
+from lightning_kd.models.student import run_tokenizer
 from lightning_kd.training.checkpoints import (
     STUDENT_PREFIX,
     check_trainable_keys,
@@ -104,7 +105,7 @@ class DistillationModule(LightningModule):
         if self.distiller is not None:
             return
         if self.tokenizer is None:
-            self.tokenizer = load_tokenizer(self.teacher_spec)
+            self.tokenizer = run_tokenizer(self.teacher_spec, self.student_spec)
         # teacher.dtype=auto follows the trainer's precision (bf16-mixed: a bf16 teacher).
         precision = str(self._trainer.precision) if self._trainer is not None else None
         distill = self.distill

@@ -1,0 +1,77 @@
+"""A run whose teacher has another tokenizer than its student, through the command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from lightning_kd.models.loading import byte_tokenizer, model_from_config
+from tests.conftest import TEXT, TINY_LLAMA, sentencepiece_tokenizer
+from tests.integration.test_cli import run_in_process
+
+
+def save_model(directory: Path, tokenizer, seed: int) -> Path:
+    """A tiny Llama sized for ``tokenizer``, saved with it (a teacher.path / student.source)."""
+    torch.manual_seed(seed)
+    model = model_from_config({**TINY_LLAMA, "vocab_size": len(tokenizer)}, "causal_lm")
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture
+def models(tmp_path: Path) -> tuple[Path, Path, Path]:
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(TEXT + "Naïve café owners sell 日本 tea.\n" * 20)
+    teacher = save_model(tmp_path / "teacher", sentencepiece_tokenizer(), 0)
+    student = save_model(tmp_path / "student", byte_tokenizer(), 1)
+    return teacher, student, corpus
+
+
+def overrides(teacher: Path, student: Path, corpus: Path, run_dir: Path) -> list[str]:
+    return [
+        "train",
+        "debug=smoke",
+        f"teacher.path={teacher}",
+        "teacher.config=null",
+        "teacher.dtype=float32",
+        f"student.source={student}",
+        "student.num_layers=2",
+        f"data.files=[{corpus}]",
+        "distill.features=null",
+        "export.gguf=null",
+        f"hydra.run.dir={run_dir}",
+    ]
+
+
+def test_a_teacher_with_another_tokenizer_trains_the_student_and_reports_bits_per_byte(
+    models, tmp_path: Path, capsys
+) -> None:
+    teacher, student, corpus = models
+    run_dir = tmp_path / "run"
+    code, output = run_in_process(overrides(teacher, student, corpus, run_dir), capsys)
+    assert code in (None, 0), output[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    after = summary["after"]
+    assert 0.3 < after["val/aligned"] <= 1.0  # most byte positions start a teacher token
+    assert after["val/bpb"] > 0 and after["val/teacher_bpb"] > 0
+    assert after["val/kl"] >= 0
+    # The student is saved with its own tokenizer, not the teacher's.
+    saved = AutoTokenizer.from_pretrained(run_dir / "student")
+    assert saved.get_vocab() == byte_tokenizer().get_vocab()
+    assert "(auto: a teacher with another tokenizer than the student" in output
+
+
+def test_what_the_cross_tokenizer_path_cannot_serve_is_refused_before_step_0(
+    models, tmp_path: Path, capsys
+) -> None:
+    teacher, student, corpus = models
+    argv = overrides(teacher, student, corpus, tmp_path / "refused")
+    code, output = run_in_process([*argv, "distill.features=spans"], capsys)
+    assert code not in (None, 0)
+    assert "cross-tokenizer" in output and "distill.features=null" in output
+    assert not (tmp_path / "refused" / "checkpoints").exists()
