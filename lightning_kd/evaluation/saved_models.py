@@ -1,6 +1,6 @@
 """Saved models named on the command line: a ``save_pretrained`` directory, a Hugging Face id, a
-packaged teacher (``smollm2``) or a ``.gguf`` file (read by transformers' GGUF loader and
-converted once, as a GGUF teacher is), loaded in fp32 for evaluation."""
+packaged teacher (``smollm2``, ``gemma3_270m``) or a ``.gguf`` file (read by transformers' GGUF
+loader and converted once, as a GGUF teacher is), loaded in fp32 for evaluation."""
 
 from __future__ import annotations
 
@@ -10,19 +10,13 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from lightning_kd.models.files import readable
-from lightning_kd.models.sources import (
-    MINILM,
-    SMOLLM2,
-    checked_model_path,
-    convert_gguf,
-    teacher_dir,
-)
+from lightning_kd.models.sources import PACKAGED, checked_model_path, convert_gguf, teacher_dir
 
 
 def model_location(name: str, key: str = "model") -> str:
     """``from_pretrained``'s argument for ``name`` (packaged models converted once); a missing
     one refused naming ``key``, how the command was given it (``--teacher``, a model)."""
-    if name in (SMOLLM2, MINILM):
+    if name in PACKAGED:
         return teacher_dir(name)
     if name.endswith(".gguf"):  # a GGUF export (export.gguf), compared with its source
         gguf = Path(name).expanduser()

