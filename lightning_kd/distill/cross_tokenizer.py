@@ -52,8 +52,8 @@ class CrossTokenizer:
         self.loss, self.uld_weight, self.min_aligned = loss, uld_weight, min_aligned
         self.checked = False
         self.head_checked = False
-        self.kept: tuple | None = None
-        """A validation batch's view and teacher states, until :meth:`teacher_sums` reads them."""
+        self.kept: MetricSums | None = None
+        """A validation batch's teacher sums, until :meth:`teacher_sums` reads them."""
 
     @classmethod
     def for_models(
@@ -123,11 +123,12 @@ class CrossTokenizer:
     ) -> CrossTeacher:
         """The teacher's records at the student positions 0 .. seq − 2 of ``batch``; ``keep``
         holds the teacher's states for :meth:`teacher_sums` (validation)."""
-        records, view, states = self._records(teacher, head, batch, temperature)
-        self.kept = (view, *states) if keep else None
-        return records
+        self.kept = None
+        return self._records(teacher, head, batch, temperature, keep)
 
-    def _records(self, teacher, head, batch, temperature):
+    def _records(self, teacher, head, batch, temperature, keep):
+        """Records on the student's grid, and with ``keep`` the teacher's NLL and byte count
+        over the student's scored text, from one pass of its head."""
         view = self.view(batch)
         device = batch["input_ids"].device
         hidden = self.teacher_hidden(teacher, view, device)
@@ -136,24 +137,43 @@ class CrossTokenizer:
         cast = head.cast(dtype)
         width = view.input_ids.shape[1]
         partner = view.partner[:, :-1].to(device)
-        scored = next_token_targets(batch["labels"])[1]
-        wanted = (partner >= 0) & scored
+        wanted = (partner >= 0) & next_token_targets(batch["labels"])[1]
         rows = torch.arange(partner.shape[0], device=device).unsqueeze(1)
         index = (rows * width + partner)[wanted]
-        chunk = max(1, CHUNK_ELEMENTS // max(1, head.weight.shape[0]))
-        found = cross_records(
-            lambda where: cast.logits(flat[where], dtype),
+        targets = None
+        if keep:  # the teacher's own scored positions join the pass, with their next tokens
+            index, targets, where = self._with_scored(view, index, device)
+        found, nll = cross_records(
+            lambda at: cast.logits(flat[at], dtype),
             index,
             torch.ones(index.numel(), dtype=torch.bool, device=device),
             self.mapping.to(device),
             self.student_twins.to(device),
             k=self.top_k,
             temperature=temperature,
-            chunk=chunk,
+            chunk=max(1, CHUNK_ELEMENTS // max(1, head.weight.shape[0])),
             loss=self.loss,
             uld_weight=self.uld_weight,
+            targets=targets,
         )
-        return self._on_grid(found, wanted), view, (flat, cast, dtype)
+        if keep:
+            found = found[where]
+            scored = view.scored[:, :-1]
+            text_bytes = view.target_bytes[:, :-1][scored].sum().to(device)
+            self.kept = {"teacher_bpb": (nll / math.log(2), text_bytes)}
+        return self._on_grid(found, wanted)
+
+    @staticmethod
+    def _with_scored(view: TeacherView, index: Tensor, device) -> tuple[Tensor, Tensor, Tensor]:
+        """The union of ``index`` (partner positions) and the teacher's scored positions, the
+        next token of each scored one (−1 elsewhere), and where ``index``'s rows are in it."""
+        scored = view.scored.clone()
+        scored[:, -1] = False
+        flat_scored = scored.reshape(-1).nonzero().squeeze(-1).to(device)
+        union = torch.unique(torch.cat([index, flat_scored]))
+        next_ids = torch.cat([view.input_ids[:, 1:], view.input_ids[:, :1]], 1).reshape(-1)
+        targets = torch.where(scored.reshape(-1), next_ids, -1).to(device)[union]
+        return union, targets, torch.searchsorted(union, index)
 
     def _on_grid(self, found: CrossTeacher, wanted: Tensor) -> CrossTeacher:
         """``found`` (records of the ``wanted`` positions) spread over ``[batch, seq − 1]``,
@@ -179,26 +199,13 @@ class CrossTokenizer:
 
     # ------------------------------------------------------------------------- validation
 
-    @torch.no_grad()
     def teacher_sums(self) -> MetricSums:
-        """The teacher's bits per byte over the student's scored text, from the states the last
-        ``records(..., keep=True)`` kept (then dropped)."""
+        """The teacher's bits per byte over the student's scored text, which the last
+        ``records(..., keep=True)`` measured (then dropped)."""
         if self.kept is None:
-            raise RuntimeError("teacher_sums reads the states of records(..., keep=True)")
-        (view, flat, cast, dtype), self.kept = self.kept, None
-        device = flat.device
-        scored = view.scored[:, :-1].reshape(-1)
-        index = torch.arange(view.scored.numel()).view(view.scored.shape)[:, :-1].reshape(-1)
-        index, targets = index[scored].to(device), view.input_ids[:, 1:].reshape(-1)[scored]
-        targets = targets.to(device)
-        nll = flat.new_zeros((), dtype=torch.float64)
-        chunk = max(1, CHUNK_ELEMENTS // max(1, cast.weight.shape[0]))
-        for start in range(0, index.numel(), chunk):
-            logits = cast.logits(flat[index[start : start + chunk]], dtype).double()
-            picked = logits.gather(-1, targets[start : start + chunk].unsqueeze(-1)).squeeze(-1)
-            nll += (torch.logsumexp(logits, -1) - picked).sum()
-        teacher_bytes = view.target_bytes[:, :-1].reshape(-1)[scored].sum()
-        return {"teacher_bpb": (nll / math.log(2), teacher_bytes.to(device))}
+            raise RuntimeError("teacher_sums reads what records(..., keep=True) measured")
+        sums, self.kept = self.kept, None
+        return sums
 
 
 def teacher_tokenizer_for(

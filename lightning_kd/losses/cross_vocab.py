@@ -141,9 +141,12 @@ def cross_records(
     chunk: int,
     loss: str = "hybrid",
     uld_weight: float = 1.0,
-) -> CrossTeacher:
+    targets: Tensor | None = None,
+) -> tuple[CrossTeacher, Tensor]:
     """The teacher's records at ``positions`` (``[n]`` indices into its flattened positions;
-    ``aligned`` ``[n]`` says which mean anything), ``chunk`` positions at a time.
+    ``aligned`` ``[n]`` says which mean anything), ``chunk`` positions at a time, and its summed
+    NLL (T = 1) of ``targets`` (``[n]`` next-token ids, −1 where none counts; 0 without them):
+    one pass of the teacher's head serves both.
 
     ``teacher_logits_of(index)`` returns the teacher's logits ``[len(index), teacher_vocab]`` of
     those flattened positions; ``mapping`` is ``vocabulary_map``'s ``[teacher_vocab]``.
@@ -151,9 +154,12 @@ def cross_records(
     if loss not in LOSSES:
         raise ValueError(f"distill.cross_loss={loss!r}; choose one of {list(LOSSES)}")
     parts = []
+    nll = torch.zeros((), dtype=torch.float64, device=student_twins.device)
     for start in range(0, positions.numel(), chunk):
         logits = teacher_logits_of(positions[start : start + chunk])
         parts.append(_records(logits, mapping, k, temperature))
+        if targets is not None:
+            nll += target_nll(logits, targets[start : start + chunk])
     device = student_twins.device
     if parts:
         columns = [torch.cat(column) for column in zip(*parts, strict=True)]
@@ -164,9 +170,18 @@ def cross_records(
         ]
         columns.insert(3, torch.zeros(0, device=device))
     ids, log_probs, matched, tail, top_probs = columns
-    return CrossTeacher(
+    records = CrossTeacher(
         ids, log_probs, matched, tail, top_probs, aligned, student_twins, loss, uld_weight
     )
+    return records, nll
+
+
+def target_nll(logits: Tensor, targets: Tensor) -> Tensor:
+    """Σ −log softmax(logits)[target] over the rows whose target is not −1, in fp64."""
+    counted = targets >= 0
+    logits = logits[counted].double()
+    picked = logits.gather(-1, targets[counted].unsqueeze(-1)).squeeze(-1)
+    return (torch.logsumexp(logits, -1) - picked).sum()
 
 
 def _records(logits: Tensor, mapping: Tensor, k: int, temperature: float) -> tuple[Tensor, ...]:

@@ -7,6 +7,7 @@ import copy
 import pytest
 import torch
 
+from lightning_kd.data.token_bytes import byte_lengths
 from lightning_kd.distill.cross_tokenizer import CrossTokenizer
 from lightning_kd.distill.distiller import Distiller
 from lightning_kd.distill.objective import DistillConfig
@@ -35,8 +36,8 @@ def distillers(divergence: str, temperature: float) -> tuple[Distiller, Distille
         for parameter in student.parameters():
             parameter.add_(0.05 * torch.randn_like(parameter))
     config = DistillConfig(divergence=divergence, temperature=temperature, compile=False)
-    same = Distiller(teacher, student, config)
     tokenizer = byte_tokenizer()
+    same = Distiller(teacher, student, config, token_lengths=byte_lengths(tokenizer, student))
     cross = CrossTokenizer(tokenizer, tokenizer, 257, 257, top_k=257)
     other = Distiller(copy.deepcopy(teacher), copy.deepcopy(student), config, cross=cross)
     return same, other
@@ -66,7 +67,7 @@ def test_identical_tokenizers_give_the_same_validation_metrics():
     same, cross = distillers("forward_kl", 1.0)
     batch = batch_of(TEXT)
     expected, got = same.evaluate(batch), cross.evaluate(batch)
-    for name in ("ppl", "kl", "agreement", "loss"):
+    for name in ("ppl", "kl", "agreement", "loss", "bpb", "teacher_bpb"):
         torch.testing.assert_close(
             got[name][0] / got[name][1], expected[name][0] / expected[name][1], msg=name
         )
