@@ -1,18 +1,20 @@
-"""``lightning-kd evaluate``: perplexity of saved models on text files, their answers to
-held-out prompts judged by a teacher, or lm-eval's tasks.
+"""``lightning-kd evaluate``: perplexity and bits per byte of saved models on text files, their
+answers to held-out prompts judged by a teacher, or lm-eval's tasks.
 
     lightning-kd evaluate --files heldout.jsonl -- smollm2 runs/kd/student runs/ce/student
     lightning-kd evaluate --prompts heldout.jsonl --teacher smollm2 -- runs/kd/student
     lightning-kd evaluate --lm-eval kd_heldout --teacher smollm2 -- runs/kd/student
 
 Each model (a ``save_pretrained`` directory, a Hugging Face id, or ``smollm2`` for the packaged
-teacher) scores the same text: the files are read as ``data.files`` reads them, tokenized with the
-first model's tokenizer, joined with EOS and cut into ``--block-size`` blocks (the training
-layout), and every block position that predicts a next token counts once. ``--prompts`` judges
-answers instead: each model's greedy completions of chat prompts, scored by ``--teacher`` (its NLL
-of them, ROUGE-L to its own, the model's perplexity on its own). ``--lm-eval`` runs lm-eval's
-tasks (its names, comma-separated; the package's held-out ``kd_heldout``; those of
-``--lm-eval-include`` directories) on each model, ``--teacher`` first for the ratio (``pip install
+teacher) scores the same text: the files are read as ``data.files`` reads them, each document
+tokenized with the model's own tokenizer (after the BOS it adds, else an EOS; closed by an EOS)
+and scored whole, in windows of ``--block-size`` tokens. Bits per byte (the NLL in bits over the
+text's UTF-8 bytes) compares every model; perplexity only models of the same tokenizer (the
+``tokenizer`` column; ``evaluation/perplexity.py``). ``--prompts`` judges answers instead: each
+model's greedy completions of chat prompts, scored by ``--teacher`` (its NLL of them, ROUGE-L to
+its own, the model's perplexity on its own). ``--lm-eval`` runs lm-eval's tasks (its names,
+comma-separated; the package's held-out ``kd_heldout``; those of ``--lm-eval-include``
+directories) on each model, ``--teacher`` first for the ratio (``pip install
 'lightning-kd[eval]'``). Prints a markdown table and, with ``--out``, writes it as JSON.
 """
 
@@ -45,7 +47,9 @@ def parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("models", nargs="+", help="model directories, HF ids or smollm2")
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--files", nargs="+", help="text as data.files takes it: perplexity")
+    source.add_argument(
+        "--files", nargs="+", help="text as data.files takes it: perplexity, bits per byte"
+    )
     source.add_argument("--prompts", type=Path, help="prompt rows: answers judged by --teacher")
     source.add_argument("--lm-eval", metavar="TASKS", help="lm-eval tasks, comma-separated")
     parser.add_argument(
@@ -73,7 +77,9 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--temperature", type=float, default=1.0, help="with --samples")
     parser.add_argument("--seed", type=int, default=0, help="with --samples")
     parser.add_argument("--text-field", default="text")
-    parser.add_argument("--block-size", type=int, default=256)
+    parser.add_argument(
+        "--block-size", type=int, default=256, help="with --files: the longest window scored"
+    )
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument(
         "--out",

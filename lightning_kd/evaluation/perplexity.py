@@ -1,14 +1,40 @@
-"""Perplexity of saved models on text files (the library half of ``lightning-kd evaluate``).
+"""Perplexity and bits per byte of saved models on text files (the library half of
+``lightning-kd evaluate --files``).
 
     lightning-kd evaluate --files heldout.jsonl -- smollm2 runs/kd/student runs/ce/student
     lightning-kd evaluate --prompts heldout.jsonl --teacher smollm2 -- runs/kd/student
 
 Each model (a ``save_pretrained`` directory, a Hugging Face id, or ``smollm2`` for the packaged
-teacher) scores the same text: the files are read as ``data.files`` reads them, tokenized with the
-first model's tokenizer, joined with EOS and cut into ``--block-size`` blocks (the training
-layout), and every block position that predicts a next token counts once. Prints a markdown table
-and, with ``--out``, writes it as JSON. Use it for text the run never trained on — another domain,
-to see how much of the teacher's language the student carries.
+teacher) reads the same documents (as ``data.files`` reads them) through its own tokenizer, the
+one saved with it, so models with different tokenizers can be compared. Two figures per model:
+
+- **perplexity**: exp of the mean NLL per scored token. A token is its tokenizer's own unit, so
+  perplexities compare only models that share a tokenizer: the ``tokenizer`` column names, for
+  each model, the first model listed whose tokenizer is the same.
+- **bits per byte**: Σ NLL (nats) / (ln 2 · B), B the UTF-8 bytes the scored tokens spell
+  (``data.token_bytes``: each id's exact bytes). Text is text whatever the tokenizer, so it
+  compares every row.
+
+The layout: each document is scored on its own, as ``[start] + its tokens + [EOS]``. ``start`` is
+the BOS the tokenizer puts before a text by itself (Gemma's; a model trained with it is lost
+without it), or else the EOS, the boundary that precedes every document in a packed training
+stream. A document longer than ``--block-size`` is cut into windows of ``--block-size`` tokens
+that overlap by one: each window's first token is context only, the last target of the window
+before, so every token after ``start`` is scored exactly once. Windows are batched by length,
+padded on the right (padding is masked and never scored).
+
+What counts: every token of every document and its closing EOS, each once. An EOS target adds
+its NLL and 0 bytes (the end of a document is information: a model must predict it, and it spells
+no text); ``start`` is context, never a target. So B is exactly the documents' UTF-8 bytes for any
+tokenizer whose pieces spell its input back (byte-level BPE, Gemma's SentencePiece; one that adds
+a ``▁`` before each text counts that space too), and two tokenizers' bits per byte are means over
+the same text. That is why documents, not the training layout's packed blocks: a block's first
+token is context only and the tail shorter than a block is dropped, at places that depend on the
+tokenizer, so two tokenizers would score different spans of the text (of the 4,590 bytes of
+``kd_heldout_prose``, blocks of 256 score 3,560 through SmolLM2's tokenizer, 3,643 through
+Gemma 3's). The price is that a document's first tokens have only ``start`` as context, not the
+documents before it: perplexities here read a little higher than a run's ``val/ppl`` on the same
+text (``val/bpb`` counts bytes by the same rule).
 
 ``--prompts`` judges answers instead: each model's greedy completions of chat prompts, scored by
 ``--teacher`` (its NLL of them, ROUGE-L to its own, the model's perplexity on its own;
@@ -18,60 +44,184 @@ to see how much of the teacher's language the student carries.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
+from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.data.reading import expand_files, read_documents
-from lightning_kd.data.text import pack_blocks, separator_id
+from lightning_kd.data.token_bytes import TokenBytes, token_bytes
 from lightning_kd.evaluation.saved_models import load_model, load_tokenizer
-from lightning_kd.losses.logits import scored_next_token
+from lightning_kd.losses.logits import IGNORE_INDEX, scored_next_token
 
 
-def blocks_of(files: list[str], tokenizer, block_size: int, text_field: str) -> torch.Tensor:
-    """``[n, block_size]`` token blocks of every document in ``files``, joined with EOS."""
-    documents = [
+def documents_of(files: list[str], text_field: str) -> list[str]:
+    """Every non-blank document in ``files``, read as ``data.files`` reads them."""
+    return [
         text
-        for path in expand_files(files)
+        for path in expand_files(files, key="--files")
         for text in read_documents(path, text_field)
         if text.strip()
     ]
-    tokens = tokenizer(documents, add_special_tokens=False)["input_ids"]
-    blocks = pack_blocks(tokens, block_size, separator_id(tokenizer))
-    if len(blocks) == 0:
-        raise ValueError(f"{files} hold fewer than {block_size} tokens: nothing to score")
-    return blocks
+
+
+@dataclass(frozen=True)
+class Windows:
+    """One tokenizer's rows of the documents (each at most ``--block-size`` long) and what their
+    scored targets spell."""
+
+    ids: list[list[int]]
+    labels: list[list[int]]
+    """The ids again, ``IGNORE_INDEX`` where a position is no target (context, padding)."""
+    start: tuple[int, ...]
+    """The ids each document starts from (its tokenizer's BOS, else its EOS)."""
+    text_bytes: int
+    """The UTF-8 bytes the scored targets spell (EOS targets: 0)."""
+
+    @property
+    def tokens(self) -> int:
+        """How many targets are scored."""
+        return sum(label != IGNORE_INDEX for row in self.labels for label in row[1:])
+
+
+def start_ids(table: TokenBytes, name: str) -> tuple[int, ...]:
+    """What each document starts from: the BOS the tokenizer adds by itself, else its EOS."""
+    if not table.prefix and table.end is None:
+        raise ValueError(
+            f"{name}'s tokenizer adds no BOS and has no EOS: a document has no boundary to start "
+            "from. Save a tokenizer with an eos_token beside the model"
+        )
+    return table.prefix or (table.end,)
+
+
+def document_windows(
+    ids: list[int], context: int, block_size: int
+) -> Iterator[tuple[list[int], list[int]]]:
+    """``ids`` cut into windows of at most ``block_size`` that overlap by one token, each with
+    its labels (``IGNORE_INDEX`` where a position is no target there): every position from
+    ``context`` on is a target exactly once."""
+    for start in range(0, len(ids) - 1, block_size - 1):
+        window = ids[start : start + block_size]
+        first = min(max(context - start, 1), len(window))  # before it: context, or scored before
+        yield window, [IGNORE_INDEX] * first + window[first:]
+
+
+def windows_of(
+    documents: list[str], tokenizer: PreTrainedTokenizerBase, block_size: int, name: str
+) -> Windows:
+    """Each document as ``[start] + tokens + [EOS]`` in ``tokenizer``'s ids, cut into overlapping
+    windows (:func:`document_windows`), sorted by length so that batches pad little."""
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError(
+            f"{name}'s tokenizer ({type(tokenizer).__name__}) is a slow (Python) tokenizer: bits "
+            "per byte reads each token's bytes from a fast tokenizer's vocabulary. Save a fast "
+            "one beside the model (AutoTokenizer.from_pretrained(path, use_fast=True)"
+            ".save_pretrained(path); it needs the tokenizers package)"
+        )
+    table = token_bytes(tokenizer)
+    start, end, lengths = start_ids(table, name), table.end, table.lengths()
+    rows: list[tuple[list[int], list[int]]] = []
+    for tokens in tokenizer(documents, add_special_tokens=False)["input_ids"]:
+        rows += document_windows([*start, *tokens, end], len(start), block_size)
+    rows.sort(key=lambda row: len(row[0]))
+    targets = torch.tensor([t for _, labels in rows for t in labels if t != IGNORE_INDEX])
+    text_bytes = int(lengths[targets].sum()) if len(targets) else 0
+    return Windows([ids for ids, _ in rows], [labels for _, labels in rows], start, text_bytes)
+
+
+def batches(windows: Windows, batch_size: int) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
+    """``(input_ids, attention_mask, labels)`` of ``batch_size`` rows at a time, padded on the
+    right to the longest row (padding masked, labelled ``IGNORE_INDEX``)."""
+    for first in range(0, len(windows.ids), batch_size):
+        ids = windows.ids[first : first + batch_size]
+        labels = windows.labels[first : first + batch_size]
+        width = max(len(row) for row in ids)
+        pad = [width - len(row) for row in ids]
+        yield (
+            torch.tensor([row + [row[-1]] * n for row, n in zip(ids, pad, strict=True)]),
+            torch.tensor([[1] * len(row) + [0] * n for row, n in zip(ids, pad, strict=True)]),
+            torch.tensor([row + [IGNORE_INDEX] * n for row, n in zip(labels, pad, strict=True)]),
+        )
 
 
 @torch.no_grad()
-def perplexity(model, blocks: torch.Tensor, batch_size: int) -> tuple[float, int]:
-    """Token-mean next-token perplexity of ``model`` over ``blocks``, and the token count."""
-    nll, count = 0.0, 0
-    for start in range(0, len(blocks), batch_size):
-        ids = blocks[start : start + batch_size]
-        logits, targets = scored_next_token(model(input_ids=ids, use_cache=False).logits, ids)
-        nll += F.cross_entropy(logits.float(), targets, reduction="sum").item()
-        count += targets.numel()
-    return math.exp(nll / count), count
+def nll_sum(model, windows: Windows, batch_size: int) -> float:
+    """``model``'s summed next-token NLL (nats) over every target of ``windows``."""
+    total = 0.0
+    for ids, mask, labels in batches(windows, batch_size):
+        logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
+        logits, targets = scored_next_token(logits, labels)
+        total += F.cross_entropy(logits.float(), targets, reduction="sum").item()
+    return total
+
+
+def score_row(name: str, tokenizer: str, nll: float, windows: Windows) -> dict:
+    """A table row: perplexity per token, bits per byte, and the counts they divide by."""
+    tokens, text_bytes = windows.tokens, windows.text_bytes
+    return {
+        "model": name,
+        "tokenizer": tokenizer,
+        "perplexity": math.exp(nll / tokens),
+        "bits_per_byte": nll / (math.log(2) * text_bytes),
+        "tokens": tokens,
+        "bytes": text_bytes,
+    }
 
 
 def score_files(
     models: list[str], files: list[str], block_size: int, batch_size: int, text_field: str
 ) -> list[dict]:
-    """Each model's perplexity over the same blocks of ``files`` (tokenized with the first
-    model's tokenizer; another tokenizer is refused)."""
-    tokenizer = load_tokenizer(models[0])
-    blocks = blocks_of(files, tokenizer, block_size, text_field)
+    """Each model's perplexity and bits per byte over the documents of ``files``, each through
+    its own tokenizer. Every tokenizer reads the text before any model loads."""
+    documents = documents_of(files, text_field)
+    if not documents:
+        raise ValueError(f"{files} hold no text: nothing to score")
+    tokenizers = {name: load_tokenizer(name) for name in models}
+    views = {name: windows_of(documents, tokenizers[name], block_size, name) for name in models}
     rows = []
-    for name in models:
-        model = load_model(name, tokenizer)
-        ppl, tokens = perplexity(model, blocks, batch_size)
-        rows.append({"model": name, "perplexity": ppl, "tokens": tokens})
-        print(f"{name}: perplexity {ppl:.2f} over {tokens} tokens", flush=True)
+    for name, tokenizer in zip(models, tokenizer_names(models, tokenizers, views), strict=True):
+        nll = nll_sum(load_model(name), views[name], batch_size)
+        rows.append(row := score_row(name, tokenizer, nll, views[name]))
+        print(
+            f"{name}: perplexity {row['perplexity']:.2f} over {row['tokens']} tokens, "
+            f"{row['bits_per_byte']:.4f} bits per byte over {row['bytes']} bytes",
+            flush=True,
+        )
     return rows
 
 
+def tokenizer_names(
+    models: list[str], tokenizers: dict[str, PreTrainedTokenizerBase], views: dict[str, Windows]
+) -> list[str]:
+    """For each model, the first model listed whose tokenizer is the same (the same vocabulary
+    and the same start of a document): the rows whose perplexities compare."""
+    seen: list[tuple[str, dict, tuple[int, ...]]] = []
+    names = []
+    for name in models:
+        vocab, start = tokenizers[name].get_vocab(), views[name].start
+        same = next((first for first, v, s in seen if v == vocab and s == start), None)
+        if same is None:
+            seen.append((name, vocab, start))
+        names.append(same or name)
+    return names
+
+
 def markdown(rows: list[dict]) -> str:
-    """The perplexity rows as a markdown table."""
-    lines = ["| model | perplexity |", "|---|---:|"]
-    return "\n".join(lines + [f"| {row['model']} | {row['perplexity']:.2f} |" for row in rows])
+    """The rows as a markdown table, with a note on which columns compare which rows."""
+    lines = [
+        "| model | perplexity | bits per byte | tokenizer | tokens | bytes |",
+        "|---|---:|---:|---|---:|---:|",
+    ]
+    lines += [
+        f"| {row['model']} | {row['perplexity']:.2f} | {row['bits_per_byte']:.4f} | "
+        f"{row['tokenizer']} | {row['tokens']} | {row['bytes']} |"
+        for row in rows
+    ]
+    note = (
+        "\nPerplexity is per token of a model's tokenizer: it compares only rows of the same "
+        "`tokenizer`. Bits per byte compares every row."
+    )
+    return "\n".join(lines) + "\n" + note

@@ -45,44 +45,43 @@ def test_perplexities_match_a_direct_computation(tmp_path) -> None:
             str(tmp_path / "b"),
         ]
     )
-    assert [row["perplexity"] for row in json.loads(out.read_text())["rows"]] == [
-        row["perplexity"] for row in rows
-    ]
+    assert json.loads(out.read_text()) == {"files": [str(text)], "rows": rows}
+    # by hand: each document [EOS, bytes..., EOS] (no BOS), in windows of 32 overlapping by one
     tokenizer = byte_tokenizer()
-    ids = tokenizer([line for line in TEXT.split(". ")], add_special_tokens=False)["input_ids"]
-    stream = [t for doc in ids for t in (*doc, tokenizer.eos_token_id)]
-    blocks = torch.tensor(stream[: len(stream) // 32 * 32]).view(-1, 32)
+    documents = [line.encode() for line in TEXT.split(". ") if line]  # the blank one skipped
+    windows = []
+    for document in documents:
+        ids = tokenizer(document.decode(), add_special_tokens=False)["input_ids"]
+        ids = [tokenizer.eos_token_id, *ids, tokenizer.eos_token_id]
+        windows += [torch.tensor([ids[s : s + 32]]) for s in range(0, len(ids) - 1, 31)]
+    assert max(len(document) for document in documents) > 32  # some take two windows
     for model, row in zip((first, second), rows, strict=True):
         with torch.no_grad():
-            logits = model(input_ids=blocks).logits[:, :-1]
-        nll = F.cross_entropy(logits.flatten(0, 1), blocks[:, 1:].flatten())
-        assert row["tokens"] == blocks[:, 1:].numel()
-        assert row["perplexity"] == pytest.approx(math.exp(nll.item()), rel=1e-4)
+            nll = sum(
+                F.cross_entropy(model(input_ids=w).logits[0, :-1], w[0, 1:], reduction="sum")
+                for w in windows
+            )
+        tokens = sum(w.shape[1] - 1 for w in windows)
+        assert row["tokens"] == tokens == sum(len(document) + 1 for document in documents)
+        assert row["perplexity"] == pytest.approx(math.exp(nll.item() / tokens), rel=1e-4)
+        assert row["bytes"] == sum(len(document) for document in documents)
+        assert row["bits_per_byte"] == pytest.approx(nll.item() / math.log(2) / row["bytes"])
 
 
-def test_too_little_text_is_an_error(tmp_path) -> None:
+def test_files_without_text_are_an_error(tmp_path) -> None:
     save_tiny(tmp_path / "a", 0)
-    (tmp_path / "short.txt").write_text("too short")
-    with pytest.raises(ValueError, match="fewer than 64 tokens"):  # within its 128 positions
-        main(
-            [
-                "--files",
-                str(tmp_path / "short.txt"),
-                "--block-size",
-                "64",
-                "--",
-                str(tmp_path / "a"),
-            ]
-        )
+    (tmp_path / "blank.txt").write_text("  \n")
+    with pytest.raises(ValueError, match="hold no text"):
+        main(["--files", str(tmp_path / "blank.txt"), "--block-size", "64", str(tmp_path / "a")])
 
 
 def test_a_gguf_export_is_scored_beside_its_source(tmp_path, monkeypatch) -> None:
     """``lightning-kd evaluate -- RUN/student RUN/student.q8_0.gguf``: the GGUF read by
     transformers' GGUF loader, converted once into the cache as a GGUF teacher is.
 
-    That loader adds GPT-2's ``<|endoftext|>`` to a byte-level vocabulary without it (the
-    refusal of another tokenizer would then stop the comparison): SmolLM2's has it, so the
-    tiny model's tokenizer is given it too, at the model's last row."""
+    That loader adds GPT-2's ``<|endoftext|>`` to a byte-level vocabulary without it (the two
+    would then count as different tokenizers): SmolLM2's has it, so the tiny model's tokenizer
+    is given it too, at the model's last row."""
     monkeypatch.setenv("LIGHTNING_KD_CACHE", str(tmp_path / "cache"))
     torch.manual_seed(0)
     config = dict(TINY_LLAMA, vocab_size=258)
@@ -100,6 +99,7 @@ def test_a_gguf_export_is_scored_beside_its_source(tmp_path, monkeypatch) -> Non
         ["--files", str(text), "--block-size", "32", "--", str(tmp_path / "student"), str(gguf)]
     )
     assert rows[1]["model"] == str(gguf) and rows[1]["tokens"] == rows[0]["tokens"]
+    assert rows[1]["tokenizer"] == str(tmp_path / "student")  # the same: perplexities compare
     assert rows[1]["perplexity"] == pytest.approx(rows[0]["perplexity"], rel=0.02)
     with pytest.raises(ValueError, match=r"student\.f16\.gguf: no such GGUF file"):  # exit 2
         main(["--files", str(text), "--", str(tmp_path / "student.f16.gguf")])

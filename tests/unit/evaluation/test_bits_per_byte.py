@@ -1,0 +1,101 @@
+"""lightning-kd evaluate --files: models of different tokenizers compared by bits per byte."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
+
+from lightning_kd.cli.evaluate import main
+from lightning_kd.evaluation.perplexity import document_windows, windows_of
+from lightning_kd.models.loading import byte_tokenizer
+from tests.conftest import TEXT, TINY_LLAMA
+
+DOCUMENTS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Ünïcode café, naïve — 1 ≤ 2 ✓",
+    "Pack my box with five dozen liquor jugs. " * 3,
+]
+
+
+def bpe_tokenizer() -> PreTrainedTokenizerFast:
+    """A byte-level BPE of 320 tokens trained in code on ``TEXT``, which puts ``<bos>`` before a
+    text by itself (as Gemma's does)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=320,
+        special_tokens=["<bos>", "<eos>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    backend.train_from_iterator([TEXT], trainer)
+    backend.post_processor = processors.TemplateProcessing(
+        single="<bos> $A", special_tokens=[("<bos>", backend.token_to_id("<bos>"))]
+    )
+    return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<bos>", eos_token="<eos>")
+
+
+def save_tiny(directory, tokenizer, seed: int) -> AutoModelForCausalLM:
+    torch.manual_seed(seed)
+    config = dict(TINY_LLAMA, vocab_size=len(tokenizer))
+    model = AutoModelForCausalLM.from_config(
+        AutoConfig.for_model(config.pop("model_type"), **config)
+    )
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return model.eval()
+
+
+def test_windows_score_every_token_after_the_start_once() -> None:
+    ids = list(range(40))
+    windows = list(document_windows(ids, context=1, block_size=16))
+    assert [len(window) for window, _ in windows] == [16, 16, 10]  # overlapping by one
+    targets = [label for _, labels in windows for label in labels[1:] if label != -100]
+    assert targets == ids[1:]
+
+
+def test_two_tokenizers_count_the_documents_bytes() -> None:
+    """Every byte of the text is scored once whatever the tokenizer: no unscored first token of
+    a block, no dropped tail; the EOS closing each document adds none."""
+    text_bytes = sum(len(document.encode()) for document in DOCUMENTS)
+    bytewise = windows_of(DOCUMENTS, byte_tokenizer(), 16, "bytes")
+    bpe = windows_of(DOCUMENTS, bpe_tokenizer(), 16, "bpe")
+    assert bytewise.text_bytes == bpe.text_bytes == text_bytes
+    assert bytewise.tokens == text_bytes + len(DOCUMENTS)  # a token per byte, and each EOS
+    assert bpe.tokens < bytewise.tokens
+    assert bpe.start == (bpe_tokenizer().bos_token_id,) and bytewise.start == (256,)  # its EOS
+    assert max(len(row) for row in bpe.ids + bytewise.ids) == 16
+
+
+def test_bits_per_byte_is_the_nll_over_the_text_bytes(tmp_path) -> None:
+    bpe = bpe_tokenizer()
+    save_tiny(tmp_path / "bytes", byte_tokenizer(), seed=0)
+    model = save_tiny(tmp_path / "bpe", bpe, seed=1)
+    text = tmp_path / "heldout.jsonl"
+    text.write_text("".join(json.dumps({"text": document}) + "\n" for document in DOCUMENTS))
+    out = tmp_path / "scores.json"
+    argv = ["--files", str(text), "--block-size", "128", "--out", str(out), "--"]
+    rows = main([*argv, str(tmp_path / "bytes"), str(tmp_path / "bpe")])
+
+    assert json.loads(out.read_text())["rows"] == rows
+    assert [row["tokenizer"] for row in rows] == [str(tmp_path / "bytes"), str(tmp_path / "bpe")]
+    text_bytes = sum(len(document.encode()) for document in DOCUMENTS)
+    assert rows[0]["bytes"] == rows[1]["bytes"] == text_bytes
+    nll, tokens = 0.0, 0
+    for document in DOCUMENTS:  # each one window: <bos> document <eos>, every token scored
+        ids = torch.tensor([[*bpe(document)["input_ids"], bpe.eos_token_id]])
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, :-1]
+        nll += F.cross_entropy(logits, ids[0, 1:], reduction="sum").item()
+        tokens += ids.shape[1] - 1
+    assert rows[1]["tokens"] == tokens
+    assert rows[1]["bits_per_byte"] == pytest.approx(nll / (math.log(2) * text_bytes), rel=1e-5)
+    assert rows[1]["perplexity"] == pytest.approx(math.exp(nll / tokens), rel=1e-5)
