@@ -25,6 +25,8 @@ class Window:
 
     def __init__(self) -> None:
         self.totals: Tensor | None = None
+        self.teachers: tuple[str, ...] = ()
+        """With several teachers, their names: each one's divergence is summed after TERMS."""
 
     def reset(self) -> None:
         self.totals = None
@@ -32,8 +34,10 @@ class Window:
     def add(self, sums: LossSums) -> None:
         """Count one micro-batch's sums into the window."""
         features = sums.features if sums.features is not None else torch.zeros_like(sums.kd)
-        values = torch.stack([sums.kd, sums.ce, features, sums.tokens.to(sums.kd)]).detach()
-        values = values.to(torch.float64)
+        teachers = sums.teachers or {}
+        self.teachers = tuple(teachers)
+        parts = [sums.kd, sums.ce, features, sums.tokens.to(sums.kd), *teachers.values()]
+        values = torch.stack([part.to(sums.kd) for part in parts]).detach().to(torch.float64)
         self.totals = values if self.totals is None else self.totals + values
 
     def reduced(self, strategy=None) -> dict[str, Tensor]:
@@ -44,13 +48,15 @@ class Window:
         totals = self.totals.clone()
         if strategy is not None:
             totals = strategy.reduce(totals, reduce_op="sum")
-        return dict(zip(TERMS, totals, strict=True))
+        names = (*TERMS, *(f"kd/{name}" for name in self.teachers))
+        return dict(zip(names, totals, strict=True))
 
     @staticmethod
     def means(totals: dict[str, Tensor], objective: LogitObjective) -> dict[str, Tensor]:
         """The window's token means of each term and of the whole objective (``loss``)."""
         tokens = totals["tokens"].clamp(min=1)
-        means = {name: (totals[name] / tokens).float() for name in ("kd", "ce", "features")}
+        names = [name for name in totals if name != "tokens"]
+        means = {name: (totals[name] / tokens).float() for name in names}
         return {"loss": objective.combine(means["kd"], means["ce"]) + means["features"], **means}
 
     @staticmethod

@@ -6,12 +6,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from transformers import PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lightning_kd.cache.teacher import CachedTeacher
 from lightning_kd.data.token_bytes import byte_lengths
 from lightning_kd.distill.cross_tokenizer import CrossTokenizer, teacher_tokenizer_for
 from lightning_kd.distill.objective import DistillConfig
+from lightning_kd.distill.teachers import ExtraTeachers, TeacherEntry
 from lightning_kd.models.loading import StudentSpec, TeacherSpec, load_teacher
 from lightning_kd.models.quantize import quantize_teacher
 from lightning_kd.models.student import build_student, check_vocabularies, student_tokenizer
@@ -25,6 +26,7 @@ def assemble(
     tokenizer: PreTrainedTokenizerBase | None = None,
     precision: str | None = None,
     data: Any = None,
+    teachers: list[TeacherEntry] | None = None,
 ):
     """Load the teacher, build the student from it (or from ``student.source``), quantize the
     teacher if ``teacher.quantize`` says so, and check their vocabularies against ``tokenizer``
@@ -35,7 +37,10 @@ def assemble(
     With ``distill.teacher_cache`` the teacher is loaded as the cache's writer loaded it (its
     dtype, its quantization), the cache is opened against it, ``tokenizer`` and ``data`` (the
     set-up data module), and the teacher is released: the distiller holds the records instead.
+    ``teachers`` (``teachers.py``): every teacher with its weight, ``teacher`` the main entry's.
     """
+    if teachers and not distill.chunked:
+        raise ValueError("teachers: several teachers need the chunked loss (distill.chunked=true)")
     teacher_tokenizer = teacher_tokenizer_for(teacher, distill, tokenizer)
     if distill.teacher_cache is not None:
         teacher = replace(teacher, dtype=CachedTeacher.stored_dtype(distill.teacher_cache))
@@ -50,6 +55,10 @@ def assemble(
         )
     elif teacher.task == "causal_lm" and tokenizer is not None:
         check_vocabularies(teacher_model, models.student, tokenizer, student_tokenizer(student))
+    extra, main = None, ("teacher", 1.0)
+    if teachers:
+        extra = ExtraTeachers.load(teachers, distill, tokenizer, models.student, precision)
+        main = next((entry.name, entry.weight) for entry in teachers if entry.main)
     distiller = cls(
         teacher_model,
         models.student,
@@ -58,6 +67,8 @@ def assemble(
         layer_map=models.layer_map,
         cross=cross,
         token_lengths=None if cross else byte_lengths(tokenizer, models.student),
+        extra=extra,
+        teacher_weight=main,
     )
     if distill.teacher_cache is not None:
         # The repair's states are checked when it runs: a resume skips it, and its cache may
@@ -66,3 +77,16 @@ def assemble(
         args = (distill, teacher.task, teacher_model, tokenizer, data, paths)
         distiller.replace_teacher(CachedTeacher.for_distiller(*args))
     return distiller
+
+
+def check_teacher_source(
+    teacher: PreTrainedModel | None, cache: CachedTeacher | None, distill: DistillConfig
+) -> None:
+    """A distiller learns from a teacher model or from a teacher cache, never both or neither."""
+    if (teacher is None) == (cache is None):
+        raise ValueError("a Distiller takes a teacher model or a teacher cache (one of them)")
+    if teacher is None and distill.features:
+        raise ValueError(
+            "distill.features from a teacher cache: the pairs are resolved on the teacher's "
+            "modules; build with Distiller.from_specs (which loads it, then drops it)"
+        )

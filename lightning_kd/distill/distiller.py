@@ -4,7 +4,9 @@ A :class:`Distiller` holds
 
 - the **teacher**, frozen: ``requires_grad=False``, run under ``torch.no_grad()``, kept in eval
   mode through any ``.train()`` — or, with ``distill.teacher_cache``, no teacher at all but its
-  cached top-k records (:class:`~lightning_kd.cache.teacher.CachedTeacher`);
+  cached top-k records (:class:`~lightning_kd.cache.teacher.CachedTeacher`); with another
+  tokenizer than the student's, its re-tokenisation and records (``cross_tokenizer.py``); with
+  several teachers, the others (``teachers.py``);
 - the **student**, trainable, and the **projectors** of feature pairs whose widths differ; a LoRA
   student (a ``PeftModel``) is held unwrapped, with the ``PeftModel`` kept for the export only
   (``lora.py``), so paths, forwards and heads are those of the plain model;
@@ -30,11 +32,12 @@ from torch import Tensor, nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lightning_kd.cache.teacher import CachedTeacher
-from lightning_kd.distill.assembly import assemble
+from lightning_kd.distill.assembly import assemble, check_teacher_source
 from lightning_kd.distill.cross_tokenizer import CrossTokenizer
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.distill.on_policy import on_policy_for
 from lightning_kd.distill.tasks import Heads, MetricSums, bits_per_byte, make_task
+from lightning_kd.distill.teachers import ExtraTeachers, TeacherEntry
 from lightning_kd.losses.chunked import OutputHead
 from lightning_kd.losses.features import get_feature_loss, masked_feature_sum
 from lightning_kd.losses.logits import LossSums
@@ -46,19 +49,6 @@ from lightning_kd.models.loading import StudentSpec, TeacherSpec
 from lightning_kd.models.lora import ADAPTER_DIR, Adapter, is_peft_model
 
 ROLES = ("teacher", "student")
-
-
-def check_teacher_source(
-    teacher: PreTrainedModel | None, cache: CachedTeacher | None, distill: DistillConfig
-) -> None:
-    """A distiller learns from a teacher model or from a teacher cache, never both or neither."""
-    if (teacher is None) == (cache is None):
-        raise ValueError("a Distiller takes a teacher model or a teacher cache (one of them)")
-    if teacher is None and distill.features:
-        raise ValueError(
-            "distill.features from a teacher cache: the pairs are resolved on the teacher's "
-            "modules; build with Distiller.from_specs (which loads it, then drops it)"
-        )
 
 
 class Distiller(nn.Module):
@@ -75,10 +65,16 @@ class Distiller(nn.Module):
         cache: CachedTeacher | None = None,
         cross: CrossTokenizer | None = None,
         token_lengths: Tensor | None = None,
+        extra: ExtraTeachers | None = None,
+        teacher_weight: tuple[str, float] = ("teacher", 1.0),
     ) -> None:
         super().__init__()
         check_teacher_source(teacher, cache, distill)
         self.cross = cross
+        self.extra_teachers = extra
+        """With several teachers (``teachers.py``): the others, each with its weight."""
+        self.teacher_name, self.teacher_weight = teacher_weight
+        """This teacher's name in logs and its weight among several (1.0 alone)."""
         """With a teacher whose tokenizer is not the student's: the re-tokenisation and records."""
         if token_lengths is None and cross is not None:
             token_lengths = cross.student_lengths
@@ -122,11 +118,13 @@ class Distiller(nn.Module):
         tokenizer: PreTrainedTokenizerBase | None = None,
         precision: str | None = None,
         data: Any = None,
+        teachers: list[TeacherEntry] | None = None,
     ) -> Distiller:
         """The distiller of these specs, its models loaded (``assembly.py`` says how: the
         teacher, the student built from it or from ``student.source``, a cross-tokenizer path
-        where ``tokenizer`` — the run's — is not the teacher's, a teacher cache in its place)."""
-        return assemble(cls, teacher, student, distill, tokenizer, precision, data)
+        where ``tokenizer`` — the run's — is not the teacher's, a teacher cache in its place,
+        the other ``teachers``)."""
+        return assemble(cls, teacher, student, distill, tokenizer, precision, data, teachers)
 
     def replace_teacher(self, cache: CachedTeacher) -> None:
         """Drop the teacher (and its hooks) for ``cache``, which holds its outputs: from here on
@@ -203,13 +201,25 @@ class Distiller(nn.Module):
             student_out = self.run("student", batch)
             with gathered(heads):
                 objective, sums = self.task.logit_terms(
-                    student_out, teacher_out, batch, heads, ce=batch is given
+                    student_out, teacher_out, batch, heads, batch is given, self.teacher_weight
                 )
+                if self.extra_teachers is not None and with_teacher:
+                    objective = objective + self.extra_terms(sums, student_out, batch, heads)
             if self.layer_pairs:
                 features = self.feature_sum(self.task.scored_mask(batch), cached)
                 objective = objective + features
                 sums.features = features.detach()
         return objective, sums
+
+    def extra_terms(self, sums: LossSums, student_out, batch, heads: Heads) -> Tensor:
+        """The other teachers' weighted terms; ``sums.kd`` becomes the weighted sum of every
+        teacher's divergence, ``sums.teachers`` holds each one's own."""
+        extra = self.extra_teachers
+        objective, kd = extra.terms(self.task, student_out, batch, heads[0])
+        sums.teachers = {self.teacher_name: sums.kd, **kd}
+        weighted = [w * kd[name] for name, w in zip(extra.names, extra.weights, strict=True)]
+        sums.kd = self.teacher_weight * sums.kd + sum(weighted)
+        return objective
 
     @torch.no_grad()
     def evaluate(self, batch: dict[str, Tensor]) -> MetricSums:

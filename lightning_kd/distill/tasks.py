@@ -59,6 +59,7 @@ class Task(Protocol):
         batch: dict[str, Tensor],
         heads: Heads | None,
         ce: bool = True,
+        kd_scale: float = 1.0,
     ) -> tuple[Tensor, LossSums]: ...
 
     def metric_sums(
@@ -90,12 +91,16 @@ class CausalLM:
         batch: dict[str, Tensor],
         heads: Heads | None,
         ce: bool = True,
+        kd_scale: float = 1.0,
     ) -> tuple[Tensor, LossSums]:
         """The weighted KD + CE token sum (differentiable) and its parts; ``teacher=None`` for a
         CE-only step, a cached teacher's records (chunked path only) in place of its output.
         ``ce=False`` leaves the CE term out of the sum (still reported in the parts): the
-        student's own sampled completions, whose CE has no expected gradient (on_policy.py)."""
+        student's own sampled completions, whose CE has no expected gradient (on_policy.py), or
+        a second teacher's term. ``kd_scale`` weighs the KD term (one teacher of several)."""
         objective = self.objective if ce else replace(self.objective, ce_weight=0.0)
+        if kd_scale != 1.0:
+            objective = replace(objective, kd_weight=objective.kd_weight * kd_scale)
         if not self.chunked:
             sums = logit_distillation_sums(
                 student,
@@ -185,6 +190,7 @@ class Encoder:
         batch: dict[str, Tensor],
         heads: Heads | None,
         ce: bool = True,
+        kd_scale: float = 1.0,
     ) -> tuple[Tensor, LossSums]:
         """No logits: zero, with the scored token count (the features' denominator)."""
         zero = student.new_zeros((), dtype=torch.float32)

@@ -18,6 +18,7 @@ from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.data.text import TextDataModule
 from lightning_kd.distill.distiller import Distiller
+from lightning_kd.distill.teachers import teacher_entries
 from lightning_kd.launch.logger_checks import logger_configs
 from lightning_kd.models.precision import PrecisionChoice, probe_hardware, resolve_precision
 from lightning_kd.models.student import run_tokenizer
@@ -66,6 +67,7 @@ def build_module(
         optimizer=instantiate(cfg.optimizer, _convert_="all"),
         scheduler=instantiate(cfg.scheduler) if cfg.get("scheduler") else None,
         tokenizer=tokenizer if tokenizer is not None else run_tokenizer(teacher, student),
+        teachers=OmegaConf.to_container(cfg.teachers) if cfg.get("teachers") else None,
     )
 
 
@@ -78,12 +80,10 @@ def build_distiller(cfg: DictConfig) -> tuple[Distiller, PreTrainedTokenizerBase
     teacher = instantiate(cfg.teacher, _convert_="all")
     student = instantiate(cfg.student, _convert_="all")
     tokenizer = run_tokenizer(teacher, student)
-    distiller = Distiller.from_specs(
-        teacher,
-        student,
-        instantiate(cfg.distill, _convert_="all"),
-        tokenizer,
-    )
+    teachers = cfg.get("teachers")
+    entries = teacher_entries(OmegaConf.to_container(teachers), teacher) if teachers else None
+    distill = instantiate(cfg.distill, _convert_="all")
+    distiller = Distiller.from_specs(teacher, student, distill, tokenizer, teachers=entries)
     return distiller, tokenizer
 
 

@@ -59,6 +59,9 @@ class LossSums:
     """Number of unmasked (scored) tokens (int64 scalar)."""
     features: Tensor | None = None
     """Σ over the same tokens of the weighted feature-matching terms, when any are configured."""
+    teachers: dict[str, Tensor] | None = None
+    """With several teachers: each one's own (unweighted) divergence sum, by name; ``kd`` is
+    then their weighted sum."""
 
 
 def math_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -171,8 +171,9 @@ class SafeCheckpointIO(TorchCheckpointIO):
         return load_local(Path(path), map_location or (lambda storage, loc: storage))
 
 
-TEACHER_PREFIX = "distiller.teacher."
-"""Where the frozen teacher's weights sit in a DistillationModule's state dict."""
+TEACHER_PREFIX = ("distiller.teacher.", "distiller.extra_teachers.")
+"""Where the frozen teachers' weights sit in a DistillationModule's state dict (the main one,
+and the others of several)."""
 STUDENT_PREFIX = "distiller.student."
 
 

@@ -29,6 +29,7 @@ from lightning_kd.distill.accumulation import Window
 from lightning_kd.distill.distiller import Distiller
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.distill.repair import RepairReport
+from lightning_kd.distill.teachers import teacher_entries
 from lightning_kd.models.digests import config_digest, weights_digest
 from lightning_kd.models.loading import StudentSpec, TeacherSpec
 from lightning_kd.models.student import run_tokenizer
@@ -60,12 +61,16 @@ class DistillationModule(LightningModule):
         optimizer: Callable[..., Optimizer] | None = None,
         scheduler: Callable[..., Any] | None = None,
         tokenizer: PreTrainedTokenizerBase | None = None,
+        teachers: list[dict] | None = None,
     ) -> None:
         super().__init__()
         self.teacher_spec = as_spec(teacher, TeacherSpec)
+        self.teachers = teacher_entries(teachers, self.teacher_spec) if teachers else None
+        """Every teacher with its weight, where the run has several (``distill/teachers.py``)."""
         self.student_spec = as_spec(student, StudentSpec)
         self.distill = as_spec(distill, DistillConfig)
         specs = {"teacher": self.teacher_spec, "student": self.student_spec}
+        specs |= {"teachers": teachers} if teachers else {}
         self.save_hyperparameters(plain_data(specs | {"distill": self.distill}))
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
         self.tokenizer = tokenizer
@@ -114,7 +119,13 @@ class DistillationModule(LightningModule):
             # load_from_checkpoint (no trainer, no data to match a cache to): the teacher itself.
             distill = replace(distill, teacher_cache=None)
         self.distiller = Distiller.from_specs(
-            self.teacher_spec, self.student_spec, distill, self.tokenizer, precision, data
+            self.teacher_spec,
+            self.student_spec,
+            distill,
+            self.tokenizer,
+            precision,
+            data,
+            self.teachers,
         )
         cached = self.distiller.cached_teacher
         # Before any strategy shards it; a cached teacher's is the one its cache was keyed by.

@@ -75,3 +75,22 @@ def test_what_the_cross_tokenizer_path_cannot_serve_is_refused_before_step_0(
     assert code not in (None, 0)
     assert "cross-tokenizer" in output and "distill.features=null" in output
     assert not (tmp_path / "refused" / "checkpoints").exists()
+
+
+def test_two_teachers_with_two_tokenizers_log_each_divergence(models, tmp_path: Path, capsys):
+    teacher, _, corpus = models
+    run_dir = tmp_path / "two"
+    argv = [
+        "train",
+        "debug=smoke",
+        f"data.files=[{corpus}]",
+        "distill.features=null",
+        "export.gguf=null",
+        "teachers=[{name: tiny, weight: 0.6}, "
+        f"{{name: sentencepiece, weight: 0.4, path: '{teacher}', dtype: float32}}]",
+        f"hydra.run.dir={run_dir}",
+    ]
+    code, output = run_in_process(argv, capsys)
+    assert code in (None, 0), output[-3000:]
+    header = (run_dir / "logs" / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"train/kd/tiny", "train/kd/sentencepiece", "train/kd"} <= set(header)

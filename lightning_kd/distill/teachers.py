@@ -1,0 +1,155 @@
+"""Several teachers: the ``teachers`` list, each with its weight, same- or cross-tokenizer.
+
+The distiller's own teacher (the ``teacher`` group's model, online or from its cache) is one
+entry of the list; the others are held here, frozen, each with its own tokenizer path where its
+tokenizer is not the student's. A step adds, for each of them, its weighted divergence term over
+the same student positions, without CE (which the first term carries once):
+
+    loss = kd_weight · Σ_t w_t · KD_t + ce_weight · CE    (Σ_t w_t = 1)
+
+so the exact token-sum accumulation sees one objective; each teacher's own divergence is reported
+beside it (``train/kd/<name>``). Each extra term runs the student's head again, a chunk at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from transformers import PreTrainedTokenizerBase
+
+from lightning_kd.distill.cross_tokenizer import CrossTokenizer, teacher_tokenizer_for
+from lightning_kd.distill.objective import DistillConfig
+from lightning_kd.models.heads import final_hidden, output_head
+from lightning_kd.models.loading import TeacherSpec, load_teacher
+
+ENTRY_KEYS = ("name", "weight")
+"""What a ``teachers`` entry holds besides ``teacher`` keys (``models/loading.py``)."""
+
+
+@dataclass(frozen=True)
+class TeacherEntry:
+    """One entry of ``teachers``: its name in logs, its weight, and the model (``spec``)."""
+
+    name: str
+    weight: float
+    spec: TeacherSpec
+    main: bool
+    """Whether it is the ``teacher`` group's model (the entry that names no model of its own)."""
+
+
+def teacher_entries(teachers: Sequence[Mapping[str, Any]], main: TeacherSpec) -> list[TeacherEntry]:
+    """The ``teachers`` list checked: each entry a ``name``, a ``weight`` and ``teacher`` keys
+    over the ``teacher`` group's (one entry with no ``path``/``config`` is that model itself);
+    the weights sum to 1."""
+    allowed = set(ENTRY_KEYS) | {field.name for field in fields(TeacherSpec)}
+    entries = []
+    for index, entry in enumerate(teachers):
+        if not isinstance(entry, Mapping) or not {"name", "weight"} <= set(entry):
+            raise ValueError(
+                f"teachers[{index}]={entry!r}: each entry needs a name and a weight, e.g. "
+                "{name: gemma, weight: 0.5, path: gemma3_270m}"
+            )
+        if unknown := sorted(set(entry) - allowed):
+            raise ValueError(f"teachers[{index}] has unknown keys {unknown}; allowed: {allowed}")
+        overrides = {k: v for k, v in entry.items() if k not in ENTRY_KEYS}
+        own = "path" in overrides or "config" in overrides
+        if own:  # a model of its own: the other of path/config is not inherited
+            overrides = {"path": None, "config": None, "gguf_file": None} | overrides
+        spec = replace(main, **overrides)
+        entries.append(TeacherEntry(str(entry["name"]), float(entry["weight"]), spec, not own))
+    check_entries(entries)
+    return entries
+
+
+def check_entries(entries: list[TeacherEntry]) -> None:
+    """One main entry, distinct names, non-negative weights that sum to 1, causal LMs only."""
+    names = [entry.name for entry in entries]
+    if sum(entry.main for entry in entries) != 1:
+        raise ValueError(
+            "teachers lists every teacher, the teacher group's model among them exactly once "
+            "(the entry with no path or config of its own, e.g. {name: smollm2, weight: 0.5})"
+        )
+    if len(set(names)) != len(names):
+        raise ValueError(f"teachers: names {names} repeat; give each entry its own name")
+    weights = [entry.weight for entry in entries]
+    if min(weights) < 0 or abs(sum(weights) - 1.0) > 1e-6:
+        raise ValueError(
+            f"teachers: weights {weights} must be >= 0 and sum to 1 (they share kd_weight)"
+        )
+    if any(entry.spec.task != "causal_lm" for entry in entries):
+        raise ValueError("teachers: several teachers distil causal LMs' logits only")
+
+
+class ExtraTeachers(nn.Module):
+    """The teachers besides the distiller's own, frozen, with their weights and tokenizer paths."""
+
+    def __init__(
+        self,
+        models: list[nn.Module],
+        names: list[str],
+        weights: list[float],
+        crosses: list[CrossTokenizer | None],
+    ) -> None:
+        super().__init__()
+        self.models = nn.ModuleList(model.requires_grad_(False).eval() for model in models)
+        self.names, self.weights, self.crosses = names, weights, crosses
+
+    @classmethod
+    def load(
+        cls,
+        entries: list[TeacherEntry],
+        distill: DistillConfig,
+        tokenizer: PreTrainedTokenizerBase | None,
+        student: nn.Module,
+        precision: str | None = None,
+    ) -> ExtraTeachers:
+        """The non-main ``entries``' models, each loaded as a teacher is."""
+        models, crosses, others = [], [], [entry for entry in entries if not entry.main]
+        for entry in others:
+            teacher_tokenizer = teacher_tokenizer_for(entry.spec, distill, tokenizer)
+            model = load_teacher(entry.spec, precision)
+            models.append(model)
+            crosses.append(
+                None
+                if teacher_tokenizer is None
+                else CrossTokenizer.for_models(
+                    tokenizer, teacher_tokenizer, student, model, distill
+                )
+            )
+        names, weights = [e.name for e in others], [e.weight for e in others]
+        return cls(models, names, weights, crosses)
+
+    def train(self, mode: bool = True) -> ExtraTeachers:
+        """Teachers stay in eval mode whatever the distiller's mode."""
+        return super().train(False)
+
+    @torch.no_grad()
+    def output(self, index: int, batch: dict[str, Tensor], temperature: float):
+        """Teacher ``index``'s hidden states on ``batch`` (its records, across tokenizers)."""
+        model, cross = self.models[index], self.crosses[index]
+        if cross is not None:
+            return cross.records(model, output_head(model), batch, temperature)
+        return final_hidden(model, batch, logits=False)
+
+    def terms(self, task, student_out: Tensor, batch: dict[str, Tensor], student_head) -> tuple:
+        """Σ of each extra teacher's weighted divergence term (differentiable, no CE) and each
+        one's own divergence sum, by name."""
+        total, kd = None, {}
+        for index, name in enumerate(self.names):
+            teacher_out = self.output(index, batch, task.objective.temperature)
+            head = None if self.crosses[index] else output_head(self.models[index])
+            value, sums = task.logit_terms(
+                student_out,
+                teacher_out,
+                batch,
+                (student_head, head),
+                ce=False,
+                kd_scale=self.weights[index],
+            )
+            total = value if total is None else total + value
+            kd[name] = sums.kd
+        return total, kd
