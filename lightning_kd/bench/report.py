@@ -45,10 +45,24 @@ def summarise(scenarios: dict[str, dict], losses: list[dict], args: argparse.Nam
         },
         "cached_mem_ratio_vs_free_floor": cached["peak_mb"] / free["peak_mb"],
         "cached_time_ratio_vs_free_floor": cached["step_s"] / free["step_s"],
+        **other_paths(scenarios),
         "on_policy": on_policy_summary(scenarios),
         "interleaved": on_policy_summary(scenarios, "interleaved"),
         "scenarios": scenarios,
         "loss_sweep": losses,
+    }
+
+
+def other_paths(scenarios: dict[str, dict]) -> dict:
+    """The cross-tokenizer step over the logits-only step (same teacher, student, batch), and
+    what a second teacher adds to it."""
+    logits = scenarios["logits_only"]
+    cross, two = scenarios["cross_tokenizer"], scenarios["two_teachers"]
+    return {
+        "cross_tokenizer_vs_logits_only": {
+            key: cross[key] / logits[key] for key in ("peak_mb", "step_s")
+        },
+        "second_teacher": {key: two[key] - logits[key] for key in ("peak_mb", "step_s")},
     }
 
 
@@ -103,6 +117,13 @@ def markdown(report: dict) -> str:
         "From a teacher cache, no teacher weights in the process (against free_floor, the "
         f"CE-only step): memory {report['cached_mem_ratio_vs_free_floor']:.3f}, "
         f"time {report['cached_time_ratio_vs_free_floor']:.3f}",
+        "",
+        "Through the cross-tokenizer path (the teacher's own tokenizer, re-tokenised and "
+        "aligned each step), over the logits-only step: memory "
+        f"{report['cross_tokenizer_vs_logits_only']['peak_mb']:.3f}×, time "
+        f"{report['cross_tokenizer_vs_logits_only']['step_s']:.3f}×; a second teacher adds "
+        f"{report['second_teacher']['peak_mb']:.0f} MB and "
+        f"{report['second_teacher']['step_s']:.3f} s a step",
         "",
         "On-policy KD (every micro-batch the student's completions of half-row prompts, "
         f"{report['on_policy']['sampled_tokens']:.0f} tokens sampled per row): sampling takes "

@@ -33,6 +33,9 @@ SCENARIOS = (
     "cached",
     "on_policy",
     "interleaved",
+    "logits_only",
+    "cross_tokenizer",
+    "two_teachers",
 )
 SAMPLING = ("on_policy", "interleaved")
 """Scenarios whose distiller samples each row's answer first: from the student alone, or
@@ -41,6 +44,20 @@ CACHED = ("free_floor", "cached")
 """Scenarios without teacher weights in the process: ``free_floor`` a CE-only step (chunked CE,
 ``distill.kd_weight=0``), ``cached`` a logit-KD step from the teacher's top-k records; both
 without feature matching (``distill.features=null``), so they compare with each other."""
+
+LOGITS_ONLY = ["distill.features=null", "distill.blockwise_passes=0"]
+OTHER_PATHS = {
+    "logits_only": LOGITS_ONLY,
+    "cross_tokenizer": [*LOGITS_ONLY, "distill.cross_tokenizer=always", "distill.cross_top_k=64"],
+}
+"""Scenarios that are lightning_kd's step on logits alone (``logits_only``, the others' baseline:
+hidden states pair positions of one tokenisation) and through another teacher path, on the same
+teacher, student and batch: the cross-tokenizer path with the teacher's own tokenizer (each batch
+decoded, re-tokenised and aligned, the teacher's top 64 at aligned positions), and
+``two_teachers`` (the teacher twice, half the weight each: what a second teacher adds)."""
+
+TEXT_BATCH = ("logits_only", "cross_tokenizer", "two_teachers")
+"""Scenarios measured on a batch of real text (the cross-tokenizer path decodes it)."""
 
 Step = Callable[[dict], None]
 
@@ -141,6 +158,24 @@ def make_batch(vocab: int, batch: int, seq: int, device: torch.device) -> dict:
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
 
 
+def text_batch(teacher: str, batch: int, seq: int, device: torch.device) -> dict:
+    """A batch of the embedded corpus's text (its first documents, joined with EOS), for the
+    scenarios that decode ids to text: random ids are no text to re-tokenise."""
+    from lightning_kd.data.reading import DEFAULT_CORPUS, read_documents
+    from lightning_kd.data.text import pack_blocks, separator_id
+    from lightning_kd.models.loading import TeacherSpec, load_tokenizer
+
+    tokenizer = load_tokenizer(TeacherSpec(path=teacher))
+    documents, total = [], 0
+    for text in read_documents(DEFAULT_CORPUS):
+        documents.append(tokenizer(text, add_special_tokens=False)["input_ids"])
+        total += len(documents[-1]) + 1
+        if total >= batch * seq:
+            break
+    ids = pack_blocks(documents, seq, separator_id(tokenizer))[:batch].to(device)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
+
+
 def autocast_for(device: torch.device, precision: str) -> torch.autocast:
     """The autocast context of ``trainer.precision``: on for ``*-mixed``, a no-op otherwise."""
     return torch.autocast(
@@ -199,6 +234,7 @@ def scenario_steps(
         **dict.fromkeys(("lora", "free_floor"), lightning_kd),
         "cached": lightning_kd,  # the same step; its distiller holds records, not a teacher
         **dict.fromkeys(SAMPLING, lightning_kd),  # the same; its distiller samples answers first
+        **dict.fromkeys(("logits_only", "cross_tokenizer", "two_teachers"), lightning_kd),
     }
 
 
@@ -207,12 +243,16 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict:
     device = torch.device(args.device)
     torch.manual_seed(0)
     batch = make_batch(teacher_vocab(args), args.batch, args.seq, device)
+    if name in TEXT_BATCH:
+        batch = text_batch(args.teacher, args.batch, args.seq, device)
     if name in CACHED:
         distiller = teacher_free(name, args, batch)
     elif name in SAMPLING:
         batch = prompted(batch)
         overrides = on_policy_overrides(args, interleaved=name == "interleaved")
         distiller = build_distiller(args, True, *overrides).to(device)
+    elif name in OTHER_PATHS or name == "two_teachers":
+        distiller = build_distiller(args, True, *other_path(name, args)).to(device)
     else:
         quantize = "int8" if name == "teacher_int8" else None
         distiller = build_distiller(
@@ -238,6 +278,14 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict:
     if name in SAMPLING:
         row |= distiller.on_policy.summary(args.repeats)
     return row
+
+
+def other_path(name: str, args: argparse.Namespace) -> list[str]:
+    """The overrides of an :data:`OTHER_PATHS` scenario (or ``two_teachers``)."""
+    if name == "two_teachers":
+        second = f"{{name: second, weight: 0.5, path: '{args.teacher}'}}"
+        return [*LOGITS_ONLY, f"teachers=[{{name: first, weight: 0.5}}, {second}]"]
+    return OTHER_PATHS[name]
 
 
 def on_policy_overrides(args: argparse.Namespace, interleaved: bool = False) -> list[str]:

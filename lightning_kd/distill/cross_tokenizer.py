@@ -221,7 +221,7 @@ def teacher_tokenizer_for(
         return None
     if errors := distill.cross_errors():
         raise ValueError(
-            "the student's tokenizer is not the teacher's (cross-tokenizer distillation), and "
-            + "; ".join(errors)
+            "cross-tokenizer distillation (the student's tokenizer is not the teacher's, or "
+            "distill.cross_tokenizer=always) cannot serve this config: " + "; ".join(errors)
         )
     return teacher_tokenizer

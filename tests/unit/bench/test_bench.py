@@ -50,6 +50,12 @@ def test_ratios_are_against_floor_and_parts() -> None:
     assert report["cached_time_ratio_vs_free_floor"] == pytest.approx(
         cached["step_s"] / free["step_s"]
     )
+    logits, cross = report["scenarios"]["logits_only"], report["scenarios"]["cross_tokenizer"]
+    assert report["cross_tokenizer_vs_logits_only"]["peak_mb"] == pytest.approx(
+        cross["peak_mb"] / logits["peak_mb"]
+    )
+    two = report["scenarios"]["two_teachers"]
+    assert report["second_teacher"]["step_s"] == pytest.approx(two["step_s"] - logits["step_s"])
 
 
 def test_the_generation_share_is_the_sampling_over_the_on_policy_step() -> None:
@@ -77,7 +83,10 @@ def test_the_on_policy_scenario_samples_completions_of_half_rows(tmp_path, name:
     assert 1 <= row["sampled_tokens"] <= 64  # at most half of the 128-token rows
 
 
-@pytest.mark.parametrize("name", ["floor", "lightning_kd", "free_floor", "cached", "lora"])
+@pytest.mark.parametrize(
+    "name",
+    ["floor", "lightning_kd", "free_floor", "cached", "lora", "cross_tokenizer", "two_teachers"],
+)
 def test_each_step_scenario_runs_on_the_default_objective(tmp_path, name: str) -> None:
     """The scenarios compose the default config (feature spans, repair settings): free_floor
     once failed there while a test on another config stayed green. In-process, tiny teacher."""
