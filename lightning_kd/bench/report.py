@@ -101,7 +101,12 @@ def markdown(report: dict) -> str:
     for row in report["loss_sweep"]:
         kind = "chunked" if row["chunked"] else "full logits"
         lines.append(f"| {kind} | {row['tokens']} | {row['loss_mb']:.0f} | {row['step_s']:.3f} |")
-    lines += [
+    return "\n".join(lines + ratio_lines(report))
+
+
+def ratio_lines(report: dict) -> list[str]:
+    """``bench.md``'s sentences under the tables: each ratio, said."""
+    lines = [
         "",
         f"mem_ratio_vs_floor {report['mem_ratio_vs_floor']:.3f}, "
         f"time_ratio_vs_parts {report['time_ratio_vs_parts']:.3f}, "
@@ -133,7 +138,7 @@ def markdown(report: dict) -> str:
         f"{report['interleaved']['generation_share']:.1%} of the step, "
         f"{report['interleaved']['step_vs_lightning_kd']:.2f}× lightning_kd's",
     ]
-    return "\n".join(lines)
+    return lines
 
 
 def plot(report: dict, path: Path) -> None:

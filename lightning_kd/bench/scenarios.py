@@ -5,8 +5,6 @@
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from collections.abc import Callable
 
 import torch
@@ -17,9 +15,9 @@ from lightning_kd.bench.measure import (
     peak_mb,
     release_free_memory,
     reset_peak,
-    synchronize,
     timed,
 )
+from lightning_kd.bench.sampling import TimedSampling, on_policy_overrides, prompted
 
 SCENARIOS = (
     "floor",
@@ -224,18 +222,10 @@ def scenario_steps(
             objective, sums = distiller(batch)
         optimizer_step(objective / sums.tokens)
 
-    return {
-        "floor": floor,
-        "teacher": teacher_forward,
-        "teacher_int8": teacher_forward,
-        "naive": naive,
-        "full_logits": lightning_kd,
-        "lightning_kd": lightning_kd,
-        **dict.fromkeys(("lora", "free_floor"), lightning_kd),
-        "cached": lightning_kd,  # the same step; its distiller holds records, not a teacher
-        **dict.fromkeys(SAMPLING, lightning_kd),  # the same; its distiller samples answers first
-        **dict.fromkeys(("logits_only", "cross_tokenizer", "two_teachers"), lightning_kd),
-    }
+    # Every other scenario is lightning_kd's step on the distiller it was given: records for
+    # `cached`, answers sampled first for SAMPLING, another teacher path for TEXT_BATCH's.
+    steps = dict.fromkeys(SCENARIOS, lightning_kd) | {"floor": floor, "naive": naive}
+    return steps | dict.fromkeys(("teacher", "teacher_int8"), teacher_forward)
 
 
 def run_scenario(name: str, args: argparse.Namespace) -> dict:
@@ -286,49 +276,6 @@ def other_path(name: str, args: argparse.Namespace) -> list[str]:
         second = f"{{name: second, weight: 0.5, path: '{args.teacher}'}}"
         return [*LOGITS_ONLY, f"teachers=[{{name: first, weight: 0.5}}, {second}]"]
     return OTHER_PATHS[name]
-
-
-def on_policy_overrides(args: argparse.Namespace, interleaved: bool = False) -> list[str]:
-    """Every micro-batch sampled (λ = 1), completions of at most half a row: prompt + answer
-    then fill at most the other scenarios' ``--seq`` tokens; interleaved: the teacher's top 25
-    (speculative KD's choice) veto the student's tokens."""
-    overrides = ["distill.on_policy=1", f"distill.on_policy_tokens={args.seq - args.seq // 2}"]
-    return overrides + (["distill.on_policy_teacher_top_k=25"] if interleaved else [])
-
-
-def prompted(batch: dict) -> dict:
-    """``batch`` with its first half unlabelled: that half is the prompt on-policy KD completes."""
-    labels = batch["labels"].clone()
-    labels[:, : labels.shape[1] // 2] = -100
-    return batch | {"labels": labels}
-
-
-class TimedSampling:
-    """The distiller's on-policy sampler, timed inside the step that calls it: each timed step's
-    sampling is part of that step, so its share of the step is at most 1 by construction."""
-
-    def __init__(self, on_policy, device: torch.device) -> None:
-        self.on_policy, self.device = on_policy, device
-        self.seconds: list[float] = []
-        self.tokens: list[float] = []
-
-    def replace(self, student, batch: dict, draw: int, step: int = 0, teacher=None) -> dict:
-        """The sampler's own ``replace`` (its λ draw included), timed."""
-        synchronize(self.device)
-        start = time.perf_counter()
-        sampled = self.on_policy.replace(student, batch, draw, step, teacher)
-        synchronize(self.device)
-        self.seconds.append(time.perf_counter() - start)
-        prompt = batch["labels"].shape[1] // 2  # the half of each row before its answer (prompted)
-        self.tokens.append(float((sampled["attention_mask"].sum(1) - prompt).float().mean()))
-        return sampled
-
-    def summary(self, repeats: int) -> dict:
-        """The timed steps' (the last ``repeats``) median sampling time and tokens per row."""
-        return {
-            "sample_s": statistics.median(self.seconds[-repeats:]),
-            "sampled_tokens": statistics.mean(self.tokens[-repeats:]),
-        }
 
 
 def teacher_vocab(args: argparse.Namespace) -> int:

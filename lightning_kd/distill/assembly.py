@@ -3,7 +3,7 @@ it holds and choosing the teacher's side of its step (online, cached, another to
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -48,17 +48,8 @@ def assemble(
     models = build_student(student, teacher_model, teacher.task)
     if teacher.quantize is not None:  # after the student copied full-precision layers
         quantize_teacher(teacher_model, teacher.quantize)
-    cross = None
-    if teacher_tokenizer is not None:
-        cross = CrossTokenizer.for_models(
-            tokenizer, teacher_tokenizer, models.student, teacher_model, distill
-        )
-    elif teacher.task == "causal_lm" and tokenizer is not None:
-        check_vocabularies(teacher_model, models.student, tokenizer, student_tokenizer(student))
-    extra, main = None, ("teacher", 1.0)
-    if teachers:
-        extra = ExtraTeachers.load(teachers, distill, tokenizer, models.student, precision)
-        main = next((entry.name, entry.weight) for entry in teachers if entry.main)
+    sides = TeacherSides(teacher, student, distill, tokenizer, teacher_tokenizer, precision)
+    cross, extra, main = sides.build(teacher_model, models.student, teachers)
     distiller = cls(
         teacher_model,
         models.student,
@@ -77,6 +68,36 @@ def assemble(
         args = (distill, teacher.task, teacher_model, tokenizer, data, paths)
         distiller.replace_teacher(CachedTeacher.for_distiller(*args))
     return distiller
+
+
+@dataclass
+class TeacherSides:
+    """What :func:`assemble` knows when it chooses the step's teacher sides."""
+
+    teacher: TeacherSpec
+    student: StudentSpec
+    distill: DistillConfig
+    tokenizer: PreTrainedTokenizerBase | None
+    teacher_tokenizer: PreTrainedTokenizerBase | None
+    precision: str | None
+
+    def build(self, teacher_model, student_model, teachers: list[TeacherEntry] | None) -> tuple:
+        """``(cross, extra, (name, weight))``: the cross-tokenizer path where the tokenizers
+        differ (else their vocabularies checked), the other ``teachers`` loaded, and the main
+        teacher's name and weight among them."""
+        cross = None
+        if self.teacher_tokenizer is not None:
+            cross = CrossTokenizer.for_models(
+                self.tokenizer, self.teacher_tokenizer, student_model, teacher_model, self.distill
+            )
+        elif self.teacher.task == "causal_lm" and self.tokenizer is not None:
+            own = student_tokenizer(self.student)
+            check_vocabularies(teacher_model, student_model, self.tokenizer, own)
+        if not teachers:
+            return cross, None, ("teacher", 1.0)
+        args = (teachers, self.distill, self.tokenizer, student_model, self.precision)
+        main = next((entry.name, entry.weight) for entry in teachers if entry.main)
+        return cross, ExtraTeachers.load(*args), main
 
 
 def check_teacher_source(

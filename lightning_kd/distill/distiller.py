@@ -70,16 +70,7 @@ class Distiller(nn.Module):
     ) -> None:
         super().__init__()
         check_teacher_source(teacher, cache, distill)
-        self.cross = cross
-        self.extra_teachers = extra
-        """With several teachers (``teachers.py``): the others, each with its weight."""
-        self.teacher_name, self.teacher_weight = teacher_weight
-        """This teacher's name in logs and its weight among several (1.0 alone)."""
-        """With a teacher whose tokenizer is not the student's: the re-tokenisation and records."""
-        if token_lengths is None and cross is not None:
-            token_lengths = cross.student_lengths
-        self.token_lengths = token_lengths
-        """``[student_vocab]``: the bytes each student id spells, for bits per byte (or None)."""
+        self.other_sides(cross, extra, teacher_weight, token_lengths)
         self.teacher = None if teacher is None else teacher.requires_grad_(False).eval()
         self.cached_teacher = cache
         self.adapter = Adapter(student) if is_peft_model(student) else None
@@ -109,6 +100,19 @@ class Distiller(nn.Module):
                 self.captures[role] = ModuleCapture(getattr(self, role), paths, role)
         self._heads_checked: set[str] = set()
 
+    def other_sides(self, cross, extra, teacher_weight, token_lengths) -> None:
+        """What the step reads besides the teacher model (see ``__init__``'s arguments)."""
+        self.cross: CrossTokenizer | None = cross
+        """With a teacher whose tokenizer is not the student's: the re-tokenisation and records."""
+        self.extra_teachers: ExtraTeachers | None = extra
+        """With several teachers (``teachers.py``): the others, each with its weight."""
+        self.teacher_name, self.teacher_weight = teacher_weight
+        """This teacher's name in logs and its weight among several (1.0 alone)."""
+        if token_lengths is None and cross is not None:
+            token_lengths = cross.student_lengths
+        self.token_lengths: Tensor | None = token_lengths
+        """``[student_vocab]``: the bytes each student id spells, for bits per byte (or None)."""
+
     @classmethod
     def from_specs(
         cls,
@@ -120,10 +124,8 @@ class Distiller(nn.Module):
         data: Any = None,
         teachers: list[TeacherEntry] | None = None,
     ) -> Distiller:
-        """The distiller of these specs, its models loaded (``assembly.py`` says how: the
-        teacher, the student built from it or from ``student.source``, a cross-tokenizer path
-        where ``tokenizer`` — the run's — is not the teacher's, a teacher cache in its place,
-        the other ``teachers``)."""
+        """The distiller of these specs, its models loaded (``assembly.py``: the teacher, the
+        student from it or ``student.source``, the cross-tokenizer path, a cache, ``teachers``)."""
         return assemble(cls, teacher, student, distill, tokenizer, precision, data, teachers)
 
     def replace_teacher(self, cache: CachedTeacher) -> None:
