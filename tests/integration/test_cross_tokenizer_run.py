@@ -94,3 +94,11 @@ def test_two_teachers_with_two_tokenizers_log_each_divergence(models, tmp_path: 
     assert code in (None, 0), output[-3000:]
     header = (run_dir / "logs" / "metrics.csv").read_text().splitlines()[0].split(",")
     assert {"train/kd/tiny", "train/kd/sentencepiece", "train/kd"} <= set(header)
+
+
+def test_the_cache_command_refuses_a_student_with_another_tokenizer(models, tmp_path, capsys):
+    teacher, student, corpus = models
+    argv = overrides(teacher, student, corpus, tmp_path / "cache")
+    code, output = run_in_process(["cache", *argv[1:]], capsys)
+    assert code not in (None, 0)
+    assert "not the teacher's" in output and "distill.teacher_cache=null" in output
