@@ -20,7 +20,7 @@ COMMANDS = {
     "train": "distil a teacher into a student (Hydra overrides: debug=smoke, teacher=..., ...)",
     "cache": "run the teacher once and write its top-k cache (Hydra overrides, as train)",
     "generate": "write the teacher's completions for sequence-level KD (Hydra overrides)",
-    "evaluate": "perplexity and bits per byte of saved models, answers judged by a teacher, lm-eval",
+    "evaluate": "perplexity and bits per byte of saved models, judged answers, lm-eval tasks",
     "importance": "score the teacher's layers and print the student.layers a run would keep",
     "export": "write a saved student as a GGUF file for llama.cpp (f16 or q8_0)",
     "bench": "memory and speed of a KD step against its floor, side by side",

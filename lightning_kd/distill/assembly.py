@@ -39,15 +39,10 @@ def assemble(
     set-up data module), and the teacher is released: the distiller holds the records instead.
     ``teachers`` (``teachers.py``): every teacher with its weight, ``teacher`` the main entry's.
     """
-    if teachers and not distill.chunked:
+    if teachers and not distill.chunked:  # the extra terms run the student's head themselves
         raise ValueError("teachers: several teachers need the chunked loss (distill.chunked=true)")
-    teacher_tokenizer = teacher_tokenizer_for(teacher, distill, tokenizer)
-    if distill.teacher_cache is not None:
-        teacher = replace(teacher, dtype=CachedTeacher.stored_dtype(distill.teacher_cache))
-    teacher_model = load_teacher(teacher, precision)
-    models = build_student(student, teacher_model, teacher.task)
-    if teacher.quantize is not None:  # after the student copied full-precision layers
-        quantize_teacher(teacher_model, teacher.quantize)
+    teacher_tokenizer = teacher_tokenizer_for(teacher, distill, tokenizer, student)
+    teacher_model, models, keep_source = load_models(teacher, student, distill, precision)
     sides = TeacherSides(teacher, student, distill, tokenizer, teacher_tokenizer, precision)
     cross, extra, main = sides.build(teacher_model, models.student, teachers)
     distiller = cls(
@@ -55,11 +50,12 @@ def assemble(
         models.student,
         distill,
         task=teacher.task,
-        layer_map=models.layer_map,
+        layer_map=models.layer_map if student.copies_teacher or keep_source else None,
         cross=cross,
         token_lengths=None if cross else byte_lengths(tokenizer, models.student),
         extra=extra,
         teacher_weight=main,
+        repair_source=models.source,
     )
     if distill.teacher_cache is not None:
         # The repair's states are checked when it runs: a resume skips it, and its cache may
@@ -68,6 +64,20 @@ def assemble(
         args = (distill, teacher.task, teacher_model, tokenizer, data, paths)
         distiller.replace_teacher(CachedTeacher.for_distiller(*args))
     return distiller
+
+
+def load_models(teacher: TeacherSpec, student: StudentSpec, distill, precision):
+    """The teacher (as its cache's writer loaded it, with one) and the student built from it or
+    ``student.source`` (whose model is kept for a block-wise repair), the teacher quantized
+    after the student copied full-precision layers; and whether the source was kept."""
+    if distill.teacher_cache is not None:
+        teacher = replace(teacher, dtype=CachedTeacher.stored_dtype(distill.teacher_cache))
+    teacher_model = load_teacher(teacher, precision)
+    keep_source = student.source is not None and distill.blockwise_passes > 0
+    models = build_student(student, teacher_model, teacher.task, keep_source)
+    if teacher.quantize is not None:
+        quantize_teacher(teacher_model, teacher.quantize)
+    return teacher_model, models, keep_source
 
 
 @dataclass

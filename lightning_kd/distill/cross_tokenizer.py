@@ -209,7 +209,7 @@ class CrossTokenizer:
 
 
 def teacher_tokenizer_for(
-    teacher: TeacherSpec, distill, tokenizer: PreTrainedTokenizerBase | None
+    teacher: TeacherSpec, distill, tokenizer: PreTrainedTokenizerBase | None, student=None
 ) -> PreTrainedTokenizerBase | None:
     """The teacher's tokenizer when the run distils across tokenizers (the run's ``tokenizer``,
     the student's, is not the teacher's, or ``distill.cross_tokenizer=always``), else None;
@@ -219,7 +219,8 @@ def teacher_tokenizer_for(
     teacher_tokenizer = load_tokenizer(teacher)
     if distill.cross_tokenizer != "always" and same_tokenizer(tokenizer, teacher_tokenizer):
         return None
-    if errors := distill.cross_errors():
+    copied = student is not None and student.source is not None
+    if errors := distill.cross_errors(repairs_from_source=copied):
         raise ValueError(
             "cross-tokenizer distillation (the student's tokenizer is not the teacher's, or "
             "distill.cross_tokenizer=always) cannot serve this config: " + "; ".join(errors)

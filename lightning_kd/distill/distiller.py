@@ -46,7 +46,7 @@ from lightning_kd.models.capture import ModuleCapture, capture_step
 from lightning_kd.models.heads import check_head, final_hidden, gathered, output_head
 from lightning_kd.models.layer_pairs import configured_pairs, make_projectors, repair_pairs
 from lightning_kd.models.loading import StudentSpec, TeacherSpec
-from lightning_kd.models.lora import ADAPTER_DIR, Adapter, is_peft_model
+from lightning_kd.models.lora import Adapter, is_peft_model, save_student
 
 ROLES = ("teacher", "student")
 
@@ -67,6 +67,7 @@ class Distiller(nn.Module):
         token_lengths: Tensor | None = None,
         extra: ExtraTeachers | None = None,
         teacher_weight: tuple[str, float] = ("teacher", 1.0),
+        repair_source: PreTrainedModel | None = None,
     ) -> None:
         super().__init__()
         check_teacher_source(teacher, cache, distill)
@@ -87,8 +88,11 @@ class Distiller(nn.Module):
         self.draws = 0  # micro-batches numbered here when the caller does not number them
         self.layer_map = layer_map
         """``layer_map[j]``: the teacher layer student layer j was copied from (or None)."""
-        self.layer_pairs = configured_pairs(distill, student, teacher, layer_map)
-        self.repair_pairs = repair_pairs(distill, student, teacher, layer_map)
+        self.repair_source = None if repair_source is None else repair_source.requires_grad_(False)
+        """``student.source``'s model, whose layers the student copied: what the repair reads."""
+        own = layer_map if repair_source is None else None  # a source's map is not the teacher's
+        self.layer_pairs = configured_pairs(distill, student, teacher, own)
+        self.repair_pairs = repair_pairs(distill, student, self.repair_teacher, layer_map)
         """Student layer ↔ end of its teacher span, for ``distill.blockwise_passes``."""
         self.projectors = nn.ModuleList()
         self.captures: dict[str, ModuleCapture] = {}
@@ -101,17 +105,15 @@ class Distiller(nn.Module):
         self._heads_checked: set[str] = set()
 
     def other_sides(self, cross, extra, teacher_weight, token_lengths) -> None:
-        """What the step reads besides the teacher model (see ``__init__``'s arguments)."""
+        """What the step reads besides the teacher model: with another tokenizer, the
+        re-tokenisation (``cross``); with several teachers, the others (``extra``) and this one's
+        name and weight; the bytes each student id spells, for bits per byte."""
         self.cross: CrossTokenizer | None = cross
-        """With a teacher whose tokenizer is not the student's: the re-tokenisation and records."""
         self.extra_teachers: ExtraTeachers | None = extra
-        """With several teachers (``teachers.py``): the others, each with its weight."""
         self.teacher_name, self.teacher_weight = teacher_weight
-        """This teacher's name in logs and its weight among several (1.0 alone)."""
         if token_lengths is None and cross is not None:
             token_lengths = cross.student_lengths
         self.token_lengths: Tensor | None = token_lengths
-        """``[student_vocab]``: the bytes each student id spells, for bits per byte (or None)."""
 
     @classmethod
     def from_specs(
@@ -136,11 +138,21 @@ class Distiller(nn.Module):
         self.teacher = None
         self.cached_teacher = cache
 
+    @property
+    def repair_teacher(self) -> nn.Module | None:
+        """The model the block-wise repair reads: ``student.source``'s, else the teacher."""
+        return self.repair_source if self.repair_source is not None else self.teacher
+
+    def release_repair_source(self) -> None:
+        """Drop ``student.source``'s model once the repair is done (or skipped by a resume)."""
+        self.repair_source = None
+
     def train(self, mode: bool = True) -> Distiller:
-        """Set train/eval mode on everything but the teacher, which always stays in eval."""
+        """Set train/eval mode on everything but the teachers, which always stay in eval."""
         super().train(mode)
-        if self.teacher is not None:
-            self.teacher.eval()
+        for model in (self.teacher, self.repair_source):
+            if model is not None:
+                model.eval()
         return self
 
     def trainable_parameters(self) -> Iterator[nn.Parameter]:
@@ -277,23 +289,12 @@ class Distiller(nn.Module):
         return self.output_head("student"), teacher
 
     def unsharded_parameters(self) -> list[nn.Parameter]:
-        """What a sharding strategy must leave whole: the teacher's output head (its embedding,
-        when tied), which the chunked loss reads outside any of the teacher's forwards — and which,
-        tied, the full-logit forward applies after the body's unit has resharded it."""
+        """What a sharding strategy must leave whole: the teacher's output head (its tied
+        embedding), which the chunked loss reads outside the teacher's forwards."""
         causal = self.task.name == "causal_lm" and self.teacher is not None
         head = self.teacher.get_output_embeddings() if causal else None
         return [] if head is None else list(head.parameters())
 
     def export(self, directory: str | Path, tokenizer: PreTrainedTokenizerBase | None) -> None:
-        """Save the student (no projectors, no training state) with the teacher's tokenizer.
-
-        A LoRA student is saved with its adapters merged into the weights (a plain model for
-        ``from_pretrained``), and its adapter alone in ``directory/adapter``.
-        """
-        if self.adapter is None:
-            self.student.save_pretrained(directory)
-        else:
-            self.adapter.merged().save_pretrained(directory)
-            self.adapter.save(Path(directory) / ADAPTER_DIR)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(directory)
+        """Save the student with the run's tokenizer (``lora.save_student``: LoRA merged)."""
+        save_student(self.student, self.adapter, directory, tokenizer)

@@ -175,18 +175,21 @@ class DistillConfig:
                 f"distill.cross_min_aligned={self.cross_min_aligned}: a share, in [0, 1]"
             )
 
-    def cross_errors(self) -> list[str]:
-        """What the cross-tokenizer path cannot serve in this config (empty: nothing)."""
+    def cross_errors(self, repairs_from_source: bool = False) -> list[str]:
+        """What the cross-tokenizer path cannot serve in this config (empty: nothing);
+        ``repairs_from_source``: the student was copied from ``student.source``, which the
+        block-wise repair then reads instead of the teacher."""
         errors = []
         if self.features:
             errors.append(
                 "distill.features matches hidden states position by position, and the two "
                 "tokenisations have different positions: set distill.features=null"
             )
-        if self.blockwise_passes:
+        if self.blockwise_passes and not repairs_from_source:
             errors.append(
-                "distill.blockwise_passes repairs a student copied from the teacher's layers: "
-                "set distill.blockwise_passes=0"
+                "distill.blockwise_passes repairs a student copied from a model's layers "
+                "(student.source, read with the student's tokenizer): set student.source or "
+                "distill.blockwise_passes=0"
             )
         if not self.chunked:
             errors.append("the cross-tokenizer loss is chunked only: set distill.chunked=true")

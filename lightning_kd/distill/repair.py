@@ -117,7 +117,7 @@ def check_cached_states(distiller, spans: list[Span]) -> None:
     (written for a resume, or with cache.keep_repair_states=false after its run) before any
     step, naming the fix."""
     cache = distiller.cached_teacher
-    if cache is None:
+    if cache is None or distiller.repair_source is not None:  # the source runs itself
         return
     needed = {path for span in spans for path in (span.source, span.target) if path}
     lacking = sorted(needed - set(cache.key.features))
@@ -168,10 +168,10 @@ class Captures:
     @classmethod
     def of(cls, distiller, spans: list[Span]) -> Captures:
         student = ModuleCapture(distiller.student, [s.student for s in spans], "student")
-        if distiller.teacher is None:
+        if distiller.repair_teacher is None:
             return cls(student, None)
         paths = sorted({path for span in spans for path in span.teacher_paths})
-        return cls(student, ModuleCapture(distiller.teacher, paths, "teacher"))
+        return cls(student, ModuleCapture(distiller.repair_teacher, paths, "teacher"))
 
     def all(self) -> list[ModuleCapture]:
         return [self.student] + ([self.teacher] if self.teacher is not None else [])
@@ -182,11 +182,12 @@ class Captures:
 
 
 def teacher_states(distiller, capture: ModuleCapture | None, batch: dict[str, Tensor]):
-    """The teacher's outputs at the spans' modules for ``batch``: cached, or from its forward."""
-    if distiller.cached_teacher is not None:
+    """The teacher's outputs at the spans' modules for ``batch``: cached, or from its forward
+    (``student.source``'s model's, where the student was copied from that model)."""
+    if distiller.cached_teacher is not None and distiller.repair_source is None:
         return distiller.cached_teacher.records(batch, "train")[1]
     with capture.arm(), torch.no_grad():
-        final_hidden(distiller.teacher, batch, logits=False)
+        final_hidden(distiller.repair_teacher, batch, logits=False)
     return capture.pop()
 
 

@@ -170,3 +170,16 @@ class Adapter:
         """The adapter alone (``adapter_config.json``, ``adapter_model.safetensors``), loadable
         onto the student's base with ``PeftModel.from_pretrained(base, directory)``."""
         self.peft_model.save_pretrained(directory)
+
+
+def save_student(student: nn.Module, adapter: Adapter | None, directory, tokenizer=None) -> None:
+    """``save_pretrained`` the student into ``directory`` with ``tokenizer``; a LoRA student
+    (``adapter``) with its adapters merged into the weights (a plain model for
+    ``from_pretrained``), and its adapter alone in ``directory/adapter``."""
+    if adapter is None:
+        student.save_pretrained(directory)
+    else:
+        adapter.merged().save_pretrained(directory)
+        adapter.save(Path(directory) / ADAPTER_DIR)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(directory)

@@ -43,7 +43,10 @@ class Models:
     student: PreTrainedModel
     """The student; a ``PeftModel`` around it with ``student.lora``."""
     layer_map: list[int] | None = field(default=None)
-    """``layer_map[j]`` is the teacher layer that student layer j was copied from (None if not)."""
+    """``layer_map[j]`` is the teacher layer (``source``'s, with one) that student layer j was
+    copied from (None if not)."""
+    source: PreTrainedModel | None = None
+    """``student.source``'s model, kept for the block-wise repair when asked (else None)."""
 
 
 def decoder_layers(model: nn.Module) -> tuple[str, nn.ModuleList]:
@@ -121,10 +124,13 @@ def student_from_teacher(teacher: PreTrainedModel, indices: list[int]) -> PreTra
     return student
 
 
-def build_student(spec: StudentSpec, teacher: PreTrainedModel, task: str) -> Models:
+def build_student(
+    spec: StudentSpec, teacher: PreTrainedModel, task: str, keep_source: bool = False
+) -> Models:
     """The student described by ``spec``, trainable, with activation checkpointing if asked; with
-    ``spec.lora`` a ``PeftModel`` whose adapters alone train."""
-    layer_map = None
+    ``spec.lora`` a ``PeftModel`` whose adapters alone train; ``keep_source``: ``spec.source``'s
+    model is returned too (frozen, for the block-wise repair)."""
+    layer_map, kept = None, None
     if spec.path is not None:
         location = checked_model_path(spec.path, "student.path")
         with readable(location, "student.path"):
@@ -135,9 +141,9 @@ def build_student(spec: StudentSpec, teacher: PreTrainedModel, task: str) -> Mod
         student = model_from_config(spec.config, task, base=teacher.config)
     elif spec.source is not None:
         source = load_teacher(TeacherSpec(path=spec.source, dtype="float32", task=task))
-        indices = student_layer_indices(spec, source.config.num_hidden_layers)
-        student = student_from_teacher(source, indices)
-        del source
+        layer_map = student_layer_indices(spec, source.config.num_hidden_layers)
+        student = student_from_teacher(source, layer_map)
+        kept = source if keep_source else None
     else:
         layer_map = student_layer_indices(spec, teacher.config.num_hidden_layers)
         student = student_from_teacher(teacher, layer_map)
@@ -152,7 +158,7 @@ def build_student(spec: StudentSpec, teacher: PreTrainedModel, task: str) -> Mod
         enable_activation_checkpointing(student)
     if spec.lora is not None:
         student = apply_lora(student, spec.lora_spec)
-    return Models(teacher=teacher, student=student, layer_map=layer_map)
+    return Models(teacher=teacher, student=student, layer_map=layer_map, source=kept)
 
 
 def freeze_embeddings(model: PreTrainedModel) -> None:

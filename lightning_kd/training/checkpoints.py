@@ -171,7 +171,7 @@ class SafeCheckpointIO(TorchCheckpointIO):
         return load_local(Path(path), map_location or (lambda storage, loc: storage))
 
 
-TEACHER_PREFIX = ("distiller.teacher.", "distiller.extra_teachers.")
+TEACHER_PREFIX = ("distiller.teacher.", "distiller.extra_teachers.", "distiller.repair_source.")
 """Where the frozen teachers' weights sit in a DistillationModule's state dict (the main one,
 and the others of several)."""
 STUDENT_PREFIX = "distiller.student."

@@ -25,6 +25,7 @@ class BlockwiseRepair(Callback):
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if pl_module.distill.blockwise_passes and trainer.ckpt_path is None:
             pl_module.blockwise = self.repair(trainer, pl_module)
+        pl_module.distiller.release_repair_source()  # student.source's model: repaired from
 
     @staticmethod
     def repair(trainer: Trainer, pl_module: LightningModule) -> RepairReport:
