@@ -175,17 +175,18 @@ class DistillConfig:
                 f"distill.cross_min_aligned={self.cross_min_aligned}: a share, in [0, 1]"
             )
 
-    def cross_errors(self, repairs_from_source: bool = False) -> list[str]:
+    def cross_errors(self, repairs_from_source: bool = False, main: bool = True) -> list[str]:
         """What the cross-tokenizer path cannot serve in this config (empty: nothing);
         ``repairs_from_source``: the student was copied from ``student.source``, which the
-        block-wise repair then reads instead of the teacher."""
+        block-wise repair then reads instead of the teacher; ``main=False``: for one of several
+        teachers, which hidden states and the repair never read."""
         errors = []
-        if self.features:
+        if self.features and main:
             errors.append(
                 "distill.features matches hidden states position by position, and the two "
                 "tokenisations have different positions: set distill.features=null"
             )
-        if self.blockwise_passes and not repairs_from_source:
+        if self.blockwise_passes and not repairs_from_source and main:
             errors.append(
                 "distill.blockwise_passes repairs a student copied from a model's layers "
                 "(student.source, read with the student's tokenizer): set student.source or "

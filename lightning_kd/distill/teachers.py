@@ -110,7 +110,7 @@ class ExtraTeachers(nn.Module):
         """The non-main ``entries``' models, each loaded as a teacher is."""
         models, crosses, others = [], [], [entry for entry in entries if not entry.main]
         for entry in others:
-            teacher_tokenizer = teacher_tokenizer_for(entry.spec, distill, tokenizer)
+            teacher_tokenizer = teacher_tokenizer_for(entry.spec, distill, tokenizer, main=False)
             model = load_teacher(entry.spec, precision)
             models.append(model)
             crosses.append(

@@ -102,3 +102,19 @@ def test_the_cache_command_refuses_a_student_with_another_tokenizer(models, tmp_
     code, output = run_in_process(["cache", *argv[1:]], capsys)
     assert code not in (None, 0)
     assert "not the teacher's" in output and "distill.teacher_cache=null" in output
+
+
+def test_a_student_copied_from_its_source_is_repaired_from_that_source(
+    models, tmp_path: Path, capsys
+) -> None:
+    """The block-wise repair reads student.source's model (whose layers the student copied and
+    whose tokenizer it reads), not the teacher's; the source is released before training."""
+    teacher, student, corpus = models
+    run_dir = tmp_path / "repaired"
+    argv = [*overrides(teacher, student, corpus, run_dir), "distill.blockwise_passes=1"]
+    code, output = run_in_process(argv, capsys)
+    assert code in (None, 0), output[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["blockwise"]["steps"] > 0 and summary["blockwise"]["layers"]
+    state = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+    assert not [key for key in state if not key.startswith("distiller.student.")]
