@@ -4,6 +4,7 @@ refused by name, and a failed write leaves nothing."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
 from lightning_kd.cli import main
-from lightning_kd.evaluation.perplexity import blocks_of, perplexity
+from lightning_kd.evaluation.perplexity import documents_of, nll_sum, windows_of
 from lightning_kd.export.gguf import architecture_errors, export_saved, gguf_path, write_gguf
 from lightning_kd.export.gguf_vocab import GGUFFile
 from lightning_kd.models.loading import byte_tokenizer, model_from_config
@@ -64,8 +65,8 @@ def saved(tmp_path_factory) -> Path:
 def held_out_perplexity(model, tmp_path: Path) -> float:
     text = tmp_path / "held_out.txt"
     text.write_text(HELD_OUT)
-    blocks = blocks_of([str(text)], byte_tokenizer(), 64, "text")
-    return perplexity(model, blocks, batch_size=8)[0]
+    windows = windows_of(documents_of([str(text)], "text"), byte_tokenizer(), 64, "held-out")
+    return math.exp(nll_sum(model, windows, batch_size=8) / windows.tokens)
 
 
 @pytest.mark.parametrize("kind", LIMITS)
