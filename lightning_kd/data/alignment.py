@@ -241,7 +241,8 @@ def vocabulary_map(student: TokenBytes, teacher: TokenBytes, teacher_size: int) 
     """``[teacher_size]``: the student id spelling the same bytes as each teacher id, or −1.
 
     One to one: where several teacher ids spell the same bytes, the one its tokenizer emits wins
-    (a regular piece before a byte-fallback piece); the document ends map to each other.
+    (a regular piece before a byte-fallback piece); the document ends map to each other; the
+    teacher's other special tokens (padding, chat markers) to nothing.
     """
     by_bytes: dict[bytes, int] = {}
     for index, piece in enumerate(student.pieces):
@@ -251,12 +252,41 @@ def vocabulary_map(student: TokenBytes, teacher: TokenBytes, teacher_size: int) 
     order = sorted(range(len(teacher.pieces)), key=lambda i: i in teacher.byte_pieces)
     taken = set()
     for index in order:
-        if index >= teacher_size:
+        if index >= teacher_size or index in teacher.specials:
             continue
         target = by_bytes.get(teacher.pieces[index]) if teacher.pieces[index] else None
         if target is not None and target not in taken:
             mapping[index] = target
             taken.add(target)
+    if teacher.end is not None and student.end is not None and teacher.end < teacher_size:
+        mapping[teacher.end] = student.end
+    return mapping
+
+
+def first_token_map(
+    student_tokenizer: PreTrainedTokenizerBase,
+    student: TokenBytes,
+    teacher: TokenBytes,
+    teacher_size: int,
+) -> Tensor:
+    """``[teacher_size]``: for each teacher id, the student id the student's tokenizer starts
+    that token's text with (many to one), or −1 (special tokens); a piece that is not whole UTF-8
+    (a byte piece) goes to the student's token for its first byte where there is one; the ends
+    to each other."""
+    single = {piece: index for index, piece in enumerate(student.pieces) if len(piece) == 1}
+    mapping = torch.full((teacher_size,), -1, dtype=torch.long)
+    texts, indices = [], []
+    for index, piece in enumerate(teacher.pieces[:teacher_size]):
+        if not piece or index in teacher.specials:
+            continue
+        try:
+            texts.append(piece.decode("utf-8"))
+            indices.append(index)
+        except UnicodeDecodeError:
+            mapping[index] = single.get(piece[:1], -1)
+    encoded = student_tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+    for index, ids in zip(indices, encoded, strict=True):
+        mapping[index] = ids[0] if ids else -1
     if teacher.end is not None and student.end is not None and teacher.end < teacher_size:
         mapping[teacher.end] = student.end
     return mapping

@@ -106,6 +106,9 @@ class TokenBytes:
     """The id that ends a document (EOS), or None."""
     prefix: tuple[int, ...]
     """Ids the tokenizer puts before a text by itself (a BOS), in order."""
+    specials: frozenset[int] = frozenset()
+    """Ids of the tokenizer's special added tokens (chat markers, padding): rendered as their
+    content in a text, but never the twin of another tokenizer's token."""
 
     def __len__(self) -> int:
         return len(self.pieces)
@@ -138,7 +141,8 @@ def token_bytes(tokenizer: PreTrainedTokenizerBase, role: str = "student") -> To
     boundaries = {*prefix, *empty, *([] if end is None else [end])}
     for index in boundaries:
         pieces[index] = b""
-    return TokenBytes(pieces, frozenset(byte_pieces), frozenset(boundaries), end, prefix)
+    specials = frozenset(i for i, added in tokenizer.added_tokens_decoder.items() if added.special)
+    return TokenBytes(pieces, frozenset(byte_pieces), frozenset(boundaries), end, prefix, specials)
 
 
 def byte_lengths(tokenizer: PreTrainedTokenizerBase | None, model) -> Tensor | None:

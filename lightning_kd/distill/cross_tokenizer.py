@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 from transformers import PreTrainedTokenizerBase
 
-from lightning_kd.data.alignment import Aligner, TeacherView, vocabulary_map
+from lightning_kd.data.alignment import Aligner, TeacherView, first_token_map, vocabulary_map
 from lightning_kd.losses.chunked import CHUNK_ELEMENTS, OutputHead, matmul_dtype
 from lightning_kd.losses.cross_vocab import CrossTeacher, cross_records, twins
 from lightning_kd.losses.logits import next_token_targets
@@ -45,7 +45,11 @@ class CrossTokenizer:
         min_aligned: float = 0.9,
     ) -> None:
         self.aligner = Aligner(student_tokenizer, teacher_tokenizer)
-        self.mapping = vocabulary_map(self.aligner.student, self.aligner.teacher, teacher_vocab)
+        tables = (self.aligner.student, self.aligner.teacher, teacher_vocab)
+        if loss == "projected":  # many to one: each teacher token to the student's first
+            self.mapping = first_token_map(student_tokenizer, *tables)
+        else:
+            self.mapping = vocabulary_map(*tables)
         self.student_twins = twins(self.mapping, student_vocab)
         self.student_lengths = self.aligner.student.lengths(student_vocab)
         self.top_k = min(top_k, teacher_vocab)

@@ -88,7 +88,9 @@ class DistillConfig:
     cross_loss: str = "hybrid"
     """``hybrid``: the run's divergence over the tokens both vocabularies spell alike (plus "any
     other token") and ULD over the rest, weighted ``cross_uld_weight``; ``uld``: ULD alone
-    (Wasserstein-1 of the sorted distributions, Boizard et al. 2024). See
+    (Wasserstein-1 of the sorted distributions, Boizard et al. 2024); ``projected``: the run's
+    divergence against the teacher's distribution projected onto the student's vocabulary (each
+    teacher token credited to the student token its text starts with). See
     ``losses/cross_vocab.py``."""
     cross_top_k: int = 64
     """Teacher tokens kept per aligned position (its top k at the temperature)."""

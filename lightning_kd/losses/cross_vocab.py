@@ -17,6 +17,12 @@ student's distribution over the student's vocabulary:
   student twin are compared with the student's tokens that have no teacher twin by ULD, weighted
   ``uld_weight``. With identical tokenizers and k = vocabulary every token matches, the ULD part
   is 0 and the bucketed divergence *is* the same-tokenizer divergence.
+- ``projected``: every teacher token is credited to the student token the student's tokenizer
+  starts its text with (``alignment.first_token_map``: Gemma's "▁understanding" to SmolLM2's
+  " under" where that is how SmolLM2 spells it), the teacher's top-k mass summed per student
+  token — its next-token distribution projected onto the student's vocabulary — and the run's
+  divergence compares the two over the projection's top k plus "any other token". No mass is
+  lost to tokens without an exact twin.
 
 Positions with no partner add nothing to the divergence (their CE stays). Everything here is a pure
 function of tensors; :class:`CrossTeacher` plays the part a cached teacher's
@@ -34,7 +40,7 @@ from torch import Tensor
 from lightning_kd.losses.divergences import TokenDivergence, get_divergence
 from lightning_kd.losses.logits import math_dtype
 
-LOSSES = ("hybrid", "uld")
+LOSSES = ("hybrid", "uld", "projected")
 
 FLOOR = -1.0e4
 """A log-probability whose probability is exactly 0 in fp32 and fp64, used instead of −inf for
@@ -87,6 +93,8 @@ class CrossTeacher:
         log_q = torch.log_softmax(student_logits.to(dtype), -1)
         if self.loss == "uld":
             value = sorted_l1(log_q.exp(), self.top_probs.to(dtype))
+        elif self.loss == "projected":
+            value = self._matched(log_q, divergence)
         else:
             value = self._matched(log_q, divergence) + self.uld_weight * self._unmatched(log_q)
         return torch.where(self.aligned, value, 0.0)
@@ -157,7 +165,10 @@ def cross_records(
     nll = torch.zeros((), dtype=torch.float64, device=student_twins.device)
     for start in range(0, positions.numel(), chunk):
         logits = teacher_logits_of(positions[start : start + chunk])
-        parts.append(_records(logits, mapping, k, temperature))
+        if loss == "projected":
+            parts.append(_projected(logits, mapping, k, temperature, student_twins.numel()))
+        else:
+            parts.append(_records(logits, mapping, k, temperature))
         if targets is not None:
             nll += target_nll(logits, targets[start : start + chunk])
     device = student_twins.device
@@ -202,6 +213,28 @@ def _records(logits: Tensor, mapping: Tensor, k: int, temperature: float) -> tup
     )
 
 
+def _projected(
+    logits: Tensor, mapping: Tensor, k: int, temperature: float, student_vocab: int
+) -> tuple[Tensor, ...]:
+    """One chunk's records of the teacher's top-k mass summed per student token (``mapping``
+    many to one), the projection's own top k kept."""
+    log_p = F.log_softmax(logits.to(math_dtype(logits.dtype)) / temperature, -1)
+    top, teacher_ids = log_p.topk(min(k, log_p.shape[-1]), dim=-1)
+    student_ids = mapping.to(logits.device)[teacher_ids]
+    mapped = student_ids >= 0
+    mass = top.exp() * mapped
+    dense = mass.new_zeros(len(mass), student_vocab).scatter_add_(1, student_ids.clamp(min=0), mass)
+    projected, ids = dense.topk(min(k, student_vocab), dim=-1)
+    matched = projected > 0
+    # The tail: the teacher's mass outside its mapped top k (summed over itself), and what of
+    # that top k fell outside the projection's top k.
+    outside = log_p.scatter(-1, teacher_ids, top.masked_fill(mapped, float("-inf")))
+    dropped = (mass.sum(-1) - projected.sum(-1)).clamp(min=0)
+    tail = torch.logaddexp(torch.logsumexp(outside, -1), dropped.log()).clamp(min=FLOOR)
+    log_probs = projected.clamp(min=1e-38).log().masked_fill(~matched, FLOOR)
+    return ids, log_probs, matched, tail, top.exp()
+
+
 def cross_evaluation_sums(
     chunks, divergence: TokenDivergence, temperature: float = 1.0
 ) -> dict[str, Tensor]:
@@ -226,7 +259,7 @@ def cross_evaluation_sums(
             ).sum(),
             "aligned": aligned.sum(),
         }
-        if teacher.loss == "hybrid" and temperature == 1.0:
+        if teacher.loss != "uld" and temperature == 1.0:
             values["kl"] = torch.where(aligned, teacher._matched(log_q, forward), 0.0).sum()
         totals = {name: totals.get(name, 0) + value for name, value in values.items()}
     return totals

@@ -6,7 +6,13 @@ import pytest
 import torch
 from tokenizers import normalizers
 
-from lightning_kd.data.alignment import Aligner, spelled_offsets, utf8_window, vocabulary_map
+from lightning_kd.data.alignment import (
+    Aligner,
+    first_token_map,
+    spelled_offsets,
+    utf8_window,
+    vocabulary_map,
+)
 from lightning_kd.data.token_bytes import check_fast, token_bytes
 from lightning_kd.models.loading import byte_tokenizer
 from tests.conftest import sentencepiece_tokenizer
@@ -169,3 +175,15 @@ def test_a_slow_tokenizer_is_refused_with_the_fix():
 
     with pytest.raises(ValueError, match=r"slow .*use_fast=True"):
         check_fast(Slow(), "teacher")
+
+
+def test_first_token_map_credits_each_teacher_token_to_the_students_first():
+    student, teacher = byte_tokenizer(), sentencepiece_tokenizer()
+    tables = token_bytes(student), token_bytes(teacher, "teacher")
+    mapping = first_token_map(student, *tables, len(teacher))
+    # "▁quick" is " quick": a byte student starts it with " "; a byte piece maps to its byte.
+    assert mapping[teacher.convert_tokens_to_ids("▁quick")] == student.convert_tokens_to_ids("Ġ")
+    byte = teacher.convert_tokens_to_ids("<0xE6>")
+    assert tables[0].pieces[mapping[byte]] == b"\xe6"
+    assert mapping[teacher.eos_token_id] == student.eos_token_id
+    assert (mapping[[teacher.convert_tokens_to_ids(t) for t in ("<bos>", "<pad>")]] == -1).all()

@@ -26,7 +26,9 @@ def batch_of(text: str, rows: int = 2, length: int = 24) -> dict[str, torch.Tens
     return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), "labels": labels}
 
 
-def distillers(divergence: str, temperature: float) -> tuple[Distiller, Distiller]:
+def distillers(
+    divergence: str, temperature: float, loss: str = "hybrid"
+) -> tuple[Distiller, Distiller]:
     """A same-tokenizer distiller and its copy through the cross-tokenizer path, in fp64."""
     torch.manual_seed(0)
     teacher = model_from_config(dict(TINY_GPT2), "causal_lm").double().eval()
@@ -38,16 +40,23 @@ def distillers(divergence: str, temperature: float) -> tuple[Distiller, Distille
     config = DistillConfig(divergence=divergence, temperature=temperature, compile=False)
     tokenizer = byte_tokenizer()
     same = Distiller(teacher, student, config, token_lengths=byte_lengths(tokenizer, student))
-    cross = CrossTokenizer(tokenizer, tokenizer, 257, 257, top_k=257)
+    cross = CrossTokenizer(tokenizer, tokenizer, 257, 257, top_k=257, loss=loss)
     other = Distiller(copy.deepcopy(teacher), copy.deepcopy(student), config, cross=cross)
     return same, other
 
 
 @pytest.mark.parametrize(
-    ("divergence", "temperature"), [("forward_kl", 1.0), ("reverse_kl", 2.0), ("jsd", 1.0)]
+    ("divergence", "temperature", "loss"),
+    [
+        ("forward_kl", 1.0, "hybrid"),
+        ("reverse_kl", 2.0, "hybrid"),
+        ("jsd", 1.0, "hybrid"),
+        ("forward_kl", 1.0, "projected"),
+        ("jsd", 2.0, "projected"),
+    ],
 )
-def test_identical_tokenizers_give_the_same_loss_and_gradients(divergence, temperature):
-    same, cross = distillers(divergence, temperature)
+def test_identical_tokenizers_give_the_same_loss_and_gradients(divergence, temperature, loss):
+    same, cross = distillers(divergence, temperature, loss)
     batch = batch_of(TEXT)
     losses = []
     for distiller in (same, cross):

@@ -95,3 +95,17 @@ def test_chunking_changes_nothing_and_unaligned_positions_add_only_ce(loss, dive
     only_ce = LogitObjective(get_divergence(divergence), 1.0, 0.0, 0.5)
     chunked_distillation_sums(hidden_leaf, head, grid, None, labels, only_ce)[0].backward()
     torch.testing.assert_close(results[0][2][1, 2], hidden_leaf.grad[1, 2])
+
+
+def test_the_projection_sums_the_teacher_tokens_a_student_token_starts():
+    teacher = torch.tensor([[2.0, 1.0, 0.5, -1.0]], dtype=torch.float64)
+    mapping = torch.tensor([0, 1, 1, -1])  # teacher ids 1 and 2 both start with student id 1
+    student = torch.tensor([[0.3, 0.2, -0.4]], dtype=torch.float64)
+    found = records(teacher, mapping, 3, k=3, loss="projected")
+    p, q = teacher.softmax(-1)[0], student.softmax(-1)[0]
+    # The teacher's top 3 are ids 0, 1, 2: projected onto (0: p0, 1: p1 + p2); the rest, p3.
+    bucket_p = torch.stack([p[0], p[1] + p[2], p[3]])
+    bucket_q = torch.stack([q[0], q[1], q[2]])
+    expected = (bucket_p * (bucket_p / bucket_q).log()).sum()
+    got = found.divergence(student, get_divergence("forward_kl"))
+    torch.testing.assert_close(got, expected.unsqueeze(0))
