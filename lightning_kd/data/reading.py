@@ -202,9 +202,11 @@ def unique_documents(documents: list[str]) -> list[str]:
 
 def distinct_documents(files: list[Path], text_field: str = "text") -> list[tuple[str, str]]:
     """``(file:line, text)`` of each distinct, non-blank document of ``files`` in reading order
-    (a repeat dropped, with a warning), refused when there is none."""
+    (a repeat dropped, with a warning), refused when there is none. An embedded corpus is named
+    by its name (``smollm2_generated:190``): the same wherever the package is installed."""
+    names = {path: name for name, path in EMBEDDED.items()}
     read = [
-        (f"{path}:{number}", text)
+        (f"{names.get(path, path)}:{number}", text)
         for path in files
         for number, text in numbered_documents(path, text_field)
     ]

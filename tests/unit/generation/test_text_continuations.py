@@ -5,6 +5,7 @@ template, a BOS of its own) is served."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -108,6 +109,8 @@ def test_text_prompts_are_the_start_of_training_documents_only(teacher, tmp_path
     read = TextDataModule(sentencepiece_tokenizer(), files=[str(out)], block_size=16)
     read.setup()  # another tokenizer reads the rows back as text
     assert read.train_examples
+    (where, _), *_ = TextDataModule(byte_tokenizer()).training_documents()
+    assert re.fullmatch(r"(python_reference|smollm2_generated):\d+", where)  # any install's name
 
 
 def test_a_stopped_text_generation_resumes_to_the_uninterrupted_file(teacher, tmp_path) -> None:
