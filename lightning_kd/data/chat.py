@@ -42,6 +42,7 @@ from lightning_kd.data.chat_tokens import (
 )
 from lightning_kd.data.conversations import ChatFields, prompt_key, row_messages
 from lightning_kd.data.dataset_source import Columns, DatasetSource, open_checked
+from lightning_kd.data.held_out import val_files_errors
 from lightning_kd.data.provenance import source_record
 from lightning_kd.data.reading import read_records
 from lightning_kd.data.teacher_answers import teacher_answered
@@ -49,6 +50,7 @@ from lightning_kd.data.text import TextDataModule
 from lightning_kd.data.tokenized import cache_key, rows, text_key, tokenized
 from lightning_kd.losses.logits import IGNORE_INDEX
 from lightning_kd.models.digests import tokenizer_digest
+from lightning_kd.utils.refusal import refuse
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,7 @@ class ChatDataModule(TextDataModule):
                 " (rows with 'messages', or 'prompt' and 'completion'), or from a dataset: set "
                 "data.dataset.path"
             )
+        refuse(val_files_errors(text.get("val_files"), DatasetSource(), False, chat=True))
         if teacher_answers is not None and text.get("streaming"):
             raise ValueError(
                 "data.teacher_answers with data.streaming=true: the answers are matched to the "

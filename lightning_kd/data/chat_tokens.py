@@ -114,13 +114,38 @@ def pack_chats(examples: list[ChatExample], block_size: int) -> list[ChatExample
     return [joined.cut(i * block_size, (i + 1) * block_size) for i in range(count)]
 
 
+PLAIN_TEMPLATE = (
+    "{% if bos_token %}{{ bos_token }}{% endif %}"
+    "{% for message in messages %}"
+    "{% if message['role'] == 'system' %}{{ message['content'] }}\n\n"
+    "{% elif message['role'] == 'user' %}User: {{ message['content'] }}\n"
+    "{% else %}Assistant: {{ message['content'] }}\n{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}Assistant:{% endif %}"
+)
+"""``plain``: a chat template for a base model that has none (Gemma-3-270M): the BOS, then
+``User: ...`` and ``Assistant: ...`` lines (a system message first, as a paragraph); the
+generation prompt is ``Assistant:``. A base model then runs on into the next ``User:`` turn: the
+teacher's completions stop there (``generation/teacher_completions.py``)."""
+PLAIN_NEXT_TURN = "\nUser:"
+"""Where the ``plain`` template's next turn starts: an answer ends before it."""
+TEMPLATES = {"plain": PLAIN_TEMPLATE}
+"""Chat templates shipped by name (``data.chat_template=plain``, and ``generate.``'s)."""
+
+
 def template_text(value: str, key: str = "data.chat_template") -> str:
-    """A chat template setting (``key``): a Jinja template itself, or the file holding one."""
+    """A chat template setting (``key``): a shipped template's name (``plain``), a Jinja template
+    itself, or the file holding one."""
+    if value in TEMPLATES:
+        return TEMPLATES[value]
     if "{{" in value or "{%" in value:
         return value
     path = Path(value).expanduser()
     if not path.is_file():
-        raise FileNotFoundError(f"{key}={value!r} is neither a Jinja template nor a file")
+        raise FileNotFoundError(
+            f"{key}={value!r} is neither a Jinja template nor a file, nor one of the shipped "
+            f"templates ({', '.join(TEMPLATES)})"
+        )
     return path.read_text()
 
 

@@ -28,7 +28,7 @@ from torch import Tensor
 
 from lightning_kd.data.dataset_files import local_files
 from lightning_kd.data.dataset_source import DatasetSource
-from lightning_kd.data.reading import data_file_digest
+from lightning_kd.data.reading import EMBEDDED, data_file_digest
 
 
 def examples_digest(examples: Iterable[Any]) -> str:
@@ -135,3 +135,30 @@ def files_change(then: dict[str, str], now: dict[str, str]) -> str:
     gone = [n for n in then if n not in now and then[n] not in moved]
     changes = {"edited": edited, "new": added, "gone": gone}
     return "; ".join(f"{label} {names}" for label, names in changes.items() if names)
+
+
+def text_record(data: Any) -> dict[str, Any]:
+    """What a checkpoint records of a set-up ``TextDataModule`` (or ``ChatDataModule``): the
+    settings that shape the batches, the files' (or the dataset's) digests, the examples' digest
+    (streamed: the validation examples')."""
+    names = {path: name for name, path in EMBEDDED.items()}
+    found = {
+        "block_size": data.block_size,
+        "batch_size": data.batch_size,
+        "pack": data.pack,
+        "seed": data.seed,
+        "val_fraction": data.val_fraction,
+        "max_train_examples": data.max_train_examples,
+        "text_field": data.text_field,
+        "files": files_record(data.files, names),
+        "examples": examples_digest([*data.train_examples, *data.val_examples]),
+    }
+    # Only where used: a checkpoint of data.files, saved before these existed, stays equal.
+    if data.dataset.given:
+        found["dataset"] = source_record(data.dataset)
+    if data.val_files is not None:
+        found["val_files"] = files_record(data.val_files, names)
+    if data.streaming:
+        found |= {"streaming": True, "val_size": data.val_size}
+        found["shuffle_buffer"] = data.shuffle_buffer
+    return found

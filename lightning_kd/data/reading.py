@@ -100,6 +100,11 @@ def _open(path: Path) -> IO[bytes]:
 
 def read_documents(path: Path, text_field: str = "text") -> Iterator[str]:
     """The documents in one file: the whole of a .txt, each line's ``text_field`` of a .jsonl."""
+    return (text for _, text in numbered_documents(path, text_field))
+
+
+def numbered_documents(path: Path, text_field: str = "text") -> Iterator[tuple[int, str]]:
+    """:func:`read_documents` with each document's line (1 for a .txt, the whole file)."""
     kind = file_format(path)
     if kind is None:
         raise ValueError(f"{path}: name a .txt or .jsonl file (optionally .gz)")
@@ -107,12 +112,12 @@ def read_documents(path: Path, text_field: str = "text") -> Iterator[str]:
     try:
         with _open(path) as handle:
             if kind == "txt":
-                yield _decode(handle.read(), path, 1)
+                yield 1, _decode(handle.read(), path, 1)
                 return
             for number, raw in enumerate(handle, start=1):
                 line = _decode(raw, path, number)
                 if line.strip():
-                    yield _record_text(line, path, number, text_field)
+                    yield number, _record_text(line, path, number, text_field)
     except (gzip.BadGzipFile, EOFError, zlib.error) as err:
         raise ValueError(
             f"{path}:{number}: not a readable gzip file ({type(err).__name__}: {err}); "
@@ -193,3 +198,23 @@ def unique_documents(documents: list[str]) -> list[str]:
             stacklevel=2,
         )
     return kept
+
+
+def distinct_documents(files: list[Path], text_field: str = "text") -> list[tuple[str, str]]:
+    """``(file:line, text)`` of each distinct, non-blank document of ``files`` in reading order
+    (a repeat dropped, with a warning), refused when there is none. An embedded corpus is named
+    by its name (``smollm2_generated:190``): the same wherever the package is installed."""
+    names = {path: name for name, path in EMBEDDED.items()}
+    read = [
+        (f"{names.get(path, path)}:{number}", text)
+        for path in files
+        for number, text in numbered_documents(path, text_field)
+    ]
+    where: dict[str, str] = {}
+    for place, text in read:
+        where.setdefault(text, place)
+    documents = [(where[text], text) for text in unique_documents([text for _, text in read])]
+    documents = [(place, text) for place, text in documents if text.strip()]
+    if not documents:
+        raise ValueError(f"no text in {[str(p) for p in files]}: the files are empty")
+    return documents

@@ -13,12 +13,12 @@ Two layouts:
 - ``pack=False``: one document per example, truncated to ``block_size`` and padded per batch;
   padded positions carry label ``-100`` and attention mask 0.
 
-Read whole, the split into train and validation is by example, with a seeded permutation (or a
-``data.dataset.val_split`` of its own), the same on every machine and every rank; training order is
-a seeded permutation per epoch, and a run resumed from a mid-epoch checkpoint skips the batches
-that epoch already trained on. Streamed, validation is held out of the stream's start and a
-resumed run continues from the stream position saved in its checkpoint. Either way a resumed run
-sees exactly the batches the uninterrupted run would have.
+Read whole, the split into train and validation is a seeded permutation of the examples (or a
+``data.dataset.val_split``, or ``data.val_files``: ``held_out.py``), the same on every machine and
+rank; training order is a seeded permutation per epoch, and a run resumed from a mid-epoch
+checkpoint skips the batches that epoch already trained on. Streamed, validation is held out of
+the stream's start and a resumed run continues from the stream position saved in its checkpoint.
+Either way a resumed run sees exactly the batches the uninterrupted run would have.
 """
 
 from __future__ import annotations
@@ -39,15 +39,17 @@ from lightning_kd.data.dataset_source import (
     open_checked,
     setting_errors,
 )
-from lightning_kd.data.loaders import EpochSampler, ResumableLoader
-from lightning_kd.data.provenance import examples_digest, files_record, source_record
-from lightning_kd.data.reading import (
-    DEFAULT_FILES,
-    EMBEDDED,
-    expand_files,
-    read_documents,
-    unique_documents,
+from lightning_kd.data.held_out import (
+    checked_val_files,
+    documents_errors,
+    seeded_order,
+    split_order,
+    untouched_documents,
+    without_validation_text,
 )
+from lightning_kd.data.loaders import EpochSampler, ResumableLoader
+from lightning_kd.data.provenance import text_record
+from lightning_kd.data.reading import DEFAULT_FILES, distinct_documents, expand_files
 from lightning_kd.data.streaming import Layout, Stream
 from lightning_kd.data.tokenized import checked_text, split_documents, text_key
 from lightning_kd.utils.compat import resumed_batches_in_epoch
@@ -85,6 +87,7 @@ class TextDataModule(LightningDataModule):
         self,
         tokenizer: PreTrainedTokenizerBase,
         files: list[str] | None = None,
+        val_files: list[str] | None = None,
         block_size: int = 256,
         batch_size: int = 2,
         val_batch_size: int | None = 8,
@@ -114,13 +117,13 @@ class TextDataModule(LightningDataModule):
         refuse(setting_errors(self.dataset, files, streaming, max_train_examples, num_workers))
         self.files = [] if self.dataset.given else list(DEFAULT_FILES)
         self.files = expand_files(list(files)) if files is not None else self.files
+        self.val_files = checked_val_files(val_files, self.files, self.dataset, streaming)
         self.block_size = block_size
         self.batch_size = batch_size
         self.val_batch_size = val_batch_size or batch_size
         self.val_fraction = val_fraction
         self.max_train_examples = max_train_examples
-        self.pack = pack
-        self.text_field = text_field
+        self.pack, self.text_field = pack, text_field
         self.seed = seed
         self.num_workers = num_workers
         self.train_examples: list[Tensor] = []
@@ -154,23 +157,40 @@ class TextDataModule(LightningDataModule):
             self.val_examples = self.examples(list(val.values()))
             self.train_examples = self.limit(self.shuffled(self.examples(train)))
             return
+        if self.val_files is not None:  # the split of val_files; training: all of data.files
+            val = [text for _, text in distinct_documents(self.val_files, self.text_field)]
+            examples = self.examples(self.tokenized(val))
+            held, _ = split_order(len(examples), self.val_fraction, self.seed)
+            self.val_examples = [examples[i] for i in held]
+            train = [text for _, text in distinct_documents(self.files, self.text_field)]
+            train = self.tokenized(without_validation_text(train, val))
+            self.train_examples = self.limit(self.shuffled(self.examples(train, needed=1)))
+            return
         examples = self.examples(self.documents())
-        order = self.shuffled(list(range(len(examples))))
-        val_count = min(max(1, round(self.val_fraction * len(examples))), len(examples) - 1)
-        self.val_examples = [examples[i] for i in order[:val_count]]
-        self.train_examples = self.limit([examples[i] for i in order[val_count:]])
+        held, kept = split_order(len(examples), self.val_fraction, self.seed)
+        self.val_examples = [examples[i] for i in held]
+        self.train_examples = self.limit([examples[i] for i in kept])
 
     def documents(self) -> list[list[int]]:
         """Every document's tokens: of ``data.files``, or of ``data.dataset``'s split."""
         if self.dataset.given:
             return [tokens for _, tokens in self.split_documents(self.dataset.split)]
-        documents = unique_documents(
-            [text for path in self.files for text in read_documents(path, self.text_field)]
-        )
-        documents = [text for text in documents if text.strip()]
-        if not documents:
-            raise ValueError(f"no text in {[str(p) for p in self.files]}: the files are empty")
-        return self.tokenizer(documents, add_special_tokens=False)["input_ids"]
+        return self.tokenized([text for _, text in distinct_documents(self.files, self.text_field)])
+
+    def tokenized(self, texts: list[str]) -> list[list[int]]:
+        """Each document's tokens, without special tokens (a packed run separates them)."""
+        return self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+
+    def training_documents(self) -> list[tuple[str, str]]:
+        """``(file:line, text)`` of each document of ``data.files`` no validation example holds a
+        token of, in reading order: text a run with these settings may train on whole, whoever
+        continues it (``held_out.untouched_documents``)."""
+        refuse(documents_errors(self.dataset, self.val_files))
+        documents = distinct_documents(self.files, self.text_field)
+        tokens = self.tokenized([text for _, text in documents])
+        held, _ = split_order(len(self.examples(tokens)), self.val_fraction, self.seed)
+        kept = untouched_documents(tokens, set(held), self.block_size, self.pack)
+        return [documents[index] for index in kept]
 
     def split_documents(self, split: str) -> list[tuple[str, list[int]]]:
         """A split of ``data.dataset``: each distinct document's key and tokens (cached)."""
@@ -178,25 +198,26 @@ class TextDataModule(LightningDataModule):
         where = self.dataset.describe(split)
         return split_documents(dataset, self.tokenizer, self.text_field, where, self.dataset)
 
-    def examples(self, token_lists: list[list[int]]) -> list[Tensor]:
-        """Packed blocks, or each document truncated; refused when there are too few."""
+    def examples(self, token_lists: list[list[int]], needed: int | None = None) -> list[Tensor]:
+        """Packed blocks, or each document truncated; refused when fewer than ``needed`` (default:
+        one for each split, or one to train where validation has a split of its own)."""
         if self.pack:
             examples = list(pack_blocks(token_lists, self.block_size, separator_id(self.tokenizer)))
         else:
             examples = [torch.tensor(t[: self.block_size]) for t in token_lists if len(t) >= 2]
-        if len(examples) < 1 + (self.dataset.val_split is None):
-            total = sum(len(t) for t in token_lists)
+        needed = 1 + (self.dataset.val_split is None) if needed is None else needed
+        if len(examples) < needed:
             raise ValueError(
                 f"the corpus gives {len(examples)} example(s) of {self.block_size} tokens "
-                f"({total} tokens in all); one is needed for training and one for validation: "
-                "add text (data.files or data.dataset) or lower data.block_size"
+                f"({sum(len(t) for t in token_lists)} tokens in all); {needed} needed (one to "
+                f"train{', one to validate' * (needed > 1)}): add text (data.files or "
+                "data.dataset) or lower data.block_size"
             )
         return examples
 
     def shuffled(self, items: list) -> list:
         """``items`` in the seeded order the split draws (the same on every machine)."""
-        order = torch.randperm(len(items), generator=torch.Generator().manual_seed(self.seed))
-        return [items[i] for i in order.tolist()]
+        return seeded_order(items, self.seed)
 
     def limit(self, train: list) -> list:
         """The first ``data.max_train_examples`` of the shuffled training split (all of it when
@@ -218,28 +239,8 @@ class TextDataModule(LightningDataModule):
         return True
 
     def provenance(self) -> dict[str, Any]:
-        """What a checkpoint records of this data, once set up (see ``data/provenance.py``): the
-        settings that shape the batches, the files' (or the dataset's) digests, the examples'
-        digest (streamed: the validation examples')."""
-        names = {path: name for name, path in EMBEDDED.items()}
-        found = {
-            "block_size": self.block_size,
-            "batch_size": self.batch_size,
-            "pack": self.pack,
-            "seed": self.seed,
-            "val_fraction": self.val_fraction,
-            "max_train_examples": self.max_train_examples,
-            "text_field": self.text_field,
-            "files": files_record(self.files, names),
-            "examples": examples_digest([*self.train_examples, *self.val_examples]),
-        }
-        # Only where used: a checkpoint of data.files, saved before these existed, stays equal.
-        if self.dataset.given:
-            found["dataset"] = source_record(self.dataset)
-        if self.streaming:
-            found |= {"streaming": True, "val_size": self.val_size}
-            found["shuffle_buffer"] = self.shuffle_buffer
-        return found
+        """What a checkpoint records of this data, once set up (``data/provenance.py``)."""
+        return text_record(self)
 
     def collate(self, examples: list) -> dict[str, Tensor]:
         """Right-pad to the longest example (``batches.collate_tokens``)."""

@@ -4,6 +4,8 @@
     lightning-kd train data=chat 'data.files=[gen/completions.jsonl]'      # train on them
     lightning-kd generate experiment=instruct generate.prompts=train_split \
         hydra.run.dir=runs/instruct_teacher          # then experiment=instruct_seqkd
+    lightning-kd generate generate.prompts=train_split hydra.run.dir=runs/teacher_text
+        # data=text: the teacher continues the training documents (then experiment=seqkd_text)
 
 Sequence-level KD (Kim & Rush, 2016) trains the student on the teacher's own outputs. This writes
 them: each prompt row (``prompt`` as a string or messages, or ``messages`` whose trailing assistant
@@ -16,7 +18,12 @@ with the KV cache), and written as a chat row, ``{"messages": [...prompt, {"role
 ``generate.prompts=train_split`` (or ``val_split``) takes the prompts of that split of the config's
 ``data=chat`` conversations, split as a run splits them: sequence-level KD then trains on the
 teacher's answers to the training prompts alone (``data.teacher_answers``), and the held-out
-prompts stay held out.
+prompts stay held out. On ``data=text`` (the default), ``train_split`` takes the start of every
+training document instead, and each row is text, ``{"text": prefix + continuation,
+"prompt_line": "file:line"}`` (``text_continuations.py``). The split is the one a run with the
+same data *and student* settings makes (the student's tokenizer cuts its blocks).
+``generate.max_prompts`` keeps the first prompts alone (a text split's documents come in a seeded
+order, so that is a sample of them).
 
 Resumable: rows are appended and flushed a batch at a time, and a rerun into the same directory
 continues after the last complete row (a half-written last row is dropped), checking that the rows
@@ -37,7 +44,7 @@ import torch
 from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from lightning_kd.data.chat_tokens import prompt_ids, template_text
+from lightning_kd.data.chat_tokens import PLAIN_NEXT_TURN, PLAIN_TEMPLATE, prompt_ids, template_text
 from lightning_kd.data.conversations import ChatFields, as_messages, checked_messages, prompt_of
 from lightning_kd.data.reading import read_records
 from lightning_kd.generation.completions_record import (
@@ -46,12 +53,16 @@ from lightning_kd.generation.completions_record import (
     settings_record,
 )
 from lightning_kd.generation.decoding import generate_in_eval, left_padded
+from lightning_kd.generation.text_continuations import continuations, end_tokens, text_prompt_ids
 from lightning_kd.utils.refusal import refuse
 from lightning_kd.utils.stopping import STOP
 
 OUTPUT_NAME = "completions.jsonl"
 SPLITS = {"train_split": "train", "val_split": "val"}
-"""``generate.prompts`` values naming a split of the run's ``data=chat`` conversations."""
+"""``generate.prompts`` values naming a split of the run's data (``data=text``: ``train_split``)."""
+
+Prompt = str | list[dict]
+"""A prompt: a document's start (text, continued) or chat messages (answered)."""
 
 
 @dataclass
@@ -60,7 +71,13 @@ class GenerateSpec:
 
     prompts: str | None = None
     """A .jsonl of prompt rows (``prompt``, or ``messages``), or ``train_split`` / ``val_split``:
-    the prompts of that split of the config's ``data=chat`` conversations; required."""
+    the prompts of that split of the config's ``data=chat`` conversations, or (``data=text``,
+    ``train_split``) the start of each training document; required."""
+    prefix_chars: int = 128
+    """``data=text`` prompts: each is a training document's first this many characters, cut
+    back to the end of a word (characters, so every teacher is given the same prompts)."""
+    max_prompts: int | None = None
+    """Complete the first this many prompts alone (a text split's in a seeded order); null: all."""
     max_new_tokens: int = 256
     """Tokens generated at most per completion (fewer where the teacher ends its turn)."""
     do_sample: bool = False
@@ -70,13 +87,17 @@ class GenerateSpec:
     batch_size: int = 8
     """Prompts per ``generate`` call."""
     chat_template: str | None = None
-    """A Jinja template (string or file) for a tokenizer without one."""
+    """Chat prompts: a Jinja template (string or file) for a tokenizer without one, or ``plain``
+    (``User: ...`` / ``Assistant:``, for a base model; its answers end at the next ``User:``)."""
 
     def __post_init__(self) -> None:
-        if self.max_new_tokens < 1 or self.batch_size < 1:
+        counts = ("max_new_tokens", "batch_size", "prefix_chars", "max_prompts")
+        values = {name: getattr(self, name) for name in counts}
+        bad = [name for name, value in values.items() if value is not None and value < 1]
+        if bad:
             raise ValueError(
-                f"generate.max_new_tokens={self.max_new_tokens}, generate.batch_size="
-                f"{self.batch_size}: each must be at least 1"
+                ", ".join(f"generate.{name}={values[name]}" for name in bad)
+                + ": must be at least 1 (generate.max_prompts may be null: every prompt)"
             )
         if self.temperature <= 0 or not 0 < self.top_p <= 1:
             raise ValueError(
@@ -112,7 +133,31 @@ def read_prompts(path: Path, fields: ChatFields) -> list[tuple[int, list[dict]]]
     ]
 
 
-def completed_rows(out: Path, prompts: list[tuple[int, list[dict]]]) -> int:
+def prompt_tokens(tokenizer: PreTrainedTokenizerBase, prompts: list[Prompt]) -> list[torch.Tensor]:
+    """What the teacher is asked to continue: each text with the tokenizer's special tokens, or
+    each conversation rendered with the chat template and the generation prompt."""
+    if prompts and isinstance(prompts[0], str):
+        return text_prompt_ids(tokenizer, prompts)
+    return prompt_ids(tokenizer, prompts)
+
+
+def answer_row(line: int | str, prompt: Prompt, answer: str) -> dict[str, Any]:
+    """The row written for ``prompt`` (read at ``line``): text, or the conversation answered."""
+    if isinstance(prompt, str):
+        return {"text": prompt + answer, "prompt_line": line}
+    return {"messages": [*prompt, {"role": "assistant", "content": answer}], "prompt_line": line}
+
+
+def is_answer(row: dict[str, Any], line: int | str, prompt: Prompt) -> bool:
+    """Whether ``row`` is the answer to ``prompt`` (read at ``line``)."""
+    if row.get("prompt_line") != line:
+        return False
+    if isinstance(prompt, str):
+        return isinstance(row.get("text"), str) and row["text"].startswith(prompt)
+    return isinstance(row.get("messages"), list) and row["messages"][:-1] == prompt
+
+
+def completed_rows(out: Path, prompts: list[tuple[int | str, Prompt]]) -> int:
     """Rows of ``out`` already complete (a torn last line cut off), checked against ``prompts``."""
     if not out.is_file():
         return 0
@@ -122,42 +167,58 @@ def completed_rows(out: Path, prompts: list[tuple[int, list[dict]]]) -> int:
         with open(out, "r+b") as handle:  # a row half-written when the last run stopped
             handle.truncate(len(whole))
     rows = [json.loads(line) for line in whole.decode("utf-8").splitlines()]
-    for index, row in enumerate(rows):
-        line, messages = prompts[index] if index < len(prompts) else (None, None)
-        if row.get("prompt_line") != line or row["messages"][:-1] != messages:
+    for index, (row, (line, prompt)) in enumerate(zip(rows, prompts, strict=False)):
+        if not is_answer(row, line, prompt):
             raise ValueError(
                 f"{out} row {index + 1} answers another prompt than {line and f'line {line}'} of "
                 "generate.prompts: write into a new hydra.run.dir, or set overwrite=true"
             )
+    if len(rows) > len(prompts):
+        raise ValueError(
+            f"{out} holds {len(rows)} rows, more than the {len(prompts)} prompts of "
+            "generate.prompts (and generate.max_prompts): raise generate.max_prompts, write "
+            "into a new hydra.run.dir, or set overwrite=true"
+        )
     return len(rows)
 
 
 def complete(
     teacher: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
-    prompts: list[list[dict]],
+    prompts: list[Prompt],
     spec: GenerateSpec,
     seed: int,
 ) -> list[str]:
-    """The teacher's completions of ``prompts`` (one batch, left-padded, sampled from ``seed``)."""
-    left = left_padded(prompt_ids(tokenizer, prompts), tokenizer.pad_token_id, teacher.device)
+    """The teacher's completions of ``prompts`` (one batch, left-padded, sampled from ``seed``):
+    the text each continuation adds, or each conversation's answer."""
+    ids = prompt_tokens(tokenizer, prompts)
+    left = left_padded(ids, tokenizer.pad_token_id, teacher.device)
     torch.manual_seed(seed)
-    sampling = {"temperature": spec.temperature, "top_p": spec.top_p} if spec.do_sample else {}
+    options = {"temperature": spec.temperature, "top_p": spec.top_p} if spec.do_sample else {}
+    text = isinstance(prompts[0], str)
+    plain = not text and tokenizer.chat_template == PLAIN_TEMPLATE
+    if text:  # a continuation ends where the teacher ends the text
+        options["eos_token_id"] = end_tokens(teacher, tokenizer)
+    elif plain:  # a base model's answer runs on into a next turn of its own
+        options |= {"stop_strings": [PLAIN_NEXT_TURN], "tokenizer": tokenizer}
     new = generate_in_eval(
         teacher,
         left,
         max_new_tokens=spec.max_new_tokens,
         do_sample=spec.do_sample,
         pad_token_id=tokenizer.pad_token_id,
-        **sampling,
+        **options,
     )
-    return tokenizer.batch_decode(new, skip_special_tokens=True)
+    if text:
+        return continuations(tokenizer, ids, new, options["eos_token_id"])
+    decoded = tokenizer.batch_decode(new, skip_special_tokens=True)
+    return [answer.split(PLAIN_NEXT_TURN)[0].strip() for answer in decoded] if plain else decoded
 
 
 def write_completions(
     teacher: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
-    prompts: list[tuple[int | str, list[dict]]],
+    prompts: list[tuple[int | str, Prompt]],
     spec: GenerateSpec,
     out: Path,
     seed: int,
@@ -165,12 +226,15 @@ def write_completions(
     teacher_source: dict[str, Any] | None = None,
 ) -> Path:
     """Write (or finish writing) ``out`` with the teacher's answers to ``prompts`` (``(where,
-    messages)`` pairs), batch ``i`` sampled from ``seed + i``; ``teacher_source`` says where the
-    teacher was loaded from (its ``path``, ``gguf_file``), recorded with the settings
+    messages or text)`` pairs), batch ``i`` sampled from ``seed + i``; ``teacher_source`` says
+    where the teacher was loaded from (its ``path``, ``gguf_file``), recorded with the settings
     (``completions_record.py``). A resume with other settings, or while another process writes
     ``out``, is refused."""
     out.parent.mkdir(parents=True, exist_ok=True)
     record = settings_record(teacher, tokenizer, asdict(spec), seed, teacher_source or {})
+    if prompts and isinstance(prompts[0][1], str):
+        # A shorter prefix is a start of the longer one: the rows alone would not tell them apart.
+        record["generate.prefix_chars"] = spec.prefix_chars
     with completions_lock(out):
         if overwrite and out.exists():
             out.unlink()
@@ -183,7 +247,7 @@ def write_completions(
 def append_completions(
     teacher: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
-    prompts: list[tuple[int | str, list[dict]]],
+    prompts: list[tuple[int | str, Prompt]],
     spec: GenerateSpec,
     out: Path,
     seed: int,
@@ -200,11 +264,10 @@ def append_completions(
             answers = complete(
                 teacher, tokenizer, [m for _, m in batch], spec, seed + start // spec.batch_size
             )
-            for offset, ((line, messages), answer) in enumerate(zip(batch, answers, strict=True)):
+            for offset, ((line, prompt), answer) in enumerate(zip(batch, answers, strict=True)):
                 if start + offset < done:
                     continue  # written before the run stopped, mid-batch
-                answered = [*messages, {"role": "assistant", "content": answer}]
-                handle.write(json.dumps({"messages": answered, "prompt_line": line}) + "\n")
+                handle.write(json.dumps(answer_row(line, prompt, answer)) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
             bar.update(len(batch) - max(0, done - start))
@@ -219,7 +282,9 @@ def use_chat_template(tokenizer: PreTrainedTokenizerBase, spec: GenerateSpec) ->
         refuse(
             [
                 "generate.chat_template=null: the teacher's tokenizer has no chat template to "
-                "render the prompts with; set generate.chat_template to a file holding a Jinja "
-                "template or the template itself, e.g. generate.chat_template=template.jinja"
+                "render the chat prompts with (a base model's); set generate.chat_template=plain "
+                "(User: ... / Assistant:), or a file holding a Jinja template or the template "
+                "itself, e.g. generate.chat_template=template.jinja; on data=text, "
+                "generate.prompts=train_split continues the training documents instead"
             ]
         )

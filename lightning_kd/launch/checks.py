@@ -81,6 +81,8 @@ RULES: dict[str, Number | CountOrFraction] = {
     "trainer.num_nodes": Number(low=1, integer=True, example="1"),
     "checkpoint.every": Number(low=1, integer=True, example="50"),
     "generate.max_new_tokens": Number(low=1, integer=True, example="256"),
+    "generate.prefix_chars": Number(low=1, integer=True, example="128"),
+    "generate.max_prompts": Number(low=1, integer=True, nullable=True, example="64"),
     "generate.temperature": Number(low=0, low_open=True, example="1.0"),
     "generate.top_p": Number(low=0, high=1, low_open=True, example="1.0"),
     "generate.batch_size": Number(low=1, integer=True, example="8"),

@@ -1,7 +1,8 @@
 """The data settings, checked before anything loads.
 
 :func:`data_setting_errors` (part of every config check, ``checks.py``): data settings that cannot
-go together — ``data.dataset`` with ``data.files``, streaming without a dataset — and what a stream
+go together — ``data.dataset`` with ``data.files``, streaming without a dataset, ``data.val_files``
+with a dataset or chat data — and what a stream
 cannot serve (the block-wise repair, a teacher cache, a run without ``trainer.max_steps``).
 :func:`dataset_errors` (the commands that read data): ``data.dataset`` opened, streamed, to check
 the splits it reads exist, hold rows and hold the columns the data module reads; nothing is
@@ -16,7 +17,9 @@ from typing import Any
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
+from lightning_kd.data.chat import ChatDataModule
 from lightning_kd.data.dataset_source import DatasetSource, setting_errors, source_errors
+from lightning_kd.data.held_out import val_files_errors
 from lightning_kd.launch.rules import ABSENT, lookup
 
 
@@ -40,6 +43,9 @@ def data_setting_errors(cfg: Mapping) -> list[str]:
     streaming = data.get("streaming") is True
     limit = data.get("max_train_examples")
     errors = setting_errors(source, data.get("files"), streaming, limit, data.get("num_workers"))
+    if data.get("val_files") is not None:
+        chat = issubclass(get_class(data["_target_"]), ChatDataModule)
+        errors += val_files_errors(data["val_files"], source, streaming, chat)
     return errors + (stream_errors(cfg) if streaming else [])
 
 

@@ -1,27 +1,30 @@
 """The teacher's completions for a composed config: the library half of ``lightning-kd generate``
-(prompts from a file or from a split of the run's chat data, the teacher loaded as a run loads
-it)."""
+(prompts from a file, from a split of the run's chat data or from the start of its training
+documents, the teacher loaded as a run loads it)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import torch
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lightning_kd.data.chat import ChatDataModule
-from lightning_kd.data.chat_tokens import prompt_ids
 from lightning_kd.data.conversations import ChatFields, prompt_of
+from lightning_kd.data.text import TextDataModule
 from lightning_kd.generation.teacher_completions import (
     OUTPUT_NAME,
     SPLITS,
     GenerateSpec,
+    Prompt,
+    prompt_tokens,
     read_prompts,
     use_chat_template,
     write_completions,
 )
+from lightning_kd.generation.text_continuations import document_prefix
 from lightning_kd.launch.build import with_precision
 from lightning_kd.launch.config import record_job
 from lightning_kd.launch.entry import check_entry, teacher_length
@@ -29,53 +32,91 @@ from lightning_kd.launch.paths import training_run_errors
 from lightning_kd.models.loading import load_teacher, load_tokenizer
 from lightning_kd.models.positions import room_error, teacher_positions
 from lightning_kd.models.quantize import quantize_teacher
+from lightning_kd.models.student import student_tokenizer
 from lightning_kd.utils.refusal import refuse
 
 
-def split_prompts(cfg: DictConfig, tokenizer, split: str) -> list[tuple[str, list[dict]]]:
-    """``(file:line, prompt messages)`` of the ``data=chat`` split ``split`` ("train"/"val"),
-    split as a run with the same data settings splits it."""
+def split_prompts(
+    cfg: DictConfig, spec: GenerateSpec, tokenizer, split: str
+) -> list[tuple[str, Prompt]]:
+    """``(file:line, prompt)`` of the split ``split`` ("train"/"val") of the config's data, split
+    as a run with the same data settings and ``tokenizer`` (the run's) splits it: the prompt
+    messages of ``data=chat``'s conversations, or the start of ``data=text``'s training
+    documents, in a seeded order."""
     data = instantiate(cfg.data, tokenizer=tokenizer, _convert_="all")
-    if not isinstance(data, ChatDataModule):
-        raise ValueError(
-            f"generate.prompts={split}_split reads the prompts of data=chat's {split} split; this "
-            "config's data is not chat data: add data=chat (or experiment=instruct) and its files"
-        )
     if data.stream is not None:
         raise ValueError(
             f"generate.prompts={split}_split with data.streaming=true: a stream's split is never "
             "held whole; set data.streaming=false (the prompts are read once, as a run reads them)"
         )
-    train, val = data.split()
-    return [(c.where, prompt_of(c.messages)) for c in (train if split == "train" else val)]
+    if isinstance(data, ChatDataModule):
+        train, val = data.split()
+        return [(c.where, prompt_of(c.messages)) for c in (train if split == "train" else val)]
+    if not isinstance(data, TextDataModule) or split != "train":
+        raise ValueError(
+            f"generate.prompts={split}_split reads the prompts of data=chat's {split} split"
+            + (
+                ", or the training documents of data=text (train_split: held-out text is never "
+                "written into a training file)"
+                if isinstance(data, TextDataModule)
+                else f"; this config's data is {type(data).__name__}"
+            )
+        )
+    documents = data.shuffled(data.training_documents())
+    return [(where, document_prefix(text, spec.prefix_chars)) for where, text in documents]
+
+
+def chat_prompts(cfg: DictConfig, spec: GenerateSpec) -> bool:
+    """Whether ``generate.prompts`` names chat prompts (a file of them, or ``data=chat``'s
+    split), rendered with a chat template, or text (``data=text``'s training documents)."""
+    if spec.prompts not in SPLITS:
+        return True
+    return issubclass(get_class(cfg.data._target_), ChatDataModule)
 
 
 def config_prompts(
     cfg: DictConfig, spec: GenerateSpec, tokenizer: PreTrainedTokenizerBase
-) -> list[tuple[int | str, list[dict]]]:
-    """The prompts ``generate.prompts`` names: a file's rows, or a split of ``data=chat``."""
+) -> list[tuple[int | str, Prompt]]:
+    """The prompts ``generate.prompts`` names (a file's rows, a split of ``data=chat``, the
+    training documents of ``data=text``; ``tokenizer`` the run's, that splits them), the first
+    ``generate.max_prompts`` of them."""
     if spec.prompts is None:
         raise ValueError(
             "set generate.prompts=FILE.jsonl (rows with 'prompt' or 'messages'), or "
-            "generate.prompts=train_split (val_split) for the prompts of data=chat's split"
+            "generate.prompts=train_split for the prompts of data=chat's training split (or "
+            "the training documents of data=text), val_split for data=chat's held-out ones"
         )
     if spec.prompts in SPLITS:
-        return split_prompts(cfg, tokenizer, SPLITS[spec.prompts])
-    return read_prompts(Path(spec.prompts).expanduser(), ChatFields())
+        prompts = split_prompts(cfg, spec, tokenizer, SPLITS[spec.prompts])
+    else:
+        prompts = read_prompts(Path(spec.prompts).expanduser(), ChatFields())
+    return prompts[: spec.max_prompts]
 
 
 def prepared(
-    cfg: DictConfig, tokenizer: PreTrainedTokenizerBase
-) -> tuple[GenerateSpec, list[tuple[int | str, list[dict]]]]:
-    """``cfg.generate`` and the prompts it names, ``tokenizer`` given its chat template."""
+    cfg: DictConfig,
+    tokenizer: PreTrainedTokenizerBase,
+    data_tokenizer: PreTrainedTokenizerBase | None = None,
+) -> tuple[GenerateSpec, list[tuple[int | str, Prompt]]]:
+    """``cfg.generate`` and the prompts it names, ``tokenizer`` (the teacher's) given its chat
+    template where they are chat prompts; a split is made with ``data_tokenizer`` (the run's,
+    the student's own where it has one; default ``tokenizer``)."""
     spec = instantiate(cfg.generate, _convert_="all")
-    use_chat_template(tokenizer, spec)
-    return spec, config_prompts(cfg, spec, tokenizer)
+    if chat_prompts(cfg, spec):
+        use_chat_template(tokenizer, spec)
+    return spec, config_prompts(cfg, spec, data_tokenizer or tokenizer)
 
 
-def generate(cfg: DictConfig, teacher: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> Path:
-    """Write (or finish writing) ``output_dir/completions.jsonl`` for ``cfg.generate``."""
-    spec, prompts = prepared(cfg, tokenizer)
+def generate(
+    cfg: DictConfig,
+    teacher: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    data_tokenizer: PreTrainedTokenizerBase | None = None,
+) -> Path:
+    """Write (or finish writing) ``output_dir/completions.jsonl`` for ``cfg.generate``: the
+    teacher's with its ``tokenizer``, a split of the data made with ``data_tokenizer`` (the
+    run's; default ``tokenizer``)."""
+    spec, prompts = prepared(cfg, tokenizer, data_tokenizer)
     return answer(cfg, teacher, tokenizer, spec, prompts)
 
 
@@ -88,9 +129,11 @@ def answer(cfg: DictConfig, teacher, tokenizer, spec: GenerateSpec, prompts: lis
 
 
 def run_generate(cfg: DictConfig) -> Path:
-    """Load the teacher as a run would (``teacher.quantize`` applied) and write its completions;
-    every value, and each prompt with ``generate.max_new_tokens`` after it against the teacher's
-    positions, checked before the teacher loads."""
+    """Load the teacher as a run would (``teacher.quantize`` applied) and write its completions
+    (a split of the data made as a run with these student settings makes it: with the student's
+    own tokenizer where it has one); every value, and each prompt with
+    ``generate.max_new_tokens`` after it against the teacher's positions, checked before the
+    teacher loads."""
     check_entry(
         cfg,
         lengths=[teacher_length(cfg, "generate.max_new_tokens")],
@@ -99,8 +142,11 @@ def run_generate(cfg: DictConfig) -> Path:
     cfg, _ = with_precision(cfg)
     teacher_spec = instantiate(cfg.teacher, _convert_="all")
     tokenizer = load_tokenizer(teacher_spec)
-    spec, prompts = prepared(cfg, tokenizer)
-    lengths = [len(ids) for ids in prompt_ids(tokenizer, [messages for _, messages in prompts])]
+    # A split is the run's: made with the student's own tokenizer where it has one.
+    student = instantiate(cfg.student, _convert_="all")
+    data_tokenizer = student_tokenizer(student) if cfg.generate.prompts in SPLITS else None
+    spec, prompts = prepared(cfg, tokenizer, data_tokenizer)
+    lengths = [len(ids) for ids in prompt_tokens(tokenizer, [prompt for _, prompt in prompts])]
     limit = teacher_positions(teacher_spec)
     if error := room_error(
         "generate.max_new_tokens", spec.max_new_tokens, lengths, limit, "the teacher"

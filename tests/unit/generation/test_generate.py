@@ -101,9 +101,9 @@ def test_the_prompts_of_a_data_split_are_completed(teacher, tmp_path) -> None:
         assert [row["messages"][:-1] for row in written] == [c.messages[:-1] for c in expected]
         assert [row["prompt_line"] for row in written] == [c.where for c in expected]
     assert len(train) == 7 and len(val) == 3
-    text = config(tmp_path / "text", Path("train_split"))
-    text.generate.prompts = "train_split"
-    with pytest.raises(ValueError, match=r"train_split reads the prompts of data=chat's train"):
+    text = config(tmp_path / "text", Path("val_split"))
+    text.generate.prompts = "val_split"
+    with pytest.raises(ValueError, match=r"or the training documents of data=text \(train_"):
         generate(text, teacher, tokenizer())
     stream = ["data=chat", "data.streaming=true", "data.dataset.path=json"]
     streamed = config(tmp_path / "stream", Path("train_split"), *stream)

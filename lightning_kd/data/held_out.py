@@ -1,0 +1,134 @@
+"""What a text run holds out, and what it may hand a teacher: the seeded split of the examples,
+validation from other files (``data.val_files``), and the documents no held-out example touches.
+
+- **The split** (:func:`split_order`): a seeded permutation of the examples, its first
+  ``val_fraction`` validation (one at least, never all), the same on every machine.
+- **``data.val_files``**: validation is the split a run on those files holds out, training every
+  example of ``data.files``; a file in both is refused (:func:`val_files_errors`), a document in
+  both left out of training (:func:`without_validation_text`).
+- **Untouched documents** (:func:`untouched_documents`): packed, a document spans blocks, and
+  one of them may be held out; the documents none of whose blocks is are the ones a teacher may
+  continue for a training file (``generate.prompts=train_split`` on ``data=text``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lightning_kd.data.dataset_source import DatasetSource
+from lightning_kd.data.reading import data_file_digest, expand_files
+from lightning_kd.utils.refusal import refuse
+
+
+def seeded_order(items: list, seed: int) -> list:
+    """``items`` in the permutation ``seed`` draws (the same on every machine)."""
+    order = torch.randperm(len(items), generator=torch.Generator().manual_seed(seed))
+    return [items[i] for i in order.tolist()]
+
+
+def split_order(count: int, val_fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """The indices of the validation and of the training examples among ``count``: a seeded
+    permutation, its first ``val_fraction`` held out (one at least, never all)."""
+    order = seeded_order(list(range(count)), seed)
+    val_count = min(max(1, round(val_fraction * count)), count - 1)
+    return order[:val_count], order[val_count:]
+
+
+def untouched_documents(
+    token_lists: list[list[int]], held: set[int], block_size: int, pack: bool
+) -> list[int]:
+    """The indices of the documents (``token_lists``, in reading order) no held-out example
+    (``held``) holds a token of: packed (joined with a separator, cut into ``block_size``
+    blocks), none of the blocks it spans; unpacked, its own example (of two tokens or more)."""
+    if not pack:
+        examples = [index for index, ids in enumerate(token_lists) if len(ids) >= 2]
+        return [index for number, index in enumerate(examples) if number not in held]
+    kept, start = [], 0
+    for index, ids in enumerate(token_lists):
+        blocks = range(start // block_size, (start + len(ids) - 1) // block_size + 1)
+        if ids and held.isdisjoint(blocks):
+            kept.append(index)
+        start += len(ids) + 1  # and its separator
+    return kept
+
+
+def without_validation_text(train: list[str], validation: list[str]) -> list[str]:
+    """``train`` without the documents ``validation`` holds too, with a warning saying how many."""
+    seen = set(validation)
+    kept = [text for text in train if text not in seen]
+    if len(kept) < len(train):
+        warnings.warn(
+            f"data: left {len(train) - len(kept)} document(s) of data.files out of training: "
+            "data.val_files holds the same text",
+            stacklevel=2,
+        )
+    return kept
+
+
+def val_files_errors(
+    val_files: Any, dataset: DatasetSource, streaming: bool, chat: bool = False
+) -> list[str]:
+    """``data.val_files`` settings that cannot be (``chat``: with ``data=chat``), each with its
+    fix."""
+    if val_files is None:
+        return []
+    if not val_files:
+        return ["data.val_files is empty; list files (data.val_files=[python_reference]), or null"]
+    if chat:
+        return [
+            f"data.val_files={list(val_files)!r} with data=chat: chat data is validated on the "
+            "conversations it holds out of its own; set data.val_files=null"
+        ]
+    if dataset.given or streaming:
+        return [
+            f"data.val_files={list(val_files)!r} with data.dataset: a dataset is validated on "
+            "its data.dataset.val_split (or a split of it); drop one"
+        ]
+    return []
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file, or two files of identical bytes."""
+    if a.resolve() == b.resolve():
+        return True
+    return a.stat().st_size == b.stat().st_size and data_file_digest(a) == data_file_digest(b)
+
+
+def shared_files_errors(files: list[Path], val_files: list[Path]) -> list[str]:
+    """A file in both ``data.files`` and ``data.val_files``: its held-out text would be trained
+    on (every example of ``data.files`` is)."""
+    shared = [path for path in val_files if any(same_file(path, other) for other in files)]
+    return [
+        f"data.val_files names {path}, which data.files names too: a run with data.val_files "
+        "trains on every document of data.files, its validation text included; drop it from "
+        "data.files (or set data.val_files=null to hold validation out of data.files)"
+        for path in shared
+    ]
+
+
+def checked_val_files(
+    val_files: Any, files: list[Path], dataset: DatasetSource, streaming: bool
+) -> list[Path] | None:
+    """The files ``data.val_files`` names (None: unset), refused where they cannot be: with a
+    dataset or a stream, empty, or naming a file of ``files`` (``data.files``)."""
+    refuse(val_files_errors(val_files, dataset, streaming))
+    if val_files is None:
+        return None
+    found = expand_files(list(val_files), "data.val_files")
+    refuse(shared_files_errors(files, found))
+    return found
+
+
+def documents_errors(dataset: DatasetSource, val_files: list[Path] | None) -> list[str]:
+    """Why the training documents cannot be told apart (they are read from ``data.files``)."""
+    if not (dataset.given or val_files is not None):
+        return []
+    which = "data.dataset" if dataset.given else "data.val_files"
+    return [
+        f"the training documents of data=text are read from data.files (or the embedded corpus), "
+        f"not with {which}: write the documents to a .jsonl and name it in data.files"
+    ]

@@ -1,0 +1,67 @@
+"""``data.val_files``: train on every example of ``data.files``, validate on the split a run on
+the validation files holds out — the same blocks, so bits per byte compare with that run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from lightning_kd.data.chat import ChatDataModule
+from lightning_kd.launch.config import compose_config
+from lightning_kd.launch.data_checks import data_setting_errors
+from lightning_kd.utils.refusal import Refused
+from tests.conftest import make_datamodule
+
+
+def write_texts(path: Path, texts: list[str]) -> Path:
+    path.write_text("".join(json.dumps({"text": text}) + "\n" for text in texts))
+    return path
+
+
+def same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def test_validation_is_the_split_a_run_on_the_val_files_holds_out(tmp_path, corpus) -> None:
+    generated = write_texts(
+        tmp_path / "gen.jsonl", [f"Teacher text number {i}. " * 5 for i in range(9)]
+    )
+    alone = make_datamodule([corpus])
+    alone.setup()
+    data = make_datamodule([generated], val_files=[str(corpus)])
+    data.setup()
+    assert same(data.val_examples, alone.val_examples)
+    whole = make_datamodule([generated], val_fraction=0.5)  # its blocks, split in two
+    whole.setup()
+    every = sorted(tuple(e.tolist()) for e in whole.train_examples + whole.val_examples)
+    assert sorted(tuple(e.tolist()) for e in data.train_examples) == every
+    assert data.provenance()["val_files"] == alone.provenance()["files"]  # a checkpoint tells
+
+
+def test_a_training_document_in_the_val_files_is_left_out(tmp_path, corpus) -> None:
+    shared = corpus.read_text()
+    generated = write_texts(tmp_path / "gen.jsonl", [shared, "Other text. " * 30])
+    with pytest.warns(UserWarning, match=r"left 1 document\(s\) of data.files out of training"):
+        data = make_datamodule([generated], val_files=[str(corpus)])
+        data.setup()
+    trained = b"".join(bytes(e.tolist()) for e in data.train_examples)
+    assert b"quick brown fox" not in trained
+
+
+def test_val_files_settings_that_cannot_be_are_refused(tmp_path, corpus) -> None:
+    copy = tmp_path / "copy.txt"
+    copy.write_text(corpus.read_text())
+    with pytest.raises(Refused, match=r"data.val_files names .*copy.txt, which data.files names"):
+        make_datamodule([corpus], val_files=[str(copy)])  # the same text under another name
+    with pytest.raises(Refused, match=r"data.val_files is empty"):
+        make_datamodule([corpus], val_files=[])
+    with pytest.raises(FileNotFoundError, match=r"data.val_files entry 'none.txt' is not a file"):
+        make_datamodule([corpus], val_files=["none.txt"])
+    chats = write_texts(tmp_path / "c.jsonl", [])
+    with pytest.raises(Refused, match=r"data.val_files=\['x'\] with data=chat"):
+        ChatDataModule(make_datamodule([corpus]).tokenizer, files=[str(chats)], val_files=["x"])
+    dataset = compose_config(["data.dataset.path=json", "data.val_files=[python_reference]"])
+    assert any("with data.dataset" in error for error in data_setting_errors(dataset))
