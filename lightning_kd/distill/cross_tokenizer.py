@@ -19,7 +19,7 @@ from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.data.alignment import Aligner, TeacherView, first_token_map, vocabulary_map
 from lightning_kd.losses.chunked import CHUNK_ELEMENTS, OutputHead, matmul_dtype
-from lightning_kd.losses.cross_vocab import CrossTeacher, cross_records, twins
+from lightning_kd.losses.cross_vocab import FLOOR, CrossTeacher, cross_records, twins
 from lightning_kd.losses.logits import next_token_targets
 from lightning_kd.models.heads import check_head, final_hidden
 from lightning_kd.models.loading import TeacherSpec, load_tokenizer
@@ -130,7 +130,14 @@ class CrossTokenizer:
         self.kept = None
         return self._records(teacher, head, batch, temperature, keep)
 
-    def _records(self, teacher, head, batch, temperature, keep):
+    def _records(
+        self,
+        teacher: nn.Module,
+        head: OutputHead,
+        batch: dict[str, Tensor],
+        temperature: float,
+        keep: bool,
+    ) -> CrossTeacher:
         """Records on the student's grid, and with ``keep`` the teacher's NLL and byte count
         over the student's scored text, from one pass of its head."""
         view = self.view(batch)
@@ -182,20 +189,19 @@ class CrossTokenizer:
     def _on_grid(self, found: CrossTeacher, wanted: Tensor) -> CrossTeacher:
         """``found`` (records of the ``wanted`` positions) spread over ``[batch, seq − 1]``,
         filler where nothing is wanted."""
-        shape = (*wanted.shape, found.ids.shape[-1] if found.ids.ndim == 2 else self.top_k)
 
-        def spread(values: Tensor, fill, per_position: bool) -> Tensor:
-            grid = values.new_full(shape[:2] if per_position else shape, fill)
+        def spread(values: Tensor, fill) -> Tensor:
+            grid = values.new_full((*wanted.shape, *values.shape[1:]), fill)
             grid[wanted] = values
             return grid
 
         return CrossTeacher(
-            ids=spread(found.ids, 0, False),
-            log_probs=spread(found.log_probs, -1.0e4, False),
-            matched=spread(found.matched, False, False),
-            tail=spread(found.tail, -1.0e4, True),
-            top_probs=spread(found.top_probs, 0.0, False),
-            aligned=spread(found.aligned, False, True),
+            ids=spread(found.ids, 0),
+            log_probs=spread(found.log_probs, FLOOR),
+            matched=spread(found.matched, False),
+            tail=spread(found.tail, FLOOR),
+            top_probs=spread(found.top_probs, 0.0),
+            aligned=spread(found.aligned, False),
             student_twins=found.student_twins,
             loss=found.loss,
             uld_weight=found.uld_weight,
