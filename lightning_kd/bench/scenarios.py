@@ -160,7 +160,8 @@ def text_batch(teacher: str, batch: int, seq: int, device: torch.device) -> dict
     """A batch of the embedded corpus's text (its first documents, joined with EOS), for the
     scenarios that decode ids to text: random ids are no text to re-tokenise."""
     from lightning_kd.data.reading import DEFAULT_CORPUS, read_documents
-    from lightning_kd.data.text import pack_blocks, separator_id
+    from lightning_kd.data.text import pack_blocks
+    from lightning_kd.data.token_bytes import separator_id
     from lightning_kd.models.loading import TeacherSpec, load_tokenizer
 
     tokenizer = load_tokenizer(TeacherSpec(path=teacher))

@@ -51,14 +51,10 @@ from lightning_kd.data.loaders import EpochSampler, ResumableLoader
 from lightning_kd.data.provenance import text_record
 from lightning_kd.data.reading import DEFAULT_FILES, distinct_documents, expand_files
 from lightning_kd.data.streaming import Layout, Stream
+from lightning_kd.data.token_bytes import separator_id
 from lightning_kd.data.tokenized import checked_text, split_documents, text_key
 from lightning_kd.utils.compat import resumed_batches_in_epoch
 from lightning_kd.utils.refusal import refuse
-
-
-def separator_id(tokenizer: PreTrainedTokenizerBase) -> int | None:
-    """The token that ends a document: EOS for causal LMs, SEP for BERT-style encoders."""
-    return tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id
 
 
 def pack_blocks(token_lists: list[list[int]], block_size: int, eos_id: int) -> Tensor:

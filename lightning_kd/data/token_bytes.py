@@ -12,7 +12,7 @@ into U+FFFD):
   ``▁`` is a space, a byte piece its byte;
 - added tokens (chat markers): their content, as the text they render.
 
-The tokenizer's document boundary (its EOS; ``data.text.separator_id``) and the special tokens it
+The tokenizer's document boundary (its EOS; :func:`separator_id`) and the special tokens it
 adds by itself (a BOS) carry no text: they are :attr:`TokenBytes.boundaries`, where a text ends.
 Only fast tokenizers (the ``tokenizers`` backend) expose the vocabulary and decoder this reads;
 a slow one is refused with the fix.
@@ -29,10 +29,13 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
-from lightning_kd.data.text import separator_id
-
 BYTE_PIECE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 """A SentencePiece byte-fallback piece: ``<0x0A>`` is the byte 0x0A."""
+
+
+def separator_id(tokenizer: PreTrainedTokenizerBase) -> int | None:
+    """The token that ends a document: EOS for causal LMs, SEP for BERT-style encoders."""
+    return tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id
 
 
 @cache

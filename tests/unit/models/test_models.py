@@ -174,8 +174,12 @@ def test_spec_errors() -> None:
         TeacherSpec(path=None, config=None)
     with pytest.raises(ValueError, match=r"teacher.dtype='fp8'"):
         TeacherSpec(dtype="fp8")
-    with pytest.raises(ValueError, match="student.path or student.config, not both"):
+    with pytest.raises(ValueError, match=r"one of student.path .*, not several"):
         StudentSpec(path="x", config={})
+    with pytest.raises(ValueError, match=r"one of student.path .*, not several"):
+        StudentSpec(path="x", source="smollm2")
+    with pytest.raises(ValueError, match="importance ranks the teacher's layers"):
+        StudentSpec(source="smollm2", layers="importance")
 
 
 def test_mismatched_tokenizers_are_an_error(tiny_teacher: TeacherSpec, tmp_path) -> None:
