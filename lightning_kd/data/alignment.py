@@ -148,10 +148,11 @@ class Aligner:
             segment.data[lo:hi].decode("utf-8", errors="replace")
             for segment, (lo, hi) in zip(segments, windows, strict=True)
         ]
-        encoded = iter(
+        encoded = (
             self.teacher_tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
         )
-        window_of = dict(zip(map(id, segments), windows, strict=True))
+        # The rows' segments come back in the order they were collected.
+        tokenised = iter(zip(windows, encoded, strict=True))
         all_ids, all_keys, matched = [], [], 0
         for events in rows:
             ids, keys, end_at = [], [], 0
@@ -162,8 +163,7 @@ class Aligner:
                     continue
                 ids.extend(self.teacher.prefix)
                 keys.extend([None] * len(self.teacher.prefix))
-                lo, hi = window_of[id(event)]
-                tokens = next(encoded)
+                (lo, hi), tokens = next(tokenised)
                 pieces = [self.teacher.pieces[t] if t < len(self.teacher) else b"" for t in tokens]
                 mapping, shared = spelled_offsets(event.data[lo:hi], b"".join(pieces))
                 matched += shared

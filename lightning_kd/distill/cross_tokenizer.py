@@ -157,7 +157,6 @@ class CrossTokenizer:
         found, nll = cross_records(
             lambda at: cast.logits(flat[at], dtype),
             index,
-            torch.ones(index.numel(), dtype=torch.bool, device=device),
             self.mapping.to(device),
             self.student_twins.to(device),
             k=self.top_k,

@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -37,7 +36,7 @@ from lightning_kd.distill.cross_tokenizer import CrossTokenizer
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.distill.on_policy import on_policy_for
 from lightning_kd.distill.tasks import Heads, MetricSums, bits_per_byte, make_task
-from lightning_kd.distill.teachers import ExtraTeachers, TeacherEntry
+from lightning_kd.distill.teachers import ExtraTeachers
 from lightning_kd.losses.chunked import OutputHead
 from lightning_kd.losses.features import get_feature_loss, masked_feature_sum
 from lightning_kd.losses.logits import LossSums
@@ -45,7 +44,6 @@ from lightning_kd.losses.topk import TopKTeacher
 from lightning_kd.models.capture import ModuleCapture, capture_step
 from lightning_kd.models.heads import check_head, final_hidden, gathered, output_head
 from lightning_kd.models.layer_pairs import configured_pairs, make_projectors, repair_pairs
-from lightning_kd.models.loading import StudentSpec, TeacherSpec
 from lightning_kd.models.lora import Adapter, is_peft_model, save_student
 
 ROLES = ("teacher", "student")
@@ -115,20 +113,9 @@ class Distiller(nn.Module):
             token_lengths = cross.student_lengths
         self.token_lengths: Tensor | None = token_lengths
 
-    @classmethod
-    def from_specs(
-        cls,
-        teacher: TeacherSpec,
-        student: StudentSpec,
-        distill: DistillConfig,
-        tokenizer: PreTrainedTokenizerBase | None = None,
-        precision: str | None = None,
-        data: Any = None,
-        teachers: list[TeacherEntry] | None = None,
-    ) -> Distiller:
-        """The distiller of these specs, its models loaded (``assembly.py``: the teacher, the
-        student from it or ``student.source``, the cross-tokenizer path, a cache, ``teachers``)."""
-        return assemble(cls, teacher, student, distill, tokenizer, precision, data, teachers)
+    # The distiller of specs, its models loaded: the teacher, the student from it or from
+    # student.source, the cross-tokenizer path, a cache, other teachers (assembly.py).
+    from_specs = classmethod(assemble)
 
     def replace_teacher(self, cache: CachedTeacher) -> None:
         """Drop the teacher (and its hooks) for ``cache``, which holds its outputs: from here on

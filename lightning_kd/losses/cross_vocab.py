@@ -39,6 +39,7 @@ from torch import Tensor
 
 from lightning_kd.losses.divergences import TokenDivergence, get_divergence
 from lightning_kd.losses.logits import math_dtype
+from lightning_kd.losses.topk import target_log_prob
 
 LOSSES = ("hybrid", "uld", "projected")
 
@@ -140,7 +141,6 @@ def twins(mapping: Tensor, student_vocab: int) -> Tensor:
 def cross_records(
     teacher_logits_of,
     positions: Tensor,
-    aligned: Tensor,
     mapping: Tensor,
     student_twins: Tensor,
     *,
@@ -151,8 +151,8 @@ def cross_records(
     uld_weight: float = 1.0,
     targets: Tensor | None = None,
 ) -> tuple[CrossTeacher, Tensor]:
-    """The teacher's records at ``positions`` (``[n]`` indices into its flattened positions;
-    ``aligned`` ``[n]`` says which mean anything), ``chunk`` positions at a time, and its summed
+    """The teacher's records at ``positions`` (``[n]`` indices into its flattened positions, each
+    aligned with a student position), ``chunk`` positions at a time, and its summed
     NLL (T = 1) of ``targets`` (``[n]`` next-token ids, −1 where none counts; 0 without them):
     one pass of the teacher's head serves both.
 
@@ -170,7 +170,9 @@ def cross_records(
         else:
             parts.append(_records(logits, mapping, k, temperature))
         if targets is not None:
-            nll += target_nll(logits, targets[start : start + chunk])
+            counted = targets[start : start + chunk] >= 0
+            picked = targets[start : start + chunk][counted]
+            nll -= target_log_prob(logits[counted].double(), picked).sum()
     device = student_twins.device
     if parts:
         columns = [torch.cat(column) for column in zip(*parts, strict=True)]
@@ -181,29 +183,31 @@ def cross_records(
         ]
         columns.insert(3, torch.zeros(0, device=device))
     ids, log_probs, matched, tail, top_probs = columns
+    aligned = torch.ones(len(ids), dtype=torch.bool, device=ids.device)
     records = CrossTeacher(
         ids, log_probs, matched, tail, top_probs, aligned, student_twins, loss, uld_weight
     )
     return records, nll
 
 
-def target_nll(logits: Tensor, targets: Tensor) -> Tensor:
-    """Σ −log softmax(logits)[target] over the rows whose target is not −1, in fp64."""
-    counted = targets >= 0
-    logits = logits[counted].double()
-    picked = logits.gather(-1, targets[counted].unsqueeze(-1)).squeeze(-1)
-    return (torch.logsumexp(logits, -1) - picked).sum()
+def _mapped_top(
+    logits: Tensor, mapping: Tensor, k: int, temperature: float
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The teacher's top-k log-probabilities at T, their ids through ``mapping`` (−1: none),
+    which have one, and the log of the mass outside those mapped top-k tokens — summed over
+    itself, not 1 − Σ mapped (which cancels to nothing when they hold nearly everything)."""
+    log_p = F.log_softmax(logits.to(math_dtype(logits.dtype)) / temperature, -1)
+    top, teacher_ids = log_p.topk(min(k, log_p.shape[-1]), dim=-1)
+    student_ids = mapping.to(logits.device)[teacher_ids]
+    mapped = student_ids >= 0
+    outside = log_p.scatter(-1, teacher_ids, top.masked_fill(mapped, float("-inf")))
+    return top, student_ids, mapped, torch.logsumexp(outside, -1)
 
 
 def _records(logits: Tensor, mapping: Tensor, k: int, temperature: float) -> tuple[Tensor, ...]:
     """One chunk's ``(ids, log_probs, matched, tail, top_probs)``."""
-    log_p = F.log_softmax(logits.to(math_dtype(logits.dtype)) / temperature, -1)
-    top, teacher_ids = log_p.topk(min(k, log_p.shape[-1]), dim=-1)
-    student_ids = mapping.to(logits.device)[teacher_ids]
-    matched = student_ids >= 0
-    # The mass outside the matched tokens, summed over itself (not 1 − Σ matched: cancellation).
-    outside = log_p.scatter(-1, teacher_ids, top.masked_fill(matched, float("-inf")))
-    tail = torch.logsumexp(outside, -1).clamp(min=FLOOR)
+    top, student_ids, matched, outside = _mapped_top(logits, mapping, k, temperature)
+    tail = outside.clamp(min=FLOOR)
     return (
         student_ids.clamp(min=0),
         top.masked_fill(~matched, FLOOR),
@@ -218,19 +222,15 @@ def _projected(
 ) -> tuple[Tensor, ...]:
     """One chunk's records of the teacher's top-k mass summed per student token (``mapping``
     many to one), the projection's own top k kept."""
-    log_p = F.log_softmax(logits.to(math_dtype(logits.dtype)) / temperature, -1)
-    top, teacher_ids = log_p.topk(min(k, log_p.shape[-1]), dim=-1)
-    student_ids = mapping.to(logits.device)[teacher_ids]
-    mapped = student_ids >= 0
+    top, student_ids, mapped, outside = _mapped_top(logits, mapping, k, temperature)
     mass = top.exp() * mapped
     dense = mass.new_zeros(len(mass), student_vocab).scatter_add_(1, student_ids.clamp(min=0), mass)
     projected, ids = dense.topk(min(k, student_vocab), dim=-1)
     matched = projected > 0
-    # The tail: the teacher's mass outside its mapped top k (summed over itself), and what of
-    # that top k fell outside the projection's top k.
-    outside = log_p.scatter(-1, teacher_ids, top.masked_fill(mapped, float("-inf")))
+    # The tail: the teacher's mass outside its mapped top k, and what of that top k fell outside
+    # the projection's top k.
     dropped = (mass.sum(-1) - projected.sum(-1)).clamp(min=0)
-    tail = torch.logaddexp(torch.logsumexp(outside, -1), dropped.log()).clamp(min=FLOOR)
+    tail = torch.logaddexp(outside, dropped.log()).clamp(min=FLOOR)
     log_probs = projected.clamp(min=1e-38).log().masked_fill(~matched, FLOOR)
     return ids, log_probs, matched, tail, top.exp()
 

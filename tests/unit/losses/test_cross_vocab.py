@@ -19,11 +19,9 @@ def test_sorted_l1_is_the_l1_distance_of_the_sorted_top_k():
 
 
 def records(teacher_logits, mapping, student_vocab, k, loss="hybrid", temperature=1.0):
-    aligned = torch.ones(teacher_logits.shape[0], dtype=torch.bool)
     found, _ = cross_records(
         lambda index: teacher_logits[index],
         torch.arange(teacher_logits.shape[0]),
-        aligned,
         mapping,
         twins(mapping, student_vocab),
         k=k,
