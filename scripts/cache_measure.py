@@ -17,7 +17,8 @@ from pathlib import Path
 
 import torch
 
-from lightning_kd.cache.format import CacheSpec, Shard, kept_mass, write_shard
+from lightning_kd.cache.format import CacheSpec, Shard
+from lightning_kd.cache.shard_files import kept_mass, write_shard
 from lightning_kd.cache.writer import WriteStats, shard_records
 from lightning_kd.data.text import TextDataModule
 from lightning_kd.models.heads import final_hidden

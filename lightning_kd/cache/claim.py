@@ -17,8 +17,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from lightning_kd.cache.format import INDEX_NAME, META_NAME, SHARD_DIR, CacheKey, write_json
+from lightning_kd.cache.format import INDEX_NAME, META_NAME, SHARD_DIR, CacheKey
 from lightning_kd.cache.reader import CacheError, mismatches
+from lightning_kd.cache.shard_files import write_json
 from lightning_kd.utils.locks import writer_lock
 
 WRITER_LOCK = ".writer.lock"

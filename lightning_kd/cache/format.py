@@ -13,7 +13,13 @@ A cache directory holds
   top k alone do not give when that token is outside them) and ``lengths`` ``[blocks]`` (tokens
   in each block); with ``cache.features``, ``features.<module path>``
   ``[blocks, block_size, width]`` bf16 for each teacher module that ``distill.features`` maps
-  (every position; zeros past a short block's end).
+  (every position; zeros past a short block's end). A cross-tokenizer cache (the teacher reads
+  its own tokenisation of each block, ``distill/cross_tokenizer.py``) holds the teacher's top k in
+  *its* vocabulary at the student's positions aligned with one of its own, ``aligned``
+  ``[blocks, block_size − 1]`` (uint8: which those are; zeros elsewhere), and per block the
+  teacher's NLL over the block's text, ``teacher_nll`` (fp64, nats), and that text's bytes,
+  ``teacher_bytes``: its bits per byte; ``target`` is not stored (a student position's next token
+  is not a teacher token).
   Position t of a block holds the teacher's distribution for the token at t + 1 (the causal
   shift): the last position is never scored, so a block of ``block_size`` tokens stores
   ``block_size − 1`` positions. A block shorter than ``block_size`` (``data.pack=false``) is
@@ -33,16 +39,17 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save as safetensors_bytes
 from torch import Tensor
 
-from lightning_kd.models.digests import config_digest, vocab_digest, weights_digest
-from lightning_kd.utils.atomic import atomic_write_bytes
-from lightning_kd.utils.files import file_digest
+from lightning_kd.models.digests import (
+    config_digest,
+    tokenizer_digest,
+    vocab_digest,
+    weights_digest,
+)
 
 FORMAT_VERSION = 2
 META_NAME = "meta.json"
@@ -57,6 +64,8 @@ FEATURE_DTYPE = torch.bfloat16
 """Cached hidden states: bf16 keeps fp32's range (residual streams hold outliers in the
 thousands) at half the bytes; a bf16-mixed run's teacher computes them in bf16 anyway."""
 FEATURE_PREFIX = "features."
+CROSS_NAMES = ("aligned", "teacher_nll", "teacher_bytes")
+"""What a cross-tokenizer cache stores besides the top k (see above)."""
 
 
 @dataclass
@@ -121,12 +130,25 @@ class CacheKey:
     corpus, seed, validation fraction or block size gives another digest."""
     features: tuple[str, ...] = ()
     """Teacher module paths whose outputs the cache holds (a run may use any of them)."""
+    teacher_tokenizer: str = ""
+    """``digests.tokenizer_digest`` of the teacher's own tokenizer where it is not the student's
+    (a cross-tokenizer cache: the teacher's top k at the student's positions, ``CROSS_NAMES``
+    beside them); empty: the teacher read the student's tokens."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "features", tuple(sorted(self.features)))  # JSON gives a list
 
+    @property
+    def cross(self) -> bool:
+        return bool(self.teacher_tokenizer)
+
     def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every field; a same-tokenizer key without ``teacher_tokenizer``, as written before
+        that field existed (its digest, the shared cache's directory name, unchanged)."""
+        fields = dataclasses.asdict(self)
+        if not self.teacher_tokenizer:
+            del fields["teacher_tokenizer"]
+        return fields
 
     def digest(self) -> str:
         """A name for the cache of this key: equal keys, equal names (the shared cache
@@ -190,55 +212,6 @@ def plan_shards(splits: dict[str, dict[str, Any]], shard_blocks: int) -> list[Sh
     return shards
 
 
-sha256_file = file_digest
-"""sha256 of a shard's bytes (the receipt's checksum)."""
-
-
-WRITE_AGAIN = "run the same command again (the shards already written whole are kept)"
-"""What follows a cache file the disk had no room for: the writer resumes from whole shards."""
-
-
-def write_json(path: Path, value: dict[str, Any]) -> None:
-    text = json.dumps(value, indent=1, sort_keys=True) + "\n"
-    atomic_write_bytes(path, text.encode(), WRITE_AGAIN)
-
-
-def write_shard(
-    directory: Path, shard: Shard, tensors: dict[str, Tensor], extra: dict[str, Any]
-) -> dict[str, Any]:
-    """Write one shard, then its receipt (size, sha256 and ``extra``); returns the receipt."""
-    data = safetensors_bytes({name: t.contiguous() for name, t in tensors.items()})
-    atomic_write_bytes(directory / shard.file, data, WRITE_AGAIN)
-    receipt = (
-        dataclasses.asdict(shard)
-        | {
-            "bytes": len(data),
-            "sha256": hashlib.sha256(data).hexdigest(),
-        }
-        | extra
-    )
-    write_json(directory / shard.receipt, receipt)
-    return receipt
-
-
-def completed(directory: Path, shard: Shard) -> dict[str, Any] | None:
-    """The receipt of ``shard`` if the shard is on disk whole (size and sha256 as receipted)."""
-    receipt_path, path = directory / shard.receipt, directory / shard.file
-    if not receipt_path.is_file() or not path.is_file():
-        return None
-    try:
-        receipt = json.loads(receipt_path.read_text())
-    except json.JSONDecodeError:
-        return None
-    if {k: receipt.get(k) for k in ("name", "split", "start", "blocks")} != dataclasses.asdict(
-        shard
-    ):
-        return None
-    if path.stat().st_size != receipt.get("bytes") or sha256_file(path) != receipt.get("sha256"):
-        return None
-    return receipt
-
-
 def metadata(key: CacheKey, layout: Layout) -> dict[str, Any]:
     """``meta.json``'s content, as JSON reads it back (tuples as lists: comparable to a file's)."""
     meta = {"format": FORMAT_VERSION, "key": key.as_dict(), "layout": dataclasses.asdict(layout)}
@@ -252,10 +225,12 @@ def cache_key(
     k: int,
     temperature: float,
     features: tuple[str, ...] = (),
+    teacher_tokenizer: Any = None,
 ) -> CacheKey:
     """The key of a cache of ``teacher`` over ``datamodule``'s blocks (its ``train_examples`` and
-    ``val_examples`` after ``setup()``): what the writer records, and what a run that reads the
-    cache must match."""
+    ``val_examples`` after ``setup()``), read with ``tokenizer`` (the student's) and by the
+    teacher with ``teacher_tokenizer`` where that is another: what the writer records, and what a
+    run that reads the cache must match."""
     splits = {"train": datamodule.train_examples, "val": datamodule.val_examples}
     if not all(isinstance(block, Tensor) for blocks in splits.values() for block in blocks):
         raise ValueError(
@@ -276,12 +251,5 @@ def cache_key(
             for split, blocks in splits.items()
         },
         features=tuple(features),
+        teacher_tokenizer="" if teacher_tokenizer is None else tokenizer_digest(teacher_tokenizer),
     )
-
-
-def kept_mass(tensors: dict[str, Tensor]) -> tuple[int, float]:
-    """``(scored positions, Σ over them of the mass the top k hold)`` of one shard."""
-    positions = tensors["tail"].shape[1]
-    scored = torch.arange(positions) < (tensors["lengths"] - 1).unsqueeze(-1)
-    mass = -torch.expm1(tensors["tail"].double())[scored]
-    return int(scored.sum()), float(mass.sum())

@@ -19,6 +19,7 @@ from safetensors.torch import load_file
 from torch import Tensor
 
 from lightning_kd.cache.claim import claim, prepare
+from lightning_kd.cache.cross_shards import CrossTokenizer
 from lightning_kd.cache.format import (
     FEATURE_PREFIX,
     TAIL_DTYPE,
@@ -26,13 +27,11 @@ from lightning_kd.cache.format import (
     CacheSpec,
     Layout,
     cache_key,
-    completed,
-    kept_mass,
     metadata,
     plan_shards,
-    write_shard,
 )
 from lightning_kd.cache.reader import CacheError, TeacherCache, read_index
+from lightning_kd.cache.shard_files import completed, kept_mass, write_shard
 from lightning_kd.cache.writer import describe, write_index
 
 
@@ -43,6 +42,8 @@ def narrow_records(tensors: dict[str, Tensor], k: int) -> dict[str, Tensor]:
     rest = torch.logsumexp(log_probs[..., k:].float(), dim=-1)
     tail = torch.logaddexp(tensors["tail"].float(), rest)
     scored = torch.arange(tail.shape[1]) < (tensors["lengths"] - 1).unsqueeze(-1)
+    if "aligned" in tensors:  # across tokenizers: records only where a position had a partner
+        scored = tensors["aligned"].bool()
     return tensors | {
         "ids": tensors["ids"][..., :k].contiguous(),
         "log_probs": log_probs[..., :k].contiguous(),
@@ -60,10 +61,12 @@ def narrow_cache(
     *,
     overwrite: bool = False,
     features: tuple[str, ...] = (),
+    cross: CrossTokenizer | None = None,
 ) -> int:
     """Write into ``directory`` the ``spec.k`` cache of this run from ``source``, the run's own
     cache at a larger k (holding the teacher modules ``features``, which are copied with every
-    other module it holds); returns the number of shards written."""
+    other module it holds; with ``cross``, of a teacher with another tokenizer); returns the
+    number of shards written."""
     source = Path(source)
     larger = read_index(source)["key"]["k"]
     if spec.k > larger:
@@ -72,10 +75,11 @@ def narrow_cache(
             f"derived from it; choose cache.k <= {larger}, or write it from the teacher "
             "(cache.source=null)"
         )
-    expect = cache_key(teacher, tokenizer, datamodule, larger, spec.temperature, features)
-    cache = TeacherCache.open(source, expect)
+    theirs = None if cross is None else cross.teacher_tokenizer
+    args = (teacher, tokenizer, datamodule, larger, spec.temperature, features, theirs)
+    cache = TeacherCache.open(source, cache_key(*args))
     spec = replace(spec, shard_blocks=cache.shard_blocks)  # the same shards, narrower
-    key, meta = describe(teacher, tokenizer, datamodule, spec, cache.key.features)
+    key, meta = describe(teacher, tokenizer, datamodule, spec, cache.key.features, cross)
     with claim(directory):
         prepare(directory, meta, 0, lambda: None, overwrite)
         shards = plan_shards(key.splits, spec.shard_blocks)

@@ -3,6 +3,7 @@ of this run's teacher, tokenizer, data, block size, k, temperature and dtype."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from functools import lru_cache
 from pathlib import Path
@@ -13,14 +14,15 @@ from safetensors.torch import load_file
 from torch import Tensor
 
 from lightning_kd.cache.format import (
+    CROSS_NAMES,
     FEATURE_PREFIX,
     FORMAT_VERSION,
     INDEX_NAME,
     SPLITS,
     CacheKey,
     Shard,
-    sha256_file,
 )
+from lightning_kd.cache.shard_files import sha256_file
 
 REBUILD = (
     "rebuild it for this run with `lightning-kd cache hydra.run.dir=<dir> <this run's "
@@ -47,16 +49,22 @@ class Records(NamedTuple):
     ids: Tensor
     log_probs: Tensor
     tail: Tensor
-    target: Tensor
+    target: Tensor | None
+    """None in a cross-tokenizer cache."""
     features: dict[str, Tensor]
     """Teacher module path → its outputs ``[blocks, block_size, width]`` (bf16), where cached."""
+    cross: dict[str, Tensor]
+    """A cross-tokenizer cache's ``CROSS_NAMES`` (else empty)."""
 
 
 def mismatches(cache: CacheKey, run: CacheKey) -> list[str]:
     """One line per field where the cache's key differs from the run's, naming both values."""
     found = []
-    for field, value in cache.as_dict().items():
+    for field, value in dataclasses.asdict(cache).items():
         if field == "splits":
+            continue
+        if field in TOKENIZER_FIELDS and value != getattr(run, field):
+            found.append(TOKENIZER_FIELDS[field](value, getattr(run, field)))
             continue
         if field == "features":  # a cache may hold more than a run uses, never less
             lacking = sorted(set(run.features) - set(value))
@@ -78,6 +86,26 @@ def mismatches(cache: CacheKey, run: CacheKey) -> list[str]:
                 f"({SPLIT_CAUSES})"
             )
     return found
+
+
+def _tokenizer(cache: str, run: str) -> str:
+    return (
+        f"tokenizer: the cache was written for a student reading another tokenizer (vocabulary "
+        f"digest {cache[:12]}, this run's {run[:12]}): its positions are that tokenizer's"
+    )
+
+
+def _teacher_tokenizer(cache: str, run: str) -> str:
+    def reads(digest: str) -> str:
+        return f"its own tokenizer ({digest[:12]})" if digest else "the student's tokens"
+
+    return (
+        f"teacher_tokenizer: the cache's teacher read {reads(cache)}, this run's reads {reads(run)}"
+    )
+
+
+TOKENIZER_FIELDS = {"tokenizer": _tokenizer, "teacher_tokenizer": _teacher_tokenizer}
+"""The key's tokenizer fields, each with its mismatch line (digests mean nothing to a reader)."""
 
 
 def _blocks(split: dict[str, Any] | None) -> str:
@@ -139,11 +167,16 @@ class TeacherCache:
             torch.stack([row["ids"] for row in rows]).to(torch.int64),
             torch.stack([row["log_probs"] for row in rows]).float(),
             torch.stack([row["tail"] for row in rows]).float(),
-            torch.stack([row["target"] for row in rows]).float(),
+            torch.stack([row["target"] for row in rows]).float() if "target" in rows[0] else None,
             {
                 name.removeprefix(FEATURE_PREFIX): torch.stack([row[name] for row in rows])
                 for name in rows[0]
                 if name.startswith(FEATURE_PREFIX)
+            },
+            {
+                name: torch.stack([row[name] for row in rows])
+                for name in CROSS_NAMES
+                if name in rows[0]
             },
         )
 

@@ -11,22 +11,39 @@ unscored padding rows of validation); :meth:`CachedTeacher.records` turns it int
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from torch import Tensor, nn
 
 from lightning_kd.cache.format import cache_key
-from lightning_kd.cache.reader import TeacherCache, read_index
+from lightning_kd.cache.reader import CacheMismatch, TeacherCache, read_index
+from lightning_kd.losses.cross_top import TeacherSide, TeacherTop
 from lightning_kd.losses.topk import TopKTeacher
+
+
+class CrossRecords(Protocol):
+    """What a cross-tokenizer cache's records are read through
+    (``distill.cross_tokenizer.CrossTokenizer``, a layer above)."""
+
+    top_k: int
+
+    @property
+    def teacher_tokenizer(self) -> Any: ...
+
+    def cached_records(
+        self, stored: TeacherSide, labels: Tensor, counted: Tensor | None = None
+    ) -> Any: ...
 
 
 class CachedTeacher:
     """The teacher's top-k records of a run's blocks, served by block index."""
 
-    def __init__(self, cache: TeacherCache, vocab: int) -> None:
+    def __init__(self, cache: TeacherCache, vocab: int, cross: CrossRecords | None = None) -> None:
         self.cache = cache
         self.vocab = vocab
         """Rows of the teacher's output head: the records' ids index them."""
+        self.cross = cross
+        """With a teacher of another tokenizer: the path that maps its cached top k."""
 
     @property
     def key(self):
@@ -47,14 +64,25 @@ class CachedTeacher:
         data: Any,
         temperature: float,
         features: tuple[str, ...] = (),
+        cross: CrossRecords | None = None,
     ) -> CachedTeacher:
         """The cache in ``directory``, checked whole and written for this ``teacher``,
         ``tokenizer``, ``data`` (a set-up :class:`~lightning_kd.data.text.TextDataModule`) and
-        ``temperature``, holding the outputs of the teacher modules ``features``; any k."""
+        ``temperature``, holding the outputs of the teacher modules ``features`` (with
+        ``cross``: read by the teacher in its own tokenisation); any k (across tokenizers, at
+        least ``distill.cross_top_k``)."""
         k = read_index(Path(directory))["key"]["k"]
-        expect = cache_key(teacher, tokenizer, data, k, temperature, features)
+        teacher_tokenizer = None if cross is None else cross.teacher_tokenizer
+        expect = cache_key(teacher, tokenizer, data, k, temperature, features, teacher_tokenizer)
         vocab = teacher.get_output_embeddings().weight.shape[0]
-        return cls(TeacherCache.open(directory, expect), vocab)
+        cache = TeacherCache.open(directory, expect)
+        if cross is not None and k < cross.top_k:
+            raise CacheMismatch(
+                f"the teacher cache in {directory} holds the teacher's top {k}, this run reads "
+                f"its top distill.cross_top_k={cross.top_k}: write the cache with cache.k="
+                f"{cross.top_k} or more, or set distill.cross_top_k={k}"
+            )
+        return cls(cache, vocab, cross)
 
     @classmethod
     def for_distiller(
@@ -65,9 +93,10 @@ class CachedTeacher:
         tokenizer: Any,
         data: Any,
         features: tuple[str, ...] = (),
+        cross: CrossRecords | None = None,
     ) -> CachedTeacher:
         """The cache ``distill.teacher_cache`` names, refused unless written for this run
-        (and holding the teacher modules ``features``)."""
+        (and holding the teacher modules ``features``; with ``cross``, across tokenizers)."""
         if task != "causal_lm":
             raise ValueError(
                 f"distill.teacher_cache: teacher.task={task!r}; only causal LMs' logits are cached"
@@ -78,12 +107,10 @@ class CachedTeacher:
                 "pass the set-up data module (a Trainer fit/validate with datamodule=...)"
             )
         return cls.for_run(
-            distill.teacher_cache, teacher, tokenizer, data, distill.temperature, features
+            distill.teacher_cache, teacher, tokenizer, data, distill.temperature, features, cross
         )
 
-    def records(
-        self, batch: dict[str, Tensor], split: str
-    ) -> tuple[TopKTeacher, dict[str, Tensor]]:
+    def records(self, batch: dict[str, Tensor], split: str) -> tuple[Any, dict[str, Tensor]]:
         """The records of ``batch``'s rows (blocks of ``split``), positions 0 .. seq − 2, and the
         cached teacher module outputs (positions 0 .. seq − 1), on the batch's device. Unscored
         rows (index −1) get block 0's records: their labels are all −100, so no loss or metric
@@ -100,6 +127,16 @@ class CachedTeacher:
 
         def take(tensor: Tensor) -> Tensor:
             return tensor[:, :positions].to(device, non_blocking=True)
+
+        if self.cross is not None:
+            stored = TeacherSide(
+                TeacherTop(take(records.ids), take(records.log_probs), take(records.tail)),
+                take(records.cross["aligned"]).bool(),
+                records.cross["teacher_nll"].to(device),
+                records.cross["teacher_bytes"].to(device),
+            )
+            real = (batch["block_index"] >= 0).to(device) if split == "val" else None
+            return self.cross.cached_records(stored, batch["labels"], real), {}
 
         top_k = TopKTeacher(
             take(records.ids),

@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from lightning_kd.cache.claim import claim, prepare
+from lightning_kd.cache.cross_shards import CrossTokenizer, cross_shard_records
 from lightning_kd.cache.format import (
     INDEX_NAME,
     LOG_PROB_DTYPE,
@@ -33,43 +34,17 @@ from lightning_kd.cache.format import (
     Layout,
     Shard,
     cache_key,
-    completed,
     ids_dtype,
-    kept_mass,
     metadata,
     plan_shards,
-    write_json,
-    write_shard,
 )
 from lightning_kd.cache.hidden_states import FeatureRecorder
 from lightning_kd.cache.reader import CacheError
+from lightning_kd.cache.shard_files import WriteStats, completed, kept_mass, write_json, write_shard
 from lightning_kd.losses.chunked import OutputHead, auto_chunk_size, matmul_dtype
 from lightning_kd.losses.topk import teacher_records
 from lightning_kd.models.heads import check_head, final_hidden, output_head
 from lightning_kd.utils.stopping import STOP
-
-
-@dataclass
-class WriteStats:
-    """Where one rank's writing time went, and how much mass the top k held."""
-
-    tokens: int = 0
-    forward_seconds: float = 0.0
-    top_k_seconds: float = 0.0
-    write_seconds: float = 0.0
-    shards_written: int = 0
-    shards_kept: int = 0
-    bytes_written: int = 0
-
-    def line(self, rank: int) -> str:
-        total = self.forward_seconds + self.top_k_seconds + self.write_seconds
-        rate = self.tokens / total if total else 0.0
-        return (
-            f"cache rank {rank}: {self.shards_written} shards written, {self.shards_kept} kept "
-            f"from an earlier run; {self.tokens} tokens in {total:.1f} s ({rate:.0f} tok/s): "
-            f"teacher forward {self.forward_seconds:.1f} s, top-k {self.top_k_seconds:.1f} s, "
-            f"writing {self.write_seconds:.1f} s"
-        )
 
 
 @torch.no_grad()
@@ -152,27 +127,30 @@ def write_cache(
     device: torch.device | None = None,
     overwrite: bool = False,
     features: list[str] | tuple[str, ...] = (),
+    cross: CrossTokenizer | None = None,
 ) -> WriteStats:
     """Write (or complete) the cache of ``teacher`` over ``datamodule``'s blocks in
-    ``directory`` (with the outputs of the teacher modules ``features``); this process is
-    ``rank`` of ``world_size`` (each calls this with the same arguments). Returns this rank's
-    timings."""
+    ``directory`` (with the outputs of the teacher modules ``features``; with ``cross``, a
+    teacher reading its own tokenisation of them); this process is ``rank`` of ``world_size``
+    (each calls this with the same arguments). Returns this rank's timings."""
     directory = Path(directory)
     device = device or next(teacher.parameters()).device
     splits = {"train": datamodule.train_examples, "val": datamodule.val_examples}
-    key, meta = describe(teacher, tokenizer, datamodule, spec, features)
+    key, meta = describe(teacher, tokenizer, datamodule, spec, features, cross)
     # The ranks of one launch are one writer: rank 0 holds the lock for them all.
     with claim(directory) if rank == 0 else nullcontext():
         prepare(directory, meta, rank, barrier, overwrite)
         recorder = FeatureRecorder(teacher, list(key.features))
-        with torch.no_grad():
-            sample = {k: v.to(device) for k, v in datamodule.collate(splits["train"][:1]).items()}
-            check_head(teacher, sample, "teacher", "the cache would hold other logits than its own")
+        if cross is None:  # the cross path checks the head on the teacher's own ids
+            with torch.no_grad():
+                sample = datamodule.collate(splits["train"][:1])
+                sample = {k: v.to(device) for k, v in sample.items()}
+                check_head(teacher, sample, "teacher", "the cache would hold other logits")
         shards = plan_shards(key.splits, spec.shard_blocks)
         mine = shards[rank::world_size]
         todo = [shard for shard in mine if completed(directory, shard) is None]
         stats = WriteStats(shards_kept=len(mine) - len(todo))
-        write = ShardWriter(teacher, datamodule, spec, device, stats, recorder)
+        write = ShardWriter(teacher, datamodule, spec, device, stats, recorder, cross)
         write.all(directory, todo, rank, world_size)
         recorder.remove()
         barrier()
@@ -192,6 +170,7 @@ class ShardWriter:
     device: torch.device
     stats: WriteStats
     recorder: FeatureRecorder
+    cross: CrossTokenizer | None = None
 
     def all(self, directory: Path, shards: list[Shard], rank: int, world_size: int) -> None:
         """Write ``shards`` in order, with a progress bar (on rank 0) in tokens."""
@@ -211,7 +190,7 @@ class ShardWriter:
         return examples[shard.start : shard.start + shard.blocks]
 
     def __call__(self, directory: Path, shard: Shard) -> None:
-        tensors = shard_records(
+        args = (
             self.teacher,
             self.blocks(shard),
             self.datamodule.collate,
@@ -219,8 +198,11 @@ class ShardWriter:
             self.datamodule.block_size,
             self.device,
             self.stats,
-            self.recorder,
         )
+        if self.cross is not None:
+            tensors = cross_shard_records(*args, self.cross)
+        else:
+            tensors = shard_records(*args, self.recorder)
         started = time.perf_counter()
         scored, mass = kept_mass(tensors)
         receipt = write_shard(directory, shard, tensors, {"scored": scored, "top_k_mass": mass})
@@ -235,9 +217,12 @@ def describe(
     datamodule: Any,
     spec: CacheSpec,
     features: list[str] | tuple[str, ...] = (),
+    cross: CrossTokenizer | None = None,
 ) -> tuple[CacheKey, dict[str, Any]]:
     """The key of the cache to write and its ``meta.json``."""
-    key = cache_key(teacher, tokenizer, datamodule, spec.k, spec.temperature, tuple(features))
+    teacher_tokenizer = None if cross is None else cross.teacher_tokenizer
+    args = (teacher, tokenizer, datamodule, spec.k, spec.temperature, tuple(features))
+    key = cache_key(*args, teacher_tokenizer=teacher_tokenizer)
     ids = str(ids_dtype(teacher.get_output_embeddings().weight.shape[0])).removeprefix("torch.")
     return key, metadata(key, Layout(ids, shard_blocks=spec.shard_blocks))
 

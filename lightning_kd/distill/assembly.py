@@ -61,7 +61,7 @@ def assemble(
         # The repair's states are checked when it runs: a resume skips it, and its cache may
         # hold none of them (cache.keep_repair_states).
         paths = tuple(sorted({pair.teacher for pair in distiller.layer_pairs}))
-        args = (distill, teacher.task, teacher_model, tokenizer, data, paths)
+        args = (distill, teacher.task, teacher_model, tokenizer, data, paths, cross)
         distiller.replace_teacher(CachedTeacher.for_distiller(*args))
     return distiller
 

@@ -19,6 +19,7 @@ from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.data.alignment import Aligner, TeacherView, first_token_map, vocabulary_map
 from lightning_kd.losses.chunked import CHUNK_ELEMENTS, OutputHead, matmul_dtype
+from lightning_kd.losses.cross_top import TeacherSide, TeacherTop, spread, teacher_top
 from lightning_kd.losses.cross_vocab import FLOOR, CrossTeacher, cross_records, twins
 from lightning_kd.losses.logits import next_token_targets
 from lightning_kd.models.heads import check_head, final_hidden
@@ -81,6 +82,10 @@ class CrossTokenizer:
             min_aligned=distill.cross_min_aligned,
         )
 
+    @property
+    def teacher_tokenizer(self) -> PreTrainedTokenizerBase:
+        return self.aligner.teacher_tokenizer
+
     def view(self, batch: dict[str, Tensor]) -> TeacherView:
         """The teacher's tokenisation of ``batch``, checked once for how much text it spells
         back (the first batch a run sees: before step 0)."""
@@ -126,20 +131,24 @@ class CrossTokenizer:
         keep: bool = False,
     ) -> CrossTeacher:
         """The teacher's records at the student positions 0 .. seq − 2 of ``batch``; ``keep``
-        holds the teacher's states for :meth:`teacher_sums` (validation)."""
-        self.kept = None
-        return self._records(teacher, head, batch, temperature, keep)
+        holds the teacher's bits per byte for :meth:`teacher_sums` (validation)."""
+        side = self.teacher_side(teacher, head, batch, temperature, keep)
+        self.kept = self._bits(side.nll, side.text_bytes) if keep else None
+        return self.mapped(side.top, side.wanted)
 
-    def _records(
+    @torch.no_grad()
+    def teacher_side(
         self,
         teacher: nn.Module,
         head: OutputHead,
         batch: dict[str, Tensor],
         temperature: float,
-        keep: bool,
-    ) -> CrossTeacher:
-        """Records on the student's grid, and with ``keep`` the teacher's NLL and byte count
-        over the student's scored text, from one pass of its head."""
+        keep: bool = False,
+        k: int | None = None,
+    ) -> TeacherSide:
+        """The teacher's own top ``k`` (``distill.cross_top_k`` by default) at its positions
+        aligned with the student's scored ones, and with ``keep`` each row's teacher NLL and
+        byte count over the student's scored text, from one pass of its head."""
         view = self.view(batch)
         device = batch["input_ids"].device
         hidden = self.teacher_hidden(teacher, view, device)
@@ -151,27 +160,63 @@ class CrossTokenizer:
         wanted = (partner >= 0) & next_token_targets(batch["labels"])[1]
         rows = torch.arange(partner.shape[0], device=device).unsqueeze(1)
         index = (rows * width + partner)[wanted]
-        targets = None
+        targets = where = None
         if keep:  # the teacher's own scored positions join the pass, with their next tokens
             index, targets, where = self._with_scored(view, index, device)
-        found, nll = cross_records(
+        top, target_log_probs = teacher_top(
             lambda at: cast.logits(flat[at], dtype),
             index,
-            self.mapping.to(device),
-            self.student_twins.to(device),
-            k=self.top_k,
+            k=k or self.top_k,
             temperature=temperature,
             chunk=max(1, CHUNK_ELEMENTS // max(1, head.weight.shape[0])),
-            loss=self.loss,
-            uld_weight=self.uld_weight,
             targets=targets,
         )
+        batch_size = partner.shape[0]
+        nll = torch.zeros(batch_size, dtype=torch.float64, device=device)
+        text_bytes = torch.zeros(batch_size, dtype=torch.long, device=device)
         if keep:
-            found = found[where]
+            nll.index_add_(0, index // width, -target_log_probs)
             scored = view.scored[:, :-1]
-            text_bytes = view.target_bytes[:, :-1][scored].sum().to(device)
-            self.kept = {"teacher_bpb": (nll / math.log(2), text_bytes)}
+            text_bytes = (view.target_bytes[:, :-1] * scored).sum(-1).to(device)
+            top = top[where]
+        return TeacherSide(top, wanted, nll, text_bytes)
+
+    def mapped(self, top: TeacherTop, wanted: Tensor) -> CrossTeacher:
+        """Records on the student's grid ``[batch, seq − 1]`` of the teacher's ``top`` at the
+        ``wanted`` positions (in order), through this pair's map of the two vocabularies."""
+        found = cross_records(
+            top,
+            self.mapping.to(top.ids.device),
+            self.student_twins.to(top.ids.device),
+            loss=self.loss,
+            uld_weight=self.uld_weight,
+        )
         return self._on_grid(found, wanted)
+
+    def cached_records(
+        self, stored: TeacherSide, labels: Tensor, counted: Tensor | None = None
+    ) -> CrossTeacher:
+        """Records from a cache's ``stored`` top k on the student's grid (its ``wanted``: the
+        positions that had a partner), narrowed to ``distill.cross_top_k``, at the positions
+        ``labels`` scores; ``counted`` (validation: the rows that are real blocks) keeps the
+        teacher's bits per byte for :meth:`teacher_sums`."""
+        wanted = stored.wanted & next_token_targets(labels)[1]
+        top = stored.top[wanted]
+        if top.ids.shape[-1] > self.top_k:  # the top of the top K, the rest into the tail
+            dropped = torch.logsumexp(top.log_probs[:, self.top_k :], -1)
+            top = TeacherTop(
+                top.ids[:, : self.top_k],
+                top.log_probs[:, : self.top_k],
+                torch.logaddexp(top.rest, dropped),
+            )
+        self.kept = None
+        if counted is not None:
+            self.kept = self._bits(stored.nll[counted], stored.text_bytes[counted])
+        return self.mapped(top, wanted)
+
+    @staticmethod
+    def _bits(nll: Tensor, text_bytes: Tensor) -> MetricSums:
+        return {"teacher_bpb": (nll.sum() / math.log(2), text_bytes.sum())}
 
     @staticmethod
     def _with_scored(view: TeacherView, index: Tensor, device) -> tuple[Tensor, Tensor, Tensor]:
@@ -188,19 +233,13 @@ class CrossTokenizer:
     def _on_grid(self, found: CrossTeacher, wanted: Tensor) -> CrossTeacher:
         """``found`` (records of the ``wanted`` positions) spread over ``[batch, seq − 1]``,
         filler where nothing is wanted."""
-
-        def spread(values: Tensor, fill) -> Tensor:
-            grid = values.new_full((*wanted.shape, *values.shape[1:]), fill)
-            grid[wanted] = values
-            return grid
-
         return CrossTeacher(
-            ids=spread(found.ids, 0),
-            log_probs=spread(found.log_probs, FLOOR),
-            matched=spread(found.matched, False),
-            tail=spread(found.tail, FLOOR),
-            top_probs=spread(found.top_probs, 0.0),
-            aligned=spread(found.aligned, False),
+            ids=spread(found.ids, wanted, 0),
+            log_probs=spread(found.log_probs, wanted, FLOOR),
+            matched=spread(found.matched, wanted, False),
+            tail=spread(found.tail, wanted, FLOOR),
+            top_probs=spread(found.top_probs, wanted, 0.0),
+            aligned=spread(found.aligned, wanted, False),
             student_twins=found.student_twins,
             loss=found.loss,
             uld_weight=found.uld_weight,

@@ -196,11 +196,6 @@ class DistillConfig:
             )
         if not self.chunked:
             errors.append("the cross-tokenizer loss is chunked only: set distill.chunked=true")
-        if self.teacher_cache is not None:
-            errors.append(
-                "a teacher cache holds records at the teacher's own positions; cross-tokenizer "
-                "runs read the teacher online: set distill.teacher_cache=null"
-            )
         if self.on_policy_teacher_top_k is not None:
             errors.append(
                 "distill.on_policy_teacher_top_k swaps in the teacher's tokens, which are not "

@@ -24,9 +24,8 @@ from lightning_kd.launch.build import build_datamodule, with_precision, with_val
 from lightning_kd.launch.importance import choose_layers
 from lightning_kd.launch.teacher_cache import CacheChoice, choose, prepare, unresolved
 from lightning_kd.models.layer_scores import Ranking
-from lightning_kd.models.loading import load_tokenizer
 from lightning_kd.models.precision import PrecisionChoice
-from lightning_kd.models.student import run_tokenizer, same_tokenizer
+from lightning_kd.models.student import run_tokenizer
 
 
 @dataclass
@@ -68,9 +67,7 @@ def resolve_teacher_cache(
     tokenizer = run_tokenizer(teacher, instantiate(cfg.student, _convert_="all"))
     datamodule = build_datamodule(cfg, tokenizer)
     datamodule.setup("fit")
-    causal = teacher.task == "causal_lm"
-    cross = causal and not same_tokenizer(tokenizer, load_tokenizer(teacher))
-    choice = choose(cfg, len(datamodule.train_examples), cross)
+    choice = choose(cfg, len(datamodule.train_examples))
     if choice.caches:
         choice = prepare(cfg, datamodule, tokenizer, choice, resuming)
     if rank_zero_only.rank == 0:

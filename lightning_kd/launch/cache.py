@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from contextlib import nullcontext
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -23,14 +23,16 @@ from lightning_kd.cache.format import INDEX_NAME
 from lightning_kd.cache.hidden_states import mapped_paths
 from lightning_kd.cache.narrow import narrow_cache
 from lightning_kd.cache.writer import write_cache
+from lightning_kd.distill.cross_tokenizer import CrossTokenizer, teacher_tokenizer_for
+from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.launch.build import build_datamodule, with_precision
 from lightning_kd.launch.config import record_job
 from lightning_kd.launch.data_checks import dataset_errors
 from lightning_kd.launch.entry import check_entry, teacher_length
 from lightning_kd.launch.paths import training_run_errors
-from lightning_kd.models.loading import StudentSpec, TeacherSpec, load_teacher, load_tokenizer
+from lightning_kd.models.loading import TeacherSpec, load_teacher
 from lightning_kd.models.quantize import quantize_teacher
-from lightning_kd.models.student import run_tokenizer, same_tokenizer
+from lightning_kd.models.student import run_tokenizer
 from lightning_kd.training.rundir import is_rank_zero
 from lightning_kd.utils.refusal import refuse
 
@@ -84,17 +86,34 @@ def write(cfg: DictConfig) -> None:
         write_claimed(cfg, directory)
 
 
-def shared_tokenizer(teacher: TeacherSpec, student: StudentSpec) -> PreTrainedTokenizerBase:
-    """The teacher's tokenizer, refused unless the student reads it too: a cache holds the
-    teacher's records at its own positions, which a cross-tokenizer run does not read."""
-    tokenizer = load_tokenizer(teacher)
-    if not same_tokenizer(tokenizer, run_tokenizer(teacher, student)):
-        raise ValueError(
-            "the student's tokenizer is not the teacher's (student.source or a pretrained "
-            "student.path): a cross-tokenizer run reads the teacher online, with "
-            "distill.teacher_cache=null; there is no cache to write for it"
+def cross_path(
+    cfg: DictConfig, teacher: TeacherSpec, tokenizer: PreTrainedTokenizerBase
+) -> CrossPath | None:
+    """How the teacher reads the student's blocks when its tokenizer is not ``tokenizer`` (the
+    student's): its cache then holds its top k at the student's positions aligned with its own;
+    what a cross-tokenizer run of ``cfg`` cannot serve is refused here. None: one tokenizer."""
+    distill = instantiate(cfg.distill, _convert_="all")
+    student = instantiate(cfg.student, _convert_="all")
+    teacher_tokenizer = teacher_tokenizer_for(teacher, distill, tokenizer, student)
+    return None if teacher_tokenizer is None else CrossPath(distill, teacher_tokenizer)
+
+
+@dataclass
+class CrossPath:
+    """A cross-tokenizer teacher's settings and tokenizer, before its model loads."""
+
+    distill: DistillConfig
+    teacher_tokenizer: PreTrainedTokenizerBase
+
+    def build(self, tokenizer: PreTrainedTokenizerBase, teacher: torch.nn.Module) -> CrossTokenizer:
+        teacher_vocab = teacher.get_output_embeddings().weight.shape[0]
+        args = (tokenizer, self.teacher_tokenizer, len(tokenizer), teacher_vocab)
+        return CrossTokenizer(
+            *args,
+            top_k=self.distill.cross_top_k,
+            loss=self.distill.cross_loss,
+            min_aligned=self.distill.cross_min_aligned,
         )
-    return tokenizer
 
 
 def write_claimed(cfg: DictConfig, directory: Path) -> None:
@@ -111,7 +130,8 @@ def write_claimed(cfg: DictConfig, directory: Path) -> None:
         raise ValueError(
             f"teacher.task={teacher_spec.task!r}: only a causal LM's logits are cached"
         )
-    tokenizer = shared_tokenizer(teacher_spec, instantiate(cfg.student, _convert_="all"))
+    tokenizer = run_tokenizer(teacher_spec, instantiate(cfg.student, _convert_="all"))
+    crossing = cross_path(cfg, teacher_spec, tokenizer)
     spec = instantiate(cfg.cache, _convert_="all")
     fabric = fabric_for(cfg)
     fabric.launch()
@@ -119,10 +139,13 @@ def write_claimed(cfg: DictConfig, directory: Path) -> None:
     datamodule.setup("fit")
     teacher, features, _ = cached_teacher(cfg, teacher_spec, spec)
     teacher = teacher.to(fabric.device)
+    cross = None if crossing is None else crossing.build(tokenizer, teacher)
     if spec.source is not None:  # no teacher forward: one process derives it
         if fabric.global_rank == 0:
             arguments = (spec.source, teacher, tokenizer, datamodule, spec, directory)
-            count = narrow_cache(*arguments, overwrite=cfg.overwrite, features=tuple(features))
+            count = narrow_cache(
+                *arguments, overwrite=cfg.overwrite, features=tuple(features), cross=cross
+            )
             print(f"teacher cache: {count} shards narrowed from {spec.source}", flush=True)
         fabric.barrier()
     else:
@@ -138,6 +161,7 @@ def write_claimed(cfg: DictConfig, directory: Path) -> None:
             device=fabric.device,
             overwrite=cfg.overwrite,
             features=features,
+            cross=cross,
         )
         print(stats.line(fabric.global_rank), flush=True)
     report(directory, spec, fabric.global_rank)

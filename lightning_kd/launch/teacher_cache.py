@@ -4,8 +4,9 @@ A run that passes over its training blocks E times runs the teacher E times on e
 it runs once per block instead: the teacher's top-k records of every training and validation block
 (``cache.k`` entries per position; with ``distill.features`` or the block-wise repair, the mapped
 teacher modules' outputs too) are written once into the shared cache directory (``cache.dir``),
-under a name derived from the cache's key — teacher weights and config, tokenizer, the blocks of
-each split, block size, k, temperature, features — and the run trains from them. A second run with
+under a name derived from the cache's key — teacher weights and config, tokenizer (and the
+teacher's own where it reads another), the blocks of each split, block size, k, temperature,
+features — and the run trains from them. A second run with
 the same key (the same command again, another learning rate, a resume) finds that cache whole and
 runs no teacher forward; an interrupted write is completed shard by shard. Writers of one key take
 a file lock, so two runs never write the same cache at once.
@@ -40,7 +41,7 @@ from lightning_kd.cache.format import (
 from lightning_kd.cache.narrow import without_features
 from lightning_kd.cache.reader import mismatches, read_index
 from lightning_kd.cache.writer import write_cache
-from lightning_kd.launch.cache import cached_teacher, fabric_for, report
+from lightning_kd.launch.cache import cached_teacher, cross_path, fabric_for, report
 from lightning_kd.models.sources import cache_root
 
 AUTO = "auto"
@@ -90,9 +91,8 @@ def unresolved(value: object) -> bool:
     return value == AUTO
 
 
-def why_online(cfg: DictConfig, cross: bool = False) -> str | None:
-    """Why ``cfg`` trains with the teacher online whatever its length, or None (``cross``: the
-    student's tokenizer is not the teacher's)."""
+def why_online(cfg: DictConfig) -> str | None:
+    """Why ``cfg`` trains with the teacher online whatever its length, or None."""
     distill, trainer = cfg.distill, cfg.trainer
     reasons = (
         (distill.kd_weight == 0, "distill.kd_weight=0: training uses no teacher logits"),
@@ -101,10 +101,6 @@ def why_online(cfg: DictConfig, cross: bool = False) -> str | None:
         (cfg.teacher.get("task", "causal_lm") != "causal_lm", "only causal LM logits are cached"),
         (str(cfg.data.get("_target_", "")).endswith("ChatDataModule"), "chat data is not cached"),
         (cfg.data.get("streaming") is True, "a streamed corpus has no fixed blocks to cache"),
-        (
-            cross or distill.get("cross_tokenizer") == "always",
-            "a teacher with another tokenizer than the student's reads its own tokenisation",
-        ),
         (
             (trainer.get("devices") or 1) != 1 or trainer.get("strategy") not in (None, "auto"),
             "several processes: write the cache first (lightning-kd cache "
@@ -139,10 +135,9 @@ def repair_passes(cfg: DictConfig, train_examples: int) -> float:
     return repair * min(1.0, training_passes(cfg, train_examples))
 
 
-def choose(cfg: DictConfig, train_examples: int, cross: bool = False) -> CacheChoice:
-    """Cache or online, for a run of ``cfg`` over ``train_examples`` blocks (writes nothing;
-    ``cross``: the student's tokenizer is not the teacher's)."""
-    reason = why_online(cfg, cross)
+def choose(cfg: DictConfig, train_examples: int) -> CacheChoice:
+    """Cache or online, for a run of ``cfg`` over ``train_examples`` blocks (writes nothing)."""
+    reason = why_online(cfg)
     if reason is not None:
         distill = instantiate(cfg.distill, _convert_="all")
         return CacheChoice(None, f"auto: {reason}", in_training=distill.uses_teacher_in_training)
@@ -167,10 +162,14 @@ def prepare(
     this returns. A resume reads no repair states (its checkpoint's student was repaired)."""
     teacher_spec = instantiate(cfg.teacher, _convert_="all")
     spec = instantiate(cfg.cache, _convert_="all")
+    crossing = cross_path(cfg, teacher_spec, tokenizer)
     teacher, needed, training = cached_teacher(cfg, teacher_spec, spec, repairs=not resuming)
     device = fabric_for(cfg).device
     teacher = teacher.to(device)
-    key = cache_key(teacher, tokenizer, datamodule, spec.k, spec.temperature, tuple(needed))
+    cross = None if crossing is None else crossing.build(tokenizer, teacher)
+    theirs = None if cross is None else cross.teacher_tokenizer
+    args = (teacher, tokenizer, datamodule, spec.k, spec.temperature, tuple(needed), theirs)
+    key = cache_key(*args)
     # Named without the repair's own hidden states, which a cache may hold or have dropped
     # (cache.keep_repair_states): a resume and a fresh run find the same directory.
     directory = shared_directory(spec) / replace(key, features=tuple(training)).digest()
@@ -190,6 +189,7 @@ def prepare(
             device=device,
             features=needed,
             overwrite=stale(directory, key),
+            cross=cross,
         )
     print(stats.line(0), flush=True)
     report(directory, spec, 0)

@@ -2,9 +2,10 @@
 
 At a student position aligned with a teacher position (``data/alignment.py``: both have read the
 same text and predict what follows it), the teacher's distribution over *its* vocabulary is kept as
-its top k tokens (:func:`cross_records`, a chunk of positions at a time: no
-``[positions, teacher_vocab]`` tensor outlives its chunk). Two losses compare it with the
-student's distribution over the student's vocabulary:
+its top k tokens (``cross_top.py``, a chunk of positions at a time: no ``[positions,
+teacher_vocab]`` tensor outlives its chunk), then read through a map of the two vocabularies
+(:func:`cross_records`). Three losses compare it with the student's distribution over the
+student's vocabulary:
 
 - ``uld`` (Universal Logit Distillation, Boizard et al. 2024): the Wasserstein-1 distance between
   the two distributions with every token at unit distance from every other, which is the L1
@@ -37,9 +38,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from lightning_kd.losses.cross_top import TeacherTop
 from lightning_kd.losses.divergences import TokenDivergence, get_divergence
 from lightning_kd.losses.logits import math_dtype
-from lightning_kd.losses.topk import target_log_prob
 
 LOSSES = ("hybrid", "uld", "projected")
 
@@ -137,93 +138,58 @@ def twins(mapping: Tensor, student_vocab: int) -> Tensor:
     return present
 
 
-@torch.no_grad()
 def cross_records(
-    teacher_logits_of,
-    positions: Tensor,
+    top: TeacherTop,
     mapping: Tensor,
     student_twins: Tensor,
     *,
-    k: int,
-    temperature: float,
-    chunk: int,
     loss: str = "hybrid",
     uld_weight: float = 1.0,
-    targets: Tensor | None = None,
-) -> tuple[CrossTeacher, Tensor]:
-    """The teacher's records at ``positions`` (``[n]`` indices into its flattened positions, each
-    aligned with a student position), ``chunk`` positions at a time, and its summed
-    NLL (T = 1) of ``targets`` (``[n]`` next-token ids, −1 where none counts; 0 without them):
-    one pass of the teacher's head serves both.
-
-    ``teacher_logits_of(index)`` returns the teacher's logits ``[len(index), teacher_vocab]`` of
-    those flattened positions; ``mapping`` is ``vocabulary_map``'s ``[teacher_vocab]``.
-    """
+) -> CrossTeacher:
+    """The records of the teacher's ``top`` (``[n, k]``) for the student: its tokens through
+    ``mapping`` (``vocabulary_map``'s one-to-one twins, or ``first_token_map``'s many-to-one
+    projection for ``projected``)."""
     if loss not in LOSSES:
         raise ValueError(f"distill.cross_loss={loss!r}; choose one of {list(LOSSES)}")
-    parts = []
-    nll = torch.zeros((), dtype=torch.float64, device=student_twins.device)
-    for start in range(0, positions.numel(), chunk):
-        logits = teacher_logits_of(positions[start : start + chunk])
-        if loss == "projected":
-            parts.append(_projected(logits, mapping, k, temperature, student_twins.numel()))
-        else:
-            parts.append(_records(logits, mapping, k, temperature))
-        if targets is not None:
-            counted = targets[start : start + chunk] >= 0
-            picked = targets[start : start + chunk][counted]
-            nll -= target_log_prob(logits[counted].double(), picked).sum()
-    device = student_twins.device
-    if parts:
-        columns = [torch.cat(column) for column in zip(*parts, strict=True)]
+    if loss == "projected":
+        columns = _projected(top, mapping, student_twins.numel())
     else:
-        columns = [
-            torch.zeros((0, k), dtype=dtype, device=device)
-            for dtype in (torch.long, torch.float32, torch.bool, torch.float32)
-        ]
-        columns.insert(3, torch.zeros(0, device=device))
+        columns = _records(top, mapping)
     ids, log_probs, matched, tail, top_probs = columns
     aligned = torch.ones(len(ids), dtype=torch.bool, device=ids.device)
-    records = CrossTeacher(
+    return CrossTeacher(
         ids, log_probs, matched, tail, top_probs, aligned, student_twins, loss, uld_weight
     )
-    return records, nll
 
 
-def _mapped_top(
-    logits: Tensor, mapping: Tensor, k: int, temperature: float
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The teacher's top-k log-probabilities at T, their ids through ``mapping`` (−1: none),
-    which have one, and the log of the mass outside those mapped top-k tokens — summed over
-    itself, not 1 − Σ mapped (which cancels to nothing when they hold nearly everything)."""
-    log_p = F.log_softmax(logits.to(math_dtype(logits.dtype)) / temperature, -1)
-    top, teacher_ids = log_p.topk(min(k, log_p.shape[-1]), dim=-1)
-    student_ids = mapping.to(logits.device)[teacher_ids]
+def _mapped(top: TeacherTop, mapping: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The top-k tokens' ids through ``mapping`` (−1: none), which have one, and the log of the
+    mass outside those mapped tokens — the rest plus the unmapped top-k entries, summed over
+    themselves, not 1 − Σ mapped (which cancels to nothing when they hold nearly everything)."""
+    student_ids = mapping.to(top.ids.device)[top.ids]
     mapped = student_ids >= 0
-    outside = log_p.scatter(-1, teacher_ids, top.masked_fill(mapped, float("-inf")))
-    return top, student_ids, mapped, torch.logsumexp(outside, -1)
+    unmapped = torch.logsumexp(top.log_probs.masked_fill(mapped, float("-inf")), -1)
+    return student_ids, mapped, torch.logaddexp(top.rest, unmapped)
 
 
-def _records(logits: Tensor, mapping: Tensor, k: int, temperature: float) -> tuple[Tensor, ...]:
-    """One chunk's ``(ids, log_probs, matched, tail, top_probs)``."""
-    top, student_ids, matched, outside = _mapped_top(logits, mapping, k, temperature)
-    tail = outside.clamp(min=FLOOR)
+def _records(top: TeacherTop, mapping: Tensor) -> tuple[Tensor, ...]:
+    """``(ids, log_probs, matched, tail, top_probs)`` of one-to-one twins."""
+    student_ids, matched, outside = _mapped(top, mapping)
     return (
         student_ids.clamp(min=0),
-        top.masked_fill(~matched, FLOOR),
+        top.log_probs.masked_fill(~matched, FLOOR),
         matched,
-        tail,
-        top.exp(),
+        outside.clamp(min=FLOOR),
+        top.log_probs.exp(),
     )
 
 
-def _projected(
-    logits: Tensor, mapping: Tensor, k: int, temperature: float, student_vocab: int
-) -> tuple[Tensor, ...]:
-    """One chunk's records of the teacher's top-k mass summed per student token (``mapping``
-    many to one), the projection's own top k kept."""
-    top, student_ids, mapped, outside = _mapped_top(logits, mapping, k, temperature)
-    mass = top.exp() * mapped
+def _projected(top: TeacherTop, mapping: Tensor, student_vocab: int) -> tuple[Tensor, ...]:
+    """The records of the teacher's top-k mass summed per student token (``mapping`` many to
+    one), the projection's own top k kept."""
+    student_ids, mapped, outside = _mapped(top, mapping)
+    mass = top.log_probs.exp() * mapped
+    k = top.ids.shape[-1]
     dense = mass.new_zeros(len(mass), student_vocab).scatter_add_(1, student_ids.clamp(min=0), mass)
     projected, ids = dense.topk(min(k, student_vocab), dim=-1)
     matched = projected > 0
@@ -232,7 +198,7 @@ def _projected(
     dropped = (mass.sum(-1) - projected.sum(-1)).clamp(min=0)
     tail = torch.logaddexp(outside, dropped.log()).clamp(min=FLOOR)
     log_probs = projected.clamp(min=1e-38).log().masked_fill(~matched, FLOOR)
-    return ids, log_probs, matched, tail, top.exp()
+    return ids, log_probs, matched, tail, top.log_probs.exp()
 
 
 def cross_evaluation_sums(

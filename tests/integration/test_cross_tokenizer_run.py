@@ -63,7 +63,7 @@ def test_a_teacher_with_another_tokenizer_trains_the_student_and_reports_bits_pe
     # The student is saved with its own tokenizer, not the teacher's.
     saved = AutoTokenizer.from_pretrained(run_dir / "student")
     assert saved.get_vocab() == byte_tokenizer().get_vocab()
-    assert "(auto: a teacher with another tokenizer than the student" in output
+    assert "teacher: online (auto: " in output
 
 
 def test_what_the_cross_tokenizer_path_cannot_serve_is_refused_before_step_0(
@@ -96,12 +96,29 @@ def test_two_teachers_with_two_tokenizers_log_each_divergence(models, tmp_path: 
     assert {"train/kd/tiny", "train/kd/sentencepiece", "train/kd"} <= set(header)
 
 
-def test_the_cache_command_refuses_a_student_with_another_tokenizer(models, tmp_path, capsys):
+def test_the_cache_command_writes_a_cross_tokenizer_cache_a_run_trains_from(
+    models, tmp_path, capsys
+):
+    """`lightning-kd cache` with a student of another tokenizer writes the teacher's records at
+    the student's positions; the run trains from them without the teacher and reports its bits
+    per byte from the cache; a cache of another student tokenizer is refused before step 0."""
     teacher, student, corpus = models
-    argv = overrides(teacher, student, corpus, tmp_path / "cache")
-    code, output = run_in_process(["cache", *argv[1:]], capsys)
+    cache_dir, run_dir = tmp_path / "cache", tmp_path / "run"
+    argv = overrides(teacher, student, corpus, cache_dir)
+    code, output = run_in_process(["cache", *argv[1:], "cache.k=16"], capsys)
+    assert code in (None, 0), output[-3000:]
+    reads = [f"distill.teacher_cache={cache_dir}", "distill.cross_top_k=16"]
+    code, output = run_in_process([*overrides(teacher, student, corpus, run_dir), *reads], capsys)
+    assert code in (None, 0), output[-3000:]
+    after = json.loads((run_dir / "summary.json").read_text())["after"]
+    assert after["val/teacher_bpb"] > 0 and 0.3 < after["val/aligned"] <= 1.0
+    # The same cache for a student reading the teacher's own tokenizer: refused, and why.
+    argv = [*overrides(teacher, teacher, corpus, tmp_path / "other"), *reads]
+    code, output = run_in_process(argv, capsys)
     assert code not in (None, 0)
-    assert "not the teacher's" in output and "distill.teacher_cache=null" in output
+    assert "was not written for this run" in output
+    assert "written for a student reading another tokenizer" in output
+    assert not (tmp_path / "other" / "checkpoints").exists()
 
 
 def test_a_student_copied_from_its_source_is_repaired_from_that_source(

@@ -106,7 +106,7 @@ def test_every_bad_cache_is_refused_before_training(written, teacher, tmp_path: 
         "temperature": expected(teacher, datamodule, temperature=2.0),
     }
     messages = {
-        "tokenizer": "tokenizer: the cache has",
+        "tokenizer": "tokenizer: the cache was written for a student reading another tokenizer",
         "block_size": "block_size: the cache has 32, this run 16",
         "split": "data split 'train': the cache holds",
         "seed": "data split 'train': the cache holds",

@@ -6,7 +6,13 @@ import pytest
 import torch
 
 from lightning_kd.losses.chunked import OutputHead, chunked_distillation_sums
-from lightning_kd.losses.cross_vocab import CrossTeacher, cross_records, sorted_l1, twins
+from lightning_kd.losses.cross_top import teacher_top
+from lightning_kd.losses.cross_vocab import (
+    CrossTeacher,
+    cross_records,
+    sorted_l1,
+    twins,
+)
 from lightning_kd.losses.divergences import forward_kl, get_divergence
 from lightning_kd.losses.logits import LogitObjective
 
@@ -19,17 +25,14 @@ def test_sorted_l1_is_the_l1_distance_of_the_sorted_top_k():
 
 
 def records(teacher_logits, mapping, student_vocab, k, loss="hybrid", temperature=1.0):
-    found, _ = cross_records(
+    top, _ = teacher_top(
         lambda index: teacher_logits[index],
         torch.arange(teacher_logits.shape[0]),
-        mapping,
-        twins(mapping, student_vocab),
         k=k,
         temperature=temperature,
         chunk=3,
-        loss=loss,
     )
-    return found
+    return cross_records(top, mapping, twins(mapping, student_vocab), loss=loss)
 
 
 def test_with_every_token_matched_the_hybrid_is_the_full_divergence():

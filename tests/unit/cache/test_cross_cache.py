@@ -1,0 +1,111 @@
+"""A cache of a teacher with another tokenizer than the student's: the teacher's top k in its own
+vocabulary at the student positions aligned with one of its own, read back as the records and the
+teacher's bits per byte the online cross-tokenizer path computes; a cache of another tokenizer or
+too small a k refused before training."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from tokenizers import normalizers
+
+from lightning_kd.cache import CacheMismatch, CacheSpec
+from lightning_kd.cache.narrow import narrow_cache
+from lightning_kd.cache.teacher import CachedTeacher
+from lightning_kd.cache.writer import write_cache
+from lightning_kd.distill.cross_tokenizer import CrossTokenizer
+from lightning_kd.models.heads import output_head
+from lightning_kd.models.loading import model_from_config
+from tests.conftest import TINY_LLAMA, make_datamodule, sentencepiece_tokenizer
+
+
+@pytest.fixture
+def setup(corpus: Path):
+    """A tiny SentencePiece teacher, the byte-tokenized data, and the path between them."""
+    teacher_tokenizer = sentencepiece_tokenizer()
+    torch.manual_seed(0)
+    config = {**TINY_LLAMA, "vocab_size": len(teacher_tokenizer)}
+    teacher = model_from_config(config, "causal_lm").eval()
+    datamodule = make_datamodule([corpus])
+    datamodule.setup()
+    cross = CrossTokenizer(
+        datamodule.tokenizer, teacher_tokenizer, 257, len(teacher_tokenizer), top_k=8
+    )
+    return teacher, datamodule, cross
+
+
+def written(setup, directory: Path, k: int = 16) -> Path:
+    teacher, datamodule, cross = setup
+    spec = CacheSpec(k=k, shard_blocks=4)
+    write_cache(teacher, datamodule.tokenizer, datamodule, spec, directory, cross=cross)
+    return directory
+
+
+def online_and_cached(setup, directory: Path):
+    """A validation batch's records and teacher bits per byte, online and from the cache."""
+    teacher, datamodule, cross = setup
+    batch = next(iter(datamodule.val_dataloader()))
+    online = cross.records(teacher, output_head(teacher), batch, 1.0, keep=True)
+    online_bits = cross.teacher_sums()["teacher_bpb"]
+    cached = CachedTeacher.for_run(
+        directory, teacher, datamodule.tokenizer, datamodule, 1.0, (), cross
+    )
+    stored, features = cached.records(batch, "val")
+    assert features == {}
+    return online, online_bits, stored, cross.teacher_sums()["teacher_bpb"]
+
+
+def assert_same_records(online, stored) -> None:
+    assert torch.equal(online.aligned, stored.aligned) and online.aligned.any()
+    where = online.aligned
+    assert torch.equal(online.ids[where], stored.ids[where])
+    assert torch.equal(online.matched[where], stored.matched[where])
+    # Stored in fp16: log-probs in [-20, 0] to within 0.008.
+    torch.testing.assert_close(stored.log_probs[where], online.log_probs[where], atol=1e-2, rtol=0)
+    torch.testing.assert_close(stored.tail[where], online.tail[where], atol=1e-2, rtol=1e-3)
+    torch.testing.assert_close(stored.top_probs[where], online.top_probs[where], atol=1e-3, rtol=0)
+
+
+def test_the_cache_serves_the_online_records_and_the_teachers_bits_per_byte(setup, tmp_path):
+    """Written at k = 16 and read at distill.cross_top_k = 8: the top 8 of the top 16, the rest
+    in the tail; the teacher's NLL and bytes per block sum to what the online path measures."""
+    directory = written(setup, tmp_path / "cache")
+    online, online_bits, stored, stored_bits = online_and_cached(setup, directory)
+    assert_same_records(online, stored)
+    assert stored.ids.shape[-1] == 8
+    assert torch.equal(stored_bits[1], online_bits[1]) and online_bits[1] > 0
+    torch.testing.assert_close(stored_bits[0], online_bits[0].to(stored_bits[0].dtype))
+
+
+def test_a_smaller_k_is_narrowed_from_a_larger_cross_cache(setup, tmp_path) -> None:
+    teacher, datamodule, cross = setup
+    source = written(setup, tmp_path / "k16")
+    spec = CacheSpec(k=8, shard_blocks=4)
+    narrow_cache(
+        source, teacher, datamodule.tokenizer, datamodule, spec, tmp_path / "k8", cross=cross
+    )
+    online, _, stored, _ = online_and_cached(setup, tmp_path / "k8")
+    assert_same_records(online, stored)
+
+
+def test_a_cache_of_another_tokenisation_or_too_small_a_k_is_refused(setup, tmp_path) -> None:
+    teacher, datamodule, cross = setup
+    directory = written(setup, tmp_path / "cache", k=4)
+    args = (directory, teacher, datamodule.tokenizer, datamodule, 1.0, ())
+    with pytest.raises(CacheMismatch, match=r"top 4, this run reads its top distill.cross_top_k=8"):
+        CachedTeacher.for_run(*args, cross)
+    # A run whose teacher reads the student's own tokens cannot use it...
+    with pytest.raises(CacheMismatch, match=r"teacher_tokenizer: the cache's teacher read its own"):
+        CachedTeacher.for_run(*args)
+    # ...nor a run whose teacher reads another tokenizer than the one the cache was written with.
+    other = CrossTokenizer(
+        datamodule.tokenizer,
+        sentencepiece_tokenizer(normalizer=normalizers.NFKC()),
+        257,
+        len(cross.teacher_tokenizer),
+        top_k=4,
+    )
+    with pytest.raises(CacheMismatch, match=r"this run's reads its own tokenizer"):
+        CachedTeacher.for_run(*args, other)
