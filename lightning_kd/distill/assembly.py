@@ -44,7 +44,8 @@ def assemble(
     teacher_tokenizer = teacher_tokenizer_for(teacher, distill, tokenizer, student)
     teacher_model, models, keep_source = load_models(teacher, student, distill, precision)
     sides = TeacherSides(teacher, student, distill, tokenizer, teacher_tokenizer, precision)
-    cross, extra, main = sides.build(teacher_model, models.student, teachers)
+    cross = sides.cross(teacher_model, models.student)
+    main = next(((e.name, e.weight) for e in teachers or () if e.main), ("teacher", 1.0))
     distiller = cls(
         teacher_model,
         models.student,
@@ -53,17 +54,28 @@ def assemble(
         layer_map=models.layer_map if student.copies_teacher or keep_source else None,
         cross=cross,
         token_lengths=None if cross else byte_lengths(tokenizer, models.student),
-        extra=extra,
         teacher_weight=main,
         repair_source=models.source,
     )
     if distill.teacher_cache is not None:
-        # The repair's states are checked when it runs: a resume skips it, and its cache may
-        # hold none of them (cache.keep_repair_states).
-        paths = tuple(sorted({pair.teacher for pair in distiller.layer_pairs}))
-        args = (distill, teacher.task, teacher_model, tokenizer, data, paths, cross)
-        distiller.replace_teacher(CachedTeacher.for_distiller(*args))
+        open_cache(distiller, teacher.task, teacher_model, tokenizer, data)
+    # Held by the distiller now, or released for its cache before another teacher loads.
+    del teacher_model
+    models.teacher = None
+    if teachers:  # after the main teacher's release: cached teachers are never resident at once
+        args = (teachers, distill, tokenizer, models.student, precision, data)
+        distiller.extra_teachers = ExtraTeachers.load(*args)
     return distiller
+
+
+def open_cache(distiller, task: str, teacher_model, tokenizer, data) -> None:
+    """Replace ``distiller``'s teacher by the cache ``distill.teacher_cache`` names, opened
+    against ``teacher_model``, ``tokenizer`` and the set-up ``data``."""
+    # The repair's states are checked when it runs: a resume skips it, and its cache may hold
+    # none of them (cache.keep_repair_states).
+    paths = tuple(sorted({pair.teacher for pair in distiller.layer_pairs}))
+    args = (distiller.distill, task, teacher_model, tokenizer, data, paths, distiller.cross)
+    distiller.replace_teacher(CachedTeacher.for_distiller(*args))
 
 
 def load_models(teacher: TeacherSpec, student: StudentSpec, distill, precision):
@@ -91,23 +103,17 @@ class TeacherSides:
     teacher_tokenizer: PreTrainedTokenizerBase | None
     precision: str | None
 
-    def build(self, teacher_model, student_model, teachers: list[TeacherEntry] | None) -> tuple:
-        """``(cross, extra, (name, weight))``: the cross-tokenizer path where the tokenizers
-        differ (else their vocabularies checked), the other ``teachers`` loaded, and the main
-        teacher's name and weight among them."""
-        cross = None
+    def cross(self, teacher_model, student_model) -> CrossTokenizer | None:
+        """The cross-tokenizer path where the tokenizers differ (else their vocabularies are
+        checked against each other)."""
         if self.teacher_tokenizer is not None:
-            cross = CrossTokenizer.for_models(
+            return CrossTokenizer.for_models(
                 self.tokenizer, self.teacher_tokenizer, student_model, teacher_model, self.distill
             )
-        elif self.teacher.task == "causal_lm" and self.tokenizer is not None:
+        if self.teacher.task == "causal_lm" and self.tokenizer is not None:
             own = student_tokenizer(self.student)
             check_vocabularies(teacher_model, student_model, self.tokenizer, own)
-        if not teachers:
-            return cross, None, ("teacher", 1.0)
-        args = (teachers, self.distill, self.tokenizer, student_model, self.precision)
-        main = next((entry.name, entry.weight) for entry in teachers if entry.main)
-        return cross, ExtraTeachers.load(*args), main
+        return None
 
 
 def check_teacher_source(

@@ -13,6 +13,7 @@ beside it (``train/kd/<name>``). Each extra term runs the student's head again, 
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -21,12 +22,13 @@ import torch
 from torch import Tensor, nn
 from transformers import PreTrainedTokenizerBase
 
+from lightning_kd.cache.teacher import CachedTeacher
 from lightning_kd.distill.cross_tokenizer import CrossTokenizer, teacher_tokenizer_for
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.models.heads import final_hidden, output_head
 from lightning_kd.models.loading import TeacherSpec, load_teacher
 
-ENTRY_KEYS = ("name", "weight")
+ENTRY_KEYS = ("name", "weight", "cache")
 """What a ``teachers`` entry holds besides ``teacher`` keys (``models/loading.py``)."""
 
 
@@ -39,6 +41,10 @@ class TeacherEntry:
     spec: TeacherSpec
     main: bool
     """Whether it is the ``teacher`` group's model (the entry that names no model of its own)."""
+    cache: str | None = None
+    """Its teacher cache (``lightning-kd cache`` with this entry's ``teacher`` keys), or ``auto``
+    (written once, like ``distill.teacher_cache=auto``); None: online. The main entry's is
+    ``distill.teacher_cache``."""
 
 
 def teacher_entries(teachers: Sequence[Mapping[str, Any]], main: TeacherSpec) -> list[TeacherEntry]:
@@ -55,14 +61,27 @@ def teacher_entries(teachers: Sequence[Mapping[str, Any]], main: TeacherSpec) ->
             )
         if unknown := sorted(set(entry) - allowed):
             raise ValueError(f"teachers[{index}] has unknown keys {unknown}; allowed: {allowed}")
-        overrides = {k: v for k, v in entry.items() if k not in ENTRY_KEYS}
-        own = "path" in overrides or "config" in overrides
-        if own:  # a model of its own: the other of path/config is not inherited
-            overrides = {"path": None, "config": None, "gguf_file": None} | overrides
+        overrides = teacher_keys(entry)
+        own = "path" in overrides
+        if not own and entry.get("cache") is not None:
+            raise ValueError(
+                f"teachers[{index}] is the teacher group's model, whose cache is "
+                "distill.teacher_cache: set distill.teacher_cache instead of its entry's cache"
+            )
         spec = replace(main, **overrides)
-        entries.append(TeacherEntry(str(entry["name"]), float(entry["weight"]), spec, not own))
+        name, weight = str(entry["name"]), float(entry["weight"])
+        entries.append(TeacherEntry(name, weight, spec, not own, entry.get("cache")))
     check_entries(entries)
     return entries
+
+
+def teacher_keys(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``teacher`` keys ``entry`` sets over the teacher group's: for a model of its own (a
+    ``path`` or ``config``), the other of those two and ``gguf_file`` are not inherited."""
+    overrides = {k: v for k, v in entry.items() if k not in ENTRY_KEYS}
+    if "path" in overrides or "config" in overrides:
+        overrides = {"path": None, "config": None, "gguf_file": None} | overrides
+    return overrides
 
 
 def check_entries(entries: list[TeacherEntry]) -> None:
@@ -85,18 +104,29 @@ def check_entries(entries: list[TeacherEntry]) -> None:
 
 
 class ExtraTeachers(nn.Module):
-    """The teachers besides the distiller's own, frozen, with their weights and tokenizer paths."""
+    """The teachers besides the distiller's own, each frozen online or read from its cache, with
+    their weights and tokenizer paths."""
 
     def __init__(
         self,
-        models: list[nn.Module],
         names: list[str],
         weights: list[float],
+        sources: list[nn.Module | CachedTeacher],
         crosses: list[CrossTokenizer | None],
     ) -> None:
         super().__init__()
-        self.models = nn.ModuleList(model.requires_grad_(False).eval() for model in models)
         self.names, self.weights, self.crosses = names, weights, crosses
+        online = zip(names, sources, strict=True)
+        self.models = nn.ModuleDict(
+            {name: model.requires_grad_(False).eval() for name, model in online if is_model(model)}
+        )
+        self.caches = {
+            name: source
+            for name, source in zip(names, sources, strict=True)
+            if not is_model(source)
+        }
+        """Name → the cache of each teacher that is not run: its model was released once its
+        cache was opened, before the next teacher loaded."""
 
     @classmethod
     def load(
@@ -106,22 +136,18 @@ class ExtraTeachers(nn.Module):
         tokenizer: PreTrainedTokenizerBase | None,
         student: nn.Module,
         precision: str | None = None,
+        data: Any = None,
     ) -> ExtraTeachers:
-        """The non-main ``entries``' models, each loaded as a teacher is."""
-        models, crosses, others = [], [], [entry for entry in entries if not entry.main]
+        """The non-main ``entries``' models, each loaded as a teacher is, one at a time: a cached
+        one (given the run's set-up ``data`` to match its cache to) released as soon as its cache
+        is open, so that cached teachers are never resident at once."""
+        sources, crosses, others = [], [], [entry for entry in entries if not entry.main]
         for entry in others:
-            teacher_tokenizer = teacher_tokenizer_for(entry.spec, distill, tokenizer, main=False)
-            model = load_teacher(entry.spec, precision)
-            models.append(model)
-            crosses.append(
-                None
-                if teacher_tokenizer is None
-                else CrossTokenizer.for_models(
-                    tokenizer, teacher_tokenizer, student, model, distill
-                )
-            )
+            source, cross = teacher_source(entry, distill, tokenizer, student, precision, data)
+            sources.append(source)
+            crosses.append(cross)
         names, weights = [e.name for e in others], [e.weight for e in others]
-        return cls(models, names, weights, crosses)
+        return cls(names, weights, sources, crosses)
 
     def train(self, mode: bool = True) -> ExtraTeachers:
         """Teachers stay in eval mode whatever the distiller's mode."""
@@ -129,8 +155,12 @@ class ExtraTeachers(nn.Module):
 
     @torch.no_grad()
     def output(self, index: int, batch: dict[str, Tensor], temperature: float):
-        """Teacher ``index``'s hidden states on ``batch`` (its records, across tokenizers)."""
-        model, cross = self.models[index], self.crosses[index]
+        """Teacher ``index``'s hidden states on ``batch`` (its records, across tokenizers or
+        from its cache)."""
+        name, cross = self.names[index], self.crosses[index]
+        if name in self.caches:
+            return self.caches[name].records(batch, "train")[0]
+        model = self.models[name]
         if cross is not None:
             return cross.records(model, output_head(model), batch, temperature)
         return final_hidden(model, batch, logits=False)
@@ -141,7 +171,8 @@ class ExtraTeachers(nn.Module):
         total, kd = None, {}
         for index, name in enumerate(self.names):
             teacher_out = self.output(index, batch, task.objective.temperature)
-            head = None if self.crosses[index] else output_head(self.models[index])
+            runs_head = name in self.models and self.crosses[index] is None
+            head = output_head(self.models[name]) if runs_head else None
             value, sums = task.logit_terms(
                 student_out,
                 teacher_out,
@@ -153,3 +184,36 @@ class ExtraTeachers(nn.Module):
             total = value if total is None else total + value
             kd[name] = sums.kd
         return total, kd
+
+
+def is_model(source: nn.Module | CachedTeacher) -> bool:
+    return isinstance(source, nn.Module)
+
+
+def teacher_source(
+    entry: TeacherEntry,
+    distill: DistillConfig,
+    tokenizer: PreTrainedTokenizerBase | None,
+    student: nn.Module,
+    precision: str | None,
+    data: Any,
+) -> tuple[nn.Module | CachedTeacher, CrossTokenizer | None]:
+    """``entry``'s frozen model, or its cache opened against it (the model then released), and
+    its cross-tokenizer path where its tokenizer is not ``tokenizer``."""
+    teacher_tokenizer = teacher_tokenizer_for(entry.spec, distill, tokenizer, main=False)
+    # An unresolved auto (outside a run: notebooks, the benchmark) is the online teacher.
+    cached = entry.cache not in (None, "auto") and data is not None
+    spec = entry.spec
+    if cached:  # loaded as its cache's writer loaded it, for the weights digest
+        spec = replace(spec, dtype=CachedTeacher.stored_dtype(entry.cache))
+    model = load_teacher(spec, precision)
+    cross = None
+    if teacher_tokenizer is not None:
+        cross = CrossTokenizer.for_models(tokenizer, teacher_tokenizer, student, model, distill)
+    if not cached:
+        return model, cross
+    args = (entry.cache, model, tokenizer, data, distill.temperature, (), cross)
+    cache = CachedTeacher.for_run(*args)
+    del model
+    gc.collect()
+    return cache, cross

@@ -17,9 +17,10 @@ from pathlib import Path
 
 from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from lightning_kd.data.text import TextDataModule
+from lightning_kd.distill.teachers import teacher_keys
 from lightning_kd.launch.build import build_datamodule, with_precision, with_values
 from lightning_kd.launch.importance import choose_layers
 from lightning_kd.launch.teacher_cache import CacheChoice, choose, prepare, unresolved
@@ -55,6 +56,10 @@ def resolve(cfg: DictConfig, ckpt_path: Path | None = None) -> Resolved:
         choice, datamodule = resolve_teacher_cache(resolved.cfg, resuming=ckpt_path is not None)
         resolved.teacher_cache, resolved.datamodule = choice, datamodule
         resolved.cfg = with_values(resolved.cfg, {"distill.teacher_cache": choice.path})
+    teachers = resolved.cfg.get("teachers") or []
+    if any(unresolved(entry.get("cache")) for entry in teachers):
+        resolving = EntryCaches(resolved.cfg, resolved.datamodule, ckpt_path is not None)
+        resolved.cfg, resolved.datamodule = resolving.all()
     return resolved
 
 
@@ -73,3 +78,43 @@ def resolve_teacher_cache(
     if rank_zero_only.rank == 0:
         print(choice.line(), flush=True)
     return choice, datamodule
+
+
+@dataclass
+class EntryCaches:
+    """``teachers`` entries with ``cache: auto``, each resolved as ``distill.teacher_cache=auto``
+    is for its own model, one teacher at a time (each released before the next loads)."""
+
+    cfg: DictConfig
+    datamodule: TextDataModule | None
+    resuming: bool
+
+    def all(self) -> tuple[DictConfig, TextDataModule]:
+        """The config with each such entry's ``cache`` a directory or null, and the set-up data
+        module the caches were matched to."""
+        teacher = instantiate(self.cfg.teacher, _convert_="all")
+        tokenizer = run_tokenizer(teacher, instantiate(self.cfg.student, _convert_="all"))
+        if self.datamodule is None:
+            self.datamodule = build_datamodule(self.cfg, tokenizer)
+            self.datamodule.setup("fit")
+        cfg = self.cfg
+        for index, entry in enumerate(self.cfg.teachers):
+            if unresolved(entry.get("cache")):
+                choice = self.resolve(OmegaConf.to_container(entry), tokenizer)
+                cfg = with_values(cfg, {f"teachers.{index}.cache": choice.path})
+        return cfg, self.datamodule
+
+    def resolve(self, entry: dict, tokenizer) -> CacheChoice:
+        """Cache or online for ``entry``'s teacher: the run's config with that teacher in the
+        teacher group's place, logits only (a second teacher's hidden states are not read)."""
+        keys = {f"teacher.{key}": value for key, value in teacher_keys(entry).items()}
+        logits_only = {"distill.features": None, "distill.blockwise_passes": 0}
+        cfg = with_values(self.cfg, keys | logits_only | {"cache.features": False})
+        choice = choose(cfg, len(self.datamodule.train_examples))
+        if choice.caches:
+            choice = prepare(cfg, self.datamodule, tokenizer, choice, self.resuming)
+        if rank_zero_only.rank == 0:
+            print(
+                f"teachers[{entry['name']}]: {choice.line().removeprefix('teacher: ')}", flush=True
+            )
+        return choice

@@ -96,6 +96,37 @@ def test_two_teachers_with_two_tokenizers_log_each_divergence(models, tmp_path: 
     assert {"train/kd/tiny", "train/kd/sentencepiece", "train/kd"} <= set(header)
 
 
+def test_each_teacher_is_cached_on_its_own_and_found_again(models, tmp_path: Path, capsys):
+    """`cache: auto` on the second teacher (another tokenizer) and distill.teacher_cache=auto on
+    the first: each written once into the shared cache, then trained from (no teacher model in
+    training); the same command again finds both caches whole."""
+    teacher, _, corpus = models
+    argv = [
+        "train",
+        "debug=smoke",
+        f"data.files=[{corpus}]",
+        "distill.features=null",
+        "data.max_train_examples=12",  # 6 steps of 4 blocks: 2 passes, which a cache pays for
+        "distill.teacher_cache=auto",
+        f"cache.dir={tmp_path / 'caches'}",
+        "export.gguf=null",
+        "teachers=[{name: tiny, weight: 0.6}, "
+        f"{{name: sentencepiece, weight: 0.4, path: '{teacher}', dtype: float32, cache: auto}}]",
+    ]
+    lines = []
+    for run in ("first", "again"):
+        code, output = run_in_process([*argv, f"hydra.run.dir={tmp_path / run}"], capsys)
+        assert code in (None, 0), output[-3000:]
+        lines.append([line for line in output.splitlines() if line.startswith("teacher")])
+        header = (tmp_path / run / "logs" / "metrics.csv").read_text().splitlines()[0].split(",")
+        assert {"train/kd/tiny", "train/kd/sentencepiece"} <= set(header)
+    first, again = lines
+    assert any(line.startswith("teachers[sentencepiece]: cached once in") for line in first)
+    assert sum("written to the shared cache" in line for line in first) == 2, first
+    assert sum("found whole in the shared cache" in line for line in again) == 2, again
+    assert len(list((tmp_path / "caches").glob("*/index.json"))) == 2
+
+
 def test_the_cache_command_writes_a_cross_tokenizer_cache_a_run_trains_from(
     models, tmp_path, capsys
 ):

@@ -3,18 +3,30 @@
 from __future__ import annotations
 
 import copy
+import gc
+import weakref
 
 import pytest
 import torch
 
+from lightning_kd.cache import CacheSpec
+from lightning_kd.cache.teacher import CachedTeacher
+from lightning_kd.cache.writer import write_cache
+from lightning_kd.distill import assembly, teachers
 from lightning_kd.distill.accumulation import Window
 from lightning_kd.distill.cross_tokenizer import CrossTokenizer
 from lightning_kd.distill.distiller import Distiller
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.distill.teachers import ExtraTeachers, teacher_entries
-from lightning_kd.models.loading import TeacherSpec, byte_tokenizer, model_from_config
+from lightning_kd.models.loading import (
+    StudentSpec,
+    TeacherSpec,
+    byte_tokenizer,
+    load_teacher,
+    model_from_config,
+)
 from lightning_kd.models.student import student_from_teacher
-from tests.conftest import TEXT, TINY_GPT2
+from tests.conftest import TEXT, TINY_GPT2, TINY_LLAMA, make_datamodule
 from tests.unit.distill.test_cross_tokenizer import batch_of
 
 MAIN = TeacherSpec(path=None, config=dict(TINY_GPT2), dtype="float32")
@@ -41,6 +53,7 @@ def test_entries_inherit_the_teacher_group_and_name_the_main_one():
         ([{"name": "a", "weight": 0.5}, {"name": "a", "weight": 0.5, "path": "x"}], "repeat"),
         ([{"name": "a", "weight": 1.0, "paht": "x"}], "unknown keys"),
         ([{"weight": 1.0}], "needs a name and a weight"),
+        ([{"name": "a", "weight": 1.0, "cache": "dir"}], "set distill.teacher_cache instead"),
     ],
 )
 def test_a_bad_teachers_list_is_refused_with_the_fix(teachers, message):
@@ -75,7 +88,7 @@ def test_two_copies_of_one_teacher_are_that_teacher(cross):
     alone = step(Distiller(teacher, copy.deepcopy(student), config), batch)
     tokenizer = byte_tokenizer()
     crosses = [CrossTokenizer(tokenizer, tokenizer, 257, 257, top_k=257) if cross else None]
-    extra = ExtraTeachers([copy.deepcopy(teacher)], ["copy"], [0.7], crosses)
+    extra = ExtraTeachers(["copy"], [0.7], [copy.deepcopy(teacher)], crosses)
     both = Distiller(
         teacher, copy.deepcopy(student), config, extra=extra, teacher_weight=("main", 0.3)
     )
@@ -88,12 +101,39 @@ def test_two_copies_of_one_teacher_are_that_teacher(cross):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
     assert not any(p.requires_grad for p in both.extra_teachers.parameters())
     both.train()
-    assert not both.extra_teachers.models[0].training
+    assert not both.extra_teachers.models["copy"].training
+
+
+def test_a_cached_second_teacher_is_that_teacher_online(corpus, tmp_path):
+    """A second teacher read from its cache (k = vocabulary) gives the objective it gives online
+    (to the fp16 rounding of the stored log-probs) and holds no model."""
+    teacher = load_teacher(TeacherSpec(path=None, config=dict(TINY_LLAMA)), "32-true")
+    student = student_from_teacher(teacher, [0, 1])
+    datamodule = make_datamodule([corpus])
+    datamodule.setup()
+    tokenizer = datamodule.tokenizer
+    write_cache(teacher, tokenizer, datamodule, CacheSpec(k=257, shard_blocks=4), tmp_path)
+    cache = CachedTeacher.for_run(tmp_path, teacher, tokenizer, datamodule, 1.0)
+    config = DistillConfig(compile=False)
+    batch = next(iter(datamodule.train_dataloader()))
+    results = []
+    for source in (copy.deepcopy(teacher), cache):
+        extra = ExtraTeachers(["second"], [0.5], [source], [None])
+        distiller = Distiller(
+            teacher, copy.deepcopy(student), config, extra=extra, teacher_weight=("main", 0.5)
+        )
+        results.append(distiller(batch))
+    (online, online_sums), (cached, cached_sums) = results
+    torch.testing.assert_close(cached, online, rtol=2e-3, atol=1e-3)
+    torch.testing.assert_close(
+        cached_sums.teachers["second"], online_sums.teachers["second"], rtol=2e-3, atol=1e-3
+    )
+    assert not list(extra.parameters()) and list(extra.caches) == ["second"]
 
 
 def test_the_window_reports_each_teachers_divergence():
     teacher, student = models()
-    extra = ExtraTeachers([copy.deepcopy(teacher)], ["copy"], [0.5], [None])
+    extra = ExtraTeachers(["copy"], [0.5], [copy.deepcopy(teacher)], [None])
     config = DistillConfig(compile=False)
     distiller = Distiller(teacher, student, config, extra=extra, teacher_weight=("main", 0.5))
     window = Window()
@@ -104,3 +144,49 @@ def test_the_window_reports_each_teachers_divergence():
     assert {"kd/main", "kd/copy"} <= set(means)
     torch.testing.assert_close(means["kd/main"], means["kd/copy"])
     torch.testing.assert_close(means["kd"], means["kd/main"])
+
+
+def test_cached_teachers_are_never_resident_at_once(corpus, tmp_path, monkeypatch):
+    """Two teachers, each from its cache: each model is loaded, its cache opened against it,
+    and released before the next loads; the distiller holds neither."""
+    second_config = {**TINY_LLAMA, "num_hidden_layers": 3}
+    datamodule = make_datamodule([corpus])
+    datamodule.setup()
+    tokenizer = datamodule.tokenizer
+    for name, config in (("main", TINY_LLAMA), ("second", second_config)):
+        model = load_teacher(TeacherSpec(path=None, config=dict(config)), "32-true")
+        write_cache(model, tokenizer, datamodule, CacheSpec(k=16, shard_blocks=8), tmp_path / name)
+    alive: list[weakref.ref] = []
+
+    def load_one_at_a_time(spec, precision=None):
+        gc.collect()
+        assert all(ref() is None for ref in alive), "a teacher is still resident"
+        model = load_teacher(spec, precision)
+        alive.append(weakref.ref(model))
+        return model
+
+    monkeypatch.setattr(assembly, "load_teacher", load_one_at_a_time)
+    monkeypatch.setattr(teachers, "load_teacher", load_one_at_a_time)
+    main = TeacherSpec(path=None, config=dict(TINY_LLAMA))
+    entries = teacher_entries(
+        [
+            {"name": "main", "weight": 0.5},
+            {
+                "name": "second",
+                "weight": 0.5,
+                "config": second_config,
+                "cache": str(tmp_path / "second"),
+            },
+        ],
+        main,
+    )
+    config = DistillConfig(features=None, teacher_cache=str(tmp_path / "main"), compile=False)
+    student = StudentSpec(num_layers=2)
+    distiller = Distiller.from_specs(
+        main, student, config, tokenizer, "32-true", datamodule, entries
+    )
+    gc.collect()
+    assert len(alive) == 2 and all(ref() is None for ref in alive)
+    assert distiller.teacher is None and not list(distiller.extra_teachers.parameters())
+    objective, sums = distiller(next(iter(datamodule.train_dataloader())))
+    assert torch.isfinite(objective) and set(sums.teachers) == {"main", "second"}
