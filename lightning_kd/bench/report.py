@@ -63,6 +63,7 @@ def other_paths(scenarios: dict[str, dict]) -> dict:
             key: cross[key] / logits[key] for key in ("peak_mb", "step_s")
         },
         "second_teacher": {key: two[key] - logits[key] for key in ("peak_mb", "step_s")},
+        "teachers": two.get("teachers", []),
     }
 
 
@@ -101,7 +102,26 @@ def markdown(report: dict) -> str:
     for row in report["loss_sweep"]:
         kind = "chunked" if row["chunked"] else "full logits"
         lines.append(f"| {kind} | {row['tokens']} | {row['loss_mb']:.0f} | {row['step_s']:.3f} |")
-    return "\n".join(lines + ratio_lines(report))
+    return "\n".join(lines + ratio_lines(report) + teacher_lines(report))
+
+
+def teacher_lines(report: dict) -> list[str]:
+    """``bench.md``'s table of each teacher's share of the ``two_teachers`` step."""
+    if not report.get("teachers"):
+        return []
+    lines = [
+        "",
+        "Each teacher of the `two_teachers` step: its resident weights and its side of the step "
+        "alone (forward and records)",
+        "",
+        "| teacher | source | weights (MB) | its side of the step (s) |",
+        "|---|---|---:|---:|",
+    ]
+    for row in report["teachers"]:
+        lines.append(
+            f"| {row['name']} | {row['source']} | {row['weights_mb']:.0f} | {row['side_s']:.3f} |"
+        )
+    return lines
 
 
 def ratio_lines(report: dict) -> list[str]:

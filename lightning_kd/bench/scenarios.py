@@ -18,6 +18,7 @@ from lightning_kd.bench.measure import (
     timed,
 )
 from lightning_kd.bench.sampling import TimedSampling, on_policy_overrides, prompted
+from lightning_kd.bench.teacher_sides import teacher_sides
 
 SCENARIOS = (
     "floor",
@@ -268,6 +269,9 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict:
     row = {"scenario": name, "peak_mb": peak_mb(device), "step_s": seconds, "trainable": params}
     if name in SAMPLING:
         row |= distiller.on_policy.summary(args.repeats)
+    if name == "two_teachers":
+        autocast = autocast_for(device, args.precision)
+        row["teachers"] = teacher_sides(distiller, batch, device, autocast, args.repeats)
     return row
 
 

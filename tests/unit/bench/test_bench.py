@@ -24,6 +24,10 @@ def fake_report():
     }
     scenarios["on_policy"] |= {"sample_s": 2.5, "sampled_tokens": 60.0}
     scenarios["interleaved"] |= {"sample_s": 6.0, "sampled_tokens": 50.0}
+    scenarios["two_teachers"]["teachers"] = [
+        {"name": "first", "source": "online", "weights_mb": 513.0, "side_s": 0.25},
+        {"name": "second", "source": "cache, cross-tokenizer", "weights_mb": 0.0, "side_s": 0.01},
+    ]
     losses = [
         {"tokens": t, "chunked": c, "loss_mb": (10.0 if c else t / 10), "step_s": 0.1}
         for t in LOSS_TOKENS
@@ -96,6 +100,13 @@ def test_each_step_scenario_runs_on_the_default_objective(tmp_path, name: str) -
     argv += ["--teacher-dtype", "float32", "--no-compile"]
     row = run_scenario(name, parse(argv))
     assert row["step_s"] > 0 and row["peak_mb"] > 0 and row["trainable"] > 0
+    if name == "two_teachers":  # each teacher's weights and side of the step
+        assert [side["name"] for side in row["teachers"]] == ["first", "second"]
+        first, second = row["teachers"]
+        assert (
+            first["weights_mb"] == pytest.approx(second["weights_mb"]) and first["weights_mb"] > 0
+        )
+        assert first["side_s"] > 0 and second["side_s"] > 0
 
 
 def test_table_and_plot(tmp_path) -> None:
@@ -103,6 +114,7 @@ def test_table_and_plot(tmp_path) -> None:
     table = markdown(report)
     assert table.count("\n| ") >= len(SCENARIOS) + len(LOSS_TOKENS) * 2
     assert "mem_ratio_vs_floor" in table
+    assert "| second | cache, cross-tokenizer | 0 | 0.010 |" in table
     plot(report, tmp_path / "bench.png")
     assert (tmp_path / "bench.png").stat().st_size > 1000
     json.dumps(report)
