@@ -32,17 +32,20 @@ class Unscored:
 class IndexedBlocks(Dataset):
     """``blocks[i]`` as ``(i, block)``: each batch then says which blocks it holds
     (``block_index``, −1 for :class:`Unscored` padding), which a cached teacher's records are
-    looked up by."""
+    looked up by; with ``domains`` (each block's, ``data.domains``), ``(i, block, domain)``."""
 
-    def __init__(self, blocks: list[Tensor | Unscored]) -> None:
-        self.blocks = blocks
+    def __init__(self, blocks: list[Tensor | Unscored], domains: list[int] | None = None) -> None:
+        self.blocks, self.domains = blocks, domains
 
     def __len__(self) -> int:
         return len(self.blocks)
 
-    def __getitem__(self, index: int) -> tuple[int, Tensor | Unscored]:
+    def __getitem__(self, index: int) -> tuple:
         block = self.blocks[index]
-        return (-1 if isinstance(block, Unscored) else index), block
+        unscored = isinstance(block, Unscored)
+        if self.domains is None:
+            return (-1 if unscored else index), block
+        return (-1, block, -1) if unscored else (index, block, self.domains[index])
 
 
 def pad_for_ranks(examples: list[Tensor], world_size: int) -> list[Tensor | Unscored]:
@@ -52,15 +55,19 @@ def pad_for_ranks(examples: list[Tensor], world_size: int) -> list[Tensor | Unsc
 
 
 def collate_tokens(
-    examples: list[Tensor | Unscored] | list[tuple[int, Tensor | Unscored]], pad_id: int
+    examples: list[Tensor | Unscored] | list[tuple], pad_id: int
 ) -> dict[str, Tensor]:
     """Right-pad to the longest example with ``pad_id``; padding is masked from attention and
     labels, and :class:`Unscored` examples from labels. Examples given as ``(block index,
-    tokens)`` (:class:`IndexedBlocks`) add ``block_index`` ``[batch]`` to the batch."""
-    block_index = None
+    tokens)`` (:class:`IndexedBlocks`) add ``block_index`` ``[batch]`` to the batch, and as
+    ``(block index, tokens, domain)`` also ``domain`` ``[batch]``."""
+    extra = {}
     if examples and isinstance(examples[0], tuple):
-        block_index = torch.tensor([index for index, _ in examples], dtype=torch.long)
-        examples = [example for _, example in examples]
+        columns = list(zip(*examples, strict=True))
+        extra["block_index"] = torch.tensor(columns[0], dtype=torch.long)
+        if len(columns) == 3:
+            extra["domain"] = torch.tensor(columns[2], dtype=torch.long)
+        examples = list(columns[1])
     unscored = [isinstance(example, Unscored) for example in examples]
     examples = [
         example.tokens if isinstance(example, Unscored) else example for example in examples
@@ -74,4 +81,4 @@ def collate_tokens(
     labels = input_ids.masked_fill(attention_mask == 0, IGNORE_INDEX)
     labels[torch.tensor(unscored)] = IGNORE_INDEX
     batch = {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
-    return batch if block_index is None else batch | {"block_index": block_index}
+    return batch | extra

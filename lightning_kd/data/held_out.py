@@ -132,3 +132,15 @@ def documents_errors(dataset: DatasetSource, val_files: list[Path] | None) -> li
         f"the training documents of data=text are read from data.files (or the embedded corpus), "
         f"not with {which}: write the documents to a .jsonl and name it in data.files"
     ]
+
+
+def check_sizes(block_size: int, val_fraction: float, max_train_examples: int | None) -> None:
+    """Refuse sizes no split or block can have."""
+    if block_size < 2:
+        raise ValueError(f"data.block_size={block_size}; a block needs at least 2 tokens")
+    if not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"data.val_fraction={val_fraction} must lie strictly between 0 and 1")
+    if max_train_examples is not None and max_train_examples < 1:
+        raise ValueError(
+            f"data.max_train_examples={max_train_examples}; use a count ≥ 1, or null for all"
+        )

@@ -158,6 +158,12 @@ def text_record(data: Any) -> dict[str, Any]:
         found["dataset"] = source_record(data.dataset)
     if data.val_files is not None:
         found["val_files"] = files_record(data.val_files, names)
+    if getattr(data, "domains", None) is not None:  # which rows each teacher teaches
+        found["domains"] = {
+            "names": list(data.domains.names),
+            "train": data.train_domains,
+            "val": data.val_domains,
+        }
     if data.streaming:
         found |= {"streaming": True, "val_size": data.val_size}
         found["shuffle_buffer"] = data.shuffle_buffer

@@ -24,6 +24,7 @@ Either way a resumed run sees exactly the batches the uninterrupted run would ha
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 import torch
@@ -39,7 +40,9 @@ from lightning_kd.data.dataset_source import (
     open_checked,
     setting_errors,
 )
+from lightning_kd.data.domains import domain_groups
 from lightning_kd.data.held_out import (
+    check_sizes,
     checked_val_files,
     documents_errors,
     seeded_order,
@@ -64,18 +67,6 @@ def pack_blocks(token_lists: list[list[int]], block_size: int, eos_id: int) -> T
     return torch.tensor(stream[: count * block_size], dtype=torch.long).view(count, block_size)
 
 
-def check_sizes(block_size: int, val_fraction: float, max_train_examples: int | None) -> None:
-    """Refuse sizes no split or block can have."""
-    if block_size < 2:
-        raise ValueError(f"data.block_size={block_size}; a block needs at least 2 tokens")
-    if not 0.0 < val_fraction < 1.0:
-        raise ValueError(f"data.val_fraction={val_fraction} must lie strictly between 0 and 1")
-    if max_train_examples is not None and max_train_examples < 1:
-        raise ValueError(
-            f"data.max_train_examples={max_train_examples}; use a count ≥ 1, or null for all"
-        )
-
-
 class TextDataModule(LightningDataModule):
     """Tokenized text for a teacher/student pair, packed or padded, with a fixed val split."""
 
@@ -97,6 +88,7 @@ class TextDataModule(LightningDataModule):
         shuffle_buffer: int = 1024,
         seed: int = 0,
         num_workers: int = 0,
+        domains: Mapping[str, list[str]] | None = None,
     ) -> None:
         super().__init__()
         check_sizes(block_size, val_fraction, max_train_examples)
@@ -125,6 +117,10 @@ class TextDataModule(LightningDataModule):
         self.train_examples: list[Tensor] = []
         self.val_examples: list[Tensor] = []
         self.stream: Stream | None = None
+        self.domains = domain_groups(domains, self.files, self.dataset, streaming, val_files)
+        self.train_domains: list[int] | None = None
+        """With ``data.domains``: each training block's domain (``domains.py``); else None."""
+        self.val_domains: list[int] | None = None
         if streaming:  # the row encoding and the kept examples are the subclass's (chat's)
             settings = {"block_size": block_size, "pack": pack, "seed": seed, "keep": self.keep}
             layout = Layout.of(shuffle_buffer, batch_size, **settings)
@@ -162,10 +158,20 @@ class TextDataModule(LightningDataModule):
             train = self.tokenized(without_validation_text(train, val))
             self.train_examples = self.limit(self.shuffled(self.examples(train, needed=1)))
             return
-        examples = self.examples(self.documents())
+        examples, tags = self.domained_examples()
         held, kept = split_order(len(examples), self.val_fraction, self.seed)
         self.val_examples = [examples[i] for i in held]
         self.train_examples = self.limit([examples[i] for i in kept])
+        if tags is not None:
+            self.val_domains = [tags[i] for i in held]
+            self.train_domains = self.limit([tags[i] for i in kept])
+
+    def domained_examples(self) -> tuple[list[Tensor], list[int] | None]:
+        """The examples, and with ``data.domains`` each one's domain (each domain's made apart)."""
+        if self.domains is None:
+            return self.examples(self.documents()), None
+        documents = distinct_documents(self.files, self.text_field)
+        return self.domains.examples(documents, self.tokenized, partial(self.examples, needed=1))
 
     def documents(self) -> list[list[int]]:
         """Every document's tokens: of ``data.files``, or of ``data.dataset``'s split."""
@@ -247,7 +253,7 @@ class TextDataModule(LightningDataModule):
         if self.stream is not None:
             return self.stream.loader(self.collate, *self.rank())
         return ResumableLoader(
-            IndexedBlocks(self.train_examples),
+            IndexedBlocks(self.train_examples, self.train_domains),
             batch_size=self.batch_size,
             sampler=EpochSampler(self.train_examples, self.seed),
             collate_fn=self.collate,
@@ -287,7 +293,7 @@ class TextDataModule(LightningDataModule):
     def val_dataloader(self) -> DataLoader:
         world_size = self.trainer.world_size if self.trainer is not None else 1
         return DataLoader(
-            IndexedBlocks(pad_for_ranks(self.val_examples, world_size)),
+            IndexedBlocks(pad_for_ranks(self.val_examples, world_size), self.val_domains),
             batch_size=self.val_batch_size,
             collate_fn=self.collate,
             num_workers=self.num_workers,

@@ -12,6 +12,7 @@ from lightning_kd.cache.teacher import CachedTeacher
 from lightning_kd.data.token_bytes import byte_lengths
 from lightning_kd.distill.cross_tokenizer import CrossTokenizer, teacher_tokenizer_for
 from lightning_kd.distill.objective import DistillConfig
+from lightning_kd.distill.teacher_domains import domain_weights
 from lightning_kd.distill.teachers import ExtraTeachers, TeacherEntry
 from lightning_kd.models.loading import StudentSpec, TeacherSpec, load_teacher
 from lightning_kd.models.quantize import quantize_teacher
@@ -65,7 +66,22 @@ def assemble(
     if teachers:  # after the main teacher's release: cached teachers are never resident at once
         args = (teachers, distill, tokenizer, models.student, precision, data)
         distiller.extra_teachers = ExtraTeachers.load(*args)
+        distiller.domain_weights = teacher_domains(teachers, distill, data)
     return distiller
+
+
+def teacher_domains(teachers: list[TeacherEntry], distill: DistillConfig, data) -> Any:
+    """Each teacher's weight on each data domain's rows (``teacher_domains.py``), or None; none
+    without the run's data (a model loaded from its checkpoint for inference)."""
+    if data is None:
+        return None
+    weights = domain_weights(teachers, getattr(data, "domains", None))
+    if weights is not None and distill.on_policy:
+        raise ValueError(
+            "teachers by domain and distill.on_policy: the student's completions carry no "
+            "domain; set distill.on_policy=0 or drop the entries' domains"
+        )
+    return weights
 
 
 def open_cache(distiller, task: str, teacher_model, tokenizer, data) -> None:

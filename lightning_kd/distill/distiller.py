@@ -36,6 +36,7 @@ from lightning_kd.distill.cross_tokenizer import CrossTokenizer
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.distill.on_policy import on_policy_for
 from lightning_kd.distill.tasks import Heads, MetricSums, bits_per_byte, make_task
+from lightning_kd.distill.teacher_domains import domain_terms
 from lightning_kd.distill.teachers import ExtraTeachers
 from lightning_kd.losses.chunked import OutputHead
 from lightning_kd.losses.features import get_feature_loss, masked_feature_sum
@@ -109,6 +110,8 @@ class Distiller(nn.Module):
         self.cross: CrossTokenizer | None = cross
         self.extra_teachers: ExtraTeachers | None = extra
         self.teacher_name, self.teacher_weight = teacher_weight
+        self.domain_weights: Tensor | None = None
+        """Teachers by data domain: each one's weight on each domain (``teacher_domains.py``)."""
         if token_lengths is None and cross is not None:
             token_lengths = cross.student_lengths
         self.token_lengths: Tensor | None = token_lengths
@@ -201,16 +204,26 @@ class Distiller(nn.Module):
             )
             student_out = self.run("student", batch)
             with gathered(heads):
-                objective, sums = self.task.logit_terms(
-                    student_out, teacher_out, batch, heads, batch is given, self.teacher_weight
-                )
-                if self.extra_teachers is not None and with_teacher:
+                if self.domain_weights is not None and with_teacher:
+                    objective, sums = self.domain_terms(student_out, teacher_out, batch, heads)
+                else:
+                    objective, sums = self.task.logit_terms(
+                        student_out, teacher_out, batch, heads, batch is given, self.teacher_weight
+                    )
+                if self.extra_teachers is not None and with_teacher and not sums.teachers:
                     objective = objective + self.extra_terms(sums, student_out, batch, heads)
             if self.layer_pairs:
                 features = self.feature_sum(self.task.scored_mask(batch), cached)
                 objective = objective + features
                 sums.features = features.detach()
         return objective, sums
+
+    def domain_terms(self, student_out, teacher_out, batch, heads: Heads) -> tuple:
+        """The step's terms domain by domain, each teacher on the rows it teaches."""
+        sides = [(self.teacher_name, teacher_out, heads)]
+        if self.extra_teachers is not None:
+            sides += self.extra_teachers.sides(self.task, batch, heads[0])
+        return domain_terms(self.task, self.domain_weights, student_out, sides, batch, True)
 
     def extra_terms(self, sums: LossSums, student_out, batch, heads: Heads) -> Tensor:
         """The other teachers' weighted terms; ``sums.kd`` becomes the weighted sum of every

@@ -28,7 +28,7 @@ from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.models.heads import final_hidden, output_head
 from lightning_kd.models.loading import TeacherSpec, load_teacher
 
-ENTRY_KEYS = ("name", "weight", "cache")
+ENTRY_KEYS = ("name", "weight", "cache", "domains")
 """What a ``teachers`` entry holds besides ``teacher`` keys (``models/loading.py``)."""
 
 
@@ -41,6 +41,8 @@ class TeacherEntry:
     spec: TeacherSpec
     main: bool
     """Whether it is the ``teacher`` group's model (the entry that names no model of its own)."""
+    domains: tuple[str, ...] | None = None
+    """The ``data.domains`` it teaches (None: every row; ``teacher_domains.py``)."""
     cache: str | None = None
     """Its teacher cache (``lightning-kd cache`` with this entry's ``teacher`` keys), or ``auto``
     (written once, like ``distill.teacher_cache=auto``); None: online. The main entry's is
@@ -70,9 +72,22 @@ def teacher_entries(teachers: Sequence[Mapping[str, Any]], main: TeacherSpec) ->
             )
         spec = replace(main, **overrides)
         name, weight = str(entry["name"]), float(entry["weight"])
-        entries.append(TeacherEntry(name, weight, spec, not own, entry.get("cache")))
+        domains = entry_domains(entry.get("domains"), index)
+        entries.append(TeacherEntry(name, weight, spec, not own, domains, entry.get("cache")))
     check_entries(entries)
     return entries
+
+
+def entry_domains(domains: Any, index: int) -> tuple[str, ...] | None:
+    """An entry's ``domains``: None, or a non-empty list of domain names."""
+    if domains is None:
+        return None
+    if isinstance(domains, str) or not domains or not all(isinstance(d, str) for d in domains):
+        raise ValueError(
+            f"teachers[{index}].domains={domains!r}: list the data.domains it teaches, e.g. "
+            "domains: [code]"
+        )
+    return tuple(domains)
 
 
 def teacher_keys(entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -165,21 +180,25 @@ class ExtraTeachers(nn.Module):
             return cross.records(model, output_head(model), batch, temperature)
         return final_hidden(model, batch, logits=False)
 
-    def terms(self, task, student_out: Tensor, batch: dict[str, Tensor], student_head) -> tuple:
-        """Σ of each extra teacher's weighted divergence term (differentiable, no CE) and each
-        one's own divergence sum, by name."""
-        total, kd = None, {}
+    def sides(self, task, batch: dict[str, Tensor], student_head) -> list[tuple]:
+        """``(name, output, heads)`` of each teacher on ``batch``: what its term compares the
+        student with, and the (student, teacher) heads (no teacher head for records)."""
+        found = []
         for index, name in enumerate(self.names):
             teacher_out = self.output(index, batch, task.objective.temperature)
             runs_head = name in self.models and self.crosses[index] is None
             head = output_head(self.models[name]) if runs_head else None
+            found.append((name, teacher_out, (student_head, head)))
+        return found
+
+    def terms(self, task, student_out: Tensor, batch: dict[str, Tensor], student_head) -> tuple:
+        """Σ of each extra teacher's weighted divergence term (differentiable, no CE) and each
+        one's own divergence sum, by name."""
+        total, kd = None, {}
+        sides = self.sides(task, batch, student_head)
+        for (name, teacher_out, heads), weight in zip(sides, self.weights, strict=True):
             value, sums = task.logit_terms(
-                student_out,
-                teacher_out,
-                batch,
-                (student_head, head),
-                ce=False,
-                kd_scale=self.weights[index],
+                student_out, teacher_out, batch, heads, ce=False, kd_scale=weight
             )
             total = value if total is None else total + value
             kd[name] = sums.kd

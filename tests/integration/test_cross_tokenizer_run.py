@@ -96,6 +96,33 @@ def test_two_teachers_with_two_tokenizers_log_each_divergence(models, tmp_path: 
     assert {"train/kd/tiny", "train/kd/sentencepiece", "train/kd"} <= set(header)
 
 
+def test_each_teacher_teaches_its_own_data_domain(models, tmp_path: Path, capsys):
+    """data.domains groups the files; each teacher (one of them across tokenizers) teaches the
+    rows of its domain; both divergences are logged; a domain no teacher teaches is refused."""
+    teacher, _, corpus = models
+    code = tmp_path / "code.txt"
+    code.write_text("def add(a, b):\n    return a + b\n" * 30)
+    argv = [
+        "train",
+        "debug=smoke",
+        f"data.files=[{corpus},{code}]",
+        f"data.domains={{prose: ['{corpus}'], code: ['{code}']}}",
+        "distill.features=null",
+        "export.gguf=null",
+        "teachers=[{name: tiny, weight: 0.5, domains: [code]}, "
+        f"{{name: sentencepiece, weight: 0.5, path: '{teacher}', dtype: float32, "
+        "domains: [prose]}]",
+    ]
+    code_, output = run_in_process([*argv, f"hydra.run.dir={tmp_path / 'run'}"], capsys)
+    assert code_ in (None, 0), output[-3000:]
+    header = (tmp_path / "run" / "logs" / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"train/kd/tiny", "train/kd/sentencepiece"} <= set(header)
+    untaught = [*argv[:-1], "teachers=[{name: tiny, weight: 1.0, domains: [code]}]"]
+    code_, output = run_in_process([*untaught, f"hydra.run.dir={tmp_path / 'no'}"], capsys)
+    assert code_ not in (None, 0)
+    assert "data.domains ['prose'] are taught by no teacher" in output
+
+
 def test_each_teacher_is_cached_on_its_own_and_found_again(models, tmp_path: Path, capsys):
     """`cache: auto` on the second teacher (another tokenizer) and distill.teacher_cache=auto on
     the first: each written once into the shared cache, then trained from (no teacher model in

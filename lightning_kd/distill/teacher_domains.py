@@ -1,0 +1,97 @@
+"""Teachers by data domain: a ``teachers`` entry with ``domains`` teaches only the rows of those
+domains (``data.domains``: each block is one domain's, ``data/domains.py``).
+
+A row of domain d learns from the teachers that teach d, their weights renormalised over them,
+
+    loss = kd_weight · Σ_t w_t(d) · KD_t + ce_weight · CE,    w_t(d) = w_t / Σ_{s teaches d} w_s,
+
+so a domain taught by one teacher gets that teacher's whole divergence, as a run of one teacher
+would. A step runs each teacher once on the whole batch, then computes each (domain, teacher) term
+with the other rows' labels masked; every row's CE counts once, with the main teacher's term,
+and every scored token once in the accumulation's denominator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from lightning_kd.losses.logits import IGNORE_INDEX, LossSums
+
+
+def domain_weights(entries: Sequence, domains) -> Tensor | None:
+    """``[domains, teachers]``: each teacher's weight on each domain's rows, the main entry's
+    column first, then the others in the order of ``entries``; None when no entry names
+    ``domains`` (every teacher teaches every row, with its own weight). ``domains`` is the data
+    module's ``Domains`` (or None)."""
+    if not entries or all(entry.domains is None for entry in entries):
+        return None
+    if domains is None:
+        raise ValueError(
+            "teachers: an entry names domains, and the data has none: set data.domains "
+            "({name: [files]}, each of data.files in one) or drop the entries' domains"
+        )
+    ordered = sorted(entries, key=lambda entry: not entry.main)  # stable: main first
+    columns = []
+    for index, entry in enumerate(ordered):
+        if entry.domains is None:
+            taught = frozenset(range(len(domains.names)))
+        else:
+            taught = domains.indices(entry.domains, f"teachers[{index}] ({entry.name})")
+        columns.append([entry.weight if d in taught else 0.0 for d in range(len(domains.names))])
+    weights = torch.tensor(columns, dtype=torch.float64).T
+    totals = weights.sum(-1, keepdim=True)
+    if untaught := [domains.names[d] for d in range(len(domains.names)) if totals[d] == 0]:
+        raise ValueError(
+            f"data.domains {untaught} are taught by no teacher (their rows would train on CE "
+            "alone): add them to a teacher's domains, or drop them from data.domains"
+        )
+    return weights / totals
+
+
+def domain_terms(
+    task, weights: Tensor, student_out: Tensor, sides: list[tuple], batch: dict, ce: bool
+) -> tuple[Tensor, LossSums]:
+    """The objective's token sum and its parts over ``batch``'s rows, domain by domain:
+    ``sides`` holds ``(name, teacher output, heads)`` of each teacher, the main one first (its
+    term carries CE)."""
+    if "domain" not in batch:
+        raise ValueError(
+            "teachers with domains: the batch has no 'domain'; read the data with data.domains "
+            "(TextDataModule over data.files)"
+        )
+    domain = batch["domain"]
+    total, parts = None, []
+    for d in [d for d in domain.unique().tolist() if d >= 0]:
+        rows = (domain == d).to(batch["labels"].device).unsqueeze(1)
+        part = batch | {"labels": batch["labels"].masked_fill(~rows, IGNORE_INDEX)}
+        for index, (name, teacher_out, heads) in enumerate(sides):
+            weight = float(weights[d, index])
+            if index and weight == 0:  # another teacher's domain: no term at all
+                continue
+            main = index == 0
+            value, sums = task.logit_terms(
+                student_out, teacher_out, part, heads, ce if main else False, weight
+            )
+            total = value if total is None else total + value
+            parts.append((name, main, weight, sums))
+    return total, combined(parts, [name for name, _, _ in sides])
+
+
+def combined(parts: list[tuple], names: list[str]) -> LossSums:
+    """One step's parts from each (domain, teacher) term's: ``kd`` their weighted sum, ``ce`` and
+    ``tokens`` the main terms' (one per domain), each teacher's own divergence over the rows it
+    teaches, by name."""
+    main = [sums for _, is_main, _, sums in parts if is_main]
+    zero = main[0].kd * 0
+    teachers = dict.fromkeys(names, zero)
+    kd = zero
+    for name, _, weight, sums in parts:
+        if weight > 0:  # a main term on another teacher's domain carries CE alone
+            teachers[name] = teachers[name] + sums.kd
+            kd = kd + weight * sums.kd
+    ce = sum((sums.ce for sums in main), main[0].ce * 0)
+    tokens = sum((sums.tokens for sums in main), main[0].tokens * 0)
+    return LossSums(kd=kd, ce=ce, tokens=tokens, teachers=teachers)

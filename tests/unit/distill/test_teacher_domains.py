@@ -1,0 +1,122 @@
+"""Teachers by data domain: each row learns from the teachers of its domain, their weights
+renormalised over them — the sum of single-teacher steps on each domain's rows, exactly."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from lightning_kd.data.domains import Domains
+from lightning_kd.distill.distiller import Distiller
+from lightning_kd.distill.objective import DistillConfig
+from lightning_kd.distill.teacher_domains import domain_weights
+from lightning_kd.distill.teachers import ExtraTeachers, teacher_entries
+from lightning_kd.losses.logits import IGNORE_INDEX
+from lightning_kd.models.loading import TeacherSpec, model_from_config
+from lightning_kd.models.student import student_from_teacher
+from tests.conftest import TEXT, TINY_GPT2
+from tests.unit.distill.test_cross_tokenizer import batch_of
+
+MAIN = TeacherSpec(path=None, config=dict(TINY_GPT2))
+DOMAINS = Domains(("code", "prose"), {})
+
+
+def entries(first: list[str] | None, second: list[str] | None, weights=(0.25, 0.75)):
+    return teacher_entries(
+        [
+            {"name": "a", "weight": weights[0], "domains": first},
+            {"name": "b", "weight": weights[1], "path": "elsewhere", "domains": second},
+        ],
+        MAIN,
+    )
+
+
+def test_weights_are_renormalised_over_the_teachers_of_each_domain() -> None:
+    weights = domain_weights(entries(None, ["prose"]), DOMAINS)
+    torch.testing.assert_close(
+        weights, torch.tensor([[1.0, 0.0], [0.25, 0.75]], dtype=torch.float64)
+    )
+    assert domain_weights(entries(None, None), DOMAINS) is None
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "domains", "message"),
+    [
+        (["code"], ["code"], DOMAINS, r"\['prose'\] are taught by no teacher"),
+        (["code"], ["poetry"], DOMAINS, r"names domains \['poetry'\]; data.domains has"),
+        (["code"], None, None, r"set data.domains"),
+    ],
+)
+def test_what_the_domains_cannot_mean_is_refused(first, second, domains, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        domain_weights(entries(first, second), domains)
+    with pytest.raises(ValueError, match=r"list the data.domains it teaches"):
+        entries("code", None)
+
+
+def models():
+    torch.manual_seed(0)
+    first = model_from_config(dict(TINY_GPT2), "causal_lm").double().eval()
+    torch.manual_seed(2)
+    second = model_from_config(dict(TINY_GPT2), "causal_lm").double().eval()
+    student = student_from_teacher(first, [0, 3]).double()
+    return first, second, student
+
+
+def only(batch: dict, row: int) -> dict:
+    """``batch`` with every row but ``row`` unscored."""
+    labels = batch["labels"].clone()
+    labels[torch.arange(len(labels)) != row] = IGNORE_INDEX
+    return batch | {"labels": labels}
+
+
+def step(distiller: Distiller, batch: dict):
+    objective, sums = distiller(batch)
+    objective.backward()
+    grads = [p.grad.clone() for p in distiller.student.parameters()]
+    distiller.student.zero_grad()
+    return objective.detach(), sums, grads
+
+
+def test_each_domain_learns_from_its_own_teacher_as_alone() -> None:
+    """Row 0 (code) taught by a alone, row 1 (prose) by b alone: the objective, its parts and the
+    gradients are those of a on row 0 plus b on row 1, each a one-teacher step."""
+    first, second, student = models()
+    config = DistillConfig(compile=False)
+    batch = batch_of(TEXT) | {"domain": torch.tensor([0, 1])}
+    extra = ExtraTeachers(["b"], [0.5], [copy.deepcopy(second)], [None])
+    both = Distiller(first, copy.deepcopy(student), config, extra=extra, teacher_weight=("a", 0.5))
+    both.domain_weights = domain_weights(entries(["code"], ["prose"], (0.5, 0.5)), DOMAINS)
+    got = step(both, batch)
+    alone_a = step(Distiller(first, copy.deepcopy(student), config), only(batch, 0))
+    alone_b = step(Distiller(second, copy.deepcopy(student), config), only(batch, 1))
+    torch.testing.assert_close(got[0], alone_a[0] + alone_b[0], rtol=1e-10, atol=1e-12)
+    sums = got[1]
+    torch.testing.assert_close(sums.teachers["a"], alone_a[1].kd, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(sums.teachers["b"], alone_b[1].kd, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(sums.ce, alone_a[1].ce + alone_b[1].ce, rtol=1e-10, atol=1e-12)
+    assert sums.tokens == alone_a[1].tokens + alone_b[1].tokens
+    for g, a, b in zip(got[2], alone_a[2], alone_b[2], strict=True):
+        torch.testing.assert_close(g, a + b, rtol=1e-9, atol=1e-12)
+
+
+def test_teachers_of_every_domain_are_the_plain_several_teacher_step() -> None:
+    first, second, student = models()
+    config = DistillConfig(compile=False)
+    batch = batch_of(TEXT) | {"domain": torch.tensor([0, 1])}
+    results = []
+    for domains in (None, ["code", "prose"]):
+        extra = ExtraTeachers(["b"], [0.75], [copy.deepcopy(second)], [None])
+        distiller = Distiller(
+            first, copy.deepcopy(student), config, extra=extra, teacher_weight=("a", 0.25)
+        )
+        if domains:
+            distiller.domain_weights = domain_weights(entries(domains, domains), DOMAINS)
+        results.append(step(distiller, batch))
+    plain, by_domain = results
+    torch.testing.assert_close(by_domain[0], plain[0], rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(by_domain[1].kd, plain[1].kd, rtol=1e-10, atol=1e-12)
+    for g, p in zip(by_domain[2], plain[2], strict=True):
+        torch.testing.assert_close(g, p, rtol=1e-9, atol=1e-12)
