@@ -3,10 +3,10 @@
 A :class:`Distiller` holds
 
 - the **teacher**, frozen: ``requires_grad=False``, run under ``torch.no_grad()``, kept in eval
-  mode through any ``.train()`` — or, with ``distill.teacher_cache``, no teacher at all but its
-  cached top-k records (:class:`~lightning_kd.cache.teacher.CachedTeacher`); with another
-  tokenizer than the student's, its re-tokenisation and records (``cross_tokenizer.py``); with
-  several teachers, the others (``teachers.py``);
+  mode through any ``.train()`` — or, with ``distill.teacher_cache``, its cached top-k records
+  instead (``cache/teacher.py``); with another tokenizer than the student's, its re-tokenisation
+  (``cross_tokenizer.py``); with several teachers, the others (``teachers.py``), maybe each on its
+  own data domain (``teacher_domains.py``);
 - the **student**, trainable, and the **projectors** of feature pairs whose widths differ; a LoRA
   student (a ``PeftModel``) is held unwrapped, with the ``PeftModel`` kept for the export only
   (``lora.py``), so paths, forwards and heads are those of the plain model;
@@ -104,17 +104,14 @@ class Distiller(nn.Module):
         self._heads_checked: set[str] = set()
 
     def other_sides(self, cross, extra, teacher_weight, token_lengths) -> None:
-        """What the step reads besides the teacher model: with another tokenizer, the
-        re-tokenisation (``cross``); with several teachers, the others (``extra``) and this one's
-        name and weight; the bytes each student id spells, for bits per byte."""
+        """Besides the teacher: another tokenizer's path, the other teachers and this one's
+        name and weight, each student id's bytes (for bits per byte)."""
         self.cross: CrossTokenizer | None = cross
         self.extra_teachers: ExtraTeachers | None = extra
         self.teacher_name, self.teacher_weight = teacher_weight
-        self.domain_weights: Tensor | None = None
-        """Teachers by data domain: each one's weight on each domain (``teacher_domains.py``)."""
-        if token_lengths is None and cross is not None:
-            token_lengths = cross.student_lengths
-        self.token_lengths: Tensor | None = token_lengths
+        self.domain_weights: Tensor | None = None  # teachers by data domain: weight per domain
+        lengths = cross.student_lengths if token_lengths is None and cross else token_lengths
+        self.token_lengths: Tensor | None = lengths
 
     # The distiller of specs, its models loaded: the teacher, the student from it or from
     # student.source, the cross-tokenizer path, a cache, other teachers (assembly.py).
@@ -249,6 +246,9 @@ class Distiller(nn.Module):
                 metrics["features"] = (self.feature_sum(mask, cached), mask.sum())
         with gathered(heads):
             metrics |= self.task.metric_sums(student_out, teacher_out, batch, heads)
+            if self.extra_teachers is not None:  # each teacher's own: kl/<name>, agreement/<name>
+                main = (self.teacher_name, teacher_out, heads)
+                metrics |= self.extra_teachers.evaluation_sums(self.task, student_out, main, batch)
         return metrics | bits_per_byte(batch["labels"], self.token_lengths, metrics)
 
     def feature_sum(self, mask: Tensor, cached: dict[str, Tensor] | None = None) -> Tensor:

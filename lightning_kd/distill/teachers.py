@@ -169,23 +169,23 @@ class ExtraTeachers(nn.Module):
         return super().train(False)
 
     @torch.no_grad()
-    def output(self, index: int, batch: dict[str, Tensor], temperature: float):
+    def output(self, index: int, batch: dict[str, Tensor], temperature: float, split="train"):
         """Teacher ``index``'s hidden states on ``batch`` (its records, across tokenizers or
-        from its cache)."""
+        from its cache: ``batch`` holds blocks of ``split``)."""
         name, cross = self.names[index], self.crosses[index]
         if name in self.caches:
-            return self.caches[name].records(batch, "train")[0]
+            return self.caches[name].records(batch, split)[0]
         model = self.models[name]
         if cross is not None:
             return cross.records(model, output_head(model), batch, temperature)
         return final_hidden(model, batch, logits=False)
 
-    def sides(self, task, batch: dict[str, Tensor], student_head) -> list[tuple]:
+    def sides(self, task, batch: dict[str, Tensor], student_head, split="train") -> list[tuple]:
         """``(name, output, heads)`` of each teacher on ``batch``: what its term compares the
         student with, and the (student, teacher) heads (no teacher head for records)."""
         found = []
         for index, name in enumerate(self.names):
-            teacher_out = self.output(index, batch, task.objective.temperature)
+            teacher_out = self.output(index, batch, task.objective.temperature, split)
             runs_head = name in self.models and self.crosses[index] is None
             head = output_head(self.models[name]) if runs_head else None
             found.append((name, teacher_out, (student_head, head)))
@@ -203,6 +203,20 @@ class ExtraTeachers(nn.Module):
             total = value if total is None else total + value
             kd[name] = sums.kd
         return total, kd
+
+    @torch.no_grad()
+    def evaluation_sums(self, task, student_out: Tensor, main: tuple, batch) -> dict:
+        """Validation: each teacher's own KL from the student (T = 1, ``kl/<name>``) and top-1
+        agreement with it (``agreement/<name>``), as token sums and counts; ``main`` is the
+        distiller's own ``(name, output, heads)``."""
+        sides = [main, *self.sides(task, batch, main[2][0], "val")]
+        found = {}
+        for name, teacher_out, heads in sides:
+            metrics = task.metric_sums(student_out, teacher_out, batch, heads)
+            found |= {
+                f"{key}/{name}": metrics[key] for key in ("kl", "agreement") if key in metrics
+            }
+        return found
 
 
 def is_model(source: nn.Module | CachedTeacher) -> bool:

@@ -32,6 +32,7 @@ class ValidationMetrics(nn.Module):
     - ``loss``: the training objective's logit terms
     - ``features``: the weighted feature-matching terms per token
     - ``embedding_cosine``: cosine of mean-pooled sentence embeddings (encoders), per example
+    - ``kl/<name>``, ``agreement/<name>``: with several ``teachers``, each one's own
 
     A metric nobody updated in an epoch is left out of :meth:`compute`.
     """
@@ -49,10 +50,12 @@ class ValidationMetrics(nn.Module):
         "embedding_cosine",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, teachers: tuple[str, ...] = ()) -> None:
         super().__init__()
-        self.sums = nn.ModuleDict({name: fp64_sum() for name in self.NAMES})
-        self.counts = nn.ModuleDict({name: fp64_sum() for name in self.NAMES})
+        per_teacher = [f"{key}/{name}" for name in teachers for key in ("kl", "agreement")]
+        self.names = (*self.NAMES, *per_teacher)
+        self.sums = nn.ModuleDict({name: fp64_sum() for name in self.names})
+        self.counts = nn.ModuleDict({name: fp64_sum() for name in self.names})
 
     def update(self, name: str, total: Tensor, count: Tensor | int) -> None:
         """Add ``total``, a sum over ``count`` tokens (or examples), to metric ``name``."""
@@ -62,7 +65,7 @@ class ValidationMetrics(nn.Module):
     def compute(self) -> dict[str, Tensor]:
         """Each updated metric's token mean over all ranks (``exp`` of it for perplexities)."""
         results = {}
-        for name in self.NAMES:
+        for name in self.names:
             if not self.sums[name].update_called:
                 continue
             mean = (self.sums[name].compute() / self.counts[name].compute().clamp(min=1)).float()

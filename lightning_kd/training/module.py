@@ -76,7 +76,8 @@ class DistillationModule(LightningModule):
         self.tokenizer = tokenizer
         self.distiller: Distiller | None = None
         self.strict_loading = False  # checkpoints omit the teacher (see on_load_checkpoint)
-        self.val_metrics = ValidationMetrics()
+        names = tuple(entry.name for entry in self.teachers or ())
+        self.val_metrics = ValidationMetrics(names)
         self.window = Window()
         self.teacher_perplexity: float | None = None
         self.tokens_seen = 0

@@ -94,6 +94,9 @@ def test_two_teachers_with_two_tokenizers_log_each_divergence(models, tmp_path: 
     assert code in (None, 0), output[-3000:]
     header = (run_dir / "logs" / "metrics.csv").read_text().splitlines()[0].split(",")
     assert {"train/kd/tiny", "train/kd/sentencepiece", "train/kd"} <= set(header)
+    after = json.loads((run_dir / "summary.json").read_text())["after"]
+    for name in ("tiny", "sentencepiece"):  # each teacher's own validation figures
+        assert after[f"val/kl/{name}"] >= 0 and 0 <= after[f"val/agreement/{name}"] <= 1
 
 
 def test_each_teacher_teaches_its_own_data_domain(models, tmp_path: Path, capsys):

@@ -102,6 +102,13 @@ def test_two_copies_of_one_teacher_are_that_teacher(cross):
     assert not any(p.requires_grad for p in both.extra_teachers.parameters())
     both.train()
     assert not both.extra_teachers.models["copy"].training
+    # Validation reports each teacher's own KL and agreement: the same teacher, the same figures.
+    metrics = both.eval().evaluate(batch)
+    for key in ("kl", "agreement"):
+        torch.testing.assert_close(
+            metrics[f"{key}/main"][0], metrics[f"{key}/copy"][0], rtol=1e-10, atol=0
+        )
+    torch.testing.assert_close(metrics["kl/main"][0], metrics["kl"][0], rtol=1e-10, atol=0)
 
 
 def test_a_cached_second_teacher_is_that_teacher_online(corpus, tmp_path):
