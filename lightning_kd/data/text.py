@@ -70,6 +70,10 @@ def pack_blocks(token_lists: list[list[int]], block_size: int, eos_id: int) -> T
 class TextDataModule(LightningDataModule):
     """Tokenized text for a teacher/student pair, packed or padded, with a fixed val split."""
 
+    train_domains: list[int] | None = None
+    """With ``data.domains``: each training block's domain (``domains.py``), set up; else None."""
+    val_domains: list[int] | None = None
+
     def __init__(
         self,
         tokenizer: PreTrainedTokenizerBase,
@@ -106,21 +110,15 @@ class TextDataModule(LightningDataModule):
         self.files = [] if self.dataset.given else list(DEFAULT_FILES)
         self.files = expand_files(list(files)) if files is not None else self.files
         self.val_files = checked_val_files(val_files, self.files, self.dataset, streaming)
-        self.block_size = block_size
-        self.batch_size = batch_size
+        self.block_size, self.batch_size = block_size, batch_size
         self.val_batch_size = val_batch_size or batch_size
-        self.val_fraction = val_fraction
-        self.max_train_examples = max_train_examples
+        self.val_fraction, self.max_train_examples = val_fraction, max_train_examples
         self.pack, self.text_field = pack, text_field
-        self.seed = seed
-        self.num_workers = num_workers
+        self.seed, self.num_workers = seed, num_workers
         self.train_examples: list[Tensor] = []
         self.val_examples: list[Tensor] = []
         self.stream: Stream | None = None
         self.domains = domain_groups(domains, self.files, self.dataset, streaming, val_files)
-        self.train_domains: list[int] | None = None
-        """With ``data.domains``: each training block's domain (``domains.py``); else None."""
-        self.val_domains: list[int] | None = None
         if streaming:  # the row encoding and the kept examples are the subclass's (chat's)
             settings = {"block_size": block_size, "pack": pack, "seed": seed, "keep": self.keep}
             layout = Layout.of(shuffle_buffer, batch_size, **settings)
