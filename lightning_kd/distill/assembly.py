@@ -44,7 +44,7 @@ def assemble(
         raise ValueError("teachers: several teachers need the chunked loss (distill.chunked=true)")
     teacher_tokenizer = teacher_tokenizer_for(teacher, distill, tokenizer, student)
     teacher_model, models, keep_source = load_models(teacher, student, distill, precision)
-    sides = TeacherSides(teacher, student, distill, tokenizer, teacher_tokenizer, precision)
+    sides = TeacherSides(teacher, student, distill, tokenizer, teacher_tokenizer)
     cross = sides.cross(teacher_model, models.student)
     main = next(((e.name, e.weight) for e in teachers or () if e.main), ("teacher", 1.0))
     distiller = cls(
@@ -117,7 +117,6 @@ class TeacherSides:
     distill: DistillConfig
     tokenizer: PreTrainedTokenizerBase | None
     teacher_tokenizer: PreTrainedTokenizerBase | None
-    precision: str | None
 
     def cross(self, teacher_model, student_model) -> CrossTokenizer | None:
         """The cross-tokenizer path where the tokenizers differ (else their vocabularies are

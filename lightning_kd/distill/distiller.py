@@ -246,9 +246,9 @@ class Distiller(nn.Module):
                 metrics["features"] = (self.feature_sum(mask, cached), mask.sum())
         with gathered(heads):
             metrics |= self.task.metric_sums(student_out, teacher_out, batch, heads)
-            if self.extra_teachers is not None:  # each teacher's own: kl/<name>, agreement/<name>
-                main = (self.teacher_name, teacher_out, heads)
-                metrics |= self.extra_teachers.evaluation_sums(self.task, student_out, main, batch)
+            if (extra := self.extra_teachers) is not None:  # kl/<name>, agreement/<name>
+                own = (self.teacher_name, metrics)  # measured above, not again
+                metrics |= extra.evaluation_sums(self.task, student_out, batch, heads, own)
         return metrics | bits_per_byte(batch["labels"], self.token_lengths, metrics)
 
     def feature_sum(self, mask: Tensor, cached: dict[str, Tensor] | None = None) -> Tensor:

@@ -205,18 +205,22 @@ class ExtraTeachers(nn.Module):
         return total, kd
 
     @torch.no_grad()
-    def evaluation_sums(self, task, student_out: Tensor, main: tuple, batch) -> dict:
+    def evaluation_sums(
+        self, task, student_out: Tensor, batch, heads, main: tuple[str, dict]
+    ) -> dict:
         """Validation: each teacher's own KL from the student (T = 1, ``kl/<name>``) and top-1
-        agreement with it (``agreement/<name>``), as token sums and counts; ``main`` is the
-        distiller's own ``(name, output, heads)``."""
-        sides = [main, *self.sides(task, batch, main[2][0], "val")]
-        found = {}
-        for name, teacher_out, heads in sides:
-            metrics = task.metric_sums(student_out, teacher_out, batch, heads)
-            found |= {
-                f"{key}/{name}": metrics[key] for key in ("kl", "agreement") if key in metrics
-            }
+        agreement with it (``agreement/<name>``), as token sums and counts; ``heads`` are the
+        distiller's, ``main`` its own name and the metrics it already measured against it."""
+        name, measured = main
+        found = per_teacher(name, measured)
+        for name, teacher_out, theirs in self.sides(task, batch, heads[0], "val"):
+            found |= per_teacher(name, task.metric_sums(student_out, teacher_out, batch, theirs))
         return found
+
+
+def per_teacher(name: str, metrics: dict) -> dict:
+    """``metrics``' KL and agreement under ``<metric>/<name>``."""
+    return {f"{key}/{name}": metrics[key] for key in ("kl", "agreement") if key in metrics}
 
 
 def is_model(source: nn.Module | CachedTeacher) -> bool:
