@@ -36,7 +36,7 @@ from lightning_kd.distill.cross_tokenizer import CrossTokenizer
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.distill.on_policy import on_policy_for
 from lightning_kd.distill.tasks import Heads, MetricSums, bits_per_byte, make_task
-from lightning_kd.distill.teacher_domains import domain_terms
+from lightning_kd.distill.teacher_domains import domain_terms, extra_rows
 from lightning_kd.distill.teachers import ExtraTeachers
 from lightning_kd.losses.chunked import OutputHead
 from lightning_kd.losses.features import get_feature_loss, masked_feature_sum
@@ -151,8 +151,6 @@ class Distiller(nn.Module):
         """Whether a training step needs the teacher at all (a CE-only run skips it)."""
         return self.distill.uses_teacher_in_training
 
-    # ------------------------------------------------------------------------- forwards
-
     def run(self, role: str, batch: dict[str, Tensor]) -> Tensor:
         """One forward of ``role`` with its capture armed: final hidden states (after the last
         norm), or full logits where the task wants them.
@@ -217,9 +215,10 @@ class Distiller(nn.Module):
 
     def domain_terms(self, student_out, teacher_out, batch, heads: Heads) -> tuple:
         """The step's terms domain by domain, each teacher on the rows it teaches."""
-        sides = [(self.teacher_name, teacher_out, heads)]
+        sides = [(self.teacher_name, teacher_out, heads, None)]
         if self.extra_teachers is not None:
-            sides += self.extra_teachers.sides(self.task, batch, heads[0])
+            rows = extra_rows(self.domain_weights, batch, len(self.extra_teachers.names))
+            sides += self.extra_teachers.sides(self.task, batch, heads[0], rows=rows)
         return domain_terms(self.task, self.domain_weights, student_out, sides, batch, True)
 
     def extra_terms(self, sums: LossSums, student_out, batch, heads: Heads) -> Tensor:
@@ -266,8 +265,6 @@ class Distiller(nn.Module):
             )
             total = value if total is None else total + value
         return total
-
-    # ------------------------------------------------------------------------- output heads
 
     def output_head(self, role: str) -> OutputHead:
         """``role``'s output projection, as the chunked loss applies it."""

@@ -6,9 +6,10 @@ A row of domain d learns from the teachers that teach d, their weights renormali
     loss = kd_weight · Σ_t w_t(d) · KD_t + ce_weight · CE,    w_t(d) = w_t / Σ_{s teaches d} w_s,
 
 so a domain taught by one teacher gets that teacher's whole divergence, as a run of one teacher
-would. A step runs each teacher once on the whole batch, then computes each (domain, teacher) term
-with the other rows' labels masked; every row's CE counts once, with the main teacher's term,
-and every scored token once in the accumulation's denominator.
+would. A step runs the main teacher on the whole batch and each other teacher on the rows it
+teaches alone (none: not run at all), then computes each (domain, teacher) term with the other
+rows' labels masked; every row's CE counts once, with the main teacher's term, and every scored
+token once in the accumulation's denominator.
 """
 
 from __future__ import annotations
@@ -51,33 +52,67 @@ def domain_weights(entries: Sequence, domains) -> Tensor | None:
     return weights / totals
 
 
-def domain_terms(
-    task, weights: Tensor, student_out: Tensor, sides: list[tuple], batch: dict, ce: bool
-) -> tuple[Tensor, LossSums]:
-    """The objective's token sum and its parts over ``batch``'s rows, domain by domain:
-    ``sides`` holds ``(name, teacher output, heads)`` of each teacher, the main one first (its
-    term carries CE)."""
+def batch_domains(batch: dict) -> Tensor:
+    """``batch``'s ``domain`` (a data domain's index per row, -1 for none), or a clear error."""
     if "domain" not in batch:
         raise ValueError(
             "teachers with domains: the batch has no 'domain'; read the data with data.domains "
             "(TextDataModule over data.files)"
         )
-    domain = batch["domain"]
+    return batch["domain"]
+
+
+def taught_rows(weights: Tensor, domain: Tensor, column: int) -> Tensor | None:
+    """The rows of a batch whose domain teacher ``column`` of ``weights`` teaches (their
+    indices, maybe none), or None when it teaches every row: the rows it runs on."""
+    taught = (weights[:, column] > 0).to(domain.device)[domain.clamp(min=0)] & (domain >= 0)
+    return None if bool(taught.all()) else taught.nonzero().squeeze(1)
+
+
+def extra_rows(weights: Tensor, batch: dict, count: int) -> list[Tensor | None]:
+    """``taught_rows`` of each of the ``count`` teachers after the main one."""
+    domain = batch_domains(batch)
+    return [taught_rows(weights, domain, column) for column in range(1, count + 1)]
+
+
+def rows_of(batch: dict, rows: Tensor) -> dict:
+    """``batch`` cut to ``rows``: every tensor with a row per example (the others as they are)."""
+    count = len(batch["labels"])
+    return {
+        key: value[rows.to(value.device)]
+        if isinstance(value, Tensor) and value.dim() and len(value) == count
+        else value
+        for key, value in batch.items()
+    }
+
+
+def domain_terms(
+    task, weights: Tensor, student_out: Tensor, sides: list[tuple], batch: dict, ce: bool
+) -> tuple[Tensor, LossSums]:
+    """The objective's token sum and its parts over ``batch``'s rows, domain by domain:
+    ``sides`` holds ``(name, teacher output, heads, rows)`` of each teacher, the main one first
+    (its term carries CE); ``rows`` are those the teacher ran on (``taught_rows``)."""
+    domain = batch_domains(batch)
     total, parts = None, []
     for d in [d for d in domain.unique().tolist() if d >= 0]:
         rows = (domain == d).to(batch["labels"].device).unsqueeze(1)
         part = batch | {"labels": batch["labels"].masked_fill(~rows, IGNORE_INDEX)}
-        for index, (name, teacher_out, heads) in enumerate(sides):
+        for index, (name, teacher_out, heads, ran_on) in enumerate(sides):
             weight = float(weights[d, index])
             if index and weight == 0:  # another teacher's domain: no term at all
                 continue
             main = index == 0
+            scored, own = (
+                (student_out, part)
+                if ran_on is None
+                else (student_out[ran_on], rows_of(part, ran_on))
+            )
             value, sums = task.logit_terms(
-                student_out, teacher_out, part, heads, ce if main else False, weight
+                scored, teacher_out, own, heads, ce if main else False, weight
             )
             total = value if total is None else total + value
             parts.append((name, main, weight, sums))
-    return total, combined(parts, [name for name, _, _ in sides])
+    return total, combined(parts, [side[0] for side in sides])
 
 
 def combined(parts: list[tuple], names: list[str]) -> LossSums:

@@ -25,6 +25,7 @@ from transformers import PreTrainedTokenizerBase
 from lightning_kd.cache.teacher import CachedTeacher
 from lightning_kd.distill.cross_tokenizer import CrossTokenizer, teacher_tokenizer_for
 from lightning_kd.distill.objective import DistillConfig
+from lightning_kd.distill.teacher_domains import rows_of
 from lightning_kd.models.heads import final_hidden, output_head
 from lightning_kd.models.loading import TeacherSpec, load_teacher
 
@@ -180,15 +181,22 @@ class ExtraTeachers(nn.Module):
             return cross.records(model, output_head(model), batch, temperature)
         return final_hidden(model, batch, logits=False)
 
-    def sides(self, task, batch: dict[str, Tensor], student_head, split="train") -> list[tuple]:
-        """``(name, output, heads)`` of each teacher on ``batch``: what its term compares the
-        student with, and the (student, teacher) heads (no teacher head for records)."""
+    def sides(
+        self, task, batch: dict[str, Tensor], student_head, split="train", rows=None
+    ) -> list[tuple]:
+        """``(name, output, heads, rows)`` of each teacher on ``batch``: what its term compares
+        the student with, the (student, teacher) heads (no teacher head for records) and the
+        rows it ran on: ``rows[i]`` (None: every row; no rows: the teacher is not run)."""
         found = []
         for index, name in enumerate(self.names):
-            teacher_out = self.output(index, batch, task.objective.temperature, split)
+            ran_on = None if rows is None else rows[index]
+            teacher_out = None
+            if ran_on is None or len(ran_on):
+                own = batch if ran_on is None else rows_of(batch, ran_on)
+                teacher_out = self.output(index, own, task.objective.temperature, split)
             runs_head = name in self.models and self.crosses[index] is None
             head = output_head(self.models[name]) if runs_head else None
-            found.append((name, teacher_out, (student_head, head)))
+            found.append((name, teacher_out, (student_head, head), ran_on))
         return found
 
     def terms(self, task, student_out: Tensor, batch: dict[str, Tensor], student_head) -> tuple:
@@ -196,7 +204,7 @@ class ExtraTeachers(nn.Module):
         one's own divergence sum, by name."""
         total, kd = None, {}
         sides = self.sides(task, batch, student_head)
-        for (name, teacher_out, heads), weight in zip(sides, self.weights, strict=True):
+        for (name, teacher_out, heads, _), weight in zip(sides, self.weights, strict=True):
             value, sums = task.logit_terms(
                 student_out, teacher_out, batch, heads, ce=False, kd_scale=weight
             )
@@ -213,7 +221,7 @@ class ExtraTeachers(nn.Module):
         distiller's, ``main`` its own name and the metrics it already measured against it."""
         name, measured = main
         found = per_teacher(name, measured)
-        for name, teacher_out, theirs in self.sides(task, batch, heads[0], "val"):
+        for name, teacher_out, theirs, _ in self.sides(task, batch, heads[0], "val"):
             found |= per_teacher(name, task.metric_sums(student_out, teacher_out, batch, theirs))
         return found
 

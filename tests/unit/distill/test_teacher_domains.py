@@ -120,3 +120,22 @@ def test_teachers_of_every_domain_are_the_plain_several_teacher_step() -> None:
     torch.testing.assert_close(by_domain[1].kd, plain[1].kd, rtol=1e-10, atol=1e-12)
     for g, p in zip(by_domain[2], plain[2], strict=True):
         torch.testing.assert_close(g, p, rtol=1e-9, atol=1e-12)
+
+
+def test_a_teacher_runs_on_the_rows_it_teaches_alone() -> None:
+    """b teaches prose only: it runs on the prose rows (not at all on a batch of code), and the
+    step is still a on code plus b on prose."""
+    first, second, student = models()
+    config = DistillConfig(compile=False)
+    seen: list[int] = []  # the rows of each forward of b
+    second.get_input_embeddings().register_forward_hook(lambda _, a, out: seen.append(len(a[0])))
+    extra = ExtraTeachers(["b"], [0.5], [copy.deepcopy(second)], [None])
+    both = Distiller(first, copy.deepcopy(student), config, extra=extra, teacher_weight=("a", 0.5))
+    both.domain_weights = domain_weights(entries(["code"], ["prose"], (0.5, 0.5)), DOMAINS)
+    batch = batch_of(TEXT)
+    got = step(both, batch | {"domain": torch.tensor([1, 0])})
+    code_only = step(both, batch | {"domain": torch.tensor([0, 0])})
+    assert seen == [1]
+    alone_b = step(Distiller(second, copy.deepcopy(student), config), only(batch, 0))
+    torch.testing.assert_close(got[1].teachers["b"], alone_b[1].kd, rtol=1e-10, atol=1e-12)
+    assert float(code_only[1].teachers["b"]) == 0.0
