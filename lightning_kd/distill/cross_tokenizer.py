@@ -12,6 +12,7 @@ and the share of the student's positions that had a teacher partner.
 from __future__ import annotations
 
 import math
+from functools import cached_property
 
 import torch
 from torch import Tensor, nn
@@ -46,12 +47,7 @@ class CrossTokenizer:
         min_aligned: float = 0.9,
     ) -> None:
         self.aligner = Aligner(student_tokenizer, teacher_tokenizer)
-        tables = (self.aligner.student, self.aligner.teacher, teacher_vocab)
-        if loss == "projected":  # many to one: each teacher token to the student's first
-            self.mapping = first_token_map(student_tokenizer, *tables)
-        else:
-            self.mapping = vocabulary_map(*tables)
-        self.student_twins = twins(self.mapping, student_vocab)
+        self.student_vocab, self.teacher_vocab = student_vocab, teacher_vocab
         self.student_lengths = self.aligner.student.lengths(student_vocab)
         self.top_k = min(top_k, teacher_vocab)
         self.loss, self.uld_weight, self.min_aligned = loss, uld_weight, min_aligned
@@ -85,6 +81,21 @@ class CrossTokenizer:
     @property
     def teacher_tokenizer(self) -> PreTrainedTokenizerBase:
         return self.aligner.teacher_tokenizer
+
+    # The maps of the two vocabularies are built on first use: writing a cache aligns and takes
+    # the teacher's own top k, and never maps them (seconds over a 262k-token vocabulary).
+    @cached_property
+    def mapping(self) -> Tensor:
+        """``[teacher_vocab]``: each teacher id's student id, or −1 (``data/alignment.py``)."""
+        tables = (self.aligner.student, self.aligner.teacher, self.teacher_vocab)
+        if self.loss == "projected":  # many to one: each teacher token to the student's first
+            return first_token_map(self.aligner.student_tokenizer, *tables)
+        return vocabulary_map(*tables)
+
+    @cached_property
+    def student_twins(self) -> Tensor:
+        """``[student_vocab]``: which student ids some teacher id maps to."""
+        return twins(self.mapping, self.student_vocab)
 
     def view(self, batch: dict[str, Tensor]) -> TeacherView:
         """The teacher's tokenisation of ``batch``, checked once for how much text it spells

@@ -92,11 +92,13 @@ class EntryCaches:
     def all(self) -> tuple[DictConfig, TextDataModule]:
         """The config with each such entry's ``cache`` a directory or null, and the set-up data
         module the caches were matched to."""
-        teacher = instantiate(self.cfg.teacher, _convert_="all")
-        tokenizer = run_tokenizer(teacher, instantiate(self.cfg.student, _convert_="all"))
         if self.datamodule is None:
+            teacher = instantiate(self.cfg.teacher, _convert_="all")
+            tokenizer = run_tokenizer(teacher, instantiate(self.cfg.student, _convert_="all"))
             self.datamodule = build_datamodule(self.cfg, tokenizer)
             self.datamodule.setup("fit")
+        # The main teacher's cache resolution has set the data up with the run's tokenizer.
+        tokenizer = self.datamodule.tokenizer
         cfg = self.cfg
         for index, entry in enumerate(self.cfg.teachers):
             if unresolved(entry.get("cache")):

@@ -40,6 +40,8 @@ def written(setup, directory: Path, k: int = 16) -> Path:
     teacher, datamodule, cross = setup
     spec = CacheSpec(k=k, shard_blocks=4)
     write_cache(teacher, datamodule.tokenizer, datamodule, spec, directory, cross=cross)
+    # The writer aligns and keeps the teacher's own top k: the vocabulary maps are never built.
+    assert "mapping" not in vars(cross) and "student_twins" not in vars(cross)
     return directory
 
 
