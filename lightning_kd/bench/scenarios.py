@@ -160,8 +160,8 @@ def make_batch(vocab: int, batch: int, seq: int, device: torch.device) -> dict:
 def text_batch(teacher: str, batch: int, seq: int, device: torch.device) -> dict:
     """A batch of the embedded corpus's text (its first documents, joined with EOS), for the
     scenarios that decode ids to text: random ids are no text to re-tokenise."""
+    from lightning_kd.data.packing import pack_blocks
     from lightning_kd.data.reading import DEFAULT_CORPUS, read_documents
-    from lightning_kd.data.text import pack_blocks
     from lightning_kd.data.token_bytes import separator_id
     from lightning_kd.models.loading import TeacherSpec, load_tokenizer
 

@@ -39,11 +39,33 @@ def split_order(count: int, val_fraction: float, seed: int) -> tuple[list[int], 
 
 
 def untouched_documents(
-    token_lists: list[list[int]], held: set[int], block_size: int, pack: bool
+    token_lists: list[list[int]],
+    held: set[int],
+    block_size: int,
+    pack: bool,
+    groups: list[list[int]] | None = None,
+    counts: list[int] | None = None,
 ) -> list[int]:
     """The indices of the documents (``token_lists``, in reading order) no held-out example
-    (``held``) holds a token of: packed (joined with a separator, cut into ``block_size``
-    blocks), none of the blocks it spans; unpacked, its own example (of two tokens or more)."""
+    (``held``) holds a token of. ``groups`` (``data.domains``): the documents' indices made into
+    examples group by group, ``counts`` examples each, each group's after the one before."""
+    if groups is None or counts is None:
+        return group_untouched(token_lists, held, block_size, pack)
+    kept, offset = [], 0
+    for group, count in zip(groups, counts, strict=True):
+        local = {index - offset for index in held if offset <= index < offset + count}
+        found = group_untouched([token_lists[i] for i in group], local, block_size, pack)
+        kept += [group[i] for i in found]
+        offset += count
+    return sorted(kept)
+
+
+def group_untouched(
+    token_lists: list[list[int]], held: set[int], block_size: int, pack: bool
+) -> list[int]:
+    """:func:`untouched_documents` of documents made into examples together: packed (joined
+    with a separator, cut into ``block_size`` blocks), none of the blocks a document spans is
+    held; unpacked, its own example (of two tokens or more) is not."""
     if not pack:
         examples = [index for index, ids in enumerate(token_lists) if len(ids) >= 2]
         return [index for number, index in enumerate(examples) if number not in held]

@@ -128,3 +128,29 @@ class Packer:
             end -= len(self.pending.popleft()[1])
         self.offset = end
         return example
+
+
+def pack_blocks(token_lists: list[list[int]], block_size: int, eos_id: int) -> Tensor:
+    """Join documents with ``eos_id``; cut into ``[n_blocks, block_size]`` (tail dropped)."""
+    stream = [token for tokens in token_lists for token in (*tokens, eos_id)]
+    count = len(stream) // block_size
+    return torch.tensor(stream[: count * block_size], dtype=torch.long).view(count, block_size)
+
+
+def blocks_of(
+    token_lists: list[list[int]], block_size: int, pack: bool, eos_id: int, needed: int
+) -> list[Tensor]:
+    """Packed blocks (:func:`pack_blocks`), or each document of two tokens or more truncated to
+    ``block_size``; refused when fewer than ``needed``."""
+    if pack:
+        examples = list(pack_blocks(token_lists, block_size, eos_id))
+    else:
+        examples = [torch.tensor(t[:block_size]) for t in token_lists if len(t) >= 2]
+    if len(examples) < needed:
+        raise ValueError(
+            f"the corpus gives {len(examples)} example(s) of {block_size} tokens "
+            f"({sum(len(t) for t in token_lists)} tokens in all); {needed} needed (one to "
+            f"train{', one to validate' * (needed > 1)}): add text (data.files or "
+            "data.dataset) or lower data.block_size"
+        )
+    return examples

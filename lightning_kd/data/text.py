@@ -40,7 +40,7 @@ from lightning_kd.data.dataset_source import (
     open_checked,
     setting_errors,
 )
-from lightning_kd.data.domains import domain_groups
+from lightning_kd.data.domains import domain_groups, members
 from lightning_kd.data.held_out import (
     check_sizes,
     checked_val_files,
@@ -51,6 +51,7 @@ from lightning_kd.data.held_out import (
     without_validation_text,
 )
 from lightning_kd.data.loaders import EpochSampler, ResumableLoader
+from lightning_kd.data.packing import blocks_of
 from lightning_kd.data.provenance import text_record
 from lightning_kd.data.reading import DEFAULT_FILES, distinct_documents, expand_files
 from lightning_kd.data.streaming import Layout, Stream
@@ -58,13 +59,6 @@ from lightning_kd.data.token_bytes import separator_id
 from lightning_kd.data.tokenized import checked_text, split_documents, text_key
 from lightning_kd.utils.compat import resumed_batches_in_epoch
 from lightning_kd.utils.refusal import refuse
-
-
-def pack_blocks(token_lists: list[list[int]], block_size: int, eos_id: int) -> Tensor:
-    """Join documents with ``eos_id``; cut into ``[n_blocks, block_size]`` (tail dropped)."""
-    stream = [token for tokens in token_lists for token in (*tokens, eos_id)]
-    count = len(stream) // block_size
-    return torch.tensor(stream[: count * block_size], dtype=torch.long).view(count, block_size)
 
 
 class TextDataModule(LightningDataModule):
@@ -118,7 +112,7 @@ class TextDataModule(LightningDataModule):
         self.train_examples: list[Tensor] = []
         self.val_examples: list[Tensor] = []
         self.stream: Stream | None = None
-        self.domains = domain_groups(domains, self.files, self.dataset, streaming, val_files)
+        self.domains = domain_groups(domains, self.files, self.dataset, streaming, self.val_files)
         if streaming:  # the row encoding and the kept examples are the subclass's (chat's)
             settings = {"block_size": block_size, "pack": pack, "seed": seed, "keep": self.keep}
             layout = Layout.of(shuffle_buffer, batch_size, **settings)
@@ -147,29 +141,45 @@ class TextDataModule(LightningDataModule):
             self.val_examples = self.examples(list(val.values()))
             self.train_examples = self.limit(self.shuffled(self.examples(train)))
             return
-        if self.val_files is not None:  # the split of val_files; training: all of data.files
-            val = [text for _, text in distinct_documents(self.val_files, self.text_field)]
-            examples = self.examples(self.tokenized(val))
-            held, _ = split_order(len(examples), self.val_fraction, self.seed)
-            self.val_examples = [examples[i] for i in held]
-            train = [text for _, text in distinct_documents(self.files, self.text_field)]
-            train = self.tokenized(without_validation_text(train, val))
-            self.train_examples = self.limit(self.shuffled(self.examples(train, needed=1)))
+        if self.val_files is not None:
+            self.split_val_files()
             return
-        examples, tags = self.domained_examples()
-        held, kept = split_order(len(examples), self.val_fraction, self.seed)
-        self.val_examples = [examples[i] for i in held]
-        self.train_examples = self.limit([examples[i] for i in kept])
-        if tags is not None:
-            self.val_domains = [tags[i] for i in held]
-            self.train_domains = self.limit([tags[i] for i in kept])
-
-    def domained_examples(self) -> tuple[list[Tensor], list[int] | None]:
-        """The examples, and with ``data.domains`` each one's domain (each domain's made apart)."""
         if self.domains is None:
-            return self.examples(self.documents()), None
-        documents = distinct_documents(self.files, self.text_field)
-        return self.domains.examples(documents, self.tokenized, partial(self.examples, needed=1))
+            examples = self.examples(self.documents()), None
+        else:
+            examples = self.tagged(distinct_documents(self.files, self.text_field))
+        held, kept = split_order(len(examples[0]), self.val_fraction, self.seed)
+        self.keep_split(examples, held, examples, kept)
+
+    def split_val_files(self) -> None:
+        """Validation: the split of ``data.val_files``' blocks; training: every block of
+        ``data.files`` but the documents ``data.val_files`` holds too, shuffled."""
+        val = distinct_documents(self.val_files, self.text_field)
+        train = distinct_documents(self.files, self.text_field)
+        kept = set(without_validation_text([t for _, t in train], [t for _, t in val]))
+        val_examples = self.tagged(val, every_domain=False)
+        train_examples = self.tagged([doc for doc in train if doc[1] in kept], needed=1)
+        held, _ = split_order(len(val_examples[0]), self.val_fraction, self.seed)
+        order = self.shuffled(list(range(len(train_examples[0]))))
+        self.keep_split(val_examples, held, train_examples, order)
+
+    def tagged(
+        self, documents: list[tuple[str, str]], needed: int | None = None, every_domain=True
+    ) -> tuple[list[Tensor], list[int] | None]:
+        """``documents``' examples and, with ``data.domains``, each one's domain (each domain's
+        made apart; ``every_domain``: each must give one), else None."""
+        if self.domains is None:
+            return self.examples(self.tokenized([text for _, text in documents]), needed), None
+        blocks_of = partial(self.examples, needed=int(every_domain))
+        return self.domains.examples(documents, self.tokenized, blocks_of, every_domain)
+
+    def keep_split(self, val: tuple, held: list[int], train: tuple, kept: list[int]) -> None:
+        """Validate on ``val``'s examples (and domains) at ``held``, train on ``train``'s."""
+        self.val_examples = [val[0][i] for i in held]
+        self.train_examples = self.limit([train[0][i] for i in kept])
+        if val[1] is not None:
+            self.val_domains = [val[1][i] for i in held]
+            self.train_domains = self.limit([train[1][i] for i in kept])
 
     def documents(self) -> list[list[int]]:
         """Every document's tokens: of ``data.files``, or of ``data.dataset``'s split."""
@@ -188,8 +198,10 @@ class TextDataModule(LightningDataModule):
         refuse(documents_errors(self.dataset, self.val_files))
         documents = distinct_documents(self.files, self.text_field)
         tokens = self.tokenized([text for _, text in documents])
-        held, _ = split_order(len(self.examples(tokens)), self.val_fraction, self.seed)
-        kept = untouched_documents(tokens, set(held), self.block_size, self.pack)
+        groups = members(self.domains, documents)
+        counts = [len(self.examples([tokens[i] for i in group], needed=0)) for group in groups]
+        held, _ = split_order(sum(counts), self.val_fraction, self.seed)
+        kept = untouched_documents(tokens, set(held), self.block_size, self.pack, groups, counts)
         return [documents[index] for index in kept]
 
     def split_documents(self, split: str) -> list[tuple[str, list[int]]]:
@@ -201,19 +213,9 @@ class TextDataModule(LightningDataModule):
     def examples(self, token_lists: list[list[int]], needed: int | None = None) -> list[Tensor]:
         """Packed blocks, or each document truncated; refused when fewer than ``needed`` (default:
         one for each split, or one to train where validation has a split of its own)."""
-        if self.pack:
-            examples = list(pack_blocks(token_lists, self.block_size, separator_id(self.tokenizer)))
-        else:
-            examples = [torch.tensor(t[: self.block_size]) for t in token_lists if len(t) >= 2]
         needed = 1 + (self.dataset.val_split is None) if needed is None else needed
-        if len(examples) < needed:
-            raise ValueError(
-                f"the corpus gives {len(examples)} example(s) of {self.block_size} tokens "
-                f"({sum(len(t) for t in token_lists)} tokens in all); {needed} needed (one to "
-                f"train{', one to validate' * (needed > 1)}): add text (data.files or "
-                "data.dataset) or lower data.block_size"
-            )
-        return examples
+        eos_id = separator_id(self.tokenizer)
+        return blocks_of(token_lists, self.block_size, self.pack, eos_id, needed)
 
     def shuffled(self, items: list) -> list:
         """``items`` in the seeded order the split draws (the same on every machine)."""

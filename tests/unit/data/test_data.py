@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from lightning_kd.data.batches import Unscored, pad_for_ranks
+from lightning_kd.data.packing import pack_blocks
 from lightning_kd.data.reading import (
     DEFAULT_CORPUS,
     DEFAULT_FILES,
@@ -16,7 +17,6 @@ from lightning_kd.data.reading import (
     expand_files,
     read_documents,
 )
-from lightning_kd.data.text import pack_blocks
 from lightning_kd.losses import IGNORE_INDEX
 from tests.conftest import make_datamodule
 

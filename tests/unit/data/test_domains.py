@@ -82,9 +82,58 @@ def test_a_mapping_that_does_not_cover_the_files_exactly_is_refused(
         module(files, domains(code, prose))
 
 
-def test_domains_need_files_read_whole(files, tmp_path: Path) -> None:
+def test_validation_files_are_split_by_domain_too(files, tmp_path: Path) -> None:
+    """data.val_files in the mapping: validation blocks carry their domain, a domain may have
+    none of them; a val file in no domain, or a domain with nothing to train on, is refused."""
     code, prose = files
     held = tmp_path / "held.txt"
-    held.write_text(PROSE * 5)
-    with pytest.raises(ValueError, match=r"data.domains groups data.files read whole"):
+    held.write_text(PROSE.upper() * 20)
+    domains = {"code": [str(code)], "prose": [str(prose), str(held)]}
+    data = module(files, domains, val_files=[str(held)])
+    data.setup()
+    tokenizer = byte_tokenizer()
+    assert data.val_domains == [1] * len(data.val_examples) and data.val_examples
+    for block in data.val_examples:
+        assert set(tokenizer.decode(block.tolist(), skip_special_tokens=True)) <= set(PROSE.upper())
+    assert set(data.train_domains) == {0, 1}
+    val = next(iter(data.val_dataloader()))
+    assert set(val["domain"].tolist()) == {1}
+    with pytest.raises(ValueError, match=r"data.files and data.val_files \[.*held.txt"):
         module(files, {"code": [str(code)], "prose": [str(prose)]}, val_files=[str(held)])
+    with pytest.raises(ValueError, match=r"data.domains.held holds no text to train on"):
+        only_val = {"code": [str(code), str(prose)], "held": [str(held)]}
+        module(files, only_val, val_files=[str(held)]).setup()
+
+
+def test_domains_need_files_read_whole(files, tmp_path: Path) -> None:
+    code, _ = files
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"text": "a"}\n')
+    with pytest.raises(ValueError, match=r"data.domains groups files read whole"):
+        TextDataModule(
+            byte_tokenizer(),
+            dataset={"path": "json", "data_files": str(rows)},
+            domains={"code": [str(code)]},
+        )
+
+
+def test_the_documents_a_teacher_may_continue_touch_no_validation_block(tmp_path: Path) -> None:
+    """Each domain packed apart: the untouched documents are found domain by domain."""
+    code, prose = tmp_path / "code.jsonl", tmp_path / "prose.jsonl"
+    for path, kind in ((code, "def f{}(): return {}"), (prose, "Story {} tells of {} rivers.")):
+        path.write_text(
+            "".join(f'{{"text": "{kind.format(i, i)} <{path.stem}{i}>"}}\n' for i in range(60))
+        )
+    # Read prose first, packed code first: the blocks are not in reading order.
+    data = module((prose, code), {"code": [str(code)], "prose": [str(prose)]})
+    data.setup()
+    tokenizer = byte_tokenizer()
+    held_text = "".join(tokenizer.decode(b.tolist()) for b in data.val_examples)
+    kept = data.training_documents()
+    assert {place.rsplit(":", 1)[0] for place, _ in kept} == {str(code), str(prose)}
+    for _, text in kept:
+        assert text.split()[-1] not in held_text, text
+    # None is lost beyond the documents a held block holds a piece of: those whose tag it
+    # holds, and at most one cut at each end of it.
+    shown = sum(f"<{path.stem}{i}>" in held_text for path in (code, prose) for i in range(60))
+    assert 120 - len(kept) <= shown + 2 * len(data.val_examples)
