@@ -83,19 +83,23 @@ class CrossTokenizer:
         return self.aligner.teacher_tokenizer
 
     # The maps of the two vocabularies are built on first use: writing a cache aligns and takes
-    # the teacher's own top k, and never maps them (seconds over a 262k-token vocabulary).
+    # the teacher's own top k, and never maps them (seconds over a 262k-token vocabulary). The
+    # first use may be a validation step: built outside inference mode, the maps stay usable by
+    # the training steps' autograd.
     @cached_property
     def mapping(self) -> Tensor:
         """``[teacher_vocab]``: each teacher id's student id, or −1 (``data/alignment.py``)."""
         tables = (self.aligner.student, self.aligner.teacher, self.teacher_vocab)
-        if self.loss == "projected":  # many to one: each teacher token to the student's first
-            return first_token_map(self.aligner.student_tokenizer, *tables)
-        return vocabulary_map(*tables)
+        with torch.inference_mode(False):
+            if self.loss == "projected":  # many to one: each teacher token to the student's first
+                return first_token_map(self.aligner.student_tokenizer, *tables)
+            return vocabulary_map(*tables)
 
     @cached_property
     def student_twins(self) -> Tensor:
         """``[student_vocab]``: which student ids some teacher id maps to."""
-        return twins(self.mapping, self.student_vocab)
+        with torch.inference_mode(False):
+            return twins(self.mapping, self.student_vocab)
 
     def view(self, batch: dict[str, Tensor]) -> TeacherView:
         """The teacher's tokenisation of ``batch``, checked once for how much text it spells
