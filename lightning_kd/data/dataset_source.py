@@ -76,6 +76,11 @@ def setting_errors(
 ) -> list[str]:
     """Data settings that cannot go together, each with the one to change."""
     errors = []
+    if files is not None and not files:
+        errors.append(
+            "data.files is empty; list your files (data.files=[a.txt,'dir/*.jsonl']), or set "
+            "data.files=null for the built-in corpus"
+        )
     if source.given and files is not None:
         errors.append(
             f"data.dataset.path={source.path!r} and data.files={list(files)!r} both name the "

@@ -15,6 +15,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, RandomSampler, Sampler
 
+from lightning_kd.utils.compat import resumed_batches_in_epoch
+
 
 class EpochSampler(RandomSampler):
     """A permutation of the dataset drawn from ``seed + epoch``: the same on every run.
@@ -124,3 +126,16 @@ def passes_over(
 
 def on_device(batch: dict[str, Tensor], device: torch.device) -> dict[str, Tensor]:
     return {k: v.to(device) if isinstance(v, Tensor) else v for k, v in batch.items()}
+
+
+def already_trained(trainer) -> int:
+    """Batches of the current epoch a resumed run has trained on (0 unless resuming; None: no
+    trainer).
+
+    Read from Lightning's own loop progress, restored from the checkpoint: the one count that
+    knows what was trained, whatever the data fetcher had prefetched when it was saved.
+    """
+    if trainer is None:
+        return 0
+    done = resumed_batches_in_epoch(trainer)
+    return 0 if done >= trainer.num_training_batches else done

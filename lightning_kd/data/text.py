@@ -7,11 +7,9 @@ Where the documents come from:
   ``text_field`` column tokenized once and cached for later runs (``tokenized.py``);
 - ``data.dataset`` with ``data.streaming=true``: read row by row, never whole (``streaming.py``).
 
-Two layouts:
-- ``pack=True`` (default): documents are joined with the EOS token and cut into fixed blocks of
-  ``block_size`` tokens, the usual layout for language-model training; no padding at all.
-- ``pack=False``: one document per example, truncated to ``block_size`` and padded per batch;
-  padded positions carry label ``-100`` and attention mask 0.
+Two layouts (``packing.blocks_of``): ``pack=True`` (default) joins documents with the EOS token and
+cuts fixed blocks of ``block_size`` tokens, no padding at all; ``pack=False`` truncates each
+document to ``block_size``, padded per batch (label ``-100``, attention mask 0).
 
 Read whole, the split into train and validation is a seeded permutation of the examples (or a
 ``data.dataset.val_split``, or ``data.val_files``: ``held_out.py``), the same on every machine and
@@ -23,7 +21,7 @@ Either way a resumed run sees exactly the batches the uninterrupted run would ha
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -40,7 +38,7 @@ from lightning_kd.data.dataset_source import (
     open_checked,
     setting_errors,
 )
-from lightning_kd.data.domains import domain_groups, members
+from lightning_kd.data.domains import Labelled, domain_groups, file_label, labelled_rows, members
 from lightning_kd.data.held_out import (
     check_sizes,
     checked_val_files,
@@ -50,14 +48,13 @@ from lightning_kd.data.held_out import (
     untouched_documents,
     without_validation_text,
 )
-from lightning_kd.data.loaders import EpochSampler, ResumableLoader
+from lightning_kd.data.loaders import EpochSampler, ResumableLoader, already_trained
 from lightning_kd.data.packing import blocks_of
 from lightning_kd.data.provenance import text_record
 from lightning_kd.data.reading import DEFAULT_FILES, distinct_documents, expand_files
 from lightning_kd.data.streaming import Layout, Stream
 from lightning_kd.data.token_bytes import separator_id
 from lightning_kd.data.tokenized import checked_text, split_documents, text_key
-from lightning_kd.utils.compat import resumed_batches_in_epoch
 from lightning_kd.utils.refusal import refuse
 
 
@@ -87,17 +84,13 @@ class TextDataModule(LightningDataModule):
         seed: int = 0,
         num_workers: int = 0,
         domains: Mapping[str, list[str]] | None = None,
+        domain_field: str | None = None,
     ) -> None:
         super().__init__()
         check_sizes(block_size, val_fraction, max_train_examples)
         if separator_id(tokenizer) is None:
             raise ValueError("the tokenizer has no EOS or SEP token to separate packed documents")
         self.tokenizer = tokenizer
-        if files is not None and not files:
-            raise ValueError(
-                "data.files is empty; list your files (data.files=[a.txt,'dir/*.jsonl']), or "
-                "set data.files=null for the built-in corpus"
-            )
         self.dataset = DatasetSource.of(dataset)
         self.streaming, self.val_size, self.shuffle_buffer = streaming, val_size, shuffle_buffer
         refuse(setting_errors(self.dataset, files, streaming, max_train_examples, num_workers))
@@ -112,7 +105,10 @@ class TextDataModule(LightningDataModule):
         self.train_examples: list[Tensor] = []
         self.val_examples: list[Tensor] = []
         self.stream: Stream | None = None
-        self.domains = domain_groups(domains, self.files, self.dataset, streaming, self.val_files)
+        self.column = domain_field
+        self.domains = domain_groups(
+            domains, self.files, self.dataset, streaming, self.val_files, domain_field
+        )
         if streaming:  # the row encoding and the kept examples are the subclass's (chat's)
             settings = {"block_size": block_size, "pack": pack, "seed": seed, "keep": self.keep}
             layout = Layout.of(shuffle_buffer, batch_size, **settings)
@@ -121,15 +117,17 @@ class TextDataModule(LightningDataModule):
     @classmethod
     def dataset_columns(cls, settings: Mapping[str, Any]) -> Columns:
         """The columns of ``data.dataset`` that ``settings`` (the ``data`` config) read."""
-        return Columns(((settings.get("text_field", "text"),),), "data.text_field")
+        text = settings.get("text_field", "text")
+        if (column := settings.get("domain_field")) is None:
+            return Columns(((text,),), "data.text_field")
+        return Columns(((text, column),), "data.text_field and data.domain_field")
 
     def columns(self) -> Columns:
         """The columns this module reads of ``data.dataset``."""
-        return self.dataset_columns({"text_field": self.text_field})
+        return self.dataset_columns({"text_field": self.text_field, "domain_field": self.column})
 
     def setup(self, stage: str | None = None) -> None:
-        """Read, tokenize and split the corpus (once; later stages reuse it); streamed, only
-        the validation examples are read here."""
+        """Read, tokenize and split the corpus once (streamed: the validation examples only)."""
         if self.val_examples:
             return
         if self.stream is not None:
@@ -137,17 +135,15 @@ class TextDataModule(LightningDataModule):
             return
         if self.dataset.val_split is not None:
             val = dict(self.split_documents(self.dataset.val_split))
-            train = [t for key, t in self.split_documents(self.dataset.split) if key not in val]
-            self.val_examples = self.examples(list(val.values()))
-            self.train_examples = self.limit(self.shuffled(self.examples(train)))
+            train = [doc for key, doc in self.split_documents(self.dataset.split) if key not in val]
+            val_examples = self.tagged(list(val.values()), every_domain=False)
+            train_examples = self.tagged(train, needed=1)
+            self.keep_split(val_examples, range(len(val_examples[0])), train_examples)
             return
         if self.val_files is not None:
             self.split_val_files()
             return
-        if self.domains is None:
-            examples = self.examples(self.documents()), None
-        else:
-            examples = self.tagged(distinct_documents(self.files, self.text_field))
+        examples = self.tagged(self.documents())
         held, kept = split_order(len(examples[0]), self.val_fraction, self.seed)
         self.keep_split(examples, held, examples, kept)
 
@@ -157,35 +153,40 @@ class TextDataModule(LightningDataModule):
         val = distinct_documents(self.val_files, self.text_field)
         train = distinct_documents(self.files, self.text_field)
         kept = set(without_validation_text([t for _, t in train], [t for _, t in val]))
-        val_examples = self.tagged(val, every_domain=False)
-        train_examples = self.tagged([doc for doc in train if doc[1] in kept], needed=1)
+        val_examples = self.tagged(self.read(val), every_domain=False)
+        train_examples = self.tagged(self.read([doc for doc in train if doc[1] in kept]), 1)
         held, _ = split_order(len(val_examples[0]), self.val_fraction, self.seed)
-        order = self.shuffled(list(range(len(train_examples[0]))))
-        self.keep_split(val_examples, held, train_examples, order)
+        self.keep_split(val_examples, held, train_examples)
 
-    def tagged(
-        self, documents: list[tuple[str, str]], needed: int | None = None, every_domain=True
-    ) -> tuple[list[Tensor], list[int] | None]:
-        """``documents``' examples and, with ``data.domains``, each one's domain (each domain's
-        made apart; ``every_domain``: each must give one), else None."""
+    def tagged(self, documents: list[Labelled], needed=None, every_domain=True) -> tuple:
+        """``documents``' examples, and each one's domain with ``data.domains`` (each domain's
+        made apart; ``every_domain``: each must give one) or None; ``[Tensor], [int] | None``."""
+        needed = 1 + (self.dataset.val_split is None) if needed is None else needed
         if self.domains is None:
-            return self.examples(self.tokenized([text for _, text in documents]), needed), None
+            return self.examples([tokens for _, tokens in documents], needed), None
         blocks_of = partial(self.examples, needed=int(every_domain))
-        return self.domains.examples(documents, self.tokenized, blocks_of, every_domain)
+        return self.domains.examples(documents, blocks_of, every_domain, needed)
 
-    def keep_split(self, val: tuple, held: list[int], train: tuple, kept: list[int]) -> None:
-        """Validate on ``val``'s examples (and domains) at ``held``, train on ``train``'s."""
+    def keep_split(self, val: tuple, held: Sequence[int], train: tuple, kept=None) -> None:
+        """Validate on ``val``'s examples (and domains) at ``held``, train on ``train``'s at
+        ``kept`` (None: all, in the seeded order)."""
+        kept = self.shuffled(list(range(len(train[0])))) if kept is None else kept
         self.val_examples = [val[0][i] for i in held]
         self.train_examples = self.limit([train[0][i] for i in kept])
         if val[1] is not None:
             self.val_domains = [val[1][i] for i in held]
             self.train_domains = self.limit([train[1][i] for i in kept])
 
-    def documents(self) -> list[list[int]]:
-        """Every document's tokens: of ``data.files``, or of ``data.dataset``'s split."""
+    def documents(self) -> list[Labelled]:
+        """Every document, labelled: of ``data.files``, or of ``data.dataset``'s split."""
         if self.dataset.given:
-            return [tokens for _, tokens in self.split_documents(self.dataset.split)]
-        return self.tokenized([text for _, text in distinct_documents(self.files, self.text_field)])
+            return [document for _, document in self.split_documents(self.dataset.split)]
+        return self.read(distinct_documents(self.files, self.text_field))
+
+    def read(self, documents: list[tuple[str, str]]) -> list[Labelled]:
+        """``(file:line, text)`` documents tokenized, each labelled with its file."""
+        tokens = self.tokenized([text for _, text in documents])
+        return [(file_label(place), ids) for (place, _), ids in zip(documents, tokens, strict=True)]
 
     def tokenized(self, texts: list[str]) -> list[list[int]]:
         """Each document's tokens, without special tokens (a packed run separates them)."""
@@ -197,18 +198,21 @@ class TextDataModule(LightningDataModule):
         continues it (``held_out.untouched_documents``)."""
         refuse(documents_errors(self.dataset, self.val_files))
         documents = distinct_documents(self.files, self.text_field)
-        tokens = self.tokenized([text for _, text in documents])
-        groups = members(self.domains, documents)
+        labelled = self.read(documents)
+        tokens = [ids for _, ids in labelled]
+        groups = members(self.domains, [label for label, _ in labelled])
         counts = [len(self.examples([tokens[i] for i in group], needed=0)) for group in groups]
         held, _ = split_order(sum(counts), self.val_fraction, self.seed)
         kept = untouched_documents(tokens, set(held), self.block_size, self.pack, groups, counts)
         return [documents[index] for index in kept]
 
-    def split_documents(self, split: str) -> list[tuple[str, list[int]]]:
-        """A split of ``data.dataset``: each distinct document's key and tokens (cached)."""
+    def split_documents(self, split: str) -> list[tuple[str, Labelled]]:
+        """A split of ``data.dataset``: each distinct document's key, and its tokens (cached)
+        labelled with its ``data.domain_field`` value (with that setting)."""
         dataset = open_checked(self.dataset, split, False, self.columns())
         where = self.dataset.describe(split)
-        return split_documents(dataset, self.tokenizer, self.text_field, where, self.dataset)
+        found = split_documents(dataset, self.tokenizer, self.text_field, where, self.dataset)
+        return labelled_rows(found, dataset, self.domains, self.text_field, where)
 
     def examples(self, token_lists: list[list[int]], needed: int | None = None) -> list[Tensor]:
         """Packed blocks, or each document truncated; refused when fewer than ``needed`` (default:
@@ -279,16 +283,8 @@ class TextDataModule(LightningDataModule):
             self.stream.load_state_dict(state_dict, *self.rank())
 
     def batches_already_trained(self) -> int:
-        """Batches of the current epoch a resumed run has trained on (0 unless resuming).
-
-        Read from Lightning's own loop progress, restored from the checkpoint: the one count that
-        knows what was trained, whatever the data fetcher had prefetched when it was saved.
-        """
-        trainer = self.trainer
-        if trainer is None:
-            return 0
-        done = resumed_batches_in_epoch(trainer)
-        return 0 if done >= trainer.num_training_batches else done
+        """Batches of this epoch a resumed run has trained on (``loaders.already_trained``)."""
+        return already_trained(self.trainer)
 
     def val_dataloader(self) -> DataLoader:
         world_size = self.trainer.world_size if self.trainer is not None else 1

@@ -105,16 +105,61 @@ def test_validation_files_are_split_by_domain_too(files, tmp_path: Path) -> None
         module(files, only_val, val_files=[str(held)]).setup()
 
 
-def test_domains_need_files_read_whole(files, tmp_path: Path) -> None:
-    code, _ = files
-    rows = tmp_path / "rows.jsonl"
-    rows.write_text('{"text": "a"}\n')
-    with pytest.raises(ValueError, match=r"data.domains groups files read whole"):
+def test_a_datasets_domains_are_the_values_of_a_column(files, tmp_path, datasets_home) -> None:
+    """data.dataset with data.domain_field: rows grouped by that column's values, each
+    domain's packed apart as the files' are; the rows of a value in no domain refused."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [{"text": f"{CODE}# {i}\n", "source": "python"} for i in range(30)]
+    rows += [{"text": f"{PROSE}({i})\n", "source": "books"} for i in range(30)]
+    table = tmp_path / "rows.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), table)
+    source = {"path": "parquet", "data_files": str(table)}
+    settings = {"block_size": 32, "batch_size": 4, "val_fraction": 0.2, "dataset": source}
+    domains = {"code": ["python"], "prose": ["books"]}
+    data = TextDataModule(byte_tokenizer(), domains=domains, domain_field="source", **settings)
+    data.setup()
+    tokenizer = byte_tokenizer()
+    for blocks, tags in (
+        (data.train_examples, data.train_domains),
+        (data.val_examples, data.val_domains),
+    ):
+        assert len(blocks) == len(tags) and set(tags) == {0, 1}
+        for block, tag in zip(blocks, tags, strict=True):
+            text = tokenizer.decode(block.tolist(), skip_special_tokens=True)
+            assert set(text) <= set(CODE + "# 0123456789" if tag == 0 else PROSE + "()0123456789")
+    # A validation split of its own: its blocks carry their domain too (here: prose alone).
+    held = tmp_path / "held.parquet"
+    pq.write_table(pa.Table.from_pylist([*rows[40:], {"text": PROSE * 2, "source": "books"}]), held)
+    split = {"dataset": source | {"data_files": {"train": str(table), "validation": str(held)}}}
+    split["dataset"]["val_split"] = "validation"
+    data = TextDataModule(
+        byte_tokenizer(), domains=domains, domain_field="source", **(settings | split)
+    )
+    data.setup()
+    assert set(data.val_domains) == {1} and set(data.train_domains) == {0, 1}
+    with pytest.raises(ValueError, match=r"rows whose 'source' is \['books'\] are in no domain"):
+        only_code = {"code": ["python"]}
         TextDataModule(
-            byte_tokenizer(),
-            dataset={"path": "json", "data_files": str(rows)},
-            domains={"code": [str(code)]},
-        )
+            byte_tokenizer(), domains=only_code, domain_field="source", **settings
+        ).setup()
+    with pytest.raises(ValueError, match=r"no column 'text' and 'origin'.*data.domain_field"):
+        TextDataModule(byte_tokenizer(), domains=domains, domain_field="origin", **settings).setup()
+
+
+def test_domains_need_documents_read_whole_and_a_datasets_column(files, tmp_path) -> None:
+    code, _ = files
+    source = {"path": "json", "data_files": str(tmp_path / "rows.jsonl")}
+    refusals = [
+        ({"dataset": source}, r"groups the values of one of its columns.*data.domain_field="),
+        ({"dataset": source, "streaming": True, "domain_field": "source"}, r"data.streaming"),
+    ]
+    for options, message in refusals:
+        with pytest.raises(ValueError, match=message):
+            TextDataModule(byte_tokenizer(), domains={"code": [str(code)]}, **options)
+    with pytest.raises(ValueError, match=r"data.domain_field='source' names the column"):
+        TextDataModule(byte_tokenizer(), files=[str(code)], domain_field="source")
 
 
 def test_the_documents_a_teacher_may_continue_touch_no_validation_block(tmp_path: Path) -> None:
