@@ -105,7 +105,7 @@ class TextDataModule(LightningDataModule):
         self.train_examples: list[Tensor] = []
         self.val_examples: list[Tensor] = []
         self.stream: Stream | None = None
-        self.column = domain_field
+        self.domain_field = domain_field
         self.domains = domain_groups(
             domains, self.files, self.dataset, streaming, self.val_files, domain_field
         )
@@ -124,7 +124,9 @@ class TextDataModule(LightningDataModule):
 
     def columns(self) -> Columns:
         """The columns this module reads of ``data.dataset``."""
-        return self.dataset_columns({"text_field": self.text_field, "domain_field": self.column})
+        return self.dataset_columns(
+            {"text_field": self.text_field, "domain_field": self.domain_field}
+        )
 
     def setup(self, stage: str | None = None) -> None:
         """Read, tokenize and split the corpus once (streamed: the validation examples only)."""
