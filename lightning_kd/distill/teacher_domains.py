@@ -57,7 +57,7 @@ def batch_domains(batch: dict) -> Tensor:
     if "domain" not in batch:
         raise ValueError(
             "teachers with domains: the batch has no 'domain'; read the data with data.domains "
-            "(TextDataModule over data.files)"
+            "(TextDataModule over data.files, or data.dataset with data.domain_field)"
         )
     return batch["domain"]
 
