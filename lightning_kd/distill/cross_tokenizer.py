@@ -83,7 +83,8 @@ class CrossTokenizer:
         return self.aligner.teacher_tokenizer
 
     # The maps of the two vocabularies are built on first use: writing a cache aligns and takes
-    # the teacher's own top k, and never maps them (seconds over a 262k-token vocabulary). The
+    # the teacher's own top k, and never maps them (for Gemma's 262k tokens: 0.4 s one to one,
+    # 8 s for the projection's first-token map, measured on a shared 2-core CPU). The
     # first use may be a validation step: built outside inference mode, the maps stay usable by
     # the training steps' autograd.
     @cached_property
