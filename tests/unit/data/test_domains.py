@@ -29,10 +29,8 @@ def module(files, domains, **options) -> TextDataModule:
     )
 
 
-def test_each_block_is_one_domains_and_batches_carry_it(files) -> None:
-    code, prose = files
-    data = module(files, {"code": [str(code)], "prose": [str(prose)]})
-    data.setup()
+def assert_blocks_of_their_domain(data: TextDataModule, code: str, prose: str) -> None:
+    """Every training and validation block of both domains, each holding its domain's text."""
     tokenizer = byte_tokenizer()
     for blocks, tags in (
         (data.train_examples, data.train_domains),
@@ -41,7 +39,14 @@ def test_each_block_is_one_domains_and_batches_carry_it(files) -> None:
         assert len(blocks) == len(tags) and set(tags) == {0, 1}
         for block, tag in zip(blocks, tags, strict=True):
             characters = set(tokenizer.decode(block.tolist(), skip_special_tokens=True))
-            assert characters <= set(CODE if tag == 0 else PROSE), (tag, characters)
+            assert characters <= set(code if tag == 0 else prose), (tag, characters)
+
+
+def test_each_block_is_one_domains_and_batches_carry_it(files) -> None:
+    code, prose = files
+    data = module(files, {"code": [str(code)], "prose": [str(prose)]})
+    data.setup()
+    assert_blocks_of_their_domain(data, CODE, PROSE)
     batch = next(iter(data.train_dataloader()))
     assert batch["domain"].tolist() == [
         data.train_domains[i] for i in batch["block_index"].tolist()
@@ -120,15 +125,7 @@ def test_a_datasets_domains_are_the_values_of_a_column(files, tmp_path, datasets
     domains = {"code": ["python"], "prose": ["books"]}
     data = TextDataModule(byte_tokenizer(), domains=domains, domain_field="source", **settings)
     data.setup()
-    tokenizer = byte_tokenizer()
-    for blocks, tags in (
-        (data.train_examples, data.train_domains),
-        (data.val_examples, data.val_domains),
-    ):
-        assert len(blocks) == len(tags) and set(tags) == {0, 1}
-        for block, tag in zip(blocks, tags, strict=True):
-            text = tokenizer.decode(block.tolist(), skip_special_tokens=True)
-            assert set(text) <= set(CODE + "# 0123456789" if tag == 0 else PROSE + "()0123456789")
+    assert_blocks_of_their_domain(data, CODE + "# 0123456789", PROSE + "()0123456789")
     # A validation split of its own: its blocks carry their domain too (here: prose alone).
     held = tmp_path / "held.parquet"
     pq.write_table(pa.Table.from_pylist([*rows[40:], {"text": PROSE * 2, "source": "books"}]), held)
