@@ -50,7 +50,8 @@ def cross_shard_records(
 ) -> dict[str, Tensor]:
     """The stored tensors of one shard's ``blocks`` for a teacher with another tokenizer: its
     top k (in its vocabulary) at the student positions aligned with its own, which those are,
-    and each block's teacher NLL and bytes (``cache.format``)."""
+    the teacher's log-probability of each span, and each block's teacher NLL and bytes
+    (``cache.format``)."""
     vocab = teacher.get_output_embeddings().weight.shape[0]
     head = output_head(teacher)
     positions = block_size - 1
@@ -59,6 +60,7 @@ def cross_shard_records(
         "log_probs": torch.zeros(len(blocks), positions, spec.k),
         "tail": torch.zeros(len(blocks), positions),
         "aligned": torch.zeros(len(blocks), positions, dtype=torch.uint8),
+        "span": torch.full((len(blocks), positions), float("nan")),
         "teacher_nll": torch.zeros(len(blocks), dtype=torch.float64),
         "teacher_bytes": torch.zeros(len(blocks), dtype=torch.int64),
         "lengths": torch.tensor([len(block) for block in blocks], dtype=torch.int32),
@@ -75,6 +77,7 @@ def cross_shard_records(
             "log_probs": grid.top.log_probs,
             "tail": grid.top.rest,
             "aligned": grid.wanted.to(torch.uint8),
+            "span": grid.span,
         }
         for name, value in got.items():
             out[name][first : first + rows, :length] = value.cpu()

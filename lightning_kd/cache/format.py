@@ -18,8 +18,10 @@ A cache directory holds
   *its* vocabulary at the student's positions aligned with one of its own, ``aligned``
   ``[blocks, block_size − 1]`` (uint8: which those are; zeros elsewhere), and per block the
   teacher's NLL over the block's text, ``teacher_nll`` (fp64, nats), and that text's bytes,
-  ``teacher_bytes``: its bits per byte; ``target`` is not stored (a student position's next token
-  is not a teacher token).
+  ``teacher_bytes``: its bits per byte; ``span`` ``[blocks, block_size − 1]`` fp32: at each
+  aligned position, the teacher's log-probability of the text up to the next one
+  (``losses/cross_spans.py``; NaN where none counts; caches written before it lack it);
+  ``target`` is not stored (a student position's next token is not a teacher token).
   Position t of a block holds the teacher's distribution for the token at t + 1 (the causal
   shift): the last position is never scored, so a block of ``block_size`` tokens stores
   ``block_size − 1`` positions. A block shorter than ``block_size`` (``data.pack=false``) is
@@ -64,7 +66,7 @@ FEATURE_DTYPE = torch.bfloat16
 """Cached hidden states: bf16 keeps fp32's range (residual streams hold outliers in the
 thousands) at half the bytes; a bf16-mixed run's teacher computes them in bf16 anyway."""
 FEATURE_PREFIX = "features."
-CROSS_NAMES = ("aligned", "teacher_nll", "teacher_bytes")
+CROSS_NAMES = ("aligned", "teacher_nll", "teacher_bytes", "span")
 """What a cross-tokenizer cache stores besides the top k (see above)."""
 
 

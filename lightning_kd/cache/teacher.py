@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
+import torch
 from torch import Tensor, nn
 
 from lightning_kd.cache.format import cache_key
@@ -26,6 +27,7 @@ class CrossRecords(Protocol):
     (``distill.cross_tokenizer.CrossTokenizer``, a layer above)."""
 
     top_k: int
+    span_weight: float
 
     @property
     def teacher_tokenizer(self) -> Any: ...
@@ -82,6 +84,14 @@ class CachedTeacher:
                 f"its top distill.cross_top_k={cross.top_k}: write the cache with cache.k="
                 f"{cross.top_k} or more, or set distill.cross_top_k={k}"
             )
+        if cross is not None and cross.span_weight > 0 and not _has_spans(cache):
+            raise CacheMismatch(
+                f"the teacher cache in {directory} holds no span log-probabilities (written "
+                "before caches stored them), which distill.cross_span_weight="
+                f"{cross.span_weight} reads: write it again (lightning-kd cache into a new "
+                "directory, or delete it and let distill.teacher_cache=auto rewrite it), or set "
+                "distill.cross_span_weight=0"
+            )
         return cls(cache, vocab, cross)
 
     @classmethod
@@ -134,6 +144,7 @@ class CachedTeacher:
                 take(records.cross["aligned"]).bool(),
                 records.cross["teacher_nll"].to(device),
                 records.cross["teacher_bytes"].to(device),
+                take(records.cross["span"]) if "span" in records.cross else None,
             )
             real = (batch["block_index"] >= 0).to(device) if split == "val" else None
             return self.cross.cached_records(stored, batch["labels"], real), {}
@@ -150,3 +161,9 @@ class CachedTeacher:
             for path, value in records.features.items()
         }
         return top_k, features
+
+
+def _has_spans(cache: TeacherCache) -> bool:
+    """Whether a cross-tokenizer cache stores each span's teacher log-probability (its first
+    training block tells: every shard is written alike)."""
+    return "span" in cache.records("train", torch.tensor([0])).cross

@@ -20,12 +20,11 @@ from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.data.alignment import Aligner, TeacherView, first_token_map, vocabulary_map
 from lightning_kd.losses.chunked import CHUNK_ELEMENTS, OutputHead, matmul_dtype
-from lightning_kd.losses.cross_top import TeacherSide, TeacherTop, spread, teacher_top
-from lightning_kd.losses.cross_vocab import FLOOR, CrossTeacher, cross_records, twins
+from lightning_kd.losses.cross_spans import span_grid, teacher_spans
+from lightning_kd.losses.cross_top import TeacherSide, TeacherTop, teacher_top
+from lightning_kd.losses.cross_vocab import CrossTeacher, cross_records, twins
 from lightning_kd.losses.logits import next_token_targets
 from lightning_kd.models.heads import check_head, final_hidden
-from lightning_kd.models.loading import TeacherSpec, load_tokenizer
-from lightning_kd.models.student import same_tokenizer
 
 MetricSums = dict[str, tuple[Tensor, Tensor]]
 
@@ -44,6 +43,7 @@ class CrossTokenizer:
         top_k: int = 64,
         loss: str = "hybrid",
         uld_weight: float = 1.0,
+        span_weight: float = 0.0,
         min_aligned: float = 0.9,
     ) -> None:
         self.aligner = Aligner(student_tokenizer, teacher_tokenizer)
@@ -51,6 +51,7 @@ class CrossTokenizer:
         self.student_lengths = self.aligner.student.lengths(student_vocab)
         self.top_k = min(top_k, teacher_vocab)
         self.loss, self.uld_weight, self.min_aligned = loss, uld_weight, min_aligned
+        self.span_weight = span_weight
         self.checked = False
         self.head_checked = False
         self.kept: MetricSums | None = None
@@ -75,6 +76,7 @@ class CrossTokenizer:
             top_k=distill.cross_top_k,
             loss=distill.cross_loss,
             uld_weight=distill.cross_uld_weight,
+            span_weight=distill.cross_span_weight,
             min_aligned=distill.cross_min_aligned,
         )
 
@@ -150,7 +152,7 @@ class CrossTokenizer:
         holds the teacher's bits per byte for :meth:`teacher_sums` (validation)."""
         side = self.teacher_side(teacher, head, batch, temperature, keep)
         self.kept = self._bits(side.nll, side.text_bytes) if keep else None
-        return self.mapped(side.top, side.wanted)
+        return self.mapped(side.top, side.wanted, side.span, batch["labels"])
 
     @torch.no_grad()
     def teacher_side(
@@ -163,8 +165,10 @@ class CrossTokenizer:
         k: int | None = None,
     ) -> TeacherSide:
         """The teacher's own top ``k`` (``distill.cross_top_k`` by default) at its positions
-        aligned with the student's scored ones, and with ``keep`` each row's teacher NLL and
-        byte count over the student's scored text, from one pass of its head."""
+        aligned with the student's scored ones, with ``keep`` each row's teacher NLL and
+        byte count over the student's scored text, and with ``keep`` or a span term the
+        teacher's log-probability of each span (``losses/cross_spans.py``), from one pass of
+        its head."""
         view = self.view(batch)
         device = batch["input_ids"].device
         hidden = self.teacher_hidden(teacher, view, device)
@@ -176,8 +180,9 @@ class CrossTokenizer:
         wanted = (partner >= 0) & next_token_targets(batch["labels"])[1]
         rows = torch.arange(partner.shape[0], device=device).unsqueeze(1)
         index = (rows * width + partner)[wanted]
-        targets = where = None
-        if keep:  # the teacher's own scored positions join the pass, with their next tokens
+        targets = where = span = None
+        measure = keep or self.span_weight > 0
+        if measure:  # the teacher's own scored positions join the pass, with their next tokens
             index, targets, where = self._with_scored(view, index, device)
         top, target_log_probs = teacher_top(
             lambda at: cast.logits(flat[at], dtype),
@@ -194,12 +199,35 @@ class CrossTokenizer:
             nll.index_add_(0, index // width, -target_log_probs)
             scored = view.scored[:, :-1]
             text_bytes = (view.target_bytes[:, :-1] * scored).sum(-1).to(device)
+        if measure:
             top = top[where]
-        return TeacherSide(top, wanted, nll, text_bytes)
+            span = self._spans(view, partner, wanted, index, target_log_probs)
+        return TeacherSide(top, wanted, nll, text_bytes, span)
 
-    def mapped(self, top: TeacherTop, wanted: Tensor) -> CrossTeacher:
+    @staticmethod
+    def _spans(
+        view: TeacherView, partner: Tensor, wanted: Tensor, index: Tensor, log_probs: Tensor
+    ) -> Tensor:
+        """The teacher's log-probability of each span (``cross_spans.teacher_spans``), from its
+        next-token ``log_probs`` at the flat positions ``index`` (0 where not scored)."""
+        scored = view.scored.clone()
+        scored[:, -1] = False
+        scored = scored.to(index.device)
+        grid = torch.zeros(scored.numel(), dtype=torch.float64, device=index.device)
+        grid[index] = log_probs.double()
+        return teacher_spans(partner, wanted, grid.view_as(scored), scored)
+
+    def mapped(
+        self,
+        top: TeacherTop,
+        wanted: Tensor,
+        span: Tensor | None = None,
+        labels: Tensor | None = None,
+    ) -> CrossTeacher:
         """Records on the student's grid ``[batch, seq − 1]`` of the teacher's ``top`` at the
-        ``wanted`` positions (in order), through this pair's map of the two vocabularies."""
+        ``wanted`` positions (in order), through this pair's map of the two vocabularies; with
+        a span term, its spans from the teacher's ``span`` values at those positions and which
+        positions ``labels`` scores."""
         found = cross_records(
             top,
             self.mapping.to(top.ids.device),
@@ -207,7 +235,16 @@ class CrossTokenizer:
             loss=self.loss,
             uld_weight=self.uld_weight,
         )
-        return self._on_grid(found, wanted)
+        records = found.spread(wanted)
+        if self.span_weight == 0:
+            return records
+        if span is None or labels is None:
+            raise ValueError(
+                "distill.cross_span_weight needs the teacher's log-probability of each span, "
+                "which this teacher's records lack"
+            )
+        scored = next_token_targets(labels)[1].to(wanted.device)
+        return records.with_spans(*span_grid(wanted, scored, span), self.span_weight)
 
     def cached_records(
         self, stored: TeacherSide, labels: Tensor, counted: Tensor | None = None
@@ -218,6 +255,7 @@ class CrossTokenizer:
         teacher's bits per byte for :meth:`teacher_sums`."""
         wanted = stored.wanted & next_token_targets(labels)[1]
         top = stored.top[wanted]
+        span = None if stored.span is None else stored.span[wanted]
         if top.ids.shape[-1] > self.top_k:  # the top of the top K, the rest into the tail
             dropped = torch.logsumexp(top.log_probs[:, self.top_k :], -1)
             top = TeacherTop(
@@ -228,7 +266,7 @@ class CrossTokenizer:
         self.kept = None
         if counted is not None:
             self.kept = self._bits(stored.nll[counted], stored.text_bytes[counted])
-        return self.mapped(top, wanted)
+        return self.mapped(top, wanted, span, labels)
 
     @staticmethod
     def _bits(nll: Tensor, text_bytes: Tensor) -> MetricSums:
@@ -246,21 +284,6 @@ class CrossTokenizer:
         targets = torch.where(scored.reshape(-1), next_ids, -1).to(device)[union]
         return union, targets, torch.searchsorted(union, index)
 
-    def _on_grid(self, found: CrossTeacher, wanted: Tensor) -> CrossTeacher:
-        """``found`` (records of the ``wanted`` positions) spread over ``[batch, seq − 1]``,
-        filler where nothing is wanted."""
-        return CrossTeacher(
-            ids=spread(found.ids, wanted, 0),
-            log_probs=spread(found.log_probs, wanted, FLOOR),
-            matched=spread(found.matched, wanted, False),
-            tail=spread(found.tail, wanted, FLOOR),
-            top_probs=spread(found.top_probs, wanted, 0.0),
-            aligned=spread(found.aligned, wanted, False),
-            student_twins=found.student_twins,
-            loss=found.loss,
-            uld_weight=found.uld_weight,
-        )
-
     # ------------------------------------------------------------------------- validation
 
     def teacher_sums(self) -> MetricSums:
@@ -270,28 +293,3 @@ class CrossTokenizer:
             raise RuntimeError("teacher_sums reads what records(..., keep=True) measured")
         sums, self.kept = self.kept, None
         return sums
-
-
-def teacher_tokenizer_for(
-    teacher: TeacherSpec,
-    distill,
-    tokenizer: PreTrainedTokenizerBase | None,
-    student=None,
-    main: bool = True,
-) -> PreTrainedTokenizerBase | None:
-    """The teacher's tokenizer when the run distils across tokenizers (the run's ``tokenizer``,
-    the student's, is not the teacher's, or ``distill.cross_tokenizer=always``), else None;
-    what that path cannot serve is refused here, before any model loads (``main=False``: one
-    of several teachers, which features and the repair do not read)."""
-    if teacher.task != "causal_lm" or tokenizer is None:
-        return None
-    teacher_tokenizer = load_tokenizer(teacher)
-    if distill.cross_tokenizer != "always" and same_tokenizer(tokenizer, teacher_tokenizer):
-        return None
-    copied = student is not None and student.source is not None
-    if errors := distill.cross_errors(repairs_from_source=copied, main=main):
-        raise ValueError(
-            "cross-tokenizer distillation (the student's tokenizer is not the teacher's, or "
-            "distill.cross_tokenizer=always) cannot serve this config: " + "; ".join(errors)
-        )
-    return teacher_tokenizer

@@ -96,6 +96,10 @@ class DistillConfig:
     """Teacher tokens kept per aligned position (its top k at the temperature)."""
     cross_uld_weight: float = 1.0
     """Weight of the hybrid's ULD term over the tokens without a twin."""
+    cross_span_weight: float = 0.0
+    """Weight of the span-level term (any ``cross_loss``): the binarised KL between the two
+    models' probabilities of the text between consecutive aligned positions
+    (``losses/cross_spans.py``); 0: none."""
     cross_min_aligned: float = 0.9
     """Refuse, before step 0, a teacher whose tokenisation spells back less than this share of
     the student's text bytes (tokenizers that normalise text differently)."""
@@ -167,10 +171,11 @@ class DistillConfig:
             )
         if self.cross_loss not in LOSSES:
             raise ValueError(f"distill.cross_loss={self.cross_loss!r}; choose one of {LOSSES}")
-        if self.cross_top_k < 1 or self.cross_uld_weight < 0:
+        if self.cross_top_k < 1 or self.cross_uld_weight < 0 or self.cross_span_weight < 0:
             raise ValueError(
-                f"distill.cross_top_k={self.cross_top_k} must be >= 1 and "
-                f"distill.cross_uld_weight={self.cross_uld_weight} >= 0"
+                f"distill.cross_top_k={self.cross_top_k} must be >= 1, and "
+                f"distill.cross_uld_weight={self.cross_uld_weight} and "
+                f"distill.cross_span_weight={self.cross_span_weight} >= 0"
             )
         if not 0.0 <= self.cross_min_aligned <= 1.0:
             raise ValueError(

@@ -23,9 +23,10 @@ from torch import Tensor, nn
 from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.cache.teacher import CachedTeacher
-from lightning_kd.distill.cross_tokenizer import CrossTokenizer, teacher_tokenizer_for
+from lightning_kd.distill.cross_tokenizer import CrossTokenizer
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.distill.teacher_domains import rows_of
+from lightning_kd.distill.tokenizer_pairs import teacher_tokenizer_for
 from lightning_kd.models.heads import final_hidden, output_head
 from lightning_kd.models.loading import TeacherSpec, load_teacher
 

@@ -23,8 +23,9 @@ from lightning_kd.cache.format import INDEX_NAME
 from lightning_kd.cache.hidden_states import mapped_paths
 from lightning_kd.cache.narrow import narrow_cache
 from lightning_kd.cache.writer import write_cache
-from lightning_kd.distill.cross_tokenizer import CrossTokenizer, teacher_tokenizer_for
+from lightning_kd.distill.cross_tokenizer import CrossTokenizer
 from lightning_kd.distill.objective import DistillConfig
+from lightning_kd.distill.tokenizer_pairs import teacher_tokenizer_for
 from lightning_kd.launch.build import build_datamodule, with_precision
 from lightning_kd.launch.config import record_job
 from lightning_kd.launch.data_checks import dataset_errors

@@ -38,12 +38,16 @@ def _chunk_terms(
     teacher's top-k records give the divergence of the bucketed distributions (``losses.topk``),
     a teacher with another tokenizer its records at aligned positions (``losses.cross_vocab``).
     """
-    ce = F.cross_entropy(student_logits, targets, reduction="sum")
+    nll = F.cross_entropy(student_logits, targets, reduction="none")
+    ce = nll.sum()
     if teacher_logits is None:
         return torch.zeros_like(ce), ce
     if isinstance(teacher_logits, TopKTeacher | CrossTeacher):
         kd = teacher_logits.divergence(student_logits / temperature, divergence)
-        return kd.sum() * temperature**2, ce
+        kd = kd.sum() * temperature**2
+        if isinstance(teacher_logits, CrossTeacher):  # spans at T = 1: text likelihoods
+            kd = kd + teacher_logits.span_divergence(-nll)
+        return kd, ce
     student_logits, teacher_logits = shared_vocab(student_logits, teacher_logits)
     student_logp = F.log_softmax(student_logits / temperature, dim=-1)
     teacher_logp = F.log_softmax(teacher_logits / temperature, dim=-1)

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lightning_kd.losses.chunk_terms import chunk_autograd, chunk_fused
+from lightning_kd.losses.cross_spans import chunk_bounds
 from lightning_kd.losses.cross_vocab import CrossTeacher
 from lightning_kd.losses.logits import (
     LogitObjective,
@@ -133,6 +134,12 @@ def _chunk_gradient(
     return kd, ce, grad.to(dtype)
 
 
+def _bounds(total: int, size: int, teacher) -> list[tuple[int, int]]:
+    """The chunks of ``total`` scored tokens: a cross-tokenizer teacher's spans stay whole."""
+    spans = isinstance(teacher, CrossTeacher) and teacher.span_weight > 0
+    return chunk_bounds(total, size, teacher.span if spans else None)
+
+
 class _ChunkedDistillation(torch.autograd.Function):
     """Forward: loss sums and their gradients, chunk by chunk. Backward: scale the gradients."""
 
@@ -165,8 +172,7 @@ class _ChunkedDistillation(torch.autograd.Function):
         grad_bias = torch.zeros_like(student_bias, dtype=accumulate) if trains_bias else None
         kd_total = torch.zeros((), dtype=accumulate, device=student_hidden.device)
         ce_total = torch.zeros_like(kd_total)
-        for start in range(0, student_hidden.shape[0], options.chunk_size):
-            stop = start + options.chunk_size
+        for start, stop in _bounds(student_hidden.shape[0], options.chunk_size, teacher_hidden):
             hidden = student_hidden[start:stop].detach().to(dtype)
             teacher_chunk = None if teacher_hidden is None else teacher_hidden[start:stop]
             kd, ce, grad_logits = _chunk_gradient(
@@ -270,8 +276,7 @@ def logit_chunks(
     student_head = student_head.cast(dtype)
     teacher_head = None if cached else teacher_head.cast(dtype)
     accumulate = math_dtype(student_head.weight.dtype)
-    for start in range(0, max(targets.numel(), 1), chunk_size):
-        stop = start + chunk_size
+    for start, stop in _bounds(targets.numel(), chunk_size, teacher_hidden) or [(0, 0)]:
         teacher = teacher_hidden[start:stop]
         yield (
             student_head.logits(student_hidden[start:stop], dtype).to(accumulate),

@@ -77,22 +77,27 @@ def teacher_top(
 @dataclass
 class TeacherSide:
     """The teacher's own top k at the student positions ``wanted`` ``[batch, seq − 1]`` (in
-    order), and each row's teacher NLL (nats, T = 1) and bytes over the student's scored text
-    (zeros where not measured): what a cross-tokenizer teacher's cache stores."""
+    order), each row's teacher NLL (nats, T = 1) and bytes over the student's scored text
+    (zeros where not measured), and the teacher's log-probability of the span from each wanted
+    position to the next (``cross_spans.py``; None where not measured): what a
+    cross-tokenizer teacher's cache stores."""
 
     top: TeacherTop
     wanted: Tensor
     nll: Tensor
     text_bytes: Tensor
+    span: Tensor | None = None
 
     def on_grid(self) -> TeacherSide:
-        """The same with ``top`` spread over the whole grid (zeros where nothing is wanted)."""
+        """The same with ``top`` and ``span`` spread over the whole grid (zeros, NaN, where
+        nothing is wanted)."""
         top = TeacherTop(
             spread(self.top.ids, self.wanted, 0),
             spread(self.top.log_probs, self.wanted, 0.0),
             spread(self.top.rest, self.wanted, 0.0),
         )
-        return TeacherSide(top, self.wanted, self.nll, self.text_bytes)
+        span = None if self.span is None else spread(self.span, self.wanted, float("nan"))
+        return TeacherSide(top, self.wanted, self.nll, self.text_bytes, span)
 
 
 def spread(values: Tensor, wanted: Tensor, fill) -> Tensor:

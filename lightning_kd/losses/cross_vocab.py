@@ -25,6 +25,9 @@ student's vocabulary:
   divergence compares the two over the projection's top k plus "any other token". No mass is
   lost to tokens without an exact twin.
 
+With ``distill.cross_span_weight`` a span-level term joins any of the three (``cross_spans.py``):
+the two models' probabilities of the text between consecutive aligned positions.
+
 Positions with no partner add nothing to the divergence (their CE stays). Everything here is a pure
 function of tensors; :class:`CrossTeacher` plays the part a cached teacher's
 :class:`~lightning_kd.losses.topk.TopKTeacher` plays in the chunked loss.
@@ -32,13 +35,15 @@ function of tensors; :class:`CrossTeacher` plays the part a cached teacher's
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lightning_kd.losses.cross_top import TeacherTop
+from lightning_kd.losses.cross_spans import span_divergence
+from lightning_kd.losses.cross_top import TeacherTop, spread
 from lightning_kd.losses.divergences import TokenDivergence, get_divergence
 from lightning_kd.losses.logits import math_dtype
 
@@ -71,15 +76,47 @@ class CrossTeacher:
     """``[student_vocab]``: student ids that some teacher token spells (bool)."""
     loss: str = "hybrid"
     uld_weight: float = 1.0
+    span: Tensor | None = None
+    """Each position's span (``cross_spans.span_grid``: its id, −1 outside); None: no span term."""
+    span_log_prob: Tensor | None = None
+    """The teacher's log-probability of the span a position is in (0 outside)."""
+    span_weight: float = 0.0
 
     def _map(self, take) -> CrossTeacher:
         fields = ("ids", "log_probs", "matched", "tail", "top_probs", "aligned")
+        spans = {}
+        if self.span is not None:
+            spans = {"span": take(self.span), "span_log_prob": take(self.span_log_prob)}
         return CrossTeacher(
             **{name: take(getattr(self, name)) for name in fields},
+            **spans,
             student_twins=self.student_twins,
             loss=self.loss,
             uld_weight=self.uld_weight,
+            span_weight=self.span_weight,
         )
+
+    def spread(self, wanted: Tensor) -> CrossTeacher:
+        """These records (of the ``wanted`` positions, in order) spread over ``wanted``'s grid
+        ``[batch, seq − 1]``, filler where nothing is wanted."""
+        fillers = {"ids": 0, "log_probs": FLOOR, "matched": False, "tail": FLOOR}
+        fillers |= {"top_probs": 0.0, "aligned": False}
+        return dataclasses.replace(
+            self,
+            **{name: spread(getattr(self, name), wanted, fill) for name, fill in fillers.items()},
+        )
+
+    def with_spans(self, span: Tensor, span_log_prob: Tensor, weight: float) -> CrossTeacher:
+        """The same records with a span-level term of ``weight`` (``cross_spans.span_grid``)."""
+        return dataclasses.replace(self, span=span, span_log_prob=span_log_prob, span_weight=weight)
+
+    def span_divergence(self, student_log_probs: Tensor) -> Tensor:
+        """The weighted span-level term of these positions (each span whole), given the
+        student's log-probability of each position's next token (T = 1); 0 without spans."""
+        if self.span is None or self.span_weight == 0:
+            return student_log_probs.sum() * 0.0
+        value = span_divergence(student_log_probs, self.span, self.span_log_prob)
+        return self.span_weight * value
 
     def select(self, mask: Tensor) -> CrossTeacher:
         """The records where ``mask`` (``[batch, positions]``) holds, flattened to ``[tokens]``."""
@@ -205,9 +242,9 @@ def cross_evaluation_sums(
     chunks, divergence: TokenDivergence, temperature: float = 1.0
 ) -> dict[str, Tensor]:
     """Validation sums of ``(student_logits, CrossTeacher, targets)`` chunks: the student's NLL
-    and token count; over aligned positions the trained loss (``kd``), the forward KL of the
-    bucketed distributions at T = 1 (``kl``, hybrid only) and top-1 agreement (the student's
-    argmax is the twin of the teacher's); and the count of aligned positions."""
+    and token count; over aligned positions the trained loss (``kd``, spans included), the
+    forward KL of the bucketed distributions at T = 1 (``kl``, hybrid only) and top-1 agreement
+    (the student's argmax is the twin of the teacher's); and the count of aligned positions."""
     forward = get_divergence("forward_kl")
     totals: dict[str, Tensor] = {}
     for student_logits, teacher, targets in chunks:
@@ -215,11 +252,12 @@ def cross_evaluation_sums(
         log_q = F.log_softmax(student_logits, -1)
         aligned = teacher.aligned
         first_matched = teacher.matched[:, 0] if teacher.matched.numel() else aligned
+        target_log_q = log_q.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        kd = teacher.divergence(student_logits / temperature, divergence).sum() * temperature**2
         values = {
-            "student_nll": -log_q.gather(-1, targets.unsqueeze(-1)).sum(),
+            "student_nll": -target_log_q.sum(),
             "tokens": torch.tensor(targets.numel(), device=targets.device),
-            "kd": teacher.divergence(student_logits / temperature, divergence).sum()
-            * temperature**2,
+            "kd": kd + teacher.span_divergence(target_log_q),
             "agreement": (
                 aligned & first_matched & (student_logits.argmax(-1) == teacher.ids[:, 0])
             ).sum(),

@@ -12,6 +12,7 @@ import torch
 from tokenizers import normalizers
 
 from lightning_kd.cache import CacheMismatch, CacheSpec
+from lightning_kd.cache.cross_shards import cross_shard_records
 from lightning_kd.cache.narrow import narrow_cache
 from lightning_kd.cache.teacher import CachedTeacher
 from lightning_kd.cache.writer import write_cache
@@ -111,3 +112,39 @@ def test_a_cache_of_another_tokenisation_or_too_small_a_k_is_refused(setup, tmp_
     )
     with pytest.raises(CacheMismatch, match=r"this run's reads its own tokenizer"):
         CachedTeacher.for_run(*args, other)
+
+
+def test_the_cache_serves_the_online_spans(setup, tmp_path) -> None:
+    """A run with the span term reads each span's teacher log-probability from the cache as the
+    online path computes it (stored in fp32)."""
+    teacher, datamodule, cross = setup
+    directory = written(setup, tmp_path / "cache")
+    cross.span_weight = 0.5
+    online, _, stored, _ = online_and_cached(setup, directory)
+    assert_same_records(online, stored)
+    assert stored.span_weight == 0.5 and torch.equal(online.span, stored.span)
+    assert (online.span >= 0).sum() > online.aligned.sum() // 2
+    torch.testing.assert_close(
+        stored.span_log_prob, online.span_log_prob, rtol=1e-6, atol=1e-5, check_dtype=False
+    )
+
+
+def test_a_cache_without_spans_is_refused_for_a_span_term(setup, tmp_path, monkeypatch):
+    """A cache written before caches stored spans serves a run without the span term, and is
+    refused, naming the fix, for a run with one."""
+    from lightning_kd.cache import writer
+
+    teacher, datamodule, cross = setup
+
+    def without_spans(*args, **kwargs):
+        tensors = cross_shard_records(*args, **kwargs)
+        del tensors["span"]
+        return tensors
+
+    monkeypatch.setattr(writer, "cross_shard_records", without_spans)
+    directory = written(setup, tmp_path / "old")
+    args = (directory, teacher, datamodule.tokenizer, datamodule, 1.0, ())
+    CachedTeacher.for_run(*args, cross)
+    cross.span_weight = 1.0
+    with pytest.raises(CacheMismatch, match=r"no span log-probabilities .* rewrite it"):
+        CachedTeacher.for_run(*args, cross)

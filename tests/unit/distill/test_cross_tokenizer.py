@@ -11,9 +11,12 @@ from lightning_kd.data.token_bytes import byte_lengths
 from lightning_kd.distill.cross_tokenizer import CrossTokenizer
 from lightning_kd.distill.distiller import Distiller
 from lightning_kd.distill.objective import DistillConfig
+from lightning_kd.losses.cross_spans import binary_kl
+from lightning_kd.losses.logits import next_token_targets
+from lightning_kd.models.heads import output_head
 from lightning_kd.models.loading import byte_tokenizer, model_from_config
 from lightning_kd.models.student import student_from_teacher
-from tests.conftest import TEXT, TINY_GPT2
+from tests.conftest import TEXT, TINY_GPT2, TINY_LLAMA, sentencepiece_tokenizer
 
 
 def batch_of(text: str, rows: int = 2, length: int = 24) -> dict[str, torch.Tensor]:
@@ -86,3 +89,69 @@ def test_identical_tokenizers_give_the_same_validation_metrics():
     # still save them.
     objective, _ = cross(batch)
     objective.backward()
+
+
+def test_the_span_term_with_identical_tokenizers_is_each_tokens_binarised_kl():
+    """With one tokenizer each span is one token on both sides: the term adds, for every scored
+    position but a row's last (whose span has no end), the Bernoulli KL between the teacher's and
+    the student's probability of the next token — in value and in gradient (fp64)."""
+    _, plain = distillers("forward_kl", 1.0)
+    _, spans = distillers("forward_kl", 1.0)
+    spans.cross.span_weight = 0.7
+    batch = batch_of(TEXT)
+    plain_objective, _ = plain(batch)
+    plain_objective.backward()
+    objective, sums = spans(batch)
+    objective.backward()
+
+    reference = copy.deepcopy(plain.student)
+    reference.zero_grad()
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    targets, scored = next_token_targets(batch["labels"])
+    safe = targets.clamp(min=0).unsqueeze(-1)
+    with torch.no_grad():
+        teacher_logits = plain.teacher(**inputs).logits[:, :-1]
+    teacher = teacher_logits.log_softmax(-1).gather(-1, safe).squeeze(-1)
+    student = reference(**inputs).logits[:, :-1].log_softmax(-1).gather(-1, safe).squeeze(-1)
+    last = scored.long().cumsum(1) == scored.sum(1, keepdim=True)
+    members = scored & ~last
+    added = 0.7 * plain.distill.kd_weight * binary_kl(teacher[members], student[members]).sum()
+    added.backward()
+
+    torch.testing.assert_close(objective - plain_objective, added.detach(), rtol=1e-9, atol=1e-12)
+    assert added > 0
+    for (name, got), base, ref in zip(
+        spans.student.named_parameters(),
+        plain.student.parameters(),
+        reference.parameters(),
+        strict=True,
+    ):
+        torch.testing.assert_close(got.grad - base.grad, ref.grad, rtol=1e-7, atol=1e-10, msg=name)
+
+
+def test_chunks_keep_spans_whole_so_the_step_does_not_depend_on_the_chunk_size():
+    """A SentencePiece teacher cuts the text otherwise than the byte student, so spans run over
+    several student positions; chunks of 3 scored tokens would cut many of them."""
+    teacher_tokenizer = sentencepiece_tokenizer()
+    torch.manual_seed(0)
+    config = {**TINY_LLAMA, "vocab_size": len(teacher_tokenizer)}
+    teacher = model_from_config(config, "causal_lm").double().eval()
+    student = model_from_config(dict(TINY_GPT2), "causal_lm").double()
+    batch = batch_of(TEXT)
+    results = []
+    for chunk_size in (None, 3):
+        distill = DistillConfig(chunk_size=chunk_size, compile=False, cross_span_weight=1.0)
+        cross = CrossTokenizer.for_models(
+            byte_tokenizer(), teacher_tokenizer, student, teacher, distill
+        )
+        distiller = Distiller(copy.deepcopy(teacher), copy.deepcopy(student), distill, cross=cross)
+        objective, _ = distiller(batch)
+        objective.backward()
+        grads = [parameter.grad for parameter in distiller.student.parameters()]
+        results.append((objective.detach(), grads))
+    records = cross.records(teacher, output_head(teacher), batch, 1.0)
+    lengths = torch.unique(records.span[records.span >= 0], return_counts=True)[1]
+    assert lengths.max() > 3  # spans longer than a chunk, which the chunks keep whole
+    torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-10, atol=1e-12)
+    for one, other in zip(results[0][1], results[1][1], strict=True):
+        torch.testing.assert_close(one, other, rtol=1e-8, atol=1e-12)

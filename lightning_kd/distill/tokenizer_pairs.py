@@ -1,0 +1,35 @@
+"""Which teachers a run distils across tokenizers: a teacher whose tokenizer is not the student's
+(or any, with ``distill.cross_tokenizer=always``), refused here, before any model loads, when the
+config asks of it what that path cannot serve (``distill/cross_tokenizer.py`` runs it)."""
+
+from __future__ import annotations
+
+from transformers import PreTrainedTokenizerBase
+
+from lightning_kd.models.loading import TeacherSpec, load_tokenizer
+from lightning_kd.models.student import same_tokenizer
+
+
+def teacher_tokenizer_for(
+    teacher: TeacherSpec,
+    distill,
+    tokenizer: PreTrainedTokenizerBase | None,
+    student=None,
+    main: bool = True,
+) -> PreTrainedTokenizerBase | None:
+    """The teacher's tokenizer when the run distils across tokenizers (the run's ``tokenizer``,
+    the student's, is not the teacher's, or ``distill.cross_tokenizer=always``), else None;
+    what that path cannot serve is refused here, before any model loads (``main=False``: one
+    of several teachers, which features and the repair do not read)."""
+    if teacher.task != "causal_lm" or tokenizer is None:
+        return None
+    teacher_tokenizer = load_tokenizer(teacher)
+    if distill.cross_tokenizer != "always" and same_tokenizer(tokenizer, teacher_tokenizer):
+        return None
+    copied = student is not None and student.source is not None
+    if errors := distill.cross_errors(repairs_from_source=copied, main=main):
+        raise ValueError(
+            "cross-tokenizer distillation (the student's tokenizer is not the teacher's, or "
+            "distill.cross_tokenizer=always) cannot serve this config: " + "; ".join(errors)
+        )
+    return teacher_tokenizer
