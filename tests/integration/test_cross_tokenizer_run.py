@@ -169,7 +169,9 @@ def test_the_cache_command_writes_a_cross_tokenizer_cache_a_run_trains_from(
     code, output = run_in_process(["cache", *argv[1:], "cache.k=16"], capsys)
     assert code in (None, 0), output[-3000:]
     reads = [f"distill.teacher_cache={cache_dir}", "distill.cross_top_k=16"]
-    code, output = run_in_process([*overrides(teacher, student, corpus, run_dir), *reads], capsys)
+    spans = ["distill.cross_span_weight=0.5"]  # read from the cache beside the top k
+    argv = [*overrides(teacher, student, corpus, run_dir), *reads, *spans]
+    code, output = run_in_process(argv, capsys)
     assert code in (None, 0), output[-3000:]
     after = json.loads((run_dir / "summary.json").read_text())["after"]
     assert after["val/teacher_bpb"] > 0 and 0.3 < after["val/aligned"] <= 1.0

@@ -155,3 +155,8 @@ def test_chunks_keep_spans_whole_so_the_step_does_not_depend_on_the_chunk_size()
     torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-10, atol=1e-12)
     for one, other in zip(results[0][1], results[1][1], strict=True):
         torch.testing.assert_close(one, other, rtol=1e-8, atol=1e-12)
+
+
+def test_a_negative_span_weight_is_refused():
+    with pytest.raises(ValueError, match=r"distill.cross_span_weight=-0.5 >= 0"):
+        DistillConfig(cross_span_weight=-0.5)
