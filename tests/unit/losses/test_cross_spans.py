@@ -3,6 +3,8 @@ chunks that never cut a span."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -75,7 +77,7 @@ def test_chunks_cover_every_position_once_and_never_cut_a_span(size):
     span = torch.tensor([-1, 1, 1, 1, 4, 4, -1, -1, 8, 9, 9, 9, 9, 9, -1])
     bounds = chunk_bounds(len(span), size, span)
     assert bounds[0][0] == 0 and bounds[-1][1] == len(span)
-    assert all(a[1] == b[0] and a[0] < a[1] for a, b in zip(bounds, bounds[1:], strict=False))
+    assert all(a[1] == b[0] and a[0] < a[1] for a, b in itertools.pairwise(bounds))
     for _, stop in bounds[:-1]:
         assert span[stop] < 0 or span[stop] != span[stop - 1]
     longest = max(stop - start for start, stop in bounds)
@@ -86,4 +88,3 @@ def test_without_spans_the_chunks_are_the_plain_ones():
     assert chunk_bounds(7, 3) == [(0, 3), (3, 6), (6, 7)]
     assert chunk_bounds(0, 3) == []
     assert chunk_bounds(4, 2, torch.full((4,), -1)) == [(0, 2), (2, 4)]
-
