@@ -117,7 +117,7 @@ def test_a_cache_of_another_tokenisation_or_too_small_a_k_is_refused(setup, tmp_
 def test_the_cache_serves_the_online_spans(setup, tmp_path) -> None:
     """A run with the span term reads each span's teacher log-probability from the cache as the
     online path computes it (stored in fp32)."""
-    _teacher, _datamodule, cross = setup
+    cross = setup[2]
     directory = written(setup, tmp_path / "cache")
     cross.span_weight = 0.5
     online, _, stored, _ = online_and_cached(setup, directory)
