@@ -37,6 +37,21 @@ class CrossTokenizer(Protocol):
     ) -> TeacherSide: ...
 
 
+def _empty_records(blocks: list[Tensor], positions: int, k: int) -> dict[str, Tensor]:
+    """A shard's tensors before any batch fills them; a span stays NaN where none ends."""
+    count = len(blocks)
+    return {
+        "ids": torch.zeros(count, positions, k, dtype=torch.int64),
+        "log_probs": torch.zeros(count, positions, k),
+        "tail": torch.zeros(count, positions),
+        "aligned": torch.zeros(count, positions, dtype=torch.uint8),
+        "span": torch.full((count, positions), float("nan")),
+        "teacher_nll": torch.zeros(count, dtype=torch.float64),
+        "teacher_bytes": torch.zeros(count, dtype=torch.int64),
+        "lengths": torch.tensor([len(block) for block in blocks], dtype=torch.int32),
+    }
+
+
 @torch.no_grad()
 def cross_shard_records(
     teacher: nn.Module,
@@ -54,17 +69,7 @@ def cross_shard_records(
     (``cache.format``)."""
     vocab = teacher.get_output_embeddings().weight.shape[0]
     head = output_head(teacher)
-    positions = block_size - 1
-    out = {
-        "ids": torch.zeros(len(blocks), positions, spec.k, dtype=torch.int64),
-        "log_probs": torch.zeros(len(blocks), positions, spec.k),
-        "tail": torch.zeros(len(blocks), positions),
-        "aligned": torch.zeros(len(blocks), positions, dtype=torch.uint8),
-        "span": torch.full((len(blocks), positions), float("nan")),
-        "teacher_nll": torch.zeros(len(blocks), dtype=torch.float64),
-        "teacher_bytes": torch.zeros(len(blocks), dtype=torch.int64),
-        "lengths": torch.tensor([len(block) for block in blocks], dtype=torch.int32),
-    }
+    out = _empty_records(blocks, block_size - 1, spec.k)
     for first in range(0, len(blocks), spec.batch_size):
         batch = collate(blocks[first : first + spec.batch_size])
         batch = {key: value.to(device) for key, value in batch.items()}
