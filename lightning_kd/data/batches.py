@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from lightning_kd.data.domain_packing import DomainBlock
 from lightning_kd.losses.logits import IGNORE_INDEX
 
 
@@ -60,8 +61,12 @@ def collate_tokens(
     """Right-pad to the longest example with ``pad_id``; padding is masked from attention and
     labels, and :class:`Unscored` examples from labels. Examples given as ``(block index,
     tokens)`` (:class:`IndexedBlocks`) add ``block_index`` ``[batch]`` to the batch, and as
-    ``(block index, tokens, domain)`` also ``domain`` ``[batch]``."""
+    ``(block index, tokens, domain)`` — or as streamed ``DomainBlock``s — also ``domain``
+    ``[batch]``."""
     extra = {}
+    if examples and isinstance(examples[0], DomainBlock):  # streamed with data.domains
+        extra["domain"] = torch.tensor([example.domain for example in examples], dtype=torch.long)
+        examples = [example.tokens for example in examples]
     if examples and isinstance(examples[0], tuple):
         columns = list(zip(*examples, strict=True))
         extra["block_index"] = torch.tensor(columns[0], dtype=torch.long)

@@ -7,10 +7,10 @@
 - read from ``data.dataset``, groups of the values of its column ``data.domain_field`` —
   ``{code: [python, rust], prose: [books]}`` with ``data.domain_field=source``.
 
-Documents are packed within their domain, so every block (and every batch row) is one domain's,
-which the batch carries as ``domain`` (its index in the mapping's order; −1 for the unscored rows
-that pad validation across ranks). A ``teachers`` entry with ``domains`` then teaches only those
-rows (``distill/teacher_domains.py``).
+Documents are packed within their domain (streamed: ``domain_packing.py``), so every block (and
+every batch row) is one domain's, which the batch carries as ``domain`` (its index in the
+mapping's order; −1 for the unscored rows that pad validation across ranks). A ``teachers``
+entry with ``domains`` then teaches only those rows (``distill/teacher_domains.py``).
 """
 
 from __future__ import annotations
@@ -106,6 +106,13 @@ class Domains:
             )
         return examples, tags
 
+    def of_row(self, row: dict, where: str) -> int:
+        """The domain of a streamed ``row``, by its ``column`` value (refused in none)."""
+        label = str(row.get(self.column))
+        if label not in self.of_label:
+            self.check_labels({label}, where)
+        return self.of_label[label]
+
     def indices(self, names: Sequence[str], where: str) -> frozenset[int]:
         """The indices of the domains ``names`` (refused, naming ``where``, if one is unknown)."""
         if unknown := [name for name in names if name not in self.names]:
@@ -147,16 +154,12 @@ def domain_groups(
     column: str | None = None,
 ) -> Domains | None:
     """``data.domains`` for a data module reading ``files`` and ``val_files``, or ``dataset``
-    by its ``column`` (``data.domain_field``); None without it. Refused for a stream."""
+    by its ``column`` (``data.domain_field``); None without it. A stream (``streaming``) reads a
+    dataset, so groups a column's values."""
     if column is not None and not (mapping and dataset.given):
         raise ValueError(
             f"data.domain_field={column!r} names the column of data.dataset whose values "
             "data.domains groups; set both with data.dataset, or unset data.domain_field"
-        )
-    if mapping and streaming:
-        raise ValueError(
-            "data.domains groups documents read whole; with data.streaming it is not supported "
-            "yet: set data.streaming=false"
         )
     if mapping and dataset.given and column is None:
         raise ValueError(

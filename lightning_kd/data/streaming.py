@@ -32,6 +32,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, IterableDataset
 
 from lightning_kd.data.dataset_source import Columns, DatasetSource, open_checked, open_split, share
+from lightning_kd.data.domain_packing import DomainPacker, OpenBlocks
 from lightning_kd.data.packing import Mark, Packer, Piece, Rows
 
 CURSOR = "stream_cursor"
@@ -52,6 +53,9 @@ class Cursor:
     """Tokens of that row packed into the previous window."""
     batches: int = 0
     """Batches of the current window trained on."""
+    opened: list | None = None
+    """With ``data.domains``: each domain's open block (``OpenBlocks.as_list``), which
+    ``offset`` then stands in for."""
 
     def as_dict(self) -> dict[str, Any]:
         """Plain values (what a checkpoint read with ``weights_only=True`` can hold)."""
@@ -74,6 +78,8 @@ class Layout:
     window: int
     seed: int
     keep: Callable[[Piece], bool] = lambda example: True
+    by_domain: bool = False
+    """Pieces are ``DomainBlock``s, packed domain by domain (``domain_packing``)."""
 
     @classmethod
     def of(cls, shuffle_buffer: int, batch_size: int, **rest: Any) -> Layout:
@@ -93,7 +99,25 @@ def window_order(count: int, layout: Layout, passes: int, window: int) -> list[i
     return torch.randperm(count, generator=generator).tolist()
 
 
-def take(packer: Packer, count: int) -> list[Piece]:
+def packer_at(rows: Rows, layout: Layout, cursor: Cursor | None = None) -> Packer | DomainPacker:
+    """The packer of ``layout`` over ``rows``, started where ``cursor`` (None: the rows' start)
+    says the rows' first example begins."""
+    cursor = cursor or Cursor()
+    if layout.by_domain:
+        opened = OpenBlocks.from_list(cursor.opened) if cursor.opened else OpenBlocks()
+        return DomainPacker(rows, layout.block_size, layout.pack, opened)
+    return Packer(rows, layout.block_size, layout.pack, cursor.offset, layout.keep)
+
+
+def cursor_at(passes: int, window: int, position: tuple, batches: int) -> Cursor:
+    """The cursor of a packer's ``position`` (``(mark, offset)`` or ``(mark, OpenBlocks)``)."""
+    mark, offset = position
+    if isinstance(offset, OpenBlocks):
+        return Cursor(passes, window, mark, 0, batches, offset.as_list())
+    return Cursor(passes, window, mark, offset, batches)
+
+
+def take(packer: Packer | DomainPacker, count: int) -> list[Piece]:
     """Up to ``count`` examples from ``packer`` (fewer at the end of its rows)."""
     examples = []
     while len(examples) < count and (example := packer.take()) is not None:
@@ -109,7 +133,7 @@ def held_out(
     keys: set[str] = set()
     rows = Rows(dataset, Mark(), encode, where, keys=keys)
     try:
-        examples = take(Packer(rows, layout.block_size, layout.pack, keep=layout.keep), count)
+        examples = take(packer_at(rows, layout), count)
     finally:
         close(rows)
     return examples, frozenset(keys)
@@ -159,16 +183,16 @@ class StreamedBatches(IterableDataset):
         """The batches of one pass over the share, from ``cursor`` to the share's end."""
         layout, size = self.layout, self.layout.batch_size
         rows = Rows(self.open_share(), cursor.mark, self.encode, self.where, self.skip)
-        packer = Packer(rows, layout.block_size, layout.pack, cursor.offset, layout.keep)
+        packer = packer_at(rows, layout, cursor)
         window, done = cursor.window, cursor.batches
         try:
             while True:
-                mark, offset = packer.position()
+                position = packer.position()
                 examples = take(packer, layout.window)
                 order = window_order(len(examples), layout, cursor.passes, window)
                 for batch in range(done, len(examples) // size):
                     chosen = [examples[i] for i in order[batch * size : (batch + 1) * size]]
-                    yield chosen, Cursor(cursor.passes, window, mark, offset, batch + 1)
+                    yield chosen, cursor_at(cursor.passes, window, position, batch + 1)
                 if len(examples) < layout.window:
                     return
                 window, done = window + 1, 0
@@ -257,6 +281,7 @@ class Stream:
         dataset = open_split(self.source, split, True)
         rows = Rows(dataset, Mark(), self.encode, self.source.describe(split), self.held_out)
         try:
-            return take(Packer(rows, layout.block_size, layout.pack, keep=layout.keep), count)
+            examples = take(packer_at(rows, layout), count)
         finally:
             close(rows)
+        return [getattr(example, "tokens", example) for example in examples]

@@ -38,6 +38,7 @@ from lightning_kd.data.dataset_source import (
     open_checked,
     setting_errors,
 )
+from lightning_kd.data.domain_packing import DomainBlock
 from lightning_kd.data.domains import Labelled, domain_groups, file_label, labelled_rows, members
 from lightning_kd.data.held_out import (
     check_sizes,
@@ -111,6 +112,7 @@ class TextDataModule(LightningDataModule):
         )
         if streaming:  # the row encoding and the kept examples are the subclass's (chat's)
             settings = {"block_size": block_size, "pack": pack, "seed": seed, "keep": self.keep}
+            settings["by_domain"] = self.domains is not None
             layout = Layout.of(shuffle_buffer, batch_size, **settings)
             self.stream = Stream(self.dataset, self.stream_row, layout, val_size)
 
@@ -134,6 +136,9 @@ class TextDataModule(LightningDataModule):
             return
         if self.stream is not None:
             self.val_examples = self.stream.validation(self.columns())
+            if self.domains is not None:  # DomainBlocks: their tokens, and their domains apart
+                self.val_domains = [example.domain for example in self.val_examples]
+                self.val_examples = [example.tokens for example in self.val_examples]
             return
         if self.dataset.val_split is not None:
             val = dict(self.split_documents(self.dataset.val_split))
@@ -232,15 +237,20 @@ class TextDataModule(LightningDataModule):
         unset or larger): a fixed subset trained on epoch after epoch, validation unchanged."""
         return train if self.max_train_examples is None else train[: self.max_train_examples]
 
-    def stream_row(self, row: dict, where: str) -> tuple[str, Tensor | None]:
-        """A streamed row's key (its text's digest) and tokens (None: left out, as blank)."""
+    def stream_row(self, row: dict, where: str) -> tuple[str, Tensor | DomainBlock | None]:
+        """A streamed row's key (its text's digest) and tokens (None: left out, as blank), with
+        ``data.domains`` as a ``DomainBlock`` of its ``data.domain_field`` value's domain."""
         text = checked_text(row.get(self.text_field), self.text_field, where)
         if not text.strip():
             return text_key(text), None
         tokens = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         if self.pack:
-            return text_key(text), torch.tensor([*tokens, separator_id(self.tokenizer)])
-        return text_key(text), (torch.tensor(tokens) if len(tokens) >= 2 else None)
+            piece = torch.tensor([*tokens, separator_id(self.tokenizer)])
+        else:
+            piece = torch.tensor(tokens) if len(tokens) >= 2 else None
+        if piece is None or self.domains is None:
+            return text_key(text), piece
+        return text_key(text), DomainBlock(piece, self.domains.of_row(row, where))
 
     def keep(self, example: Any) -> bool:
         """Whether a streamed example is trained or validated on (chat: one with an answer)."""

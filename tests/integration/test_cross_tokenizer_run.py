@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -124,6 +125,42 @@ def test_each_teacher_teaches_its_own_data_domain(models, tmp_path: Path, capsys
     code_, output = run_in_process([*untaught, f"hydra.run.dir={tmp_path / 'no'}"], capsys)
     assert code_ not in (None, 0)
     assert "data.domains ['prose'] are taught by no teacher" in output
+
+
+def test_each_teacher_teaches_its_domain_of_a_stream(models, tmp_path, datasets_home, capsys):
+    """Streamed, data.domains groups data.domain_field's values: the rows come interleaved,
+    each teacher still teaches the blocks of its own domain, both divergences logged."""
+    teacher, _, corpus = models
+    prose = [line for line in corpus.read_text().splitlines() if line.strip()]
+    rows = []
+    for i, line in enumerate(prose * 2):
+        rows.append({"text": line, "source": "books"})
+        rows.append({"text": f"def add_{i}(a, b):\n    return a + b\n", "source": "python"})
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    argv = [
+        "train",
+        "debug=smoke",
+        "data.files=null",
+        "data.dataset.path=json",
+        f"data.dataset.data_files={data}",
+        "data.streaming=true",
+        "data.val_size=4",
+        "data.domain_field=source",
+        "data.domains={prose: [books], code: [python]}",
+        "distill.features=null",
+        "export.gguf=null",
+        "teachers=[{name: tiny, weight: 0.5, domains: [code]}, "
+        f"{{name: sentencepiece, weight: 0.5, path: '{teacher}', dtype: float32, "
+        "domains: [prose]}]",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    ]
+    code_, output = run_in_process(argv, capsys)
+    assert code_ in (None, 0), output[-3000:]
+    with open(tmp_path / "run" / "logs" / "metrics.csv") as table:
+        logged = list(csv.DictReader(table))
+    for name in ("train/kd/tiny", "train/kd/sentencepiece"):  # each ran on some step's rows
+        assert any(row.get(name) for row in logged), name
 
 
 def test_each_teacher_is_cached_on_its_own_and_found_again(models, tmp_path: Path, capsys):

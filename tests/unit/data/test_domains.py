@@ -145,16 +145,14 @@ def test_a_datasets_domains_are_the_values_of_a_column(files, tmp_path, datasets
         TextDataModule(byte_tokenizer(), domains=domains, domain_field="origin", **settings).setup()
 
 
-def test_domains_need_documents_read_whole_and_a_datasets_column(files, tmp_path) -> None:
+def test_domains_of_a_dataset_need_its_column(files, tmp_path) -> None:
     code, _ = files
     source = {"path": "json", "data_files": str(tmp_path / "rows.jsonl")}
-    refusals = [
-        ({"dataset": source}, r"groups the values of one of its columns.*data.domain_field="),
-        ({"dataset": source, "streaming": True, "domain_field": "source"}, r"data.streaming"),
-    ]
-    for options, message in refusals:
-        with pytest.raises(ValueError, match=message):
-            TextDataModule(byte_tokenizer(), domains={"code": [str(code)]}, **options)
+    for streaming in (False, True):
+        with pytest.raises(ValueError, match=r"groups the values of one of its columns.*field="):
+            TextDataModule(
+                byte_tokenizer(), domains={"code": [str(code)]}, dataset=source, streaming=streaming
+            )
     with pytest.raises(ValueError, match=r"data.domain_field='source' names the column"):
         TextDataModule(byte_tokenizer(), files=[str(code)], domain_field="source")
 

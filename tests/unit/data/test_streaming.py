@@ -88,6 +88,36 @@ def test_a_stream_resumes_on_the_batches_after_its_saved_position(
         assert all(torch.equal(a, b) for (a, _), (b, _) in zip(again, whole[cut:], strict=True))
 
 
+def test_a_streamed_corpus_is_packed_domain_by_domain_and_resumes(tmp_path, datasets_home):
+    """data.domains over data.domain_field's values, streamed: every validation and training
+    block is one domain's and says which; a resume gives the very batches that followed; a row
+    whose value is in no domain is refused, naming it."""
+    rows = [{"text": LETTERS[i] * (30 + 3 * i), "source": "ab"[i % 3 == 2]} for i in range(20)]
+    source = parquet_source(write_parquet(tmp_path / "d.parquet", rows))
+    by_source = {"domains": {"first": ["a"], "third": ["b"]}, "domain_field": "source"}
+    of_domain = [set(LETTERS[i] for i in range(20) if (i % 3 == 2) == bool(d)) for d in (0, 1)]
+    data = streamed(source, **by_source)
+    assert set(data.val_domains) == {0}  # rows 0 and 1 are both domain 0's
+    for example, domain in zip(data.val_examples, data.val_domains, strict=True):
+        assert letters(example) <= of_domain[domain]
+    domains_seen = set()
+    for batch in data.train_dataloader():
+        for row, domain in zip(batch["input_ids"], batch["domain"].tolist(), strict=True):
+            assert letters(row) <= of_domain[domain]
+            domains_seen.add(domain)
+        if domains_seen == {0, 1}:
+            break
+    whole = trained(streamed(source, **by_source), 50)
+    for cut in (1, 7, 23, 41):
+        resumed = streamed(source, **by_source)
+        resumed.load_state_dict(saved_and_loaded(whole[cut - 1][1]))
+        again = trained(resumed, 50 - cut)
+        assert all(torch.equal(a, b) for (a, _), (b, _) in zip(again, whole[cut:], strict=True))
+    strays = write_parquet(tmp_path / "s.parquet", [*rows, {"text": "Z" * 40, "source": "c"}])
+    with pytest.raises(ValueError, match=r"rows whose 'source' is \['c'\] are in no domain"):
+        trained(streamed(parquet_source(strays), **by_source), 50)
+
+
 def test_validation_rows_are_held_out_of_training(tmp_path, datasets_home) -> None:
     source = parquet_source(lettered(tmp_path / "d.parquet"))
     data = streamed(source)
