@@ -140,3 +140,11 @@ class DomainPacker:
             end -= len(queue.popleft()[1])
         self.offsets[domain] = end
         return DomainBlock(example, domain)
+
+
+def unzipped(examples: list) -> tuple[list, list[int] | None]:
+    """``examples``' tokens and, for ``DomainBlock``s, their domains apart (as examples read
+    whole keep them; None for examples of no domain)."""
+    if not examples or not isinstance(examples[0], DomainBlock):
+        return examples, None
+    return [example.tokens for example in examples], [example.domain for example in examples]

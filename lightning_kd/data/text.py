@@ -25,7 +25,6 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
-import torch
 from lightning.pytorch import LightningDataModule
 from torch import Tensor
 from torch.utils.data import DataLoader
@@ -38,7 +37,7 @@ from lightning_kd.data.dataset_source import (
     open_checked,
     setting_errors,
 )
-from lightning_kd.data.domain_packing import DomainBlock
+from lightning_kd.data.domain_packing import DomainBlock, unzipped
 from lightning_kd.data.domains import Labelled, domain_groups, file_label, labelled_rows, members
 from lightning_kd.data.held_out import (
     check_sizes,
@@ -55,7 +54,7 @@ from lightning_kd.data.provenance import text_record
 from lightning_kd.data.reading import DEFAULT_FILES, distinct_documents, expand_files
 from lightning_kd.data.streaming import Layout, Stream
 from lightning_kd.data.token_bytes import separator_id
-from lightning_kd.data.tokenized import checked_text, split_documents, text_key
+from lightning_kd.data.tokenized import checked_text, split_documents, streamed_tokens, text_key
 from lightning_kd.utils.refusal import refuse
 
 
@@ -135,10 +134,7 @@ class TextDataModule(LightningDataModule):
         if self.val_examples:
             return
         if self.stream is not None:
-            self.val_examples = self.stream.validation(self.columns())
-            if self.domains is not None:  # DomainBlocks: their tokens, and their domains apart
-                self.val_domains = [example.domain for example in self.val_examples]
-                self.val_examples = [example.tokens for example in self.val_examples]
+            self.val_examples, self.val_domains = unzipped(self.stream.validation(self.columns()))
             return
         if self.dataset.val_split is not None:
             val = dict(self.split_documents(self.dataset.val_split))
@@ -241,13 +237,7 @@ class TextDataModule(LightningDataModule):
         """A streamed row's key (its text's digest) and tokens (None: left out, as blank), with
         ``data.domains`` as a ``DomainBlock`` of its ``data.domain_field`` value's domain."""
         text = checked_text(row.get(self.text_field), self.text_field, where)
-        if not text.strip():
-            return text_key(text), None
-        tokens = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        if self.pack:
-            piece = torch.tensor([*tokens, separator_id(self.tokenizer)])
-        else:
-            piece = torch.tensor(tokens) if len(tokens) >= 2 else None
+        piece = streamed_tokens(self.tokenizer, text, self.pack, separator_id(self.tokenizer))
         if piece is None or self.domains is None:
             return text_key(text), piece
         return text_key(text), DomainBlock(piece, self.domains.of_row(row, where))

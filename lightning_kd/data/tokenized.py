@@ -20,7 +20,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import torch
 from filelock import FileLock
+from torch import Tensor
 
 from lightning_kd.data.dataset_source import DatasetSource
 from lightning_kd.data.provenance import source_record
@@ -90,6 +92,17 @@ def checked_text(text: Any, field: str, where: str) -> str:
             "every row text, or set data.text_field to the column holding it"
         )
     return text
+
+
+def streamed_tokens(tokenizer, text: str, pack: bool, separator: int) -> Tensor | None:
+    """A streamed row's tokens: followed by ``separator`` when packed, a padded example of two
+    tokens or more when not; None for a blank row (left out, as a blank document is)."""
+    if not text.strip():
+        return None
+    tokens = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if pack:
+        return torch.tensor([*tokens, separator])
+    return torch.tensor(tokens) if len(tokens) >= 2 else None
 
 
 def document_tokens(
