@@ -54,13 +54,16 @@ def summarise(scenarios: dict[str, dict], losses: list[dict], args: argparse.Nam
 
 
 def other_paths(scenarios: dict[str, dict]) -> dict:
-    """The cross-tokenizer step over the logits-only step (same teacher, student, batch), and
-    what a second teacher adds to it."""
-    logits = scenarios["logits_only"]
-    cross, two = scenarios["cross_tokenizer"], scenarios["two_teachers"]
+    """The cross-tokenizer step over the logits-only step (same teacher, student, batch), the
+    span term's over the cross-tokenizer step, and what a second teacher adds to it."""
+    logits, cross = scenarios["logits_only"], scenarios["cross_tokenizer"]
+    spans, two = scenarios["cross_spans"], scenarios["two_teachers"]
     return {
         "cross_tokenizer_vs_logits_only": {
             key: cross[key] / logits[key] for key in ("peak_mb", "step_s")
+        },
+        "cross_spans_vs_cross_tokenizer": {
+            key: spans[key] / cross[key] for key in ("peak_mb", "step_s")
         },
         "second_teacher": {key: two[key] - logits[key] for key in ("peak_mb", "step_s")},
         "teachers": two.get("teachers", []),
@@ -146,7 +149,10 @@ def ratio_lines(report: dict) -> list[str]:
         "Through the cross-tokenizer path (the teacher's own tokenizer, re-tokenised and "
         "aligned each step), over the logits-only step: memory "
         f"{report['cross_tokenizer_vs_logits_only']['peak_mb']:.3f}×, time "
-        f"{report['cross_tokenizer_vs_logits_only']['step_s']:.3f}×; a second teacher adds "
+        f"{report['cross_tokenizer_vs_logits_only']['step_s']:.3f}×; the span term "
+        f"(distill.cross_span_weight) over that step: memory "
+        f"{report['cross_spans_vs_cross_tokenizer']['peak_mb']:.3f}×, time "
+        f"{report['cross_spans_vs_cross_tokenizer']['step_s']:.3f}×; a second teacher adds "
         f"{report['second_teacher']['peak_mb']:.0f} MB and "
         f"{report['second_teacher']['step_s']:.3f} s a step",
         "",

@@ -34,6 +34,7 @@ SCENARIOS = (
     "interleaved",
     "logits_only",
     "cross_tokenizer",
+    "cross_spans",
     "two_teachers",
 )
 SAMPLING = ("on_policy", "interleaved")
@@ -49,13 +50,16 @@ OTHER_PATHS = {
     "logits_only": LOGITS_ONLY,
     "cross_tokenizer": [*LOGITS_ONLY, "distill.cross_tokenizer=always", "distill.cross_top_k=64"],
 }
+OTHER_PATHS["cross_spans"] = [*OTHER_PATHS["cross_tokenizer"], "distill.cross_span_weight=1"]
 """Scenarios that are lightning_kd's step on logits alone (``logits_only``, the others' baseline:
 hidden states pair positions of one tokenisation) and through another teacher path, on the same
 teacher, student and batch: the cross-tokenizer path with the teacher's own tokenizer (each batch
-decoded, re-tokenised and aligned, the teacher's top 64 at aligned positions), and
+decoded, re-tokenised and aligned, the teacher's top 64 at aligned positions), ``cross_spans``
+(that step with the span term, ``distill.cross_span_weight=1``: the teacher's log-probability of
+each span, the student's of its own, their binary KL), and
 ``two_teachers`` (the teacher twice, half the weight each: what a second teacher adds)."""
 
-TEXT_BATCH = ("logits_only", "cross_tokenizer", "two_teachers")
+TEXT_BATCH = ("logits_only", "cross_tokenizer", "cross_spans", "two_teachers")
 """Scenarios measured on a batch of real text (the cross-tokenizer path decodes it)."""
 
 Step = Callable[[dict], None]

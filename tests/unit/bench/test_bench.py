@@ -58,6 +58,10 @@ def test_ratios_are_against_floor_and_parts() -> None:
     assert report["cross_tokenizer_vs_logits_only"]["peak_mb"] == pytest.approx(
         cross["peak_mb"] / logits["peak_mb"]
     )
+    spans = report["scenarios"]["cross_spans"]
+    assert report["cross_spans_vs_cross_tokenizer"]["step_s"] == pytest.approx(
+        spans["step_s"] / cross["step_s"]
+    )
     two = report["scenarios"]["two_teachers"]
     assert report["second_teacher"]["step_s"] == pytest.approx(two["step_s"] - logits["step_s"])
 
@@ -89,7 +93,16 @@ def test_the_on_policy_scenario_samples_completions_of_half_rows(tmp_path, name:
 
 @pytest.mark.parametrize(
     "name",
-    ["floor", "lightning_kd", "free_floor", "cached", "lora", "cross_tokenizer", "two_teachers"],
+    [
+        "floor",
+        "lightning_kd",
+        "free_floor",
+        "cached",
+        "lora",
+        "cross_tokenizer",
+        "cross_spans",
+        "two_teachers",
+    ],
 )
 def test_each_step_scenario_runs_on_the_default_objective(tmp_path, name: str) -> None:
     """The scenarios compose the default config (feature spans, repair settings): free_floor
