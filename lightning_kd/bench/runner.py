@@ -24,10 +24,11 @@ memory-mapped ones are resident in each (the floor holds the teacher it never ru
                    the KD step scores them; the sampling is also timed alone
 - ``interleaved``  the same, the teacher vetoing each sampled token outside its top 25 (speculative
                    KD, ``distill.on_policy_teacher_top_k``): two models decode
-- ``logits_only``  lightning_kd's step with ``distill.features=null``: the next two's baseline
+- ``logits_only``  lightning_kd's step with ``distill.features=null``: the next three's baseline
 - ``cross_tokenizer`` the same step through the cross-tokenizer path on the teacher's own
                    tokenizer (``distill.cross_tokenizer=always``): each batch decoded to bytes,
                    re-tokenised, aligned, the teacher's top 64 taken at aligned positions
+- ``cross_spans``  that step with the span term (``distill.cross_span_weight=1``)
 - ``two_teachers`` the teacher twice (``teachers``, half the weight each): what a second teacher
                    adds to a step's memory and time
 
@@ -37,8 +38,9 @@ Then a loss-only sweep at vocab 49152 (full-logit vs chunked forward + backward 
 ``loss_mem_ratio_vs_full``, ``lora_vs_full`` — the LoRA step's trainable parameters, memory and
 time over lightning_kd's — ``cached_{mem,time}_ratio_vs_free_floor`` and ``on_policy``: the
 share of the on-policy step spent sampling, ``generation_share``, and ``interleaved``: the same for
-interleaved sampling), ``cross_tokenizer_vs_logits_only`` (memory and time) and
-``second_teacher`` (the MB and seconds it adds), both against ``logits_only``; ``bench.md`` and
+interleaved sampling), ``cross_tokenizer_vs_logits_only`` (memory and time),
+``cross_spans_vs_cross_tokenizer`` (the same, the span term's step over the cross-tokenizer one)
+and ``second_teacher`` (the MB and seconds it adds against ``logits_only``); ``bench.md`` and
 ``bench.png`` under ``--out``.
 """
 
