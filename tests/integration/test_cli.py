@@ -32,18 +32,28 @@ def run_cli(*overrides: str, env: dict[str, str] | None = None) -> subprocess.Co
     )
 
 
-def run_in_process(argv: list[str], capsys) -> tuple[int | None, str]:
-    """``lightning-kd <argv>`` in this process, as the command line runs it: its exit status
-    (a Hydra command leaves through ``SystemExit``) and what it printed."""
+def command_here(capsys, verb: str, *overrides: str) -> subprocess.CompletedProcess:
+    """``lightning-kd <verb> <overrides>`` (``run``: ``train``, as run.py) in this process, as the
+    command line runs it, with its exit status and output as a subprocess's: for tests that read
+    what a command prints and writes, without a fresh interpreter's seconds of imports."""
+    argv = ["train" if verb == "run" else verb, *overrides]
     try:
-        code = cli_main(argv)
+        status = cli_main(argv)
     except SystemExit as leaving:
-        code = leaving.code
+        status = leaving.code
+    code = 0 if status is None else status if isinstance(status, int) else 1
     captured = capsys.readouterr()
-    return code, captured.out + captured.err
+    return subprocess.CompletedProcess(argv, code, captured.out, captured.err)
 
 
-def test_smoke_run_writes_everything_under_the_run_dir(tmp_path: Path) -> None:
+def run_in_process(argv: list[str], capsys) -> tuple[int, str]:
+    """``lightning-kd <argv>`` in this process, as the command line runs it: its exit status
+    and what it printed, stdout and stderr together."""
+    ran = command_here(capsys, *argv)
+    return ran.returncode, ran.stdout + ran.stderr
+
+
+def test_smoke_run_writes_everything_under_the_run_dir(tmp_path: Path, capsys) -> None:
     run_dir = tmp_path / "run"
     # lm_eval.tasks: two questions of the shipped task on the exported student (seconds).
     lm_eval = ["lm_eval.tasks=[kd_heldout_choice]", "lm_eval.limit=2"]
@@ -86,29 +96,38 @@ def test_smoke_run_writes_everything_under_the_run_dir(tmp_path: Path) -> None:
 
     # The finished run directory is not run into again by mistake (refused before any load),
     # and the refused launch leaves everything the run wrote as it was, its record included.
+    # The refusals run in this process (each as the command line runs it): a fresh interpreter
+    # would spend its seconds importing what a refusal never reaches.
     record = {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()}
-    again = run_cli("debug=smoke", "trainer.max_steps=3", f"hydra.run.dir={run_dir}")
-    assert again.returncode != 0
-    assert f"run directory {run_dir} already holds a run's outputs" in again.stderr
+    smoke = ["train", "debug=smoke"]
+    code, output = run_in_process(
+        [*smoke, "trainer.max_steps=3", f"hydra.run.dir={run_dir}"], capsys
+    )
+    assert code not in (0, None)
+    assert f"run directory {run_dir} already holds a run's outputs" in output
     assert changed_files(run_dir, record) == []
     # A resume refused for its settings: nothing rewritten either (record, metrics), and no
     # "Resume with" pointing at the command that was just refused.
     further = ["trainer.max_steps=8", "resume_reset_optimizer=true", "distill.temperature=2"]
-    refused = run_cli("debug=smoke", "ckpt_path=last", *further, f"hydra.run.dir={run_dir}")
-    assert refused.returncode != 0 and "distill.temperature: checkpoint 1.0" in refused.stderr
-    assert "Resume with" not in refused.stdout
+    resume = [*smoke, "ckpt_path=last", *further, f"hydra.run.dir={run_dir}"]
+    code, output = run_in_process(resume, capsys)
+    assert code not in (0, None) and "distill.temperature: checkpoint 1.0" in output
+    assert "The latest checkpoint is" not in output  # the printed resume command's lead
     assert changed_files(run_dir, record) == []
     # Another run's checkpoint resumes nothing here (it would replace this run's outputs), and
     # this finished run has nothing left to resume at its own length.
     foreign = tmp_path / "elsewhere" / "last.ckpt"
     foreign.parent.mkdir()
     foreign.write_bytes((run_dir / "checkpoints" / "last.ckpt").read_bytes())
-    other = run_cli("debug=smoke", f"ckpt_path={foreign}", f"hydra.run.dir={run_dir}")
-    assert other.returncode != 0 and "already holds a run's outputs" in other.stderr
-    finished = run_cli("debug=smoke", "ckpt_path=last", f"hydra.run.dir={run_dir}")
-    assert finished.returncode != 0 and f"the run in {run_dir} is finished" in finished.stderr
+    code, output = run_in_process(
+        [*smoke, f"ckpt_path={foreign}", f"hydra.run.dir={run_dir}"], capsys
+    )
+    assert code not in (0, None) and "already holds a run's outputs" in output
+    code, output = run_in_process([*smoke, "ckpt_path=last", f"hydra.run.dir={run_dir}"], capsys)
+    assert code not in (0, None) and f"the run in {run_dir} is finished" in output
     assert changed_files(run_dir, record) == []
-    # The same for a launch refused because another process holds the directory (a running run).
+    # The same for a launch refused because another process holds the directory (a running run;
+    # in its own interpreter, since this one's claim would not stop this one).
     with claim_run_dir(run_dir, resuming=True, overwrite=False):
         longer = ["trainer.max_steps=8", "resume_reset_optimizer=true"]
         busy = run_cli("debug=smoke", "ckpt_path=last", *longer, f"hydra.run.dir={run_dir}")
@@ -202,12 +221,14 @@ def stray_run_dirs() -> set[Path]:
     return {*ROOT.glob("outputs/*/*"), *ROOT.glob("multirun/*/*")}
 
 
-def test_local_directories_serve_as_teacher_and_student(tmp_path: Path) -> None:
+def test_local_directories_serve_as_teacher_and_student(tmp_path: Path, capsys) -> None:
     """A run's exported student is a plain HF directory: distil it further (teacher.path=DIR),
-    and start a student from it (student.path=DIR) — nothing from a hub."""
+    and start a student from it (student.path=DIR) — nothing from a hub. (In this process: the
+    command line's own process is the smoke test's.)"""
     first = tmp_path / "first"
-    result = run_cli("debug=smoke", "validate_before=false", f"hydra.run.dir={first}")
-    assert result.returncode == 0, result.stderr[-3000:]
+    argv = ["train", "debug=smoke", "validate_before=false", f"hydra.run.dir={first}"]
+    code, output = run_in_process(argv, capsys)
+    assert code in (0, None), output[-3000:]
     exported = first / "student"
     runs = {
         # auto precision, as the default run resolves it on this machine
@@ -222,8 +243,10 @@ def test_local_directories_serve_as_teacher_and_student(tmp_path: Path) -> None:
     }
     for role, overrides in runs.items():
         run_dir = tmp_path / role
-        result = run_cli("debug=smoke", *overrides, f"hydra.run.dir={run_dir}")
-        assert result.returncode == 0, (role, result.stderr[-3000:])
+        code, output = run_in_process(
+            ["train", "debug=smoke", *overrides, f"hydra.run.dir={run_dir}"], capsys
+        )
+        assert code in (0, None), (role, output[-3000:])
         summary = json.loads((run_dir / "summary.json").read_text())
         assert summary["steps"] == 6 and summary["after"]["val/ppl"] > 0
     expected = resolve_precision("auto", "auto", probe_hardware("cpu"))

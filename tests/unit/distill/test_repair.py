@@ -21,7 +21,8 @@ from lightning_kd.launch.teacher_cache import choose, passes
 from lightning_kd.models.loading import StudentSpec, TeacherSpec, byte_tokenizer, load_teacher
 from lightning_kd.training.summary import RunSummary
 from tests.conftest import TINY_LLAMA, make_datamodule, make_module, make_trainer
-from tests.unit.cache.test_cache_teacher import STUDENT, command, write
+from tests.integration.test_cli import command_here
+from tests.unit.cache.test_cache_teacher import STUDENT, write
 from tests.unit.cache.test_cache_teacher import TEACHER as CACHED_TEACHER
 
 REPAIR = DistillConfig(blockwise_passes=1, compile=False)  # no feature term: the repair alone
@@ -199,8 +200,8 @@ def test_a_cache_for_a_repaired_run_holds_the_span_ends(tiny_teacher) -> None:
         feature_paths(DistillConfig(), student, teacher, "causal_lm")
 
 
-@pytest.mark.integration  # runs the command line in a subprocess
-def test_the_command_line_caches_the_span_ends_and_repairs_from_them(tmp_path) -> None:
+@pytest.mark.integration  # runs the command line (in this process)
+def test_the_command_line_caches_the_span_ends_and_repairs_from_them(tmp_path, capsys) -> None:
     """``debug=smoke`` with the default run's repair: auto counts its passes, caches the teacher
     (logits and span ends, with distill.features=null), repairs from the cache, reports it, and
     drops the span ends once the run is done (test_cache_auto.py: unless asked to keep them); a
@@ -213,7 +214,7 @@ def test_the_command_line_caches_the_span_ends_and_repairs_from_them(tmp_path) -
         "data.max_train_examples=20",  # 6 steps of 4 read 24 blocks: repair passes read 20
         f"cache.dir={tmp_path / 'caches'}",
     ]
-    result = command("run", *overrides, f"hydra.run.dir={run_dir}")
+    result = command_here(capsys, "run", *overrides, f"hydra.run.dir={run_dir}")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "3.20 passes over 20 training blocks (2.00 of them the block-wise repair's)" in (
         result.stdout
@@ -235,7 +236,7 @@ def test_the_command_line_caches_the_span_ends_and_repairs_from_them(tmp_path) -
     )
     # A resume repairs nothing and reads no state: it finds that cache and writes none.
     resume = ["trainer.max_steps=8", "resume_reset_optimizer=true", "ckpt_path=last"]
-    resumed = command("run", *overrides, f"hydra.run.dir={run_dir}", *resume)
+    resumed = command_here(capsys, "run", *overrides, f"hydra.run.dir={run_dir}", *resume)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "found whole in the shared cache" in resumed.stdout
     assert json.loads((run_dir / "summary.json").read_text())["teacher_cache"]["written_bytes"] == 0

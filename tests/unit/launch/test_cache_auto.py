@@ -22,7 +22,7 @@ from lightning_kd.launch.teacher_cache import (
     stale,
 )
 from lightning_kd.utils.locks import WriterLocked
-from tests.unit.cache.test_cache_teacher import command
+from tests.integration.test_cli import command_here
 from tests.unit.utils.test_locks import held_by_another_process
 
 
@@ -89,13 +89,13 @@ def test_an_unresolved_auto_built_from_python_is_the_online_teacher() -> None:
     assert DistillConfig(teacher_cache="auto").teacher_cache is None
 
 
-@pytest.mark.integration  # runs the command line in a subprocess
-def test_auto_writes_the_cache_once_trains_from_it_and_a_resume_reuses_it(tmp_path) -> None:
+@pytest.mark.integration  # runs the command line (in this process)
+def test_auto_writes_the_cache_once_trains_from_it_and_a_resume_reuses_it(tmp_path, capsys) -> None:
     run_dir, caches = tmp_path / "run", tmp_path / "caches"
     smoke = ["debug=smoke", "data.max_train_examples=8", f"cache.dir={caches}"]  # 3 passes
     # Feature matching too: the cache holds the mapped teacher layers and no teacher runs.
     smoke.append("distill.features=spans")
-    first = command("run", *smoke, f"hydra.run.dir={run_dir}")
+    first = command_here(capsys, "run", *smoke, f"hydra.run.dir={run_dir}")
     assert first.returncode == 0, first.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     cache = Path(summary["teacher_cache"]["distill.teacher_cache"])
@@ -114,7 +114,7 @@ def test_auto_writes_the_cache_once_trains_from_it_and_a_resume_reuses_it(tmp_pa
     assert summary["after"]["val/features"] < summary["before"]["val/features"]
 
     longer = ["trainer.max_steps=8", "resume_reset_optimizer=true", "ckpt_path=last"]
-    resumed = command("run", *smoke, f"hydra.run.dir={run_dir}", *longer)
+    resumed = command_here(capsys, "run", *smoke, f"hydra.run.dir={run_dir}", *longer)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert (
         "found whole in the shared cache" in resumed.stdout and "cache rank" not in resumed.stdout
@@ -122,7 +122,7 @@ def test_auto_writes_the_cache_once_trains_from_it_and_a_resume_reuses_it(tmp_pa
     assert json.loads((run_dir / "summary.json").read_text())["steps"] == 8
 
     # The same command into another directory: the same cache, nothing written to it.
-    again = command("run", *smoke, f"hydra.run.dir={tmp_path / 'again'}")
+    again = command_here(capsys, "run", *smoke, f"hydra.run.dir={tmp_path / 'again'}")
     assert again.returncode == 0, again.stderr[-3000:]
     second = json.loads((tmp_path / "again" / "summary.json").read_text())
     assert second["teacher_cache"]["distill.teacher_cache"] == str(cache)

@@ -16,7 +16,7 @@ from lightning_kd.models.layer_scores import greedy_removal, teacher_pass, top_l
 from lightning_kd.models.loading import StudentSpec, TeacherSpec, load_teacher
 from lightning_kd.models.student import build_student, student_from_teacher
 from tests.conftest import make_datamodule
-from tests.integration.test_cli import run_cli
+from tests.integration.test_cli import command_here
 
 
 @pytest.fixture
@@ -117,13 +117,13 @@ def test_the_command_prints_the_table_without_training(capsys) -> None:
     assert "student.layers=[0," in out and ",3]" in out
 
 
-@pytest.mark.integration  # runs the command line in a subprocess
+@pytest.mark.integration  # runs the command line (in this process)
 def test_a_run_records_the_scores_reports_them_and_resumes_with_the_same_layers(
-    tmp_path: Path,
+    tmp_path: Path, capsys
 ) -> None:
     run_dir = tmp_path / "run"
     common = ["debug=smoke", "student.layers=importance", "student.num_layers=3"]
-    result = run_cli(*common, "trainer.max_steps=3", f"hydra.run.dir={run_dir}")
+    result = command_here(capsys, "run", *common, "trainer.max_steps=3", f"hydra.run.dir={run_dir}")
     assert result.returncode == 0, result.stderr[-3000:]
     saved = json.loads((run_dir / "importance.json").read_text())
     assert saved["by"] == "skip_kl" and len(saved["scores"]["block_influence"]) == 4
@@ -137,7 +137,9 @@ def test_a_run_records_the_scores_reports_them_and_resumes_with_the_same_layers(
     assert "| layer | block_influence | skip_kl | rank | kept |" in markdown
 
     # Whatever a new scoring would pick, the resume rebuilds the checkpoint's student.
-    resumed = run_cli(
+    resumed = command_here(
+        capsys,
+        "run",
         *common,
         "student.importance=block_influence",
         "trainer.max_steps=6",

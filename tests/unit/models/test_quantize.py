@@ -22,7 +22,7 @@ from lightning_kd.training.provenance import Provenance, ProvenanceMismatch
 from lightning_kd.training.saving import LastCheckpoint
 from lightning_kd.utils.compat import DDP_IGNORE
 from tests.conftest import TINY_LLAMA, make_datamodule, make_module, make_trainer
-from tests.integration.test_cli import run_cli
+from tests.integration.test_cli import command_here, run_cli
 
 INT8 = TeacherSpec(path=None, config=dict(TINY_LLAMA), dtype="float32", quantize="int8")
 FP32 = TeacherSpec(path=None, config=dict(TINY_LLAMA), dtype="float32")
@@ -162,20 +162,28 @@ def test_ddp_runs_an_int8_teacher_on_each_rank(tmp_path: Path) -> None:
     assert json.loads((run_dir / "summary.json").read_text())["steps"] == 6
 
 
-@pytest.mark.integration  # runs the command line in a subprocess
-def test_a_cache_written_with_an_int8_teacher_serves_int8_runs_only(tmp_path: Path, corpus) -> None:
+@pytest.mark.integration  # runs the command line (in this process)
+def test_a_cache_written_with_an_int8_teacher_serves_int8_runs_only(
+    tmp_path: Path, corpus, capsys
+) -> None:
     """The cache writer quantizes the teacher as the run does, so an int8 run's digest matches
     the int8 cache (and not a full-precision one: their weights differ)."""
     smoke = ["debug=smoke", f"data.files=[{corpus}]"]
     write(compose_config([*smoke, "teacher.quantize=int8"], output_dir=tmp_path / "int8"))
-    ran = run_cli(
+    ran = command_here(
+        capsys,
+        "run",
         *smoke,
         "teacher.quantize=int8",
         f"distill.teacher_cache={tmp_path / 'int8'}",
         f"hydra.run.dir={tmp_path / 'run'}",
     )
     assert ran.returncode == 0, ran.stderr[-3000:]
-    refused = run_cli(
-        *smoke, f"distill.teacher_cache={tmp_path / 'int8'}", f"hydra.run.dir={tmp_path / 'x'}"
+    refused = command_here(
+        capsys,
+        "run",
+        *smoke,
+        f"distill.teacher_cache={tmp_path / 'int8'}",
+        f"hydra.run.dir={tmp_path / 'x'}",
     )
     assert refused.returncode != 0 and "teacher_weights: the cache has" in refused.stderr
