@@ -79,30 +79,31 @@ def _fused_terms(
     teacher_logits: Tensor | None,
     targets: Tensor,
     fused: FusedDivergence,
-    temperature: float,
-    kd_weight: float,
-    ce_weight: float,
+    scales: Tensor,
+    tempered: bool,
 ) -> tuple[Tensor | None, Tensor, Tensor]:
     """Per-token divergence, summed CE and the objective's gradient w.r.t. ``logits``.
 
     Pure tensor code (what ``distill.compile`` hands to ``torch.compile``): logits come in the
     matmul dtype, the math runs in fp32 (fp64 for fp64 inputs), the gradient goes back out in
-    the logits' dtype. CE's gradient is softmax − one-hot; the divergence's is w.r.t. the logits
-    at temperature T, so the chain rule adds 1/T and the T² scale leaves a factor T. At T = 1 the
-    student's log-sum-exp is shared by both terms.
+    the logits' dtype. ``scales`` holds the temperature, the KD and the CE weight (see
+    :func:`_scales`); ``tempered``: the temperature is not 1. CE's gradient is softmax − one-hot;
+    the divergence's is w.r.t. the logits at temperature T, so the chain rule adds 1/T and the T²
+    scale leaves a factor T. At T = 1 the student's log-sum-exp is shared by both terms.
     """
+    temperature, kd_weight, ce_weight = scales.unbind()
     student = logits.to(math_dtype(logits.dtype))
     lse = torch.logsumexp(student, dim=-1, keepdim=True)
     ce = (lse.squeeze(-1) - student.gather(1, targets.unsqueeze(1)).squeeze(-1)).sum()
     grad = (student - lse).exp() * ce_weight
-    grad = grad.scatter_add(1, targets.unsqueeze(1), grad.new_full((len(targets), 1), -ce_weight))
+    grad = grad.scatter_add(1, targets.unsqueeze(1), _minus(ce_weight, grad, len(targets)))
     if teacher_logits is None:
         return None, ce, grad.to(logits.dtype)
     shared, teacher = shared_vocab(student, teacher_logits.to(student.dtype))
     vocab = shared.shape[-1]
-    if temperature != 1.0:
+    if tempered:
         shared, teacher = shared / temperature, teacher / temperature
-    same = temperature == 1.0 and vocab == logits.shape[-1]
+    same = not tempered and vocab == logits.shape[-1]
     student_lse = lse if same else torch.logsumexp(shared, dim=-1, keepdim=True)
     teacher_lse = torch.logsumexp(teacher, dim=-1, keepdim=True)
     value, divergence_grad = fused(shared, teacher, student_lse, teacher_lse)
@@ -114,9 +115,8 @@ def _top_k_fused_terms(
     logits: Tensor,
     teacher: TopKTeacher,
     targets: Tensor,
-    temperature: float,
-    kd_weight: float,
-    ce_weight: float,
+    scales: Tensor,
+    tempered: bool,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """:func:`_fused_terms` for forward KL from a cached teacher's top-k records (``losses.topk``).
 
@@ -125,17 +125,18 @@ def _top_k_fused_terms(
     the top k and ``r · q_j / q_tail`` elsewhere: the teacher's tail mass spread as the student
     spreads its own. With k = vocabulary the tail terms vanish and this is full forward KL.
     """
+    temperature, kd_weight, ce_weight = scales.unbind()
     student = logits.to(math_dtype(logits.dtype))
     lse = torch.logsumexp(student, dim=-1, keepdim=True)
     ce = (lse.squeeze(-1) - student.gather(1, targets.unsqueeze(1)).squeeze(-1)).sum()
     vocab, ids = teacher.vocab, teacher.ids
-    shared = student[:, :vocab] / temperature if temperature != 1.0 else student[:, :vocab]
-    same = temperature == 1.0 and vocab == student.shape[-1]
+    shared = student[:, :vocab] / temperature if tempered else student[:, :vocab]
+    same = not tempered and vocab == student.shape[-1]
     log_q = shared - (lse if same else torch.logsumexp(shared, dim=-1, keepdim=True))
     q = log_q.exp()
     # Vocab-sized tensors are few and reused in place: this runs where memory is the point.
     grad = q * ce_weight if same else (student - lse).exp_().mul_(ce_weight)
-    grad.scatter_add_(1, targets.unsqueeze(1), grad.new_full((len(targets), 1), -ce_weight))
+    grad.scatter_add_(1, targets.unsqueeze(1), _minus(ce_weight, grad, len(targets)))
     log_p = teacher.log_probs.to(student.dtype)
     p = log_p.exp()
     value = (p * (log_p - log_q.gather(1, ids))).sum(-1)
@@ -152,8 +153,29 @@ def _top_k_fused_terms(
         top = top + spread.unsqueeze(-1) * q_top
     del log_q
     divergence_grad = q.mul_(coefficient.unsqueeze(-1)).scatter_add_(1, ids, top)
-    grad[:, :vocab].add_(divergence_grad, alpha=kd_weight * temperature)
+    grad[:, :vocab].add_(divergence_grad.mul_(kd_weight * temperature))
     return value, ce, grad.to(logits.dtype)
+
+
+def _minus(weight: Tensor, like: Tensor, rows: int) -> Tensor:
+    """``-weight`` as a ``[rows, 1]`` column in ``like``'s dtype: the one-hot part of CE's
+    gradient, scattered onto the targets."""
+    return (-weight).to(like.dtype).expand(rows, 1)
+
+
+def _scales(objective: LogitObjective, like: Tensor) -> tuple[Tensor, bool]:
+    """The temperature, KD and CE weights as one tensor on ``like``'s device, and whether the
+    temperature is not 1.
+
+    A tensor, not Python floats, because ``torch.compile(dynamic=True)`` turns float arguments
+    into symbols it does not guard on, and torch 2.13 bakes such a symbol's first value into
+    ``new_full``'s fill: a kernel compiled at one CE weight went on giving that weight's one-hot
+    gradient at any other, in the process and, through inductor's on-disk cache, in later ones
+    (``tests/unit/losses/test_chunk_terms.py``). Tensors are inputs of the compiled graph.
+    """
+    values = (objective.temperature, objective.kd_weight, objective.ce_weight)
+    scales = torch.tensor(values, dtype=math_dtype(like.dtype), device=like.device)
+    return scales, objective.temperature != 1.0
 
 
 @functools.cache
@@ -199,12 +221,12 @@ def chunk_fused(
     which handles 0 · log 0 exactly.
     """
     temperature = objective.temperature
-    weights = (temperature, objective.kd_weight, objective.ce_weight)
+    scales = _scales(objective, logits)
     if isinstance(teacher_logits, TopKTeacher):
-        terms, args = _top_k_fused_terms, (logits, teacher_logits, targets, *weights)
+        terms, args = _top_k_fused_terms, (logits, teacher_logits, targets, *scales)
     else:
         terms = _fused_terms
-        args = (logits, teacher_logits, targets, objective.divergence.fused, *weights)
+        args = (logits, teacher_logits, targets, objective.divergence.fused, *scales)
     value, ce, grad = _compiled_or_eager(args, terms) if compile else terms(*args)
     finite = bool(torch.isfinite(ce)) and (value is None or bool(torch.isfinite(value).all()))
     if not finite:
