@@ -165,7 +165,8 @@ def _minus(weight: Tensor, like: Tensor, rows: int) -> Tensor:
 
 def _scales(objective: LogitObjective, like: Tensor) -> tuple[Tensor, bool]:
     """The temperature, KD and CE weights as one tensor on ``like``'s device, and whether the
-    temperature is not 1.
+    temperature is not 1 (a Python bool beside the tensor: it chooses the code path, which a
+    tensor's value could not do without a graph break).
 
     A tensor, not Python floats, because ``torch.compile(dynamic=True)`` turns float arguments
     into symbols it does not guard on, and torch 2.13 bakes such a symbol's first value into
