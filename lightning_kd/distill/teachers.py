@@ -14,6 +14,7 @@ beside it (``train/kd/<name>``). Each extra term runs the student's head again, 
 from __future__ import annotations
 
 import gc
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -73,11 +74,25 @@ def teacher_entries(teachers: Sequence[Mapping[str, Any]], main: TeacherSpec) ->
                 "distill.teacher_cache: set distill.teacher_cache instead of its entry's cache"
             )
         spec = replace(main, **overrides)
-        name, weight = str(entry["name"]), float(entry["weight"])
+        name, weight = str(entry["name"]), entry_weight(entry["weight"], index)
         domains = entry_domains(entry.get("domains"), index)
         entries.append(TeacherEntry(name, weight, spec, not own, domains, entry.get("cache")))
     check_entries(entries)
     return entries
+
+
+def entry_weight(weight: Any, index: int) -> float:
+    """An entry's ``weight``: a finite number (a NaN would pass every comparison below)."""
+    try:
+        value = float(weight)
+    except (TypeError, ValueError):
+        value = math.nan
+    if isinstance(weight, bool) or not math.isfinite(value):
+        raise ValueError(
+            f"teachers[{index}].weight={weight!r}: give a number >= 0, the weights summing to 1, "
+            "e.g. weight: 0.5"
+        )
+    return value
 
 
 def entry_domains(domains: Any, index: int) -> tuple[str, ...] | None:
