@@ -3,8 +3,9 @@ feature-matching pairs. Built from ``conf/distill/`` and checked as it is built.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from lightning_kd.losses.divergences import get_divergence
@@ -107,6 +108,7 @@ class DistillConfig:
     def __post_init__(self) -> None:
         if self.teacher_cache == "auto":  # unresolved: no run directory to cache into
             self.teacher_cache = None
+        self._check_finite()
         get_divergence(self.divergence, beta=self.beta, skew=self.skew)  # raises on bad values
         self._check_on_policy()
         if self.temperature <= 0:
@@ -130,6 +132,15 @@ class DistillConfig:
             raise ValueError(
                 f"distill.chunk_size={self.chunk_size}; use null (auto) or a count >= 1"
             )
+
+    def _check_finite(self) -> None:
+        """Every number a float: a NaN passes each range check below (all comparisons false)."""
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(
+                    f"distill.{field.name}={value}: give a finite number (default {field.default})"
+                )
 
     @property
     def uses_teacher_in_training(self) -> bool:
