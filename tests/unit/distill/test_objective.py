@@ -10,7 +10,7 @@ from lightning_kd.distill.objective import DistillConfig
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"temperature": math.nan}, r"distill.temperature=nan: give a finite number \(default 1.0\)"),
+        ({"temperature": math.nan}, r"distill.temperature=nan: give a finite number \(default 1"),
         ({"kd_weight": math.inf}, r"distill.kd_weight=inf: give a finite number"),
         ({"ce_weight": -math.inf}, r"distill.ce_weight=-inf"),
         ({"blockwise_lr": math.nan}, r"distill.blockwise_lr=nan"),

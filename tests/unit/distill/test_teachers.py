@@ -54,7 +54,7 @@ def test_entries_inherit_the_teacher_group_and_name_the_main_one():
         ([{"name": "a", "weight": 1.0, "paht": "x"}], "unknown keys"),
         ([{"weight": 1.0}], "needs a name and a weight"),
         ([{"name": "a", "weight": 1.0, "cache": "dir"}], "set distill.teacher_cache instead"),
-        ([{"name": "a", "weight": 0.5}, {"name": "b", "weight": "nan", "path": "x"}], "weight='nan'"),
+        ([{"name": "a", "weight": 0.5}, {"name": "b", "weight": "nan", "path": "x"}], "'nan'"),
         ([{"name": "a", "weight": 0.5}, {"name": "b", "weight": "half", "path": "x"}], "a number"),
         ([{"name": "a", "weight": None}], "a number"),
     ],
