@@ -22,6 +22,7 @@ import difflib
 import re
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 from transformers import PreTrainedTokenizerBase
@@ -92,7 +93,7 @@ not on its offset: an inserted or dropped byte moves no cut elsewhere."""
 
 CHUNK = re.compile(rb"[^" + CUT_BYTES + rb"]*[" + CUT_BYTES + rb"]+|[^" + CUT_BYTES + rb"]+")
 
-WINDOW = 2048
+WINDOW = 256
 """A region of no matching chunk longer than this on either side is matched byte by byte in
 windows of about this size, cut at the same share of each side (``difflib``'s cost grows with
 the product of the two lengths): such a region is text the teacher rewrote throughout (lower
@@ -179,6 +180,8 @@ class Aligner:
         self.student_tokenizer, self.teacher_tokenizer = student, teacher
         self.student: TokenBytes = token_bytes(student, "student")
         self.teacher: TokenBytes = token_bytes(teacher, "teacher")
+        self.student_lengths = self.student.lengths()
+        self.teacher_lengths = self.teacher.lengths().numpy()
         pad = teacher.pad_token_id
         self.teacher_pad = pad if pad is not None else (self.teacher.end or 0)
 
@@ -269,45 +272,78 @@ class Aligner:
         partner = torch.full((batch, seq), -1, dtype=torch.long)
         scored = torch.zeros((batch, width), dtype=torch.bool)
         target_bytes = torch.zeros((batch, width), dtype=torch.long)
-        label_rows = labels.tolist() if labels is not None else ids
+        label_rows = labels if labels is not None else input_ids
+        targets = label_rows[:, 1:].numpy() != IGNORE_INDEX
+        next_lengths = self.student_lengths[input_ids[:, 1:].clamp(0, len(self.student) - 1)]
         for row, ((keys, _), t_ids, t_keys) in enumerate(
             zip(student, teacher_ids, teacher_keys, strict=True)
         ):
             out_ids[row, : len(t_ids)] = torch.tensor(t_ids, dtype=torch.long)
             mask[row, : len(t_ids)] = 1
-            where = {key: j for j, key in enumerate(t_keys) if key is not None and j > 0}
-            spans = []
-            for i in range(seq - 1):
-                key = keys[i + 1]
-                if key is None or label_rows[row][i + 1] == IGNORE_INDEX:
-                    continue
-                spans.append(self._span(key, ids[row][i + 1]))
-                if (j := where.get(key)) is not None:
-                    partner[row, i] = j - 1
-            self._teacher_targets(row, t_ids, t_keys, spans, scored, target_bytes)
+            # Position i predicts token i + 1: its key, if that token is text or an end and is
+            # scored (not a masked label).
+            wanted = key_codes(keys[1:])
+            wanted[~targets[row]] = -1
+            t_codes = key_codes(t_keys)
+            partner[row, : seq - 1] = torch.from_numpy(partners(wanted, t_codes))
+            spans = target_spans(wanted, next_lengths[row].numpy())
+            t_lengths = self.teacher_lengths[
+                np.asarray(t_ids[1:], dtype=np.int64).clip(0, len(self.teacher) - 1)
+            ]
+            row_scored, row_bytes = teacher_targets(t_codes[1:], t_lengths, *spans)
+            scored[row, : len(t_ids) - 1] = torch.from_numpy(row_scored)
+            target_bytes[row, : len(t_ids) - 1] = torch.from_numpy(row_bytes)
         return TeacherView(out_ids, mask, partner, scored, target_bytes, text_bytes, matched)
 
-    def _span(self, key: tuple[str, int], token: int) -> tuple[int, int]:
-        """The bytes ``[start, stop)`` a student target covers (an end: ``[at, at]``)."""
-        kind, start = key
-        return (start, start) if kind == END else (start, start + len(self.student.pieces[token]))
 
-    def _teacher_targets(self, row, t_ids, t_keys, spans, scored, target_bytes) -> None:
-        """Mark the teacher positions whose next token starts inside a scored student target."""
-        ends = {start for start, stop in spans if start == stop}
-        covered = bytearray(max((stop for _, stop in spans), default=0))
-        for start, stop in spans:
-            covered[start:stop] = b"\x01" * (stop - start)
-        for j in range(len(t_ids) - 1):
-            key = t_keys[j + 1]
-            if key is None:
-                continue
-            kind, at = key
-            if kind == END:
-                scored[row, j] = at in ends
-            else:
-                target_bytes[row, j] = len(self.teacher.pieces[t_ids[j + 1]])
-                scored[row, j] = at < len(covered) and bool(covered[at])
+def key_codes(keys: list[tuple[str, int] | None]) -> np.ndarray:
+    """Each key as one integer, ``2 · byte + 1`` for an end and ``2 · byte`` for text; −1 for
+    None (a token with no text, padding)."""
+    return np.fromiter(
+        (-1 if key is None else 2 * key[1] + (key[0] == END) for key in keys),
+        dtype=np.int64,
+        count=len(keys),
+    )
+
+
+def partners(wanted: np.ndarray, t_codes: np.ndarray) -> np.ndarray:
+    """For each wanted key, the teacher position before the last teacher token with that key
+    (the position that predicts it), or −1; the teacher's first token has no predictor."""
+    found = np.full(len(wanted), -1, dtype=np.int64)
+    have = np.flatnonzero(t_codes[1:] >= 0) + 1
+    if not len(have):
+        return found
+    order = np.argsort(t_codes[have], kind="stable")  # equal keys keep their order: last wins
+    codes, at = t_codes[have][order], have[order]
+    index = np.searchsorted(codes, wanted, side="right") - 1
+    hit = (wanted >= 0) & (index >= 0) & (codes[index.clip(0)] == wanted)
+    found[hit] = at[index[hit]] - 1
+    return found
+
+
+def target_spans(wanted: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The bytes ``[start, stop)`` each scored student target covers (an end: ``[at, at]``)."""
+    keep = wanted >= 0
+    codes = wanted[keep]
+    starts = codes >> 1
+    return starts, np.where(codes & 1, starts, starts + lengths[keep])
+
+
+def teacher_targets(
+    t_next: np.ndarray, t_lengths: np.ndarray, starts: np.ndarray, stops: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """For each teacher position, whether its next token (key ``t_next``) starts inside a
+    scored student target (an end: at a scored end), and that token's byte count (text only)."""
+    text, end = (t_next >= 0) & (t_next & 1 == 0), (t_next >= 0) & (t_next & 1 == 1)
+    at = t_next >> 1
+    size = int(stops.max()) if len(stops) else 0
+    depth = np.zeros(size + 1, dtype=np.int64)
+    np.add.at(depth, starts, 1)
+    np.add.at(depth, stops, -1)
+    covered = np.cumsum(depth)[:size] > 0
+    inside = text & (at < size) & covered[at.clip(0, max(size - 1, 0))] if size else text & False
+    at_end = end & np.isin(at, starts[starts == stops])
+    return inside | at_end, np.where(text, t_lengths, 0)
 
 
 def vocabulary_map(student: TokenBytes, teacher: TokenBytes, teacher_size: int) -> Tensor:
