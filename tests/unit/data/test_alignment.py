@@ -6,6 +6,7 @@ import difflib
 import random
 import unicodedata
 
+import numpy as np
 import pytest
 import torch
 from tokenizers import normalizers
@@ -15,7 +16,9 @@ from lightning_kd.data.alignment import (
     Aligner,
     chunks,
     first_token_map,
+    partners,
     spelled_offsets,
+    teacher_targets,
     utf8_window,
     vocabulary_map,
 )
@@ -194,6 +197,23 @@ def test_chunks_join_back_and_cut_where_the_text_says():
     assert all(chunks(text))
     # A byte inserted early moves no later cut: the chunks after it are the same.
     assert chunks(b"X" + text)[-5:] == chunks(text)[-5:]
+
+
+def test_partners_take_the_last_teacher_token_of_a_key_and_skip_the_first():
+    # Codes: 2 * byte for text, 2 * byte + 1 for an end; -1 for none.
+    t_codes = np.array([0, 4, 9, 9, 12, -1])  # two ends at byte 4 (an empty document)
+    wanted = np.array([0, 4, 9, 12, 6, -1])
+    # byte 0 text is the teacher's first token: nothing predicts it.
+    assert partners(wanted, t_codes).tolist() == [-1, 0, 2, 3, -1, -1]
+    assert partners(wanted, np.array([-1])).tolist() == [-1] * 6
+
+
+def test_teacher_targets_are_scored_inside_student_targets_and_at_their_ends():
+    starts, stops = np.array([0, 5, 9]), np.array([3, 5, 12])  # text 0-3, an end at 5, text 9-12
+    t_next = np.array([0, 4, 2 * 4, 2 * 5 + 1, 2 * 7 + 1, 2 * 9, -1])
+    scored, sizes = teacher_targets(t_next, np.array([2, 3, 1, 0, 0, 3, 7]), starts, stops)
+    assert scored.tolist() == [True, True, False, True, False, True, False]
+    assert sizes.tolist() == [2, 3, 0, 0, 0, 3, 0]
 
 
 def test_masked_labels_and_padding_are_not_paired():
