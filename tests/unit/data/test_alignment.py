@@ -213,7 +213,7 @@ def test_teacher_targets_are_scored_inside_student_targets_and_at_their_ends():
     t_next = np.array([0, 4, 2 * 4, 2 * 5 + 1, 2 * 7 + 1, 2 * 9, -1])
     scored, sizes = teacher_targets(t_next, np.array([2, 3, 1, 0, 0, 3, 7]), starts, stops)
     assert scored.tolist() == [True, True, False, True, False, True, False]
-    assert sizes.tolist() == [2, 3, 0, 0, 0, 3, 0]
+    assert sizes.tolist() == [2, 3, 1, 0, 0, 3, 0]
 
 
 def test_masked_labels_and_padding_are_not_paired():
