@@ -25,11 +25,10 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from lightning_kd.data.reading import expand_files
 from lightning_kd.evaluation.harness import Harness, score_models, task_errors, task_names
 from lightning_kd.evaluation.harness import markdown as harness_markdown
 from lightning_kd.evaluation.judge import judge_prompt_file
-from lightning_kd.evaluation.perplexity import markdown, score_files
+from lightning_kd.evaluation.perplexity import documents_of, markdown, score_files
 from lightning_kd.evaluation.prompts import Sampling
 from lightning_kd.evaluation.prompts import markdown as prompts_markdown
 from lightning_kd.evaluation.saved_models import model_location
@@ -131,16 +130,20 @@ def check(args: argparse.Namespace) -> None:
     limits = {
         name: lambda name=name: saved_positions(model_location(name, keys[name])) for name in names
     }
-    extra = out_file_errors("--out", args.out) + files_errors(args.files)
+    extra = out_file_errors("--out", args.out) + files_errors(args.files, args.text_field)
     lengths = [Length(key, tokens, limits)]
     check_entry(command="evaluate", options=numbers, lengths=lengths, extra=extra)
 
 
-def files_errors(files: list[str] | None) -> list[str]:
+def files_errors(files: list[str] | None, text_field: str) -> list[str]:
     """``--files`` checked as the evaluation reads them (each a .txt/.jsonl file, each pattern
-    matching one), before any model loads."""
+    matching one, each record holding ``--text-field``'s text, some text in all), before any
+    model loads."""
+    if files is None:
+        return []
     try:
-        expand_files(files or [], key="--files")
+        if not documents_of(files, text_field):
+            return [f"--files {files} hold no text: nothing to score"]
     except (OSError, ValueError) as error:
         return [str(error)]
     return []

@@ -98,12 +98,17 @@ def _open(path: Path) -> IO[bytes]:
     return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
 
 
-def read_documents(path: Path, text_field: str = "text") -> Iterator[str]:
-    """The documents in one file: the whole of a .txt, each line's ``text_field`` of a .jsonl."""
-    return (text for _, text in numbered_documents(path, text_field))
+def read_documents(
+    path: Path, text_field: str = "text", key: str = "data.text_field"
+) -> Iterator[str]:
+    """The documents in one file: the whole of a .txt, each line's ``text_field`` of a .jsonl
+    (``key``: the setting that names the field, in errors)."""
+    return (text for _, text in numbered_documents(path, text_field, key))
 
 
-def numbered_documents(path: Path, text_field: str = "text") -> Iterator[tuple[int, str]]:
+def numbered_documents(
+    path: Path, text_field: str = "text", key: str = "data.text_field"
+) -> Iterator[tuple[int, str]]:
     """:func:`read_documents` with each document's line (1 for a .txt, the whole file)."""
     kind = file_format(path)
     if kind is None:
@@ -117,7 +122,7 @@ def numbered_documents(path: Path, text_field: str = "text") -> Iterator[tuple[i
             for number, raw in enumerate(handle, start=1):
                 line = _decode(raw, path, number)
                 if line.strip():
-                    yield number, _record_text(line, path, number, text_field)
+                    yield number, _record_text(line, path, number, text_field, key)
     except (gzip.BadGzipFile, EOFError, zlib.error) as err:
         raise ValueError(
             f"{path}:{number}: not a readable gzip file ({type(err).__name__}: {err}); "
@@ -143,22 +148,21 @@ def read_records(path: Path) -> Iterator[tuple[int, dict]]:
             yield number, record
 
 
-def _record_text(line: str, path: Path, number: int, text_field: str) -> str:
+def _record_text(line: str, path: Path, number: int, text_field: str, key: str) -> str:
     try:
         record = json.loads(line)
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}:{number} is not valid JSON ({err.msg})") from None
     if not isinstance(record, dict) or text_field not in record:
         raise ValueError(
-            f"{path}:{number} has no {text_field!r} field; set data.text_field to the key "
-            "holding the text"
+            f"{path}:{number} has no {text_field!r} field; set {key} to the key holding the text"
         )
     text = record[text_field]
     if not isinstance(text, str):
         raise ValueError(
             f"{path}:{number}: field {text_field!r} holds {type(text).__name__} "
             f"{json.dumps(text)[:40]}, not a string; give every record text, or set "
-            "data.text_field to the key holding it"
+            f"{key} to the key holding it"
         )
     return text
 

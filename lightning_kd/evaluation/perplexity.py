@@ -63,7 +63,7 @@ def documents_of(files: list[str], text_field: str) -> list[str]:
     return [
         text
         for path in expand_files(files, key="--files")
-        for text in read_documents(path, text_field)
+        for text in read_documents(path, text_field, key="--text-field")
         if text.strip()
     ]
 

@@ -393,6 +393,21 @@ def test_evaluate_refuses_its_paths_before_loading(case, weightless, text, tmp_p
     assert "teacher.path" not in capsys.readouterr().err
 
 
+EVALUATE_FILES = {
+    "a record without the field": ('{"txt": "hi"}\n', ["has no 'text' field; set --text-field"]),
+    "no text": ("\n\n", ["hold no text: nothing to score"]),
+    "a line that is not JSON": ('{"text": "hi"}\nnot json\n', [":2 is not valid JSON"]),
+}
+
+
+@pytest.mark.parametrize("case", EVALUATE_FILES)
+def test_evaluate_refuses_what_its_files_hold_before_loading(case, weightless, tmp_path, capsys):
+    content, named = EVALUATE_FILES[case]
+    (path := tmp_path / "held_out.jsonl").write_text(content)
+    argv = ["evaluate", "--files", str(path), "--block-size", "32", "--", str(weightless)]
+    assert_refused(argv, named, capsys)  # the weights are missing: the refusal came first
+
+
 def test_soak_refuses_an_out_holding_a_training_run(training_run, capsys) -> None:
     argv = ["soak", "--steps", "6", "--warmup", "2", "--out", str(training_run)]
     named = [f"--out {training_run} holds outputs a soak did not write", f"{training_run}-soak"]
