@@ -27,7 +27,7 @@ from pathlib import Path
 
 from lightning_kd.evaluation.harness import Harness, score_models, task_errors, task_names
 from lightning_kd.evaluation.harness import markdown as harness_markdown
-from lightning_kd.evaluation.judge import judge_prompt_file
+from lightning_kd.evaluation.judge import judge_prompt_file, read_prompt_file
 from lightning_kd.evaluation.perplexity import documents_of, markdown, score_files
 from lightning_kd.evaluation.prompts import Sampling
 from lightning_kd.evaluation.prompts import markdown as prompts_markdown
@@ -131,6 +131,7 @@ def check(args: argparse.Namespace) -> None:
         name: lambda name=name: saved_positions(model_location(name, keys[name])) for name in names
     }
     extra = out_file_errors("--out", args.out) + files_errors(args.files, args.text_field)
+    extra += prompts_errors(args.prompts)
     lengths = [Length(key, tokens, limits)]
     check_entry(command="evaluate", options=numbers, lengths=lengths, extra=extra)
 
@@ -144,6 +145,18 @@ def files_errors(files: list[str] | None, text_field: str) -> list[str]:
     try:
         if not documents_of(files, text_field):
             return [f"--files {files} hold no text: nothing to score"]
+    except (OSError, ValueError) as error:
+        return [str(error)]
+    return []
+
+
+def prompts_errors(path: Path | None) -> list[str]:
+    """``--prompts`` read as the evaluation reads it (prompt rows, at least one), before any
+    model loads."""
+    if path is None:
+        return []
+    try:
+        read_prompt_file(path)
     except (OSError, ValueError) as error:
         return [str(error)]
     return []

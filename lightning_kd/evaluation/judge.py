@@ -51,6 +51,8 @@ def check_room(names: list[str], prompt_lengths: list[int], max_new_tokens: int)
 
 def read_prompt_file(path: Path) -> list[list[dict]]:
     """The prompts of a file of prompt rows (as ``lightning-kd generate`` reads them)."""
+    if not path.is_file():
+        raise FileNotFoundError(f"--prompts {path} is not a file; give a .jsonl of prompt rows")
     prompts = [messages for _, messages in read_prompts(path, ChatFields())]
     if not prompts:
         raise ValueError(f"--prompts {path} holds no prompt rows")

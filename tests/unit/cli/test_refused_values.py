@@ -111,6 +111,24 @@ def test_evaluate_prompts_refuses_bad_values(case, weightless, prompts, capsys) 
     assert_refused(argv, [n.format(weightless) for n in named], capsys)
 
 
+PROMPT_FILES = {
+    "no file": (None, ["--prompts {path} is not a file; give a .jsonl of prompt rows"]),
+    "a row without a prompt": ('{"q": "hi"}\n', ["{path}:1 has neither 'prompt' nor 'messages'"]),
+    "a line that is not JSON": ("nope\n", ["{path}:1 is not valid JSON"]),
+    "no rows": ("\n", ["--prompts {path} holds no prompt rows"]),
+}
+
+
+@pytest.mark.parametrize("case", PROMPT_FILES)
+def test_evaluate_refuses_what_its_prompts_hold_before_loading(case, weightless, tmp_path, capsys):
+    content, named = PROMPT_FILES[case]
+    path = tmp_path / "prompts.jsonl"
+    if content is not None:
+        path.write_text(content)
+    argv = ["evaluate", "--prompts", str(path), "--teacher", str(weightless), "--", str(weightless)]
+    assert_refused(argv, [n.format(path=path) for n in named], capsys)
+
+
 def test_an_unknown_lm_eval_task_is_refused_before_any_model_loads(weightless, capsys) -> None:
     argv = ["evaluate", "--lm-eval", "kd_heldout,kd_heldout_choise", "--lm-eval-limit", "0"]
     named = [
