@@ -36,7 +36,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> Path:
     """Write the GGUF ``argv`` asks for; returns its path."""
     args = parser().parse_args(argv)
-    check_entry(extra=directory_errors(args.directory) + out_file_errors("--out", args.out))
+    out_errors = out_file_errors("--out", args.out, f"student.{args.gguf}.gguf")
+    check_entry(extra=directory_errors(args.directory) + out_errors)
     path = export_saved(args.directory, args.gguf, args.out)
     print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MB)")
     return path
@@ -46,7 +47,13 @@ def directory_errors(directory: Path) -> list[str]:
     """Why ``directory`` is not a saved model to convert (missing, or no ``config.json``)."""
     if (directory / "config.json").is_file():
         return []
-    what = "has no config.json" if directory.is_dir() else "does not exist"
+    what = (
+        "has no config.json"
+        if directory.is_dir()
+        else "is a file, not a directory"
+        if directory.exists()
+        else "does not exist"
+    )
     return [
         f"{directory} {what}: give a save_pretrained directory, e.g. a run's student/ "
         "(lightning-kd export runs/kd/student --gguf q8_0)"

@@ -36,14 +36,15 @@ def out_dir_errors(option: str, out: Path, sep: str = " ") -> list[str]:
     return [f"{option}{sep}{out} {where}; give a directory, e.g. {option}{sep}{example}"]
 
 
-def out_file_errors(option: str, out: Path | None) -> list[str]:
+def out_file_errors(option: str, out: Path | None, example: str = "out.json") -> list[str]:
     """Why ``out`` cannot be the output file ``option`` names: a directory, or under a file. A
-    missing parent directory is fine: the command creates it when it writes."""
+    missing parent directory is fine: the command creates it when it writes. ``example``: a
+    file name of the kind the command writes, for the fix."""
     if out is None:
         return []
     out = Path(out)
     if out.is_dir():
-        return [f"{option} {out} is a directory; give a file path, e.g. {option} {out}/out.json"]
+        return [f"{option} {out} is a directory; give a file path, e.g. {option} {out}/{example}"]
     blocking = _blocking_file(out.parent)
     if blocking is None:
         return []

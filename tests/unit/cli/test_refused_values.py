@@ -439,9 +439,13 @@ EXPORT = {
         ["the student is a gpt2 model (model_type='gpt2')", "convert_hf_to_gguf.py"],
     ),
     "no model there": (["{model}/nothing", "--gguf", "f16"], ["nothing does not exist"]),
+    "a file, not the model's directory": (
+        ["{model}/config.json", "--gguf", "f16"],
+        ["config.json is a file, not a directory: give a save_pretrained directory"],
+    ),
     "an --out that is a directory": (
         ["{model}", "--gguf", "f16", "--out", "{model}"],
-        ["--out {model} is a directory; give a file path"],
+        ["--out {model} is a directory; give a file path, e.g. --out {model}/student.f16.gguf"],
     ),
 }
 
