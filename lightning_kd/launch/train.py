@@ -28,6 +28,7 @@ from lightning_kd.launch.data_checks import dataset_errors
 from lightning_kd.launch.entry import check_entry
 from lightning_kd.launch.export import export_gguf, gguf_errors
 from lightning_kd.launch.harness_run import evaluate_run, harness_errors
+from lightning_kd.launch.model_paths import model_path_errors
 from lightning_kd.launch.nodes import launcher, node_errors
 from lightning_kd.launch.teacher_cache import drop_repair_states
 from lightning_kd.training.checkpoints import LAST_NAME, resolve_ckpt_path
@@ -169,7 +170,8 @@ def run(cfg: DictConfig, command: Sequence[str] = ("python", "run.py")) -> float
     # launcher that started this process, the data source, the GGUF export and lm_eval.tasks, for
     # train alone (the others run on one process and export no student).
     nodes = node_errors(cfg.trainer.get("num_nodes", 1), cfg.trainer.devices)
-    check_entry(cfg, extra=nodes + dataset_errors(cfg) + gguf_errors(cfg) + harness_errors(cfg))
+    extra = model_path_errors(cfg) + nodes + dataset_errors(cfg) + harness_errors(cfg)
+    check_entry(cfg, extra=extra + gguf_errors(cfg))
     output_dir = Path(cfg.output_dir)
     ckpt_path = resolve_ckpt_path(cfg.ckpt_path, output_dir / "checkpoints")
     # Only a checkpoint of this directory's run resumes it: another run's, into a directory

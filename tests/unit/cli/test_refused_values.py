@@ -139,6 +139,24 @@ def test_an_unknown_lm_eval_task_is_refused_before_any_model_loads(weightless, c
     assert_refused([*argv, "--", str(weightless)], named, capsys)
 
 
+def test_train_refuses_every_model_path_it_cannot_read_at_once(weightless, tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    teachers = (
+        f"+teachers=[{{name: a, weight: 0.5}}, {{name: b, weight: 0.25, path: {tmp_path}/nope}}, "
+        f"{{name: c, weight: 0.25, path: {empty}}}]"
+    )
+    overrides = [teachers, "student.path=./no_student", "student.config=null"]
+    named = [
+        "3 values are refused",
+        "student.path=./no_student does not exist",
+        f"teachers[1].path={tmp_path}/nope does not exist",
+        f"teachers[2].path={empty}: directory has no config.json",
+    ]
+    argv = hydra_argv("train", weightless, tmp_path / "run", *overrides)
+    assert_refused(argv, named, capsys)  # the weights are missing: the refusal came first
+
+
 def test_train_refuses_lm_eval_tasks_it_cannot_run(weightless, tmp_path, capsys) -> None:
     overrides = ["lm_eval.tasks=[kd_heldout]", "export_student=false", "lm_eval.include=[nope]"]
     named = [
