@@ -27,8 +27,8 @@ from pathlib import Path
 
 from lightning_kd.evaluation.harness import Harness, score_models, task_errors, task_names
 from lightning_kd.evaluation.harness import markdown as harness_markdown
-from lightning_kd.evaluation.judge import judge_prompt_file, read_prompt_file
-from lightning_kd.evaluation.perplexity import documents_of, markdown, score_files
+from lightning_kd.evaluation.judge import judge_prompts, read_prompt_file
+from lightning_kd.evaluation.perplexity import documents_of, markdown, score_documents
 from lightning_kd.evaluation.prompts import Sampling
 from lightning_kd.evaluation.prompts import markdown as prompts_markdown
 from lightning_kd.evaluation.saved_models import model_location
@@ -101,20 +101,21 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
         options.error("--lm-eval-include, --lm-eval-limit and --device go with --lm-eval TASKS")
     if args.lm_eval is not None:
         return lm_eval(args)
-    check(args)
+    read = check(args)
     if args.prompts is not None:
-        return prompts(args)
-    rows = score_files(args.models, args.files, args.block_size, args.batch_size, args.text_field)
+        return prompts(args, read)
+    rows = score_documents(args.models, read, args.block_size, args.batch_size)
     print("\n" + markdown(rows))
     if args.out is not None:
         write_rows(args.out, {"files": args.files, "rows": rows})
     return rows
 
 
-def check(args: argparse.Namespace) -> None:
+def check(args: argparse.Namespace) -> list:
     """Every number the evaluation uses, its sequence length (``--block-size`` for text,
-    ``--max-new-tokens`` after each prompt) against each model's positions, each model and
-    ``--files`` entry, and ``--out`` (a file path, not a directory), before any model loads."""
+    ``--max-new-tokens`` after each prompt) against each model's positions, each model, what
+    ``--files`` or ``--prompts`` hold, and ``--out`` (a file path, not a directory), before any
+    model loads; returns the documents or prompts it read."""
     if args.prompts is None:
         key, tokens, names = "--block-size", args.block_size, args.models
         numbers = {"--batch-size": args.batch_size, key: tokens}
@@ -130,36 +131,23 @@ def check(args: argparse.Namespace) -> None:
     limits = {
         name: lambda name=name: saved_positions(model_location(name, keys[name])) for name in names
     }
-    extra = out_file_errors("--out", args.out) + files_errors(args.files, args.text_field)
-    extra += prompts_errors(args.prompts)
+    read, read_errors = read_inputs(args)
+    extra = out_file_errors("--out", args.out) + read_errors
     lengths = [Length(key, tokens, limits)]
     check_entry(command="evaluate", options=numbers, lengths=lengths, extra=extra)
+    return read
 
 
-def files_errors(files: list[str] | None, text_field: str) -> list[str]:
-    """``--files`` checked as the evaluation reads them (each a .txt/.jsonl file, each pattern
-    matching one, each record holding ``--text-field``'s text, some text in all), before any
-    model loads."""
-    if files is None:
-        return []
+def read_inputs(args: argparse.Namespace) -> tuple[list, list[str]]:
+    """The prompt rows of ``--prompts``, or the documents of ``--files`` (each a .txt/.jsonl
+    file, each pattern matching one, each record holding ``--text-field``'s text, some text in
+    all), read once, and why they cannot be."""
     try:
-        if not documents_of(files, text_field):
-            return [f"--files {files} hold no text: nothing to score"]
+        if args.prompts is not None:
+            return read_prompt_file(args.prompts), []
+        return documents_of(args.files, args.text_field), []
     except (OSError, ValueError) as error:
-        return [str(error)]
-    return []
-
-
-def prompts_errors(path: Path | None) -> list[str]:
-    """``--prompts`` read as the evaluation reads it (prompt rows, at least one), before any
-    model loads."""
-    if path is None:
-        return []
-    try:
-        read_prompt_file(path)
-    except (OSError, ValueError) as error:
-        return [str(error)]
-    return []
+        return [], [str(error)]
 
 
 def write_rows(out: Path, record: dict) -> None:
@@ -168,13 +156,14 @@ def write_rows(out: Path, record: dict) -> None:
     atomic_write_bytes(out, json.dumps(record, indent=2).encode())
 
 
-def prompts(args: argparse.Namespace) -> list[dict]:
-    """``--prompts``: each model's greedy answers judged by ``--teacher``."""
+def prompts(args: argparse.Namespace, rows_read: list[list[dict]]) -> list[dict]:
+    """``--prompts`` (``rows_read``: its prompts): each model's greedy answers judged by
+    ``--teacher``."""
     sampling = None
     if args.samples is not None:
         sampling = Sampling(args.samples, args.temperature, args.seed)
-    rows = judge_prompt_file(
-        args.models, args.teacher, args.prompts, args.max_new_tokens, args.batch_size, sampling
+    rows = judge_prompts(
+        args.models, args.teacher, rows_read, args.max_new_tokens, args.batch_size, sampling
     )
     print("\n" + prompts_markdown(rows))
     if args.out is not None:

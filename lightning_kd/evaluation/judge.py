@@ -14,17 +14,16 @@ from lightning_kd.models.positions import room_error, saved_positions
 from lightning_kd.utils.refusal import refuse
 
 
-def judge_prompt_file(
+def judge_prompts(
     models: list[str],
     teacher: str,
-    prompts_file: Path,
+    prompts: list[list[dict]],
     max_new_tokens: int,
     batch_size: int,
     sampling: Sampling | None = None,
 ) -> list[dict]:
-    """Rows of scores for ``teacher`` and each of ``models`` on the prompts of ``prompts_file``
-    (every model must share the teacher's tokenizer, which needs a chat template)."""
-    prompts = read_prompt_file(prompts_file)
+    """Rows of scores for ``teacher`` and each of ``models`` on ``prompts`` (every model must
+    share the teacher's tokenizer, which needs a chat template)."""
     tokenizer = load_tokenizer(teacher)
     if tokenizer.chat_template is None:
         raise ValueError(f"--teacher {teacher}'s tokenizer has no chat template")

@@ -59,13 +59,17 @@ from lightning_kd.losses.logits import IGNORE_INDEX, scored_next_token
 
 
 def documents_of(files: list[str], text_field: str) -> list[str]:
-    """Every non-blank document in ``files``, read as ``data.files`` reads them."""
-    return [
+    """Every non-blank document in ``files``, read as ``data.files`` reads them; files of no
+    text are refused."""
+    documents = [
         text
         for path in expand_files(files, key="--files")
         for text in read_documents(path, text_field, key="--text-field")
         if text.strip()
     ]
+    if not documents:
+        raise ValueError(f"--files {files} hold no text: nothing to score")
+    return documents
 
 
 @dataclass(frozen=True)
@@ -171,14 +175,11 @@ def score_row(name: str, tokenizer: str, nll: float, windows: Windows) -> dict:
     }
 
 
-def score_files(
-    models: list[str], files: list[str], block_size: int, batch_size: int, text_field: str
+def score_documents(
+    models: list[str], documents: list[str], block_size: int, batch_size: int
 ) -> list[dict]:
-    """Each model's perplexity and bits per byte over the documents of ``files``, each through
-    its own tokenizer. Every tokenizer reads the text before any model loads."""
-    documents = documents_of(files, text_field)
-    if not documents:
-        raise ValueError(f"{files} hold no text: nothing to score")
+    """Each model's perplexity and bits per byte over ``documents``, each through its own
+    tokenizer. Every tokenizer reads the text before any model loads."""
     tokenizers = {name: load_tokenizer(name) for name in models}
     views = {name: windows_of(documents, tokenizers[name], block_size, name) for name in models}
     rows = []

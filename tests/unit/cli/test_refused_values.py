@@ -111,24 +111,6 @@ def test_evaluate_prompts_refuses_bad_values(case, weightless, prompts, capsys) 
     assert_refused(argv, [n.format(weightless) for n in named], capsys)
 
 
-PROMPT_FILES = {
-    "no file": (None, ["--prompts {path} is not a file; give a .jsonl of prompt rows"]),
-    "a row without a prompt": ('{"q": "hi"}\n', ["{path}:1 has neither 'prompt' nor 'messages'"]),
-    "a line that is not JSON": ("nope\n", ["{path}:1 is not valid JSON"]),
-    "no rows": ("\n", ["--prompts {path} holds no prompt rows"]),
-}
-
-
-@pytest.mark.parametrize("case", PROMPT_FILES)
-def test_evaluate_refuses_what_its_prompts_hold_before_loading(case, weightless, tmp_path, capsys):
-    content, named = PROMPT_FILES[case]
-    path = tmp_path / "prompts.jsonl"
-    if content is not None:
-        path.write_text(content)
-    argv = ["evaluate", "--prompts", str(path), "--teacher", str(weightless), "--", str(weightless)]
-    assert_refused(argv, [n.format(path=path) for n in named], capsys)
-
-
 def test_an_unknown_lm_eval_task_is_refused_before_any_model_loads(weightless, capsys) -> None:
     argv = ["evaluate", "--lm-eval", "kd_heldout,kd_heldout_choise", "--lm-eval-limit", "0"]
     named = [
@@ -429,19 +411,43 @@ def test_evaluate_refuses_its_paths_before_loading(case, weightless, text, tmp_p
     assert "teacher.path" not in capsys.readouterr().err
 
 
-EVALUATE_FILES = {
-    "a record without the field": ('{"txt": "hi"}\n', ["has no 'text' field; set --text-field"]),
-    "no text": ("\n\n", ["hold no text: nothing to score"]),
-    "a line that is not JSON": ('{"text": "hi"}\nnot json\n', [":2 is not valid JSON"]),
+EVALUATE_INPUTS = {
+    "--files: a record without the field": (
+        "--files",
+        '{"txt": "hi"}\n',
+        ["{path}:1 has no 'text' field; set --text-field"],
+    ),
+    "--files: no text": ("--files", "\n\n", ["hold no text: nothing to score"]),
+    "--files: a line that is not JSON": (
+        "--files",
+        '{"text": "hi"}\nnot json\n',
+        ["{path}:2 is not valid JSON"],
+    ),
+    "--prompts: no file": (
+        "--prompts",
+        None,
+        ["--prompts {path} is not a file; give a .jsonl of prompt rows"],
+    ),
+    "--prompts: a row without a prompt": (
+        "--prompts",
+        '{"q": "hi"}\n',
+        ["{path}:1 has neither 'prompt' nor 'messages'"],
+    ),
+    "--prompts: a line that is not JSON": ("--prompts", "nope\n", ["{path}:1 is not valid JSON"]),
+    "--prompts: no rows": ("--prompts", "\n", ["--prompts {path} holds no prompt rows"]),
 }
 
 
-@pytest.mark.parametrize("case", EVALUATE_FILES)
-def test_evaluate_refuses_what_its_files_hold_before_loading(case, weightless, tmp_path, capsys):
-    content, named = EVALUATE_FILES[case]
-    (path := tmp_path / "held_out.jsonl").write_text(content)
-    argv = ["evaluate", "--files", str(path), "--block-size", "32", "--", str(weightless)]
-    assert_refused(argv, named, capsys)  # the weights are missing: the refusal came first
+@pytest.mark.parametrize("case", EVALUATE_INPUTS)
+def test_evaluate_refuses_what_its_input_holds_before_loading(case, weightless, tmp_path, capsys):
+    option, content, named = EVALUATE_INPUTS[case]
+    path = tmp_path / "input.jsonl"
+    if content is not None:
+        path.write_text(content)
+    own = ["--teacher", str(weightless)] if option == "--prompts" else ["--block-size", "32"]
+    argv = ["evaluate", option, str(path), *own, "--", str(weightless)]
+    # The weights are missing: the refusal came before any model loaded.
+    assert_refused(argv, [n.format(path=path) for n in named], capsys)
 
 
 def test_soak_refuses_an_out_holding_a_training_run(training_run, capsys) -> None:
