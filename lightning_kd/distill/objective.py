@@ -134,7 +134,7 @@ class DistillConfig:
             )
 
     def _check_finite(self) -> None:
-        """Every number a float: a NaN passes each range check below (all comparisons false)."""
+        """Every float setting finite: a NaN passes each range check below (it compares false)."""
         for field in fields(self):
             value = getattr(self, field.name)
             if isinstance(value, float) and not math.isfinite(value):
