@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 from lightning_kd.launch.checks import config_errors
 from lightning_kd.launch.cluster import launcher_errors, launcher_override_errors, submitit_kind
 from lightning_kd.launch.config import CONF_DIR, register_defaults
+from lightning_kd.launch.keys import override_key_errors
 from lightning_kd.launch.paths import run_dir_errors
 from lightning_kd.utils.refusal import REFUSED_EXIT, Refused, refuse
 from lightning_kd.utils.stopping import STOP, Interrupted
@@ -44,7 +45,11 @@ def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
 
     register_defaults()
     try:
-        refuse(run_dir_override_errors(argv) + launcher_override_errors(argv))
+        refuse(
+            run_dir_override_errors(argv)
+            + launcher_override_errors(argv)
+            + override_key_errors(argv)
+        )
     except Refused as refused:
         exit_refused(refused)
     sys.argv = [typed[0] if typed else "lightning-kd", *argv]

@@ -266,6 +266,18 @@ TRAIN = {
         ["distill.kd_weight=0", "distill.ce_weight=0", "distill.feature_weight=0"],
         ["are all 0: the loss would be 0.0 and nothing would train", "e.g. distill.kd_weight=0.5"],
     ),
+    # Hydra's own advice for a typo, "use +distill.kdweight=0.3", ends in a TypeError.
+    "mistyped keys, and one added that nothing reads": (
+        ["distill.kdweight=0.3", "trainer.maxsteps=3", "+data.blocksize=64"],
+        [
+            "3 values are refused",
+            "distill.kdweight=0.3: the config has no key distill.kdweight; "
+            "did you mean distill.kd_weight?",
+            "did you mean trainer.max_steps?",
+            "data.blocksize: TextDataModule takes no setting 'blocksize'; "
+            "did you mean data.block_size?",
+        ],
+    ),
 }
 
 

@@ -1,0 +1,157 @@
+"""Keys a config does not have: a mistyped override, and a setting nothing reads.
+
+Hydra refuses ``distill.kdweight=0.3`` with "To append to your config use +distill.kdweight=0.3";
+followed, that advice ends in a ``TypeError`` from the object the group builds, after the data
+has been read. Both are refused here, before anything loads, each with the key it was likely
+meant to be.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra.errors import ConfigCompositionException
+from hydra.utils import get_object
+from omegaconf import DictConfig, OmegaConf
+
+from lightning_kd.launch.config import GROUP_TARGETS, compose_config
+
+HYDRA_KEYS = {"_target_", "_convert_", "_recursive_", "_partial_", "_args_"}
+"""Keys ``hydra.utils.instantiate`` reads itself: never a setting of the object built."""
+
+CONFIG_DIR_FLAGS = ("--config-dir", "-cd")
+
+NOT_IN_CONFIG = re.compile(r"Could not override '([^']+)'")
+
+
+def override_key_errors(argv: Sequence[str]) -> list[str]:
+    """One message per override in the command line ``argv`` that sets a key the composed
+    config does not have, each with the nearest key it has, and per group setting nothing reads
+    (:func:`unknown_setting_errors`); or one per ``--config-dir`` that is not a directory.
+    Command lines with other flags than
+    ``--config-dir`` (``-m``, ``--cfg``, ``--help``) are left to Hydra, as are sweeps."""
+    split = _overrides_and_dirs(argv)
+    if split is None:
+        return []
+    overrides, config_dirs = split
+    if absent := [d for d in config_dirs if not Path(d).expanduser().is_dir()]:
+        # Hydra only warns, then composes without it: the user's configs would go unread.
+        return [f"--config-dir {d}: no such directory" for d in absent]
+    missing: list[tuple[str, str]] = []
+    cfg = None
+    for _ in range(len(overrides) + 1):
+        try:
+            cfg = compose_config(overrides, config_dirs=config_dirs)
+            break
+        except ConfigCompositionException as error:
+            found = NOT_IN_CONFIG.search(str(error))
+            word = _override_of(overrides, found.group(1)) if found else None
+            if word is None:  # another problem: Hydra names it when it composes
+                break
+            missing.append((word, found.group(1)))
+            overrides = [w for w in overrides if w != word]
+        except Exception:  # a sweep, a missing group option: Hydra's own message says it
+            break
+    keys = [] if cfg is None else dotted_keys(cfg)
+    errors = [_missing_message(word, key, keys) for word, key in missing]
+    return errors + ([] if cfg is None else unknown_setting_errors(cfg))
+
+
+def unknown_setting_errors(cfg: Mapping) -> list[str]:
+    """One message per key of a group node (``distill``, ``data``, ...) that the object it
+    builds takes no argument for: ``+distill.kdweight=0.3``, or a typo in a user's YAML file."""
+    errors = []
+    for group in GROUP_TARGETS:
+        node = cfg.get(group) if isinstance(cfg, Mapping) else None
+        if not isinstance(node, Mapping) or not isinstance(node.get("_target_"), str):
+            continue
+        accepted = _arguments(node["_target_"])
+        if accepted is None:
+            continue
+        for key in node:
+            if key in HYDRA_KEYS or key in accepted:
+                continue
+            near = difflib.get_close_matches(str(key), accepted, n=1)
+            fix = (
+                f"did you mean {group}.{near[0]}?"
+                if near
+                else f"remove it (lightning-kd train --cfg job prints the {group} keys)"
+            )
+            name = node["_target_"].rsplit(".", 1)[-1]
+            errors.append(f"{group}.{key}: {name} takes no setting {key!r}; {fix}")
+    return errors
+
+
+def dotted_keys(cfg: DictConfig) -> list[str]:
+    """Every key of ``cfg`` by its dotted path, a list's items by their index
+    (``teachers.1.weight``); interpolations left as they are."""
+    keys: list[str] = []
+
+    def walk(node: Any, prefix: str) -> None:
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, value in items:
+            path = f"{prefix}{key}"
+            keys.append(path)
+            if isinstance(value, dict | list):
+                walk(value, f"{path}.")
+
+    walk(OmegaConf.to_container(cfg, resolve=False), "")
+    return keys
+
+
+def _overrides_and_dirs(argv: Sequence[str]) -> tuple[list[str], list[str]] | None:
+    """``argv``'s overrides and ``--config-dir`` directories, or None for another flag."""
+    overrides, config_dirs, words = [], [], iter(argv)
+    for word in words:
+        if word in CONFIG_DIR_FLAGS:
+            config_dirs.append(next(words, ""))
+        elif word.startswith("--config-dir="):
+            config_dirs.append(word.split("=", 1)[1])
+        elif word.startswith("-"):
+            return None
+        else:
+            overrides.append(word)
+    return overrides, config_dirs
+
+
+def _override_of(overrides: Sequence[str], key: str) -> str | None:
+    """The last of ``overrides`` that sets ``key`` (as typed), or None."""
+    matches = [w for w in overrides if w.split("=", 1)[0].lstrip("+~") == key]
+    return matches[-1] if matches else None
+
+
+def _missing_message(word: str, key: str, keys: Sequence[str]) -> str:
+    """Why ``word`` is refused, with the nearest of ``keys``: among the keys beside it where
+    its parent exists (``trainer.maxsteps``), else among those as deep (``distil.kd_weight``)."""
+    parent = _parent(key)
+    siblings = [k for k in keys if _parent(k) == parent]
+    if parent is not None and parent not in keys:
+        siblings = [k for k in keys if k.count(".") == key.count(".")]
+    near = difflib.get_close_matches(key, siblings, n=1, cutoff=0.7)
+    if near:
+        return f"{word}: the config has no key {key}; did you mean {near[0]}?"
+    return (
+        f"{word}: the config has no key {key}; lightning-kd train --cfg job prints the keys "
+        f"it has (a key it leaves out that the object built takes is added with +{word})"
+    )
+
+
+def _parent(key: str) -> str | None:
+    return key.rsplit(".", 1)[0] if "." in key else None
+
+
+def _arguments(target: str) -> list[str] | None:
+    """The keyword arguments ``target`` (a dotted path) takes, or None when it takes any
+    (``**kwargs``) or cannot be found (``instantiate`` names it then)."""
+    try:
+        parameters = inspect.signature(get_object(target)).parameters.values()
+    except Exception:
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return [p.name for p in parameters]

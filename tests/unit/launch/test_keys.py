@@ -1,0 +1,71 @@
+"""A key the config does not have is refused with the key it was likely meant to be."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lightning_kd.launch.config import compose_config
+from lightning_kd.launch.keys import override_key_errors, unknown_setting_errors
+
+
+def test_a_command_line_of_known_keys_passes() -> None:
+    argv = ["debug=smoke", "trainer.max_steps=3", "experiment=two_teachers", "teachers.1.weight=1"]
+    assert override_key_errors(argv) == []
+
+
+def test_each_mistyped_key_is_named_with_its_nearest_neighbour() -> None:
+    typed = ["trainer.maxsteps=3", "distil.kd_weight=1", "teachers.1.wieght=1"]
+    errors = override_key_errors(["experiment=two_teachers", *typed])
+    assert errors == [
+        "trainer.maxsteps=3: the config has no key trainer.maxsteps; "
+        "did you mean trainer.max_steps?",
+        "distil.kd_weight=1: the config has no key distil.kd_weight; "
+        "did you mean distill.kd_weight?",
+        "teachers.1.wieght=1: the config has no key teachers.1.wieght; "
+        "did you mean teachers.1.weight?",
+    ]
+
+
+def test_a_key_near_nothing_points_to_the_printed_config_not_to_a_parent() -> None:
+    (error,) = override_key_errors(["trainer.foo=1"])
+    assert error.startswith("trainer.foo=1: the config has no key trainer.foo; ")
+    assert "lightning-kd train --cfg job prints the keys" in error
+    assert "did you mean" not in error  # not "did you mean trainer?"
+
+
+def test_a_setting_added_that_its_object_does_not_take_is_named(tmp_path: Path) -> None:
+    errors = override_key_errors(["+distill.kdweight=0.3", "+distill.zzz=1"])
+    assert errors == [
+        "distill.kdweight: DistillConfig takes no setting 'kdweight'; "
+        "did you mean distill.kd_weight?",
+        "distill.zzz: DistillConfig takes no setting 'zzz'; "
+        "remove it (lightning-kd train --cfg job prints the distill keys)",
+    ]
+    # The same check on a composed config (a notebook's, or a key in the user's own YAML).
+    cfg = compose_config(["+student.num_layer=2"])
+    assert unknown_setting_errors(cfg) == [
+        "student.num_layer: StudentSpec takes no setting 'num_layer'; "
+        "did you mean student.num_layers?"
+    ]
+    assert unknown_setting_errors(compose_config(["debug=smoke"])) == []
+
+
+def test_the_users_config_directory_is_searched_and_a_missing_one_refused(tmp_path: Path) -> None:
+    mine = tmp_path / "conf"
+    (mine / "experiment").mkdir(parents=True)
+    (mine / "experiment" / "mine.yaml").write_text("# @package _global_\nmy_note: hello\n")
+    assert override_key_errors(["--config-dir", str(mine), "experiment=mine", "my_note=x"]) == []
+    assert override_key_errors([f"--config-dir={mine}", "my_nite=x"]) == [
+        "my_nite=x: the config has no key my_nite; lightning-kd train --cfg job prints the keys "
+        "it has (a key it leaves out that the object built takes is added with +my_nite=x)"
+    ]
+    missing = tmp_path / "nowhere"
+    assert override_key_errors(["--config-dir", str(missing), "trainer.max_steps=1"]) == [
+        f"--config-dir {missing}: no such directory"
+    ]
+
+
+def test_other_flags_and_sweeps_are_left_to_hydra() -> None:
+    assert override_key_errors(["-m", "distill.kdweight=1,2"]) == []
+    assert override_key_errors(["--cfg", "job", "distill.kdweight=1"]) == []
+    assert override_key_errors(["teacher=nonexistent", "distill.kdweight=1"]) == []
