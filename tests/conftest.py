@@ -117,11 +117,14 @@ def make_datamodule(files: list[Path], **kwargs) -> TextDataModule:
     return TextDataModule(byte_tokenizer(), files=[str(f) for f in files], **options)
 
 
-def make_module(teacher: TeacherSpec, student: dict | None = None, **distill) -> DistillationModule:
+def make_module(
+    teacher: TeacherSpec, student: dict | None = None, teachers: list | None = None, **distill
+) -> DistillationModule:
     """A module distilling ``teacher`` into ``debug=smoke``'s student (a 2-layer copy) with its
     objective — the CLI's defaults plus the smoke test's, logits only unless ``features`` is
     given (the default run's hidden-state matching is tested where it is named) — overridden by
-    ``student`` and ``distill``; AdamW (lr 1e-3)."""
+    ``student`` and ``distill``, with ``teachers`` (a ``teachers`` list) if given; AdamW (lr
+    1e-3)."""
     cfg = compose_config(["debug=smoke"])
     distill = {"features": None, **distill}
     return DistillationModule(
@@ -130,6 +133,7 @@ def make_module(teacher: TeacherSpec, student: dict | None = None, **distill) ->
         distill=instantiate(cfg.distill, _convert_="all", **distill),
         optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3),
         tokenizer=byte_tokenizer(),
+        teachers=teachers,
     )
 
 

@@ -23,6 +23,7 @@ from lightning_kd.cache.format import (
     Shard,
 )
 from lightning_kd.cache.shard_files import sha256_file
+from lightning_kd.utils.refusal import Refused
 
 REBUILD = (
     "rebuild it for this run with `lightning-kd cache hydra.run.dir=<dir> <this run's "
@@ -34,7 +35,7 @@ SPLIT_CAUSES = (
 )
 
 
-class CacheError(ValueError):
+class CacheError(Refused):
     """A cache directory that is incomplete or whose files are not as the index records."""
 
 

@@ -13,6 +13,7 @@ beside it (``train/kd/<name>``). Each extra term runs the student's head again, 
 
 from __future__ import annotations
 
+import difflib
 import gc
 import math
 from collections.abc import Mapping, Sequence
@@ -28,8 +29,10 @@ from lightning_kd.distill.cross_tokenizer import CrossTokenizer
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.distill.teacher_domains import rows_of
 from lightning_kd.distill.tokenizer_pairs import teacher_tokenizer_for
+from lightning_kd.models.digests import config_digest, weights_digest
 from lightning_kd.models.heads import final_hidden, output_head
 from lightning_kd.models.loading import TeacherSpec, load_teacher
+from lightning_kd.utils.refusal import refuse
 
 ENTRY_KEYS = ("name", "weight", "cache", "domains")
 """What a ``teachers`` entry holds besides ``teacher`` keys (``models/loading.py``)."""
@@ -52,33 +55,72 @@ class TeacherEntry:
     ``distill.teacher_cache``."""
 
 
-def teacher_entries(teachers: Sequence[Mapping[str, Any]], main: TeacherSpec) -> list[TeacherEntry]:
-    """The ``teachers`` list checked: each entry a ``name``, a ``weight`` and ``teacher`` keys
-    over the ``teacher`` group's (one entry with no ``path``/``config`` is that model itself);
-    the weights sum to 1."""
-    allowed = set(ENTRY_KEYS) | {field.name for field in fields(TeacherSpec)}
-    entries = []
+def teacher_entries(teachers: Any, main: TeacherSpec) -> list[TeacherEntry] | None:
+    """The ``teachers`` list checked — each entry a ``name``, a ``weight`` and ``teacher`` keys
+    over the ``teacher`` group's (one entry with no ``path``/``config`` is that model itself),
+    the weights summing to 1 — or :class:`~lightning_kd.utils.refusal.Refused` naming every
+    problem. None for no list, or a list of one: the teacher group's model alone."""
+    entries, errors = read_entries(teachers, main)
+    refuse(errors)
+    return entries if len(entries) > 1 else None
+
+
+def read_entries(teachers: Any, main: TeacherSpec) -> tuple[list[TeacherEntry], list[str]]:
+    """The entries of ``teachers`` that read, and one message per problem with any of them."""
+    if teachers is None or (isinstance(teachers, Sequence) and not len(teachers)):
+        return [], []
+    if isinstance(teachers, str | Mapping) or not isinstance(teachers, Sequence):
+        return [], [f"teachers={teachers!r}: give a list of entries, e.g. {EXAMPLE}"]
+    entries, errors = [], []
     for index, entry in enumerate(teachers):
-        if not isinstance(entry, Mapping) or not {"name", "weight"} <= set(entry):
-            raise ValueError(
-                f"teachers[{index}]={entry!r}: each entry needs a name and a weight, e.g. "
-                "{name: gemma, weight: 0.5, path: gemma3_270m}"
-            )
-        if unknown := sorted(set(entry) - allowed):
-            raise ValueError(f"teachers[{index}] has unknown keys {unknown}; allowed: {allowed}")
-        overrides = teacher_keys(entry)
-        own = "path" in overrides
-        if not own and entry.get("cache") is not None:
-            raise ValueError(
-                f"teachers[{index}] is the teacher group's model, whose cache is "
-                "distill.teacher_cache: set distill.teacher_cache instead of its entry's cache"
-            )
-        spec = replace(main, **overrides)
-        name, weight = str(entry["name"]), entry_weight(entry["weight"], index)
+        found, why = read_entry(entry, index, main)
+        errors += why
+        entries += [found] if found is not None else []
+    if not errors:
+        errors += entries_errors(entries)
+    return entries, errors
+
+
+EXAMPLE = "teachers=[{name: smollm2, weight: 0.5}, {name: gemma, weight: 0.5, path: gemma3_270m}]"
+
+
+def read_entry(entry: Any, index: int, main: TeacherSpec) -> tuple[TeacherEntry | None, list]:
+    """``teachers[index]`` as an entry, or None and why not (every reason at once)."""
+    if not isinstance(entry, Mapping):
+        return None, [f"teachers[{index}]={entry!r}: give a mapping, e.g. {{name: a, weight: 0.5}}"]
+    allowed = [*ENTRY_KEYS, *(field.name for field in fields(TeacherSpec))]
+    errors = []
+    for key in sorted(set(map(str, entry)) - set(allowed)):
+        near = difflib.get_close_matches(key, allowed, n=1)
+        hint = f"did you mean {near[0]}?" if near else f"allowed: {', '.join(allowed)}"
+        errors.append(f"teachers[{index}].{key}: an entry takes no key {key!r}; {hint}")
+    errors += [
+        f"teachers[{index}] has no {key}: each entry needs a name and a weight, e.g. "
+        "{name: gemma, weight: 0.5, path: gemma3_270m}"
+        for key in ("name", "weight")
+        if entry.get(key) is None
+    ]
+    overrides = teacher_keys(entry)
+    own = overrides.get("path") is not None or overrides.get("config") is not None
+    if "path" in entry and entry["path"] is None and entry.get("config") is None:
+        errors.append(
+            f"teachers[{index}].path=null: give the model's path (or config), or leave both "
+            "keys out for the teacher group's model"
+        )
+    if not own and entry.get("cache") is not None:
+        errors.append(
+            f"teachers[{index}].cache: this entry is the teacher group's model, whose cache is "
+            "distill.teacher_cache; set distill.teacher_cache instead of its entry's cache"
+        )
+    if errors:
+        return None, errors
+    try:
+        weight = entry_weight(entry["weight"], index)
         domains = entry_domains(entry.get("domains"), index)
-        entries.append(TeacherEntry(name, weight, spec, not own, domains, entry.get("cache")))
-    check_entries(entries)
-    return entries
+    except ValueError as error:
+        return None, [str(error)]
+    spec = replace(main, **overrides)
+    return TeacherEntry(str(entry["name"]), weight, spec, not own, domains, entry.get("cache")), []
 
 
 def entry_weight(weight: Any, index: int) -> float:
@@ -116,23 +158,31 @@ def teacher_keys(entry: Mapping[str, Any]) -> dict[str, Any]:
     return overrides
 
 
-def check_entries(entries: list[TeacherEntry]) -> None:
-    """One main entry, distinct names, non-negative weights that sum to 1, causal LMs only."""
+def entries_errors(entries: list[TeacherEntry]) -> list[str]:
+    """One main entry, distinct names, non-negative weights that sum to 1, causal LMs only, and
+    no domains where one teacher teaches every row."""
+    errors = []
     names = [entry.name for entry in entries]
     if sum(entry.main for entry in entries) != 1:
-        raise ValueError(
+        errors.append(
             "teachers lists every teacher, the teacher group's model among them exactly once "
             "(the entry with no path or config of its own, e.g. {name: smollm2, weight: 0.5})"
         )
     if len(set(names)) != len(names):
-        raise ValueError(f"teachers: names {names} repeat; give each entry its own name")
+        errors.append(f"teachers: names {names} repeat; give each entry its own name")
     weights = [entry.weight for entry in entries]
     if min(weights) < 0 or abs(sum(weights) - 1.0) > 1e-6:
-        raise ValueError(
+        errors.append(
             f"teachers: weights {weights} must be >= 0 and sum to 1 (they share kd_weight)"
         )
     if any(entry.spec.task != "causal_lm" for entry in entries):
-        raise ValueError("teachers: several teachers distil causal LMs' logits only")
+        errors.append("teachers: several teachers distil causal LMs' logits only")
+    if len(entries) == 1 and entries[0].domains is not None:
+        errors.append(
+            "teachers: one entry with domains; a single teacher teaches every row, so drop its "
+            "domains (or add the teachers of the other domains)"
+        )
+    return errors
 
 
 class ExtraTeachers(nn.Module):
@@ -148,9 +198,13 @@ class ExtraTeachers(nn.Module):
     ) -> None:
         super().__init__()
         self.names, self.weights, self.crosses = names, weights, crosses
-        online = zip(names, sources, strict=True)
+        # Keyed by position: a module's name may not hold a dot, a teacher's may (qwen2.5).
         self.models = nn.ModuleDict(
-            {name: model.requires_grad_(False).eval() for name, model in online if is_model(model)}
+            {
+                str(index): model.requires_grad_(False).eval()
+                for index, model in enumerate(sources)
+                if is_model(model)
+            }
         )
         self.caches = {
             name: source
@@ -181,6 +235,27 @@ class ExtraTeachers(nn.Module):
         names, weights = [e.name for e in others], [e.weight for e in others]
         return cls(names, weights, sources, crosses)
 
+    def digests(self) -> dict[str, dict[str, str]]:
+        """Name → the digests of each teacher's weights and config, as it runs (a cached one's as
+        its cache records them), for the checkpoints' record (``training/provenance.py``)."""
+        found = {}
+        for index, name in enumerate(self.names):
+            if name in self.caches:
+                key = self.caches[name].key
+                found[name] = {"weights": key.teacher_weights, "config": key.teacher_config}
+            else:
+                model = self.model(index)
+                found[name] = {
+                    "weights": weights_digest(model),
+                    "config": config_digest(model.config),
+                }
+        return found
+
+    def model(self, index: int) -> nn.Module | None:
+        """Teacher ``index``'s model, or None where its cache stands in for it."""
+        key = str(index)
+        return self.models[key] if key in self.models else None  # noqa: SIM401 (no .get)
+
     def train(self, mode: bool = True) -> ExtraTeachers:
         """Teachers stay in eval mode whatever the distiller's mode."""
         return super().train(False)
@@ -192,7 +267,7 @@ class ExtraTeachers(nn.Module):
         name, cross = self.names[index], self.crosses[index]
         if name in self.caches:
             return self.caches[name].records(batch, split)[0]
-        model = self.models[name]
+        model = self.model(index)
         if cross is not None:
             return cross.records(model, output_head(model), batch, temperature)
         return final_hidden(model, batch, logits=False)
@@ -210,8 +285,8 @@ class ExtraTeachers(nn.Module):
             if ran_on is None or len(ran_on):
                 own = batch if ran_on is None else rows_of(batch, ran_on)
                 teacher_out = self.output(index, own, task.objective.temperature, split)
-            runs_head = name in self.models and self.crosses[index] is None
-            head = output_head(self.models[name]) if runs_head else None
+            runs_head = self.model(index) is not None and self.crosses[index] is None
+            head = output_head(self.model(index)) if runs_head else None
             found.append((name, teacher_out, (student_head, head), ran_on))
         return found
 

@@ -28,6 +28,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from lightning_kd.models.digests import config_digest, vocab_digest, weights_digest
 from lightning_kd.utils.atomic import atomic_write_bytes
 from lightning_kd.utils.locks import writer_lock
+from lightning_kd.utils.refusal import Refused
 
 DECODING = ("max_new_tokens", "do_sample", "temperature", "top_p", "batch_size")
 """``GenerateSpec`` fields that change what is generated (``batch_size`` too: batch i samples from
@@ -36,7 +37,7 @@ LOCATION = ("teacher.path", "teacher.gguf_file")
 """Where the teacher was loaded from: a difference counts only beside one in what it is."""
 
 
-class CompletionsMismatch(ValueError):
+class CompletionsMismatch(Refused):
     """A resume whose settings or teacher differ from those the file was begun with."""
 
 

@@ -25,6 +25,7 @@ from lightning_kd.models.student import run_tokenizer
 from lightning_kd.training.module import DistillationModule
 from lightning_kd.training.strategies import check_accelerator
 from lightning_kd.training.summary import TrainTimer
+from lightning_kd.utils.plain_data import plain_data
 
 
 def with_values(cfg: DictConfig, values: dict[str, Any]) -> DictConfig:
@@ -67,7 +68,7 @@ def build_module(
         optimizer=instantiate(cfg.optimizer, _convert_="all"),
         scheduler=instantiate(cfg.scheduler) if cfg.get("scheduler") else None,
         tokenizer=tokenizer if tokenizer is not None else run_tokenizer(teacher, student),
-        teachers=OmegaConf.to_container(cfg.teachers) if cfg.get("teachers") else None,
+        teachers=plain_data(cfg.get("teachers")),
     )
 
 
@@ -80,8 +81,7 @@ def build_distiller(cfg: DictConfig) -> tuple[Distiller, PreTrainedTokenizerBase
     teacher = instantiate(cfg.teacher, _convert_="all")
     student = instantiate(cfg.student, _convert_="all")
     tokenizer = run_tokenizer(teacher, student)
-    teachers = cfg.get("teachers")
-    entries = teacher_entries(OmegaConf.to_container(teachers), teacher) if teachers else None
+    entries = teacher_entries(plain_data(cfg.get("teachers")), teacher)
     distill = instantiate(cfg.distill, _convert_="all")
     distiller = Distiller.from_specs(teacher, student, distill, tokenizer, teachers=entries)
     return distiller, tokenizer

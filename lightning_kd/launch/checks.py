@@ -24,6 +24,7 @@ from lightning_kd.launch.keys import unknown_setting_errors
 from lightning_kd.launch.logger_checks import logger_errors
 from lightning_kd.launch.paths import run_dir_errors
 from lightning_kd.launch.rules import ABSENT, CountOrFraction, Number, lookup, value_errors
+from lightning_kd.launch.teacher_list import teachers_errors
 from lightning_kd.models.quantize import STRATEGIES, backend_errors
 from lightning_kd.utils.refusal import refuse
 
@@ -99,7 +100,7 @@ def config_errors(cfg: Mapping) -> list[str]:
     errors += _list_errors(cfg) + _device_errors(cfg) + _encoder_errors(cfg)
     errors += _weight_errors(cfg) + _quantize_errors(cfg) + logger_errors(cfg)
     errors += _sharding_errors(cfg) + _repair_errors(cfg) + _flag_errors(cfg)
-    errors += data_setting_errors(cfg) + unknown_setting_errors(cfg)
+    errors += data_setting_errors(cfg) + unknown_setting_errors(cfg) + teachers_errors(cfg)
     return errors + _precision_errors(cfg) + _output_dir_errors(cfg) + _export_errors(cfg)
 
 

@@ -237,6 +237,12 @@ def checked_model_path(path: str, key: str) -> str:
     almost always a typo'd local path; saying so beats a long hub-connection traceback.
     """
     local = Path(path).expanduser()
+    if local.is_file():
+        raise FileNotFoundError(
+            f"{key}={path} is a file, not a model directory; give the directory holding "
+            "config.json (for a .gguf file: its directory as the path and the file's name as "
+            "gguf_file)"
+        )
     if local.is_dir():
         if not (local / "config.json").is_file():
             raise FileNotFoundError(f"{key}={path}: directory has no config.json")

@@ -27,6 +27,7 @@ from torch import nn
 
 from lightning_kd.utils.atomic import TEMP_SUFFIX
 from lightning_kd.utils.disk import disk_errors
+from lightning_kd.utils.refusal import Refused
 
 LAST = "last"
 """``ckpt_path`` value meaning "this run directory's latest checkpoint"."""
@@ -37,7 +38,7 @@ RESUME = "resume with ckpt_path=last (the last checkpoint written whole is kept)
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(Refused):
     """A checkpoint path that is refused, missing, or a file that is not a whole checkpoint."""
 
 

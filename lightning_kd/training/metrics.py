@@ -54,21 +54,23 @@ class ValidationMetrics(nn.Module):
         super().__init__()
         per_teacher = [f"{key}/{name}" for name in teachers for key in ("kl", "agreement")]
         self.names = (*self.NAMES, *per_teacher)
-        self.sums = nn.ModuleDict({name: fp64_sum() for name in self.names})
-        self.counts = nn.ModuleDict({name: fp64_sum() for name in self.names})
+        # By position: a module's name may not hold a dot, a teacher's may (kl/qwen2.5).
+        self.slot = {name: index for index, name in enumerate(self.names)}
+        self.sum_list = nn.ModuleList([fp64_sum() for _ in self.names])
+        self.count_list = nn.ModuleList([fp64_sum() for _ in self.names])
 
     def update(self, name: str, total: Tensor, count: Tensor | int) -> None:
         """Add ``total``, a sum over ``count`` tokens (or examples), to metric ``name``."""
-        self.sums[name].update(total.detach())
-        self.counts[name].update(count)
+        self.sum_list[self.slot[name]].update(total.detach())
+        self.count_list[self.slot[name]].update(count)
 
     def compute(self) -> dict[str, Tensor]:
         """Each updated metric's token mean over all ranks (``exp`` of it for perplexities)."""
         results = {}
-        for name in self.names:
-            if not self.sums[name].update_called:
+        for name, total, count in zip(self.names, self.sum_list, self.count_list, strict=True):
+            if not total.update_called:
                 continue
-            mean = (self.sums[name].compute() / self.counts[name].compute().clamp(min=1)).float()
+            mean = (total.compute() / count.compute().clamp(min=1)).float()
             results[f"val/{name}"] = mean.exp() if name.endswith("ppl") else mean
         return results
 
@@ -78,5 +80,5 @@ class ValidationMetrics(nn.Module):
         # be inference tensors, which refuse the in-place updates of ``fit``'s (no_grad)
         # validation.
         with torch.inference_mode(False):
-            for metric in [*self.sums.values(), *self.counts.values()]:
+            for metric in [*self.sum_list, *self.count_list]:
                 metric.reset()

@@ -65,7 +65,7 @@ class DistillationModule(LightningModule):
     ) -> None:
         super().__init__()
         self.teacher_spec = as_spec(teacher, TeacherSpec)
-        self.teachers = teacher_entries(teachers, self.teacher_spec) if teachers else None
+        self.teachers = teacher_entries(teachers, self.teacher_spec)
         """Every teacher with its weight, where the run has several (``distill/teachers.py``)."""
         self.student_spec = as_spec(student, StudentSpec)
         self.distill = as_spec(distill, DistillConfig)
@@ -94,6 +94,8 @@ class DistillationModule(LightningModule):
         """``weights_digest`` of a LoRA student's frozen base as built (checkpoints record it)."""
         self.teacher_config: str | None = None
         """``digests.config_digest`` of the teacher's Hugging Face config."""
+        self.extra_digests: dict[str, dict[str, str]] = {}
+        """With several teachers, each other teacher's weights and config digests, as loaded."""
         self.blockwise: RepairReport | None = None
         """What ``distill.blockwise_passes`` did before the first step (None: not run here);
         set by the :class:`~lightning_kd.training.repair.BlockwiseRepair` stage."""
@@ -134,6 +136,8 @@ class DistillationModule(LightningModule):
         self.teacher_config = (
             cached.key.teacher_config if cached else config_digest(self.teacher.config)
         )
+        if (extra := self.distiller.extra_teachers) is not None:
+            self.extra_digests = extra.digests()
         self.note_student_base()
         if self.teacher_spec.quantize is not None and self.teacher is not None:
             # DDP broadcasts every weight from rank 0 at setup, and torchao's int8 tensors

@@ -33,10 +33,11 @@ from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 
 from lightning_kd.export.gguf import GGUF_TYPES, gguf_path
-from lightning_kd.training.checkpoints import RESUME
+from lightning_kd.training.checkpoints import LAST_NAME, RESUME
 from lightning_kd.utils.atomic import replaced_whole
 from lightning_kd.utils.disk import disk_errors
 from lightning_kd.utils.locks import LockHeld, take_lock
+from lightning_kd.utils.refusal import Refused
 
 LOCK_NAME = ".lock"
 HYDRA_OWN = (".hydra",)
@@ -61,7 +62,7 @@ REMOVED = tuple(name for name in OUTPUTS if name != REUSABLE)
 """What ``overwrite=true`` removes."""
 
 
-class RunDirError(RuntimeError):
+class RunDirError(Refused, RuntimeError):
     """A run directory in use by another run, or holding another run's outputs."""
 
 
@@ -82,13 +83,16 @@ def is_rank_zero() -> bool:
 
 
 def previous_outputs(run_dir: Path) -> list[str]:
-    """Entries of ``run_dir`` other than Hydra's own files and the lock, sorted."""
+    """Entries of ``run_dir`` other than Hydra's own files and the lock, sorted; a directory
+    without a file in it (the ``logs/`` of a run refused before it logged anything) is none."""
     if not run_dir.is_dir():
         return []
     return sorted(
         entry.name
         for entry in run_dir.iterdir()
-        if entry.name not in (*HYDRA_OWN, LOCK_NAME) and not entry.name.endswith(".log")
+        if entry.name not in (*HYDRA_OWN, LOCK_NAME)
+        and not entry.name.endswith(".log")
+        and not (entry.is_dir() and not any(p.is_file() for p in entry.rglob("*")))
     )
 
 
@@ -130,10 +134,16 @@ def claim_run_dir(run_dir: Path, resuming: bool, overwrite: bool) -> Iterator[No
                 path = run_dir / name
                 shutil.rmtree(path) if path.is_dir() else path.unlink()
         elif [name for name in found if name != REUSABLE] and not resuming:
+            # Only a run that saved a checkpoint can be resumed: the advice says so.
+            resume = (
+                "resume that run (ckpt_path=last), "
+                if (run_dir / "checkpoints" / LAST_NAME).exists()
+                else "it saved no checkpoint to resume from; "
+            )
             raise RunDirError(
                 f"run directory {run_dir} already holds a run's outputs ({', '.join(found)}); "
-                "resume that run (ckpt_path=last), start afresh there (overwrite=true removes "
-                f"{', '.join(REMOVED)}), or choose another directory (hydra.run.dir=...)"
+                f"{resume}start afresh there (overwrite=true removes {', '.join(REMOVED)}), or "
+                "choose another directory (hydra.run.dir=...)"
             )
         yield
     finally:

@@ -2,7 +2,10 @@
 
 A refusal is the user's to fix, not a fault of the package: the commands print its message alone
 (no traceback) and exit 2, as argparse does for a bad option. It stays a ``ValueError`` so that a
-notebook or a test calling the library half catches it as one.
+notebook or a test calling the library half catches it as one. The refusals found once a run has
+looked at what it was given — a run directory in use or holding another run, a checkpoint or
+cache that is not this run's, a resume of other settings — are ``Refused`` too (``RunDirError``,
+``CheckpointError``, ``CacheError``, ``ProvenanceMismatch``, ``CompletionsMismatch``).
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ REFUSED_EXIT = 2
 
 
 class Refused(ValueError):
-    """Every bad value a command was given, each with its key, the allowed values and a fix."""
+    """Input a command refuses: every bad value it was given, each with its key, the allowed
+    values and a fix, or what it found that is not the run's."""
 
 
 def refuse(errors: Sequence[str]) -> None:

@@ -122,16 +122,19 @@ def test_smoke_run_writes_everything_under_the_run_dir(tmp_path: Path, capsys) -
     code, output = run_in_process(
         [*smoke, f"ckpt_path={foreign}", f"hydra.run.dir={run_dir}"], capsys
     )
-    assert code not in (0, None) and "already holds a run's outputs" in output
+    # Refusals: exit 2 with the message alone, as for a bad value (they were tracebacks).
+    assert code == 2 and "already holds a run's outputs" in output
+    assert "Traceback" not in output
     code, output = run_in_process([*smoke, "ckpt_path=last", f"hydra.run.dir={run_dir}"], capsys)
-    assert code not in (0, None) and f"the run in {run_dir} is finished" in output
+    assert code == 2 and f"the run in {run_dir} is finished" in output
     assert changed_files(run_dir, record) == []
     # The same for a launch refused because another process holds the directory (a running run;
     # in its own interpreter, since this one's claim would not stop this one).
     with claim_run_dir(run_dir, resuming=True, overwrite=False):
         longer = ["trainer.max_steps=8", "resume_reset_optimizer=true"]
         busy = run_cli("debug=smoke", "ckpt_path=last", *longer, f"hydra.run.dir={run_dir}")
-    assert busy.returncode != 0 and "is in use by another run" in busy.stderr
+    assert busy.returncode == 2 and "is in use by another run" in busy.stderr
+    assert "Traceback" not in busy.stderr
     assert changed_files(run_dir, record) == []
 
 

@@ -208,6 +208,12 @@ def test_cache_refuses_bad_values(case, weightless, tmp_path, capsys) -> None:
     assert not list((tmp_path / "cache").glob("shard*"))
 
 
+def test_the_cache_command_refuses_a_teachers_list(weightless, tmp_path, capsys) -> None:
+    two = "teachers=[{name: a, weight: 0.5}, {name: b, weight: 0.5, path: gemma3_270m}]"
+    argv = hydra_argv("cache", weightless, tmp_path / "cache", two)
+    assert_refused(argv, ["lightning-kd cache writes one teacher's cache", "teachers=null"], capsys)
+
+
 GENERATE = {
     "no new tokens": ("generate.max_new_tokens=0", ["generate.max_new_tokens=0: must be an"]),
     "NaN temperature": (

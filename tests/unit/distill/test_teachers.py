@@ -51,17 +51,44 @@ def test_entries_inherit_the_teacher_group_and_name_the_main_one():
             "exactly once",
         ),
         ([{"name": "a", "weight": 0.5}, {"name": "a", "weight": 0.5, "path": "x"}], "repeat"),
-        ([{"name": "a", "weight": 1.0, "paht": "x"}], "unknown keys"),
-        ([{"weight": 1.0}], "needs a name and a weight"),
+        ([{"name": "a", "weight": 1.0, "paht": "x"}], "takes no key 'paht'; did you mean path"),
+        ([{"weight": 1.0}], r"teachers\[0\] has no name: each entry needs a name and a weight"),
+        ({"name": "a", "weight": 1.0}, "give a list of entries"),
+        (
+            [{"name": "a", "weight": 0.5}, {"name": "b", "weight": 0.5, "path": None}],
+            r"teachers\[1\].path=null: give the model's path",
+        ),
+        ([{"name": "a", "weight": 1.0, "domains": ["code"]}], "a single teacher teaches every row"),
         ([{"name": "a", "weight": 1.0, "cache": "dir"}], "set distill.teacher_cache instead"),
         ([{"name": "a", "weight": 0.5}, {"name": "b", "weight": "nan", "path": "x"}], "'nan'"),
         ([{"name": "a", "weight": 0.5}, {"name": "b", "weight": "half", "path": "x"}], "a number"),
-        ([{"name": "a", "weight": None}], "a number"),
+        ([{"name": "a", "weight": None}], r"teachers\[0\] has no weight"),
     ],
 )
 def test_a_bad_teachers_list_is_refused_with_the_fix(teachers, message):
     with pytest.raises(ValueError, match=message):
         teacher_entries(teachers, MAIN)
+
+
+def test_every_problem_of_the_list_is_named_at_once():
+    teachers = [
+        {"name": "a", "weight": 0.5, "cache": "auto"},
+        {"name": "b", "wieght": 0.5, "path": "x"},
+        "c",
+    ]
+    with pytest.raises(ValueError) as refused:
+        teacher_entries(teachers, MAIN)
+    message = str(refused.value)
+    assert message.startswith("4 values are refused:")
+    assert "teachers[0].cache: this entry is the teacher group's model" in message
+    assert "teachers[1].wieght: an entry takes no key 'wieght'; did you mean weight?" in message
+    assert "teachers[1] has no weight" in message
+    assert "teachers[2]='c': give a mapping" in message
+
+
+def test_a_list_of_one_is_the_teacher_group_alone():
+    assert teacher_entries([{"name": "smollm2", "weight": 1.0}], MAIN) is None
+    assert teacher_entries([], MAIN) is None and teacher_entries(None, MAIN) is None
 
 
 def models():
@@ -84,32 +111,33 @@ def step(distiller: Distiller, batch) -> tuple[torch.Tensor, object, list[torch.
 @pytest.mark.parametrize("cross", [False, True])
 def test_two_copies_of_one_teacher_are_that_teacher(cross):
     """Weights 0.3 and 0.7 on the same teacher (the second through the cross-tokenizer path):
-    the objective and gradients of the teacher alone, each divergence reported."""
+    the objective and gradients of the teacher alone, each divergence reported (under a name
+    with a dot, which no module name may hold)."""
     teacher, student = models()
     config = DistillConfig(compile=False, cross_top_k=257)
     batch = batch_of(TEXT)
     alone = step(Distiller(teacher, copy.deepcopy(student), config), batch)
     tokenizer = byte_tokenizer()
     crosses = [CrossTokenizer(tokenizer, tokenizer, 257, 257, top_k=257) if cross else None]
-    extra = ExtraTeachers(["copy"], [0.7], [copy.deepcopy(teacher)], crosses)
+    extra = ExtraTeachers(["copy.2"], [0.7], [copy.deepcopy(teacher)], crosses)
     both = Distiller(
         teacher, copy.deepcopy(student), config, extra=extra, teacher_weight=("main", 0.3)
     )
     together = step(both, batch)
     torch.testing.assert_close(together[0], alone[0], rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(together[1].kd, alone[1].kd, rtol=1e-10, atol=1e-12)
-    assert set(together[1].teachers) == {"main", "copy"}
-    torch.testing.assert_close(together[1].teachers["copy"], alone[1].kd, rtol=1e-10, atol=1e-12)
+    assert set(together[1].teachers) == {"main", "copy.2"}
+    torch.testing.assert_close(together[1].teachers["copy.2"], alone[1].kd, rtol=1e-10, atol=1e-12)
     for a, b in zip(together[2], alone[2], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
     assert not any(p.requires_grad for p in both.extra_teachers.parameters())
     both.train()
-    assert not both.extra_teachers.models["copy"].training
+    assert not both.extra_teachers.model(0).training
     # Validation reports each teacher's own KL and agreement: the same teacher, the same figures.
     metrics = both.eval().evaluate(batch)
     for key in ("kl", "agreement"):
         torch.testing.assert_close(
-            metrics[f"{key}/main"][0], metrics[f"{key}/copy"][0], rtol=1e-10, atol=0
+            metrics[f"{key}/main"][0], metrics[f"{key}/copy.2"][0], rtol=1e-10, atol=0
         )
     torch.testing.assert_close(metrics["kl/main"][0], metrics["kl"][0], rtol=1e-10, atol=0)
 

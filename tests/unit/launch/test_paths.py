@@ -53,6 +53,7 @@ def test_an_output_directory_that_is_a_file_is_refused(tmp_path: Path) -> None:
 def test_a_training_runs_directory_is_refused_for_cache_and_generate(tmp_path: Path) -> None:
     run = tmp_path / "base"
     (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"")
     (run / "summary.json").write_text("{}")
     (error,) = training_run_errors(run, "cache")
     assert (

@@ -41,7 +41,7 @@ def test_sums_accumulate_in_fp64() -> None:
     metrics.update("kl", torch.tensor(2.0**24), 1)
     for _ in range(8):
         metrics.update("kl", torch.tensor(1.0), 0)
-    assert metrics.sums["kl"].compute().item() == 2.0**24 + 8
+    assert metrics.sum_list[metrics.slot["kl"]].compute().item() == 2.0**24 + 8
 
 
 def test_a_non_finite_sum_shows_in_the_metric() -> None:
@@ -61,3 +61,9 @@ def test_reset_under_inference_mode_still_accepts_updates_under_no_grad() -> Non
     with torch.no_grad():
         metrics.update("ppl", torch.tensor(2.0 * 3), 3)
     assert math.isclose(metrics.compute()["val/ppl"].item(), math.exp(2.0), rel_tol=1e-6)
+
+
+def test_a_teachers_name_may_hold_a_dot() -> None:
+    metrics = ValidationMetrics(("qwen2.5",))
+    metrics.update("kl/qwen2.5", torch.tensor(3.0), 2)
+    assert metrics.compute()["val/kl/qwen2.5"].item() == 1.5

@@ -30,9 +30,10 @@ def fit(
     schedule: Callable | None = None,
     reset: bool = False,
     probe: Callback | None = None,
+    teachers: list | None = None,
     **distill,
 ) -> Path:
-    module = make_module(teacher, **distill)
+    module = make_module(teacher, teachers=teachers, **distill)
     if optimizer is not None:
         module.optimizer_factory = optimizer
     module.scheduler_factory = schedule
@@ -63,6 +64,39 @@ def test_a_resume_with_another_teacher_or_objective_is_refused(
         fit(tmp_path, teacher, corpus, checkpoint, temperature=2.0)
     with pytest.warns(UserWarning, match="resume_mismatch=warn: continuing"):
         fit(tmp_path, teacher, corpus, checkpoint, "warn", temperature=2.0)
+
+
+def test_a_resume_with_other_teachers_is_refused_naming_each_change(tmp_path, corpus) -> None:
+    teacher = TeacherSpec(path=None, config=dict(TINY_LLAMA), dtype="float32")
+
+    def teachers(weight: float = 0.4, seed: int = 1, name: str = "second") -> list[dict]:
+        own = {"config": dict(TINY_LLAMA), "init_seed": seed}
+        return [{"name": "main", "weight": 1 - weight}, {"name": name, "weight": weight, **own}]
+
+    checkpoint = fit(tmp_path, teacher, corpus, None, teachers=teachers())
+    changes = {
+        "a weight": (
+            teachers(weight=0.5),
+            ["teachers.second.weight: checkpoint 0.4, this run 0.5"],
+        ),
+        "another model": (
+            teachers(seed=2),
+            ["teachers.second.init_seed: checkpoint 1, this run 2", "teachers.second.weights:"],
+        ),
+        "a teacher renamed": (
+            teachers(name="third"),
+            [
+                "teachers.second: a teacher of the checkpoint, not of this run",
+                "teachers.third: not in the checkpoint, a teacher of this run",
+            ],
+        ),
+        "a teacher dropped": (None, ["teachers.second: a teacher of the checkpoint, not of this"]),
+    }
+    for why, (listed, named) in changes.items():
+        with pytest.raises(ProvenanceMismatch) as error:
+            fit(tmp_path, teacher, corpus, checkpoint, teachers=listed)
+        for line in named:
+            assert line in str(error.value), (why, str(error.value))
 
 
 def test_a_lora_resume_onto_another_base_student_is_refused(tmp_path: Path, corpus: Path) -> None:

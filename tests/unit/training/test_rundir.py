@@ -30,8 +30,10 @@ def test_hydra_own_files_do_not_make_a_directory_taken(tmp_path: Path) -> None:
 
 def test_earlier_outputs_are_refused_unless_resuming_or_overwriting(tmp_path: Path) -> None:
     (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"")
     (tmp_path / "notes.txt").write_text("mine")
-    refused = pytest.raises(RunDirError, match=rf"{tmp_path} already holds .*checkpoints, notes")
+    held = rf"{tmp_path} already holds .*checkpoints, notes.*resume that run \(ckpt_path=last\)"
+    refused = pytest.raises(RunDirError, match=held)
     with refused, claim_run_dir(tmp_path, resuming=False, overwrite=False):
         pass
     with claim_run_dir(tmp_path, resuming=True, overwrite=False):
@@ -44,8 +46,22 @@ def test_earlier_outputs_are_refused_unless_resuming_or_overwriting(tmp_path: Pa
         pass
 
 
+def test_a_run_refused_before_it_logged_leaves_nothing_that_refuses_the_next(tmp_path) -> None:
+    (tmp_path / "logs" / "version_0").mkdir(parents=True)  # created, never written
+    with claim_run_dir(tmp_path, resuming=False, overwrite=False):
+        pass
+    (tmp_path / "logs" / "metrics.csv").write_text("step\n")
+    # Outputs, but no checkpoint: the advice does not send the user to a resume that fails.
+    refused = pytest.raises(
+        RunDirError, match="holds a run's outputs \\(logs\\); it saved no checkpoint"
+    )
+    with refused, claim_run_dir(tmp_path, resuming=False, overwrite=False):
+        pass
+
+
 def test_a_teacher_cache_is_reused_by_a_fresh_run_and_kept_by_overwrite(tmp_path) -> None:
     (tmp_path / "teacher_cache").mkdir()  # what a run killed while writing its cache leaves
+    (tmp_path / "teacher_cache" / "shard_00000.safetensors").write_bytes(b"")
     with claim_run_dir(tmp_path, resuming=False, overwrite=False):
         assert (tmp_path / "teacher_cache").is_dir()
     (tmp_path / "summary.json").write_text("{}")

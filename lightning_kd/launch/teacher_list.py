@@ -1,0 +1,68 @@
+"""The ``teachers`` list checked before anything loads: every entry's problems at once
+(``distill/teachers.py`` reads them), and the data domains its entries name against
+``data.domains`` where the config lists them — found by the run, a wrong domain cost the data's
+tokenisation and a teacher's load first."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from hydra.utils import instantiate
+
+from lightning_kd.distill.teachers import TeacherEntry, read_entries
+from lightning_kd.launch.rules import ABSENT, lookup
+from lightning_kd.utils.plain_data import plain_data
+
+
+def teachers_errors(cfg: Mapping) -> list[str]:
+    """Why ``cfg``'s ``teachers`` list cannot run: each message names its entry and the fix."""
+    teachers = lookup(cfg, "teachers")
+    if teachers is ABSENT or teachers is None:
+        return []
+    try:
+        main = instantiate(cfg["teacher"], _convert_="all")
+    except Exception:  # the teacher group's own problems are named by the checks that read it
+        return []
+    entries, errors = read_entries(plain_data(teachers), main)
+    if errors or len(entries) < 2:
+        return errors
+    domains = lookup(cfg, "data.domains")
+    return domain_errors(entries, None if domains is ABSENT else domains, cfg)
+
+
+def domain_errors(entries: Sequence[TeacherEntry], domains: Any, cfg: Mapping) -> list[str]:
+    """The entries' ``domains`` against ``data.domains`` (``{name: [files]}``): each a domain
+    of the data, every domain of the data taught by a teacher. With ``data.domain_field`` the
+    names are the data's own, known once it is read (the run checks them then)."""
+    naming = [entry for entry in entries if entry.domains is not None]
+    if not naming:
+        return []
+    if domains is None:
+        if lookup(cfg, "data.domain_field") not in (None, ABSENT):
+            return []
+        return [
+            "teachers: an entry names domains, and the data has none: set data.domains "
+            "({name: [files]}, each of data.files in one) or drop the entries' domains"
+        ]
+    if not isinstance(domains, Mapping):
+        return []  # data.domains' own shape is the data checks' to name
+    names = [str(name) for name in domains]
+    errors = []
+    for index, entry in enumerate(entries):
+        for domain in entry.domains or ():
+            if domain not in names:
+                near = difflib.get_close_matches(domain, names, n=1)
+                hint = f"did you mean {near[0]!r}? " if near else ""
+                errors.append(
+                    f"teachers[{index}] ({entry.name}).domains names {domain!r}, which "
+                    f"data.domains does not have; {hint}the data's domains: {', '.join(names)}"
+                )
+    taught = set().union(*(entry.domains or names for entry in entries))
+    if untaught := [name for name in names if name not in taught]:
+        errors.append(
+            f"data.domains {untaught} are taught by no teacher (their rows would train on CE "
+            "alone): add them to a teacher's domains, or drop them from data.domains"
+        )
+    return errors

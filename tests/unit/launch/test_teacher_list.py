@@ -1,0 +1,45 @@
+"""The ``teachers`` list is checked with the config, before the data is read or a model loads."""
+
+from __future__ import annotations
+
+from lightning_kd.launch.checks import config_errors
+from lightning_kd.launch.config import compose_config
+
+TWO = "teachers=[{name: a, weight: 0.5}, {name: b, weight: 0.5, path: gemma3_270m%s}]"
+
+
+def errors(*overrides: str) -> list[str]:
+    return [e for e in config_errors(compose_config(["debug=smoke", *overrides])) if "teach" in e]
+
+
+def test_a_list_that_reads_passes_and_one_that_does_not_is_named() -> None:
+    assert errors(TWO % "") == []
+    assert errors("teachers={name: a, weight: 1.0}") == [
+        "teachers={'name': 'a', 'weight': 1.0}: give a list of entries, e.g. teachers=[{name: "
+        "smollm2, weight: 0.5}, {name: gemma, weight: 0.5, path: gemma3_270m}]"
+    ]
+    # The main entry's cache is refused whatever it is, auto included (auto once went online
+    # unchecked, or wrote the whole cache before the refusal).
+    (error,) = errors("teachers=[{name: a, weight: 1.0, cache: auto}]")
+    assert error.startswith("teachers[0].cache: this entry is the teacher group's model")
+
+
+def test_the_domains_an_entry_teaches_are_the_datas() -> None:
+    domains = "data.domains={prose: [a.txt], code: [b.txt]}"
+    assert errors(TWO % ", domains: [code]", domains) == []
+    assert errors(TWO % ", domains: [cod]", domains) == [
+        "teachers[1] (b).domains names 'cod', which data.domains does not have; did you mean "
+        "'code'? the data's domains: prose, code"
+    ]
+    only = (
+        "teachers=[{name: a, weight: 0.5, domains: [code]}, "
+        "{name: b, weight: 0.5, path: x, domains: [code]}]"
+    )
+    assert errors(only, domains) == [
+        "data.domains ['prose'] are taught by no teacher (their rows would train on CE alone): "
+        "add them to a teacher's domains, or drop them from data.domains"
+    ]
+    assert errors(TWO % ", domains: [code]") == [
+        "teachers: an entry names domains, and the data has none: set data.domains "
+        "({name: [files]}, each of data.files in one) or drop the entries' domains"
+    ]
