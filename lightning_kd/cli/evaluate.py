@@ -132,7 +132,7 @@ def check(args: argparse.Namespace) -> list:
         name: lambda name=name: saved_positions(model_location(name, keys[name])) for name in names
     }
     read, read_errors = read_inputs(args)
-    extra = out_file_errors("--out", args.out) + read_errors
+    extra = out_file_errors("--out", args.out, ours=is_record) + read_errors
     lengths = [Length(key, tokens, limits)]
     check_entry(command="evaluate", options=numbers, lengths=lengths, extra=extra)
     return read
@@ -148,6 +148,16 @@ def read_inputs(args: argparse.Namespace) -> tuple[list, list[str]]:
         return documents_of(args.files, args.text_field), []
     except (OSError, ValueError) as error:
         return [], [str(error)]
+
+
+def is_record(path: Path) -> bool:
+    """Whether ``path`` holds what :func:`write_rows` writes (an earlier ``--out``, which a new
+    one may replace): a JSON object with its ``rows``."""
+    try:
+        found = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(found, dict) and "rows" in found
 
 
 def write_rows(out: Path, record: dict) -> None:
@@ -186,7 +196,7 @@ def lm_eval(args: argparse.Namespace) -> list[dict]:
     check_entry(
         command="evaluate",
         options=numbers,
-        extra=out_file_errors("--out", args.out)
+        extra=out_file_errors("--out", args.out, ours=is_record)
         + model_errors(args.models, args.teacher)
         + task_errors(harness.tasks, harness.include, "--lm-eval", "--lm-eval-include"),
     )

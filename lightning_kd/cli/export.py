@@ -14,7 +14,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from lightning_kd.export.gguf import GGUF_TYPES, export_saved
+from lightning_kd.export.gguf import GGUF_TYPES, export_saved, gguf_path, is_gguf
 from lightning_kd.launch.entry import check_entry
 from lightning_kd.launch.paths import out_file_errors
 
@@ -36,7 +36,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> Path:
     """Write the GGUF ``argv`` asks for; returns its path."""
     args = parser().parse_args(argv)
-    out_errors = out_file_errors("--out", args.out, f"student.{args.gguf}.gguf")
+    out = args.out if args.out is not None else gguf_path(args.directory, args.gguf)
+    out_errors = out_file_errors("--out", out, f"student.{args.gguf}.gguf", ours=is_gguf)
     check_entry(extra=directory_errors(args.directory) + out_errors)
     path = export_saved(args.directory, args.gguf, args.out)
     print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MB)")

@@ -42,7 +42,9 @@ from lightning_kd.data.chat_tokens import (
 )
 from lightning_kd.data.conversations import ChatFields, prompt_key, row_messages
 from lightning_kd.data.dataset_source import Columns, DatasetSource, open_checked
+from lightning_kd.data.errors import DataError
 from lightning_kd.data.held_out import val_files_errors
+from lightning_kd.data.packing import warn_cut
 from lightning_kd.data.provenance import source_record
 from lightning_kd.data.reading import read_records
 from lightning_kd.data.teacher_answers import teacher_answered
@@ -78,24 +80,24 @@ class ChatDataModule(TextDataModule):
         **text: Any,
     ) -> None:
         if files is None and not DatasetSource.of(text.get("dataset")).given:
-            raise ValueError(
+            raise DataError(
                 "data=chat reads conversations from your .jsonl files: set data.files=[chats.jsonl]"
                 " (rows with 'messages', or 'prompt' and 'completion'), or from a dataset: set "
                 "data.dataset.path"
             )
         refuse(val_files_errors(text.get("val_files"), DatasetSource(), False, chat=True))
         if teacher_answers is not None and text.get("streaming"):
-            raise ValueError(
+            raise DataError(
                 "data.teacher_answers with data.streaming=true: the answers are matched to the "
                 "training prompts, which a stream never holds at once; set data.streaming=false"
             )
         super().__init__(tokenizer, files, pack=pack, **text)
         if not tokenizer.is_fast:
-            raise ValueError("data=chat needs a fast tokenizer (token offsets find the answers)")
+            raise DataError("data=chat needs a fast tokenizer (token offsets find the answers)")
         if chat_template is not None:
             tokenizer.chat_template = template_text(chat_template)
         if tokenizer.chat_template is None:
-            raise ValueError(
+            raise DataError(
                 f"the tokenizer ({type(tokenizer).__name__}) has no chat template; set "
                 "data.chat_template to one (a Jinja string or a file), or use data=text"
             )
@@ -150,7 +152,7 @@ class ChatDataModule(TextDataModule):
             groups.setdefault(prompt_key(chat.messages), []).append(chat)
         if len(groups) < 2:
             read = self.dataset.describe(self.dataset.split) if self.dataset.given else self.files
-            raise ValueError(
+            raise DataError(
                 f"{len(groups)} distinct prompt(s) in {read}; one is needed for training and "
                 "one for validation"
             )
@@ -218,13 +220,21 @@ class ChatDataModule(TextDataModule):
         if self.pack:
             examples = pack_chats(chats, self.block_size)
             if not examples:
-                raise ValueError(
+                raise DataError(
                     f"the {split} conversations ({sum(len(c) for c in chats)} tokens) fill no "
                     f"block of data.block_size={self.block_size}: lower it, add conversations, "
                     "or set data.pack=false"
                 )
         else:
             examples = [chat.cut(0, self.block_size) for chat in chats]
+            warn_cut(
+                split,
+                "conversation",
+                [int(chat.scored) for chat in chats],
+                [int(example.scored) for example in examples],
+                self.block_size,
+                "answer ",
+            )
         kept = [example for example in examples if example.scored > 0]
         if len(kept) < len(examples):
             warnings.warn(
@@ -233,7 +243,7 @@ class ChatDataModule(TextDataModule):
                 stacklevel=2,
             )
         if not kept:
-            raise ValueError(
+            raise DataError(
                 f"no {split} example keeps an answer token within data.block_size="
                 f"{self.block_size}: raise data.block_size, or add conversations"
             )

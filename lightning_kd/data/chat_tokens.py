@@ -18,6 +18,7 @@ from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.data.conversations import ChatFields, row_messages
+from lightning_kd.data.errors import DataError, MissingData
 from lightning_kd.losses.logits import IGNORE_INDEX
 from lightning_kd.utils.refusal import Refused
 
@@ -65,7 +66,7 @@ def render(tokenizer: PreTrainedTokenizerBase, messages: list[dict], where: str,
         return tokenizer.apply_chat_template(messages, tokenize=False, **kw)
     except Exception as err:  # jinja2's TemplateError, or the template's own raise_exception
         roles = [message["role"] for message in messages]
-        raise ValueError(
+        raise DataError(
             f"{where}: the chat template cannot render roles {roles} ({err}); fix the row, or "
             "set data.chat_template to a template that takes them"
         ) from None
@@ -82,7 +83,7 @@ def assistant_spans(
         before = render(tokenizer, messages[:turn], where, add_generation_prompt=True)
         through = render(tokenizer, messages[: turn + 1], where)
         if not (through.startswith(before) and text.startswith(through)):
-            raise ValueError(
+            raise DataError(
                 f"{where}: the chat template does not render this conversation's turns as "
                 f"prefixes of one another (turn {turn}), so the answer's tokens cannot be told "
                 "from the prompt's; set data.chat_template to a template that does"
@@ -142,7 +143,7 @@ def template_text(value: str, key: str = "data.chat_template") -> str:
         return value
     path = Path(value).expanduser()
     if not path.is_file():
-        raise FileNotFoundError(
+        raise MissingData(
             f"{key}={value!r} is neither a Jinja template nor a file, nor one of the shipped "
             f"templates ({', '.join(TEMPLATES)})"
         )

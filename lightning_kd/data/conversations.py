@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from lightning_kd.data.errors import DataError
+
 
 @dataclass(frozen=True)
 class ChatFields:
@@ -31,14 +33,14 @@ def row_messages(record: dict, where: str, fields: ChatFields) -> list[dict[str,
             *as_messages(record[fields.completion], "assistant", where),
         ]
     else:
-        raise ValueError(
+        raise DataError(
             f"{where} has neither {fields.messages!r} nor {fields.prompt!r} and "
             f"{fields.completion!r}; set data.messages_field (or data.prompt_field and "
             "data.completion_field) to the keys holding the conversation"
         )
     messages = checked_messages(messages, where)
     if not any(message["role"] == "assistant" for message in messages):
-        raise ValueError(
+        raise DataError(
             f"{where} has no assistant turn, so nothing in it would be scored; give each row "
             "the answer to learn (a message with role 'assistant', or a completion)"
         )
@@ -48,7 +50,7 @@ def row_messages(record: dict, where: str, fields: ChatFields) -> list[dict[str,
 def checked_messages(messages: Any, where: str) -> list[dict[str, str]]:
     """``messages`` as plain ``{role, content}`` dicts, refused unless each is one."""
     if not isinstance(messages, list) or not all(is_message(m) for m in messages):
-        raise ValueError(
+        raise DataError(
             f"{where}: a conversation is a list of {{'role': str, 'content': str}} messages"
         )
     return [{"role": m["role"], "content": m["content"]} for m in messages]
@@ -60,7 +62,7 @@ def as_messages(value: Any, role: str, where: str) -> list[Any]:
         return [{"role": role, "content": value}]
     if isinstance(value, list):
         return value
-    raise ValueError(f"{where}: a prompt or completion is a string or a list of messages")
+    raise DataError(f"{where}: a prompt or completion is a string or a list of messages")
 
 
 def is_message(message: Any) -> bool:

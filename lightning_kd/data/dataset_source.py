@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from lightning_kd.data.dataset_files import is_saved_folder, looks_empty
+from lightning_kd.data.errors import DataError
 from lightning_kd.utils.refusal import Refused
 
 STREAM_SHARDS = 64
@@ -47,7 +48,7 @@ class DatasetSource:
         known = {field.name for field in fields(cls)}
         unknown = sorted(set(value) - known)
         if unknown:
-            raise ValueError(f"data.dataset: unknown key(s) {unknown}; use {sorted(known)}")
+            raise DataError(f"data.dataset: unknown key(s) {unknown}; use {sorted(known)}")
         return cls(**dict(value))
 
     @property

@@ -22,6 +22,7 @@ from typing import Any
 
 from torch import Tensor
 
+from lightning_kd.data.errors import DataError
 from lightning_kd.data.reading import EMBEDDED, expand_files
 from lightning_kd.data.tokenized import rows, text_key
 
@@ -49,12 +50,12 @@ class Domains:
         of_label = labels_of(mapping, lambda patterns: map(place_of, expand_files(patterns)))
         read = {place_of(path) for path in files}
         if lacking := sorted(read - set(of_label)):
-            raise ValueError(
+            raise DataError(
                 f"{read_as} {lacking} are in no domain of data.domains ({list(mapping)}): add "
                 f"each to one, or remove it from {read_as}"
             )
         if unread := sorted(set(of_label) - read):
-            raise ValueError(
+            raise DataError(
                 f"data.domains lists {unread}, which {read_as} does not read: add them to "
                 f"{read_as} or remove them from data.domains"
             )
@@ -68,7 +69,7 @@ class Domains:
     def check_labels(self, seen: set[str], where: str) -> None:
         """Refuse rows of ``where`` whose ``column`` value is in no domain."""
         if lacking := sorted(seen - set(self.of_label)):
-            raise ValueError(
+            raise DataError(
                 f"{where}: rows whose {self.column!r} is {lacking[:5]} are in no domain of "
                 f"data.domains ({list(self.names)}): add each value to one domain"
             )
@@ -91,7 +92,7 @@ class Domains:
             if not tokens and not every_domain:
                 continue
             if not tokens:
-                raise ValueError(
+                raise DataError(
                     f"data.domains.{name} holds no text to train on: its documents are empty "
                     "or all held for validation"
                 )
@@ -99,7 +100,7 @@ class Domains:
             examples += blocks
             tags += [index] * len(blocks)
         if len(examples) < needed:
-            raise ValueError(
+            raise DataError(
                 f"data.domains: the {'training' if every_domain else 'validation'} documents "
                 f"give {len(examples)} example(s), each domain's made apart; {needed} needed: "
                 "add text or lower data.block_size"
@@ -116,9 +117,7 @@ class Domains:
     def indices(self, names: Sequence[str], where: str) -> frozenset[int]:
         """The indices of the domains ``names`` (refused, naming ``where``, if one is unknown)."""
         if unknown := [name for name in names if name not in self.names]:
-            raise ValueError(
-                f"{where} names domains {unknown}; data.domains has {list(self.names)}"
-            )
+            raise DataError(f"{where} names domains {unknown}; data.domains has {list(self.names)}")
         return frozenset(self.names.index(name) for name in names)
 
 
@@ -130,14 +129,14 @@ def labels_of(
     of_label: dict[str, int] = {}
     for index, (name, items) in enumerate(mapping.items()):
         if isinstance(items, str) or not items:
-            raise ValueError(
+            raise DataError(
                 f"data.domains.{name}={items!r}: list the domain's files (or, with "
                 f"data.domain_field, values), e.g. data.domains={{{name}: ['docs/*.txt']}}"
             )
         for label in expand(list(items)):
             if label in of_label and of_label[label] != index:
                 other = list(mapping)[of_label[label]]
-                raise ValueError(
+                raise DataError(
                     f"{label} is in data.domains.{other} and data.domains.{name}: put each "
                     "in one domain"
                 )
@@ -157,12 +156,12 @@ def domain_groups(
     by its ``column`` (``data.domain_field``); None without it. A stream (``streaming``) reads a
     dataset, so groups a column's values."""
     if column is not None and not (mapping and dataset.given):
-        raise ValueError(
+        raise DataError(
             f"data.domain_field={column!r} names the column of data.dataset whose values "
             "data.domains groups; set both with data.dataset, or unset data.domain_field"
         )
     if mapping and dataset.given and column is None:
-        raise ValueError(
+        raise DataError(
             "data.domains with data.dataset groups the values of one of its columns: name it, "
             "e.g. data.domain_field=source"
         )

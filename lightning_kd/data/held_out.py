@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from lightning_kd.data.dataset_source import DatasetSource
+from lightning_kd.data.errors import DataError
 from lightning_kd.data.reading import data_file_digest, expand_files
 from lightning_kd.utils.refusal import refuse
 
@@ -159,10 +160,10 @@ def documents_errors(dataset: DatasetSource, val_files: list[Path] | None) -> li
 def check_sizes(block_size: int, val_fraction: float, max_train_examples: int | None) -> None:
     """Refuse sizes no split or block can have."""
     if block_size < 2:
-        raise ValueError(f"data.block_size={block_size}; a block needs at least 2 tokens")
+        raise DataError(f"data.block_size={block_size}; a block needs at least 2 tokens")
     if not 0.0 < val_fraction < 1.0:
-        raise ValueError(f"data.val_fraction={val_fraction} must lie strictly between 0 and 1")
+        raise DataError(f"data.val_fraction={val_fraction} must lie strictly between 0 and 1")
     if max_train_examples is not None and max_train_examples < 1:
-        raise ValueError(
+        raise DataError(
             f"data.max_train_examples={max_train_examples}; use a count ≥ 1, or null for all"
         )

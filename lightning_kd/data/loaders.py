@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, RandomSampler, Sampler
 
+from lightning_kd.data.errors import DataError
 from lightning_kd.utils.compat import resumed_batches_in_epoch
 
 
@@ -81,7 +82,7 @@ class FullBatchShare(Sampler[int]):
         full = blocks // (batch_size * world_size)
         self.steps = full if max_steps is None else min(full, max_steps)
         if self.steps == 0:
-            raise ValueError(
+            raise DataError(
                 f"distill.blockwise_passes: {blocks} training blocks do not fill one global batch "
                 f"of {batch_size} × {world_size} ranks; use more data or a smaller data.batch_size"
             )

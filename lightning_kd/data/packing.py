@@ -11,6 +11,7 @@ start again at the very same example: load the state, skip that many tokens.
 
 from __future__ import annotations
 
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -18,6 +19,8 @@ from typing import Any
 
 import torch
 from torch import Tensor
+
+from lightning_kd.data.errors import DataError
 
 Piece = Any
 """A row's encoding: a token tensor, or an object with ``cut(start, stop)`` and ``join``."""
@@ -137,6 +140,26 @@ def pack_blocks(token_lists: list[list[int]], block_size: int, eos_id: int) -> T
     return torch.tensor(stream[: count * block_size], dtype=torch.long).view(count, block_size)
 
 
+def warn_cut(
+    split: str, what: str, before: list[int], after: list[int], block_size: int, scored: str = ""
+) -> None:
+    """Warn, with the counts, where ``data.pack=false`` cut examples to ``data.block_size``:
+    ``before`` and ``after`` each one's (``scored``: answer) tokens. The text past the cut is
+    never trained on, which no figure of the run shows otherwise."""
+    cut = sum(b > a for b, a in zip(before, after, strict=True))
+    if not cut:
+        return
+    lost, total = sum(before) - sum(after), sum(before)
+    unused = "scored" if split == "val" else "trained on"
+    warnings.warn(
+        f"data.pack=false: {cut} {split + ' ' if split else ''}{what}(s) of {len(before)} are "
+        f"longer than data.block_size={block_size} and are cut to it: {lost} of {total} "
+        f"{scored}tokens ({lost / total:.0%}) are never {unused}; raise data.block_size, or set "
+        "data.pack=true",
+        stacklevel=3,
+    )
+
+
 def blocks_of(
     token_lists: list[list[int]], block_size: int, pack: bool, eos_id: int, needed: int
 ) -> list[Tensor]:
@@ -145,9 +168,12 @@ def blocks_of(
     if pack:
         examples = list(pack_blocks(token_lists, block_size, eos_id))
     else:
-        examples = [torch.tensor(t[:block_size]) for t in token_lists if len(t) >= 2]
+        kept = [t for t in token_lists if len(t) >= 2]
+        examples = [torch.tensor(t[:block_size]) for t in kept]
+        lengths = [len(t) for t in kept]
+        warn_cut("", "document", lengths, [min(n, block_size) for n in lengths], block_size)
     if len(examples) < needed:
-        raise ValueError(
+        raise DataError(
             f"the corpus gives {len(examples)} example(s) of {block_size} tokens "
             f"({sum(len(t) for t in token_lists)} tokens in all); {needed} needed (one to "
             f"train{', one to validate' * (needed > 1)}): add text (data.files or "

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from lightning_kd.data.errors import DataError, MissingData
 from lightning_kd.models.sources import cache_root
 from lightning_kd.utils.files import remembered_digest
 
@@ -56,13 +57,13 @@ def expand_files(patterns: list[str], key: str = "data.files") -> list[Path]:
             continue
         matches = sorted(glob.glob(str(Path(pattern).expanduser()))) if _is_glob(pattern) else []
         if _is_glob(pattern) and not matches:
-            raise FileNotFoundError(f"{key} pattern {pattern!r} matches no file")
+            raise MissingData(f"{key} pattern {pattern!r} matches no file")
         for name in matches or [pattern]:
             path = Path(name).expanduser()
             if not path.is_file():
-                raise FileNotFoundError(f"{key} entry {name!r} is not a file")
+                raise MissingData(f"{key} entry {name!r} is not a file")
             if file_format(path) is None:
-                raise ValueError(f"{key} entry {name!r}: use one of {', '.join(SUFFIXES)}")
+                raise DataError(f"{key} entry {name!r}: use one of {', '.join(SUFFIXES)}")
             files.append(path)
     return unique_files(files)
 
@@ -85,7 +86,7 @@ def _decode(data: bytes, path: Path, line: int) -> str:
     except UnicodeDecodeError as err:
         line += data[: err.start].count(b"\n")
         column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
-        raise ValueError(
+        raise DataError(
             f"{path}:{line}: byte 0x{data[err.start]:02x} at column {column} is not UTF-8; "
             "re-encode the file as UTF-8 (e.g. iconv -t utf-8)"
         ) from None
@@ -112,7 +113,7 @@ def numbered_documents(
     """:func:`read_documents` with each document's line (1 for a .txt, the whole file)."""
     kind = file_format(path)
     if kind is None:
-        raise ValueError(f"{path}: name a .txt or .jsonl file (optionally .gz)")
+        raise DataError(f"{path}: name a .txt or .jsonl file (optionally .gz)")
     number = 1
     try:
         with _open(path) as handle:
@@ -124,7 +125,7 @@ def numbered_documents(
                 if line.strip():
                     yield number, _record_text(line, path, number, text_field, key)
     except (gzip.BadGzipFile, EOFError, zlib.error) as err:
-        raise ValueError(
+        raise DataError(
             f"{path}:{number}: not a readable gzip file ({type(err).__name__}: {err}); "
             "check the file, or drop .gz from a name whose content is not compressed"
         ) from None
@@ -133,7 +134,7 @@ def numbered_documents(
 def read_records(path: Path) -> Iterator[tuple[int, dict]]:
     """Each non-blank line of a .jsonl file (optionally .gz) as ``(line number, object)``."""
     if file_format(path) != "jsonl":
-        raise ValueError(f"{path}: chat data is read from .jsonl files (one conversation a line)")
+        raise DataError(f"{path}: chat data is read from .jsonl files (one conversation a line)")
     with _open(path) as handle:
         for number, raw in enumerate(handle, start=1):
             line = _decode(raw, path, number)
@@ -142,9 +143,9 @@ def read_records(path: Path) -> Iterator[tuple[int, dict]]:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{number} is not valid JSON ({err.msg})") from None
+                raise DataError(f"{path}:{number} is not valid JSON ({err.msg})") from None
             if not isinstance(record, dict):
-                raise ValueError(f"{path}:{number} holds {type(record).__name__}, not an object")
+                raise DataError(f"{path}:{number} holds {type(record).__name__}, not an object")
             yield number, record
 
 
@@ -152,14 +153,14 @@ def _record_text(line: str, path: Path, number: int, text_field: str, key: str) 
     try:
         record = json.loads(line)
     except json.JSONDecodeError as err:
-        raise ValueError(f"{path}:{number} is not valid JSON ({err.msg})") from None
+        raise DataError(f"{path}:{number} is not valid JSON ({err.msg})") from None
     if not isinstance(record, dict) or text_field not in record:
-        raise ValueError(
+        raise DataError(
             f"{path}:{number} has no {text_field!r} field; set {key} to the key holding the text"
         )
     text = record[text_field]
     if not isinstance(text, str):
-        raise ValueError(
+        raise DataError(
             f"{path}:{number}: field {text_field!r} holds {type(text).__name__} "
             f"{json.dumps(text)[:40]}, not a string; give every record text, or set "
             f"{key} to the key holding it"
@@ -220,5 +221,5 @@ def distinct_documents(files: list[Path], text_field: str = "text") -> list[tupl
     documents = [(where[text], text) for text in unique_documents([text for _, text in read])]
     documents = [(place, text) for place, text in documents if text.strip()]
     if not documents:
-        raise ValueError(f"no text in {[str(p) for p in files]}: the files are empty")
+        raise DataError(f"no text in {[str(p) for p in files]}: the files are empty")
     return documents

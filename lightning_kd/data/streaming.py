@@ -33,6 +33,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from lightning_kd.data.dataset_source import Columns, DatasetSource, open_checked, open_split, share
 from lightning_kd.data.domain_packing import DomainPacker, OpenBlocks
+from lightning_kd.data.errors import DataError
 from lightning_kd.data.packing import Mark, Packer, Piece, Rows
 
 CURSOR = "stream_cursor"
@@ -172,7 +173,7 @@ class StreamedBatches(IterableDataset):
             for given, item in enumerate(self.one_pass(cursor), start=1):  # noqa: B007
                 yield item
             if fresh and not given:
-                raise ValueError(
+                raise DataError(
                     f"{self.where}: this process's share gives no batch of data.batch_size="
                     f"{self.layout.batch_size} (after validation's rows are left out); add rows, "
                     "lower data.val_size or data.block_size, or use fewer processes"
@@ -221,7 +222,7 @@ class Stream:
         where = self.source.describe(split)
         examples, self.held_out = held_out(dataset, self.encode, self.layout, self.val_size, where)
         if not examples:
-            raise ValueError(
+            raise DataError(
                 f"{where} gives no validation example; add rows or lower data.block_size"
             )
         return examples
@@ -268,7 +269,7 @@ class Stream:
         (each reads its own share)."""
         cursors = state["stream_cursors"]
         if len(cursors) != world_size:
-            raise ValueError(
+            raise DataError(
                 f"the checkpoint's stream was read by {len(cursors)} process(es) and this run "
                 f"has {world_size}: each reads its own share of the split, so resume with "
                 f"{len(cursors)} (trainer.devices × trainer.num_nodes)"

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from lightning_kd.data.conversations import checked_messages, prompt_key, prompt_of
+from lightning_kd.data.errors import DataError, MissingData
 from lightning_kd.data.reading import read_records
 
 WRITE_THEM = (
@@ -26,19 +27,19 @@ WRITE_THEM = (
 def read_teacher_answers(path: Path) -> dict[str, tuple[str, str]]:
     """``{prompt key: (answer, where)}`` of every row of ``path``."""
     if not path.is_file():
-        raise FileNotFoundError(f"data.teacher_answers={str(path)!r} is not a file; {WRITE_THEM}")
+        raise MissingData(f"data.teacher_answers={str(path)!r} is not a file; {WRITE_THEM}")
     answers: dict[str, tuple[str, str]] = {}
     for number, record in read_records(path):
         where = f"{path}:{number}"
         messages = checked_messages(record.get("messages"), where)
         if not messages or messages[-1]["role"] != "assistant" or not prompt_of(messages):
-            raise ValueError(
+            raise DataError(
                 f"{where}: a teacher answer row is the prompt's messages followed by one "
                 "assistant message (as lightning-kd generate writes them)"
             )
         key = prompt_key(messages)
         if key in answers and answers[key][0] != messages[-1]["content"]:
-            raise ValueError(
+            raise DataError(
                 f"{where} answers the prompt of {answers[key][1]} again, differently: one "
                 "answer per prompt (drop one, or generate into a new file)"
             )
@@ -53,7 +54,7 @@ def teacher_answered(conversations: list[list[dict]], path: Path) -> list[list[d
     missing = [c for c, key in zip(conversations, keys, strict=True) if key not in answers]
     if missing:
         first = json.dumps(prompt_of(missing[0]), ensure_ascii=False)[:200]
-        raise ValueError(
+        raise DataError(
             f"data.teacher_answers={str(path)!r} answers {len(conversations) - len(missing)} of "
             f"the {len(conversations)} training prompts ({len(missing)} missing, the first "
             f"{first}); {WRITE_THEM}"

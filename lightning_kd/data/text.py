@@ -39,6 +39,7 @@ from lightning_kd.data.dataset_source import (
 )
 from lightning_kd.data.domain_packing import DomainBlock, unzipped
 from lightning_kd.data.domains import Labelled, domain_groups, file_label, labelled_rows, members
+from lightning_kd.data.errors import DataError
 from lightning_kd.data.held_out import (
     check_sizes,
     checked_val_files,
@@ -89,7 +90,7 @@ class TextDataModule(LightningDataModule):
         super().__init__()
         check_sizes(block_size, val_fraction, max_train_examples)
         if separator_id(tokenizer) is None:
-            raise ValueError("the tokenizer has no EOS or SEP token to separate packed documents")
+            raise DataError("the tokenizer has no EOS or SEP token to separate packed documents")
         self.tokenizer = tokenizer
         self.dataset = DatasetSource.of(dataset)
         self.streaming, self.val_size, self.shuffle_buffer = streaming, val_size, shuffle_buffer

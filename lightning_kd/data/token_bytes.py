@@ -29,6 +29,8 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
+from lightning_kd.data.errors import DataError
+
 BYTE_PIECE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 """A SentencePiece byte-fallback piece: ``<0x0A>`` is the byte 0x0A."""
 
@@ -56,7 +58,7 @@ def check_fast(tokenizer: PreTrainedTokenizerBase, role: str) -> None:
     """Refuse a tokenizer without the ``tokenizers`` backend: no vocabulary-to-bytes table, no
     offsets to align by."""
     if not getattr(tokenizer, "is_fast", False):
-        raise ValueError(
+        raise DataError(
             f"the {role}'s tokenizer ({type(tokenizer).__name__}) is a slow (Python) tokenizer: "
             "cross-tokenizer distillation aligns token offsets, which only fast tokenizers give. "
             "Save a fast one beside the model (AutoTokenizer.from_pretrained(path, use_fast=True)"

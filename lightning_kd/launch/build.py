@@ -11,6 +11,7 @@ import copy
 from typing import Any
 
 import lightning as L
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
@@ -26,6 +27,7 @@ from lightning_kd.training.module import DistillationModule
 from lightning_kd.training.strategies import check_accelerator
 from lightning_kd.training.summary import TrainTimer
 from lightning_kd.utils.plain_data import plain_data
+from lightning_kd.utils.refusal import Refused
 
 
 def with_values(cfg: DictConfig, values: dict[str, Any]) -> DictConfig:
@@ -51,8 +53,15 @@ def with_precision(cfg: DictConfig, announce: bool = True) -> tuple[DictConfig, 
 
 
 def build_datamodule(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase) -> TextDataModule:
-    """The data module of ``cfg.data``, tokenizing with ``tokenizer``."""
-    return instantiate(cfg.data, tokenizer=tokenizer, _convert_="all")
+    """The data module of ``cfg.data``, tokenizing with ``tokenizer``; a refusal of its
+    settings raised as itself (Hydra wraps what a constructor raises in its own error, which
+    the commands would print as a traceback around the message's repr)."""
+    try:
+        return instantiate(cfg.data, tokenizer=tokenizer, _convert_="all")
+    except InstantiationException as error:
+        if isinstance(error.__cause__, Refused):
+            raise error.__cause__ from None
+        raise
 
 
 def build_module(

@@ -88,8 +88,16 @@ def config_prompts(
         )
     if spec.prompts in SPLITS:
         prompts = split_prompts(cfg, spec, tokenizer, SPLITS[spec.prompts])
+        fix = (
+            f"the data's {SPLITS[spec.prompts]} split holds no conversation (data=chat) or no "
+            f"document longer than generate.prefix_chars={spec.prefix_chars} (data=text); add "
+            "data, or lower generate.prefix_chars"
+        )
     else:
         prompts = read_prompts(Path(spec.prompts).expanduser(), ChatFields())
+        fix = "the file holds no row; give rows with 'prompt' or 'messages', a JSON object a line"
+    if not prompts:  # found by the tokenizer, it was an IndexError after the teacher loaded
+        refuse([f"generate.prompts={spec.prompts} gives no prompt: {fix}"])
     return prompts[: spec.max_prompts]
 
 

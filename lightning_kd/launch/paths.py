@@ -9,6 +9,7 @@ over that run's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from lightning_kd.training.rundir import REMOVED, previous_outputs
@@ -36,15 +37,28 @@ def out_dir_errors(option: str, out: Path, sep: str = " ") -> list[str]:
     return [f"{option}{sep}{out} {where}; give a directory, e.g. {option}{sep}{example}"]
 
 
-def out_file_errors(option: str, out: Path | None, example: str = "out.json") -> list[str]:
-    """Why ``out`` cannot be the output file ``option`` names: a directory, or under a file. A
-    missing parent directory is fine: the command creates it when it writes. ``example``: a
-    file name of the kind the command writes, for the fix."""
+def out_file_errors(
+    option: str,
+    out: Path | None,
+    example: str = "out.json",
+    ours: Callable[[Path], bool] | None = None,
+) -> list[str]:
+    """Why ``out`` cannot be the output file ``option`` names: a directory, under a file, or an
+    existing file that ``ours`` does not recognise as one the command wrote (a model's weights,
+    the data it reads: replaced whole, they were lost). A missing parent directory is fine: the
+    command creates it when it writes. ``example``: a file name of the kind the command writes,
+    for the fix."""
     if out is None:
         return []
     out = Path(out)
     if out.is_dir():
         return [f"{option} {out} is a directory; give a file path, e.g. {option} {out}/{example}"]
+    if out.is_file() and ours is not None and not ours(out):
+        return [
+            f"{option} {out} exists and is not a file this command writes ({example}); it would "
+            f"be replaced: move it away, or give another path, e.g. {option} "
+            f"{out.parent / example}"
+        ]
     blocking = _blocking_file(out.parent)
     if blocking is None:
         return []

@@ -25,7 +25,7 @@ from lightning_kd.launch.auto import resolve
 from lightning_kd.launch.build import build
 from lightning_kd.launch.config import JobRecord, record_job
 from lightning_kd.launch.data_checks import dataset_errors
-from lightning_kd.launch.entry import check_entry
+from lightning_kd.launch.entry import check_entry, teacher_length
 from lightning_kd.launch.export import export_gguf, gguf_errors
 from lightning_kd.launch.harness_run import evaluate_run, harness_errors
 from lightning_kd.launch.model_paths import model_path_errors
@@ -171,7 +171,10 @@ def run(cfg: DictConfig, command: Sequence[str] = ("python", "run.py")) -> float
     # train alone (the others run on one process and export no student).
     nodes = node_errors(cfg.trainer.get("num_nodes", 1), cfg.trainer.devices)
     extra = model_path_errors(cfg) + nodes + dataset_errors(cfg) + harness_errors(cfg)
-    check_entry(cfg, extra=extra + gguf_errors(cfg))
+    # The block against the teacher's positions now, as `cache` does: found once built, it came
+    # after a teacher cache of positions the teacher does not have was written.
+    lengths = [teacher_length(cfg, "data.block_size")]
+    check_entry(cfg, lengths=lengths, extra=extra + gguf_errors(cfg))
     output_dir = Path(cfg.output_dir)
     ckpt_path = resolve_ckpt_path(cfg.ckpt_path, output_dir / "checkpoints")
     # Only a checkpoint of this directory's run resumes it: another run's, into a directory

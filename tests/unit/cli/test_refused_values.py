@@ -15,6 +15,9 @@ import pytest
 from transformers import GPT2Config
 
 from lightning_kd.cli import main
+from lightning_kd.cli.evaluate import is_record
+from lightning_kd.export.gguf import is_gguf
+from lightning_kd.launch.paths import out_file_errors
 from lightning_kd.models.loading import byte_tokenizer
 
 POSITIONS = 64
@@ -241,6 +244,16 @@ def test_generate_refuses_bad_values(case, weightless, prompts, tmp_path, capsys
     assert not (run_dir / "completions.jsonl").exists()
 
 
+def test_generate_refuses_prompts_that_give_none(weightless, tmp_path, capsys) -> None:
+    blank = tmp_path / "blank.jsonl"
+    blank.write_text("\n  \n")
+    options = [f"generate.prompts={blank}", "generate.max_new_tokens=4"]
+    argv = hydra_argv("generate", weightless, tmp_path / "g", *options)
+    assert_refused(
+        argv, [f"generate.prompts={blank} gives no prompt: the file holds no row"], capsys
+    )
+
+
 IMPORTANCE = {
     "block past positions": (
         "data.block_size=128",
@@ -271,6 +284,11 @@ TRAIN = {
     "every weight 0 with features": (
         ["distill.kd_weight=0", "distill.ce_weight=0", "distill.feature_weight=0"],
         ["are all 0: the loss would be 0.0 and nothing would train", "e.g. distill.kd_weight=0.5"],
+    ),
+    # Found once built, it came after a teacher cache over positions it lacks was written.
+    "block past the teacher's positions": (
+        ["data.block_size=128"],
+        [f"data.block_size=128 {BEYOND.format('the teacher')}", f"set data.block_size={POSITIONS}"],
     ),
     # Hydra's own advice for a typo, "use +distill.kdweight=0.3", ends in a TypeError.
     "mistyped keys, and one added that nothing reads": (
@@ -416,7 +434,24 @@ EVALUATE_PATHS = {
     "out is a directory": (["--out", "{tmp}"], ["--out {tmp} is a directory; give a file path"]),
     "missing files": (["--files", "{tmp}/nonexist.txt"], ["--files entry '{tmp}/nonexist.txt'"]),
     "missing model": (["--", "{tmp}/nonexist"], ["model={tmp}/nonexist does not exist"]),
+    # Replaced whole, they were lost: only an earlier --out record is replaced.
+    "out is the data read": (["--out", "{tmp}/text.txt"], ["--out {tmp}/text.txt exists and is"]),
+    "out is the model's config": (
+        ["--out", "{tmp}/weightless/config.json"],
+        ["--out {tmp}/weightless/config.json exists and is not a file this command writes"],
+    ),
 }
+
+
+def test_an_earlier_output_is_replaced_and_nothing_else(tmp_path) -> None:
+    record, gguf, other = tmp_path / "r.json", tmp_path / "s.gguf", tmp_path / "x.json"
+    record.write_text('{"files": ["a.txt"], "rows": []}')
+    gguf.write_bytes(b"GGUF\x03\x00\x00\x00")
+    other.write_text('{"model_type": "llama"}')
+    assert out_file_errors("--out", record, ours=is_record) == []
+    assert out_file_errors("--out", gguf, "s.gguf", ours=is_gguf) == []
+    assert out_file_errors("--out", other, ours=is_record)
+    assert out_file_errors("--out", other, "s.gguf", ours=is_gguf)
 
 
 @pytest.mark.parametrize("case", EVALUATE_PATHS)
@@ -488,6 +523,11 @@ EXPORT = {
     "an --out that is a directory": (
         ["{model}", "--gguf", "f16", "--out", "{model}"],
         ["--out {model} is a directory; give a file path, e.g. --out {model}/student.f16.gguf"],
+    ),
+    # Replaced whole, the model's own file was lost: only an earlier GGUF is replaced.
+    "an --out that is the model's config": (
+        ["{model}", "--gguf", "f16", "--out", "{model}/config.json"],
+        ["--out {model}/config.json exists and is not a file this command writes"],
     ),
 }
 

@@ -144,6 +144,15 @@ def test_padded_batches_carry_each_conversations_labels(tmp_path) -> None:
     assert isinstance(items[2][1], Unscored)
 
 
+def test_answers_cut_to_the_block_are_counted_in_a_warning(tmp_path) -> None:
+    long = [{"prompt": f"Say {i}.", "completion": "word " * 30} for i in range(8)]
+    rows = write_rows(tmp_path / "c.jsonl", long)
+    data = ChatDataModule(chat_tokenizer(), files=[str(rows)], val_fraction=0.25, pack=False)
+    data.block_size = 120
+    with pytest.warns(UserWarning, match=r"6 train conversation\(s\) of 6 are longer .*answer"):
+        data.setup()
+
+
 def test_conversations_that_share_a_prompt_fall_on_one_side_of_the_split(tmp_path) -> None:
     """A held-out prompt is never trained on, whatever answer another row gives it."""
     prompts = [f"Count to {i}." for i in range(10)]

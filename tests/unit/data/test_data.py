@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import warnings
 
 import pytest
 import torch
@@ -84,6 +85,19 @@ def test_unpacked_documents_are_padded_and_masked(tmp_path) -> None:
     for row, length in enumerate(lengths.tolist()):
         assert (batch["labels"][row, length:] == IGNORE_INDEX).all()
         assert (batch["labels"][row, :length] != IGNORE_INDEX).all()
+
+
+def test_unpacked_documents_cut_to_the_block_are_counted_in_a_warning(tmp_path) -> None:
+    path = tmp_path / "docs.jsonl"
+    docs = [f"document {i} " + "word " * (40 if i % 2 else 1) for i in range(10)]
+    path.write_text("\n".join(json.dumps({"text": d}) for d in docs))
+    dm = make_datamodule([path], pack=False, block_size=32)
+    with pytest.warns(UserWarning, match=r"data.pack=false: 5 document\(s\) of 10 are longer "):
+        dm.setup("fit")
+    quiet = make_datamodule([path], pack=False, block_size=256)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        quiet.setup("fit")
 
 
 @pytest.mark.parametrize(

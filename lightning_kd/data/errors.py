@@ -1,0 +1,15 @@
+"""Data that cannot be read as given: refusals (``utils/refusal.py``) that name the file, the row
+or the setting, and the fix, so a command prints them alone and exits 2 — found while the data
+is read, after the config's checks, they were tracebacks."""
+
+from __future__ import annotations
+
+from lightning_kd.utils.refusal import Refused
+
+
+class DataError(Refused):
+    """Data, or a data setting, that cannot give examples as given."""
+
+
+class MissingData(DataError, FileNotFoundError):
+    """A data file or pattern that is not there (still a ``FileNotFoundError``)."""
