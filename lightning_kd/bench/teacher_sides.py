@@ -45,7 +45,7 @@ def teacher_sides(
     extra = distiller.extra_teachers
     temperature = distiller.objective.temperature
     for index, name in enumerate(extra.names if extra is not None else ()):
-        model = None if name in extra.caches else extra.models[name]
+        model = extra.model(index)
         source = "online" if model is not None else "cache"
         if extra.crosses[index] is not None:
             source += ", cross-tokenizer"

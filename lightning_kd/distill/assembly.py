@@ -13,7 +13,8 @@ from lightning_kd.data.token_bytes import byte_lengths
 from lightning_kd.distill.cross_tokenizer import CrossTokenizer
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.distill.teacher_domains import domain_weights
-from lightning_kd.distill.teachers import ExtraTeachers, TeacherEntry
+from lightning_kd.distill.teacher_entries import TeacherEntry
+from lightning_kd.distill.teachers import ExtraTeachers
 from lightning_kd.distill.tokenizer_pairs import teacher_tokenizer_for
 from lightning_kd.models.loading import StudentSpec, TeacherSpec, load_teacher
 from lightning_kd.models.quantize import quantize_teacher

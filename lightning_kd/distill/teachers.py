@@ -9,15 +9,13 @@ the same student positions, without CE (which the first term carries once):
 
 so the exact token-sum accumulation sees one objective; each teacher's own divergence is reported
 beside it (``train/kd/<name>``). Each extra term runs the student's head again, a chunk at a time.
+The list itself is read by ``teacher_entries.py``.
 """
 
 from __future__ import annotations
 
-import difflib
 import gc
-import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -28,161 +26,11 @@ from lightning_kd.cache.teacher import CachedTeacher
 from lightning_kd.distill.cross_tokenizer import CrossTokenizer
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.distill.teacher_domains import rows_of
+from lightning_kd.distill.teacher_entries import TeacherEntry
 from lightning_kd.distill.tokenizer_pairs import teacher_tokenizer_for
 from lightning_kd.models.digests import config_digest, weights_digest
 from lightning_kd.models.heads import final_hidden, output_head
-from lightning_kd.models.loading import TeacherSpec, load_teacher
-from lightning_kd.utils.refusal import refuse
-
-ENTRY_KEYS = ("name", "weight", "cache", "domains")
-"""What a ``teachers`` entry holds besides ``teacher`` keys (``models/loading.py``)."""
-
-
-@dataclass(frozen=True)
-class TeacherEntry:
-    """One entry of ``teachers``: its name in logs, its weight, and the model (``spec``)."""
-
-    name: str
-    weight: float
-    spec: TeacherSpec
-    main: bool
-    """Whether it is the ``teacher`` group's model (the entry that names no model of its own)."""
-    domains: tuple[str, ...] | None = None
-    """The ``data.domains`` it teaches (None: every row; ``teacher_domains.py``)."""
-    cache: str | None = None
-    """Its teacher cache (``lightning-kd cache`` with this entry's ``teacher`` keys), or ``auto``
-    (written once, like ``distill.teacher_cache=auto``); None: online. The main entry's is
-    ``distill.teacher_cache``."""
-
-
-def teacher_entries(teachers: Any, main: TeacherSpec) -> list[TeacherEntry] | None:
-    """The ``teachers`` list checked — each entry a ``name``, a ``weight`` and ``teacher`` keys
-    over the ``teacher`` group's (one entry with no ``path``/``config`` is that model itself),
-    the weights summing to 1 — or :class:`~lightning_kd.utils.refusal.Refused` naming every
-    problem. None for no list, or a list of one: the teacher group's model alone."""
-    entries, errors = read_entries(teachers, main)
-    refuse(errors)
-    return entries if len(entries) > 1 else None
-
-
-def read_entries(teachers: Any, main: TeacherSpec) -> tuple[list[TeacherEntry], list[str]]:
-    """The entries of ``teachers`` that read, and one message per problem with any of them."""
-    if teachers is None or (isinstance(teachers, Sequence) and not len(teachers)):
-        return [], []
-    if isinstance(teachers, str | Mapping) or not isinstance(teachers, Sequence):
-        return [], [f"teachers={teachers!r}: give a list of entries, e.g. {EXAMPLE}"]
-    entries, errors = [], []
-    for index, entry in enumerate(teachers):
-        found, why = read_entry(entry, index, main)
-        errors += why
-        entries += [found] if found is not None else []
-    if not errors:
-        errors += entries_errors(entries)
-    return entries, errors
-
-
-EXAMPLE = "teachers=[{name: smollm2, weight: 0.5}, {name: gemma, weight: 0.5, path: gemma3_270m}]"
-
-
-def read_entry(entry: Any, index: int, main: TeacherSpec) -> tuple[TeacherEntry | None, list]:
-    """``teachers[index]`` as an entry, or None and why not (every reason at once)."""
-    if not isinstance(entry, Mapping):
-        return None, [f"teachers[{index}]={entry!r}: give a mapping, e.g. {{name: a, weight: 0.5}}"]
-    allowed = [*ENTRY_KEYS, *(field.name for field in fields(TeacherSpec))]
-    errors = []
-    for key in sorted(set(map(str, entry)) - set(allowed)):
-        near = difflib.get_close_matches(key, allowed, n=1)
-        hint = f"did you mean {near[0]}?" if near else f"allowed: {', '.join(allowed)}"
-        errors.append(f"teachers[{index}].{key}: an entry takes no key {key!r}; {hint}")
-    errors += [
-        f"teachers[{index}] has no {key}: each entry needs a name and a weight, e.g. "
-        "{name: gemma, weight: 0.5, path: gemma3_270m}"
-        for key in ("name", "weight")
-        if entry.get(key) is None
-    ]
-    overrides = teacher_keys(entry)
-    own = overrides.get("path") is not None or overrides.get("config") is not None
-    if "path" in entry and entry["path"] is None and entry.get("config") is None:
-        errors.append(
-            f"teachers[{index}].path=null: give the model's path (or config), or leave both "
-            "keys out for the teacher group's model"
-        )
-    if not own and entry.get("cache") is not None:
-        errors.append(
-            f"teachers[{index}].cache: this entry is the teacher group's model, whose cache is "
-            "distill.teacher_cache; set distill.teacher_cache instead of its entry's cache"
-        )
-    if errors:
-        return None, errors
-    try:
-        weight = entry_weight(entry["weight"], index)
-        domains = entry_domains(entry.get("domains"), index)
-    except ValueError as error:
-        return None, [str(error)]
-    spec = replace(main, **overrides)
-    return TeacherEntry(str(entry["name"]), weight, spec, not own, domains, entry.get("cache")), []
-
-
-def entry_weight(weight: Any, index: int) -> float:
-    """An entry's ``weight``: a finite number (a NaN would pass every comparison below)."""
-    try:
-        value = float(weight)
-    except (TypeError, ValueError):
-        value = math.nan
-    if isinstance(weight, bool) or not math.isfinite(value):
-        raise ValueError(
-            f"teachers[{index}].weight={weight!r}: give a number >= 0, the weights summing to 1, "
-            "e.g. weight: 0.5"
-        )
-    return value
-
-
-def entry_domains(domains: Any, index: int) -> tuple[str, ...] | None:
-    """An entry's ``domains``: None, or a non-empty list of domain names."""
-    if domains is None:
-        return None
-    if isinstance(domains, str) or not domains or not all(isinstance(d, str) for d in domains):
-        raise ValueError(
-            f"teachers[{index}].domains={domains!r}: list the data.domains it teaches, e.g. "
-            "domains: [code]"
-        )
-    return tuple(domains)
-
-
-def teacher_keys(entry: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``teacher`` keys ``entry`` sets over the teacher group's: for a model of its own (a
-    ``path`` or ``config``), the other of those two and ``gguf_file`` are not inherited."""
-    overrides = {k: v for k, v in entry.items() if k not in ENTRY_KEYS}
-    if "path" in overrides or "config" in overrides:
-        overrides = {"path": None, "config": None, "gguf_file": None} | overrides
-    return overrides
-
-
-def entries_errors(entries: list[TeacherEntry]) -> list[str]:
-    """One main entry, distinct names, non-negative weights that sum to 1, causal LMs only, and
-    no domains where one teacher teaches every row."""
-    errors = []
-    names = [entry.name for entry in entries]
-    if sum(entry.main for entry in entries) != 1:
-        errors.append(
-            "teachers lists every teacher, the teacher group's model among them exactly once "
-            "(the entry with no path or config of its own, e.g. {name: smollm2, weight: 0.5})"
-        )
-    if len(set(names)) != len(names):
-        errors.append(f"teachers: names {names} repeat; give each entry its own name")
-    weights = [entry.weight for entry in entries]
-    if min(weights) < 0 or abs(sum(weights) - 1.0) > 1e-6:
-        errors.append(
-            f"teachers: weights {weights} must be >= 0 and sum to 1 (they share kd_weight)"
-        )
-    if any(entry.spec.task != "causal_lm" for entry in entries):
-        errors.append("teachers: several teachers distil causal LMs' logits only")
-    if len(entries) == 1 and entries[0].domains is not None:
-        errors.append(
-            "teachers: one entry with domains; a single teacher teaches every row, so drop its "
-            "domains (or add the teachers of the other domains)"
-        )
-    return errors
+from lightning_kd.models.loading import load_teacher
 
 
 class ExtraTeachers(nn.Module):

@@ -20,7 +20,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from lightning_kd.data.text import TextDataModule
-from lightning_kd.distill.teachers import teacher_keys
+from lightning_kd.distill.teacher_entries import teacher_keys
 from lightning_kd.launch.build import build_datamodule, with_precision, with_values
 from lightning_kd.launch.importance import choose_layers
 from lightning_kd.launch.teacher_cache import CacheChoice, choose, prepare, unresolved

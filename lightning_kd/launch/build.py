@@ -19,7 +19,7 @@ from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.data.text import TextDataModule
 from lightning_kd.distill.distiller import Distiller
-from lightning_kd.distill.teachers import teacher_entries
+from lightning_kd.distill.teacher_entries import teacher_entries
 from lightning_kd.launch.logger_checks import logger_configs
 from lightning_kd.models.precision import PrecisionChoice, probe_hardware, resolve_precision
 from lightning_kd.models.student import run_tokenizer

@@ -117,6 +117,14 @@ class CrossPath:
         )
 
 
+TEACHERS_LIST = [
+    "teachers is set, and lightning-kd cache writes one teacher's cache, the teacher group's; "
+    "add teachers=null to write that one (a run reads it as distill.teacher_cache=DIR), and let "
+    "the run write each entry's own (teachers.N.cache=auto)"
+]
+"""Why a ``teachers`` list is refused: cached here, all but one of its teachers went unwritten."""
+
+
 def write_claimed(cfg: DictConfig, directory: Path) -> None:
     """Build the data and the teacher of ``cfg`` and write the cache into ``directory``."""
     lengths = [teacher_length(cfg, "data.block_size")]
@@ -124,13 +132,7 @@ def write_claimed(cfg: DictConfig, directory: Path) -> None:
         "data.streaming=true: a stream has no fixed blocks to cache; set data.streaming=false"
     ]
     extra = dataset_errors(cfg) + (streamed if cfg.data.get("streaming") else [])
-    if cfg.get("teachers"):
-        extra.append(
-            "teachers is set, and lightning-kd cache writes one teacher's cache, the teacher "
-            "group's; add teachers=null to write that one (a run reads it as "
-            "distill.teacher_cache=DIR), and let the run write each entry's own "
-            "(teachers.N.cache=auto)"
-        )
+    extra += TEACHERS_LIST if cfg.get("teachers") else []
     check_entry(cfg, lengths=lengths, extra=extra)
     cfg, _ = with_precision(cfg)
     teacher_spec = instantiate(cfg.teacher, _convert_="all")

@@ -11,7 +11,7 @@ from typing import Any
 
 from hydra.utils import instantiate
 
-from lightning_kd.distill.teachers import TeacherEntry, read_entries
+from lightning_kd.distill.teacher_entries import TeacherEntry, read_entries
 from lightning_kd.launch.rules import ABSENT, lookup
 from lightning_kd.utils.plain_data import plain_data
 

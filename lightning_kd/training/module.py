@@ -29,7 +29,7 @@ from lightning_kd.distill.accumulation import Window
 from lightning_kd.distill.distiller import Distiller
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.distill.repair import RepairReport
-from lightning_kd.distill.teachers import teacher_entries
+from lightning_kd.distill.teacher_entries import teacher_entries
 from lightning_kd.models.digests import config_digest, weights_digest
 from lightning_kd.models.loading import StudentSpec, TeacherSpec
 from lightning_kd.models.student import run_tokenizer

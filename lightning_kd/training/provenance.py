@@ -31,6 +31,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 
 from lightning_kd.data.provenance import data_differences
 from lightning_kd.models.digests import vocab_digest
+from lightning_kd.training.teacher_provenance import crosses, teacher_differences, teachers_record
 from lightning_kd.utils.refusal import Refused
 
 KEY = "provenance"
@@ -59,9 +60,6 @@ CROSS_FIELDS = ("cross_loss", "cross_top_k", "cross_uld_weight", "cross_span_wei
 """What a teacher with another tokenizer is compared by: recorded where a run has one."""
 ON_POLICY_FIELDS = ("on_policy_tokens", "on_policy_temperature", "on_policy_teacher_top_k")
 """How the student's own completions are drawn: recorded where a run samples them."""
-ENTRY_FIELDS = ("path", "gguf_file", "config", "dtype", "quantize", "init_seed")
-"""What identifies a ``teachers`` entry's model besides its digests (``path`` only matters
-where they differ: a moved copy is the same teacher)."""
 
 
 class ProvenanceMismatch(Refused):
@@ -97,36 +95,6 @@ def record(module: LightningModule, trainer: Trainer | None = None) -> dict[str,
     if trainer is not None:
         found |= run_settings(module, trainer)
     return found
-
-
-def crosses(module: LightningModule) -> bool:
-    """Whether any teacher of ``module``'s distiller reads another tokenizer than the student."""
-    distiller = getattr(module, "distiller", None)
-    if distiller is None:
-        return False
-    extra = distiller.extra_teachers
-    return distiller.cross is not None or (
-        extra is not None and any(cross is not None for cross in extra.crosses)
-    )
-
-
-def teachers_record(module: LightningModule) -> dict[str, Any]:
-    """With several ``teachers``: each one's weight and domains by name, and each other
-    teacher's model (its spec's keys, its weights and config digests); empty for one teacher."""
-    found: dict[str, Any] = {}
-    for entry in module.teachers or ():
-        found[f"{entry.name}.weight"] = entry.weight
-        found[f"{entry.name}.domains"] = list(entry.domains) if entry.domains else None
-        if entry.main:  # its model is the record's ``teacher``
-            continue
-        spec = dataclasses.asdict(entry.spec)
-        if spec["config"] is not None:  # a config-built teacher: its config, as one value
-            spec["config"] = json.dumps(spec["config"], sort_keys=True)
-        spec["init_seed"] = spec["init_seed"] if entry.spec.config is not None else None
-        found |= {f"{entry.name}.{key}": spec[key] for key in ENTRY_FIELDS}
-        digests = module.extra_digests.get(entry.name, {})
-        found |= {f"{entry.name}.{key}": value for key, value in digests.items()}
-    return json.loads(json.dumps(found, default=str))
 
 
 def run_settings(module: LightningModule, trainer: Trainer) -> dict[str, Any]:
@@ -181,31 +149,6 @@ def differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
         gone = sorted(set(saved.get(part, {})) - set(values))
         found += [f"{part}.{key}: checkpoint {saved[part][key]!r}, this run unset" for key in gone]
     return found + moved_paths(saved, current, found)
-
-
-def teacher_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """The ``teachers`` records compared: a teacher added or dropped in one line, each
-    difference of a teacher in both (its path only where its model differs too)."""
-
-    def names(record: dict[str, Any]) -> list[str]:
-        return sorted({key.rsplit(".", 1)[0] for key in record})
-
-    found = []
-    for name in sorted(set(names(saved)) | set(names(current))):
-        if name not in names(saved):
-            found.append(f"teachers.{name}: not in the checkpoint, a teacher of this run")
-        elif name not in names(current):
-            found.append(f"teachers.{name}: a teacher of the checkpoint, not of this run")
-    for name in (name for name in names(saved) if name in names(current)):
-        keys = sorted(key for key in set(saved) | set(current) if key.rsplit(".", 1)[0] == name)
-        changed = [key for key in keys if saved.get(key) != current.get(key)]
-        if changed == [f"{name}.path"]:
-            continue  # a moved copy of the same model
-        found += [
-            f"teachers.{key}: checkpoint {saved.get(key)!r}, this run {current.get(key)!r}"
-            for key in changed
-        ]
-    return found
 
 
 def is_path(part: str, key: str) -> bool:

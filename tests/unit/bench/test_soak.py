@@ -30,6 +30,7 @@ def test_a_soak_reuses_only_a_directory_it_marked(tmp_path: Path) -> None:
     out = tmp_path / "soak"
     assert out_errors(out) == []  # new: the soak creates it
     (out / "checkpoints").mkdir(parents=True)
+    (out / "checkpoints" / "last.ckpt").write_bytes(b"")
     (out / REPORT).write_text("{}")
     (error,) = out_errors(out)
     assert f"--out {out} holds outputs a soak did not write (checkpoints, soak.json)" in error

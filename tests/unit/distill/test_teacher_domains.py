@@ -12,7 +12,8 @@ from lightning_kd.data.domains import Domains
 from lightning_kd.distill.distiller import Distiller
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.distill.teacher_domains import domain_weights
-from lightning_kd.distill.teachers import ExtraTeachers, teacher_entries
+from lightning_kd.distill.teacher_entries import teacher_entries
+from lightning_kd.distill.teachers import ExtraTeachers
 from lightning_kd.losses.logits import IGNORE_INDEX
 from lightning_kd.models.loading import TeacherSpec, model_from_config
 from lightning_kd.models.student import student_from_teacher

@@ -17,7 +17,8 @@ from lightning_kd.distill.accumulation import Window
 from lightning_kd.distill.cross_tokenizer import CrossTokenizer
 from lightning_kd.distill.distiller import Distiller
 from lightning_kd.distill.objective import DistillConfig
-from lightning_kd.distill.teachers import ExtraTeachers, teacher_entries
+from lightning_kd.distill.teacher_entries import teacher_entries
+from lightning_kd.distill.teachers import ExtraTeachers
 from lightning_kd.models.loading import (
     StudentSpec,
     TeacherSpec,
