@@ -24,6 +24,7 @@ import argparse
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from lightning_kd.evaluation.harness import Harness, score_models, task_errors, task_names
 from lightning_kd.evaluation.harness import markdown as harness_markdown
@@ -38,8 +39,20 @@ from lightning_kd.models.positions import saved_positions
 from lightning_kd.utils.atomic import atomic_write_bytes
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's, saying why the models went missing where ``--files`` took them."""
+
+    def error(self, message: str) -> NoReturn:
+        if "required: models" in message:
+            message += (
+                " (--files takes every path after it: give the models first, or put -- before "
+                "them: lightning-kd evaluate --files a.txt -- runs/kd/student)"
+            )
+        super().error(message)
+
+
 def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="lightning-kd evaluate",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,

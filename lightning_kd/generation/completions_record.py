@@ -134,3 +134,18 @@ def completions_lock(out: Path) -> Iterator[None]:
         "another output (hydra.run.dir=...)",
     ):
         yield
+
+
+def read_row(out: Path, number: int, line: bytes) -> dict:
+    """Row ``number`` of the completions file ``out``, or a refusal naming it: a row edited or
+    damaged inside the file is not one a resume can continue after."""
+    try:
+        row = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as error:
+        row = error
+    if not isinstance(row, dict):
+        raise CompletionsMismatch(
+            f"{out}:{number} is not a completion row ({row}); the file was changed since it was "
+            "written: write into a new hydra.run.dir, or set overwrite=true to start it again"
+        )
+    return row

@@ -50,6 +50,7 @@ from lightning_kd.data.reading import read_records
 from lightning_kd.generation.completions_record import (
     check_record,
     completions_lock,
+    read_row,
     settings_record,
 )
 from lightning_kd.generation.decoding import generate_in_eval, left_padded
@@ -166,7 +167,7 @@ def completed_rows(out: Path, prompts: list[tuple[int | str, Prompt]]) -> int:
     if len(whole) < len(data):
         with open(out, "r+b") as handle:  # a row half-written when the last run stopped
             handle.truncate(len(whole))
-    rows = [json.loads(line) for line in whole.decode("utf-8").splitlines()]
+    rows = [read_row(out, number, line) for number, line in enumerate(whole.splitlines(), 1)]
     for index, (row, (line, prompt)) in enumerate(zip(rows, prompts, strict=False)):
         if not is_answer(row, line, prompt):
             raise ValueError(

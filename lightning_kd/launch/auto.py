@@ -12,7 +12,7 @@ why (the summary reports it); the config it is given is left as it was.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from hydra.utils import instantiate
@@ -42,6 +42,8 @@ class Resolved:
     """``distill.teacher_cache=auto``: cached or online, and why (None: it was not ``auto``)."""
     datamodule: TextDataModule | None = None
     """The data module the cache was matched to, set up (the run trains on it), or None."""
+    entry_caches: dict[str, CacheChoice] = field(default_factory=dict)
+    """``teachers`` entries with ``cache: auto``: each one's choice, by name."""
 
 
 def resolve(cfg: DictConfig, ckpt_path: Path | None = None) -> Resolved:
@@ -60,6 +62,7 @@ def resolve(cfg: DictConfig, ckpt_path: Path | None = None) -> Resolved:
     if any(unresolved(entry.get("cache")) for entry in teachers):
         resolving = EntryCaches(resolved.cfg, resolved.datamodule, ckpt_path is not None)
         resolved.cfg, resolved.datamodule = resolving.all()
+        resolved.entry_caches = resolving.choices
     return resolved
 
 
@@ -88,6 +91,8 @@ class EntryCaches:
     cfg: DictConfig
     datamodule: TextDataModule | None
     resuming: bool
+    choices: dict[str, CacheChoice] = field(default_factory=dict)
+    """Each resolved entry's choice, by name (the summary reports them)."""
 
     def all(self) -> tuple[DictConfig, TextDataModule]:
         """The config with each such entry's ``cache`` a directory or null, and the set-up data
@@ -104,6 +109,7 @@ class EntryCaches:
             if unresolved(entry.get("cache")):
                 choice = self.resolve(OmegaConf.to_container(entry), tokenizer)
                 cfg = with_values(cfg, {f"teachers.{index}.cache": choice.path})
+                self.choices[str(entry.name)] = choice
         return cfg, self.datamodule
 
     def resolve(self, entry: dict, tokenizer) -> CacheChoice:

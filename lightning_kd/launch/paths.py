@@ -9,6 +9,7 @@ over that run's.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -30,7 +31,7 @@ def out_dir_errors(option: str, out: Path, sep: str = " ") -> list[str]:
     """Why ``out`` cannot be the output directory ``option`` names (a file, or under one)."""
     blocking = _blocking_file(Path(out))
     if blocking is None:
-        return []
+        return unwritable_errors(f"{option}{sep}{out}", Path(out))
     where = "is a file" if blocking == Path(out) else f"is under the file {blocking}"
     # The example sits beside the file, with the rest of the path kept: not under the file.
     example = blocking.with_name(blocking.name + "-out") / Path(out).relative_to(blocking)
@@ -61,8 +62,21 @@ def out_file_errors(
         ]
     blocking = _blocking_file(out.parent)
     if blocking is None:
-        return []
+        return unwritable_errors(f"{option} {out}", out.parent)
     return [f"{option} {out} is under the file {blocking}; give a path in a directory"]
+
+
+def unwritable_errors(named: str, directory: Path) -> list[str]:
+    """Why nothing can be written in ``directory`` (or, where it does not exist yet, in the
+    nearest directory above it that does): a read-only file system or a directory without
+    write permission, found now rather than after the work whose result it would hold."""
+    existing = next((p for p in (directory, *directory.parents) if p.exists()), None)
+    if existing is None or os.access(existing, os.W_OK | os.X_OK):
+        return []
+    return [
+        f"{named}: {existing} is not writable (read-only, or no permission); give a path "
+        "you can write to"
+    ]
 
 
 def _blocking_file(path: Path) -> Path | None:

@@ -105,7 +105,7 @@ def train(
         summary.lm_eval = evaluate_run(cfg, output_dir / "student", trainer)
     summary.wall_seconds = time.perf_counter() - start
     if trainer.is_global_zero:
-        summary.written = disk_use(output_dir, summary.teacher_cache)
+        summary.written = disk_use(output_dir, summary.teacher_cache, summary.entry_caches)
         write_summary(summary, output_dir)
     return summary
 
@@ -127,6 +127,7 @@ def summarise(module, trainer: L.Trainer, resolved, before: dict, after: dict, t
         precision=resolved.precision.as_dict() | quantized(resolved.cfg),
         importance=resolved.ranking.as_dict() if resolved.ranking is not None else None,
         teacher_cache=resolved.teacher_cache.as_dict() if resolved.teacher_cache else None,
+        entry_caches={name: c.as_dict() for name, c in resolved.entry_caches.items()},
         blockwise=module.blockwise.as_dict() if module.blockwise is not None else None,
     )
 

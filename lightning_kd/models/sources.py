@@ -248,6 +248,12 @@ def checked_model_path(path: str, key: str) -> str:
             raise FileNotFoundError(f"{key}={path}: directory has no config.json")
         return str(local)
     looks_like_hub_id = path.count("/") == 1 and not path.startswith((".", "/", "~"))
+    # runs/studnet is shaped like org/name, but runs/ is here: a local path mistyped.
+    if looks_like_hub_id and local.parent.is_dir():
+        raise FileNotFoundError(
+            f"{key}={path} does not exist ({local.parent}/ is a local directory, so this is "
+            "no Hugging Face id); give an existing model directory"
+        )
     if not looks_like_hub_id:
         raise FileNotFoundError(
             f"{key}={path} does not exist; give an existing model directory, a Hugging Face id "

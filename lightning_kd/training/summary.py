@@ -106,6 +106,8 @@ class RunSummary:
     teacher_cache: dict | None = None
     """With ``distill.teacher_cache=auto``: the cache trained from (None: online) and why
     (``cache.auto.CacheChoice.as_dict``)."""
+    entry_caches: dict[str, dict] = field(default_factory=dict)
+    """``teachers`` entries with ``cache: auto``: each one's cache or online, and why, by name."""
     blockwise: dict | None = None
     """With ``distill.blockwise_passes``: what the repair did (``repair.RepairReport.as_dict``)."""
     lm_eval: list[dict] | None = None
@@ -150,6 +152,10 @@ class RunSummary:
             rows.append(("precision", "", f"{self.precision['trainer.precision']}, {teacher}"))
         if self.teacher_cache is not None:
             rows.append(("teacher in training", "", self.teacher_cache["in_training"]))
+        rows += [
+            (f"teachers[{name}] in training", "", choice["in_training"])
+            for name, choice in self.entry_caches.items()
+        ]
         if self.blockwise is not None:
             repaired = f"{self.blockwise['passes']} passes, {self.blockwise['seconds']:.1f} s"
             rows.append(("block-wise repair before training", "", repaired))
@@ -178,16 +184,23 @@ def tree_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
 
 
-def disk_use(output_dir: Path, cache: dict | None = None) -> dict[str, dict]:
+def disk_use(
+    output_dir: Path, cache: dict | None = None, entry_caches: dict[str, dict] | None = None
+) -> dict[str, dict]:
     """What a run wrote: its run directory (checkpoints, the exported student and its GGUFs
-    named apart) and, where it wrote into the shared teacher cache, those bytes and its path."""
+    named apart) and, where it wrote into the shared teacher cache, those bytes and its path
+    (each ``teachers`` entry's too, by name)."""
     written = {"run directory": {"path": str(output_dir), "bytes": tree_bytes(output_dir)}}
     for part in ("checkpoints", "student"):
         if (output_dir / part).exists():
             written[part] = {"path": str(output_dir / part), "bytes": tree_bytes(output_dir / part)}
     for gguf in sorted(output_dir.glob("student.*.gguf")):  # export.gguf's files
         written[gguf.name] = {"path": str(gguf), "bytes": gguf.stat().st_size}
-    if cache is not None and cache.get("distill.teacher_cache"):
-        path = cache["distill.teacher_cache"]
-        written["teacher cache"] = {"path": path, "bytes": cache.get("written_bytes", 0)}
+    caches = {"teacher cache": cache} | {
+        f"teacher cache ({name})": choice for name, choice in (entry_caches or {}).items()
+    }
+    for what, choice in caches.items():
+        if choice is not None and choice.get("distill.teacher_cache"):
+            path = choice["distill.teacher_cache"]
+            written[what] = {"path": path, "bytes": choice.get("written_bytes", 0)}
     return written

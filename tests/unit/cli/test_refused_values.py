@@ -539,3 +539,8 @@ def test_export_refuses_before_loading(case, weightless, capsys) -> None:
     argv = ["export", *(word.format(**fill) for word in argv)]
     assert_refused(argv, [text.format(**fill) for text in named], capsys)
     assert not list(weightless.parent.glob("*.gguf"))
+
+
+def test_models_swallowed_by_files_are_explained(capsys) -> None:
+    argv = ["evaluate", "--files", "a.txt", "runs/kd/student"]
+    assert_refused(argv, ["required: models", "--files takes every path after it"], capsys)

@@ -13,8 +13,13 @@ import pytest
 
 from lightning_kd.data.chat import ChatDataModule
 from lightning_kd.data.conversations import ChatFields
-from lightning_kd.generation.completions_record import record_path
-from lightning_kd.generation.teacher_completions import GenerateSpec, complete, prompt_messages
+from lightning_kd.generation.completions_record import CompletionsMismatch, record_path
+from lightning_kd.generation.teacher_completions import (
+    GenerateSpec,
+    complete,
+    completed_rows,
+    prompt_messages,
+)
 from lightning_kd.launch.config import compose_config
 from lightning_kd.launch.generate import generate
 from lightning_kd.models.loading import TeacherSpec, byte_tokenizer, load_teacher
@@ -157,3 +162,10 @@ def test_the_command_line_writes_completions(tmp_path) -> None:
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert len((tmp_path / "g" / "completions.jsonl").read_text().splitlines()) == 2
+
+
+def test_a_damaged_row_inside_the_file_is_named(tmp_path) -> None:
+    out = tmp_path / "completions.jsonl"
+    out.write_text('{"prompt": "a"}\ngarbage\n{"prompt": "c"}\n')
+    with pytest.raises(CompletionsMismatch, match=rf"{out}:2 is not a completion row"):
+        completed_rows(out, [(1, "a"), (2, "b"), (3, "c")])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lightning_kd.launch import paths
 from lightning_kd.launch.paths import (
     out_dir_errors,
     out_file_errors,
@@ -66,3 +67,18 @@ def test_a_training_runs_directory_is_refused_for_cache_and_generate(tmp_path: P
     (own / "meta.json").write_text("{}")
     (own / "completions.jsonl").write_text("")
     assert training_run_errors(own, "cache") == []
+
+
+def test_an_output_where_nothing_can_be_written_is_refused_before_the_work(
+    tmp_path: Path, monkeypatch
+) -> None:
+    locked = tmp_path / "ro"
+    locked.mkdir()
+    real = paths.os.access
+    monkeypatch.setattr(paths.os, "access", lambda p, mode: Path(p) != locked and real(p, mode))
+    unwritable = f"{locked} is not writable (read-only, or no permission)"
+    (error,) = out_file_errors("--out", locked / "sub" / "x.json")  # the nearest that exists
+    assert error.startswith(f"--out {locked / 'sub' / 'x.json'}: {unwritable}")
+    (error,) = run_dir_errors(locked / "run")
+    assert error.startswith(f"hydra.run.dir={locked / 'run'}: {unwritable}")
+    assert out_file_errors("--out", tmp_path / "x.json") == []

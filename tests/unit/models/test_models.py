@@ -16,7 +16,12 @@ from lightning_kd.models.loading import (
     load_teacher,
     load_tokenizer,
 )
-from lightning_kd.models.sources import GEMMA3_270M, GEMMA3_PACKAGES, smollm2_gguf
+from lightning_kd.models.sources import (
+    GEMMA3_270M,
+    GEMMA3_PACKAGES,
+    checked_model_path,
+    smollm2_gguf,
+)
 from lightning_kd.models.student import (
     build_student,
     check_vocabularies,
@@ -167,6 +172,22 @@ def test_missing_teacher_path_is_an_error() -> None:
     spec = TeacherSpec(path="/no/such/teacher")
     with pytest.raises(FileNotFoundError, match=r"teacher.path=/no/such/teacher does not exist"):
         load_teacher(spec)
+
+
+def test_a_mistyped_local_path_is_not_taken_for_a_hub_id(tmp_path, monkeypatch) -> None:
+    """runs/studnet is shaped like org/name; with runs/ here it is a typo, not a download."""
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "file.txt").write_text("not a model")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(
+        FileNotFoundError, match=r"teacher.path=runs/studnet does not exist \(runs/"
+    ):
+        checked_model_path("runs/studnet", "teacher.path")
+    with pytest.raises(FileNotFoundError, match=r"runs/file.txt is a file, not a model directory"):
+        checked_model_path("runs/file.txt", "teacher.path")
+    assert checked_model_path("HuggingFaceTB/SmolLM2-135M", "teacher.path") == (
+        "HuggingFaceTB/SmolLM2-135M"
+    )
 
 
 def test_spec_errors() -> None:

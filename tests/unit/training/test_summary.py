@@ -82,3 +82,26 @@ def test_a_resumed_run_rates_only_the_tokens_it_trained() -> None:
     assert resumed.tokens_per_second == 300.0
     finished = RunSummary(after={}, train_tokens=6000, train_seconds=0.0, timed_tokens=0)
     assert finished.tokens_per_second is None
+
+
+def test_each_teachers_cache_is_reported_and_counted_as_written(tmp_path) -> None:
+    def choice(path: str, size: int) -> dict:
+        return {"distill.teacher_cache": path, "in_training": "cached once", "written_bytes": size}
+
+    entries = {"gemma": choice("caches/b", 3 * 2**20)}
+    written = summary.disk_use(tmp_path, choice("caches/a", 2**20), entries)
+    assert written["teacher cache"] == {"path": "caches/a", "bytes": 2**20}
+    assert written["teacher cache (gemma)"] == {"path": "caches/b", "bytes": 3 * 2**20}
+    report = RunSummary(
+        after={},
+        before={},
+        teacher_ppl=None,
+        steps=1,
+        train_tokens=1,
+        train_seconds=1.0,
+        wall_seconds=1.0,
+        entry_caches=entries,
+        written=written,
+    ).markdown()
+    assert "| teachers[gemma] in training |  | cached once |" in report
+    assert "| written: teacher cache (gemma) |  | 3.0 MB in caches/b |" in report
