@@ -214,7 +214,8 @@ def read_index(directory: Path) -> dict[str, Any]:
                 if partial
                 else ""
             )
-            + f"; write one with `lightning-kd cache hydra.run.dir={directory}`"
+            + f"; write one with `lightning-kd cache hydra.run.dir={directory} <this run's "
+            "teacher=, data=, distill.temperature and cache.k overrides>`"
         )
     try:
         index = json.loads(path.read_text())

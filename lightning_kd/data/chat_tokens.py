@@ -80,6 +80,11 @@ def assistant_spans(
     for turn, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
+        if turn == 0:  # nothing before it to render as its prompt
+            raise DataError(
+                f"{where}: the conversation opens with the assistant's turn, so that answer has "
+                "no prompt; begin each row with the user's (or the system's) turn"
+            )
         before = render(tokenizer, messages[:turn], where, add_generation_prompt=True)
         through = render(tokenizer, messages[: turn + 1], where)
         if not (through.startswith(before) and text.startswith(through)):

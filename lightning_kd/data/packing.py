@@ -140,6 +140,10 @@ def pack_blocks(token_lists: list[list[int]], block_size: int, eos_id: int) -> T
     return torch.tensor(stream[: count * block_size], dtype=torch.long).view(count, block_size)
 
 
+TRAIN_SPLIT = "the training documents (those no validation text holds)"
+"""What a refusal for too few training examples names, where validation is read apart."""
+
+
 def warn_cut(
     split: str, what: str, before: list[int], after: list[int], block_size: int, scored: str = ""
 ) -> None:
@@ -161,10 +165,16 @@ def warn_cut(
 
 
 def blocks_of(
-    token_lists: list[list[int]], block_size: int, pack: bool, eos_id: int, needed: int
+    token_lists: list[list[int]],
+    block_size: int,
+    pack: bool,
+    eos_id: int,
+    needed: int,
+    what: str = "the corpus",
 ) -> list[Tensor]:
     """Packed blocks (:func:`pack_blocks`), or each document of two tokens or more truncated to
-    ``block_size``; refused when fewer than ``needed``."""
+    ``block_size``; refused when fewer than ``needed``, naming ``what`` gave too few (the corpus
+    to split, or one split of it: ``the validation split``, ``the training split``)."""
     if pack:
         examples = list(pack_blocks(token_lists, block_size, eos_id))
     else:
@@ -173,10 +183,11 @@ def blocks_of(
         lengths = [len(t) for t in kept]
         warn_cut("", "document", lengths, [min(n, block_size) for n in lengths], block_size)
     if len(examples) < needed:
+        both = "one to train, one to validate" if needed > 1 else "one to train"
+        purpose = both if what in (TRAIN_SPLIT, "the corpus") else "to validate"
         raise DataError(
-            f"the corpus gives {len(examples)} example(s) of {block_size} tokens "
-            f"({sum(len(t) for t in token_lists)} tokens in all); {needed} needed (one to "
-            f"train{', one to validate' * (needed > 1)}): add text (data.files or "
-            "data.dataset) or lower data.block_size"
+            f"too few examples from {what}: {len(examples)} of {block_size} tokens "
+            f"({sum(len(t) for t in token_lists)} tokens in all), {needed} needed ({purpose}); "
+            "add text (data.files or data.dataset) or lower data.block_size"
         )
     return examples

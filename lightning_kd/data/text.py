@@ -50,7 +50,7 @@ from lightning_kd.data.held_out import (
     without_validation_text,
 )
 from lightning_kd.data.loaders import EpochSampler, ResumableLoader, already_trained
-from lightning_kd.data.packing import blocks_of
+from lightning_kd.data.packing import TRAIN_SPLIT, blocks_of
 from lightning_kd.data.provenance import text_record
 from lightning_kd.data.reading import DEFAULT_FILES, distinct_documents, expand_files
 from lightning_kd.data.streaming import Layout, Stream
@@ -140,8 +140,9 @@ class TextDataModule(LightningDataModule):
         if self.dataset.val_split is not None:
             val = dict(self.split_documents(self.dataset.val_split))
             train = [doc for key, doc in self.split_documents(self.dataset.split) if key not in val]
-            val_examples = self.tagged(list(val.values()), every_domain=False)
-            train_examples = self.tagged(train, needed=1)
+            what = f"data.dataset's validation split ({self.dataset.val_split})"
+            val_examples = self.tagged(list(val.values()), every_domain=False, what=what)
+            train_examples = self.tagged(train, needed=1, what=TRAIN_SPLIT)
             self.keep_split(val_examples, range(len(val_examples[0])), train_examples)
             return
         if self.val_files is not None:
@@ -157,17 +158,17 @@ class TextDataModule(LightningDataModule):
         val = distinct_documents(self.val_files, self.text_field)
         train = distinct_documents(self.files, self.text_field)
         kept = set(without_validation_text([t for _, t in train], [t for _, t in val]))
-        val_examples = self.tagged(self.read(val), every_domain=False)
-        train_examples = self.tagged(self.read([doc for doc in train if doc[1] in kept]), 1)
+        val_examples = self.tagged(self.read(val), every_domain=False, what="data.val_files")
+        train_examples = self.tagged(self.read([d for d in train if d[1] in kept]), 1, TRAIN_SPLIT)
         held, _ = split_order(len(val_examples[0]), self.val_fraction, self.seed)
         self.keep_split(val_examples, held, train_examples)
 
-    def tagged(self, documents: list[Labelled], needed=None, every_domain=True) -> tuple:
-        """``documents``' examples, and each one's domain with ``data.domains`` (each domain's
-        made apart; ``every_domain``: each must give one) or None; ``[Tensor], [int] | None``."""
+    def tagged(self, documents: list[Labelled], needed=None, what="the corpus", every_domain=True):
+        """``documents``' (``what``) examples, and each one's domain with ``data.domains`` (each
+        domain's made apart; ``every_domain``: each must give one) or None."""
         needed = 1 + (self.dataset.val_split is None) if needed is None else needed
         if self.domains is None:
-            return self.examples([tokens for _, tokens in documents], needed), None
+            return self.examples([tokens for _, tokens in documents], needed, what), None
         blocks_of = partial(self.examples, needed=int(every_domain))
         return self.domains.examples(documents, blocks_of, every_domain, needed)
 
@@ -218,12 +219,12 @@ class TextDataModule(LightningDataModule):
         found = split_documents(dataset, self.tokenizer, self.text_field, where, self.dataset)
         return labelled_rows(found, dataset, self.domains, self.text_field, where)
 
-    def examples(self, token_lists: list[list[int]], needed: int | None = None) -> list[Tensor]:
-        """Packed blocks, or each document truncated; refused when fewer than ``needed`` (default:
-        one for each split, or one to train where validation has a split of its own)."""
+    def examples(self, token_lists: list, needed: int | None = None, what="the corpus") -> list:
+        """Packed blocks, or each document truncated; refused where ``what`` gives fewer than
+        ``needed`` (default: one a split; one to train where validation is a split of its own)."""
         needed = 1 + (self.dataset.val_split is None) if needed is None else needed
         eos_id = separator_id(self.tokenizer)
-        return blocks_of(token_lists, self.block_size, self.pack, eos_id, needed)
+        return blocks_of(token_lists, self.block_size, self.pack, eos_id, needed, what)
 
     def shuffled(self, items: list) -> list:
         """``items`` in the seeded order the split draws (the same on every machine)."""

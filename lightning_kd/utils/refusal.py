@@ -23,6 +23,7 @@ class Refused(ValueError):
 
 def refuse(errors: Sequence[str]) -> None:
     """Raise :class:`Refused` listing all of ``errors`` at once (nothing when there are none)."""
+    errors = list(dict.fromkeys(errors))  # one problem found by two checks is said once
     if not errors:
         return
     # Not "out of range": a missing file or a run directory is refused here too.

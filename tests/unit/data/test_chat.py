@@ -242,3 +242,9 @@ def test_a_teacher_cache_of_chat_data_is_refused_by_name(tmp_path) -> None:
     data.setup()
     with pytest.raises(ValueError, match=r"ChatDataModule \(data=chat\) is not cached yet"):
         cache_key(None, data.tokenizer, data, k=8, temperature=1.0)
+
+
+def test_a_conversation_that_opens_with_the_answer_is_named() -> None:
+    turns = [TURNS[1], TURNS[0], TURNS[1]]
+    with pytest.raises(ValueError, match=r"row: the conversation opens with the assistant's turn"):
+        encode_chat(chat_tokenizer(), turns, "row")

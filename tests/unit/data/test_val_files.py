@@ -65,3 +65,14 @@ def test_val_files_settings_that_cannot_be_are_refused(tmp_path, corpus) -> None
         ChatDataModule(make_datamodule([corpus]).tokenizer, files=[str(chats)], val_files=["x"])
     dataset = compose_config(["data.dataset.path=json", "data.val_files=[python_reference]"])
     assert any("with data.dataset" in error for error in data_setting_errors(dataset))
+
+
+def test_too_few_examples_name_the_text_that_gave_them(tmp_path) -> None:
+    train, val = tmp_path / "train.txt", tmp_path / "val.txt"
+    train.write_text("The quick brown fox jumps over the lazy dog. " * 40)
+    val.write_text("tiny\n")
+    data = make_datamodule([train], val_files=[str(val)])
+    with pytest.raises(ValueError, match=r"too few examples from data.val_files: 0 of 32 tokens"):
+        data.setup("fit")
+    with pytest.raises(ValueError, match=r"from the corpus: 0 of 32 tokens .*one to validate\)"):
+        make_datamodule([val]).setup("fit")
