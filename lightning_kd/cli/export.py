@@ -14,9 +14,10 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from lightning_kd.export.gguf import GGUF_TYPES, export_saved, gguf_path, is_gguf
+from lightning_kd.export.gguf import GGUF_TYPES, export_saved, gguf_path
 from lightning_kd.launch.entry import check_entry
 from lightning_kd.launch.paths import out_file_errors
+from lightning_kd.models.sources import is_gguf
 
 
 def parser() -> argparse.ArgumentParser:
@@ -38,6 +39,10 @@ def main(argv: Sequence[str] | None = None) -> Path:
     args = parser().parse_args(argv)
     out = args.out if args.out is not None else gguf_path(args.directory, args.gguf)
     out_errors = out_file_errors("--out", out, f"student.{args.gguf}.gguf", ours=is_gguf)
+    if out.suffix != ".gguf":  # transformers' GGUF reader, and evaluate, find it by its suffix
+        out_errors.append(
+            f"--out {out}: name the file .gguf, e.g. --out {out.with_suffix('.gguf')}"
+        )
     check_entry(extra=directory_errors(args.directory) + out_errors)
     path = export_saved(args.directory, args.gguf, args.out)
     print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MB)")

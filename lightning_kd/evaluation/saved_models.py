@@ -10,7 +10,13 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from lightning_kd.models.files import readable
-from lightning_kd.models.sources import PACKAGED, checked_model_path, convert_gguf, teacher_dir
+from lightning_kd.models.sources import (
+    PACKAGED,
+    checked_model_path,
+    convert_gguf,
+    is_gguf,
+    teacher_dir,
+)
 
 
 def model_location(name: str, key: str = "model") -> str:
@@ -18,11 +24,16 @@ def model_location(name: str, key: str = "model") -> str:
     one refused naming ``key``, how the command was given it (``--teacher``, a model)."""
     if name in PACKAGED:
         return teacher_dir(name)
+    path = Path(name).expanduser()
     if name.endswith(".gguf"):  # a GGUF export (export.gguf), compared with its source
-        gguf = Path(name).expanduser()
-        if not gguf.is_file():
+        if not path.is_file():
             raise FileNotFoundError(f"{key}={name}: no such GGUF file")
-        return str(convert_gguf(gguf))
+        return str(convert_gguf(path))
+    if path.is_file() and is_gguf(path):  # transformers' GGUF reader knows it by its suffix
+        raise FileNotFoundError(
+            f"{key}={name} is a GGUF file without the .gguf suffix, which transformers' GGUF "
+            f"reader needs; rename it (mv {name} {path.with_suffix('.gguf')})"
+        )
     return checked_model_path(name, key)
 
 

@@ -54,13 +54,6 @@ SKIPPED = ("rotary_emb.inv_freq",)
 """State-dict entries with no tensor in a GGUF (llama.cpp computes them)."""
 
 
-def is_gguf(path: Path) -> bool:
-    """Whether ``path`` is a GGUF file (its magic): an earlier export, which a new one may
-    replace."""
-    with open(path, "rb") as handle:
-        return handle.read(4) == b"GGUF"
-
-
 def gguf_path(directory: Path, kind: str) -> Path:
     """Where the GGUF of the saved model in ``directory`` goes: beside it, as
     ``<directory>.<kind>.gguf`` (``RUN_DIR/student.q8_0.gguf``)."""

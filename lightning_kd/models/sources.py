@@ -230,6 +230,13 @@ def teacher_dir(path: str, gguf_file: str | None = None) -> str:
     return checked_model_path(path, "teacher.path")
 
 
+def is_gguf(path: Path) -> bool:
+    """Whether ``path`` is a GGUF file (its magic): an earlier export, which a new one may
+    replace."""
+    with open(path, "rb") as handle:
+        return handle.read(4) == b"GGUF"
+
+
 def checked_model_path(path: str, key: str) -> str:
     """``path`` itself, or a FileNotFoundError when it looks local but is not there.
 

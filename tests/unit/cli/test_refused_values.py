@@ -16,9 +16,9 @@ from transformers import GPT2Config
 
 from lightning_kd.cli import main
 from lightning_kd.cli.evaluate import is_record
-from lightning_kd.export.gguf import is_gguf
 from lightning_kd.launch.paths import out_file_errors
 from lightning_kd.models.loading import byte_tokenizer
+from lightning_kd.models.sources import is_gguf
 
 POSITIONS = 64
 
@@ -523,6 +523,10 @@ EXPORT = {
     "an --out that is a directory": (
         ["{model}", "--gguf", "f16", "--out", "{model}"],
         ["--out {model} is a directory; give a file path, e.g. --out {model}/student.f16.gguf"],
+    ),
+    "an --out not named .gguf": (
+        ["{model}", "--gguf", "f16", "--out", "{model}.bin"],
+        ["--out {model}.bin: name the file .gguf, e.g. --out {model}.gguf"],
     ),
     # Replaced whole, the model's own file was lost: only an earlier GGUF is replaced.
     "an --out that is the model's config": (

@@ -103,6 +103,11 @@ def test_a_gguf_export_is_scored_beside_its_source(tmp_path, monkeypatch) -> Non
     assert rows[1]["perplexity"] == pytest.approx(rows[0]["perplexity"], rel=0.02)
     with pytest.raises(ValueError, match=r"student\.f16\.gguf: no such GGUF file"):  # exit 2
         main(["--files", str(text), "--", str(tmp_path / "student.f16.gguf")])
+    # Under another name, known by its magic (it said "does not exist"), the fix named.
+    renamed = tmp_path / "student.bin"
+    renamed.write_bytes(gguf.read_bytes())
+    with pytest.raises(ValueError, match=r"student.bin is a GGUF file without the .gguf suffix"):
+        main(["--files", str(text), "--", str(renamed)])
 
 
 def test_lm_eval_scores_each_model_beside_the_teacher(tmp_path, capsys, monkeypatch) -> None:
