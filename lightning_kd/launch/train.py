@@ -56,9 +56,8 @@ FINISHED_ON_RESUME = "resuming runs the final validation and the export"
 LIGHTNING_NOISE = (
     r"`isinstance\(treespec, LeafSpec\)` is deprecated",  # its pytree helper, on torch >= 2.10
     r"Precision bf16-mixed is not supported by the model summary",  # the size column is fp32
-    # A resume mid-epoch: the loaders skip what the checkpoint's step trained on themselves
-    # (data/loaders.py, the stream's saved position), which Lightning does not see; the resume
-    # tests check every step's loss against an uninterrupted run.
+    # A resume mid-epoch: the loaders skip what was trained themselves (data/loaders.py, the
+    # stream's position), unseen by Lightning; the resume tests check every step's loss.
     r"You're resuming from a checkpoint that ended before the epoch ended",
 )
 
@@ -176,9 +175,7 @@ def run(cfg: DictConfig, command: Sequence[str] = ("python", "run.py")) -> float
     # train alone (the others run on one process and export no student).
     nodes = node_errors(cfg.trainer.get("num_nodes", 1), cfg.trainer.devices)
     extra = model_path_errors(cfg) + nodes + dataset_errors(cfg) + harness_errors(cfg)
-    # The block against the teacher's positions now, as `cache` does: found once built, it came
-    # after a teacher cache of positions the teacher does not have was written.
-    lengths = [teacher_length(cfg, "data.block_size")]
+    lengths = [teacher_length(cfg, "data.block_size")]  # before a cache is written, as `cache`
     check_entry(cfg, lengths=lengths, extra=extra + gguf_errors(cfg))
     output_dir = Path(cfg.output_dir)
     ckpt_path = resolve_ckpt_path(cfg.ckpt_path, output_dir / "checkpoints")
