@@ -227,7 +227,7 @@ class Distiller(nn.Module):
         extra = self.extra_teachers
         objective, kd = extra.terms(self.task, student_out, batch, heads[0])
         sums.teachers = {self.teacher_name: sums.kd, **kd}
-        weighted = [w * kd[name] for name, w in zip(extra.names, extra.weights, strict=True)]
+        weighted = [w * kd[name] for name, w in zip(extra.names, extra.weights, strict=True) if w]
         sums.kd = self.teacher_weight * sums.kd + sum(weighted)
         return objective
 

@@ -140,15 +140,19 @@ class ExtraTeachers(nn.Module):
 
     def terms(self, task, student_out: Tensor, batch: dict[str, Tensor], student_head) -> tuple:
         """Σ of each extra teacher's weighted divergence term (differentiable, no CE) and each
-        one's own divergence sum, by name."""
-        total, kd = None, {}
-        sides = self.sides(task, batch, student_head)
+        one's own divergence sum, by name. A teacher of weight 0 is not run: it adds nothing to
+        the loss, and is there for its validation figures (``kl/<name>``)."""
+        total, kd = student_out.new_zeros(()), {}
+        nothing = torch.zeros(0, dtype=torch.long)  # rows to run on: none
+        rows = [nothing if weight == 0 else None for weight in self.weights]
+        sides = self.sides(task, batch, student_head, rows=rows)
         for (name, teacher_out, heads, _), weight in zip(sides, self.weights, strict=True):
+            if weight == 0:
+                continue
             value, sums = task.logit_terms(
                 student_out, teacher_out, batch, heads, ce=False, kd_scale=weight
             )
-            total = value if total is None else total + value
-            kd[name] = sums.kd
+            total, kd[name] = total + value, sums.kd
         return total, kd
 
     @torch.no_grad()

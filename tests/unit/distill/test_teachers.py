@@ -143,6 +143,26 @@ def test_two_copies_of_one_teacher_are_that_teacher(cross):
     torch.testing.assert_close(metrics["kl/main"][0], metrics["kl"][0], rtol=1e-10, atol=0)
 
 
+def test_a_teacher_of_weight_0_is_not_run_in_training():
+    """Weight 0 adds nothing to the loss: the step is the main teacher's alone, without the
+    second teacher's forward, whose validation figures are still measured."""
+    teacher, student = models()
+    config = DistillConfig(compile=False)
+    batch = batch_of(TEXT)
+    alone = step(Distiller(teacher, copy.deepcopy(student), config), batch)
+    idle = copy.deepcopy(teacher)
+    forwards = []
+    idle.base_model.register_forward_hook(lambda *_: forwards.append(1))  # what the step runs
+    extra = ExtraTeachers(["idle"], [0.0], [idle], [None])
+    both = Distiller(teacher, copy.deepcopy(student), config, extra=extra)
+    together = step(both, batch)
+    assert forwards == [] and set(together[1].teachers) == {"teacher"}
+    torch.testing.assert_close(together[0], alone[0], rtol=1e-10, atol=1e-12)
+    for a, b in zip(together[2], alone[2], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+    assert "kl/idle" in both.eval().evaluate(batch) and forwards
+
+
 def test_a_cached_second_teacher_is_that_teacher_online(corpus, tmp_path):
     """A second teacher read from its cache (k = vocabulary) gives the objective it gives online
     (to the fp16 rounding of the stored log-probs) and holds no model."""
