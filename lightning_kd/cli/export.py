@@ -44,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> Path:
             f"--out {out}: name the file .gguf, e.g. --out {out.with_suffix('.gguf')}"
         )
     check_entry(extra=directory_errors(args.directory) + out_errors)
-    path = export_saved(args.directory, args.gguf, args.out)
+    path = export_saved(args.directory, args.gguf, out)
     print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MB)")
     return path
 

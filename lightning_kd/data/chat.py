@@ -230,8 +230,8 @@ class ChatDataModule(TextDataModule):
             warn_cut(
                 split,
                 "conversation",
-                [int(chat.scored) for chat in chats],
-                [int(example.scored) for example in examples],
+                [chat.scored for chat in chats],
+                [example.scored for example in examples],
                 self.block_size,
                 "answer ",
             )

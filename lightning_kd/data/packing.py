@@ -140,6 +140,8 @@ def pack_blocks(token_lists: list[list[int]], block_size: int, eos_id: int) -> T
     return torch.tensor(stream[: count * block_size], dtype=torch.long).view(count, block_size)
 
 
+CORPUS = "the corpus"
+"""What a refusal for too few examples names, where one corpus gives both splits."""
 TRAIN_SPLIT = "the training documents (those no validation text holds)"
 """What a refusal for too few training examples names, where validation is read apart."""
 
@@ -170,7 +172,7 @@ def blocks_of(
     pack: bool,
     eos_id: int,
     needed: int,
-    what: str = "the corpus",
+    what: str = CORPUS,
 ) -> list[Tensor]:
     """Packed blocks (:func:`pack_blocks`), or each document of two tokens or more truncated to
     ``block_size``; refused when fewer than ``needed``, naming ``what`` gave too few (the corpus
@@ -184,7 +186,7 @@ def blocks_of(
         warn_cut("", "document", lengths, [min(n, block_size) for n in lengths], block_size)
     if len(examples) < needed:
         both = "one to train, one to validate" if needed > 1 else "one to train"
-        purpose = both if what in (TRAIN_SPLIT, "the corpus") else "to validate"
+        purpose = both if what in (TRAIN_SPLIT, CORPUS) else "to validate"
         raise DataError(
             f"too few examples from {what}: {len(examples)} of {block_size} tokens "
             f"({sum(len(t) for t in token_lists)} tokens in all), {needed} needed ({purpose}); "

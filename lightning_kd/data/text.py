@@ -50,7 +50,7 @@ from lightning_kd.data.held_out import (
     without_validation_text,
 )
 from lightning_kd.data.loaders import EpochSampler, ResumableLoader, already_trained
-from lightning_kd.data.packing import TRAIN_SPLIT, blocks_of
+from lightning_kd.data.packing import CORPUS, TRAIN_SPLIT, blocks_of
 from lightning_kd.data.provenance import text_record
 from lightning_kd.data.reading import DEFAULT_FILES, distinct_documents, expand_files
 from lightning_kd.data.streaming import Layout, Stream
@@ -163,7 +163,7 @@ class TextDataModule(LightningDataModule):
         held, _ = split_order(len(val_examples[0]), self.val_fraction, self.seed)
         self.keep_split(val_examples, held, train_examples)
 
-    def tagged(self, documents: list[Labelled], needed=None, what="the corpus", every_domain=True):
+    def tagged(self, documents: list[Labelled], needed=None, what=CORPUS, every_domain=True):
         """``documents``' (``what``) examples, and each one's domain with ``data.domains`` (each
         domain's made apart; ``every_domain``: each must give one) or None."""
         needed = 1 + (self.dataset.val_split is None) if needed is None else needed
@@ -219,7 +219,7 @@ class TextDataModule(LightningDataModule):
         found = split_documents(dataset, self.tokenizer, self.text_field, where, self.dataset)
         return labelled_rows(found, dataset, self.domains, self.text_field, where)
 
-    def examples(self, token_lists: list, needed: int | None = None, what="the corpus") -> list:
+    def examples(self, token_lists: list, needed: int | None = None, what=CORPUS) -> list:
         """Packed blocks, or each document truncated; refused where ``what`` gives fewer than
         ``needed`` (default: one a split; one to train where validation is a split of its own)."""
         needed = 1 + (self.dataset.val_split is None) if needed is None else needed

@@ -21,6 +21,30 @@ from torch import Tensor
 
 from lightning_kd.losses.logits import IGNORE_INDEX, LossSums
 
+NO_DATA_DOMAINS = (
+    "teachers: an entry names domains, and the data has none: set data.domains "
+    "({name: [files]}, each of data.files in one) or drop the entries' domains"
+)
+"""Why entries naming domains cannot run on data without ``data.domains``."""
+
+
+def untaught_domains(entries: Sequence, names: Sequence[str]) -> list[str]:
+    """The domains of ``names`` that no entry of weight > 0 teaches (an entry without
+    ``domains`` teaches every one): their rows would train on CE alone."""
+    taught: set[str] = set()
+    for entry in entries:
+        if entry.weight > 0:
+            taught |= set(names if entry.domains is None else entry.domains)
+    return [name for name in names if name not in taught]
+
+
+def untaught_error(untaught: list[str]) -> str:
+    """The refusal of ``untaught`` domains, with the fix."""
+    return (
+        f"data.domains {untaught} are taught by no teacher (their rows would train on CE "
+        "alone): add them to a teacher's domains, or drop them from data.domains"
+    )
+
 
 def domain_weights(entries: Sequence, domains) -> Tensor | None:
     """``[domains, teachers]``: each teacher's weight on each domain's rows, the main entry's
@@ -30,10 +54,7 @@ def domain_weights(entries: Sequence, domains) -> Tensor | None:
     if not entries or all(entry.domains is None for entry in entries):
         return None
     if domains is None:
-        raise ValueError(
-            "teachers: an entry names domains, and the data has none: set data.domains "
-            "({name: [files]}, each of data.files in one) or drop the entries' domains"
-        )
+        raise ValueError(NO_DATA_DOMAINS)
     ordered = sorted(entries, key=lambda entry: not entry.main)  # stable: main first
     columns = []
     for index, entry in enumerate(ordered):
@@ -42,14 +63,10 @@ def domain_weights(entries: Sequence, domains) -> Tensor | None:
         else:
             taught = domains.indices(entry.domains, f"teachers[{index}] ({entry.name})")
         columns.append([entry.weight if d in taught else 0.0 for d in range(len(domains.names))])
+    if untaught := untaught_domains(entries, list(domains.names)):
+        raise ValueError(untaught_error(untaught))
     weights = torch.tensor(columns, dtype=torch.float64).T
-    totals = weights.sum(-1, keepdim=True)
-    if untaught := [domains.names[d] for d in range(len(domains.names)) if totals[d] == 0]:
-        raise ValueError(
-            f"data.domains {untaught} are taught by no teacher (their rows would train on CE "
-            "alone): add them to a teacher's domains, or drop them from data.domains"
-        )
-    return weights / totals
+    return weights / weights.sum(-1, keepdim=True)
 
 
 def batch_domains(batch: dict) -> Tensor:

@@ -11,6 +11,7 @@ from typing import Any
 
 from hydra.utils import instantiate
 
+from lightning_kd.distill.teacher_domains import NO_DATA_DOMAINS, untaught_domains, untaught_error
 from lightning_kd.distill.teacher_entries import TeacherEntry, read_entries
 from lightning_kd.launch.rules import ABSENT, lookup
 from lightning_kd.utils.plain_data import plain_data
@@ -42,10 +43,7 @@ def domain_errors(entries: Sequence[TeacherEntry], domains: Any, cfg: Mapping) -
     if domains is None:
         if lookup(cfg, "data.domain_field") not in (None, ABSENT):
             return []
-        return [
-            "teachers: an entry names domains, and the data has none: set data.domains "
-            "({name: [files]}, each of data.files in one) or drop the entries' domains"
-        ]
+        return [NO_DATA_DOMAINS]
     if not isinstance(domains, Mapping):
         return []  # data.domains' own shape is the data checks' to name
     names = [str(name) for name in domains]
@@ -59,10 +57,6 @@ def domain_errors(entries: Sequence[TeacherEntry], domains: Any, cfg: Mapping) -
                     f"teachers[{index}] ({entry.name}).domains names {domain!r}, which "
                     f"data.domains does not have; {hint}the data's domains: {', '.join(names)}"
                 )
-    taught = set().union(*(entry.domains or names for entry in entries))
-    if untaught := [name for name in names if name not in taught]:
-        errors.append(
-            f"data.domains {untaught} are taught by no teacher (their rows would train on CE "
-            "alone): add them to a teacher's domains, or drop them from data.domains"
-        )
+    if untaught := untaught_domains(entries, names):
+        errors.append(untaught_error(untaught))
     return errors

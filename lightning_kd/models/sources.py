@@ -231,8 +231,8 @@ def teacher_dir(path: str, gguf_file: str | None = None) -> str:
 
 
 def is_gguf(path: Path) -> bool:
-    """Whether ``path`` is a GGUF file (its magic): an earlier export, which a new one may
-    replace."""
+    """Whether ``path`` is a GGUF file, by its magic (an earlier export, which a new one may
+    replace; a GGUF named without its suffix)."""
     with open(path, "rb") as handle:
         return handle.read(4) == b"GGUF"
 
