@@ -94,35 +94,39 @@ def read_entry(entry: Any, index: int, main: TeacherSpec) -> tuple[TeacherEntry 
         )
     if errors:
         return None, errors
-    try:
-        weight = entry_weight(entry["weight"], index)
-        domains = entry_domains(entry.get("domains"), index)
-    except ValueError as error:
-        return None, [str(error)]
+    weight, domains = (
+        entry_weight(entry["weight"], index),
+        entry_domains(entry.get("domains"), index),
+    )
+    errors = [str(found) for found in (weight, domains) if isinstance(found, ValueError)]
+    if errors:
+        return None, errors
     spec = replace(main, **overrides)
     return TeacherEntry(str(entry["name"]), weight, spec, not own, domains, entry.get("cache")), []
 
 
-def entry_weight(weight: Any, index: int) -> float:
-    """An entry's ``weight``: a finite number (a NaN would pass every comparison below)."""
+def entry_weight(weight: Any, index: int) -> float | ValueError:
+    """An entry's ``weight``: a finite number (a NaN would pass every comparison below), or the
+    error naming it."""
     try:
         value = float(weight)
     except (TypeError, ValueError):
         value = math.nan
     if isinstance(weight, bool) or not math.isfinite(value):
-        raise ValueError(
+        return ValueError(
             f"teachers[{index}].weight={weight!r}: give a number >= 0, the weights summing to 1, "
             "e.g. weight: 0.5"
         )
     return value
 
 
-def entry_domains(domains: Any, index: int) -> tuple[str, ...] | None:
-    """An entry's ``domains``: None, or a non-empty list of domain names."""
+def entry_domains(domains: Any, index: int) -> tuple[str, ...] | None | ValueError:
+    """An entry's ``domains``: None, or a non-empty list of domain names; or the error naming
+    it."""
     if domains is None:
         return None
     if isinstance(domains, str) or not domains or not all(isinstance(d, str) for d in domains):
-        raise ValueError(
+        return ValueError(
             f"teachers[{index}].domains={domains!r}: list the data.domains it teaches, e.g. "
             "domains: [code]"
         )

@@ -87,6 +87,15 @@ def test_every_problem_of_the_list_is_named_at_once():
     assert "teachers[2]='c': give a mapping" in message
 
 
+def test_an_entrys_bad_weight_and_bad_domains_are_named_together():
+    bad = {"name": "b", "weight": "x", "domains": "code", "path": "x"}
+    with pytest.raises(ValueError) as refused:
+        teacher_entries([{"name": "a", "weight": 0.5}, bad], MAIN)
+    message = str(refused.value)
+    assert "teachers[1].weight='x': give a number" in message
+    assert "teachers[1].domains='code': list the data.domains it teaches" in message
+
+
 def test_a_list_of_one_is_the_teacher_group_alone():
     assert teacher_entries([{"name": "smollm2", "weight": 1.0}], MAIN) is None
     assert teacher_entries([], MAIN) is None and teacher_entries(None, MAIN) is None
