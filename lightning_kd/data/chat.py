@@ -127,7 +127,7 @@ class ChatDataModule(TextDataModule):
         if self.val_examples:
             return
         if self.stream is not None:
-            self.val_examples = self.stream.validation(self.columns())
+            self.val_examples = self.stream.validation(self.columns(), *self.rank())
             return
         train, val = self.split()
         train = self.limit(train)

@@ -147,11 +147,9 @@ def close(rows: Rows) -> None:
 
 class StreamedBatches(IterableDataset):
     """Batches of one process's share of a split, without end (see the module doc), each as
-    ``(examples, cursor after it)``, from the cursor ``start()`` gives when iteration begins.
-
+    ``(examples, cursor after it)``, from the cursor ``start()`` gives when iteration begins;
     ``open_share()`` opens the share afresh (once per pass); ``encode`` and ``skip`` are as for
-    :class:`~lightning_kd.data.packing.Rows`.
-    """
+    :class:`~lightning_kd.data.packing.Rows`."""
 
     def __init__(
         self,
@@ -173,12 +171,28 @@ class StreamedBatches(IterableDataset):
             for given, item in enumerate(self.one_pass(cursor), start=1):  # noqa: B007
                 yield item
             if fresh and not given:
-                raise DataError(
-                    f"{self.where}: this process's share gives no batch of data.batch_size="
-                    f"{self.layout.batch_size} (after validation's rows are left out); add rows, "
-                    "lower data.val_size or data.block_size, or use fewer processes"
-                )
+                raise self.no_batch()
             cursor = Cursor(passes=cursor.passes + 1)
+
+    def first(self, count: int) -> list[Piece]:
+        """The share's first ``count`` examples (fewer at its end), as read."""
+        rows = Rows(self.open_share(), Mark(), self.encode, self.where, self.skip)
+        try:
+            return take(packer_at(rows, self.layout), count)
+        finally:
+            close(rows)
+
+    def check(self) -> None:
+        """Refuse a share without a batch, reading a batch's examples of it at most."""
+        if len(self.first(self.layout.batch_size)) < self.layout.batch_size:
+            raise self.no_batch()
+
+    def no_batch(self) -> DataError:
+        return DataError(
+            f"{self.where}: this process's share gives no batch of data.batch_size="
+            f"{self.layout.batch_size} (after validation's rows are left out); add rows, "
+            "lower data.val_size or data.block_size, or use fewer processes"
+        )
 
     def one_pass(self, cursor: Cursor) -> Iterator[tuple[list[Piece], Cursor]]:
         """The batches of one pass over the share, from ``cursor`` to the share's end."""
@@ -213,10 +227,10 @@ class Stream:
         self.held_out: frozenset[str] = frozenset()
         self.cursor = Cursor()
 
-    def validation(self, columns: Columns) -> list[Piece]:
+    def validation(self, columns: Columns, rank: int = 0, world_size: int = 1) -> list[Piece]:
         """The first ``val_size`` examples of the validation split (``val_split``, else the
         training split's start), remembering the rows training leaves out; the split refused
-        without ``columns``."""
+        without ``columns``, and rank ``rank``'s share of training without a batch."""
         split = self.source.val_split or self.source.split
         dataset = open_checked(self.source, split, True, columns)
         where = self.source.describe(split)
@@ -225,15 +239,25 @@ class Stream:
             raise DataError(
                 f"{where} gives no validation example; add rows or lower data.block_size"
             )
+        self.batches(rank, world_size).check()
         return examples
 
     def loader(self, collate, rank: int, world_size: int) -> DataLoader:
         """Rank ``rank``'s share of the training split, in batches collated by ``collate``, each
         carrying the cursor after it under :data:`CURSOR`."""
+        stream = self.batches(rank, world_size)
+
+        def with_cursor(item: tuple[list[Piece], Cursor]) -> dict[str, Any]:
+            return collate(item[0]) | {CURSOR: item[1].as_dict()}
+
+        return DataLoader(stream, batch_size=None, collate_fn=with_cursor)
+
+    def batches(self, rank: int, world_size: int) -> StreamedBatches:
+        """Rank ``rank``'s training batches, from the stream's cursor."""
         where = self.source.describe(self.source.split)
         where += f" (rank {rank}'s share of {world_size})" if world_size > 1 else ""
         split = self.source.split
-        stream = StreamedBatches(
+        return StreamedBatches(
             lambda: share(open_split(self.source, split, True), rank, world_size),
             self.encode,
             self.layout,
@@ -241,11 +265,6 @@ class Stream:
             self.held_out,
             where,
         )
-
-        def with_cursor(item: tuple[list[Piece], Cursor]) -> dict[str, Any]:
-            return collate(item[0]) | {CURSOR: item[1].as_dict()}
-
-        return DataLoader(stream, batch_size=None, collate_fn=with_cursor)
 
     def taken(self, batch: Any) -> Any:
         """``batch`` without its cursor, which becomes the stream's position: the batch goes to
@@ -278,11 +297,4 @@ class Stream:
 
     def first_examples(self, count: int) -> list[Piece]:
         """The first ``count`` training examples as one process reads them (layer scoring)."""
-        split, layout = self.source.split, self.layout
-        dataset = open_split(self.source, split, True)
-        rows = Rows(dataset, Mark(), self.encode, self.source.describe(split), self.held_out)
-        try:
-            examples = take(packer_at(rows, layout), count)
-        finally:
-            close(rows)
-        return [getattr(example, "tokens", example) for example in examples]
+        return [getattr(example, "tokens", example) for example in self.batches(0, 1).first(count)]

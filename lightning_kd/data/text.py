@@ -135,7 +135,9 @@ class TextDataModule(LightningDataModule):
         if self.val_examples:
             return
         if self.stream is not None:
-            self.val_examples, self.val_domains = unzipped(self.stream.validation(self.columns()))
+            self.val_examples, self.val_domains = unzipped(
+                self.stream.validation(self.columns(), *self.rank())
+            )
             return
         if self.dataset.val_split is not None:
             val = dict(self.split_documents(self.dataset.val_split))

@@ -136,6 +136,16 @@ def test_validation_rows_are_held_out_of_training(tmp_path, datasets_home) -> No
     assert train == set(LETTERS) - {"R"}
 
 
+def test_a_stream_whose_validation_leaves_no_batch_is_refused_as_it_is_set_up(
+    tmp_path, datasets_home
+) -> None:
+    """Refused with validation, before the models load (not as training starts)."""
+    source = parquet_source(lettered(tmp_path / "d.parquet", rows=3))  # 3 rows, 6 blocks
+    assert len(trained(streamed(source, val_size=4), 1)) == 1  # row 2 is left for training
+    with pytest.raises(Refused, match="share gives no batch of data.batch_size=2 .* lower data"):
+        streamed(source, val_size=5)  # its 5th block is cut from row 2 too
+
+
 @pytest.mark.parametrize("files", [1, 2], ids=["rows_alternate", "whole_shards"])
 def test_ranks_read_disjoint_shares_that_cover_the_split(tmp_path, datasets_home, files) -> None:
     """One file: every other row each; two files (two shards): one file each."""
