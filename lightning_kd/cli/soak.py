@@ -28,10 +28,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(error, file=sys.stderr)
         return 1
     print(json.dumps(report, indent=2))
+    growth = report["rss_growth"]
+    grew = "not measured after the baseline" if growth is None else f"{growth:+.2%}"
     print(
-        f"{'PASS' if ok else 'FAIL'}: RSS {report['rss_growth']:+.2%} from step {args.warmup} to "
-        f"{report['steps']} (limit {MAX_GROWTH:.0%}), {report['captures_retained']} "
-        "captures retained"
+        f"{'PASS' if ok else 'FAIL'}: RSS {grew} from step {args.warmup} to {report['steps']} "
+        f"(limit {MAX_GROWTH:.0%}), {report['captures_retained']} captures retained"
     )
     return 0 if ok else 1
 

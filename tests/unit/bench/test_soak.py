@@ -6,10 +6,11 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from lightning_kd.bench.soak import MARKER, REPORT, out_errors
+from lightning_kd.bench.soak import MARKER, REPORT, SoakProbe, out_errors
 from tests.conftest import ROOT
 
 
@@ -24,6 +25,30 @@ def test_a_soak_keeps_memory_flat_and_no_capture(tmp_path: Path) -> None:
     assert report["captures_retained"] == 0
     assert report["rss_growth"] < 0.01, report
     assert result.returncode == 0 and "PASS" in result.stdout, result.stderr[-3000:]
+
+
+class Trained(SimpleNamespace):
+    """What the probe reads of a trainer and a module: the step, and no captures."""
+
+    def __init__(self) -> None:
+        super().__init__(global_step=0, distiller=SimpleNamespace(captures={}))
+
+
+def test_the_soak_baseline_is_taken_at_the_warmup_step(tmp_path: Path) -> None:
+    """A warm-up that is not a multiple of the probe's interval still gets its baseline (it was
+    taken at the end alone, and the end compared with itself passed)."""
+    probe, trained = SoakProbe(str(tmp_path / REPORT), warmup=10, every=100), Trained()
+    for step in range(41):
+        trained.global_step = step
+        probe.on_train_batch_end(trained, trained)
+    probe.on_train_end(trained, trained)
+    report = json.loads((tmp_path / REPORT).read_text())
+    assert sorted(map(int, report["rss_mb"])) == [10, 40]
+    assert report["rss_growth"] is not None
+    short = SoakProbe(str(tmp_path / REPORT), warmup=40)
+    short.on_train_batch_end(trained, trained)  # step 40: the baseline is the end
+    short.on_train_end(trained, trained)
+    assert json.loads((tmp_path / REPORT).read_text())["rss_growth"] is None
 
 
 def test_a_soak_reuses_only_a_directory_it_marked(tmp_path: Path) -> None:
