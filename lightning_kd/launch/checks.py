@@ -12,9 +12,7 @@ options are checked by the same rules, and every command runs both through ``ent
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
-import torch
 from omegaconf.errors import OmegaConfBaseException
 
 from lightning_kd.distill.objective import learns_nothing
@@ -23,6 +21,7 @@ from lightning_kd.launch.data_checks import data_setting_errors
 from lightning_kd.launch.keys import unknown_setting_errors
 from lightning_kd.launch.logger_checks import logger_errors
 from lightning_kd.launch.paths import run_dir_errors
+from lightning_kd.launch.precision_checks import precision_errors
 from lightning_kd.launch.rules import ABSENT, CountOrFraction, Number, lookup, value_errors
 from lightning_kd.launch.teacher_list import teachers_errors
 from lightning_kd.models.quantize import STRATEGIES, backend_errors
@@ -101,7 +100,7 @@ def config_errors(cfg: Mapping) -> list[str]:
     errors += _weight_errors(cfg) + _quantize_errors(cfg) + logger_errors(cfg)
     errors += _sharding_errors(cfg) + _repair_errors(cfg) + _flag_errors(cfg)
     errors += data_setting_errors(cfg) + unknown_setting_errors(cfg) + teachers_errors(cfg)
-    return errors + _precision_errors(cfg) + _output_dir_errors(cfg) + _export_errors(cfg)
+    return errors + precision_errors(cfg) + _output_dir_errors(cfg) + _export_errors(cfg)
 
 
 def _export_errors(cfg: Mapping) -> list[str]:
@@ -126,25 +125,6 @@ def _output_dir_errors(cfg: Mapping) -> list[str]:
     except OmegaConfBaseException:  # ${hydra:...} outside a launch: no directory to judge yet
         return []
     return run_dir_errors(run_dir) if isinstance(run_dir, str) else []
-
-
-def _precision_errors(cfg: Mapping) -> list[str]:
-    """fp16 autocast on a CPU: Lightning runs bf16-mixed instead, while the run records 16."""
-    precision, accelerator = lookup(cfg, "trainer.precision"), lookup(cfg, "trainer.accelerator")
-    if str(precision) not in ("16-mixed", "16") or not _on_cpu(accelerator):
-        return []
-    return [
-        f"trainer.precision={precision} on a CPU (trainer.accelerator={accelerator}): CPUs have "
-        "no fp16 autocast, so Lightning would run bf16-mixed while the run records 16-mixed; "
-        "use trainer.precision=bf16-mixed (or 32-true)"
-    ]
-
-
-def _on_cpu(accelerator: Any) -> bool:
-    if accelerator == "cpu":
-        return True
-    no_gpu = not torch.cuda.is_available() and not torch.backends.mps.is_available()
-    return accelerator in ("auto", None, ABSENT) and no_gpu
 
 
 FLAGS = ("validate_before", "export_student", "overwrite", "resume_reset_optimizer")

@@ -1,0 +1,86 @@
+"""``trainer.precision`` choices that would fail, or run other than recorded, after the models load.
+
+- ``16-mixed`` on a CPU: Lightning runs bf16-mixed instead (CPUs have no fp16 autocast), while the
+  run records 16-mixed.
+- ``16-true``: the student's weights and the optimizer's state in fp16, without loss scaling or
+  fp32 master weights. AdamW's ``eps`` (1e-8) is 0 in fp16, so the first update divides by zero
+  and writes NaN into the weights (on a GPU as on a CPU); the run stopped at step 2 advising a
+  lower learning rate, which cannot help.
+- ``bf16-true`` / ``64-true``: Lightning casts the whole module, the frozen teacher included, to
+  that dtype once the models are built; a ``teacher.dtype`` of another dtype was cast silently
+  while the summary recorded it as set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from lightning_kd.launch.rules import ABSENT, lookup
+
+CAST_ALL = {"bf16-true": "bfloat16", "64-true": "float64", "64": "float64"}
+"""Precisions whose plugin casts every module of the LightningModule to one dtype."""
+MIXED_OF = {"bf16-true": "bf16-mixed", "64-true": "32-true", "64": "32-true"}
+"""The precision that keeps a teacher in its own dtype, for each of those."""
+
+
+def precision_errors(cfg: Mapping) -> list[str]:
+    """Why ``cfg``'s ``trainer.precision`` would not run as recorded (empty when it would)."""
+    precision = str(lookup(cfg, "trainer.precision"))
+    return (
+        _fp16_autocast_errors(cfg, precision)
+        + _fp16_weights_errors(precision)
+        + (_cast_teacher_errors(cfg, precision))
+    )
+
+
+def _fp16_autocast_errors(cfg: Mapping, precision: str) -> list[str]:
+    accelerator = lookup(cfg, "trainer.accelerator")
+    if precision not in ("16-mixed", "16") or not _on_cpu(accelerator):
+        return []
+    return [
+        f"trainer.precision={precision} on a CPU (trainer.accelerator={accelerator}): CPUs have "
+        "no fp16 autocast, so Lightning would run bf16-mixed while the run records 16-mixed; "
+        "use trainer.precision=bf16-mixed (or 32-true)"
+    ]
+
+
+def _fp16_weights_errors(precision: str) -> list[str]:
+    if precision != "16-true":
+        return []
+    return [
+        "trainer.precision=16-true keeps the student's weights and the optimizer's state in fp16, "
+        "without loss scaling: the optimizer's eps (1e-8) is 0 in fp16 and its first update "
+        "writes NaN into the weights; use trainer.precision=16-mixed (a GPU), bf16-mixed or "
+        "bf16-true"
+    ]
+
+
+def _cast_teacher_errors(cfg: Mapping, precision: str) -> list[str]:
+    """A ``teacher.dtype`` (or a ``teachers`` entry's ``dtype``) that ``precision`` would cast."""
+    if (dtype := CAST_ALL.get(precision)) is None:
+        return []
+    entries = lookup(cfg, "teachers")
+    entries = entries if isinstance(entries, Sequence) and not isinstance(entries, str) else []
+    found = {"teacher.dtype": lookup(cfg, "teacher.dtype")}
+    found |= {
+        f"teachers[{index}].dtype": entry.get("dtype")
+        for index, entry in enumerate(entries)
+        if isinstance(entry, Mapping)
+    }
+    return [
+        f"{key}={value} with trainer.precision={precision}: Lightning casts every module to "
+        f"{dtype}, the teacher too; set {key}={dtype} (or auto), or keep the teacher in "
+        f"{value} with trainer.precision={MIXED_OF[precision]}"
+        for key, value in found.items()
+        if value not in (None, ABSENT, "auto", dtype)
+    ]
+
+
+def _on_cpu(accelerator: Any) -> bool:
+    if accelerator == "cpu":
+        return True
+    no_gpu = not torch.cuda.is_available() and not torch.backends.mps.is_available()
+    return accelerator in ("auto", None, ABSENT) and no_gpu

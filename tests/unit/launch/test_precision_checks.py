@@ -1,0 +1,38 @@
+"""``trainer.precision`` choices that would not run as recorded, refused with the config."""
+
+from __future__ import annotations
+
+from omegaconf import OmegaConf
+
+from lightning_kd.launch.checks import config_errors
+from lightning_kd.launch.precision_checks import precision_errors
+
+
+def test_fp16_weights_are_refused_naming_the_precisions_that_train() -> None:
+    (error,) = config_errors({"trainer": {"precision": "16-true"}})
+    assert "trainer.precision=16-true keeps the student's weights" in error
+    assert "first update writes NaN" in error and "use trainer.precision=16-mixed" in error
+
+
+def test_a_teacher_dtype_a_true_precision_would_cast_is_refused() -> None:
+    """bf16-true casts the whole LightningModule, the teacher too: a float32 teacher ran in bf16
+    while the summary recorded float32."""
+    cfg = {"trainer": {"precision": "bf16-true"}, "teacher": {"dtype": "float32"}}
+    (error,) = config_errors(cfg)
+    assert error.startswith("teacher.dtype=float32 with trainer.precision=bf16-true: Lightning")
+    assert "set teacher.dtype=bfloat16 (or auto), or keep the teacher in float32 with " in error
+    assert error.endswith("trainer.precision=bf16-mixed")
+    (error,) = config_errors(
+        {"trainer": {"precision": "64-true"}, "teacher": {"dtype": "bfloat16"}}
+    )
+    assert "casts every module to float64" in error
+    for dtype in ("auto", "bfloat16", None):
+        assert config_errors({**cfg, "teacher": {"dtype": dtype}}) == []
+    assert config_errors({**cfg, "trainer": {"precision": "bf16-mixed"}}) == []
+
+
+def test_a_teachers_entry_dtype_is_checked_too() -> None:
+    teachers = [{"name": "a", "weight": 0.5}, {"name": "b", "weight": 0.5, "dtype": "float16"}]
+    cfg = OmegaConf.create({"trainer": {"precision": "bf16-true"}, "teachers": teachers})
+    (error,) = precision_errors(cfg)
+    assert error.startswith("teachers[1].dtype=float16 with trainer.precision=bf16-true")
