@@ -2,7 +2,7 @@
 
 :func:`data_setting_errors` (part of every config check, ``checks.py``): data settings that cannot
 go together — ``data.dataset`` with ``data.files``, streaming without a dataset, ``data.val_files``
-with a dataset or chat data — and what a stream
+with a dataset or chat data, on-policy KD without chat prompts — and what a stream
 cannot serve (the block-wise repair, a teacher cache, a run without ``trainer.max_steps``).
 :func:`dataset_errors` (the commands that read data): ``data.dataset`` opened, streamed, to check
 the splits it reads exist, hold rows and hold the columns the data module reads; nothing is
@@ -46,7 +46,31 @@ def data_setting_errors(cfg: Mapping) -> list[str]:
     if data.get("val_files") is not None:
         chat = issubclass(get_class(data["_target_"]), ChatDataModule)
         errors += val_files_errors(data["val_files"], source, streaming, chat)
+    errors += on_policy_errors(cfg, data)
     return errors + (stream_errors(cfg) if streaming else [])
+
+
+def on_policy_errors(cfg: Mapping, data: Mapping) -> list[str]:
+    """On-policy KD completes each row's prompt, the tokens before its first scored one: text
+    rows are scored from their first token, and a packed chat block may start inside an answer.
+    Either failed at the first sampled micro-batch, and again on every resume."""
+    rate = lookup(cfg, "distill.on_policy")
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or rate <= 0:
+        return []
+    target = data.get("_target_")
+    chat = isinstance(target, str) and issubclass(get_class(target), ChatDataModule)
+    if not chat:
+        return [
+            f"distill.on_policy={rate} with text data (data._target_={target}): on-policy KD "
+            "completes each row's prompt, and text rows have none; use chat data (data=chat, "
+            "data.pack=false), or set distill.on_policy=0"
+        ]
+    if data.get("pack") is True:
+        return [
+            f"distill.on_policy={rate} with data.pack=true: a packed block can start inside an "
+            "answer, with no prompt to complete; set data.pack=false"
+        ]
+    return []
 
 
 def stream_errors(cfg: Mapping) -> list[str]:

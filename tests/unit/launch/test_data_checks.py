@@ -91,3 +91,15 @@ def test_a_dataset_is_opened_for_its_splits_and_columns_before_anything_loads(
         "holding the conversation"
     )
     assert dataset_errors(compose_config([*source, "data.text_field=body"])) == []
+
+
+def test_on_policy_kd_without_chat_prompts_is_refused_with_the_config() -> None:
+    """Text rows and packed chat blocks have no prompt to complete: the run failed at its first
+    sampled micro-batch, and again at the same step on every resume it advised."""
+    (error,) = config_errors(compose_config(["debug=smoke", "distill.on_policy=0.2"]))
+    assert error.startswith("distill.on_policy=0.2 with text data (data._target_=")
+    assert "use chat data (data=chat, data.pack=false), or set distill.on_policy=0" in error
+    packed = ["experiment=instruct_onpolicy", "debug=smoke", "data.pack=true"]
+    (error,) = config_errors(compose_config(packed))
+    assert "distill.on_policy=0.5 with data.pack=true" in error and "set data.pack=false" in error
+    assert config_errors(compose_config(packed[:2])) == []
