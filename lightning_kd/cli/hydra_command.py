@@ -46,7 +46,8 @@ def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
     register_defaults()
     try:
         refuse(
-            run_dir_override_errors(argv)
+            flag_order_errors(argv)
+            + run_dir_override_errors(argv)
             + launcher_override_errors(argv)
             + override_key_errors(argv)
         )
@@ -80,6 +81,27 @@ class LaunchCheck(Callback):
             refuse(launcher_errors(config) + config_errors(config))
         except Refused as refused:
             exit_refused(refused)
+
+
+def flag_order_errors(argv: Sequence[str]) -> list[str]:
+    """A flag (``--config-dir DIR``, ``-m``) between overrides: Hydra's parser takes the
+    overrides as one run of words and refuses those after the flag as "unrecognized arguments",
+    naming neither the flag nor the fix."""
+    overrides = [i for i, word in enumerate(argv) if is_override(word)]
+    flags = [i for i, word in enumerate(argv) if word.startswith("-")]
+    for flag in flags:
+        if overrides and overrides[0] < flag < overrides[-1]:
+            return [
+                f"{argv[flag]} comes between overrides ({argv[overrides[0]]} ... "
+                f"{argv[overrides[-1]]}): put the flags before the overrides "
+                f"({argv[flag]} ... key=value)"
+            ]
+    return []
+
+
+def is_override(word: str) -> bool:
+    """``key=value``, ``+key=value``, ``~key`` (a flag's value has no ``=``)."""
+    return not word.startswith("-") and ("=" in word or word.startswith("~"))
 
 
 def run_dir_override_errors(argv: Sequence[str]) -> list[str]:

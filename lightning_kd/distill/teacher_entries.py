@@ -120,7 +120,7 @@ def entry_weight(weight: Any, index: int) -> float | ValueError:
     return value
 
 
-def entry_domains(domains: Any, index: int) -> tuple[str, ...] | None | ValueError:
+def entry_domains(domains: Any, index: int) -> tuple[str, ...] | ValueError | None:
     """An entry's ``domains``: None, or a non-empty list of domain names; or the error naming
     it."""
     if domains is None:

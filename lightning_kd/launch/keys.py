@@ -62,10 +62,17 @@ def override_key_errors(argv: Sequence[str]) -> list[str]:
     return errors + ([] if cfg is None else unknown_setting_errors(cfg))
 
 
+GLOBAL_GROUPS = ("experiment", "debug")
+"""Groups whose options set keys all over the config (``# @package _global_``): a file of theirs
+without that line lands under the group's own key (``experiment.trainer.max_steps``), where
+nothing reads it."""
+
+
 def unknown_setting_errors(cfg: Mapping) -> list[str]:
     """One message per key of a group node (``distill``, ``data``, ...) that the object it
-    builds takes no argument for: ``+distill.kdweight=0.3``, or a typo in a user's YAML file."""
-    errors = []
+    builds takes no argument for: ``+distill.kdweight=0.3``, or a typo in a user's YAML file;
+    and per option of a global group whose settings nothing reads."""
+    errors = global_group_errors(cfg)
     for group in GROUP_TARGETS:
         node = cfg.get(group) if isinstance(cfg, Mapping) else None
         if not isinstance(node, Mapping) or not isinstance(node.get("_target_"), str):
@@ -84,6 +91,21 @@ def unknown_setting_errors(cfg: Mapping) -> list[str]:
             )
             name = node["_target_"].rsplit(".", 1)[-1]
             errors.append(f"{group}.{key}: {name} takes no setting {key!r}; {fix}")
+    return errors
+
+
+def global_group_errors(cfg: Mapping) -> list[str]:
+    """An ``experiment``/``debug`` option whose settings landed under the group's own key."""
+    errors = []
+    for group in GLOBAL_GROUPS:
+        node = cfg.get(group) if isinstance(cfg, Mapping) else None
+        if isinstance(node, Mapping) and len(node):
+            keys = ", ".join(f"{group}.{key}" for key in list(node)[:3])
+            errors.append(
+                f"the {group} option's settings landed under {group} ({keys}), where nothing "
+                f"reads them; make '# @package _global_' its file's first line, as in the "
+                f"shipped conf/{group}/*.yaml"
+            )
     return errors
 
 

@@ -378,6 +378,16 @@ def test_a_run_directory_that_is_a_file_or_has_a_tilde_is_refused(
     assert not (tmp_path / "~").exists()  # refused before Hydra made the directory
 
 
+def test_a_flag_between_overrides_is_refused_naming_the_order(weightless, tmp_path, capsys) -> None:
+    """Hydra's parser refused the overrides after it as "unrecognized arguments"."""
+    argv = hydra_argv("train", weightless, tmp_path / "run")
+    assert_refused(
+        [*argv[:2], "--config-dir", str(tmp_path), *argv[2:]],
+        ["--config-dir comes between overrides", "put the flags before the overrides"],
+        capsys,
+    )
+
+
 @pytest.fixture
 def training_run(tmp_path: Path) -> Path:
     """A finished training run's directory (its record and outputs; no model needed)."""

@@ -65,6 +65,17 @@ def test_the_users_config_directory_is_searched_and_a_missing_one_refused(tmp_pa
     ]
 
 
+def test_an_experiment_file_without_its_package_line_is_named(tmp_path: Path) -> None:
+    """Its settings landed under experiment.*, unread: the run trained on the defaults."""
+    mine = tmp_path / "conf"
+    (mine / "experiment").mkdir(parents=True)
+    (mine / "experiment" / "bare.yaml").write_text("trainer:\n  max_steps: 3\n")
+    (error,) = override_key_errors(["--config-dir", str(mine), "experiment=bare"])
+    assert error.startswith("the experiment option's settings landed under experiment ")
+    assert "(experiment.trainer), where nothing reads them" in error
+    assert "make '# @package _global_' its file's first line" in error
+
+
 def test_other_flags_and_sweeps_are_left_to_hydra() -> None:
     assert override_key_errors(["-m", "distill.kdweight=1,2"]) == []
     assert override_key_errors(["--cfg", "job", "distill.kdweight=1"]) == []
