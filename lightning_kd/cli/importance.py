@@ -11,11 +11,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from lightning_kd.launch.build import with_precision
+from lightning_kd.launch.build import with_precision, with_values
 from lightning_kd.launch.config import compose_config
 from lightning_kd.launch.data_checks import dataset_errors
 from lightning_kd.launch.entry import check_entry, teacher_length
 from lightning_kd.launch.importance import score_config
+from lightning_kd.launch.model_checks import model_setting_errors
 
 
 def main(argv: Sequence[str]) -> int:
@@ -27,7 +28,10 @@ def main(argv: Sequence[str]) -> int:
         print(f"lightning-kd importance takes config overrides only, not {flags}", file=sys.stderr)
         return 2
     cfg = compose_config(list(argv))
-    check_entry(cfg, lengths=[teacher_length(cfg, "data.block_size")], extra=dataset_errors(cfg))
+    # The command ranks as student.layers=importance does: its settings are checked as such.
+    ranked = with_values(cfg, {"student.layers": "importance"})
+    extra = dataset_errors(cfg) + model_setting_errors(ranked)
+    check_entry(cfg, lengths=[teacher_length(cfg, "data.block_size")], extra=extra)
     cfg, _ = with_precision(cfg)
     ranking = score_config(cfg)
     print(ranking.table())

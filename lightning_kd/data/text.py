@@ -126,18 +126,16 @@ class TextDataModule(LightningDataModule):
 
     def columns(self) -> Columns:
         """The columns this module reads of ``data.dataset``."""
-        return self.dataset_columns(
-            {"text_field": self.text_field, "domain_field": self.domain_field}
-        )
+        settings = {"text_field": self.text_field, "domain_field": self.domain_field}
+        return self.dataset_columns(settings)
 
     def setup(self, stage: str | None = None) -> None:
         """Read, tokenize and split the corpus once (streamed: the validation examples only)."""
         if self.val_examples:
             return
         if self.stream is not None:
-            self.val_examples, self.val_domains = unzipped(
-                self.stream.validation(self.columns(), *self.rank())
-            )
+            examples = self.stream.validation(self.columns(), *self.rank())
+            self.val_examples, self.val_domains = unzipped(examples)
             return
         if self.dataset.val_split is not None:
             val = dict(self.split_documents(self.dataset.val_split))

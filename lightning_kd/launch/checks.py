@@ -97,6 +97,7 @@ def config_errors(cfg: Mapping) -> list[str]:
     """One message per bad numeric value in ``cfg`` (empty when all are fine)."""
     errors = value_errors({key: lookup(cfg, key) for key in RULES}, RULES)
     errors += _list_errors(cfg) + _device_errors(cfg) + _encoder_errors(cfg)
+    errors += _validation_interval_errors(cfg)
     errors += _weight_errors(cfg) + _quantize_errors(cfg) + logger_errors(cfg)
     errors += _sharding_errors(cfg) + _repair_errors(cfg) + _flag_errors(cfg)
     errors += data_setting_errors(cfg) + unknown_setting_errors(cfg) + teachers_errors(cfg)
@@ -252,6 +253,20 @@ def _device_errors(cfg: Mapping) -> list[str]:
             "e.g. trainer.devices=1"
         ]
     return []
+
+
+def _validation_interval_errors(cfg: Mapping) -> list[str]:
+    """A fraction of an epoch needs epochs: Lightning's own error named a setting, never made,
+    that the trainer config sets (``check_val_every_n_epoch=None``: runs count steps)."""
+    interval = lookup(cfg, "trainer.val_check_interval")
+    by_epoch = lookup(cfg, "trainer.check_val_every_n_epoch") not in (None, ABSENT)
+    if not isinstance(interval, float) or by_epoch:
+        return []
+    return [
+        f"trainer.val_check_interval={interval} is a fraction of an epoch, and runs count steps "
+        "(trainer.check_val_every_n_epoch=null); give a step count, e.g. "
+        "trainer.val_check_interval=50"
+    ]
 
 
 def check_config(cfg: Mapping) -> None:

@@ -28,6 +28,7 @@ from lightning_kd.launch.data_checks import dataset_errors
 from lightning_kd.launch.entry import check_entry, teacher_length
 from lightning_kd.launch.export import export_gguf, gguf_errors
 from lightning_kd.launch.harness_run import evaluate_run, harness_errors
+from lightning_kd.launch.model_checks import model_setting_errors
 from lightning_kd.launch.model_paths import model_path_errors
 from lightning_kd.launch.nodes import launcher, node_errors
 from lightning_kd.launch.teacher_cache import drop_repair_states
@@ -170,13 +171,12 @@ def run(cfg: DictConfig, command: Sequence[str] = ("python", "run.py")) -> float
     student perplexity (for sweeps), if it has one."""
     for message in LIGHTNING_NOISE:
         warnings.filterwarnings("ignore", message=message)
-    # Before anything loads (the positions: preflight.py, once built); the nodes against the
-    # launcher that started this process, the data source, the GGUF export and lm_eval.tasks, for
-    # train alone (the others run on one process and export no student).
+    # Before anything loads, for train alone (the others run on one process, export no student):
+    # the nodes against the launcher that started this process, data, models, GGUF, lm_eval.tasks.
     nodes = node_errors(cfg.trainer.get("num_nodes", 1), cfg.trainer.devices)
-    extra = model_path_errors(cfg) + nodes + dataset_errors(cfg) + harness_errors(cfg)
+    extra = model_path_errors(cfg) + model_setting_errors(cfg) + nodes + dataset_errors(cfg)
     lengths = [teacher_length(cfg, "data.block_size")]  # before a cache is written, as `cache`
-    check_entry(cfg, lengths=lengths, extra=extra + gguf_errors(cfg))
+    check_entry(cfg, lengths=lengths, extra=extra + harness_errors(cfg) + gguf_errors(cfg))
     output_dir = Path(cfg.output_dir)
     ckpt_path = resolve_ckpt_path(cfg.ckpt_path, output_dir / "checkpoints")
     # Only a checkpoint of this directory's run resumes it: another run's, into a directory

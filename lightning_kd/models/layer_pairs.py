@@ -12,6 +12,8 @@ last either way.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
@@ -21,6 +23,7 @@ from torch import nn
 from lightning_kd.losses.features import get_feature_loss
 from lightning_kd.models.capture import CaptureError, resolve_module
 from lightning_kd.models.student import decoder_layers, evenly_spaced
+from lightning_kd.utils.refusal import Refused
 
 UNIFORM = "uniform"
 SPANS = "spans"
@@ -85,27 +88,49 @@ def layer_pairs(
     weight: float = 1.0,
 ) -> list[LayerPair]:
     """The configured pairs, in config order, with every module path checked to exist."""
-    if not features:
+    listed = listed_pairs(features, loss, weight)
+    if listed is None:
         return []
-    if features in MAPPINGS:
-        pairs = uniform_pairs(student, teacher, layer_map, loss, weight, features)
-    elif isinstance(features, str):
-        raise ValueError(
-            f"distill.features={features!r}; use {UNIFORM!r}, {SPANS!r} or a list of pairs"
-        )
-    else:
-        pairs = []
-        for entry in features:
-            unknown = set(entry) - {"student", "teacher", "loss", "weight"}
-            if unknown or not {"student", "teacher"} <= set(entry):
-                raise ValueError(
-                    f"distill.features entry {entry} needs keys student and teacher (optional: "
-                    "loss, weight)"
-                )
-            pairs.append(LayerPair(**{"loss": loss, "weight": weight, **entry}))
+    pairs = listed or uniform_pairs(student, teacher, layer_map, loss, weight, features)
     for pair in pairs:
         resolve_module(student, pair.student, "student")
         resolve_module(teacher, pair.teacher, "teacher")
+    return pairs
+
+
+PAIR_KEYS = ("student", "teacher", "loss", "weight")
+
+
+def listed_pairs(features: Any, loss: str, weight: float) -> list[LayerPair] | None:
+    """``distill.features`` read without the models: its listed pairs, ``[]`` for a mapping
+    (``uniform``, ``spans``: the models give the pairs) and None for none; refused
+    (:class:`~lightning_kd.utils.refusal.Refused`) naming what is wrong, which the launch checks
+    before any model loads."""
+    if not features:
+        return None
+    if features in MAPPINGS:
+        return []
+    if isinstance(features, str) or not isinstance(features, Sequence):
+        near = difflib.get_close_matches(str(features), MAPPINGS, n=1)
+        hint = f"did you mean {near[0]!r}? Else use" if near else "use"
+        raise Refused(
+            f"distill.features={features!r}: {hint} {UNIFORM!r}, {SPANS!r} or a list of pairs"
+        )
+    pairs = []
+    for index, entry in enumerate(features):
+        if not isinstance(entry, Mapping) or not {"student", "teacher"} <= set(entry):
+            raise Refused(
+                f"distill.features[{index}]={entry!r}: each pair needs keys student and teacher "
+                "(optional: loss, weight), e.g. {student: model.layers.1, teacher: model.layers.3}"
+            )
+        for key in sorted(set(map(str, entry)) - set(PAIR_KEYS)):
+            near = difflib.get_close_matches(key, PAIR_KEYS, n=1)
+            hint = f"did you mean {near[0]}?" if near else f"the keys are {', '.join(PAIR_KEYS)}"
+            raise Refused(f"distill.features[{index}].{key}: a pair takes no key {key!r}; {hint}")
+        try:
+            pairs.append(LayerPair(**{"loss": loss, "weight": weight, **entry}))
+        except ValueError as error:
+            raise Refused(f"distill.features[{index}]: {error}") from None
     return pairs
 
 

@@ -12,13 +12,11 @@ This module knows transformers, not Lightning.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from transformers import (
-    AutoConfig,
     AutoModel,
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -29,9 +27,11 @@ from transformers import (
 
 from lightning_kd.models.files import readable
 from lightning_kd.models.lora import LoraSpec
+from lightning_kd.models.model_config import config_from
 from lightning_kd.models.precision import AUTO, teacher_dtype_for
 from lightning_kd.models.quantize import check_quantize
 from lightning_kd.models.sources import SMOLLM2, teacher_dir
+from lightning_kd.utils.refusal import refuse
 
 IMPORTANCE = "importance"
 """The ``student.layers`` value that asks for the most important layers (``importance.py``)."""
@@ -260,17 +260,13 @@ def auto_class(task: str) -> type:
     return AutoModelForCausalLM if task == "causal_lm" else AutoModel
 
 
-def model_from_config(overrides: dict[str, Any], task: str, base=None) -> PreTrainedModel:
-    """A randomly initialised model from ``overrides`` (on ``base``, or needing ``model_type``)."""
-    overrides = dict(overrides)
-    if base is not None:
-        config = copy.deepcopy(base)
-        for key, value in overrides.items():
-            setattr(config, key, value)
-    else:
-        if "model_type" not in overrides:
-            raise ValueError(f"a model config needs model_type (e.g. llama); got {overrides}")
-        config = AutoConfig.for_model(overrides.pop("model_type"), **overrides)
+def model_from_config(
+    overrides: dict[str, Any], task: str, base=None, key: str = "teacher.config"
+) -> PreTrainedModel:
+    """A randomly initialised model from ``overrides`` (the setting ``key``), over the config
+    ``base`` or needing ``model_type`` (``model_config.config_from``: each key checked)."""
+    config, errors = config_from(overrides, base, key)
+    refuse(errors)
     return auto_class(task).from_config(config)
 
 

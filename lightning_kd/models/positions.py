@@ -1,4 +1,5 @@
-"""How long a sequence a model's position embeddings cover, read from its config alone.
+"""How long a sequence a model's position embeddings cover, read from its config alone (and that
+config, :func:`spec_config`, which the launch's model checks read too).
 
 A sequence past that limit fails deep in the model (GPT-2's learned positions: an embedding
 ``IndexError``) or, with rotary positions, runs and scores positions the model was never trained
@@ -10,6 +11,7 @@ from __future__ import annotations
 from transformers import AutoConfig, PretrainedConfig
 
 from lightning_kd.models.loading import TeacherSpec
+from lightning_kd.models.model_config import config_from
 from lightning_kd.models.sources import teacher_dir
 
 POSITION_KEYS = ("max_position_embeddings", "n_positions")
@@ -31,12 +33,18 @@ def saved_positions(location: str, trust_remote_code: bool = False) -> int | Non
 
 def teacher_positions(spec: TeacherSpec) -> int | None:
     """The position limit of the teacher ``spec`` describes, without building or loading it."""
+    config = spec_config(spec)
+    return None if config is None else max_positions(config)
+
+
+def spec_config(spec: TeacherSpec) -> PretrainedConfig | None:
+    """The config of the model ``spec`` describes (its ``config.json``, or ``teacher.config``
+    built), no weights; None for a ``teacher.config`` that does not build (the launch's model
+    checks name why)."""
     if spec.config is None:
-        return saved_positions(teacher_dir(spec.path, spec.gguf_file), spec.trust_remote_code)
-    overrides = dict(spec.config)
-    if "model_type" not in overrides:
-        return None  # the model's own build names what is missing
-    return max_positions(AutoConfig.for_model(overrides.pop("model_type"), **overrides))
+        location = teacher_dir(spec.path, spec.gguf_file)
+        return AutoConfig.from_pretrained(location, trust_remote_code=spec.trust_remote_code)
+    return config_from(spec.config, None, "teacher.config")[0]
 
 
 def position_error(key: str, length: int, limit: int | None, whose: str) -> str | None:

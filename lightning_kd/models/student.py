@@ -138,7 +138,7 @@ def build_student(
                 location, trust_remote_code=spec.trust_remote_code, dtype=torch.float32
             )
     elif spec.config is not None:
-        student = model_from_config(spec.config, task, base=teacher.config)
+        student = model_from_config(spec.config, task, teacher.config, "student.config")
     elif spec.source is not None:
         source = load_teacher(TeacherSpec(path=spec.source, dtype="float32", task=task))
         layer_map = student_layer_indices(spec, source.config.num_hidden_layers)

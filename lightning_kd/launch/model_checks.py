@@ -1,0 +1,86 @@
+"""The model settings of ``train``, checked before any model loads.
+
+Each spec's own checks (``teacher``, ``student``, ``distill``, as Hydra builds them),
+``distill.features`` read, ``student.config``'s keys against the teacher's config, and a copied
+student's layers against its source's depth: the configs read alone, no weights. Found by the
+run, each was a traceback (exit 1) once the teacher had loaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+
+from lightning_kd.launch.rules import lookup
+from lightning_kd.models.layer_pairs import listed_pairs
+from lightning_kd.models.loading import StudentSpec, TeacherSpec
+from lightning_kd.models.model_config import config_from
+from lightning_kd.models.positions import spec_config
+from lightning_kd.models.student import student_layer_indices
+
+GROUPS = ("teacher", "student", "distill")
+
+
+def model_setting_errors(cfg: Mapping) -> list[str]:
+    """One message per model setting of ``cfg`` the run would refuse once its models load."""
+    specs, errors = built_specs(cfg)
+    if errors:
+        return errors
+    teacher, student, distill = specs
+    try:
+        listed_pairs(distill.features, distill.feature_loss, distill.feature_weight)
+    except ValueError as error:
+        errors.append(str(error))
+    try:
+        base = spec_config(teacher)
+    except (ValueError, OSError):  # a path refused by model_path_errors, with the rest
+        return errors
+    if base is None:  # a teacher.config that does not build: why
+        return errors + config_from(teacher.config or {}, None, "teacher.config")[1]
+    if student.config is not None:
+        return errors + config_from(student.config, base, "student.config")[1]
+    if student.path is None:
+        source = base if student.source is None else spec_config(TeacherSpec(path=student.source))
+        errors += depth_errors(student, source.num_hidden_layers)
+    return errors
+
+
+def built_specs(cfg: Mapping) -> tuple[list, list[str]]:
+    """The ``teacher``, ``student`` and ``distill`` specs as the run builds them, and why any
+    does not build (its own check's message)."""
+    specs, errors = [], []
+    for group in GROUPS:
+        node = lookup(cfg, group)
+        try:
+            specs.append(instantiate(node, _convert_="all"))
+        except InstantiationException as error:
+            cause = error.__cause__
+            errors.append(str(cause) if isinstance(cause, ValueError) else str(error))
+    return specs, errors
+
+
+def depth_errors(student: StudentSpec, depth: int) -> list[str]:
+    """A copied student's layers (``student.layers``, ``num_layers``, ``freeze_layers``) against
+    the ``depth`` layers of the model it copies."""
+    if student.by_importance:
+        count = student.num_layers or 0
+        return [] if count <= depth else [layers_error(count, depth)]
+    try:
+        count = len(student_layer_indices(student, depth))
+    except ValueError as error:
+        return [str(error)]
+    if student.freeze_layers >= count:
+        return [
+            f"student.freeze_layers={student.freeze_layers} would freeze all {count} of the "
+            f"student's layers; keep at least one trainable (0..{count - 1})"
+        ]
+    return []
+
+
+def layers_error(count: int, depth: int) -> str:
+    return (
+        f"student.num_layers={count} with student.layers=importance: the teacher has "
+        f"{depth} layers to choose from; choose 1..{depth}"
+    )
