@@ -42,7 +42,9 @@ def summarise(scenarios: dict[str, dict], losses: list[dict], args: argparse.Nam
         "loss_mem_ratio_tokens": full_most["tokens"],
         "lora_vs_full": {
             key: scenarios["lora"][key] / ours[key] for key in ("trainable", "peak_mb", "step_s")
-        },
+        }
+        if "lora" in scenarios  # skipped without peft
+        else None,
         "cached_mem_ratio_vs_free_floor": cached["peak_mb"] / free["peak_mb"],
         "cached_time_ratio_vs_free_floor": cached["step_s"] / free["step_s"],
         **other_paths(scenarios),
@@ -127,6 +129,16 @@ def teacher_lines(report: dict) -> list[str]:
     return lines
 
 
+def lora_lines(report: dict) -> list[str]:
+    """``bench.md``'s LoRA sentence (none where the scenario was skipped: no peft)."""
+    if report.get("lora_vs_full") is None:
+        return []
+    ratios = report["lora_vs_full"]
+    labels = (("params", "trainable"), ("memory", "peak_mb"), ("time", "step_s"))
+    said = ", ".join(f"{label} {ratios[key]:.3f}×" for label, key in labels)
+    return ["", f"LoRA over lightning_kd's full student: {said}"]
+
+
 def ratio_lines(report: dict) -> list[str]:
     """``bench.md``'s sentences under the tables: each ratio, said."""
     lines = [
@@ -135,12 +147,7 @@ def ratio_lines(report: dict) -> list[str]:
         f"time_ratio_vs_parts {report['time_ratio_vs_parts']:.3f}, "
         f"loss_mem_ratio_vs_full ({report['loss_mem_ratio_tokens']} tokens) "
         f"{report['loss_mem_ratio_vs_full']:.3f}",
-        "",
-        "LoRA over lightning_kd's full student: "
-        + ", ".join(
-            f"{label} {report['lora_vs_full'][key]:.3f}×"
-            for label, key in (("params", "trainable"), ("memory", "peak_mb"), ("time", "step_s"))
-        ),
+        *lora_lines(report),
         "",
         "From a teacher cache, no teacher weights in the process (against free_floor, the "
         f"CE-only step): memory {report['cached_mem_ratio_vs_free_floor']:.3f}, "

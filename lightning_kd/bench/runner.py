@@ -8,12 +8,14 @@ memory-mapped ones are resident in each (the floor holds the teacher it never ru
 
 - ``floor``        the student's own CE step (HF loss on full logits), teacher weights resident
 - ``teacher``      the teacher's forward alone, under no_grad (full logits)
-- ``teacher_int8`` the same with ``teacher.quantize=int8`` (skipped without torchao)
+- ``teacher_int8`` the same with ``teacher.quantize=int8`` (skipped without torchao, the
+                   ``quantize`` extra)
 - ``naive``        KD as often written: the teacher's graph kept, every hidden state returned,
                    full-logit KL
 - ``full_logits``  lightning_kd with ``distill.chunked=false``: lean teacher, full-logit KL
 - ``lightning_kd`` lightning_kd's step: lean teacher, chunked logit distillation
 - ``lora``         the same step on a LoRA student (``student.lora``'s defaults): adapters train
+                   (skipped without peft, the ``lora`` extra)
 
 - ``free_floor``   the teacher-free floor: lightning_kd's CE-only step (``distill.kd_weight=0``)
                    with no teacher weights in the process
@@ -51,11 +53,20 @@ import json
 import subprocess
 import sys
 import time
-from importlib.util import find_spec
+from collections.abc import Callable
 
 from lightning_kd.bench.loss import LOSS_TOKENS, QUICK_LOSS_TOKENS, run_loss
 from lightning_kd.bench.report import markdown, plot, summarise
 from lightning_kd.bench.scenarios import SCENARIOS, run_scenario
+from lightning_kd.models.lora import missing_peft
+from lightning_kd.models.quantize import missing_torchao
+
+OPTIONAL: dict[str, Callable[[], str | None]] = {
+    "teacher_int8": lambda: missing_torchao("int8"),
+    "lora": missing_peft,
+}
+"""Scenarios that run on an optional package: why each cannot run here (None: it can). Skipped
+in the parent, since the child would fail on the import after its models load."""
 
 # This module is the driver (child processes, output files); its options are parsed in
 # lightning_kd.cli.bench, what each child measures is in scenarios.py, the report in report.py,
@@ -95,8 +106,8 @@ def run(args: argparse.Namespace) -> dict | None:
     args.out.mkdir(parents=True, exist_ok=True)
     scenarios = {}
     for name in SCENARIOS:
-        if name == "teacher_int8" and find_spec("torchao") is None:
-            print(f"{name:>13}: skipped (needs torchao: pip install torchao)")
+        if name in OPTIONAL and (missing := OPTIONAL[name]()):
+            print(f"{name:>13}: skipped ({missing})")
             continue
         started = time.perf_counter()
         row = scenarios[name] = child(args, "--scenario", name)

@@ -19,6 +19,7 @@ import gzip
 import json
 import warnings
 import zlib
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -61,11 +62,34 @@ def expand_files(patterns: list[str], key: str = "data.files") -> list[Path]:
         for name in matches or [pattern]:
             path = Path(name).expanduser()
             if not path.is_file():
-                raise MissingData(f"{key} entry {name!r} is not a file")
+                raise MissingData(not_a_file(key, name, path))
             if file_format(path) is None:
                 raise DataError(f"{key} entry {name!r}: use one of {', '.join(SUFFIXES)}")
             files.append(path)
     return unique_files(files)
+
+
+def not_a_file(key: str, name: str, path: Path) -> str:
+    """Why ``key``'s entry ``name`` cannot be read: it does not exist, or it is a directory —
+    whose files a glob names (one entry per file is what a user tried to save typing)."""
+    if not path.exists():
+        return f"{key} entry {name!r} does not exist"
+    if path.is_dir():
+        pattern = str(Path(name) / f"*{_commonest_suffix(path)}")
+        return f"{key} entry {name!r} is a directory; name its files with a glob, e.g. {pattern!r}"
+    return f"{key} entry {name!r} is not a file"
+
+
+def _commonest_suffix(directory: Path) -> str:
+    """The readable suffix most files directly in ``directory`` have (``.txt`` when none, or
+    when the directory cannot be listed)."""
+    try:
+        names = [child.name for child in directory.iterdir()]
+    except OSError:
+        names = []
+    found = Counter(next((s for s in SUFFIXES if n.endswith(s)), None) for n in names)
+    found.pop(None, None)
+    return found.most_common(1)[0][0] if found else ".txt"
 
 
 def _is_glob(pattern: str) -> bool:

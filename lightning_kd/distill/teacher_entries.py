@@ -101,7 +101,10 @@ def read_entry(entry: Any, index: int, main: TeacherSpec) -> tuple[TeacherEntry 
     errors = [str(found) for found in (weight, domains) if isinstance(found, ValueError)]
     if errors:
         return None, errors
-    spec = replace(main, **overrides)
+    try:
+        spec = replace(main, **overrides)
+    except ModuleNotFoundError as missing:  # an int8 entry without torchao: said with the rest
+        return None, [f"teachers[{index}]: {missing}"]
     return TeacherEntry(str(entry["name"]), weight, spec, not own, domains, entry.get("cache")), []
 
 

@@ -4,8 +4,9 @@ A bad value found here costs a second; found by the run, it costs a model load, 
 that trains on NaN. Each rule names its key, its allowed range and an example value, and
 :func:`check_config` reports every bad key at once, each with the value it got and the fix.
 Choices that would fail only after the models load are checked here too: a logger not installed
-or a callback that needs one (``logger_checks.py``), an int8 teacher where it cannot run, an
-objective whose every weight is 0. The rules themselves are ``rules.py``'s; the commands' own
+or a callback that needs one (``logger_checks.py``), peft or torchao missing for ``student.lora``
+or an int8 teacher (``package_checks.py``), an int8 teacher where it cannot run, an objective
+whose every weight is 0. The rules themselves are ``rules.py``'s; the commands' own
 options are checked by the same rules, and every command runs both through ``entry.py``.
 """
 
@@ -20,6 +21,7 @@ from lightning_kd.export.gguf import type_errors
 from lightning_kd.launch.data_checks import data_setting_errors
 from lightning_kd.launch.keys import unknown_setting_errors
 from lightning_kd.launch.logger_checks import logger_errors
+from lightning_kd.launch.package_checks import package_errors
 from lightning_kd.launch.paths import run_dir_errors
 from lightning_kd.launch.precision_checks import precision_errors
 from lightning_kd.launch.rules import ABSENT, CountOrFraction, Number, lookup, value_errors
@@ -99,7 +101,7 @@ def config_errors(cfg: Mapping) -> list[str]:
     errors += _list_errors(cfg) + _device_errors(cfg) + _encoder_errors(cfg)
     errors += _validation_interval_errors(cfg)
     errors += _weight_errors(cfg) + _quantize_errors(cfg) + logger_errors(cfg)
-    errors += _sharding_errors(cfg) + _repair_errors(cfg) + _flag_errors(cfg)
+    errors += package_errors(cfg) + _sharding_errors(cfg) + _repair_errors(cfg) + _flag_errors(cfg)
     errors += data_setting_errors(cfg) + unknown_setting_errors(cfg) + teachers_errors(cfg)
     return errors + precision_errors(cfg) + _output_dir_errors(cfg) + _export_errors(cfg)
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
 from lightning_kd.launch.checks import config_errors
@@ -50,6 +51,11 @@ OPTIONS: dict[str, dict[str, Number]] = {
 """Each argparse command's numeric options (by the flag a user types) and what they allow."""
 
 
+UNREADABLE = (ValueError, OSError, ModuleNotFoundError)
+"""Why a model's positions cannot be read: a bad spec, a missing or unreadable model, a package
+its settings need (``teacher.quantize`` without torchao)."""
+
+
 @dataclass(frozen=True)
 class Length:
     """A sequence length a command runs models at, and the models that must cover it."""
@@ -69,8 +75,12 @@ class Length:
         for whose, read in self.models.items():
             try:
                 limit = read()
-            except (ValueError, OSError) as error:  # a bad spec, a missing or unreadable model:
-                errors.append(str(error))  # reported with the rest, not in their place
+            except (*UNREADABLE, InstantiationException) as error:
+                # Hydra wraps the spec's own error in one of its own: the cause is the message.
+                cause = error.__cause__ if isinstance(error, InstantiationException) else error
+                if not isinstance(cause, UNREADABLE):
+                    raise
+                errors.append(str(cause))  # reported with the rest, not in their place
                 continue
             if error := position_error(self.key, self.tokens, limit, whose):
                 errors.append(error)

@@ -74,6 +74,27 @@ def chat_prompts(cfg: DictConfig, spec: GenerateSpec) -> bool:
     return issubclass(get_class(cfg.data._target_), ChatDataModule)
 
 
+NO_PROMPTS = (
+    "generate.prompts=null: set generate.prompts=FILE.jsonl (rows with 'prompt' or 'messages'), "
+    "or generate.prompts=train_split for the prompts of data=chat's training split (or the "
+    "training documents of data=text), val_split for data=chat's held-out ones"
+)
+"""The refusal of a generate without prompts (``generate.prompts`` has no default)."""
+NO_TEMPLATE = (
+    "; the teacher's tokenizer has no chat template, so chat prompts (a file, data=chat's "
+    "splits) also need generate.chat_template=plain (User: ... / Assistant:) or a Jinja "
+    "template; data=text's training documents need none"
+)
+"""Said with :data:`NO_PROMPTS` where it applies: following the first advice then works."""
+
+
+def no_prompts_error(tokenizer: PreTrainedTokenizerBase, spec: GenerateSpec) -> str:
+    """Why a generate without ``generate.prompts`` is refused, with the chat template the
+    prompts would also need where ``tokenizer`` (the teacher's) has none and none is set."""
+    needs_template = spec.chat_template is None and tokenizer.chat_template is None
+    return NO_PROMPTS + (NO_TEMPLATE if needs_template else "")
+
+
 def config_prompts(
     cfg: DictConfig, spec: GenerateSpec, tokenizer: PreTrainedTokenizerBase
 ) -> list[tuple[int | str, Prompt]]:
@@ -81,11 +102,7 @@ def config_prompts(
     training documents of ``data=text``; ``tokenizer`` the run's, that splits them), the first
     ``generate.max_prompts`` of them."""
     if spec.prompts is None:
-        raise ValueError(
-            "set generate.prompts=FILE.jsonl (rows with 'prompt' or 'messages'), or "
-            "generate.prompts=train_split for the prompts of data=chat's training split (or "
-            "the training documents of data=text), val_split for data=chat's held-out ones"
-        )
+        refuse([NO_PROMPTS])
     if spec.prompts in SPLITS:
         prompts = split_prompts(cfg, spec, tokenizer, SPLITS[spec.prompts])
         fix = (
@@ -110,6 +127,8 @@ def prepared(
     template where they are chat prompts; a split is made with ``data_tokenizer`` (the run's,
     the student's own where it has one; default ``tokenizer``)."""
     spec = instantiate(cfg.generate, _convert_="all")
+    if spec.prompts is None:  # before the template: the prompts decide whether one is needed
+        refuse([no_prompts_error(tokenizer, spec)])
     if chat_prompts(cfg, spec):
         use_chat_template(tokenizer, spec)
     return spec, config_prompts(cfg, spec, data_tokenizer or tokenizer)

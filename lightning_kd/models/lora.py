@@ -22,6 +22,7 @@ import difflib
 import re
 import warnings
 from dataclasses import dataclass, fields
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,8 @@ ADAPTER_DIR = "adapter"
 """Where the export puts a LoRA student's adapter alone, inside the student's directory."""
 ALL_LINEAR = "all-linear"
 """peft's shorthand: every linear layer of the blocks, never the output head."""
+INSTALL = "pip install 'lightning-kd[lora]'"
+"""The extra that brings peft: the advice works for a wheel as for a checkout."""
 
 
 @dataclass(frozen=True)
@@ -128,15 +131,24 @@ def check_targets(model: nn.Module, targets: str | list[str]) -> None:
         )
 
 
+def missing_peft() -> str | None:
+    """Why ``student.lora`` cannot run here (peft not installed, with the fix), or None; found
+    without importing peft, so the launch checks refuse it before anything loads."""
+    if find_spec("peft") is None:
+        return (
+            "student.lora needs the peft package, which is not installed: "
+            f"{INSTALL} (or set student.lora=null)"
+        )
+    return None
+
+
 def apply_lora(model: nn.Module, spec: LoraSpec) -> nn.Module:
     """``model`` wrapped in a ``PeftModel`` with ``spec``'s adapters; only they require grad."""
     check_targets(model, spec.target_modules)
-    try:
-        from peft import LoraConfig, get_peft_model
-    except ImportError:
-        raise ImportError(
-            "student.lora needs the peft package: pip install -e '.[lora]' (or pip install peft)"
-        ) from None
+    if message := missing_peft():
+        raise ModuleNotFoundError(message)
+    from peft import LoraConfig, get_peft_model
+
     config = LoraConfig(
         r=spec.r,
         lora_alpha=spec.alpha,

@@ -33,7 +33,9 @@ ACCELERATORS = ("auto", "cpu", "cuda", "gpu")
 STRATEGIES = ("fsdp", "deepspeed")
 """Strategies that flatten or partition the teacher's parameters as plain tensors, which torchao's
 int8 weights are not (refused rather than tried: they run on GPUs only)."""
-INSTALL = "pip install torchao"
+INSTALL = "pip install 'lightning-kd[quantize]'"
+"""The extra that brings torchao (of the release this module needs): the advice works for a
+wheel as for a checkout."""
 
 
 def check_quantize(mode: str | None, dtype: str) -> None:
@@ -51,11 +53,20 @@ def check_quantize(mode: str | None, dtype: str) -> None:
             f"teacher.quantize={mode} quantizes float32, bfloat16 or float16 weights, not "
             f"teacher.dtype={dtype}; set teacher.dtype=float32 (or auto), or teacher.quantize=null"
         )
-    if find_spec("torchao") is None:
-        raise ModuleNotFoundError(
+    if message := missing_torchao(mode):
+        raise ModuleNotFoundError(message)
+
+
+def missing_torchao(mode: str | None) -> str | None:
+    """Why ``teacher.quantize=mode`` cannot run here (torchao not installed, with the fix), or
+    None; found without importing torchao, so the launch checks refuse it before anything
+    loads. An unknown mode is ``check_quantize``'s to name."""
+    if mode in MODES and find_spec("torchao") is None:
+        return (
             f"teacher.quantize={mode} needs the torchao package, which is not installed: "
             f"{INSTALL} (or set teacher.quantize=null)"
         )
+    return None
 
 
 def backend_errors(mode: str | None, accelerator: str | None, strategy: str | None) -> list[str]:
@@ -116,7 +127,7 @@ def _torchao():
     except ImportError as err:
         raise ImportError(
             f"teacher.quantize=int8 needs torchao's Int8WeightOnlyConfig ({err}); "
-            f"upgrade: {INSTALL} --upgrade"
+            "upgrade: pip install --upgrade 'lightning-kd[quantize]'"
         ) from err
     return Int8WeightOnlyConfig, quantize_
 

@@ -154,7 +154,7 @@ def test_too_little_data_is_an_error(tmp_path) -> None:
 
 
 def test_bad_files_are_errors(tmp_path) -> None:
-    with pytest.raises(FileNotFoundError, match="is not a file"):
+    with pytest.raises(FileNotFoundError, match="missing.txt' does not exist"):
         make_datamodule([tmp_path / "missing.txt"])
     with pytest.raises(FileNotFoundError, match="matches no file"):
         make_datamodule([tmp_path / "*.jsonl"])

@@ -91,3 +91,17 @@ def test_a_byte_order_mark_is_dropped(tmp_path: Path) -> None:
     assert list(read_documents(rows)) == ["first", "second"]
     assert list(read_documents(text)) == ["Notepad text"]
     assert next(read_records(rows)) == (1, {"text": "first"})
+
+
+def test_a_directory_entry_suggests_a_glob_and_a_missing_one_says_so(tmp_path: Path) -> None:
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    for name in ("a.jsonl", "b.jsonl", "notes.txt"):
+        (shards / name).write_text('{"text": "x"}\n')
+    # The glob suggested is one a user can paste: the suffix most of its files have.
+    with pytest.raises(
+        FileNotFoundError, match=r"'.*shards' is a directory; .*'.*shards/\*\.jsonl'"
+    ):
+        expand_files([str(shards)])
+    with pytest.raises(FileNotFoundError, match=r"--files entry '.*none.txt' does not exist$"):
+        expand_files([str(tmp_path / "none.txt")], key="--files")

@@ -58,7 +58,7 @@ def test_val_files_settings_that_cannot_be_are_refused(tmp_path, corpus) -> None
         make_datamodule([corpus], val_files=[str(copy)])  # the same text under another name
     with pytest.raises(Refused, match=r"data.val_files is empty"):
         make_datamodule([corpus], val_files=[])
-    with pytest.raises(FileNotFoundError, match=r"data.val_files entry 'none.txt' is not a file"):
+    with pytest.raises(FileNotFoundError, match=r"data.val_files entry 'none.txt' does not exist"):
         make_datamodule([corpus], val_files=["none.txt"])
     chats = write_texts(tmp_path / "c.jsonl", [])
     with pytest.raises(Refused, match=r"data.val_files=\['x'\] with data=chat"):

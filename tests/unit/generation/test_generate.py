@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from lightning_kd.cli import main as cli_main
 from lightning_kd.data.chat import ChatDataModule
 from lightning_kd.data.conversations import ChatFields
 from lightning_kd.generation.completions_record import CompletionsMismatch, record_path
@@ -23,6 +24,7 @@ from lightning_kd.generation.teacher_completions import (
 from lightning_kd.launch.config import compose_config
 from lightning_kd.launch.generate import generate
 from lightning_kd.models.loading import TeacherSpec, byte_tokenizer, load_teacher
+from lightning_kd.utils.refusal import Refused
 from tests.conftest import ROOT, TINY_LLAMA
 from tests.unit.data.test_chat import CHATML
 
@@ -169,3 +171,33 @@ def test_a_damaged_row_inside_the_file_is_named(tmp_path) -> None:
     out.write_text('{"prompt": "a"}\ngarbage\n{"prompt": "c"}\n')
     with pytest.raises(CompletionsMismatch, match=rf"{out}:2 is not a completion row"):
         completed_rows(out, [(1, "a"), (2, "b"), (3, "c")])
+
+
+def test_no_prompts_is_refused_with_the_template_they_would_need(teacher, tmp_path) -> None:
+    # byte_tokenizer() has no chat template, as the debug teacher's: the first refusal names both
+    # settings, so following it works.
+    cfg = compose_config(["debug=smoke"], output_dir=tmp_path)
+    with pytest.raises(Refused, match=r"prompts=null: .*also need generate.chat_template=plain"):
+        generate(cfg, teacher, byte_tokenizer())
+    cfg = compose_config(["debug=smoke", "generate.chat_template=plain"], output_dir=tmp_path)
+    with pytest.raises(Refused, match=r"generate.prompts=null") as refused:
+        generate(cfg, teacher, byte_tokenizer())
+    assert "chat_template" not in str(refused.value)  # set: no longer asked for
+
+
+def cli_generate(tmp_path: Path, *overrides: str) -> int:
+    """The exit status of ``lightning-kd generate debug=smoke <overrides>``, in this process."""
+    try:
+        cli_main(["generate", "debug=smoke", *overrides, f"hydra.run.dir={tmp_path / 'g'}"])
+    except SystemExit as leaving:  # a refusal leaves through SystemExit
+        return leaving.code or 0
+    return 0
+
+
+def test_the_command_follows_its_advice_to_completions(tmp_path, capsys) -> None:
+    assert cli_generate(tmp_path, "generate.chat_template=plain") == 2  # was a traceback, exit 1
+    err = capsys.readouterr().err
+    assert "generate.prompts=null: set generate.prompts=" in err and "Traceback" not in err
+    settings = ["generate.max_prompts=1", "generate.max_new_tokens=2"]
+    assert cli_generate(tmp_path, "generate.prompts=train_split", *settings) == 0
+    assert len((tmp_path / "g" / "completions.jsonl").read_text().splitlines()) == 1

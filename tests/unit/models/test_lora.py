@@ -14,6 +14,7 @@ from lightning.pytorch import Callback
 
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.launch.config import compose_config
+from lightning_kd.models import lora as lora_module
 from lightning_kd.models.loading import StudentSpec, TeacherSpec, byte_tokenizer, load_teacher
 from lightning_kd.models.lora import ADAPTER_DIR
 from lightning_kd.models.student import (
@@ -253,3 +254,10 @@ def test_lora_from_the_command_line() -> None:
     assert spec.lora_spec.target_modules == ["q_proj"] and spec.lora_spec.r == 4
     with pytest.raises(ValueError, match="random student.config"):
         StudentSpec(config={"num_hidden_layers": 2}, lora={})
+
+
+def test_a_lora_student_without_peft_names_the_extra(monkeypatch) -> None:
+    monkeypatch.setattr(lora_module, "find_spec", lambda name: None)  # peft not installed
+    teacher = load_teacher(TeacherSpec(path=None, config=dict(TINY_LLAMA)))
+    with pytest.raises(ModuleNotFoundError, match=r"pip install 'lightning-kd\[lora\]'"):
+        build_student(StudentSpec(num_layers=2, lora=LORA), teacher, "causal_lm")

@@ -144,7 +144,10 @@ def test_bad_quantize_settings_fail_before_any_model_loads(monkeypatch) -> None:
     assert not config_errors(compose_config(["debug=smoke", "teacher.quantize=int8"]))
 
     monkeypatch.setattr(quantize, "find_spec", lambda name: None)  # torchao not installed
-    with pytest.raises(ModuleNotFoundError, match="needs the torchao package.*pip install torchao"):
+    with pytest.raises(
+        ModuleNotFoundError,
+        match=r"needs the torchao package.*pip install 'lightning-kd\[quantize\]'",
+    ):
         TeacherSpec(quantize="int8")
 
 
