@@ -57,7 +57,8 @@ def built_specs(cfg: Mapping) -> tuple[list, list[str]]:
             specs.append(instantiate(node, _convert_="all"))
         except InstantiationException as error:
             cause = error.__cause__
-            errors.append(str(cause) if isinstance(cause, ValueError) else str(error))
+            # The spec's own message (a missing package: the same as package_checks' message).
+            errors.append(str(cause) if isinstance(cause, ValueError | ImportError) else str(error))
     return specs, errors
 
 
