@@ -18,7 +18,7 @@ from lightning_kd.models.layer_pairs import listed_pairs
 from lightning_kd.models.loading import StudentSpec, TeacherSpec
 from lightning_kd.models.model_config import config_from
 from lightning_kd.models.positions import spec_config
-from lightning_kd.models.student import student_layer_indices
+from lightning_kd.models.student import check_num_layers, student_layer_indices
 
 GROUPS = ("teacher", "student", "distill")
 
@@ -65,10 +65,10 @@ def built_specs(cfg: Mapping) -> tuple[list, list[str]]:
 def depth_errors(student: StudentSpec, depth: int) -> list[str]:
     """A copied student's layers (``student.layers``, ``num_layers``, ``freeze_layers``) against
     the ``depth`` layers of the model it copies."""
-    if student.by_importance:
-        count = student.num_layers or 0
-        return [] if count <= depth else [layers_error(count, depth)]
     try:
+        if student.by_importance:  # the layers are chosen later, of the teacher's
+            check_num_layers(student.num_layers, depth)
+            return []
         count = len(student_layer_indices(student, depth))
     except ValueError as error:
         return [str(error)]
@@ -78,10 +78,3 @@ def depth_errors(student: StudentSpec, depth: int) -> list[str]:
             f"student's layers; keep at least one trainable (0..{count - 1})"
         ]
     return []
-
-
-def layers_error(count: int, depth: int) -> str:
-    return (
-        f"student.num_layers={count} with student.layers=importance: the teacher has "
-        f"{depth} layers to choose from; choose 1..{depth}"
-    )
