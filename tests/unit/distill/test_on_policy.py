@@ -144,7 +144,8 @@ class Recording:
 def test_on_policy_and_interleaved_kd_are_accepted_under_sharding(strategy: str) -> None:
     """Sharded students sample in step across ranks (on_policy.py); the block-wise repair is
     still refused under sharding."""
-    sampled = [f"strategy={strategy}", "distill.on_policy=0.5", "distill.on_policy_teacher_top_k=8"]
+    sampled = [f"strategy={strategy}", "data=chat", "distill.on_policy=0.5"]
+    sampled += ["distill.on_policy_teacher_top_k=8"]
     assert config_errors(compose_config([*sampled, "distill.blockwise_passes=0"])) == []
     repaired = compose_config([*sampled, "distill.blockwise_passes=1"])
     assert [e.split(":")[0] for e in config_errors(repaired)] == [
