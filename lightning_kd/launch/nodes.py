@@ -86,7 +86,7 @@ def node_errors(
     found = launcher(environ)
     if found is None:
         if num_nodes == 1:
-            return []
+            return stray_rank_errors(devices, environ)
         return [
             f"trainer.num_nodes={num_nodes}, but no multi-node launcher started this process "
             "(no torchrun or SLURM srun environment), so Lightning would wait forever for the "
@@ -94,6 +94,31 @@ def node_errors(
             f"or submit it with hydra/launcher=submitit_slurm ({LAUNCH_DOC})"
         ]
     return _agreement_errors(found, num_nodes, devices) + _shared_dir_errors(num_nodes)
+
+
+STRAY_RANKS = ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK")
+
+
+def stray_rank_errors(devices: object, environ: Mapping[str, str]) -> list[str]:
+    """A rank set in the environment of a process no launcher started (a shell's leftover
+    ``LOCAL_RANK=1``): the run acted as that rank, left its outputs to a rank 0 that does not
+    exist, and reported success. Lightning's own DDP launcher gives each further process its
+    ``LOCAL_RANK`` with ``WORLD_SIZE`` = ``trainer.devices`` (one node here)."""
+    set_ranks = [name for name in STRAY_RANKS if environ.get(name, "0") not in ("", "0")]
+    if not set_ranks:
+        return []
+    world = _number(environ, "WORLD_SIZE") or 0
+    counted = isinstance(devices, int) and not isinstance(devices, bool) and devices > 0
+    agrees = world == devices or (world and not counted)  # devices=auto: any count
+    if agrees and _number(environ, "LOCAL_RANK") in range(world):
+        return []
+    shown = ", ".join(f"{name}={environ[name]}" for name in set_ranks)
+    return [
+        f"{shown} in the environment, but no launcher started this process (WORLD_SIZE="
+        f"{environ.get('WORLD_SIZE', 'unset')}, trainer.devices={devices}): it would run as "
+        f"that rank and leave the run's outputs to a rank 0 that does not exist; unset "
+        f"{' and '.join(set_ranks)}"
+    ]
 
 
 def _agreement_errors(found: Launcher, num_nodes: int, devices: object) -> list[str]:

@@ -62,3 +62,17 @@ def test_srun_without_tasks_per_node_is_checked_by_its_task_count() -> None:
 def test_an_agreeing_launcher_passes() -> None:
     assert node_errors(2, 1, TORCHRUN_2x1) == []
     assert node_errors(2, 4, SRUN_2x4) == []
+
+
+def test_a_stray_rank_without_a_launcher_is_refused() -> None:
+    """A leftover LOCAL_RANK=1 made a one-process run act as rank 1: no student, no logs, and a
+    summary reporting success."""
+    (error,) = node_errors(1, 1, {"LOCAL_RANK": "1"})
+    assert error.startswith("LOCAL_RANK=1 in the environment, but no launcher started")
+    assert error.endswith("unset LOCAL_RANK")
+    (error,) = node_errors(1, 1, {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "1"})
+    assert "unset RANK and LOCAL_RANK" in error
+    # Lightning's own launcher: each further process's LOCAL_RANK within WORLD_SIZE = devices.
+    child = {"LOCAL_RANK": "1", "NODE_RANK": "0", "WORLD_SIZE": "2"}
+    assert node_errors(1, 2, child) == [] and node_errors(1, "auto", child) == []
+    assert node_errors(1, 1, {"LOCAL_RANK": "0"}) == []
