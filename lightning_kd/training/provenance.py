@@ -103,7 +103,10 @@ def run_settings(module: LightningModule, trainer: Trainer) -> dict[str, Any]:
     datamodule = trainer.datamodule
     if datamodule is not None and hasattr(datamodule, "provenance"):
         found["data"] = datamodule.provenance() | {
-            "accumulate_grad_batches": trainer.accumulate_grad_batches
+            "accumulate_grad_batches": trainer.accumulate_grad_batches,
+            # Each process reads its own batches: another count is another global batch and
+            # another order (trainer.devices × trainer.num_nodes).
+            "processes": trainer.world_size,
         }
     optimizer = factory_settings(getattr(module, "optimizer_factory", None))
     found["optimizer"] = {k: v for k, v in optimizer.items() if k not in HOW_COMPUTED}
@@ -134,8 +137,9 @@ def differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     for part, values in current.items():
         if part not in saved and part in (*RESETTABLE, "data", "teachers"):
             continue
-        if part == "data":
-            found += data_differences(saved[part], values)
+        if part == "data":  # a checkpoint older than its "processes" does not say them
+            known = {k: v for k, v in values.items() if k in saved[part] or k != "processes"}
+            found += data_differences(saved[part], known)
             continue
         if part == "teachers":
             found += teacher_differences(saved[part], values)

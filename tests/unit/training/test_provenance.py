@@ -14,7 +14,7 @@ from lightning.pytorch import Callback
 
 from lightning_kd.models.loading import TeacherSpec
 from lightning_kd.training.optim import warmup_cosine
-from lightning_kd.training.provenance import Provenance, ProvenanceMismatch
+from lightning_kd.training.provenance import Provenance, ProvenanceMismatch, differences
 from lightning_kd.training.saving import LastCheckpoint
 from tests.conftest import TINY_LLAMA, make_datamodule, make_module, make_trainer
 
@@ -131,6 +131,17 @@ def test_a_resume_with_other_data_is_refused_naming_what_changed(
         fit(tmp_path, teacher, corpus, checkpoint)
     with pytest.warns(UserWarning, match="resume_mismatch=warn: continuing"):
         fit(tmp_path, teacher, corpus, checkpoint, "warn")
+
+
+def test_a_resume_with_another_number_of_processes_is_refused() -> None:
+    """Each process reads its own batches: a 2-process run resumed on 1 went on at half the
+    global batch, in another order, without a word. A checkpoint older than the record of its
+    processes is not compared on them."""
+    saved = {"data": {"batch_size": 2, "accumulate_grad_batches": 1, "processes": 2}}
+    now = {"data": {"batch_size": 2, "accumulate_grad_batches": 1, "processes": 1}}
+    assert differences(saved, now) == ["data.processes: checkpoint 2, this run 1"]
+    older = {"data": {"batch_size": 2, "accumulate_grad_batches": 1}}
+    assert differences(older, now) == [] and differences(now, now) == []
 
 
 def test_a_moved_copy_of_the_data_resumes(tmp_path: Path, corpus: Path) -> None:
