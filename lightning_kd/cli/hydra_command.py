@@ -47,6 +47,7 @@ def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
     try:
         refuse(
             flag_order_errors(argv)
+            + null_group_errors(argv)
             + run_dir_override_errors(argv)
             + launcher_override_errors(argv)
             + override_key_errors(argv)
@@ -97,6 +98,18 @@ def flag_order_errors(argv: Sequence[str]) -> list[str]:
                 f"({argv[flag]} ... key=value)"
             ]
     return []
+
+
+def null_group_errors(argv: Sequence[str]) -> list[str]:
+    """``strategy=null``: Hydra's own refusal of a group set to null was a traceback ("Config
+    group override must be a string or a list")."""
+    groups = {path.name for path in CONF_DIR.iterdir() if path.is_dir()}
+    return [
+        f"{word}: {word.split('=')[0]} is a config group, dropped with ~{word.split('=')[0]} "
+        "(null is no option of it)"
+        for word in argv
+        if word.split("=", 1)[0].lstrip("+") in groups and word.split("=", 1)[1:] == ["null"]
+    ]
 
 
 def is_override(word: str) -> bool:

@@ -77,6 +77,7 @@ def unknown_setting_errors(cfg: Mapping) -> list[str]:
         node = cfg.get(group) if isinstance(cfg, Mapping) else None
         if not isinstance(node, Mapping) or not isinstance(node.get("_target_"), str):
             continue
+        errors += flag_errors(group, node)
         accepted = _arguments(node["_target_"])
         if accepted is None:
             continue
@@ -91,6 +92,28 @@ def unknown_setting_errors(cfg: Mapping) -> list[str]:
             )
             name = node["_target_"].rsplit(".", 1)[-1]
             errors.append(f"{group}.{key}: {name} takes no setting {key!r}; {fix}")
+    return errors
+
+
+FLAG_TYPES = {"bool": False, "bool | None": True}
+"""The annotations of a yes/no setting, and whether it may be null."""
+
+
+def flag_errors(group: str, node: Mapping) -> list[str]:
+    """A yes/no setting of a group node given something else: ``data.pack=flase`` stayed a
+    string, which is true, so packing stayed on; ``activation_checkpointing=nope`` turned it on."""
+    try:
+        parameters = inspect.signature(get_object(node["_target_"])).parameters
+    except Exception:
+        return []
+    errors = []
+    for key, parameter in parameters.items():
+        nullable = FLAG_TYPES.get(str(parameter.annotation))
+        value = node.get(key, True)  # a key left out takes its default
+        if nullable is None or isinstance(value, bool) or (nullable and value is None):
+            continue
+        allowed = "true, false or null" if nullable else "true or false"
+        errors.append(f"{group}.{key}={value!r}: give {allowed}, e.g. {group}.{key}=true")
     return errors
 
 

@@ -14,7 +14,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
 from lightning_kd.launch.rules import lookup
-from lightning_kd.models.layer_pairs import listed_pairs
+from lightning_kd.models.layer_pairs import PROJECTORS, listed_pairs
 from lightning_kd.models.loading import StudentSpec, TeacherSpec
 from lightning_kd.models.model_config import config_from
 from lightning_kd.models.positions import spec_config
@@ -33,6 +33,8 @@ def model_setting_errors(cfg: Mapping) -> list[str]:
         listed_pairs(distill.features, distill.feature_loss, distill.feature_weight)
     except ValueError as error:
         errors.append(str(error))
+    if distill.features and distill.projector not in PROJECTORS:
+        errors.append(f"distill.projector={distill.projector!r}: choose one of {list(PROJECTORS)}")
     try:
         base = spec_config(teacher)
     except (ValueError, OSError):  # a path refused by model_path_errors, with the rest

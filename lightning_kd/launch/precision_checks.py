@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from lightning_kd.launch.rules import ABSENT, lookup
+from lightning_kd.models.precision import AUTO, TEACHER_DTYPE_OF
 
 CAST_ALL = {"bf16-true": "bfloat16", "64-true": "float64", "64": "float64"}
 """Precisions whose plugin casts every module of the LightningModule to one dtype."""
@@ -29,6 +30,9 @@ MIXED_OF = {"bf16-true": "bf16-mixed", "64-true": "32-true", "64": "32-true"}
 def precision_errors(cfg: Mapping) -> list[str]:
     """Why ``cfg``'s ``trainer.precision`` would not run as recorded (empty when it would)."""
     precision = str(lookup(cfg, "trainer.precision"))
+    if precision not in (*TEACHER_DTYPE_OF, AUTO, "None", str(ABSENT)):
+        choices = ", ".join([AUTO, *TEACHER_DTYPE_OF])
+        return [f"trainer.precision={precision}: choose one of {choices}"]
     return (
         _fp16_autocast_errors(cfg, precision)
         + _fp16_weights_errors(precision)

@@ -42,8 +42,11 @@ class LayerPair:
 
     def __post_init__(self) -> None:
         get_feature_loss(self.loss)  # raises on an unknown name
-        if self.weight < 0:
-            raise ValueError(f"feature pair {self.student}->{self.teacher}: weight must be >= 0")
+        weight = self.weight
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not weight >= 0:
+            raise ValueError(
+                f"feature pair {self.student}->{self.teacher}: weight must be >= 0 (got {weight!r})"
+            )
 
 
 def uniform_pairs(
@@ -108,7 +111,11 @@ def listed_pairs(features: Any, loss: str, weight: float) -> list[LayerPair] | N
     before any model loads."""
     if not features:
         return None
-    if features in MAPPINGS:
+    if features in MAPPINGS:  # its pairs take the defaults: checked as one of them would be
+        try:
+            LayerPair("student", "teacher", loss, weight)
+        except ValueError as error:
+            raise Refused(f"distill.feature_loss / feature_weight: {error}") from None
         return []
     if isinstance(features, str) or not isinstance(features, Sequence):
         near = difflib.get_close_matches(str(features), MAPPINGS, n=1)

@@ -35,6 +35,7 @@ from torch import nn
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 from lightning_kd.utils.compat import FSDPStrategyWithWrapHook
+from lightning_kd.utils.refusal import Refused
 
 GPU_ONLY = {"fsdp": "FSDPStrategy", "deepspeed": "DeepSpeedStrategy"}
 
@@ -137,7 +138,7 @@ def check_accelerator(strategy: str | None, accelerator: str | None) -> None:
         return
     wants_cpu = (accelerator or "auto") == "cpu"
     if wants_cpu or not torch.cuda.is_available():
-        raise ValueError(
+        raise Refused(
             f"strategy={kind} ({GPU_ONLY[kind]}) needs a CUDA GPU, and this run has "
             f"{'trainer.accelerator=cpu' if wants_cpu else 'none'}; on CPUs use "
             "strategy=ddp (gloo) with trainer.devices=N, or run on a GPU machine"

@@ -388,6 +388,13 @@ def test_a_flag_between_overrides_is_refused_naming_the_order(weightless, tmp_pa
     )
 
 
+def test_a_config_group_set_to_null_is_refused_naming_the_tilde(weightless, tmp_path, capsys):
+    argv = hydra_argv("train", weightless, tmp_path / "run", "strategy=null")
+    assert_refused(
+        argv, ["strategy=null: strategy is a config group, dropped with ~strategy"], capsys
+    )
+
+
 @pytest.fixture
 def training_run(tmp_path: Path) -> Path:
     """A finished training run's directory (its record and outputs; no model needed)."""

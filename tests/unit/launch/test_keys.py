@@ -76,6 +76,18 @@ def test_an_experiment_file_without_its_package_line_is_named(tmp_path: Path) ->
     assert "make '# @package _global_' its file's first line" in error
 
 
+def test_a_yes_no_setting_given_a_word_is_refused() -> None:
+    """``data.pack=flase`` stayed a string, which is true: packing stayed on, with exit 0."""
+    cfg = compose_config(["data.pack=flase", "student.activation_checkpointing=nope"])
+    assert unknown_setting_errors(cfg) == [
+        "student.activation_checkpointing='nope': give true or false, e.g. "
+        "student.activation_checkpointing=true",
+        "data.pack='flase': give true or false, e.g. data.pack=true",
+    ]
+    nullable = compose_config(["student.freeze_embeddings=null", "data.pack=false"])
+    assert unknown_setting_errors(nullable) == []
+
+
 def test_other_flags_and_sweeps_are_left_to_hydra() -> None:
     assert override_key_errors(["-m", "distill.kdweight=1,2"]) == []
     assert override_key_errors(["--cfg", "job", "distill.kdweight=1"]) == []

@@ -18,6 +18,8 @@ PAIR = "{student: model.layers.0, teacher: model.layers.1"
         (f"distill.features=[{PAIR}, wieght: 2}}]", "takes no key 'wieght'; did you mean weight?"),
         (f"distill.features=[{PAIR}, loss: kl}}]", "distill.features[0]: unknown feature loss"),
         (f"distill.features=[{PAIR}, weight: -1}}]", "weight must be >= 0"),
+        ("distill.feature_loss=bogus", "distill.feature_loss / feature_weight: unknown feature"),
+        ("distill.projector=bogus", "distill.projector='bogus': choose one of ['linear', 'none']"),
         ("student.num_layers=5", "student.num_layers=5 is larger than the teacher's 4 layers"),
         ("student.layers=[0,9]", "student.layers has indices [9] outside the teacher's 0..3"),
         ("student.freeze_layers=2", "student.freeze_layers=2 would freeze all 2 of the student"),

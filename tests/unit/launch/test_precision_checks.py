@@ -36,3 +36,10 @@ def test_a_teachers_entry_dtype_is_checked_too() -> None:
     cfg = OmegaConf.create({"trainer": {"precision": "bf16-true"}, "teachers": teachers})
     (error,) = precision_errors(cfg)
     assert error.startswith("teachers[1].dtype=float16 with trainer.precision=bf16-true")
+
+
+def test_a_precision_lightning_does_not_have_is_refused_with_the_config() -> None:
+    """Lightning refused it only as the Trainer was built, inside Hydra's traceback."""
+    (error,) = config_errors({"trainer": {"precision": "bogus"}})
+    assert error.startswith("trainer.precision=bogus: choose one of auto, bf16-mixed")
+    assert config_errors({"trainer": {"precision": "auto"}}) == []

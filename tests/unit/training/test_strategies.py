@@ -30,6 +30,7 @@ from lightning_kd.training.strategies import (
     loss_divisor,
     window_ends,
 )
+from lightning_kd.utils.refusal import Refused
 from tests.conftest import ROOT, TINY_LLAMA, make_module
 
 
@@ -97,8 +98,9 @@ def test_ddp_needs_no_unused_parameter_search() -> None:
     assert strategy._ddp_kwargs.get("find_unused_parameters") is False
 
 
-def test_gpu_only_strategy_on_cpu_names_the_alternative() -> None:
-    with pytest.raises(ValueError, match=r"strategy=fsdp .* needs a CUDA GPU.*use\s+strategy=ddp"):
+def test_a_gpu_strategy_without_a_gpu_is_refused() -> None:
+    """A refusal (exit 2, the message alone), not a traceback."""
+    with pytest.raises(Refused, match=r"strategy=fsdp .* needs a CUDA GPU.*use\s+strategy=ddp"):
         check_accelerator("lightning_kd.training.strategies.fsdp", "cpu")
     with pytest.raises(ValueError, match="strategy=deepspeed"):
         check_accelerator("deepspeed_stage_3", "cpu")
