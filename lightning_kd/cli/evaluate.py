@@ -26,7 +26,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from lightning_kd.evaluation.harness import Harness, score_models, task_errors, task_names
+from lightning_kd.evaluation.harness import (
+    Harness,
+    device_errors,
+    score_models,
+    task_errors,
+    task_names,
+)
 from lightning_kd.evaluation.harness import markdown as harness_markdown
 from lightning_kd.evaluation.judge import judge_prompts, read_prompt_file
 from lightning_kd.evaluation.perplexity import documents_of, markdown, score_documents
@@ -211,7 +217,8 @@ def lm_eval(args: argparse.Namespace) -> list[dict]:
         options=numbers,
         extra=out_file_errors("--out", args.out, ours=is_record)
         + model_errors(args.models, args.teacher)
-        + task_errors(harness.tasks, harness.include, "--lm-eval", "--lm-eval-include"),
+        + task_errors(harness.tasks, harness.include, "--lm-eval", "--lm-eval-include")
+        + device_errors(harness.device, "--device"),
     )
     rows = score_models(args.models, harness, args.teacher)
     print("\n" + harness_markdown(rows))

@@ -23,6 +23,8 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from lightning_kd.evaluation.saved_models import model_location
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
@@ -106,6 +108,19 @@ def task_errors(
                 "kd_heldout_choice, kd_heldout_prose (both: kd_heldout)"
             )
     return errors
+
+
+def device_errors(device: str, key: str) -> list[str]:
+    """Where lm-eval is to run the models: a device torch knows and this machine has (found
+    by lm-eval only once it loads a model: after the training run it scores)."""
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, TypeError):
+        return [f"{key}={device!r} is not a device; give cpu, cuda or cuda:N"]
+    present = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
+    if not present.get(kind, True):
+        return [f"{key}={device}: this machine has no {kind} device; give cpu"]
+    return []
 
 
 def run_tasks(model: str, harness: Harness) -> dict[str, dict[str, float | None]]:

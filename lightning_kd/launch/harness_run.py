@@ -11,6 +11,7 @@ from typing import Any
 
 from lightning_kd.evaluation.harness import (
     Harness,
+    device_errors,
     logged_metrics,
     score_models,
     task_errors,
@@ -65,6 +66,7 @@ def harness_errors(cfg: Mapping) -> list[str]:
             "lm_eval.teacher=true scores the teacher's saved weights, but teacher.path=null "
             "builds it from teacher.config: set lm_eval.teacher=false"
         )
+    errors += device_errors(harness.device, "lm_eval.device")
     return errors + task_errors(harness.tasks, harness.include, "lm_eval.tasks", "lm_eval.include")
 
 
@@ -87,7 +89,14 @@ def evaluate_run(cfg: Mapping, student_dir: Path, trainer) -> list[dict] | None:
     if harness is None:
         return None
     teacher = teacher_name(cfg)
-    rows = score_models([str(student_dir)], harness, teacher)
+    try:
+        rows = score_models([str(student_dir)], harness, teacher)
+    except Exception as error:  # the run is trained and exported: say how to score it again
+        again = f"lightning-kd evaluate --lm-eval {','.join(harness.tasks)} -- {student_dir}"
+        raise RuntimeError(
+            f"lm_eval.tasks failed after training ({type(error).__name__}: {error}); the student "
+            f"and the summary are written: score it again with `{again}`"
+        ) from error
     metrics = logged_metrics(rows[-1]["scores"])
     if teacher is not None:
         metrics |= logged_metrics(rows[0]["scores"], prefix="teacher_")

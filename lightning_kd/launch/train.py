@@ -105,17 +105,20 @@ def train(
         resolved.teacher_cache = drop_repair_states(resolved.teacher_cache, training, keep)
 
     summary = summarise(module, trainer, resolved, module.before, after, timer)
-    if trainer.is_global_zero:  # lm_eval.tasks: on the exported student, once
-        summary.lm_eval = evaluate_run(cfg, output_dir / "student", trainer)
-    summary.wall_seconds = time.perf_counter() - start
-    if trainer.is_global_zero:
-        summary.written = disk_use(output_dir, summary.teacher_cache, summary.entry_caches)
-        write_summary(summary, output_dir)
+    try:
+        if trainer.is_global_zero:  # lm_eval.tasks: on the exported student, once
+            summary.lm_eval = evaluate_run(cfg, output_dir / "student", trainer)
+    finally:  # a task that fails still leaves the run's summary, then fails the command
+        summary.wall_seconds = time.perf_counter() - start
+        if trainer.is_global_zero:
+            summary.written = disk_use(output_dir, summary.teacher_cache, summary.entry_caches)
+            write_summary(summary, output_dir)
     return summary
 
 
 def summarise(module, trainer: L.Trainer, resolved, before: dict, after: dict, timer):
     """The run's :class:`RunSummary` (its wall time set by the caller)."""
+    cuda = torch.cuda.is_available()
     return RunSummary(
         after=after,
         before=before,
@@ -124,10 +127,7 @@ def summarise(module, trainer: L.Trainer, resolved, before: dict, after: dict, t
         train_tokens=module.tokens_seen,
         train_seconds=timer.seconds,
         timed_tokens=module.tokens_seen - timer.tokens_at_start,
-        wall_seconds=0.0,
-        peak_cuda_mb=torch.cuda.max_memory_allocated() / 2**20
-        if torch.cuda.is_available()
-        else None,
+        peak_cuda_mb=torch.cuda.max_memory_allocated() / 2**20 if cuda else None,
         precision=resolved.precision.as_dict() | quantized(resolved.cfg),
         importance=resolved.ranking.as_dict() if resolved.ranking is not None else None,
         teacher_cache=resolved.teacher_cache.as_dict() if resolved.teacher_cache else None,

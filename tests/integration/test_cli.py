@@ -175,6 +175,24 @@ def test_a_run_scores_the_teacher_beside_the_student(tmp_path: Path) -> None:
     assert "| ÷ teacher |" in (run_dir / "summary.md").read_text()
 
 
+def test_lm_eval_failing_after_training_leaves_the_summary(tmp_path, capsys, monkeypatch):
+    """A task that fails once the run has trained (an offline hub dataset) lost the summary:
+    it is written first, then the command fails, naming how to score the student again."""
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'allenai/ai2_arc' on the Hub")
+
+    monkeypatch.setattr("lightning_kd.launch.harness_run.score_models", offline)
+    run = tmp_path / "run"
+    argv = ["train", "debug=smoke", "trainer.max_steps=1", "validate_before=false"]
+    argv += ["lm_eval.tasks=[kd_heldout_choice]", "lm_eval.teacher=false", f"hydra.run.dir={run}"]
+    code, output = run_in_process(argv, capsys)
+    assert code not in (0, None)
+    assert "lm_eval.tasks failed after training (ConnectionError" in output
+    assert f"lightning-kd evaluate --lm-eval kd_heldout_choice -- {run / 'student'}" in output
+    assert json.loads((run / "summary.json").read_text())["steps"] == 1
+
+
 def test_bad_config_values_fail_with_a_clear_message(tmp_path: Path, capsys) -> None:
     """Run in this process (``lightning-kd train`` as the CLI runs it): a process start-up each
     cost more than the runs themselves."""

@@ -72,3 +72,16 @@ def test_the_end_of_a_run_logs_and_tabulates_the_student_and_the_teacher(
     table = RunSummary(after={}, lm_eval=rows).markdown()
     assert "lm-eval on the exported student:" in table
     assert f"| kd_heldout_choice | acc | {tmp_path / 'teacher'} (teacher) |" in table
+
+
+def test_a_device_lm_eval_cannot_run_on_is_refused_before_the_run(monkeypatch) -> None:
+    """Found by lm-eval only after the run had trained, as a traceback."""
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    tasks = ["lm_eval.tasks=[kd_heldout_choice]", "lm_eval.teacher=false", "debug=smoke"]
+    assert harness_errors(compose_config([*tasks, "lm_eval.device=cuda"])) == [
+        "lm_eval.device=cuda: this machine has no cuda device; give cpu"
+    ]
+    assert harness_errors(compose_config([*tasks, "lm_eval.device=bogus"])) == [
+        "lm_eval.device='bogus' is not a device; give cpu, cuda or cuda:N"
+    ]
+    assert harness_errors(compose_config([*tasks, "lm_eval.device=cpu"])) == []
