@@ -15,7 +15,12 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from lightning_kd.launch.checks import config_errors
-from lightning_kd.launch.cluster import launcher_errors, launcher_override_errors, submitit_kind
+from lightning_kd.launch.cluster import (
+    launcher_errors,
+    launcher_override_errors,
+    submitit_kind,
+    sweep_job_errors,
+)
 from lightning_kd.launch.config import CONF_DIR, register_defaults
 from lightning_kd.launch.keys import override_key_errors
 from lightning_kd.launch.paths import run_dir_errors
@@ -79,7 +84,7 @@ class LaunchCheck(Callback):
         if submitit_kind(config) is None:
             return
         try:
-            refuse(launcher_errors(config) + config_errors(config))
+            refuse(launcher_errors(config) + config_errors(config) + sweep_job_errors(config))
         except Refused as refused:
             exit_refused(refused)
 

@@ -119,7 +119,7 @@ def launcher_errors(cfg: DictConfig) -> list[str]:
     launchers)."""
     kind = submitit_kind(cfg)
     if kind == "slurm":
-        return _slurm_errors(cfg)
+        return _slurm_errors(cfg) + _slurm_field_errors(cfg)
     if kind == "local":
         return _local_errors(cfg)
     return []
@@ -155,6 +155,53 @@ def _slurm_errors(cfg: DictConfig) -> list[str]:
             f"(it follows trainer.num_nodes), or set trainer.num_nodes={nodes}"
         )
     return errors
+
+
+SLURM_COUNTS = ("timeout_min", "mem_gb", "cpus_per_task")
+"""Fields sbatch takes as positive numbers (``--time``, ``--mem``, ``--cpus-per-task``)."""
+
+
+def _slurm_field_errors(cfg: DictConfig) -> list[str]:
+    """Numbers sbatch would refuse once submitted, and GPUs asked for a CPU run."""
+    launcher = cfg.hydra.launcher
+    errors = [
+        f"hydra.launcher.{key}={value}: give a number >= 1 (or null: the cluster's default)"
+        for key in SLURM_COUNTS
+        if (value := _resolved(launcher, key)) is not None and not _is_count(value)
+    ]
+    gpus = _resolved(launcher, "gpus_per_node")
+    if lookup(cfg, "trainer.accelerator") == "cpu" and gpus not in (None, 0):
+        errors.append(
+            f"hydra.launcher.gpus_per_node={gpus} with trainer.accelerator=cpu: the job would "
+            "hold GPUs it never uses; set hydra.launcher.gpus_per_node=null"
+        )
+    return errors
+
+
+def sweep_job_errors(cfg: DictConfig) -> list[str]:
+    """Each job of a ``-m`` sweep composed as its launcher will compose it, and checked (the
+    launch's own config carries no sweep value): a bad value in ``seed=0,-1`` was submitted, to
+    fail in the queue. Called inside Hydra's run, whose config loader composes the jobs."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from lightning_kd.launch.checks import config_errors  # here: checks reaches this module
+
+    jobs = [job for batch in split_arguments(list(cfg.hydra.overrides.task)) for job in batch]
+    if len(jobs) < 2 or not GlobalHydra.instance().is_initialized():
+        return []
+    loader = GlobalHydra.instance().config_loader()
+    errors = []
+    for job in jobs:
+        found = config_errors(loader.load_sweep_config(master_config=cfg, sweep_overrides=job))
+        errors += [f"job {' '.join(job)}: {error}" for error in found]
+    return errors
+
+
+def split_arguments(task: list[str]) -> list[list[list[str]]]:
+    """The jobs a sweep of ``task`` overrides gives, as Hydra's basic sweeper splits them."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    return BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(task), None)
 
 
 def _local_errors(cfg: DictConfig) -> list[str]:

@@ -70,6 +70,14 @@ def test_the_launchers_are_the_plugins_shaped_by_the_trainer(tmp_path) -> None:
             "count differs",
         ),
         (
+            ["hydra/launcher=submitit_slurm", "trainer.devices=1", "hydra.launcher.mem_gb=-1"],
+            "hydra.launcher.mem_gb=-1: give a number >= 1 (or null: the cluster's default)",
+        ),
+        (
+            ["hydra/launcher=submitit_slurm", "trainer.devices=1", "trainer.accelerator=cpu"],
+            "hydra.launcher.gpus_per_node=1 with trainer.accelerator=cpu: the job would hold GPUs",
+        ),
+        (
             ["hydra/launcher=submitit_local", "trainer.devices=2"],
             "trainer.devices=2 with hydra/launcher=submitit_local: a job of the local launcher "
             "runs on one device; give trainer.devices=1",
@@ -93,6 +101,20 @@ def test_the_launch_check_exits_2_before_anything_is_submitted(capsys) -> None:
     # once it left the queue.
     assert stderr.startswith("lightning-kd: 2 values are refused:\n  trainer.devices='auto'")
     assert "seed=-1" in stderr
+
+
+def test_each_job_of_a_sweep_is_checked_before_anything_is_submitted(capsys) -> None:
+    """The launch's own config holds no sweep value: seed=0,-1 was submitted, its second job to
+    fail once it left the queue."""
+    argv = ["-m", "hydra/launcher=submitit_slurm", "trainer.devices=1", "seed=0,-1"]
+    with pytest.raises(SystemExit) as exit_:
+        run_hydra(lambda cfg: pytest.fail("the task ran"), argv)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.split("\n")[:2] == [
+        "lightning-kd: a value is refused:",
+        "  job trainer.devices=1 seed=-1: seed=-1: must be an integer in [0, 4294967295]; e.g. "
+        "seed=0",
+    ]
 
 
 def test_a_wrong_typed_launcher_field_is_refused_before_hydra_composes(capsys) -> None:
