@@ -13,11 +13,13 @@ import torch
 
 from lightning_kd.bench import runner
 from lightning_kd.bench.scenarios import SCENARIOS
+from lightning_kd.evaluation.harness import device_errors
 from lightning_kd.launch.entry import Length, check_entry
 from lightning_kd.launch.paths import out_dir_errors
-from lightning_kd.models.loading import TeacherSpec
-from lightning_kd.models.positions import teacher_positions
-from lightning_kd.models.precision import probe_hardware, resolve_precision
+from lightning_kd.models.loading import DTYPES, TeacherSpec
+from lightning_kd.models.positions import spec_config, teacher_positions
+from lightning_kd.models.precision import AUTO, TEACHER_DTYPE_OF, probe_hardware, resolve_precision
+from lightning_kd.utils.refusal import refuse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,6 +75,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     # Resolved once, in the parent, as lightning-kd train resolves it (with its one warning); the
     # children are handed the concrete values and resolve nothing again.
     if args.scenario is None and args.loss_tokens is None:
+        refuse(setting_errors(args))  # before the precision is resolved from them
         choice = resolve_precision(args.precision, args.teacher_dtype, probe_hardware(args.device))
         args.precision, args.teacher_dtype = choice.precision, choice.teacher_dtype
         args.precision_reason = choice.reason
@@ -83,6 +86,37 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
             parser.error("--out DIR is required")
         check(args)  # once, in the parent: its children are handed the checked values
     return args
+
+
+def setting_errors(args: argparse.Namespace) -> list[str]:
+    """``--precision``, ``--teacher-dtype`` and ``--device`` as ``train`` checks its own (each was
+    a traceback, some from a child process)."""
+    errors = device_errors(args.device, "--device")
+    if args.precision not in (AUTO, *TEACHER_DTYPE_OF):
+        errors.append(
+            f"--precision {args.precision}: choose one of {AUTO}, {', '.join(TEACHER_DTYPE_OF)}"
+        )
+    elif args.precision in ("16-mixed", "16") and str(args.device).startswith("cpu"):
+        why = "CPUs have no fp16 autocast; use bf16-mixed or 32-true"
+        errors.append(f"--precision {args.precision} on a CPU: {why}")
+    if args.teacher_dtype not in (AUTO, *DTYPES):
+        errors.append(
+            f"--teacher-dtype {args.teacher_dtype}: choose one of {AUTO}, {', '.join(DTYPES)}"
+        )
+    return errors
+
+
+def depth_errors(args: argparse.Namespace) -> list[str]:
+    """``--student-layers`` against the teacher's depth, read from its config alone."""
+    try:
+        depth = spec_config(TeacherSpec(args.teacher)).num_hidden_layers
+    except (ValueError, OSError, AttributeError):  # the teacher's own check names why
+        return []
+    if isinstance(args.student_layers, int) and args.student_layers > depth:
+        return [
+            f"--student-layers {args.student_layers}: the teacher has {depth}; choose 1..{depth}"
+        ]
+    return []
 
 
 def check(args: argparse.Namespace) -> None:
@@ -101,7 +135,7 @@ def check(args: argparse.Namespace) -> None:
         command="bench",
         options=numbers,
         lengths=[Length("--seq", args.seq, teacher)],
-        extra=out_dir_errors("--out", args.out),
+        extra=out_dir_errors("--out", args.out) + depth_errors(args),
     )
 
 

@@ -162,6 +162,14 @@ BENCH = {
     "negative batch": (["--batch", "-1"], ["--batch=-1: must be an integer >= 1"]),
     "no student layer": (["--student-layers", "0"], ["--student-layers=0"]),
     "sequence past positions": (["--seq", "100"], ["--seq=100 is longer than --teacher"]),
+    "unknown precision": (["--precision", "bogus"], ["--precision bogus: choose one of auto"]),
+    "unknown teacher dtype": (["--teacher-dtype", "x"], ["--teacher-dtype x: choose one of auto"]),
+    "fp16 autocast on a CPU": (
+        ["--precision", "16-mixed", "--device", "cpu"],
+        ["--precision 16-mixed on a CPU: CPUs have no fp16 autocast"],
+    ),
+    "unknown device": (["--device", "bogus"], ["--device='bogus' is not a device"]),
+    "deeper than the teacher": (["--student-layers", "99"], ["--student-layers 99: the teacher"]),
 }
 
 
