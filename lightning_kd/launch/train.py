@@ -34,6 +34,7 @@ from lightning_kd.launch.nodes import launcher, node_errors
 from lightning_kd.launch.teacher_cache import drop_repair_states
 from lightning_kd.training.checkpoints import LAST_NAME, resolve_ckpt_path
 from lightning_kd.training.finite import check_finite_model, strict_json
+from lightning_kd.training.metrics import checked_monitors
 from lightning_kd.training.rundir import (
     RunDirError,
     claim_run_dir,
@@ -184,10 +185,7 @@ def run(cfg: DictConfig, command: Sequence[str] = ("python", "run.py")) -> float
     own = is_own_checkpoint(ckpt_path, output_dir)
     if own:
         check_work_left(ckpt_path, cfg.trainer.max_steps, output_dir)
-    with (
-        STOP.installed(),
-        claim_run_dir(output_dir, resuming=own, overwrite=cfg.overwrite),
-    ):
+    with STOP.installed(), claim_run_dir(output_dir, resuming=own, overwrite=cfg.overwrite):
         if is_rank_zero() and ckpt_path is None:  # a resume's: once its checkpoint is accepted
             record_job(cfg, output_dir)  # only now that the directory is this launch's
         try:
@@ -236,7 +234,8 @@ def validate_before(trainer: L.Trainer, module, datamodule) -> dict[str, float]:
     if wraps_in_place(trainer):
         print(f"validate_before skipped: {ONE_STAGE}")
         return {}
-    return trainer.validate(module, datamodule, verbose=False)[0]
+    metrics = trainer.validate(module, datamodule, verbose=False)[0]
+    return checked_monitors(trainer.callbacks, metrics)
 
 
 def validate_after(trainer: L.Trainer, module, datamodule) -> dict[str, float]:

@@ -12,6 +12,8 @@ import torch
 from torch import Tensor, nn
 from torchmetrics.aggregation import SumMetric
 
+from lightning_kd.utils.refusal import refuse
+
 
 def fp64_sum() -> SumMetric:
     """A ``SumMetric`` that adds in fp64 and keeps NaN/inf, so a non-finite loss shows up as a
@@ -82,3 +84,20 @@ class ValidationMetrics(nn.Module):
         with torch.inference_mode(False):
             for metric in [*self.sum_list, *self.count_list]:
                 metric.reset()
+
+
+def checked_monitors(callbacks: list, metrics: dict[str, float]) -> dict[str, float]:
+    """``metrics`` (a validation's), once every callback that monitors a validation metric
+    (early stopping, a best-model checkpoint) monitors one it holds: a name it lacks stopped the
+    run with a traceback at the first validation of training, and the resume it advised stopped
+    there again."""
+    wrong = [
+        f"{type(callback).__name__} monitors {monitor!r}, which validation does not log; "
+        f"choose one of {sorted(metrics)} (callbacks.<name>.monitor=...)"
+        for callback in callbacks
+        if isinstance(monitor := getattr(callback, "monitor", None), str)
+        and monitor.startswith("val/")
+        and monitor not in metrics
+    ]
+    refuse(wrong)
+    return metrics

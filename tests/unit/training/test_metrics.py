@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
+from lightning.pytorch.callbacks import EarlyStopping
 
-from lightning_kd.training.metrics import ValidationMetrics
+from lightning_kd.training.metrics import ValidationMetrics, checked_monitors
 
 
 def test_token_weighted_mean() -> None:
@@ -67,3 +69,12 @@ def test_a_teachers_name_may_hold_a_dot() -> None:
     metrics = ValidationMetrics(("qwen2.5",))
     metrics.update("kl/qwen2.5", torch.tensor(3.0), 2)
     assert metrics.compute()["val/kl/qwen2.5"].item() == 1.5
+
+
+def test_a_callback_monitoring_a_metric_validation_lacks_is_refused() -> None:
+    """Checked on the validation before training: EarlyStopping stopped the run with a traceback
+    at its first validation in training, and the resume it advised stopped there again."""
+    metrics = {"val/ppl": 3.0, "val/loss": 1.1}
+    assert checked_monitors([EarlyStopping(monitor="val/ppl")], metrics) is metrics
+    with pytest.raises(ValueError, match=r"EarlyStopping monitors 'val/nosuch', which validation"):
+        checked_monitors([EarlyStopping(monitor="val/nosuch")], metrics)
