@@ -178,25 +178,6 @@ def _slurm_field_errors(cfg: DictConfig) -> list[str]:
     return errors
 
 
-def sweep_job_errors(cfg: DictConfig) -> list[str]:
-    """Each job of a ``-m`` sweep composed as its launcher will compose it, and checked (the
-    launch's own config carries no sweep value): a bad value in ``seed=0,-1`` was submitted, to
-    fail in the queue. Called inside Hydra's run, whose config loader composes the jobs."""
-    from hydra.core.global_hydra import GlobalHydra
-
-    from lightning_kd.launch.checks import config_errors  # here: checks reaches this module
-
-    jobs = [job for batch in split_arguments(list(cfg.hydra.overrides.task)) for job in batch]
-    if len(jobs) < 2 or not GlobalHydra.instance().is_initialized():
-        return []
-    loader = GlobalHydra.instance().config_loader()
-    errors = []
-    for job in jobs:
-        found = config_errors(loader.load_sweep_config(master_config=cfg, sweep_overrides=job))
-        errors += [f"job {' '.join(job)}: {error}" for error in found]
-    return errors
-
-
 def split_arguments(task: list[str]) -> list[list[list[str]]]:
     """The jobs a sweep of ``task`` overrides gives, as Hydra's basic sweeper splits them."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper

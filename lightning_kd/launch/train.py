@@ -80,7 +80,6 @@ def train(
     module, datamodule, trainer, timer = build(cfg, resolved.datamodule)
     if ckpt_path is not None:  # recorded once the resume's checkpoint is accepted
         trainer.callbacks.append(JobRecord(cfg, output_dir))
-
     try:
         # A resume's "before" figures come with its checkpoint: validating the untrained student
         # again would only repeat them (and log a step-0 row into the run's metrics once more).
