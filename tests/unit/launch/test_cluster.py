@@ -103,14 +103,19 @@ def test_the_launch_check_exits_2_before_anything_is_submitted(capsys) -> None:
     assert "seed=-1" in stderr
 
 
+def refused_lines(argv: list[str], capsys) -> list[str]:
+    """The lines ``argv``'s launch printed, refused (exit 2) before any task ran."""
+    with pytest.raises(SystemExit) as exit_:
+        run_hydra(lambda cfg: pytest.fail("the task ran"), argv)
+    assert exit_.value.code == 2
+    return capsys.readouterr().err.split("\n")
+
+
 def test_each_job_of_a_sweep_is_checked_before_anything_is_submitted(capsys) -> None:
     """The launch's own config holds no sweep value: seed=0,-1 was submitted, its second job to
     fail once it left the queue."""
     argv = ["-m", "hydra/launcher=submitit_slurm", "trainer.devices=1", "seed=0,-1"]
-    with pytest.raises(SystemExit) as exit_:
-        run_hydra(lambda cfg: pytest.fail("the task ran"), argv)
-    assert exit_.value.code == 2
-    assert capsys.readouterr().err.split("\n")[:2] == [
+    assert refused_lines(argv, capsys)[:2] == [
         "lightning-kd: a value is refused:",
         "  job trainer.devices=1 seed=-1: seed=-1: must be an integer in [0, 4294967295]; e.g. "
         "seed=0",
@@ -125,10 +130,7 @@ def test_a_wrong_typed_launcher_field_is_refused_before_hydra_composes(capsys) -
         "hydra.launcher.timeout_min=abc",
         "hydra.launcher.partition=gpu",
     ]
-    with pytest.raises(SystemExit) as exit_:
-        run_hydra(lambda cfg: pytest.fail("the task ran"), argv)
-    assert exit_.value.code == 2
-    assert capsys.readouterr().err.split("\n")[:3] == [
+    assert refused_lines(argv, capsys)[:3] == [
         "lightning-kd: 2 values are refused:",
         "  hydra.launcher.nodes=two: Value 'two' of type 'str' could not be converted to "
         "Integer; e.g. hydra.launcher.nodes=2",
