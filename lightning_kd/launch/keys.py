@@ -25,6 +25,8 @@ HYDRA_KEYS = {"_target_", "_convert_", "_recursive_", "_partial_", "_args_"}
 """Keys ``hydra.utils.instantiate`` reads itself: never a setting of the object built."""
 
 CONFIG_DIR_FLAGS = ("--config-dir", "-cd")
+PRINT_FLAGS = ("--cfg", "-c")
+"""Hydra's flags that print the composed config (with a value: job, hydra, all)."""
 
 NOT_IN_CONFIG = re.compile(r"Could not override '([^']+)'")
 
@@ -155,6 +157,10 @@ def _overrides_and_dirs(argv: Sequence[str]) -> tuple[list[str], list[str]] | No
     for word in words:
         if word in CONFIG_DIR_FLAGS:
             config_dirs.append(next(words, ""))
+        elif word in PRINT_FLAGS:  # `--cfg job` prints the config the overrides compose
+            next(words, "")
+        elif word == "--resolve":
+            continue
         elif word.startswith("--config-dir="):
             config_dirs.append(word.split("=", 1)[1])
         elif word.startswith("-"):
