@@ -16,9 +16,11 @@ from lightning_kd.bench.scenarios import SCENARIOS
 from lightning_kd.evaluation.harness import device_errors
 from lightning_kd.launch.entry import Length, check_entry
 from lightning_kd.launch.paths import out_dir_errors
-from lightning_kd.models.loading import DTYPES, TeacherSpec
+from lightning_kd.launch.precision_checks import choice_errors, fp16_autocast_errors
+from lightning_kd.models.loading import TeacherSpec, check_dtype
 from lightning_kd.models.positions import spec_config, teacher_positions
-from lightning_kd.models.precision import AUTO, TEACHER_DTYPE_OF, probe_hardware, resolve_precision
+from lightning_kd.models.precision import AUTO, probe_hardware, resolve_precision
+from lightning_kd.models.student import check_num_layers
 from lightning_kd.utils.refusal import refuse
 
 
@@ -89,33 +91,35 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def setting_errors(args: argparse.Namespace) -> list[str]:
-    """``--precision``, ``--teacher-dtype`` and ``--device`` as ``train`` checks its own (each was
-    a traceback, some from a child process)."""
+    """``--precision``, ``--teacher-dtype`` and ``--device``, by ``train``'s own checks (each was a
+    traceback, some from a child process)."""
     errors = device_errors(args.device, "--device")
-    if args.precision not in (AUTO, *TEACHER_DTYPE_OF):
-        errors.append(
-            f"--precision {args.precision}: choose one of {AUTO}, {', '.join(TEACHER_DTYPE_OF)}"
+    precision = f"--precision {args.precision}"
+    if not (wrong := choice_errors(args.precision, precision)):
+        on_cpu = str(args.device).startswith("cpu")
+        wrong = fp16_autocast_errors(
+            args.precision, on_cpu, f"{precision} on a CPU", "--precision "
         )
-    elif args.precision in ("16-mixed", "16") and str(args.device).startswith("cpu"):
-        why = "CPUs have no fp16 autocast; use bf16-mixed or 32-true"
-        errors.append(f"--precision {args.precision} on a CPU: {why}")
-    if args.teacher_dtype not in (AUTO, *DTYPES):
-        errors.append(
-            f"--teacher-dtype {args.teacher_dtype}: choose one of {AUTO}, {', '.join(DTYPES)}"
-        )
-    return errors
+    try:
+        check_dtype(args.teacher_dtype, "--teacher-dtype", (AUTO,))
+    except ValueError as error:
+        wrong.append(str(error))
+    return errors + wrong
 
 
 def depth_errors(args: argparse.Namespace) -> list[str]:
     """``--student-layers`` against the teacher's depth, read from its config alone."""
+    count = args.student_layers
+    if not isinstance(count, int) or count < 1:  # the option rules name it
+        return []
     try:
         depth = spec_config(TeacherSpec(args.teacher)).num_hidden_layers
     except (ValueError, OSError, AttributeError):  # the teacher's own check names why
         return []
-    if isinstance(args.student_layers, int) and args.student_layers > depth:
-        return [
-            f"--student-layers {args.student_layers}: the teacher has {depth}; choose 1..{depth}"
-        ]
+    try:
+        check_num_layers(count, depth, "--student-layers")
+    except ValueError as error:
+        return [str(error)]
     return []
 
 

@@ -14,11 +14,11 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
 from lightning_kd.launch.rules import lookup
-from lightning_kd.models.layer_pairs import PROJECTORS, listed_pairs
+from lightning_kd.models.layer_pairs import listed_pairs, projector_errors
 from lightning_kd.models.loading import StudentSpec, TeacherSpec
 from lightning_kd.models.model_config import config_from
 from lightning_kd.models.positions import spec_config
-from lightning_kd.models.student import check_num_layers, student_layer_indices
+from lightning_kd.models.student import check_num_layers, freeze_errors, student_layer_indices
 
 GROUPS = ("teacher", "student", "distill")
 
@@ -33,8 +33,8 @@ def model_setting_errors(cfg: Mapping) -> list[str]:
         listed_pairs(distill.features, distill.feature_loss, distill.feature_weight)
     except ValueError as error:
         errors.append(str(error))
-    if distill.features and distill.projector not in PROJECTORS:
-        errors.append(f"distill.projector={distill.projector!r}: choose one of {list(PROJECTORS)}")
+    if distill.features:
+        errors += projector_errors(distill.projector)
     try:
         base = spec_config(teacher)
     except (ValueError, OSError):  # a path refused by model_path_errors, with the rest
@@ -74,9 +74,4 @@ def depth_errors(student: StudentSpec, depth: int) -> list[str]:
         count = len(student_layer_indices(student, depth))
     except ValueError as error:
         return [str(error)]
-    if student.freeze_layers >= count:
-        return [
-            f"student.freeze_layers={student.freeze_layers} would freeze all {count} of the "
-            f"student's layers; keep at least one trainable (0..{count - 1})"
-        ]
-    return []
+    return freeze_errors(student.freeze_layers, count)

@@ -29,25 +29,33 @@ MIXED_OF = {"bf16-true": "bf16-mixed", "64-true": "32-true", "64": "32-true"}
 
 def precision_errors(cfg: Mapping) -> list[str]:
     """Why ``cfg``'s ``trainer.precision`` would not run as recorded (empty when it would)."""
-    precision = str(lookup(cfg, "trainer.precision"))
-    if precision not in (*TEACHER_DTYPE_OF, AUTO, "None", str(ABSENT)):
-        choices = ", ".join([AUTO, *TEACHER_DTYPE_OF])
-        return [f"trainer.precision={precision}: choose one of {choices}"]
-    return (
-        _fp16_autocast_errors(cfg, precision)
-        + _fp16_weights_errors(precision)
-        + (_cast_teacher_errors(cfg, precision))
-    )
+    raw = lookup(cfg, "trainer.precision")
+    if raw in (None, ABSENT):
+        return []
+    precision, accelerator = str(raw), lookup(cfg, "trainer.accelerator")
+    named = f"trainer.precision={precision}"
+    if errors := choice_errors(precision, named):
+        return errors
+    on_cpu = _on_cpu(accelerator)
+    where = f"{named} on a CPU (trainer.accelerator={accelerator})"
+    errors = fp16_autocast_errors(precision, on_cpu, where, "trainer.precision=")
+    return errors + _fp16_weights_errors(precision) + _cast_teacher_errors(cfg, precision)
 
 
-def _fp16_autocast_errors(cfg: Mapping, precision: str) -> list[str]:
-    accelerator = lookup(cfg, "trainer.accelerator")
-    if precision not in ("16-mixed", "16") or not _on_cpu(accelerator):
+def choice_errors(precision: str, named: str) -> list[str]:
+    """A precision Lightning does not have (``named``: how it was given, for the message)."""
+    if precision in (AUTO, *TEACHER_DTYPE_OF):
+        return []
+    return [f"{named}: choose one of {', '.join([AUTO, *TEACHER_DTYPE_OF])}"]
+
+
+def fp16_autocast_errors(precision: str, on_cpu: bool, where: str, setting: str) -> list[str]:
+    """fp16 autocast on a CPU (``where``: how it was given, ``setting``: how the fix is given)."""
+    if precision not in ("16-mixed", "16") or not on_cpu:
         return []
     return [
-        f"trainer.precision={precision} on a CPU (trainer.accelerator={accelerator}): CPUs have "
-        "no fp16 autocast, so Lightning would run bf16-mixed while the run records 16-mixed; "
-        "use trainer.precision=bf16-mixed (or 32-true)"
+        f"{where}: CPUs have no fp16 autocast, so Lightning would run bf16-mixed while the run "
+        f"records 16-mixed; use {setting}bf16-mixed (or 32-true)"
     ]
 
 

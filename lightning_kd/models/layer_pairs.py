@@ -23,7 +23,7 @@ from torch import nn
 from lightning_kd.losses.features import get_feature_loss
 from lightning_kd.models.capture import CaptureError, resolve_module
 from lightning_kd.models.student import decoder_layers, evenly_spaced
-from lightning_kd.utils.refusal import Refused
+from lightning_kd.utils.refusal import Refused, refuse
 
 UNIFORM = "uniform"
 SPANS = "spans"
@@ -165,6 +165,13 @@ def output_width(module: nn.Module, config) -> int:
     return config.hidden_size  # decoder/encoder blocks and attention outputs: the residual width
 
 
+def projector_errors(kind: str) -> list[str]:
+    """Why ``distill.projector`` is not one of :data:`PROJECTORS` (empty when it is)."""
+    if kind in PROJECTORS:
+        return []
+    return [f"distill.projector={kind!r}: choose one of {list(PROJECTORS)}"]
+
+
 def make_projectors(
     pairs: list[LayerPair], student: nn.Module, teacher: nn.Module, kind: str
 ) -> nn.ModuleList:
@@ -172,8 +179,7 @@ def make_projectors(
 
     Projectors train with the student, so they take its parameters' dtype (``student.dtype``).
     """
-    if kind not in PROJECTORS:
-        raise ValueError(f"distill.projector={kind!r}; choose one of {list(PROJECTORS)}")
+    refuse(projector_errors(kind))
     dtype = next(student.parameters()).dtype
     projectors = nn.ModuleList()
     for pair in pairs:

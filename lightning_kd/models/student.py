@@ -91,11 +91,12 @@ def student_layer_indices(spec: StudentSpec, teacher_layers: int) -> list[int]:
     return evenly_spaced(count, teacher_layers)
 
 
-def check_num_layers(count: int, teacher_layers: int) -> None:
-    """Raise unless a student of ``count`` copied layers fits a teacher of ``teacher_layers``."""
+def check_num_layers(count: int, teacher_layers: int, key: str = "student.num_layers") -> None:
+    """Raise unless a student of ``count`` copied layers (the setting ``key``) fits a teacher of
+    ``teacher_layers``."""
     if not 1 <= count <= teacher_layers:
         raise ValueError(
-            f"student.num_layers={count} is "
+            f"{key}={count} is "
             + ("larger than" if count > teacher_layers else "outside")
             + f" the teacher's {teacher_layers} layers; choose 1..{teacher_layers}"
         )
@@ -168,14 +169,22 @@ def freeze_embeddings(model: PreTrainedModel) -> None:
             module.requires_grad_(False)
 
 
+def freeze_errors(count: int, layers: int) -> list[str]:
+    """Why ``student.freeze_layers=count`` cannot apply to a student of ``layers`` layers: it
+    would freeze them all (empty when one stays trainable)."""
+    if count < layers:
+        return []
+    return [
+        f"student.freeze_layers={count} would freeze all {layers} of the student's layers; keep "
+        f"at least one trainable (0..{layers - 1})"
+    ]
+
+
 def freeze_first_layers(model: PreTrainedModel, count: int) -> None:
     """Stop gradients to the first ``count`` decoder layers (refused unless one stays trainable)."""
     _, blocks = decoder_layers(model)
-    if count >= len(blocks):
-        raise ValueError(
-            f"student.freeze_layers={count} would freeze all {len(blocks)} of the student's "
-            f"layers; keep at least one trainable (0..{len(blocks) - 1})"
-        )
+    if errors := freeze_errors(count, len(blocks)):
+        raise ValueError(errors[0])
     for block in blocks[:count]:
         block.requires_grad_(False)
 

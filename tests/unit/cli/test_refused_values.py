@@ -163,13 +163,19 @@ BENCH = {
     "no student layer": (["--student-layers", "0"], ["--student-layers=0"]),
     "sequence past positions": (["--seq", "100"], ["--seq=100 is longer than --teacher"]),
     "unknown precision": (["--precision", "bogus"], ["--precision bogus: choose one of auto"]),
-    "unknown teacher dtype": (["--teacher-dtype", "x"], ["--teacher-dtype x: choose one of auto"]),
+    "unknown teacher dtype": (
+        ["--teacher-dtype", "x"],
+        ["--teacher-dtype='x' is not a dtype here; choose one of ['auto'"],
+    ),
     "fp16 autocast on a CPU": (
         ["--precision", "16-mixed", "--device", "cpu"],
         ["--precision 16-mixed on a CPU: CPUs have no fp16 autocast"],
     ),
     "unknown device": (["--device", "bogus"], ["--device='bogus' is not a device"]),
-    "deeper than the teacher": (["--student-layers", "99"], ["--student-layers 99: the teacher"]),
+    "deeper than the teacher": (
+        ["--student-layers", "99"],
+        ["--student-layers=99 is larger than the teacher's"],
+    ),
 }
 
 
