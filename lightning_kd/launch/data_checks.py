@@ -44,10 +44,15 @@ def data_setting_errors(cfg: Mapping) -> list[str]:
     limit = data.get("max_train_examples")
     errors = setting_errors(source, data.get("files"), streaming, limit, data.get("num_workers"))
     if data.get("val_files") is not None:
-        chat = issubclass(get_class(data["_target_"]), ChatDataModule)
-        errors += val_files_errors(data["val_files"], source, streaming, chat)
+        errors += val_files_errors(data["val_files"], source, streaming, is_chat_data(data))
     errors += on_policy_errors(cfg, data)
     return errors + (stream_errors(cfg) if streaming else [])
+
+
+def is_chat_data(data: Mapping) -> bool:
+    """Whether a ``data`` config node builds chat data (``ChatDataModule`` or a subclass)."""
+    target = data.get("_target_")
+    return isinstance(target, str) and issubclass(get_class(target), ChatDataModule)
 
 
 def on_policy_errors(cfg: Mapping, data: Mapping) -> list[str]:
@@ -57,9 +62,8 @@ def on_policy_errors(cfg: Mapping, data: Mapping) -> list[str]:
     rate = lookup(cfg, "distill.on_policy")
     if isinstance(rate, bool) or not isinstance(rate, int | float) or rate <= 0:
         return []
-    target = data.get("_target_")
-    chat = isinstance(target, str) and issubclass(get_class(target), ChatDataModule)
-    if not chat:
+    if not is_chat_data(data):
+        target = data.get("_target_")
         return [
             f"distill.on_policy={rate} with text data (data._target_={target}): on-policy KD "
             "completes each row's prompt, and text rows have none; use chat data (data=chat, "

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from hydra.utils import get_class, instantiate
+from hydra.utils import instantiate
 from omegaconf import DictConfig
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -27,6 +27,7 @@ from lightning_kd.generation.teacher_completions import (
 from lightning_kd.generation.text_continuations import document_prefix
 from lightning_kd.launch.build import with_precision
 from lightning_kd.launch.config import record_job
+from lightning_kd.launch.data_checks import is_chat_data
 from lightning_kd.launch.entry import check_entry, teacher_length
 from lightning_kd.launch.paths import training_run_errors
 from lightning_kd.models.loading import load_teacher, load_tokenizer
@@ -71,7 +72,7 @@ def chat_prompts(cfg: DictConfig, spec: GenerateSpec) -> bool:
     split), rendered with a chat template, or text (``data=text``'s training documents)."""
     if spec.prompts not in SPLITS:
         return True
-    return issubclass(get_class(cfg.data._target_), ChatDataModule)
+    return is_chat_data(cfg.data)
 
 
 NO_PROMPTS = (

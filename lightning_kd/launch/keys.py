@@ -79,10 +79,13 @@ def unknown_setting_errors(cfg: Mapping) -> list[str]:
         node = cfg.get(group) if isinstance(cfg, Mapping) else None
         if not isinstance(node, Mapping) or not isinstance(node.get("_target_"), str):
             continue
-        errors += flag_errors(group, node)
-        accepted = _arguments(node["_target_"])
-        if accepted is None:
+        parameters = _parameters(node["_target_"])
+        if parameters is None:  # not found: ``instantiate`` names it then
             continue
+        errors += flag_errors(group, node, parameters)
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+            continue  # it takes any keyword
+        accepted = list(parameters)
         for key in node:
             if key in HYDRA_KEYS or key in accepted:
                 continue
@@ -101,13 +104,12 @@ FLAG_TYPES = {"bool": False, "bool | None": True}
 """The annotations of a yes/no setting, and whether it may be null."""
 
 
-def flag_errors(group: str, node: Mapping) -> list[str]:
-    """A yes/no setting of a group node given something else: ``data.pack=flase`` stayed a
-    string, which is true, so packing stayed on; ``activation_checkpointing=nope`` turned it on."""
-    try:
-        parameters = inspect.signature(get_object(node["_target_"])).parameters
-    except Exception:
-        return []
+def flag_errors(
+    group: str, node: Mapping, parameters: Mapping[str, inspect.Parameter]
+) -> list[str]:
+    """A yes/no setting of a group node (its object takes ``parameters``) given something else:
+    ``data.pack=flase`` stayed a string, which is true, so packing stayed on;
+    ``activation_checkpointing=nope`` turned it on."""
     errors = []
     for key, parameter in parameters.items():
         nullable = FLAG_TYPES.get(str(parameter.annotation))
@@ -196,13 +198,9 @@ def _parent(key: str) -> str | None:
     return key.rsplit(".", 1)[0] if "." in key else None
 
 
-def _arguments(target: str) -> list[str] | None:
-    """The keyword arguments ``target`` (a dotted path) takes, or None when it takes any
-    (``**kwargs``) or cannot be found (``instantiate`` names it then)."""
+def _parameters(target: str) -> Mapping[str, inspect.Parameter] | None:
+    """The parameters ``target`` (a dotted path) takes, or None where it cannot be found."""
     try:
-        parameters = inspect.signature(get_object(target)).parameters.values()
+        return inspect.signature(get_object(target)).parameters
     except Exception:
         return None
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-        return None
-    return [p.name for p in parameters]
