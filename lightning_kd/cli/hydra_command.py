@@ -10,21 +10,16 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 import hydra
-from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from lightning_kd.launch.checks import config_errors
-from lightning_kd.launch.cluster import (
-    launcher_errors,
-    launcher_override_errors,
-    split_arguments,
-    submitit_kind,
-)
+from lightning_kd.launch.cluster import launcher_errors, launcher_override_errors, submitit_kind
 from lightning_kd.launch.config import CONF_DIR, register_defaults
 from lightning_kd.launch.keys import override_key_errors
 from lightning_kd.launch.paths import run_dir_errors
+from lightning_kd.launch.sweeps import sweep_job_errors
 from lightning_kd.utils.refusal import REFUSED_EXIT, Refused, refuse
 from lightning_kd.utils.stopping import STOP, Interrupted
 
@@ -121,21 +116,6 @@ def null_group_errors(argv: Sequence[str]) -> list[str]:
 def is_override(word: str) -> bool:
     """``key=value``, ``+key=value``, ``~key`` (a flag's value has no ``=``)."""
     return not word.startswith("-") and ("=" in word or word.startswith("~"))
-
-
-def sweep_job_errors(cfg: DictConfig) -> list[str]:
-    """Each job of a ``-m`` sweep composed as its launcher will compose it, and checked (the
-    launch's own config carries no sweep value): a bad value in ``seed=0,-1`` was submitted, to
-    fail in the queue. Called inside Hydra's run, whose config loader composes the jobs."""
-    jobs = [job for batch in split_arguments(list(cfg.hydra.overrides.task)) for job in batch]
-    if len(jobs) < 2 or not GlobalHydra.instance().is_initialized():
-        return []
-    loader = GlobalHydra.instance().config_loader()
-    errors = []
-    for job in jobs:
-        found = config_errors(loader.load_sweep_config(master_config=cfg, sweep_overrides=job))
-        errors += [f"job {' '.join(job)}: {error}" for error in found]
-    return errors
 
 
 def run_dir_override_errors(argv: Sequence[str]) -> list[str]:

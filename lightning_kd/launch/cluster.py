@@ -178,13 +178,6 @@ def _slurm_field_errors(cfg: DictConfig) -> list[str]:
     return errors
 
 
-def split_arguments(task: list[str]) -> list[list[list[str]]]:
-    """The jobs a sweep of ``task`` overrides gives, as Hydra's basic sweeper splits them."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-
-    return BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(task), None)
-
-
 def _local_errors(cfg: DictConfig) -> list[str]:
     """The local launcher runs each job as one process of this machine: Lightning would start
     a multi-device run's further processes by re-running that process's command, which is
