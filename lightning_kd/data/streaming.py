@@ -9,8 +9,7 @@ Training (:class:`StreamedBatches`): each process reads its own share of the spl
 ranks, else every N-th row), so no two ranks read one row. Its examples are shuffled within
 consecutive windows of ``data.shuffle_buffer`` examples, by a permutation seeded by the seed, the
 pass and the window's number. At the end of its share a process reads it again (the next pass):
-the stream has no end, ``trainer.max_steps`` ends training, and no rank runs out of batches
-before another.
+the stream is endless, no rank runs out of batches before another, ``trainer.max_steps`` ends it.
 
 Where a stream stands is a :class:`Cursor`: the pass, the window, where the window starts (a row's
 :class:`~lightning_kd.data.packing.Mark` and the tokens of that row packed already) and the
@@ -132,12 +131,16 @@ def held_out(
     """The first ``count`` examples of ``dataset`` (a whole split, not a rank's share) and the
     keys of every row read for them, which training leaves out."""
     keys: set[str] = set()
-    rows = Rows(dataset, Mark(), encode, where, keys=keys)
+    examples = first_of(Rows(dataset, Mark(), encode, where, keys=keys), layout, count)
+    return examples, frozenset(keys)
+
+
+def first_of(rows: Rows, layout: Layout, count: int) -> list[Piece]:
+    """The first ``count`` examples ``layout`` makes of ``rows`` (fewer at their end)."""
     try:
-        examples = take(packer_at(rows, layout), count)
+        return take(packer_at(rows, layout), count)
     finally:
         close(rows)
-    return examples, frozenset(keys)
 
 
 def close(rows: Rows) -> None:
@@ -177,10 +180,7 @@ class StreamedBatches(IterableDataset):
     def first(self, count: int) -> list[Piece]:
         """The share's first ``count`` examples (fewer at its end), as read."""
         rows = Rows(self.open_share(), Mark(), self.encode, self.where, self.skip)
-        try:
-            return take(packer_at(rows, self.layout), count)
-        finally:
-            close(rows)
+        return first_of(rows, self.layout, count)
 
     def check(self) -> None:
         """Refuse a share without a batch, reading a batch's examples of it at most."""
