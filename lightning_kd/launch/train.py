@@ -34,7 +34,7 @@ from lightning_kd.launch.nodes import launcher, node_errors
 from lightning_kd.launch.teacher_cache import drop_repair_states
 from lightning_kd.training.checkpoints import LAST_NAME, resolve_ckpt_path
 from lightning_kd.training.finite import check_finite_model, strict_json
-from lightning_kd.training.metrics import checked_monitors
+from lightning_kd.training.metrics import check_monitors_first, checked_monitors
 from lightning_kd.training.rundir import (
     RunDirError,
     claim_run_dir,
@@ -85,6 +85,7 @@ def train(
         # again would only repeat them (and log a step-0 row into the run's metrics once more).
         if cfg.validate_before and ckpt_path is None:
             module.before = validate_before(trainer, module, datamodule)
+        check_monitors_first(trainer, validated=bool(module.before))  # or on one batch
         trainer.fit(module, datamodule, ckpt_path=ckpt_path)
         STOP.check("after training", detail=FINISHED_ON_RESUME)
         after = validate_after(trainer, module, datamodule)

@@ -86,18 +86,35 @@ class ValidationMetrics(nn.Module):
                 metric.reset()
 
 
-def checked_monitors(callbacks: list, metrics: dict[str, float]) -> dict[str, float]:
-    """``metrics`` (a validation's), once every callback that monitors a validation metric
-    (early stopping, a best-model checkpoint) monitors one it holds: a name it lacks stopped the
-    run with a traceback at the first validation of training, and the resume it advised stopped
-    there again."""
-    wrong = [
-        f"{type(callback).__name__} monitors {monitor!r}, which validation does not log; "
-        f"choose one of {sorted(metrics)} (callbacks.<name>.monitor=...)"
+def monitored(callbacks: list) -> list[tuple[str, str]]:
+    """``(callback class, metric)`` for each callback that monitors a validation metric (early
+    stopping, a best-model checkpoint)."""
+    return [
+        (type(callback).__name__, monitor)
         for callback in callbacks
         if isinstance(monitor := getattr(callback, "monitor", None), str)
         and monitor.startswith("val/")
-        and monitor not in metrics
+    ]
+
+
+def checked_monitors(callbacks: list, metrics: dict[str, float]) -> dict[str, float]:
+    """``metrics`` (a validation's), once every callback that monitors a validation metric
+    monitors one it holds: a name it lacks stopped the run with a traceback at the first
+    validation of training, and the resume it advised stopped there again."""
+    wrong = [
+        f"{name} monitors {monitor!r}, which validation does not log; "
+        f"choose one of {sorted(metrics)} (callbacks.<name>.monitor=...)"
+        for name, monitor in monitored(callbacks)
+        if monitor not in metrics
     ]
     refuse(wrong)
     return metrics
+
+
+def check_monitors_first(trainer, validated: bool) -> None:
+    """Have ``trainer`` check its monitors on one validation batch before training (Lightning's
+    sanity check, whose logging is discarded and which restores the RNG) when no validation
+    runs before training in this process (``validate_before=false``, a resume): the module
+    checks the names it computes there (``on_validation_epoch_end``)."""
+    if not validated and monitored(trainer.callbacks):
+        trainer.num_sanity_val_steps = max(trainer.num_sanity_val_steps, 1)

@@ -42,7 +42,7 @@ from lightning_kd.training.checkpoints import (
     spec_changes,
 )
 from lightning_kd.training.finite import check_finite_loss
-from lightning_kd.training.metrics import ValidationMetrics
+from lightning_kd.training.metrics import ValidationMetrics, checked_monitors
 from lightning_kd.training.optim import optimizer_config
 from lightning_kd.training.repair import BlockwiseRepair
 from lightning_kd.training.strategies import ROLE, loss_divisor, window_ends
@@ -80,9 +80,9 @@ class DistillationModule(LightningModule):
         self.val_metrics = ValidationMetrics(names)
         self.window = Window()
         self.teacher_perplexity: float | None = None
-        self.tokens_seen = 0
         self.before: dict[str, float] = {}
         """The untrained student's validation metrics (``validate_before``), kept in checkpoints."""
+        self.tokens_seen = 0
         """Scored training tokens so far, over all ranks."""
         self.fit_validation: tuple[int, dict[str, float]] | None = None
         """``(global_step, metrics)`` of the latest validation inside ``fit``."""
@@ -249,6 +249,8 @@ class DistillationModule(LightningModule):
         # A sanity check sees too few batches to be the teacher's perplexity.
         if "val/teacher_ppl" in metrics and not self.trainer.sanity_checking:
             self.teacher_perplexity = float(metrics["val/teacher_ppl"])
+        if self.trainer.sanity_checking:  # check_monitors_first: the names, before training
+            checked_monitors(self.trainer.callbacks, metrics)
         self.log_dict(metrics, prog_bar=True)
         if self.trainer.state.fn == "fit" and not self.trainer.sanity_checking:
             values = {name: float(value) for name, value in metrics.items()}

@@ -152,3 +152,29 @@ def test_adafactor_keeps_factored_state_and_follows_the_scheduler(hydra_conf) ->
 def test_scheduler_default_and_none(hydra_conf) -> None:
     assert compose_run().scheduler._target_ == "lightning_kd.training.optim.warmup_cosine"
     assert "scheduler" not in compose_run("~scheduler")
+
+
+@pytest.mark.integration  # a smoke run (a subprocess)
+def test_a_monitor_validation_lacks_is_refused_before_training_without_validate_before(
+    tmp_path: Path,
+) -> None:
+    """No validation before training to check it on (validate_before=false, or a resume): the
+    monitors are checked on one validation batch (Lightning's sanity check) before step 0. It
+    failed at the first validation in training, and the resume it advised failed there again."""
+    run_dir = tmp_path / "run"
+    argv = [
+        sys.executable,
+        "run.py",
+        "debug=smoke",
+        "+callbacks=early_stopping",
+        "callbacks.early_stopping.monitor=val/nosuch",
+        "validate_before=false",
+        f"hydra.run.dir={run_dir}",
+    ]
+    result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "EarlyStopping monitors 'val/nosuch', which validation does not log" in result.stderr
+    assert "'val/ppl'" in result.stderr  # the metrics it could monitor
+    assert "Traceback" not in result.stderr
+    assert "Resume with" not in result.stdout + result.stderr
+    assert not (run_dir / "checkpoints" / "last.ckpt").exists()
