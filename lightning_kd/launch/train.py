@@ -16,7 +16,6 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.strategies import FSDPStrategy
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
@@ -30,9 +29,10 @@ from lightning_kd.launch.export import export_gguf, gguf_errors
 from lightning_kd.launch.harness_run import evaluate_run, harness_errors
 from lightning_kd.launch.model_checks import model_setting_errors
 from lightning_kd.launch.model_paths import model_path_errors
-from lightning_kd.launch.nodes import launcher, node_errors
+from lightning_kd.launch.nodes import node_errors
+from lightning_kd.launch.stop_report import stop_report
 from lightning_kd.launch.teacher_cache import drop_repair_states
-from lightning_kd.training.checkpoints import LAST_NAME, resolve_ckpt_path
+from lightning_kd.training.checkpoints import resolve_ckpt_path
 from lightning_kd.training.finite import check_finite_model, strict_json
 from lightning_kd.training.metrics import check_monitors_first, checked_monitors
 from lightning_kd.training.rundir import (
@@ -40,8 +40,6 @@ from lightning_kd.training.rundir import (
     claim_run_dir,
     is_own_checkpoint,
     is_rank_zero,
-    restart_command,
-    resume_command,
 )
 from lightning_kd.training.samples import samples_markdown
 from lightning_kd.training.summary import RunSummary, disk_use
@@ -263,37 +261,3 @@ def quantized(cfg: DictConfig) -> dict[str, str]:
     """``{"quantize": "int8"}`` for the summary when the teacher is quantized, else nothing."""
     mode = cfg.teacher.get("quantize")
     return {"quantize": mode} if mode else {}
-
-
-def stop_report(
-    error: BaseException, callback: object, output_dir: Path, command: Sequence[str]
-) -> str:
-    """What a stopped run tells its user: why, what is kept, and the command that resumes it
-    from its latest checkpoint — or, with none, starts it again without losing the teacher
-    cache."""
-    if isinstance(error, Interrupted):
-        why = str(error)
-        error.reported = True
-    elif isinstance(error, KeyboardInterrupt):
-        why = "stopped at once (a second SIGINT)"
-    else:
-        why = f"training stopped: {type(error).__name__}: {error}".split("\n")[0]
-    overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
-    last = Path(getattr(callback, "path", output_dir / "checkpoints" / LAST_NAME))
-    if last.is_file():
-        saved = getattr(callback, "saved_step", None)
-        at = f" (optimizer step {saved})" if saved is not None else ""
-        resume = resume_command(command, overrides, output_dir)
-        return f"\n{why}\nThe latest checkpoint is {last}{at}. Resume with{where()}:\n  {resume}"
-    restart = restart_command(command, overrides, output_dir)
-    return (
-        f"\n{why}\nNo checkpoint was written: there is nothing to resume from. Start again "
-        f"with{where()}:\n  {restart}"
-    )
-
-
-def where() -> str:
-    """Where the printed command runs: under a launcher, on every node through it again (the
-    process sees only its own command, not the launcher's)."""
-    found = launcher()
-    return "" if found is None else f", on every node, through {found.name} as before"

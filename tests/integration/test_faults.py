@@ -41,6 +41,7 @@ def test_a_diverging_run_stops_keeps_its_finite_checkpoint_and_exports_nothing(
     # lr=1e30: step 1 is finite, its update overflows the weights, step 2 is caught
     assert re.search(r"NonFiniteError: .* not finite (at|after) optimizer step 2", output), output
     assert "The latest checkpoint is" in output and "(optimizer step 1)" in output
+    assert "Once its cause is fixed (or has passed), resume with:" in output
     assert not (run_dir / "student").exists() and not (run_dir / "summary.json").exists()
     state = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
     assert state["global_step"] == 1

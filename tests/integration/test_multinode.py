@@ -109,7 +109,7 @@ def test_two_nodes_equal_one_process_and_resume_after_a_node_is_killed(tmp_path:
     assert state["global_step"] == 3
     assert not (killed / "summary.json").exists()
     # Node 0 names the lost peer's failure and how to resume: on every node, through torchrun.
-    resume = nodes[0].stdout.split("Resume with, on every node, through torchrun as before:\n")
+    resume = nodes[0].stdout.split("resume with, on every node, through torchrun as before:\n")
     assert len(resume) == 2 and "ckpt_path=last" in resume[1], nodes[0].stdout[-3000:]
 
     nodes = torchrun_nodes(*shared, "ckpt_path=last", f"hydra.run.dir={killed}", port=free_port())

@@ -1,0 +1,50 @@
+"""What a run stopped in training tells its user: why, what is kept, and the command that
+resumes it from its latest checkpoint — or, with none, starts it again."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+
+from lightning_kd.launch.nodes import launcher
+from lightning_kd.training.checkpoints import LAST_NAME
+from lightning_kd.training.rundir import restart_command, resume_command
+from lightning_kd.utils.stopping import Interrupted
+
+
+def stop_report(
+    error: BaseException, callback: object, output_dir: Path, command: Sequence[str]
+) -> str:
+    """What a stopped run tells its user: why, what is kept, and the command that resumes it
+    from its latest checkpoint — or, with none, starts it again without losing the teacher
+    cache."""
+    # An error may recur where the run resumes (a bad row, a bug): its resume waits for a fix.
+    resume_with = "Once its cause is fixed (or has passed), resume with"
+    if isinstance(error, Interrupted):
+        why, resume_with = str(error), "Resume with"
+        error.reported = True
+    elif isinstance(error, KeyboardInterrupt):
+        why, resume_with = "stopped at once (a second SIGINT)", "Resume with"
+    else:
+        why = f"training stopped: {type(error).__name__}: {error}".split("\n")[0]
+    overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    last = Path(getattr(callback, "path", output_dir / "checkpoints" / LAST_NAME))
+    if last.is_file():
+        saved = getattr(callback, "saved_step", None)
+        at = f" (optimizer step {saved})" if saved is not None else ""
+        resume = resume_command(command, overrides, output_dir)
+        return f"\n{why}\nThe latest checkpoint is {last}{at}. {resume_with}{where()}:\n  {resume}"
+    restart = restart_command(command, overrides, output_dir)
+    return (
+        f"\n{why}\nNo checkpoint was written: there is nothing to resume from. Start again "
+        f"with{where()}:\n  {restart}"
+    )
+
+
+def where() -> str:
+    """Where the printed command runs: under a launcher, on every node through it again (the
+    process sees only its own command, not the launcher's)."""
+    found = launcher()
+    return "" if found is None else f", on every node, through {found.name} as before"
