@@ -81,9 +81,8 @@ def train(
     try:
         # A resume's "before" figures come with its checkpoint: validating the untrained student
         # again would only repeat them (and log a step-0 row into the run's metrics once more).
-        if cfg.validate_before and ckpt_path is None:
-            module.before = validate_before(trainer, module, datamodule)
-        check_monitors_first(trainer, validated=bool(module.before))  # or on one batch
+        wanted = cfg.validate_before and ckpt_path is None
+        module.before = validate_before(trainer, module, datamodule, wanted)
         trainer.fit(module, datamodule, ckpt_path=ckpt_path)
         STOP.check("after training", detail=FINISHED_ON_RESUME)
         after = validate_after(trainer, module, datamodule)
@@ -227,10 +226,13 @@ ONE_STAGE = (
 )
 
 
-def validate_before(trainer: L.Trainer, module, datamodule) -> dict[str, float]:
-    """The untrained student's validation metrics (none where only one stage can run)."""
-    if wraps_in_place(trainer):
+def validate_before(trainer: L.Trainer, module, datamodule, wanted: bool) -> dict[str, float]:
+    """The untrained student's validation metrics, if ``wanted`` (none where only one stage can
+    run). Without them, the callbacks' monitors are checked on one batch before training."""
+    if wanted and wraps_in_place(trainer):
         print(f"validate_before skipped: {ONE_STAGE}")
+    if not wanted or wraps_in_place(trainer):
+        check_monitors_first(trainer)
         return {}
     metrics = trainer.validate(module, datamodule, verbose=False)[0]
     return checked_monitors(trainer.callbacks, metrics)

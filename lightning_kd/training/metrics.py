@@ -111,10 +111,10 @@ def checked_monitors(callbacks: list, metrics: dict[str, float]) -> dict[str, fl
     return metrics
 
 
-def check_monitors_first(trainer, validated: bool) -> None:
+def check_monitors_first(trainer) -> None:
     """Have ``trainer`` check its monitors on one validation batch before training (Lightning's
-    sanity check, whose logging is discarded and which restores the RNG) when no validation
-    runs before training in this process (``validate_before=false``, a resume): the module
-    checks the names it computes there (``on_validation_epoch_end``)."""
-    if not validated and monitored(trainer.callbacks):
+    sanity check, whose logging is discarded and which restores the RNG), for a run with no
+    validation before training (``validate_before=false``, a resume): the module checks the
+    names it computes there (``on_validation_epoch_end``)."""
+    if monitored(trainer.callbacks):
         trainer.num_sanity_val_steps = max(trainer.num_sanity_val_steps, 1)
