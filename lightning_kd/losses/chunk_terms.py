@@ -224,6 +224,7 @@ def chunk_fused(
     temperature = objective.temperature
     scales = _scales(objective, logits)
     if isinstance(teacher_logits, TopKTeacher):
+        teacher_logits.check_width(logits.shape[-1])
         terms, args = _top_k_fused_terms, (logits, teacher_logits, targets, *scales)
     else:
         terms = _fused_terms

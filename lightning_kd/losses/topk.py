@@ -29,6 +29,7 @@ from torch import Tensor
 
 from lightning_kd.losses.divergences import TokenDivergence, get_divergence
 from lightning_kd.losses.logits import EvalSums, math_dtype
+from lightning_kd.utils.refusal import Refused
 
 
 @dataclass(frozen=True)
@@ -64,8 +65,24 @@ class TopKTeacher:
         """Whether the records hold every token (k = vocabulary): no tail bucket at all."""
         return self.ids.shape[-1] == self.vocab
 
+    def check_width(self, width: int) -> TopKTeacher:
+        """These records, once every id is a row of a student head ``width`` rows wide. Only a
+        teacher head padded past the student's (Qwen's 151,936 rows for 151,665 tokens) can
+        hold others, and only if a padding row was among its most probable: an index error
+        in the loss, where online KD compares the rows the two share."""
+        if self.vocab > width and (largest := int(self.ids.max())) >= width:
+            raise Refused(
+                f"the teacher cache holds token id {largest} among the teacher's top "
+                f"{self.ids.shape[-1]}, beyond the student's {width} output rows: the teacher's "
+                f"head has {self.vocab} rows (padding past the tokenizer). Train without the "
+                "cache (distill.teacher_cache=null), which compares the rows the two share, or "
+                f"give the student the teacher's {self.vocab} rows"
+            )
+        return self
+
     def divergence(self, student_logits: Tensor, divergence: TokenDivergence) -> Tensor:
         """Per-token ``divergence`` of the student's bucketed distribution from these records."""
+        self.check_width(student_logits.shape[-1])
         student_logits = student_logits[..., : self.vocab]
         return top_k_divergence(student_logits, self.ids, self.log_probs, self.tail, divergence)
 
@@ -171,7 +188,7 @@ def top_k_evaluation_sums(
             raise ValueError("the cached records hold no next-token log-probabilities")
         student_logits = student_logits.to(math_dtype(student_logits.dtype))
         student_logp = F.log_softmax(student_logits, dim=-1)
-        shared = student_logits[..., : teacher.vocab]
+        shared = student_logits[..., : teacher.check_width(student_logits.shape[-1]).vocab]
         kd = teacher.divergence(shared / temperature, divergence).sum() * temperature**2
         forward_kl = (
             teacher.divergence(shared, forward).sum()

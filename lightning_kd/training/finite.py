@@ -33,6 +33,14 @@ def check_finite_loss(step: int, parts: Mapping[str, Tensor | float]) -> None:
     if all(math.isfinite(value) for value in values.values()):
         return
     shown = ", ".join(f"{name}={value:.6g}" for name, value in values.items())
+    others = [value for name, value in values.items() if name not in ("kd", "loss")]
+    if values.get("kd") == math.inf and all(math.isfinite(value) for value in others):
+        raise NonFiniteError(  # the divergence itself, not a diverging run
+            f"the KD term alone is infinite at optimizer step {step} ({shown}): reverse_kl, and "
+            "jsd at distill.beta=1, are infinite where the teacher gives a token probability 0 "
+            "(a logit of -inf: a masked vocabulary entry) and the student does not. Use "
+            "distill.divergence=forward_kl, or jsd with distill.beta below 1"
+        )
     raise NonFiniteError(
         f"the training loss is not finite at optimizer step {step} ({shown}); the run stops "
         "before applying it. Lower optimizer.lr, check distill.temperature and the loss "

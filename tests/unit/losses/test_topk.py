@@ -19,6 +19,7 @@ from lightning_kd.losses.topk import (
     teacher_top_k,
     top_k_divergence,
 )
+from lightning_kd.utils.refusal import Refused
 
 V = 11
 
@@ -137,3 +138,30 @@ def test_chunked_loss_from_full_records_equals_online(name: str, chunk_size: int
     want = torch.autograd.grad(online[0], params)
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("divergence", ["forward_kl", "jsd"])  # the fused and autograd routes
+def test_a_cached_padding_row_beyond_the_students_head_is_refused(divergence: str) -> None:
+    """A teacher head padded past the tokenizer (16 rows for 10 tokens) whose padding rows make
+    its top k, read by a student of the tokenizer's 10 rows: an index error in the loss before.
+    Online KD compares the rows the two share; a cache of ids all below 10 is read as ever."""
+    generator = torch.Generator().manual_seed(0)
+    hidden = torch.randn(1, 5, 4, generator=generator, dtype=torch.float64)
+    student_head = OutputHead(torch.randn(10, 4, generator=generator, dtype=torch.float64))
+    teacher_logits = torch.randn(1, 4, 16, generator=generator, dtype=torch.float64)
+    teacher_logits[..., 10:] += 10.0  # the padding rows on top
+    labels = torch.randint(0, 10, (1, 5), generator=generator)
+    objective = LogitObjective(get_divergence(divergence), 1.0, 1.0, 0.0)
+    ids, log_probs, tail, target = teacher_records(teacher_logits, labels[:, 1:], 8)
+    padded = TopKTeacher(ids, log_probs, tail, 16, target)
+    with pytest.raises(Refused, match=r"token id 1\d among the teacher's top 8, beyond the stud"):
+        chunked_distillation_sums(
+            hidden, student_head, padded, None, labels, objective, chunk_size=2
+        )
+    teacher_logits[..., 10:] = -30.0  # as a trained teacher's padding rows: never in its top k
+    ids, log_probs, tail, target = teacher_records(teacher_logits, labels[:, 1:], 8)
+    fine = TopKTeacher(ids, log_probs, tail, 16, target)
+    kd, _ = chunked_distillation_sums(
+        hidden, student_head, fine, None, labels, objective, chunk_size=2
+    )
+    assert torch.isfinite(kd)

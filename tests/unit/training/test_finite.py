@@ -22,8 +22,17 @@ def test_strict_json_writes_null_for_nan_and_infinity() -> None:
 
 def test_the_loss_check_names_the_step_and_every_part() -> None:
     check_finite_loss(3, {"loss": torch.tensor(1.0), "kd": 0.5})
-    with pytest.raises(NonFiniteError, match=r"optimizer step 7 \(loss=nan, kd=inf, ce=1\)"):
-        check_finite_loss(7, {"loss": math.nan, "kd": torch.tensor(math.inf), "ce": 1.0})
+    with pytest.raises(NonFiniteError, match=r"optimizer step 7 \(loss=nan, kd=nan, ce=inf\)"):
+        check_finite_loss(7, {"loss": math.nan, "kd": torch.tensor(math.nan), "ce": math.inf})
+
+
+def test_an_infinite_kd_term_alone_names_the_divergence_not_the_rate() -> None:
+    """Reverse KL (and JSD at beta 1) is +inf where the teacher rules a token out (a logit of
+    -inf) that the student does not: lowering the learning rate, the general advice, would
+    change nothing."""
+    with pytest.raises(NonFiniteError, match=r"KD term alone is infinite at optimizer step 2") as e:
+        check_finite_loss(2, {"loss": math.inf, "kd": torch.tensor(math.inf), "ce": 3.0})
+    assert "distill.divergence=forward_kl" in str(e.value) and "optimizer.lr" not in str(e.value)
 
 
 def test_a_diverging_run_stops_before_the_step_that_would_apply_nan(
