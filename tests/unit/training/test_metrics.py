@@ -78,3 +78,14 @@ def test_a_callback_monitoring_a_metric_validation_lacks_is_refused() -> None:
     assert checked_monitors([EarlyStopping(monitor="val/ppl")], metrics) is metrics
     with pytest.raises(ValueError, match=r"EarlyStopping monitors 'val/nosuch', which validation"):
         checked_monitors([EarlyStopping(monitor="val/nosuch")], metrics)
+
+
+def test_the_sums_stay_fp64_when_the_module_is_cast() -> None:
+    """Lightning's bf16-true casts the whole LightningModule: the sums, cast with it, stopped
+    growing in bf16 (a count stuck at 65,536 tokens, a perplexity 5x too high)."""
+    metrics = ValidationMetrics().to(torch.bfloat16)
+    for _ in range(2000):
+        metrics.update("ppl", torch.tensor(5.5 * 256), torch.tensor(256))
+    assert metrics.count_list[0].sum_value.dtype == torch.float64
+    assert float(metrics.count_list[0].sum_value) == 2000 * 256
+    assert math.isclose(metrics.compute()["val/ppl"].item(), math.exp(5.5), rel_tol=1e-6)
