@@ -17,7 +17,9 @@ from torch import Tensor, nn
 
 from lightning_kd.losses.logits import LogitObjective, LossSums
 
-TERMS = ("kd", "ce", "features", "tokens")
+TERMS = ("kd", "ce", "features", "tokens", "ce_trained")
+"""The window's sums: ``ce_trained`` is the CE that entered the objective (not a sampled
+completion's, which ``ce`` reports too), for ``loss``."""
 
 
 class Window:
@@ -36,7 +38,8 @@ class Window:
         features = sums.features if sums.features is not None else torch.zeros_like(sums.kd)
         teachers = sums.teachers or {}
         self.teachers = tuple(teachers)
-        parts = [sums.kd, sums.ce, features, sums.tokens.to(sums.kd), *teachers.values()]
+        trained = sums.ce if sums.ce_trained else torch.zeros_like(sums.ce)
+        parts = [sums.kd, sums.ce, features, sums.tokens.to(sums.kd), trained, *teachers.values()]
         values = torch.stack([part.to(sums.kd) for part in parts]).detach().to(torch.float64)
         self.totals = values if self.totals is None else self.totals + values
 
@@ -53,11 +56,13 @@ class Window:
 
     @staticmethod
     def means(totals: dict[str, Tensor], objective: LogitObjective) -> dict[str, Tensor]:
-        """The window's token means of each term and of the whole objective (``loss``)."""
+        """The window's token means of each term and of the objective it trained (``loss``:
+        without the CE of sampled completions, which ``ce`` still reports)."""
         tokens = totals["tokens"].clamp(min=1)
-        names = [name for name in totals if name != "tokens"]
+        names = [name for name in totals if name not in ("tokens", "ce_trained")]
         means = {name: (totals[name] / tokens).float() for name in names}
-        return {"loss": objective.combine(means["kd"], means["ce"]) + means["features"], **means}
+        trained_ce = (totals.get("ce_trained", totals["ce"]) / tokens).float()
+        return {"loss": objective.combine(means["kd"], trained_ce) + means["features"], **means}
 
     @staticmethod
     def rescale_gradients(

@@ -32,6 +32,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lightning_kd.cache.teacher import CachedTeacher
 from lightning_kd.distill.assembly import assemble, check_teacher_source
+from lightning_kd.distill.batches import checked_batch
 from lightning_kd.distill.cross_tokenizer import CrossTokenizer
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.distill.on_policy import on_policy_for
@@ -186,7 +187,7 @@ class Distiller(nn.Module):
         ``distill.on_policy``, maybe of the student's completions (``draw`` numbers the batch,
         ``step`` is the optimizer step ``distill.on_policy_warmup`` counts; both default to this
         distiller's count of micro-batches), scored without the CE term (``on_policy.py``)."""
-        given = batch
+        given = batch = checked_batch(batch, self.task.name)
         if self.on_policy is not None:
             count, self.draws = self.draws, self.draws + 1
             draw, step = (count if draw is None else draw), (count if step is None else step)
@@ -234,6 +235,7 @@ class Distiller(nn.Module):
     @torch.no_grad()
     def evaluate(self, batch: dict[str, Tensor]) -> MetricSums:
         """Validation metrics of one batch as ``name → (sum, count)`` (see ``tasks``)."""
+        batch = checked_batch(batch, self.task.name)
         heads = self.heads(batch, ROLES)
         with capture_step(*self.captures.values()):
             metrics, (teacher_out, cached) = {}, self.teacher_output(batch, "val")

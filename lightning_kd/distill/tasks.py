@@ -101,7 +101,18 @@ class CausalLM:
         objective = self.objective if ce else replace(self.objective, ce_weight=0.0)
         if kd_scale != 1.0:
             objective = replace(objective, kd_weight=objective.kd_weight * kd_scale)
-        if not self.chunked:
+        if self.chunked:
+            value, sums = chunked_distillation_sums(
+                student,
+                heads[0],
+                teacher,
+                heads[1],
+                batch["labels"],
+                objective,
+                chunk_size=self.chunk_size,
+                compile=self.compile,
+            )
+        else:
             sums = logit_distillation_sums(
                 student,
                 teacher,
@@ -109,17 +120,9 @@ class CausalLM:
                 self.objective.divergence,
                 self.objective.temperature,
             )
-            return objective.combine(sums.kd, sums.ce), sums
-        return chunked_distillation_sums(
-            student,
-            heads[0],
-            teacher,
-            heads[1],
-            batch["labels"],
-            objective,
-            chunk_size=self.chunk_size,
-            compile=self.compile,
-        )
+            value = objective.combine(sums.kd, sums.ce)
+        sums.ce_trained = ce
+        return value, sums
 
     def metric_sums(
         self, student: Tensor, teacher: Tensor, batch: dict[str, Tensor], heads: Heads | None

@@ -62,6 +62,9 @@ class LossSums:
     teachers: dict[str, Tensor] | None = None
     """With several teachers: each one's own (unweighted) divergence sum, by name; ``kd`` is
     then their weighted sum."""
+    ce_trained: bool = True
+    """Whether ``ce`` entered the objective (not on the student's own sampled completions, whose
+    CE is reported but not trained: ``distill/on_policy.py``)."""
 
 
 def math_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -55,6 +55,20 @@ def first_tensor(output: object) -> Tensor:
     raise CaptureError(f"cannot capture a module output of type {type(output).__name__}")
 
 
+class Recorder:
+    """The hook on one module: its output joins ``capture``'s records while the capture is armed.
+    An object, not a closure: a copied distiller's hooks are then bound to the copy's capture
+    (``copy.deepcopy`` maps them through its memo; a closure kept recording into the original's,
+    and the copy's first step found its modules "did not run"), and a distiller pickles."""
+
+    def __init__(self, capture: ModuleCapture, path: str) -> None:
+        self.capture, self.path = capture, path
+
+    def __call__(self, module: nn.Module, args: tuple, output: object) -> None:
+        if self.capture.armed:
+            self.capture.records.setdefault(self.path, []).append(first_tensor(output))
+
+
 class ModuleCapture:
     """Forward hooks on ``paths`` of one model, recording outputs only while armed."""
 
@@ -64,17 +78,12 @@ class ModuleCapture:
         self.armed = False
         self.records: dict[str, list[Tensor]] = {}
         self._modules = {path: resolve_module(model, path, role) for path in self.paths}
-        self._handles = {
-            path: module.register_forward_hook(self._hook(path))
+        # Hook ids, not torch's handles: a handle holds a weak reference to the hooked module's
+        # dict, which a copy of the model would share, removing the original's hooks.
+        self._hook_ids = {
+            path: module.register_forward_hook(Recorder(self, path)).id
             for path, module in self._modules.items()
         }
-
-    def _hook(self, path: str):
-        def record(module: nn.Module, args: tuple, output: object) -> None:
-            if self.armed:
-                self.records.setdefault(path, []).append(first_tensor(output))
-
-        return record
 
     def ensure_attached(self) -> None:
         """Put back any hook something else took off.
@@ -83,8 +92,8 @@ class ModuleCapture:
         hook; without this the next armed forward would find nothing recorded.
         """
         for path, module in self._modules.items():
-            if self._handles[path].id not in module._forward_hooks:
-                self._handles[path] = module.register_forward_hook(self._hook(path))
+            if self._hook_ids[path] not in module._forward_hooks:
+                self._hook_ids[path] = module.register_forward_hook(Recorder(self, path)).id
 
     @contextmanager
     def arm(self) -> Iterator[None]:
@@ -120,9 +129,9 @@ class ModuleCapture:
 
     def remove(self) -> None:
         """Take the hooks off the model, leaving it as it was before."""
-        for handle in self._handles.values():
-            handle.remove()
-        self._handles = {}
+        for path, module in self._modules.items():
+            module._forward_hooks.pop(self._hook_ids[path], None)
+        self._hook_ids = {}
         self._modules = {}
         self.clear()
 

@@ -11,8 +11,10 @@ import torch
 from lightning.pytorch import Callback
 from torch.utils.data import DataLoader
 
+from lightning_kd.distill.accumulation import Window
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.losses import IGNORE_INDEX
+from lightning_kd.losses.logits import LossSums
 from lightning_kd.models.loading import StudentSpec, TeacherSpec, byte_tokenizer
 from lightning_kd.models.student import is_activation_checkpointing
 from lightning_kd.training.module import DistillationModule
@@ -137,6 +139,21 @@ def test_logged_loss_is_the_window_token_mean() -> None:
     _, losses = reference_gradients(make(config=TINY_GPT2, **distill), batches, accumulate=3)
     logged = module.trainer.callback_metrics["train/loss"]
     torch.testing.assert_close(logged.double(), losses[-1], rtol=1e-6, atol=1e-6)
+
+
+def test_the_logged_loss_leaves_out_the_ce_it_did_not_train() -> None:
+    """A sampled completion's CE is reported (train/ce) but not trained (on-policy KD): the
+    logged train/loss added it back, 2.89 logged for 0.88 per token optimised."""
+    objective = DistillConfig(kd_weight=0.5, ce_weight=0.5).logit_objective()
+    window = Window()
+    teacher = LossSums(kd=torch.tensor(4.0), ce=torch.tensor(10.0), tokens=torch.tensor(2))
+    sampled = LossSums(kd=torch.tensor(2.0), ce=torch.tensor(30.0), tokens=torch.tensor(2))
+    sampled.ce_trained = False
+    window.add(teacher)
+    window.add(sampled)
+    means = Window.means(window.reduced(), objective)
+    assert float(means["loss"]) == 0.5 * 6.0 / 4 + 0.5 * 10.0 / 4  # what the two objectives summed
+    assert float(means["ce"]) == 40.0 / 4 and "ce_trained" not in means
 
 
 class LifecycleProbe(Callback):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import pytest
 import torch
 from torch import nn
@@ -108,3 +111,33 @@ def test_stripped_hooks_are_put_back() -> None:
     with capture.arm():
         model(torch.randn(1, 4))
     assert sorted(capture.pop()) == ["first", "second"]
+
+
+class Holder(nn.Module):
+    """A model and its capture, as a distiller holds them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model = TwoLayers()
+        self.capture = ModuleCapture(self.model, ["first", "second"], "student")
+
+
+def test_a_copy_records_into_its_own_capture_and_pickles() -> None:
+    """The hooks were closures over the original capture: a deepcopy's armed forward recorded
+    into the original's, the copy's pop found its modules "did not run", and pickling failed."""
+    original = Holder()
+    twin = copy.deepcopy(original)
+    x = torch.randn(2, 4)
+    with twin.capture.arm():
+        out = twin.model(x)
+    assert original.capture.records == {}
+    torch.testing.assert_close(twin.capture.pop()["second"], out)
+    loaded = pickle.loads(pickle.dumps(original))
+    with loaded.capture.arm():
+        loaded.model(x)
+    assert set(loaded.capture.pop()) == {"first", "second"}
+    twin.capture.remove()  # the copy's hooks only
+    assert twin.model.first._forward_hooks == {} and original.model.first._forward_hooks
+    with original.capture.arm():
+        original.model(x)
+    assert set(original.capture.pop()) == {"first", "second"}

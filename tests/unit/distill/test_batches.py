@@ -1,0 +1,75 @@
+"""A hand-built batch: checked, and nothing scored at a padded position, whichever side."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lightning_kd.distill.batches import checked_batch, unpadded_labels
+from lightning_kd.distill.distiller import Distiller
+from lightning_kd.distill.objective import DistillConfig
+from lightning_kd.models.loading import model_from_config
+from lightning_kd.models.student import student_from_teacher
+from tests.conftest import TINY_LLAMA
+
+IDS = torch.tensor([[5, 17, 42, 9, 120, 33]])
+
+
+def distiller() -> Distiller:
+    torch.manual_seed(0)
+    teacher = model_from_config(dict(TINY_LLAMA), "causal_lm").double().eval()
+    student = student_from_teacher(teacher, [0, 3]).double()
+    return Distiller(teacher, student, DistillConfig(compile=False, ce_weight=0.5, kd_weight=0.5))
+
+
+def padded(side: str, pad: int = 3) -> dict[str, torch.Tensor]:
+    """``IDS`` padded by ``pad`` positions on ``side``, labels = input_ids (as a user writes)."""
+    fill = torch.zeros(1, pad, dtype=torch.long)
+    parts = (fill, IDS) if side == "left" else (IDS, fill)
+    mask = (torch.zeros_like(fill), torch.ones_like(IDS))
+    ids = torch.cat(parts, dim=1)
+    attention = torch.cat(mask if side == "left" else mask[::-1], dim=1)
+    return {"input_ids": ids, "attention_mask": attention, "labels": ids.clone()}
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_a_padded_row_scores_what_the_unpadded_row_scores(side: str) -> None:
+    """Right padding with labels = input_ids made each pad a target (the student taught to write
+    the pad token, SmolLM2's <|im_end|>); left padding scored a pad's output against the first
+    real token. Llama's rotary positions make the left-padded row's values the same too."""
+    model = distiller()
+    plain = {"input_ids": IDS, "attention_mask": torch.ones_like(IDS), "labels": IDS.clone()}
+    _, expected = model(plain)
+    _, got = model(padded(side))
+    assert int(got.tokens) == int(expected.tokens) == IDS.shape[1] - 1
+    torch.testing.assert_close(got.ce, expected.ce, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(got.kd, expected.kd, rtol=1e-9, atol=1e-9)
+    evaluated = model.evaluate(padded(side))
+    assert int(evaluated["ppl"][1]) == IDS.shape[1] - 1
+
+
+def test_labels_are_masked_on_pads_and_after_them_only() -> None:
+    labels = torch.tensor([[7, 8, 9, 10], [7, 8, 9, 10]])
+    mask = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 0]])
+    assert unpadded_labels(labels, mask).tolist() == [[-100, -100, 9, 10], [7, 8, 9, -100]]
+
+
+@pytest.mark.parametrize(
+    ("batch", "message"),
+    [
+        ({"input_ids": IDS, "attention_mask": IDS}, r"lacks \['labels'\]"),
+        ({"input_ids": IDS, "labels": IDS}, r"lacks \['attention_mask'\]"),
+        ({"input_ids": IDS[0], "attention_mask": IDS[0], "labels": IDS[0]}, r"shape \(6,\)"),
+        ({"input_ids": [1, 2], "attention_mask": IDS, "labels": IDS}, r"input_ids is list"),
+        ({"input_ids": IDS, "attention_mask": IDS, "labels": IDS[:, 1:]}, r"labels has shape"),
+    ],
+)
+def test_a_malformed_batch_is_named(batch: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        checked_batch(batch, "causal_lm")
+
+
+def test_a_batch_of_the_data_modules_is_unchanged() -> None:
+    """Their labels mask every pad already; packed blocks have no pad at all."""
+    batch = {"input_ids": IDS, "attention_mask": torch.ones_like(IDS), "labels": IDS.clone()}
+    assert torch.equal(checked_batch(batch, "causal_lm")["labels"], IDS)
