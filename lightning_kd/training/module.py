@@ -238,10 +238,10 @@ class DistillationModule(LightningModule):
         self.val_metrics.to(self.trainer.strategy.root_device)
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        # The teacher's perplexity too, at every validation: it costs nothing beside its KL, and
+        # one kept from the first (a fit's validation of limit_val_batches) was another set's.
         for name, (total, count) in self.distiller.evaluate(batch).items():
-            # The teacher does not change: its perplexity is measured once.
-            if name != "teacher_ppl" or self.teacher_perplexity is None:
-                self.val_metrics.update(name, total, count)
+            self.val_metrics.update(name, total, count)
 
     def on_validation_epoch_end(self) -> None:
         metrics = self.val_metrics.compute()

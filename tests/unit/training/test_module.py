@@ -164,6 +164,19 @@ def test_full_depth_student_matches_teacher_metrics(tiny_teacher, corpus) -> Non
     assert module.teacher_perplexity == pytest.approx(metrics["val/teacher_ppl"])
 
 
+def test_the_teacher_perplexity_is_that_of_each_validations_own_set(tiny_teacher, corpus):
+    """It was measured once per module: a second validation, on another set, left it out, and
+    the summary kept the first one's (a fit's limit_val_batches subset)."""
+    dm = make_datamodule([corpus])
+    module = make_module(tiny_teacher)
+    part = make_trainer(limit_val_batches=1).validate(module, dm, verbose=False)[0]
+    whole = make_trainer().validate(module, dm, verbose=False)[0]
+    fresh = make_trainer().validate(make_module(tiny_teacher), dm, verbose=False)[0]
+    assert whole["val/teacher_ppl"] == pytest.approx(fresh["val/teacher_ppl"], rel=1e-6)
+    assert whole["val/teacher_ppl"] != pytest.approx(part["val/teacher_ppl"], rel=1e-6)
+    assert module.teacher_perplexity == pytest.approx(whole["val/teacher_ppl"])
+
+
 def test_ce_only_run_never_calls_the_teacher_in_training(tiny_teacher, corpus) -> None:
     module = make_module(tiny_teacher, kd_weight=0.0, ce_weight=1.0)
     module.configure_model()
@@ -260,7 +273,6 @@ def test_unscored_padding_leaves_validation_metrics_unchanged(tiny_teacher, corp
 
     def validate(items: list) -> dict[str, float]:
         loader = DataLoader(items, batch_size=2, collate_fn=dm.collate)
-        module.teacher_perplexity = None  # measured once per module otherwise
         return make_trainer().validate(module, loader, verbose=False)[0]
 
     plain, with_padding = validate(examples), validate(padded)
