@@ -43,3 +43,8 @@ def __getattr__(name: str):
     if name in _EXPORTS:
         return getattr(importlib.import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'lightning_kd' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The lazy names too, for ``dir()`` and completion."""
+    return sorted({*globals(), *_EXPORTS})

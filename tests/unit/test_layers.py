@@ -163,4 +163,5 @@ def test_the_public_api_imports_from_the_package_root() -> None:
 
     for name in lightning_kd.__all__:
         assert getattr(lightning_kd, name) is not None
+    assert set(lightning_kd.__all__) <= set(dir(lightning_kd))  # loaded on first use, yet listed
     assert importlib.import_module("lightning_kd.losses").get_divergence("forward_kl")
