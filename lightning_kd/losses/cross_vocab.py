@@ -160,10 +160,13 @@ class CrossTeacher:
 
 def sorted_l1(student_probs: Tensor, teacher_top: Tensor) -> Tensor:
     """``Σ_i |sort(q)_i − sort(p)_i|`` over the k largest of each (k = ``teacher_top``'s width):
-    ULD's Wasserstein-1 distance at unit transport cost, truncated to the top k."""
-    k = min(teacher_top.shape[-1], student_probs.shape[-1])
-    student_top = student_probs.topk(k, dim=-1).values
-    teacher_sorted = teacher_top.sort(dim=-1, descending=True).values[..., :k]
+    ULD's Wasserstein-1 distance at unit transport cost, truncated to the top k. A student of
+    fewer than k tokens is padded with zeros, as Boizard et al. pad the smaller vocabulary (it
+    was cut to the student's width, dropping the teacher's entries past it)."""
+    k = teacher_top.shape[-1]
+    student_top = student_probs.topk(min(k, student_probs.shape[-1]), dim=-1).values
+    student_top = F.pad(student_top, (0, k - student_top.shape[-1]))
+    teacher_sorted = teacher_top.sort(dim=-1, descending=True).values
     return (student_top - teacher_sorted).abs().sum(-1)
 
 

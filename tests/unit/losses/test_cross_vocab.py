@@ -110,3 +110,11 @@ def test_the_projection_sums_the_teacher_tokens_a_student_token_starts():
     expected = (bucket_p * (bucket_p / bucket_q).log()).sum()
     got = found.divergence(student, get_divergence("forward_kl"))
     torch.testing.assert_close(got, expected.unsqueeze(0))
+
+
+def test_a_student_of_fewer_tokens_than_k_is_padded_with_zeros():
+    """As Boizard et al. pad the smaller vocabulary: it was cut to the student's width, dropping
+    the teacher's entries past it from the distance."""
+    student = torch.tensor([[0.7, 0.3]])
+    teacher = torch.tensor([[0.5, 0.3, 0.2]])
+    torch.testing.assert_close(sorted_l1(student, teacher), torch.tensor([0.2 + 0.0 + 0.2]))
