@@ -12,8 +12,11 @@ from collections.abc import Mapping
 
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
+from transformers import PretrainedConfig
 
 from lightning_kd.launch.rules import lookup
+from lightning_kd.models.architecture import architecture_errors
+from lightning_kd.models.layer_config import check_index_scaling
 from lightning_kd.models.layer_pairs import listed_pairs, projector_errors
 from lightning_kd.models.loading import StudentSpec, TeacherSpec
 from lightning_kd.models.model_config import config_from
@@ -41,11 +44,16 @@ def model_setting_errors(cfg: Mapping) -> list[str]:
         return errors
     if base is None:  # a teacher.config that does not build: why
         return errors + config_from(teacher.config or {}, None, "teacher.config")[1]
+    key = "teacher.path" if teacher.config is None else "teacher.config"
+    if wrong := architecture_errors(base, teacher.task, key):
+        return errors + wrong
     if student.config is not None:
-        return errors + config_from(student.config, base, "student.config")[1]
+        built, wrong = config_from(student.config, base, "student.config")
+        return errors + (wrong or architecture_errors(built, teacher.task, "student.config"))
     if student.path is None:
         source = base if student.source is None else spec_config(TeacherSpec(path=student.source))
-        errors += depth_errors(student, source.num_hidden_layers)
+        errors += architecture_errors(source, teacher.task, "student.source")
+        errors += [] if errors else depth_errors(student, source)
     return errors
 
 
@@ -64,14 +72,16 @@ def built_specs(cfg: Mapping) -> tuple[list, list[str]]:
     return specs, errors
 
 
-def depth_errors(student: StudentSpec, depth: int) -> list[str]:
+def depth_errors(student: StudentSpec, source: PretrainedConfig) -> list[str]:
     """A copied student's layers (``student.layers``, ``num_layers``, ``freeze_layers``) against
-    the ``depth`` layers of the model it copies."""
+    the layers of the model it copies (``source``: its config)."""
+    depth = source.num_hidden_layers
     try:
         if student.by_importance:  # the layers are chosen later, of the teacher's
             check_num_layers(student.num_layers, depth)
             return []
-        count = len(student_layer_indices(student, depth))
+        indices = student_layer_indices(student, depth)
+        check_index_scaling(source, indices)
     except ValueError as error:
         return [str(error)]
-    return freeze_errors(student.freeze_layers, count)
+    return freeze_errors(student.freeze_layers, len(indices))

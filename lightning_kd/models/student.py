@@ -9,7 +9,6 @@ This module knows transformers, not Lightning.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 
 import torch
@@ -22,6 +21,7 @@ except ImportError:  # transformers 4.x
     from transformers.modeling_utils import no_init_weights
 
 from lightning_kd.models.files import readable
+from lightning_kd.models.layer_config import pruned_config, unfitting_layers_error
 from lightning_kd.models.loading import (
     DTYPES,
     StudentSpec,
@@ -33,6 +33,7 @@ from lightning_kd.models.loading import (
 )
 from lightning_kd.models.lora import apply_lora
 from lightning_kd.models.sources import checked_model_path
+from lightning_kd.utils.refusal import Refused
 
 
 @dataclass
@@ -107,10 +108,7 @@ def student_from_teacher(teacher: PreTrainedModel, indices: list[int]) -> PreTra
 
     Embeddings, final norm and head are copied too; with tied embeddings the head stays tied.
     """
-    config = copy.deepcopy(teacher.config)
-    config.num_hidden_layers = len(indices)
-    if getattr(config, "layer_types", None) is not None:
-        config.layer_types = [config.layer_types[i] for i in indices]
+    config = pruned_config(teacher.config, indices)  # what hangs on a layer's index, moved
     config.use_cache = True  # the exported student is a normal model; training turns it off
     with no_init_weights():  # every weight is overwritten below: skip the random init
         student = type(teacher)(config).to(torch.float32)
@@ -120,7 +118,10 @@ def student_from_teacher(teacher: PreTrainedModel, indices: list[int]) -> PreTra
     for j, i in enumerate(indices):
         for key, value in teacher_blocks[i].state_dict().items():
             state[f"{prefix}{j}.{key}"] = value
-    student.load_state_dict(state, strict=True)  # copies: no storage shared with the teacher
+    try:
+        student.load_state_dict(state, strict=True)  # copies: no storage shared with the teacher
+    except RuntimeError as error:
+        raise unfitting_layers_error(type(teacher).__name__, indices, error) from error
     student.tie_weights()
     return student
 
@@ -249,7 +250,7 @@ def check_vocabularies(
     if student_tokenizer is not None and student_tokenizer.get_vocab() != tokenizer.get_vocab():
         diff = set(student_tokenizer.get_vocab().items()) ^ set(tokenizer.get_vocab().items())
         example = sorted(diff, key=str)[:3]
-        raise ValueError(
+        raise Refused(
             "the student's tokenizer differs from the teacher's (e.g. "
             f"{example}); logit distillation needs one shared tokenizer. Use a student of the "
             "teacher's family, or build it from the teacher (student.num_layers=...)"
@@ -258,7 +259,7 @@ def check_vocabularies(
     for role, model in (("teacher", teacher), ("student", student)):
         size = model.get_input_embeddings().num_embeddings
         if size < needed:
-            raise ValueError(
+            raise Refused(
                 f"the {role}'s vocabulary has {size} rows but the tokenizer has {needed} tokens: "
                 "the two do not belong together (different tokenizers)"
             )

@@ -19,7 +19,9 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.strategies import DeepSpeedStrategy, FSDPStrategy
 from torch import nn
 
+from lightning_kd.models.heads import final_hidden
 from lightning_kd.models.positions import max_positions, position_error
+from lightning_kd.utils.refusal import Refused
 
 SAMPLE_TOKENS = 8
 
@@ -32,7 +34,7 @@ def check_block_size(block_size: int, module: LightningModule) -> None:
             continue
         limit = max_positions(getattr(module, role).config)
         if error := position_error("data.block_size", block_size, limit, f"the {role}"):
-            raise ValueError(error)
+            raise Refused(error)
 
 
 def captured_widths(module: LightningModule, role: str) -> dict[str, int]:
@@ -63,7 +65,7 @@ def check_features(module: LightningModule) -> None:
         for role in roles:
             path = getattr(pair, role)
             if path not in widths[role]:
-                raise ValueError(
+                raise Refused(
                     f"distill.features: the {role} module {path!r} never runs in the training "
                     "step, so its feature loss could not be computed: the step runs the model's "
                     "body (base_model) and the chunked loss applies the output head itself. "
@@ -79,13 +81,51 @@ def check_features(module: LightningModule) -> None:
             else (got[1], got[1])
         )
         if got != expected:
-            raise ValueError(
+            raise Refused(
                 f"distill.features pair {pair.student} -> {pair.teacher}: the modules output "
                 f"{got[0]} and {got[1]} wide features, but the projector was built for "
                 f"{expected[0]} -> {expected[1]} (widths read off the module structure); "
                 "match modules whose output is the residual stream (decoder layers, norms) or "
                 "a linear layer"
             )
+
+
+def check_causal(module: LightningModule) -> None:
+    """Each causal LM (teacher, student) predicts a token from the ones before it alone: its
+    outputs at the first positions do not move when the last token changes. A model whose
+    attention reads both ways (a BERT-like encoder loaded as a causal LM, a config of one's own)
+    would train a student on logits that saw the tokens they predict."""
+    distiller = module.distiller
+    if distiller.task.name != "causal_lm":
+        return
+    for role in ("teacher", "student"):
+        model = getattr(distiller, role)
+        if model is None:  # a cached teacher: its writer ran the same check's model
+            continue
+        vocab = model.get_input_embeddings().num_embeddings
+        ids = torch.arange(SAMPLE_TOKENS, device=module.device).remainder(vocab).unsqueeze(0)
+        changed = ids.clone()
+        changed[0, -1] = (changed[0, -1] + 1) % vocab
+        outputs = [final_hidden_eval(model, row) for row in (ids, changed)]
+        before, after = (output[:, :-1].float() for output in outputs)
+        if not torch.allclose(before, after, rtol=1e-3, atol=1e-4 * before.abs().max()):
+            raise Refused(
+                f"the {role} ({type(model).__name__}) is not causal: its outputs at the first "
+                "positions change with the last token, so its logits would see the tokens they "
+                "predict. Distil a decoder-only causal LM, or an encoder with teacher.task=encoder"
+            )
+
+
+def final_hidden_eval(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    """``model``'s final hidden states for ``ids`` in eval mode (no dropout), its mode restored."""
+    training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+            return final_hidden(model, batch, logits=False)
+    finally:
+        model.train(training)
 
 
 class Preflight(Callback):
@@ -104,6 +144,7 @@ class Preflight(Callback):
         # features are checked by the first step itself (the capture errors name the module).
         if not isinstance(trainer.strategy, FSDPStrategy | DeepSpeedStrategy):
             check_features(module)
+            check_causal(module)
         self.done = True
 
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:

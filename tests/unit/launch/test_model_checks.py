@@ -37,3 +37,37 @@ def test_a_model_setting_the_run_would_refuse_is_refused_with_the_config(overrid
 def test_the_shipped_configs_pass() -> None:
     for overrides in ([], ["debug=smoke"], ["debug=smoke", "student.layers=importance"]):
         assert model_setting_errors(compose_config(overrides)) == []
+
+
+BERT = "{model_type: bert, vocab_size: 257, hidden_size: 32, num_hidden_layers: 2, num_attention_heads: 4, intermediate_size: 64}"  # noqa: E501
+T5 = "{model_type: t5, vocab_size: 257, d_model: 32, num_layers: 2, num_heads: 4, d_ff: 64}"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        # BertLMHeadModel trained to exit 0 with attention both ways (distill.chunked=false)
+        (
+            ["~teacher.config", f"+teacher.config={BERT}"],
+            "teacher.config: a bert model reads its text both ways",
+        ),
+        ([f"student.config={BERT}"], "student.config: a bert model reads its text both ways"),
+        # a transformers traceback listing several hundred classes
+        (
+            ["~teacher.config", f"+teacher.config={T5}"],
+            "teacher.config: an encoder-decoder model (t5) is not",
+        ),
+    ],
+)
+def test_a_model_that_is_no_causal_lm_is_refused_before_it_loads(overrides, message) -> None:
+    errors = model_setting_errors(compose_config(["debug=smoke", *overrides]))
+    assert len(errors) == 1 and message in errors[0], errors
+    encoder = ["debug=smoke", "~teacher.config", f"+teacher.config={BERT}", "teacher.task=encoder"]
+    assert model_setting_errors(compose_config(encoder)) == []
+
+
+def test_a_moved_layer_scaled_by_its_index_is_refused_before_it_loads() -> None:
+    gpt2 = "{model_type: gpt2, vocab_size: 257, n_embd: 32, n_layer: 4, n_head: 4, scale_attn_by_inverse_layer_idx: true}"  # noqa: E501
+    swap = ["debug=smoke", "~teacher.config", f"+teacher.config={gpt2}"]
+    errors = model_setting_errors(compose_config(swap))
+    assert len(errors) == 1 and "teacher layer 3 as student layer 1" in errors[0], errors

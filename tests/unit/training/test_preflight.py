@@ -8,7 +8,9 @@ import pytest
 
 from lightning_kd.launch.checks import config_errors
 from lightning_kd.launch.config import compose_config
+from lightning_kd.models.loading import TeacherSpec
 from lightning_kd.training.preflight import Preflight
+from lightning_kd.utils.refusal import Refused
 from tests.conftest import make_datamodule, make_module, make_trainer
 
 
@@ -41,3 +43,19 @@ def test_an_encoder_teacher_without_features_is_refused_up_front() -> None:
     assert any(
         e.startswith("teacher.task=encoder with distill.features unset") for e in config_errors(cfg)
     )
+
+
+def test_a_causal_lm_whose_attention_reads_both_ways_is_refused(corpus: Path) -> None:
+    """A BERT built as a causal LM from Python (past the launch's config check): its logits see
+    the tokens they predict, and the run trained to exit 0 with distill.chunked=false."""
+    bert = {
+        "model_type": "bert",
+        "vocab_size": 257,
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "intermediate_size": 64,
+    }
+    teacher = TeacherSpec(path=None, config=bert, dtype="float32")
+    with pytest.raises(Refused, match=r"the teacher \(BertLMHeadModel\) is not causal"):
+        fit(teacher, corpus, chunked=False)

@@ -1,0 +1,78 @@
+"""The config of a model that keeps some of its layers: what a layer is may hang on its index.
+
+A copied layer must compute in the student what it computed in the teacher. Most architectures
+decide everything per layer from the layer's weights, but some read it off the layer's index in
+the config, which the copy changes (teacher layer 3 becomes student layer 1):
+
+- per-layer lists (``layer_types``: sliding or full attention in Gemma, Qwen, Mistral;
+  ``no_rope_layers``: SmolLM3's layers without rotary positions) — taken at the kept indices;
+- Qwen2-MoE / Qwen3-MoE choose sparse or dense MLPs by index (``decoder_sparse_step``,
+  ``mlp_only_layers``) — rewritten as the dense layers' new indices, one step;
+- GPT-2's ``scale_attn_by_inverse_layer_idx`` scales attention by 1 / (index + 1) with nothing
+  in the config to undo it — refused unless every kept layer keeps its index.
+
+A kind of layer that still differs shows as the copied weights not fitting the student built from
+the config (a MoE scheme of another family): refused naming the layers, not a ``load_state_dict``
+traceback.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from transformers import PretrainedConfig
+
+PER_LAYER = ("layer_types", "no_rope_layers")
+"""Config lists with one entry per layer, in layer order."""
+
+
+def pruned_config(config: PretrainedConfig, indices: list[int]) -> PretrainedConfig:
+    """``config`` for a model of the layers ``indices`` of the one it describes, each computing
+    what it computed there."""
+    check_index_scaling(config, indices)
+    config = copy.deepcopy(config)
+    for name in PER_LAYER:
+        values = getattr(config, name, None)
+        if isinstance(values, list | tuple) and len(values) == config.num_hidden_layers:
+            setattr(config, name, [values[i] for i in indices])
+    if hasattr(config, "decoder_sparse_step") and hasattr(config, "mlp_only_layers"):
+        dense = [not sparse_mlp(config, i) for i in indices]
+        config.mlp_only_layers = [j for j, is_dense in enumerate(dense) if is_dense]
+        config.decoder_sparse_step = 1
+    config.num_hidden_layers = len(indices)
+    return config
+
+
+def sparse_mlp(config: PretrainedConfig, index: int) -> bool:
+    """Whether Qwen2-MoE / Qwen3-MoE give layer ``index`` its experts (their own rule)."""
+    experts = getattr(config, "num_experts", 0) or 0
+    step = config.decoder_sparse_step
+    return index not in config.mlp_only_layers and experts > 0 and (index + 1) % step == 0
+
+
+def check_index_scaling(config: PretrainedConfig, indices: list[int]) -> None:
+    """Refuse GPT-2's attention scaled by its layer's index where a kept layer moves."""
+    if not getattr(config, "scale_attn_by_inverse_layer_idx", False):
+        return
+    moved = [(i, j) for j, i in enumerate(indices) if i != j]
+    if moved:
+        raise ValueError(
+            "the teacher scales each layer's attention by 1 / (layer index + 1) "
+            "(scale_attn_by_inverse_layer_idx=true), and a copied layer would take another index "
+            f"(teacher layer {moved[0][0]} as student layer {moved[0][1]}), so it would compute "
+            "something else: keep the first layers (student.layers=[0, 1, ...]), or build the "
+            "student from student.config or student.path"
+        )
+
+
+def unfitting_layers_error(model: str, indices: list[int], error: Exception) -> ValueError:
+    """The refusal for copied layers the student's config builds otherwise (``error``: the
+    strict ``load_state_dict``'s)."""
+    first = str(error).splitlines()[1:2] or [str(error)]
+    return ValueError(
+        f"the teacher's layers {indices} do not fit a {model} built with {len(indices)} layers: "
+        f"its config makes a layer's kind depend on its index (dense or mixture-of-experts, "
+        f"e.g.), and the copies land at other indices ({first[0].strip()[:200]}). Choose layers "
+        "of the kinds the first ones have (student.layers=[...]), or build the student from "
+        "student.config or student.path"
+    )

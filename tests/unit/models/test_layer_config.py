@@ -1,0 +1,55 @@
+"""A student of some of the teacher's layers: what hangs on a layer's index moves with it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, GPT2Config, Qwen2MoeConfig, SmolLM3Config
+
+from lightning_kd.models.layer_config import pruned_config
+from lightning_kd.models.student import student_from_teacher
+
+SMALL = {"vocab_size": 64, "hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2}
+
+
+def test_smollm3_layers_keep_their_rotary_positions_or_their_lack() -> None:
+    """SmolLM3's last layer of four has no rotary positions: copied as the student's second it
+    kept the teacher's list, [1, 1, 1, 0], and ran with them (a silent other function)."""
+    config = SmolLM3Config(num_hidden_layers=4, intermediate_size=64, pad_token_id=0, **SMALL)
+    assert config.no_rope_layers == [1, 1, 1, 0]
+    teacher = AutoModelForCausalLM.from_config(config)
+    student = student_from_teacher(teacher, [0, 3])
+    assert student.config.no_rope_layers == [1, 0]
+    assert [layer.self_attn.use_rope for layer in student.model.layers] == [1, 0]
+
+
+@pytest.mark.parametrize("indices", [[0, 3], [1, 2], [2, 1, 0]])
+def test_qwen2_moe_layers_keep_their_kind(indices: list[int]) -> None:
+    """Every second layer has experts (decoder_sparse_step=2): layers [1, 2] crashed in
+    load_state_dict, a sparse layer copied where the student's config built a dense one."""
+    config = Qwen2MoeConfig(
+        num_hidden_layers=4,
+        decoder_sparse_step=2,
+        intermediate_size=64,
+        moe_intermediate_size=16,
+        shared_expert_intermediate_size=16,
+        num_experts=4,
+        num_experts_per_tok=2,
+        **SMALL,
+    )
+    torch.manual_seed(0)
+    teacher = AutoModelForCausalLM.from_config(config)
+    student = student_from_teacher(teacher, indices)
+    kinds = [type(layer.mlp).__name__ for layer in teacher.model.layers]
+    assert [type(layer.mlp).__name__ for layer in student.model.layers] == [
+        kinds[i] for i in indices
+    ]
+    assert student.config.decoder_sparse_step == 1
+
+
+def test_gpt2_attention_scaled_by_the_layer_index_refuses_a_moved_layer() -> None:
+    config = GPT2Config(n_layer=4, n_embd=32, n_head=4, vocab_size=64)
+    config.scale_attn_by_inverse_layer_idx = True
+    with pytest.raises(ValueError, match=r"teacher layer 3 as student layer 1"):
+        pruned_config(config, [0, 3])
+    assert pruned_config(config, [0, 1]).num_hidden_layers == 2  # the first layers keep theirs
