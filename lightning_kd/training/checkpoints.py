@@ -207,12 +207,22 @@ def check_trainable_keys(
     """Refuse a checkpoint that lacks any weight of ``own`` but those rebuilt on load, naming
     the student settings that differ from the checkpoint's (``changes``) where known."""
     missing = [k for k in own if not is_rebuilt(k, student_keys) and k not in saved]
+    which = "; ".join(changes) if changes else "a different student configuration"
     if missing:
-        which = "; ".join(changes) if changes else "a different student configuration"
         raise KeyError(
             f"checkpoint lacks {len(missing)} student weights (e.g. {missing[:3]}): it was "
             f"saved from another student ({which}). Resume with the checkpoint's student "
             "settings, or start a new run"
+        )
+    resized = [k for k in own if k in saved and saved[k].shape != own[k].shape]
+    # A LoRA adapter's scale (alpha / r) and dropout live in no weight: the same keys and
+    # shapes would resume at another scale, the student jumping mid-run.
+    lora = [change for change in changes if change.startswith("student.lora")]
+    if resized or lora:
+        shown = f"{resized[0]}: checkpoint {tuple(saved[resized[0]].shape)}" if resized else ""
+        raise CheckpointError(
+            f"the checkpoint was saved from another student ({which}{'; ' if shown else ''}"
+            f"{shown}). Resume with the checkpoint's student settings, or start a new run"
         )
 
 

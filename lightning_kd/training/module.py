@@ -48,6 +48,7 @@ from lightning_kd.training.repair import BlockwiseRepair
 from lightning_kd.training.strategies import ROLE, loss_divisor, window_ends
 from lightning_kd.utils.compat import exclude_from_ddp, silence_eval_mode_warning
 from lightning_kd.utils.plain_data import as_spec, plain_data
+from lightning_kd.utils.rng import rng_state, set_rng_state
 
 
 class DistillationModule(LightningModule):
@@ -84,6 +85,8 @@ class DistillationModule(LightningModule):
         """The untrained student's validation metrics (``validate_before``), kept in checkpoints."""
         self.tokens_seen = 0
         """Scored training tokens so far, over all ranks."""
+        self.resumed_rng: dict[str, Any] | None = None
+        """A resumed checkpoint's random state, put back before its first batch."""
         self.fit_validation: tuple[int, dict[str, float]] | None = None
         """``(global_step, metrics)`` of the latest validation inside ``fit``."""
         self.teacher_digest: str | None = None
@@ -181,6 +184,11 @@ class DistillationModule(LightningModule):
         # Lightning asks once per stage (validate, then fit): one repair stage is enough.
         return [BlockwiseRepair()] if self.distill.blockwise_passes and not attached else []
 
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        if self.resumed_rng is not None:
+            set_rng_state(self.resumed_rng)
+            self.resumed_rng = None
+
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         # Numbers the micro-batch for distill.on_policy: the same draws again after a resume.
         step = self.global_step
@@ -269,6 +277,7 @@ class DistillationModule(LightningModule):
         drop_rebuilt(checkpoint["state_dict"], self.rebuilt_student_keys)
         checkpoint["tokens_seen"] = self.tokens_seen
         checkpoint["validation_before"] = self.before  # a resume reports them without rerunning
+        checkpoint["rng"] = rng_state()  # dropout (a LoRA adapter's, GPT-2's) goes on as it was
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state, own = checkpoint["state_dict"], self.state_dict()
@@ -281,6 +290,9 @@ class DistillationModule(LightningModule):
             state.update(rebuilt)
         self.tokens_seen = checkpoint.get("tokens_seen", 0)
         self.before = dict(checkpoint.get("validation_before", {}))
+        # Put back at the first resumed batch: a loader's iterator, made as the fit restarts,
+        # draws from the generator first (the run it continues drew that at step 0).
+        self.resumed_rng = checkpoint.get("rng") if self._trainer is not None else None
 
     @rank_zero_only
     def export_student(self, directory: str) -> None:

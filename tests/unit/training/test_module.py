@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader
 from lightning_kd.data.batches import Unscored
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.models.loading import StudentSpec, TeacherSpec, byte_tokenizer
+from lightning_kd.training.checkpoints import CheckpointError
 from lightning_kd.training.module import DistillationModule
 from tests.conftest import make_datamodule, make_module, make_trainer
 from tests.unit.models.test_encoder import TINY_BERT
@@ -135,6 +136,46 @@ def test_a_resume_with_another_student_names_the_setting(tiny_teacher, corpus, t
     deeper = make_module(tiny_teacher, student={"num_layers": 3})
     with pytest.raises(KeyError, match=r"student\.num_layers: checkpoint 2, this run 3"):
         make_trainer(tmp_path, max_steps=2).fit(deeper, dm, ckpt_path=path)
+
+
+@pytest.mark.parametrize(
+    ("lora", "message"),
+    [
+        ({"r": 4, "alpha": 16}, r"student\.lora: checkpoint .*'alpha': 8.*this run .*'alpha': 16"),
+        ({"r": 8, "alpha": 8}, r"lora_A\.default\.weight: checkpoint \(4, 32\)"),
+    ],
+)
+def test_a_resume_with_another_lora_is_refused(tiny_teacher, corpus, tmp_path, lora, message):
+    """Another alpha (or dropout) resumed at another adapter scale, silently; another r was a
+    load_state_dict size-mismatch traceback."""
+    pytest.importorskip("peft")
+    dm = make_datamodule([corpus])
+    first = make_module(tiny_teacher, student={"lora": {"r": 4, "alpha": 8}})
+    path = one_step_checkpoint(first, dm, tmp_path, "lora.ckpt")
+    other = make_module(tiny_teacher, student={"lora": lora})
+    with pytest.raises(CheckpointError, match=message):
+        make_trainer(tmp_path, max_steps=2).fit(other, dm, ckpt_path=path)
+
+
+def test_a_resume_draws_the_dropout_the_run_would_have(tiny_teacher, corpus, tmp_path) -> None:
+    """The random state is checkpointed and put back before the first resumed batch (after the
+    loader's iterator drew from it): a resume restarted the generators from the seed, so a LoRA
+    adapter's dropout (or a GPT-2 student's) drew step 0's masks again, and drifted. (The whole
+    run through the CLI, interrupted and resumed with LoRA dropout 0.1: bit-identical.)"""
+    dm = make_datamodule([corpus])
+    path = one_step_checkpoint(make_module(tiny_teacher), dm, tmp_path, "rng.ckpt")
+    saved = torch.load(path, weights_only=True)["rng"]["cpu"]
+    seen, resumed = [], make_module(tiny_teacher)
+    step = resumed.training_step
+
+    def drawing_step(*args, **kwargs):
+        seen.append(torch.get_rng_state())  # what the step's dropout draws from
+        return step(*args, **kwargs)
+
+    resumed.training_step = drawing_step
+    torch.manual_seed(123)  # whatever the process drew since
+    make_trainer(tmp_path, max_steps=2).fit(resumed, dm, ckpt_path=path)
+    assert torch.equal(seen[0], saved)
 
 
 def test_a_resume_reports_the_validation_before_training_from_its_checkpoint(
