@@ -97,7 +97,9 @@ def rope(config: PretrainedConfig) -> tuple[float, str]:
     ``rope_theta`` and ``rope_scaling``)."""
     parameters = getattr(config, "rope_parameters", None) or {}
     scaling = getattr(config, "rope_scaling", None) or {}
-    theta = parameters.get("rope_theta", getattr(config, "rope_theta", 10000.0))
+    # A scaling given through student.config leaves rope_parameters without its base (and the
+    # attribute None): transformers' default base, not float(None).
+    theta = parameters.get("rope_theta") or getattr(config, "rope_theta", None) or 10000.0
     kind = parameters.get("rope_type") or scaling.get("rope_type") or scaling.get("type")
     return float(theta), kind or "default"
 

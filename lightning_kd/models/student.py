@@ -141,6 +141,7 @@ def build_student(
             )
     elif spec.config is not None:
         student = model_from_config(spec.config, task, teacher.config, "student.config")
+        student.config.use_cache = True  # not the loaded teacher's false: an exported model
     elif spec.source is not None:
         source = load_teacher(TeacherSpec(path=spec.source, dtype="float32", task=task))
         layer_map = student_layer_indices(spec, source.config.num_hidden_layers)

@@ -171,6 +171,17 @@ def test_llama_variants_it_does_not_write_are_named() -> None:
     assert "hidden_act is 'gelu'" in errors[1] and "attention_bias is True" in errors[0]
 
 
+def test_a_rope_scaling_given_without_its_base_is_refused_not_a_crash() -> None:
+    """student.config={rope_scaling: {rope_type: linear, ...}} leaves the base unset: float(None)
+    was a TypeError in the pre-training check."""
+    config = {**TINY_LLAMA_CONFIG, "vocab_size": 257}
+    model = model_from_config(config, "causal_lm")
+    model.config.rope_parameters = {"rope_type": "linear", "factor": 2.0}
+    model.config.rope_theta = None
+    errors = architecture_errors(model.config)
+    assert any("linear" in error for error in errors), errors
+
+
 def test_a_tokenizer_a_gguf_cannot_express_is_refused(tmp_path) -> None:
     model = model_from_config({**TINY_LLAMA_CONFIG, "vocab_size": 257}, "causal_lm")
     lowercasing = byte_tokenizer()

@@ -154,6 +154,8 @@ def test_student_from_config_and_from_path(tiny_teacher: TeacherSpec, tmp_path) 
     teacher = load_teacher(tiny_teacher)
     random = build_student(StudentSpec(config={"num_hidden_layers": 1}), teacher, "causal_lm")
     assert random.student.config.num_hidden_layers == 1 and random.layer_map is None
+    # not the loaded teacher's use_cache=false: an exported student generates with its KV cache
+    assert teacher.config.use_cache is False and random.student.config.use_cache is True
     random.student.save_pretrained(tmp_path / "s")
     loaded = build_student(StudentSpec(path=str(tmp_path / "s")), teacher, "causal_lm").student
     assert loaded.training, "from_pretrained returns eval mode; the student must train"
