@@ -41,6 +41,7 @@ from lightning_kd.evaluation.prompts import markdown as prompts_markdown
 from lightning_kd.evaluation.saved_models import model_location
 from lightning_kd.launch.entry import Length, check_entry
 from lightning_kd.launch.paths import out_file_errors
+from lightning_kd.models.files import saved_model_errors
 from lightning_kd.models.positions import saved_positions
 from lightning_kd.utils.atomic import atomic_write_bytes
 
@@ -151,7 +152,9 @@ def check(args: argparse.Namespace) -> list:
         name: lambda name=name: saved_positions(model_location(name, keys[name])) for name in names
     }
     read, read_errors = read_inputs(args)
+    judge = None if args.prompts is None else args.teacher
     extra = out_file_errors("--out", args.out, ours=is_record) + read_errors
+    extra += model_errors(args.models, judge)  # weights and tokenizer where they are saved
     lengths = [Length(key, tokens, limits)]
     check_entry(command="evaluate", options=numbers, lengths=lengths, extra=extra)
     return read
@@ -234,7 +237,10 @@ def model_errors(models: list[str], teacher: str | None) -> list[str]:
     errors = []
     for name, key in named:
         try:
-            model_location(name, key)
+            location = Path(model_location(name, key))
         except (OSError, ValueError) as error:
             errors.append(str(error))
+            continue
+        if location.is_dir():  # a hub id is for from_pretrained to find
+            errors += saved_model_errors(location, key, tokenizer=True)
     return errors

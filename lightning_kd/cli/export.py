@@ -17,6 +17,7 @@ from pathlib import Path
 from lightning_kd.export.gguf import GGUF_TYPES, export_saved, gguf_path
 from lightning_kd.launch.entry import check_entry
 from lightning_kd.launch.paths import out_file_errors
+from lightning_kd.models.files import saved_model_errors
 from lightning_kd.models.sources import is_gguf
 
 
@@ -52,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> Path:
 def directory_errors(directory: Path) -> list[str]:
     """Why ``directory`` is not a saved model to convert (missing, or no ``config.json``)."""
     if (directory / "config.json").is_file():
-        return []
+        return saved_model_errors(directory, "the directory", tokenizer=True)
     what = (
         "has no config.json"
         if directory.is_dir()

@@ -25,8 +25,14 @@ def judge_prompts(
     """Rows of scores for ``teacher`` and each of ``models`` on ``prompts`` (every model must
     share the teacher's tokenizer, which needs a chat template)."""
     tokenizer = load_tokenizer(teacher)
-    if tokenizer.chat_template is None:
-        raise ValueError(f"--teacher {teacher}'s tokenizer has no chat template")
+    if tokenizer.chat_template is None:  # the prompts are conversations, put as it was taught
+        refuse(
+            [
+                f"--teacher {teacher}'s tokenizer has no chat template, so the prompts cannot be "
+                "put to it as conversations: judge with an instruction-tuned model (smollm2), "
+                "or score text with --files"
+            ]
+        )
     check_room(
         [*models, teacher], [len(ids) for ids in prompt_ids(tokenizer, prompts)], max_new_tokens
     )

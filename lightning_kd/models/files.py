@@ -71,3 +71,28 @@ def diagnosis(error: Exception, location: Path) -> tuple[str | None, list[Path]]
 def weight_files(location: Path, pattern: str) -> list[Path]:
     """The files of ``location`` (a folder) that match ``pattern``, or none when it is not one."""
     return sorted(location.glob(pattern)) if location.is_dir() else []
+
+
+WEIGHTS = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "*.bin.index.json")
+"""What ``from_pretrained`` reads weights from (sharded or not)."""
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
+"""One of these makes a tokenizer (a fast one's, SentencePiece's, BPE's, WordPiece's)."""
+
+
+def saved_model_errors(directory: Path, key: str, tokenizer: bool) -> list[str]:
+    """Why ``directory`` (a ``save_pretrained`` directory with its config.json) cannot be loaded
+    as a model — and, with ``tokenizer``, as its tokenizer — before ``from_pretrained`` says so
+    in a traceback (whose advice for a missing tokenizer was to install sentencepiece)."""
+    errors = []
+    if not any(next(directory.glob(pattern), None) for pattern in WEIGHTS):
+        errors.append(
+            f"{key} {directory} has a config.json but no weights (model.safetensors or "
+            "pytorch_model.bin): give the directory save_pretrained wrote whole"
+        )
+    if tokenizer and not any((directory / name).is_file() for name in TOKENIZER_FILES):
+        errors.append(
+            f"{key} {directory} has no tokenizer (tokenizer.json, tokenizer.model, ...): save "
+            "the tokenizer it was trained with beside it (AutoTokenizer.from_pretrained(<its "
+            f"teacher>).save_pretrained('{directory}'))"
+        )
+    return errors

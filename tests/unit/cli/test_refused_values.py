@@ -25,10 +25,12 @@ POSITIONS = 64
 
 @pytest.fixture
 def weightless(tmp_path: Path) -> Path:
-    """A GPT-2 of 64 positions saved without its weights (config and tokenizer only)."""
+    """A GPT-2 of 64 positions saved without its weights: config, tokenizer, and a weights file
+    that is no safetensors (whatever loads it fails: the refusals come before)."""
     path = tmp_path / "weightless"
     config = GPT2Config(vocab_size=257, n_embd=32, n_layer=2, n_head=4, n_positions=POSITIONS)
     config.save_pretrained(path)
+    (path / "model.safetensors").write_bytes(b"not loaded")
     tokenizer = byte_tokenizer()
     tokenizer.chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}"
     tokenizer.save_pretrained(path)
@@ -574,6 +576,16 @@ def test_export_refuses_before_loading(case, weightless, capsys) -> None:
     argv = ["export", *(word.format(**fill) for word in argv)]
     assert_refused(argv, [text.format(**fill) for text in named], capsys)
     assert not list(weightless.parent.glob("*.gguf"))
+
+
+def test_a_saved_model_missing_its_weights_or_tokenizer_is_refused(weightless, text, capsys):
+    """transformers' own errors came after the check, as tracebacks; for a missing tokenizer its
+    advice was to install sentencepiece."""
+    (weightless / "model.safetensors").unlink()
+    (weightless / "tokenizer.json").unlink()
+    named = ["has a config.json but no weights", "has no tokenizer (tokenizer.json"]
+    assert_refused(["evaluate", "--files", str(text), "--", str(weightless)], named, capsys)
+    assert_refused(["export", str(weightless), "--gguf", "f16"], named, capsys)
 
 
 def test_models_swallowed_by_files_are_explained(capsys) -> None:
