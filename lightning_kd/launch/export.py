@@ -15,7 +15,7 @@ from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from transformers import AutoConfig, PretrainedConfig
 
-from lightning_kd.export.gguf import GGUF_TYPES, architecture_errors, export_saved
+from lightning_kd.export.gguf import GGUF_TYPES, architecture_errors, export_saved, gguf_path
 from lightning_kd.export.gguf_vocab import gguf_vocabulary
 from lightning_kd.launch.rules import lookup
 from lightning_kd.models.loading import StudentSpec, TeacherSpec
@@ -77,7 +77,14 @@ def export_gguf(cfg: Mapping, student_dir: Path, then: str) -> Path | None:
     """Write ``export.gguf``'s GGUF of the exported student in ``student_dir`` (on rank 0, where
     the export is written); ``then`` follows a full disk. Returns its path (None: not asked)."""
     kind = gguf_kind(cfg)
-    if kind is None or rank_zero_only.rank != 0:
+    if rank_zero_only.rank != 0:
+        return None
+    for other in GGUF_TYPES:  # a resumed run's earlier GGUF is of the student before it trained
+        stale = gguf_path(student_dir, other)
+        if other != kind and stale.is_file():
+            stale.unlink()
+            print(f"removed {stale}: the GGUF of the student before this run's last steps")
+    if kind is None:
         return None
     path = export_saved(student_dir, kind, then=then)
     print(f"GGUF ({kind}) of the student: {path}")

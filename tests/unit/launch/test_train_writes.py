@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 import transformers.modeling_utils
+from omegaconf import OmegaConf
 from safetensors import SafetensorError
 
+from lightning_kd.launch.export import export_gguf
 from lightning_kd.launch.train import export_student
 from tests.conftest import make_module
 
@@ -45,3 +47,19 @@ def test_a_student_path_that_is_a_file_fails_the_export(tiny_teacher, tmp_path: 
         export_student(module, directory)
     export_student(module, tmp_path / "fine")
     assert (tmp_path / "fine" / "config.json").is_file()
+
+
+def test_a_resumed_run_leaves_no_gguf_of_its_earlier_student(tiny_teacher, tmp_path: Path):
+    """A resume with another export.gguf (or none) left the first GGUF, of the student before
+    the resumed steps, beside the new one, and the summary listed it as written."""
+    module = make_module(tiny_teacher)
+    module.configure_model()
+    student = tmp_path / "student"
+    export_student(module, student)
+    stale = tmp_path / "student.q8_0.gguf"
+    stale.write_bytes(b"the student before the resumed steps")
+    written = export_gguf(OmegaConf.create({"export": {"gguf": "f16"}}), student, "then")
+    assert written == tmp_path / "student.f16.gguf" and written.is_file()
+    assert not stale.exists()
+    assert export_gguf(OmegaConf.create({"export": {"gguf": None}}), student, "then") is None
+    assert not written.exists()
