@@ -166,6 +166,8 @@ def moved_paths(saved: dict[str, Any], current: dict[str, Any], found: list[str]
     if not any(line.startswith("teacher.") for line in found):
         return []
     paths = (saved.get("teacher", {}).get("path"), current["teacher"]["path"])
+    if paths == (None, None):  # teachers built from teacher.config: no place to show
+        return []
     return [f"teacher.path: checkpoint {paths[0]!r}, this run {paths[1]!r}"]
 
 
