@@ -25,6 +25,7 @@ from lightning_kd.losses.cross_top import TeacherSide, TeacherTop, teacher_top
 from lightning_kd.losses.cross_vocab import CrossTeacher, cross_records, twins
 from lightning_kd.losses.logits import next_token_targets
 from lightning_kd.models.heads import check_head, final_hidden
+from lightning_kd.utils.refusal import Refused
 
 MetricSums = dict[str, tuple[Tensor, Tensor]]
 
@@ -118,7 +119,7 @@ class CrossTokenizer:
     def check(self, view: TeacherView) -> None:
         """Refuse a pair of tokenizers whose texts disagree beyond normalisation."""
         if view.share < self.min_aligned:
-            raise ValueError(
+            raise Refused(
                 f"the teacher's tokenizer spells back {view.share:.1%} of the student's text "
                 f"(distill.cross_min_aligned={self.min_aligned}): the two tokenizers normalise "
                 "the text differently (case, Unicode forms, whitespace), so too few positions can "

@@ -8,6 +8,7 @@ from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.models.loading import TeacherSpec, load_tokenizer
 from lightning_kd.models.student import same_tokenizer
+from lightning_kd.utils.refusal import Refused
 
 
 def teacher_tokenizer_for(
@@ -28,7 +29,7 @@ def teacher_tokenizer_for(
         return None
     copied = student is not None and student.source is not None
     if errors := distill.cross_errors(repairs_from_source=copied, main=main):
-        raise ValueError(
+        raise Refused(
             "cross-tokenizer distillation (the student's tokenizer is not the teacher's, or "
             "distill.cross_tokenizer=always) cannot serve this config: " + "; ".join(errors)
         )
