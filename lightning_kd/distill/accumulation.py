@@ -61,7 +61,7 @@ class Window:
         tokens = totals["tokens"].clamp(min=1)
         names = [name for name in totals if name not in ("tokens", "ce_trained")]
         means = {name: (totals[name] / tokens).float() for name in names}
-        trained_ce = (totals.get("ce_trained", totals["ce"]) / tokens).float()
+        trained_ce = (totals["ce_trained"] / tokens).float()
         return {"loss": objective.combine(means["kd"], trained_ce) + means["features"], **means}
 
     @staticmethod

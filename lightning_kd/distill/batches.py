@@ -18,9 +18,9 @@ NEEDED = {"causal_lm": ("input_ids", "attention_mask", "labels"), "encoder": ("i
 
 
 def checked_batch(batch: dict[str, Tensor], task: str) -> dict[str, Tensor]:
-    """``batch`` with its labels masked (−100) wherever the attention mask leaves a position
-    out or the position before it: no pad is a target, and no pad's output is scored. Raises a
-    ``ValueError`` naming what is missing or misshapen."""
+    """``batch`` (of a ``task``'s), a causal LM's with its labels masked (−100) wherever the
+    attention mask leaves a position out or the position before it: no pad is a target, and no
+    pad's output is scored. Raises a ``ValueError`` naming what is missing or misshapen."""
     missing = [key for key in NEEDED[task] if key not in batch]
     if missing:
         raise ValueError(
@@ -42,7 +42,7 @@ def checked_batch(batch: dict[str, Tensor], task: str) -> dict[str, Tensor]:
                 f"{key} has shape {tuple(batch[key].shape)}, input_ids {tuple(ids.shape)}: "
                 "each position needs its own (labels are not shifted: the loss shifts them)"
             )
-    if "labels" not in batch or "attention_mask" not in batch:
+    if task != "causal_lm":  # an encoder scores every attended position itself
         return batch
     return {**batch, "labels": unpadded_labels(batch["labels"], batch["attention_mask"])}
 

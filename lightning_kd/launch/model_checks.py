@@ -52,8 +52,8 @@ def model_setting_errors(cfg: Mapping) -> list[str]:
         return errors + (wrong or architecture_errors(built, teacher.task, "student.config"))
     if student.path is None:
         source = base if student.source is None else spec_config(TeacherSpec(path=student.source))
-        errors += architecture_errors(source, teacher.task, "student.source")
-        errors += [] if errors else depth_errors(student, source)
+        wrong = architecture_errors(source, teacher.task, "student.source")
+        errors += wrong or depth_errors(student, source)
     return errors
 
 

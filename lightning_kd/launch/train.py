@@ -231,7 +231,8 @@ def validate_before(trainer: L.Trainer, module, datamodule, wanted: bool) -> dic
     run). Without them, the callbacks' monitors are checked on one batch before training."""
     if wanted and wraps_in_place(trainer):
         print(f"validate_before skipped: {ONE_STAGE}")
-    if not wanted or wraps_in_place(trainer):
+        wanted = False
+    if not wanted:
         check_monitors_first(trainer)
         return {}
     metrics = trainer.validate(module, datamodule, verbose=False)[0]

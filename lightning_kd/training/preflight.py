@@ -37,13 +37,18 @@ def check_block_size(block_size: int, module: LightningModule) -> None:
             raise Refused(error)
 
 
+def sample_ids(model: nn.Module, device: torch.device) -> torch.Tensor:
+    """``[1, SAMPLE_TOKENS]`` token ids ``model``'s embedding has rows for."""
+    vocab = model.get_input_embeddings().num_embeddings
+    return torch.arange(SAMPLE_TOKENS, device=device).remainder(vocab).unsqueeze(0)
+
+
 def captured_widths(module: LightningModule, role: str) -> dict[str, int]:
     """Output width of each of ``role``'s captured modules in one step-like forward of it."""
     distiller = module.distiller
     capture = distiller.captures[role]
     model = getattr(distiller, role)
-    vocab = model.get_input_embeddings().num_embeddings
-    ids = torch.arange(SAMPLE_TOKENS, device=module.device).remainder(vocab).unsqueeze(0)
+    ids = sample_ids(model, module.device)
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
     try:
         with torch.no_grad():
@@ -102,10 +107,9 @@ def check_causal(module: LightningModule) -> None:
         model = getattr(distiller, role)
         if model is None:  # a cached teacher: its writer ran the same check's model
             continue
-        vocab = model.get_input_embeddings().num_embeddings
-        ids = torch.arange(SAMPLE_TOKENS, device=module.device).remainder(vocab).unsqueeze(0)
+        ids = sample_ids(model, module.device)
         changed = ids.clone()
-        changed[0, -1] = (changed[0, -1] + 1) % vocab
+        changed[0, -1] = (changed[0, -1] + 1) % model.get_input_embeddings().num_embeddings
         outputs = [final_hidden_eval(model, row) for row in (ids, changed)]
         before, after = (output[:, :-1].float() for output in outputs)
         if not torch.allclose(before, after, rtol=1e-3, atol=1e-4 * before.abs().max()):

@@ -71,3 +71,10 @@ def test_a_moved_layer_scaled_by_its_index_is_refused_before_it_loads() -> None:
     swap = ["debug=smoke", "~teacher.config", f"+teacher.config={gpt2}"]
     errors = model_setting_errors(compose_config(swap))
     assert len(errors) == 1 and "teacher layer 3 as student layer 1" in errors[0], errors
+
+
+def test_a_copied_students_depth_is_named_with_the_other_problems() -> None:
+    overrides = ["debug=smoke", "distill.features=unifrom", "student.num_layers=5"]
+    errors = model_setting_errors(compose_config(overrides))
+    assert len(errors) == 2 and "did you mean 'uniform'?" in errors[0], errors
+    assert "student.num_layers=5 is larger than the teacher's 4 layers" in errors[1], errors
