@@ -46,6 +46,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lightning_kd.data import alignment
 from lightning_kd.models.digests import (
     config_digest,
     tokenizer_digest,
@@ -136,6 +137,9 @@ class CacheKey:
     """``digests.tokenizer_digest`` of the teacher's own tokenizer where it is not the student's
     (a cross-tokenizer cache: the teacher's top k at the student's positions, ``CROSS_NAMES``
     beside them); empty: the teacher read the student's tokens."""
+    alignment: int = 0
+    """``data.alignment.RULE`` a cross-tokenizer cache paired positions by; 0 for the same
+    tokenizer (and for cross caches written before the rule was recorded)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "features", tuple(sorted(self.features)))  # JSON gives a list
@@ -150,6 +154,8 @@ class CacheKey:
         fields = dataclasses.asdict(self)
         if not self.teacher_tokenizer:
             del fields["teacher_tokenizer"]
+        if not self.alignment:
+            del fields["alignment"]
         return fields
 
     def digest(self) -> str:
@@ -254,4 +260,5 @@ def cache_key(
         },
         features=tuple(features),
         teacher_tokenizer="" if teacher_tokenizer is None else tokenizer_digest(teacher_tokenizer),
+        alignment=0 if teacher_tokenizer is None else alignment.RULE,
     )

@@ -105,7 +105,19 @@ def _teacher_tokenizer(cache: str, run: str) -> str:
     )
 
 
-TOKENIZER_FIELDS = {"tokenizer": _tokenizer, "teacher_tokenizer": _teacher_tokenizer}
+def _alignment(cache: int, run: int) -> str:
+    return (
+        f"alignment: the cache paired the two tokenisations' positions by rule {cache}, this "
+        f"version by rule {run} (data/alignment.py RULE): its aligned positions are not this "
+        "run's"
+    )
+
+
+TOKENIZER_FIELDS = {
+    "tokenizer": _tokenizer,
+    "teacher_tokenizer": _teacher_tokenizer,
+    "alignment": _alignment,
+}
 """The key's tokenizer fields, each with its mismatch line (digests mean nothing to a reader)."""
 
 

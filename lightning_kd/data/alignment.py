@@ -28,6 +28,10 @@ from transformers import PreTrainedTokenizerBase
 from lightning_kd.data.spelling import spelled_offsets, utf8_window
 from lightning_kd.data.token_bytes import TokenBytes, token_bytes
 
+RULE = 2
+"""Which positions pair, as a number a cross-tokenizer cache records (``cache/format.py``):
+raised whenever a change pairs other positions. 2: only teacher tokens whose bytes are the text's
+(1 paired a token whose first byte the teacher rewrote, a lower-cased capital)."""
 END = "end"
 TEXT = "text"
 IGNORE_INDEX = -100
@@ -135,13 +139,14 @@ class Aligner:
                 keys.extend([None] * len(self.teacher.prefix))
                 (lo, hi), tokens = next(tokenised)
                 pieces = [self.teacher.pieces[t] if t < len(self.teacher) else b"" for t in tokens]
-                mapping, shared = spelled_offsets(event.data[lo:hi], b"".join(pieces))
-                matched += shared
+                text = event.data[lo:hi]
+                mapping = spelled_offsets(text, b"".join(pieces))
                 offset = 0
                 for token, piece in zip(tokens, pieces, strict=True):
-                    start = mapping[offset]
+                    start = spelled_at(text, piece, mapping[offset])
                     ids.append(token)
-                    keys.append((TEXT, event.start + lo + start) if piece and start >= 0 else None)
+                    keys.append((TEXT, event.start + lo + start) if start >= 0 else None)
+                    matched += len(piece) if start >= 0 else 0
                     offset += len(piece)
                 end_at = event.start + len(event.data)
             all_ids.append(ids)
@@ -188,6 +193,17 @@ class Aligner:
             scored[row, : len(t_ids) - 1] = torch.from_numpy(row_scored)
             target_bytes[row, : len(t_ids) - 1] = torch.from_numpy(row_bytes)
         return TeacherView(out_ids, mask, partner, scored, target_bytes, text_bytes, matched)
+
+
+def spelled_at(text: bytes, piece: bytes, start: int) -> int:
+    """``start``, the byte of ``text`` a teacher token's spelling maps to, if the token spells
+    ``text``'s bytes there exactly; else −1. A token whose first byte the teacher rewrote or
+    inserted (a lower-cased capital, a dummy-prefix space) maps to the byte after the last
+    shared run all the same, yet predicts other text than the student's there: it pairs with
+    nothing, and its bytes do not count as spelled back."""
+    if piece and start >= 0 and text[start : start + len(piece)] == piece:
+        return start
+    return -1
 
 
 def key_codes(keys: list[tuple[str, int] | None]) -> np.ndarray:

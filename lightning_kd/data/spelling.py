@@ -3,7 +3,7 @@ UTF-8 window a block cut mid-character leaves (``data/alignment.py`` pairs posit
 
 A teacher's tokenisation need not spell the student's bytes back exactly — a normaliser that
 rewrites characters, a dummy-prefix space — so :func:`spelled_offsets` maps each byte offset of
-the teacher's spelling to the student's where the two agree, and counts the bytes they share.
+the teacher's spelling to the student's where the two agree.
 """
 
 from __future__ import annotations
@@ -49,29 +49,28 @@ def chunks(data: bytes) -> list[bytes]:
     return CHUNK.findall(data)
 
 
-def spelled_offsets(original: bytes, spelled: bytes) -> tuple[list[int], int]:
+def spelled_offsets(original: bytes, spelled: bytes) -> list[int]:
     """Map each byte offset of ``spelled`` (0 .. len) to one of ``original`` (−1 where the two
-    disagree), and count the bytes they share. Identical strings map one to one.
+    disagree). Identical strings map one to one.
 
     Matched in two passes — chunks first (:func:`chunks`), then byte by byte inside the regions
     where chunks differ — because one byte-level ``difflib`` pass over a long row costs time
     quadratic in its length even when the two differ in a few characters (seconds per 8k-token
     row for a teacher whose normaliser composes accents)."""
     if original == spelled:
-        return list(range(len(spelled) + 1)), len(original)
+        return list(range(len(spelled) + 1))
     mapping = [-1] * (len(spelled) + 1)
     a_chunks, b_chunks = chunks(original), chunks(spelled)
     a_at, b_at = offsets(a_chunks), offsets(b_chunks)
     matcher = difflib.SequenceMatcher(None, a_chunks, b_chunks, autojunk=False)
-    matched = 0
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         a0, a1, b0, b1 = a_at[i1], a_at[i2], b_at[j1], b_at[j2]
         if tag == "equal":
-            matched += match_run(mapping, a0, b0, a1 - a0)
+            match_run(mapping, a0, b0, a1 - a0)
         elif a1 > a0 and b1 > b0:
-            matched += match_region(mapping, original[a0:a1], spelled[b0:b1], a0, b0)
+            match_region(mapping, original[a0:a1], spelled[b0:b1], a0, b0)
     mapping[len(spelled)] = len(original)  # both texts end together
-    return mapping, matched
+    return mapping
 
 
 def offsets(pieces: list[bytes]) -> list[int]:
@@ -82,36 +81,26 @@ def offsets(pieces: list[bytes]) -> list[int]:
     return at
 
 
-def match_run(mapping: list[int], a0: int, b0: int, size: int) -> int:
+def match_run(mapping: list[int], a0: int, b0: int, size: int) -> None:
     """Map ``size`` shared bytes at ``b0`` to ``a0``, both ends included (a token may start
-    right after the run); return ``size``."""
+    right after the run)."""
     for offset in range(size + 1):
         mapping[b0 + offset] = a0 + offset
-    return size
 
 
-def match_region(mapping: list[int], a: bytes, b: bytes, a0: int, b0: int) -> int:
+def match_region(mapping: list[int], a: bytes, b: bytes, a0: int, b0: int) -> None:
     """Map what ``a`` and ``b`` share byte by byte, in windows of :data:`WINDOW` bytes or so."""
     windows = -(-max(len(a), len(b)) // WINDOW)
     a_cuts = [len(a) * k // windows for k in range(windows + 1)]
     b_cuts = [len(b) * k // windows for k in range(windows + 1)]
-    return sum(
-        match_bytes(
-            mapping,
-            a[a_cuts[k] : a_cuts[k + 1]],
-            b[b_cuts[k] : b_cuts[k + 1]],
-            a0 + a_cuts[k],
-            b0 + b_cuts[k],
-        )
-        for k in range(windows)
-    )
+    for k in range(windows):
+        a_part, b_part = a[a_cuts[k] : a_cuts[k + 1]], b[b_cuts[k] : b_cuts[k + 1]]
+        match_bytes(mapping, a_part, b_part, a0 + a_cuts[k], b0 + b_cuts[k])
 
 
-def match_bytes(mapping: list[int], a: bytes, b: bytes, a0: int, b0: int) -> int:
+def match_bytes(mapping: list[int], a: bytes, b: bytes, a0: int, b0: int) -> None:
     """Map the bytes ``a`` and ``b`` (at ``a0`` and ``b0``) share, byte by byte."""
     matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    return sum(
-        match_run(mapping, a0 + i, b0 + j, size)
-        for i, j, size in matcher.get_matching_blocks()
-        if size
-    )
+    for i, j, size in matcher.get_matching_blocks():
+        if size:
+            match_run(mapping, a0 + i, b0 + j, size)

@@ -5,6 +5,7 @@ too small a k refused before training."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from lightning_kd.cache.cross_shards import cross_shard_records
 from lightning_kd.cache.narrow import narrow_cache
 from lightning_kd.cache.teacher import CachedTeacher
 from lightning_kd.cache.writer import write_cache
+from lightning_kd.data.alignment import RULE
 from lightning_kd.distill.cross_tokenizer import CrossTokenizer
 from lightning_kd.models.heads import output_head
 from lightning_kd.models.loading import model_from_config
@@ -112,6 +114,22 @@ def test_a_cache_of_another_tokenisation_or_too_small_a_k_is_refused(setup, tmp_
     )
     with pytest.raises(CacheMismatch, match=r"this run's reads its own tokenizer"):
         CachedTeacher.for_run(*args, other)
+
+
+def test_a_cache_written_by_an_older_alignment_rule_is_refused(setup, tmp_path) -> None:
+    """Its aligned positions may be ones this version no longer pairs (a lower-cased capital):
+    the key records the rule; a key without one (written before it was recorded) is rule 0."""
+    teacher, datamodule, cross = setup
+    directory = written(setup, tmp_path / "cache", k=8)
+    index = json.loads((directory / "index.json").read_text())
+    assert index["key"]["alignment"] == RULE
+    del index["key"]["alignment"]
+    (directory / "index.json").write_text(json.dumps(index))
+    args = (directory, teacher, datamodule.tokenizer, datamodule, 1.0, ())
+    with pytest.raises(
+        CacheMismatch, match=rf"alignment: the cache paired .* rule 0, .* rule {RULE}"
+    ):
+        CachedTeacher.for_run(*args, cross)
 
 
 def test_the_cache_serves_the_online_spans(setup, tmp_path) -> None:

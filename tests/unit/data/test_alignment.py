@@ -106,10 +106,36 @@ def test_a_normaliser_that_rewrites_characters_leaves_the_rest_aligned():
     aligner = Aligner(byte_tokenizer(), nfkc)
     text = "The ﬁsh and the fox"  # NFKC turns the ligature "ﬁ" (3 bytes) into "fi" (2)
     view = aligner.view(student_batch(text))
-    assert view.share == pytest.approx((len(text.encode()) - 3) / len(text.encode()))
+    # The teacher's "▁f" and "i" spell " fi" where the text has " ﬁ": those 4 bytes of the
+    # text are not spelled back (nor paired); the rest is.
+    assert view.share == pytest.approx((len(text.encode()) - 4) / len(text.encode()))
     student_starts = starts(aligner, student_batch(text)[0].tolist(), aligner.student)
     aligned = {student_starts[i + 1] for i, _ in pairs(view, None)}
     assert text.encode().index(b" fox") in aligned  # after the rewrite, offsets still agree
+
+
+@pytest.mark.parametrize(
+    "rewrite",
+    [normalizers.Lowercase(), normalizers.Replace("\n", "\n ")],
+    ids=["lower-case", "a space inserted after each newline"],
+)
+def test_only_teacher_tokens_that_spell_the_text_back_are_paired(rewrite):
+    aligner = Aligner(byte_tokenizer(), sentencepiece_tokenizer(rewrite))
+    text = "see The end\nThe fox and The dog\nthe fox"
+    ids = student_batch(text)
+    view = aligner.view(ids)
+    data = text.encode()
+    student_starts = starts(aligner, ids[0].tolist(), aligner.student)
+    teacher_ids = view.input_ids[0].tolist()
+    found = pairs(view, ids)
+    # Every pair predicts the same text: the teacher's next token is the text's bytes there
+    # (a teacher's " the" for the text's " The", or its " The" for "\nThe", started at the same
+    # byte and was paired before).
+    for i, j in found:
+        piece = aligner.teacher.pieces[teacher_ids[j + 1]]
+        assert data[student_starts[i + 1] :].startswith(piece)
+    assert len(found) >= 10
+    assert view.share < 1.0
 
 
 def test_a_teacher_that_rewrites_most_of_the_text_is_refused():
