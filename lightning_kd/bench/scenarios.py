@@ -19,6 +19,7 @@ from lightning_kd.bench.measure import (
 )
 from lightning_kd.bench.sampling import TimedSampling, on_policy_overrides, prompted
 from lightning_kd.bench.teacher_sides import teacher_sides
+from lightning_kd.data.encoding import text_ids
 
 SCENARIOS = (
     "floor",
@@ -172,7 +173,7 @@ def text_batch(teacher: str, batch: int, seq: int, device: torch.device) -> dict
     tokenizer = load_tokenizer(TeacherSpec(path=teacher))
     documents, total = [], 0
     for text in read_documents(DEFAULT_CORPUS):
-        documents.append(tokenizer(text, add_special_tokens=False)["input_ids"])
+        documents.append(text_ids(tokenizer, [text])[0])
         total += len(documents[-1]) + 1
         if total >= batch * seq:
             break

@@ -18,13 +18,14 @@ the run checks before step 0 (``distill.cross_min_aligned``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
+from lightning_kd.data.encoding import marked_ids, special_strings, text_ids
 from lightning_kd.data.spelling import spelled_offsets, utf8_window
 from lightning_kd.data.token_bytes import TokenBytes, token_bytes
 
@@ -69,6 +70,8 @@ class _Segment:
     start: int
     """Byte offset of the segment in its row."""
     data: bytes
+    markers: list[tuple[int, int]] = field(default_factory=list)
+    """``[start, stop)`` in ``data`` of each of the student's control tokens (chat markers)."""
 
 
 class Aligner:
@@ -82,6 +85,7 @@ class Aligner:
         self.teacher_lengths = self.teacher.lengths().numpy()
         pad = teacher.pad_token_id
         self.teacher_pad = pad if pad is not None else (self.teacher.end or 0)
+        self.teacher_controls = {string.encode() for string in special_strings(teacher)}
 
     # -------------------------------------------------------------------- the student's side
 
@@ -108,6 +112,8 @@ class Aligner:
             if current is None:
                 current = _Segment(position, b"")
                 events.append(current)
+            if token in self.student.specials:
+                current.markers.append((len(current.data), len(current.data) + len(piece)))
             current.data += piece
             position += len(piece)
         return keys, events
@@ -118,13 +124,7 @@ class Aligner:
         """The teacher's ids of each row, each token's key, and the bytes it spelled back."""
         segments = [event for events in rows for event in events if event is not None]
         windows = [utf8_window(segment.data) for segment in segments]
-        texts = [
-            segment.data[lo:hi].decode("utf-8", errors="replace")
-            for segment, (lo, hi) in zip(segments, windows, strict=True)
-        ]
-        encoded = (
-            self.teacher_tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
-        )
+        encoded = self.teacher_ids(segments, windows)
         # The rows' segments come back in the order they were collected.
         tokenised = iter(zip(windows, encoded, strict=True))
         all_ids, all_keys, matched = [], [], 0
@@ -152,6 +152,28 @@ class Aligner:
             all_ids.append(ids)
             all_keys.append(keys)
         return all_ids, all_keys, matched
+
+    def teacher_ids(self, segments: list[_Segment], windows: list[tuple[int, int]]) -> list:
+        """Each segment's text (its window) as the teacher's ids: special-token strings spelled
+        out, except the student's control tokens that the teacher has too (ChatML markers both
+        read), which stay the teacher's control tokens."""
+        texts, controls = [], {}
+        for number, (segment, (lo, hi)) in enumerate(zip(segments, windows, strict=True)):
+            texts.append(segment.data[lo:hi].decode("utf-8", errors="replace"))
+            shared = [
+                (start - lo, stop - lo)
+                for start, stop in segment.markers
+                if lo <= start and stop <= hi and segment.data[start:stop] in self.teacher_controls
+            ]
+            if shared:
+                controls[number] = shared
+        encoded = text_ids(self.teacher_tokenizer, texts)
+        for number, shared in controls.items():
+            lo, hi = windows[number]
+            encoded[number] = marked_ids(
+                self.teacher_tokenizer, segments[number].data[lo:hi], shared
+            )
+        return encoded
 
     # -------------------------------------------------------------------- the pairing
 
@@ -254,58 +276,3 @@ def teacher_targets(
     inside = text & (at < size) & covered[at.clip(0, max(size - 1, 0))] if size else text & False
     at_end = end & np.isin(at, starts[starts == stops])
     return inside | at_end, np.where(text, t_lengths, 0)
-
-
-def vocabulary_map(student: TokenBytes, teacher: TokenBytes, teacher_size: int) -> Tensor:
-    """``[teacher_size]``: the student id spelling the same bytes as each teacher id, or −1.
-
-    One to one: where several teacher ids spell the same bytes, the one its tokenizer emits wins
-    (a regular piece before a byte-fallback piece); the document ends map to each other; the
-    teacher's other special tokens (padding, chat markers) to nothing.
-    """
-    by_bytes: dict[bytes, int] = {}
-    for index, piece in enumerate(student.pieces):
-        if piece and piece not in by_bytes:
-            by_bytes[piece] = index
-    mapping = torch.full((teacher_size,), -1, dtype=torch.long)
-    order = sorted(range(len(teacher.pieces)), key=lambda i: i in teacher.byte_pieces)
-    taken = set()
-    for index in order:
-        if index >= teacher_size or index in teacher.specials:
-            continue
-        target = by_bytes.get(teacher.pieces[index]) if teacher.pieces[index] else None
-        if target is not None and target not in taken:
-            mapping[index] = target
-            taken.add(target)
-    if teacher.end is not None and student.end is not None and teacher.end < teacher_size:
-        mapping[teacher.end] = student.end
-    return mapping
-
-
-def first_token_map(
-    student_tokenizer: PreTrainedTokenizerBase,
-    student: TokenBytes,
-    teacher: TokenBytes,
-    teacher_size: int,
-) -> Tensor:
-    """``[teacher_size]``: for each teacher id, the student id the student's tokenizer starts
-    that token's text with (many to one), or −1 (special tokens); a piece that is not whole UTF-8
-    (a byte piece) goes to the student's token for its first byte where there is one; the ends
-    to each other."""
-    single = {piece: index for index, piece in enumerate(student.pieces) if len(piece) == 1}
-    mapping = torch.full((teacher_size,), -1, dtype=torch.long)
-    texts, indices = [], []
-    for index, piece in enumerate(teacher.pieces[:teacher_size]):
-        if not piece or index in teacher.specials:
-            continue
-        try:
-            texts.append(piece.decode("utf-8"))
-            indices.append(index)
-        except UnicodeDecodeError:
-            mapping[index] = single.get(piece[:1], -1)
-    encoded = student_tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
-    for index, ids in zip(indices, encoded, strict=True):
-        mapping[index] = ids[0] if ids else -1
-    if teacher.end is not None and student.end is not None and teacher.end < teacher_size:
-        mapping[teacher.end] = student.end
-    return mapping

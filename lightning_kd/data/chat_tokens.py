@@ -18,6 +18,7 @@ from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.data.conversations import ChatFields, row_messages
+from lightning_kd.data.encoding import chat_ids
 from lightning_kd.data.errors import DataError, MissingData
 from lightning_kd.losses.logits import IGNORE_INDEX
 from lightning_kd.utils.refusal import Refused
@@ -53,11 +54,17 @@ class ChatExample:
 def prompt_ids(tokenizer: PreTrainedTokenizerBase, prompts: list[list[dict]]) -> list[Tensor]:
     """Each prompt rendered with the chat template and the generation prompt, as token ids
     (what a model is asked to continue)."""
-    texts = [
-        tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True)
-        for m in prompts
-    ]
-    return [torch.tensor(t) for t in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    ids = []
+    for number, messages in enumerate(prompts):
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        tokens, _ = chat_ids(tokenizer, text, contents(messages), f"prompt {number}")
+        ids.append(torch.tensor(tokens))
+    return ids
+
+
+def contents(messages: list[dict]) -> list[str]:
+    """What each message says (its text content; other kinds of content as nothing)."""
+    return [m["content"] if isinstance(m.get("content"), str) else "" for m in messages]
 
 
 def render(tokenizer: PreTrainedTokenizerBase, messages: list[dict], where: str, **kw) -> str:
@@ -102,9 +109,9 @@ def encode_chat(
 ) -> ChatExample:
     """Tokens of the rendered conversation; labels are the tokens that start inside an answer."""
     text, spans = assistant_spans(tokenizer, messages, where)
-    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    tokens = torch.tensor(encoded["input_ids"], dtype=torch.long)
-    starts = torch.tensor([start for start, _ in encoded["offset_mapping"]], dtype=torch.long)
+    ids, firsts = chat_ids(tokenizer, text, contents(messages), where)
+    tokens = torch.tensor(ids, dtype=torch.long)
+    starts = torch.tensor(firsts, dtype=torch.long)
     answer = torch.zeros_like(tokens, dtype=torch.bool)
     for first, last in spans:
         answer |= (starts >= first) & (starts < last)

@@ -39,6 +39,7 @@ from lightning_kd.data.dataset_source import (
 )
 from lightning_kd.data.domain_packing import DomainBlock, unzipped
 from lightning_kd.data.domains import Labelled, domain_groups, file_label, labelled_rows, members
+from lightning_kd.data.encoding import text_ids
 from lightning_kd.data.errors import DataError
 from lightning_kd.data.held_out import (
     check_sizes,
@@ -190,12 +191,8 @@ class TextDataModule(LightningDataModule):
 
     def read(self, documents: list[tuple[str, str]]) -> list[Labelled]:
         """``(file:line, text)`` documents tokenized, each labelled with its file."""
-        tokens = self.tokenized([text for _, text in documents])
+        tokens = text_ids(self.tokenizer, [text for _, text in documents])
         return [(file_label(place), ids) for (place, _), ids in zip(documents, tokens, strict=True)]
-
-    def tokenized(self, texts: list[str]) -> list[list[int]]:
-        """Each document's tokens, without special tokens (a packed run separates them)."""
-        return self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
 
     def training_documents(self) -> list[tuple[str, str]]:
         """``(file:line, text)`` of each document of ``data.files`` no validation example holds a

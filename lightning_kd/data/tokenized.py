@@ -25,12 +25,13 @@ from filelock import FileLock
 from torch import Tensor
 
 from lightning_kd.data.dataset_source import DatasetSource
+from lightning_kd.data.encoding import text_ids
 from lightning_kd.data.provenance import source_record
 from lightning_kd.models.digests import tokenizer_digest
 from lightning_kd.models.sources import cache_root
 from lightning_kd.utils.refusal import Refused
 
-FORMAT = 1
+FORMAT = 2
 """Bumped when what a cached row holds changes (older files are then never read)."""
 DIRECTORY = "tokenized"
 READ_ROWS = 1024
@@ -99,7 +100,7 @@ def streamed_tokens(tokenizer, text: str, pack: bool, separator: int) -> Tensor 
     tokens or more when not; None for a blank row (left out, as a blank document is)."""
     if not text.strip():
         return None
-    tokens = tokenizer(text, add_special_tokens=False)["input_ids"]
+    tokens = text_ids(tokenizer, [text])[0]
     if pack:
         return torch.tensor([*tokens, separator])
     return torch.tensor(tokens) if len(tokens) >= 2 else None
@@ -116,7 +117,7 @@ def document_tokens(
     ]
     kept = [text if text.strip() else "" for text in texts]
     return {
-        "input_ids": tokenizer(kept, add_special_tokens=False)["input_ids"],
+        "input_ids": text_ids(tokenizer, kept),
         "text_key": [text_key(text) if text else "" for text in kept],
     }
 

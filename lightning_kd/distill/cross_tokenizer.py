@@ -18,7 +18,8 @@ import torch
 from torch import Tensor, nn
 from transformers import PreTrainedTokenizerBase
 
-from lightning_kd.data.alignment import Aligner, TeacherView, first_token_map, vocabulary_map
+from lightning_kd.data.alignment import Aligner, TeacherView
+from lightning_kd.data.vocab_maps import first_token_map, vocabulary_map
 from lightning_kd.losses.chunked import CHUNK_ELEMENTS, OutputHead, matmul_dtype
 from lightning_kd.losses.cross_spans import span_grid, teacher_spans
 from lightning_kd.losses.cross_top import TeacherSide, TeacherTop, teacher_top

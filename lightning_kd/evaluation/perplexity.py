@@ -52,6 +52,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
+from lightning_kd.data.encoding import text_ids
 from lightning_kd.data.reading import expand_files, read_documents
 from lightning_kd.data.token_bytes import TokenBytes, token_bytes
 from lightning_kd.evaluation.saved_models import load_model, load_tokenizer
@@ -128,7 +129,7 @@ def windows_of(
     table = token_bytes(tokenizer)
     start, end, lengths = start_ids(table, name), table.end, table.lengths()
     rows: list[tuple[list[int], list[int]]] = []
-    for tokens in tokenizer(documents, add_special_tokens=False)["input_ids"]:
+    for tokens in text_ids(tokenizer, documents):
         rows += document_windows([*start, *tokens, end], len(start), block_size)
     rows.sort(key=lambda row: len(row[0]))
     targets = torch.tensor([t for _, labels in rows for t in labels if t != IGNORE_INDEX])

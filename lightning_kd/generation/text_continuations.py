@@ -24,6 +24,8 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from lightning_kd.data.encoding import text_ids
+
 WORD_END = re.compile(r".*\S(?=\s)", re.DOTALL)
 """The longest start of a text that ends a word (a non-space followed by a space)."""
 
@@ -40,8 +42,8 @@ def document_prefix(text: str, chars: int) -> str:
 def text_prompt_ids(tokenizer: PreTrainedTokenizerBase, texts: list[str]) -> list[Tensor]:
     """Each text as the start of a document the teacher reads: its special tokens added (a BOS
     where the tokenizer adds one), less an end token the tokenizer appends."""
-    with_special = tokenizer(texts, add_special_tokens=True)["input_ids"]
-    plain = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    with_special = text_ids(tokenizer, texts, special=True)
+    plain = text_ids(tokenizer, texts)
     eos = tokenizer.eos_token_id
     ids = []
     for special, own in zip(with_special, plain, strict=True):

@@ -9,13 +9,12 @@ from tokenizers import normalizers
 
 from lightning_kd.data.alignment import (
     Aligner,
-    first_token_map,
     partners,
     teacher_targets,
-    vocabulary_map,
 )
+from lightning_kd.data.encoding import text_ids
 from lightning_kd.data.spelling import utf8_window
-from lightning_kd.data.token_bytes import check_fast, token_bytes
+from lightning_kd.data.token_bytes import check_fast
 from lightning_kd.models.loading import byte_tokenizer
 from lightning_kd.utils.refusal import Refused
 from tests.conftest import sentencepiece_tokenizer
@@ -26,7 +25,7 @@ def student_batch(*texts: str, end: bool = False) -> torch.Tensor:
     tokenizer = byte_tokenizer()
     ids = []
     for text in texts:
-        ids += tokenizer(text)["input_ids"] + ([256] if end or text is not texts[-1] else [])
+        ids += text_ids(tokenizer, [text])[0] + ([256] if end or text is not texts[-1] else [])
     return torch.tensor([ids])
 
 
@@ -197,20 +196,6 @@ def test_masked_labels_and_padding_are_not_paired():
     assert (view.partner[0, -3:] == -1).all()  # they predict padding
 
 
-def test_vocabulary_map_is_one_to_one_and_prefers_regular_pieces():
-    student, teacher = byte_tokenizer(), sentencepiece_tokenizer()
-    tables = token_bytes(student), token_bytes(teacher, "teacher")
-    mapping = vocabulary_map(*tables, len(teacher))
-    hits = mapping[mapping >= 0]
-    assert hits.unique().numel() == hits.numel()
-    # "e" is both a learnt piece and the byte piece <0x65>: the learnt one maps, as it is emitted.
-    e = teacher.convert_tokens_to_ids("e")
-    assert mapping[e] == student.convert_tokens_to_ids("e")
-    assert mapping[teacher.convert_tokens_to_ids("<0x65>")] == -1
-    assert mapping[teacher.eos_token_id] == student.eos_token_id
-    assert mapping[teacher.convert_tokens_to_ids("▁quick")] == -1  # no such student token
-
-
 def test_a_slow_tokenizer_is_refused_with_the_fix():
     class Slow:
         is_fast = False
@@ -219,13 +204,29 @@ def test_a_slow_tokenizer_is_refused_with_the_fix():
         check_fast(Slow(), "teacher")
 
 
-def test_first_token_map_credits_each_teacher_token_to_the_students_first():
-    student, teacher = byte_tokenizer(), sentencepiece_tokenizer()
-    tables = token_bytes(student), token_bytes(teacher, "teacher")
-    mapping = first_token_map(student, *tables, len(teacher))
-    # "▁quick" is " quick": a byte student starts it with " "; a byte piece maps to its byte.
-    assert mapping[teacher.convert_tokens_to_ids("▁quick")] == student.convert_tokens_to_ids("Ġ")
-    byte = teacher.convert_tokens_to_ids("<0xE6>")
-    assert tables[0].pieces[mapping[byte]] == b"\xe6"
-    assert mapping[teacher.eos_token_id] == student.eos_token_id
-    assert (mapping[[teacher.convert_tokens_to_ids(t) for t in ("<bos>", "<pad>")]] == -1).all()
+def test_a_special_tokens_string_in_the_text_is_text_for_the_teacher_too():
+    aligner = Aligner(byte_tokenizer(), sentencepiece_tokenizer())
+    text = "a quoted <eos> and <bos> in prose"
+    view = aligner.view(student_batch(text))
+    teacher = view.input_ids[0].tolist()
+    # Parsed, the teacher read its own EOS and BOS mid-text (no bytes: 10 of the text's lost).
+    assert aligner.teacher.end not in teacher and teacher.count(aligner.teacher.prefix[0]) == 1
+    assert view.share == 1.0
+
+
+def test_chat_markers_both_tokenizers_have_stay_markers_for_the_teacher():
+    from lightning_kd.data.chat_tokens import encode_chat
+    from tests.unit.data.test_encoding import MARKERS, chatml_tokenizer, conversation
+
+    student = chatml_tokenizer()
+    example = encode_chat(student, conversation("Say <|im_end|> twice"), "row 0")
+    ids = example.tokens.unsqueeze(0)
+    knows = sentencepiece_tokenizer()
+    knows.add_special_tokens({"additional_special_tokens": MARKERS})
+    for teacher, markers in ((knows, 6), (sentencepiece_tokenizer(), 0)):
+        view = Aligner(student, teacher).view(ids, labels=example.labels.unsqueeze(0))
+        read = view.input_ids[0].tolist()
+        # The template's six markers are the teacher's own where it has them (a teacher without
+        # them reads their text); the one quoted in the message is text for either.
+        assert sum(read.count(t) for t in teacher.convert_tokens_to_ids(MARKERS)) == markers
+        assert view.share == 1.0

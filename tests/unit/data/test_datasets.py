@@ -16,7 +16,7 @@ from lightning_kd.data.chat import ChatDataModule
 from lightning_kd.data.provenance import data_differences
 from lightning_kd.data.reading import DEFAULT_FILES, read_documents
 from lightning_kd.data.text import TextDataModule
-from lightning_kd.data.tokenized import DIRECTORY
+from lightning_kd.data.tokenized import DIRECTORY, streamed_tokens
 from lightning_kd.models.loading import byte_tokenizer
 from lightning_kd.utils.refusal import Refused
 from tests.conftest import make_module, make_trainer
@@ -316,3 +316,24 @@ def test_a_resume_on_other_data_names_what_changed(tmp_path, datasets_home) -> N
     datasets.Dataset.from_list(embedded_rows()[1:21]).save_to_disk(folder)
     changed = data_differences(before, record({"path": folder}))
     assert any("the saved folder's fingerprint is" in line for line in changed)
+
+
+def test_a_quoted_end_token_is_text_from_files_datasets_and_streams(tmp_path, datasets_home):
+    """A document quoting the tokenizer's EOS string (``<eos>``) is read as its characters: the
+    only end tokens in the packed blocks are the ones that separate documents."""
+    rows = [{"text": f"document {i} quotes the string <eos> in its text."} for i in range(40)]
+    files = TextDataModule(
+        byte_tokenizer(), files=[str(write_rows(tmp_path / "quotes.jsonl", rows))], block_size=32
+    )
+    parquet = write_parquet(tmp_path / "quotes.parquet", rows)
+    source = {"path": "parquet", "data_files": str(parquet)}
+    dataset = TextDataModule(byte_tokenizer(), dataset=source, block_size=32)
+    for data in (files, dataset):
+        data.setup("fit")
+        blocks = torch.cat([*data.train_examples, *data.val_examples])
+        assert int((blocks == 256).sum()) <= len(rows)  # parsed: two per document
+    assert same(files.train_examples, dataset.train_examples)
+    text = rows[0]["text"]
+    streamed = streamed_tokens(byte_tokenizer(), text, pack=True, separator=256)
+    assert streamed[-1] == 256 and 256 not in streamed[:-1].tolist()
+    assert byte_tokenizer().decode(streamed[:-1]) == text

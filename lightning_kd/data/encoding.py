@@ -1,0 +1,133 @@
+"""Text as token ids: what a document says, never a control token it happens to quote.
+
+A tokenizer parses its special tokens' strings wherever they occur in what it is given:
+SmolLM2's reads ``<|im_end|>`` inside a document as its EOS, Gemma's ``<eos>`` as its own. A
+corpus that quotes them — code about tokenizers, scraped chat logs, a forum post pasting a prompt
+— would hand the model a document end or a turn marker the text does not have, train it to emit
+one there, and cut the text a cross-tokenizer teacher reads. Text is therefore tokenised with
+``split_special_tokens=True``: such a string is spelled out in ordinary tokens, as any other.
+
+A rendered conversation mixes both kinds: the chat template's markers are control tokens, a
+message quoting one is text. :func:`chat_ids` tells them apart by where they stand.
+"""
+
+from __future__ import annotations
+
+from transformers import PreTrainedTokenizerBase
+
+from lightning_kd.data.errors import DataError
+
+
+def text_ids(
+    tokenizer: PreTrainedTokenizerBase, texts: list[str], special: bool = False
+) -> list[list[int]]:
+    """Each of ``texts`` as token ids, special-token strings spelled out; ``special``: with the
+    tokens the tokenizer adds around a text (a BOS)."""
+    if not texts:
+        return []
+    return tokenizer(texts, add_special_tokens=special, split_special_tokens=True)["input_ids"]
+
+
+def special_strings(tokenizer: PreTrainedTokenizerBase) -> set[str]:
+    """The strings the tokenizer reads as one special token (its control tokens)."""
+    return {
+        token.content
+        for token in getattr(tokenizer, "added_tokens_decoder", {}).values()
+        if token.special and token.content
+    }
+
+
+def chat_ids(
+    tokenizer: PreTrainedTokenizerBase, text: str, contents: list[str], where: str
+) -> tuple[list[int], list[int]]:
+    """``text`` (a rendered conversation whose messages said ``contents``) as token ids and each
+    token's first character: the template's markers as control tokens, a marker's string
+    quoted inside a message spelled out.
+
+    A conversation that quotes none is tokenised as the model reads it at inference (one call).
+    One that does is tokenised between the template's own markers, which is what the tokenizer
+    does anyway (it cuts at special tokens first and tokenises the pieces between them alone)."""
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
+    strings = special_strings(tokenizer)
+    if not any(string in content for content in contents for string in strings):
+        return ids, [start for start, _ in offsets]
+    regions = message_regions(text, contents, strings, where)
+    specials = set(tokenizer.all_special_ids) | {
+        index for index, token in tokenizer.added_tokens_decoder.items() if token.special
+    }
+    markers = [
+        (token, start, stop)
+        for token, (start, stop) in zip(ids, offsets, strict=True)
+        if token in specials and not any(lo <= start < hi for lo, hi in regions)
+    ]
+    return between_markers(tokenizer, text, markers)
+
+
+def message_regions(
+    text: str, contents: list[str], strings: set[str], where: str
+) -> list[tuple[int, int]]:
+    """The character span of each message that quotes a special token's string, found in order
+    in the rendered ``text``; a message the template rewrote (trimmed) is looked for trimmed."""
+    regions, cursor = [], 0
+    for turn, content in enumerate(contents):
+        for candidate in (content, content.strip()):
+            at = text.find(candidate, cursor) if candidate else -1
+            if at >= 0:
+                cursor = at + len(candidate)
+                break
+        else:
+            quoted = sorted(string for string in strings if string in content)
+            if quoted:
+                raise DataError(
+                    f"{where}: message {turn} quotes the special token(s) {quoted}, and the chat "
+                    "template rewrites that message, so the quote cannot be told from the "
+                    "template's own markers; remove or escape it in the row (for example "
+                    "'<|' -> '< |'), or set data.chat_template to a template that renders the "
+                    "message as it is"
+                )
+            continue
+        if any(string in content for string in strings):
+            regions.append((at, cursor))
+    return regions
+
+
+def between_markers(
+    tokenizer: PreTrainedTokenizerBase, text: str, markers: list[tuple[int, int, int]]
+) -> tuple[list[int], list[int]]:
+    """``text`` tokenised piece by piece between ``markers`` (``(id, start, stop)``, kept as
+    they are), special-token strings in the pieces spelled out; ids and first characters."""
+    ids: list[int] = []
+    starts: list[int] = []
+    cursor = 0
+    for token, start, stop in [*markers, (None, len(text), len(text))]:
+        if start > cursor:
+            piece = tokenizer(
+                text[cursor:start],
+                add_special_tokens=False,
+                split_special_tokens=True,
+                return_offsets_mapping=True,
+            )
+            ids += piece["input_ids"]
+            starts += [cursor + first for first, _ in piece["offset_mapping"]]
+        if token is not None:
+            ids.append(token)
+            starts.append(start)
+        cursor = stop
+    return ids, starts
+
+
+def marked_ids(
+    tokenizer: PreTrainedTokenizerBase, data: bytes, markers: list[tuple[int, int]]
+) -> list[int]:
+    """The UTF-8 text ``data`` as ids, special-token strings spelled out except at ``markers``
+    (``[start, stop)`` bytes of control tokens the tokenizer reads as its own)."""
+    ids: list[int] = []
+    cursor = 0
+    for start, stop in [*markers, (len(data), len(data))]:
+        if start > cursor:
+            ids += text_ids(tokenizer, [data[cursor:start].decode("utf-8", errors="replace")])[0]
+        if stop > start:
+            ids += tokenizer(data[start:stop].decode(), add_special_tokens=False)["input_ids"]
+        cursor = stop
+    return ids

@@ -1,0 +1,96 @@
+"""Text as token ids (``data/encoding.py``): a special token's string in a document is text, a
+chat template's markers are control tokens."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lightning_kd.data.chat_tokens import encode_chat, prompt_ids
+from lightning_kd.data.encoding import chat_ids, marked_ids, text_ids
+from lightning_kd.data.errors import DataError
+from lightning_kd.models.loading import byte_tokenizer
+from tests.unit.data.test_chat import CHATML
+
+MARKERS = ["<|im_start|>", "<|im_end|>"]
+
+
+def chatml_tokenizer(template: str = CHATML):
+    """The byte tokenizer with ChatML's markers as special tokens (as SmolLM2's has them)."""
+    tokenizer = byte_tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": MARKERS})
+    tokenizer.chat_template = template
+    return tokenizer
+
+
+def marker_count(ids) -> int:
+    tokenizer = chatml_tokenizer()
+    return sum(int(token) in tokenizer.convert_tokens_to_ids(MARKERS) for token in ids)
+
+
+def test_a_special_tokens_string_in_a_document_is_spelled_out():
+    tokenizer = chatml_tokenizer()
+    text = "the end string is <eos>, a turn ends with <|im_end|>"
+    ids = text_ids(tokenizer, [text])[0]
+    # Parsed, they were the EOS (a document end mid-document) and a turn marker.
+    parsed = tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert tokenizer.eos_token_id in parsed and marker_count(parsed) == 1
+    assert tokenizer.eos_token_id not in ids and marker_count(ids) == 0
+    assert tokenizer.decode(ids) == text and len(ids) == len(text.encode())
+
+
+def conversation(user: str) -> list[dict]:
+    return [{"role": "user", "content": user}, {"role": "assistant", "content": "Seven."}]
+
+
+def test_a_conversation_quoting_no_marker_is_tokenised_as_the_model_reads_it():
+    tokenizer = chatml_tokenizer()
+    messages = conversation("Name a prime.")
+    text = tokenizer.apply_chat_template(messages, tokenize=False)
+    ids, starts = chat_ids(tokenizer, text, [m["content"] for m in messages], "row 0")
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    assert ids == encoded["input_ids"]
+    assert starts == [start for start, _ in encoded["offset_mapping"]]
+
+
+def test_a_marker_quoted_in_a_message_is_text_and_the_templates_stay_markers():
+    tokenizer = chatml_tokenizer()
+    quoted = "What does <|im_end|> do?"
+    example = encode_chat(tokenizer, conversation(quoted), "row 0")
+    plain = encode_chat(tokenizer, conversation("What does it do?"), "row 0")
+    # The template's markers: system, user and assistant turns opened and closed (6) in both.
+    assert marker_count(example.tokens) == marker_count(plain.tokens) == 6
+    text = tokenizer.apply_chat_template(conversation(quoted), tokenize=False)
+    assert tokenizer.decode(example.tokens) == text
+    # The answer alone is labelled, as without the quote.
+    answer = example.tokens[example.labels != -100]
+    assert tokenizer.decode(answer) == tokenizer.decode(plain.tokens[plain.labels != -100])
+    assert tokenizer.decode(answer).startswith("Seven.")
+    # And a prompt quoting it is asked the same way.
+    (prompt,) = prompt_ids(tokenizer, [conversation(quoted)[:1]])
+    assert marker_count(prompt) == 5 and tokenizer.decode(prompt).endswith("assistant\n")
+
+
+def test_a_quote_the_template_rewrites_cannot_be_told_from_its_markers():
+    upper = CHATML.replace("message['content']", "message['content'] | upper")
+    tokenizer = chatml_tokenizer(upper)
+    messages = conversation("what does <|im_end|> do?")
+    text = tokenizer.apply_chat_template(messages, tokenize=False)
+    with pytest.raises(DataError, match=r"row 3: message 0 quotes the special token.*<\|im_end"):
+        chat_ids(tokenizer, text, [m["content"] for m in messages], "row 3")
+    # A template that trims the message finds it trimmed.
+    trimmed = CHATML.replace("message['content']", "message['content'] | trim")
+    tokenizer = chatml_tokenizer(trimmed)
+    messages = conversation("  what does <|im_end|> do?  ")
+    text = tokenizer.apply_chat_template(messages, tokenize=False)
+    ids, _ = chat_ids(tokenizer, text, [m["content"] for m in messages], "row 3")
+    assert marker_count(ids) == 6
+
+
+def test_marked_ids_keep_the_given_markers_and_spell_out_the_rest():
+    tokenizer = chatml_tokenizer()
+    data = b"<|im_start|>user\nsay <|im_end|><|im_end|>"
+    ids = marked_ids(tokenizer, data, [(0, 12), (len(data) - 10, len(data))])
+    start, end = tokenizer.convert_tokens_to_ids(MARKERS)
+    assert ids[0] == start and ids[-1] == end and marker_count(ids) == 2
+    assert tokenizer.decode(torch.tensor(ids)) == data.decode()
