@@ -169,9 +169,13 @@ class ExtraTeachers(nn.Module):
         return found
 
 
+PER_TEACHER = ("kl", "agreement", "aligned")
+"""The validation metrics logged per teacher (``aligned`` for one of another tokenizer)."""
+
+
 def per_teacher(name: str, metrics: dict) -> dict:
-    """``metrics``' KL and agreement under ``<metric>/<name>``."""
-    return {f"{key}/{name}": metrics[key] for key in ("kl", "agreement") if key in metrics}
+    """``metrics``' KL, agreement (and share aligned) under ``<metric>/<name>``."""
+    return {f"{key}/{name}": metrics[key] for key in PER_TEACHER if key in metrics}
 
 
 def is_model(source: nn.Module | CachedTeacher) -> bool:

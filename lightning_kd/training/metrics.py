@@ -12,6 +12,7 @@ import torch
 from torch import Tensor, nn
 from torchmetrics.aggregation import SumMetric
 
+from lightning_kd.distill.teachers import PER_TEACHER
 from lightning_kd.utils.refusal import refuse
 
 
@@ -34,7 +35,8 @@ class ValidationMetrics(nn.Module):
     - ``loss``: the training objective's logit terms
     - ``features``: the weighted feature-matching terms per token
     - ``embedding_cosine``: cosine of mean-pooled sentence embeddings (encoders), per example
-    - ``kl/<name>``, ``agreement/<name>``: with several ``teachers``, each one's own
+    - ``kl/<name>``, ``agreement/<name>``: with several ``teachers``, each one's own (and
+      ``aligned/<name>`` for one of another tokenizer)
 
     A metric nobody updated in an epoch is left out of :meth:`compute`.
     """
@@ -54,7 +56,7 @@ class ValidationMetrics(nn.Module):
 
     def __init__(self, teachers: tuple[str, ...] = ()) -> None:
         super().__init__()
-        per_teacher = [f"{key}/{name}" for name in teachers for key in ("kl", "agreement")]
+        per_teacher = [f"{key}/{name}" for name in teachers for key in PER_TEACHER]
         self.names = (*self.NAMES, *per_teacher)
         # By position: a module's name may not hold a dot, a teacher's may (kl/qwen2.5).
         self.slot = {name: index for index, name in enumerate(self.names)}

@@ -98,6 +98,9 @@ def test_two_teachers_with_two_tokenizers_log_each_divergence(models, tmp_path: 
     after = json.loads((run_dir / "summary.json").read_text())["after"]
     for name in ("tiny", "sentencepiece"):  # each teacher's own validation figures
         assert after[f"val/kl/{name}"] >= 0 and 0 <= after[f"val/agreement/{name}"] <= 1
+    # The share of positions aligned with the teacher of another tokenizer, as val/aligned is
+    # for a run with that teacher alone; the teacher of the student's tokens has none.
+    assert 0.3 < after["val/aligned/sentencepiece"] < 1 and "val/aligned/tiny" not in after
 
 
 def test_each_teacher_teaches_its_own_data_domain(models, tmp_path: Path, capsys):
