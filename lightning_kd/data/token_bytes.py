@@ -67,11 +67,14 @@ def check_fast(tokenizer: PreTrainedTokenizerBase, role: str) -> None:
 
 
 def decoder_kind(tokenizer: PreTrainedTokenizerBase) -> str:
-    """How the tokenizer's tokens become text: ``byte_level``, ``sentencepiece`` or ``plain``."""
+    """How the tokenizer's tokens become text: ``byte_level``, ``sentencepiece``, ``wordpiece``
+    or ``plain``."""
     state = json.loads(tokenizer.backend_tokenizer.to_str())
     decoder = state.get("decoder") or {}
     parts = decoder.get("decoders", [decoder]) if decoder.get("type") == "Sequence" else [decoder]
     types = {part.get("type") for part in parts}
+    if "WordPiece" in types:
+        return "wordpiece"
     if "ByteLevel" in types:
         return "byte_level"
     replaces_space = any(
@@ -129,6 +132,15 @@ def token_bytes(tokenizer: PreTrainedTokenizerBase, role: str = "student") -> To
     """The :class:`TokenBytes` of ``tokenizer`` (a fast one; ``role`` names it in errors)."""
     check_fast(tokenizer, role)
     kind = decoder_kind(tokenizer)
+    if kind == "wordpiece":
+        raise DataError(
+            f"the {role}'s tokenizer is WordPiece (BERT-style): its tokens do not spell the text's "
+            "bytes (the space between words is in no token, '##' marks a word's continuation, "
+            "and an uncased one lower-cases and strips accents), so its positions cannot be "
+            "aligned with another tokenizer's by bytes, nor its bits per byte counted. "
+            "Cross-tokenizer distillation needs a byte-level BPE or SentencePiece tokenizer on "
+            "both sides (as causal LMs have)"
+        )
     vocab = tokenizer.get_vocab()
     pieces: list[bytes] = [b""] * (max(vocab.values()) + 1)
     byte_pieces = set()
@@ -155,5 +167,7 @@ def byte_lengths(tokenizer: PreTrainedTokenizerBase | None, model) -> Tensor | N
     per byte (None without a fast tokenizer to read them from)."""
     if tokenizer is None or not getattr(tokenizer, "is_fast", False):
         return None
+    if decoder_kind(tokenizer) == "wordpiece":
+        return None  # its tokens do not spell the text (see token_bytes)
     rows = model.get_output_embeddings()
     return token_bytes(tokenizer).lengths(None if rows is None else rows.weight.shape[0])

@@ -13,8 +13,9 @@ from lightning_kd.data.alignment import (
     teacher_targets,
 )
 from lightning_kd.data.encoding import text_ids
+from lightning_kd.data.errors import DataError
 from lightning_kd.data.spelling import utf8_window
-from lightning_kd.data.token_bytes import check_fast
+from lightning_kd.data.token_bytes import byte_lengths, check_fast
 from lightning_kd.models.loading import byte_tokenizer
 from lightning_kd.utils.refusal import Refused
 from tests.conftest import sentencepiece_tokenizer
@@ -202,6 +203,27 @@ def test_a_slow_tokenizer_is_refused_with_the_fix():
 
     with pytest.raises(ValueError, match=r"slow .*use_fast=True"):
         check_fast(Slow(), "teacher")
+
+
+def wordpiece_tokenizer():
+    """A BERT-style WordPiece tokenizer ("##" continuations, whitespace split, lower case)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"[UNK]": 0, "[SEP]": 1, "the": 2, "fox": 3, "run": 4, "##s": 5, ",": 6}
+    backend = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    backend.normalizer = normalizers.Lowercase()
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    backend.decoder = decoders.WordPiece()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, sep_token="[SEP]", unk_token="[UNK]")
+
+
+def test_a_wordpiece_tokenizer_is_refused_naming_why():
+    """Its tokens do not spell the text ("the fox runs" is "the", "fox", "run", "##s": no spaces,
+    a "##"), so neither alignment nor bits per byte can read bytes from it."""
+    with pytest.raises(DataError, match=r"teacher's tokenizer is WordPiece .*byte-level BPE or"):
+        Aligner(byte_tokenizer(), wordpiece_tokenizer())
+    assert byte_lengths(wordpiece_tokenizer(), None) is None
 
 
 def test_a_special_tokens_string_in_the_text_is_text_for_the_teacher_too():
