@@ -27,7 +27,8 @@ from lightning_kd.utils.refusal import Refused
 
 REBUILD = (
     "rebuild it for this run with `lightning-kd cache hydra.run.dir=<dir> <this run's "
-    "teacher=, data=, distill.temperature and cache.k overrides>`"
+    "teacher=, student.source (whose tokenizer the data is read with), data=, "
+    "distill.temperature and cache.k overrides>`"
 )
 SPLIT_CAUSES = (
     "another data.files, data.seed, data.val_fraction, data.max_train_examples, data.block_size or "
@@ -64,8 +65,8 @@ def mismatches(cache: CacheKey, run: CacheKey) -> list[str]:
     for field, value in dataclasses.asdict(cache).items():
         if field == "splits":
             continue
-        if field in TOKENIZER_FIELDS and value != getattr(run, field):
-            found.append(TOKENIZER_FIELDS[field](value, getattr(run, field)))
+        if field in EXPLAINED_FIELDS and value != getattr(run, field):
+            found.append(EXPLAINED_FIELDS[field](value, getattr(run, field)))
             continue
         if field == "features":  # a cache may hold more than a run uses, never less
             lacking = sorted(set(run.features) - set(value))
@@ -105,6 +106,15 @@ def _teacher_tokenizer(cache: str, run: str) -> str:
     )
 
 
+def _teacher_weights(cache: str, run: str) -> str:
+    return (
+        f"teacher_weights: the cache's teacher computed with other weights (digest {cache}, "
+        f"this run's {run}): another teacher.path or teacher.gguf_file, another training of it, "
+        "or another teacher.quantize (int8 weights compute other values than full-precision "
+        "ones)"
+    )
+
+
 def _alignment(cache: int, run: int) -> str:
     return (
         f"alignment: the cache paired the two tokenisations' positions by rule {cache}, this "
@@ -113,12 +123,13 @@ def _alignment(cache: int, run: int) -> str:
     )
 
 
-TOKENIZER_FIELDS = {
+EXPLAINED_FIELDS = {
+    "teacher_weights": _teacher_weights,
     "tokenizer": _tokenizer,
     "teacher_tokenizer": _teacher_tokenizer,
     "alignment": _alignment,
 }
-"""The key's tokenizer fields, each with its mismatch line (digests mean nothing to a reader)."""
+"""Key fields with a mismatch line of their own (a digest alone means nothing to a reader)."""
 
 
 def _blocks(split: dict[str, Any] | None) -> str:
