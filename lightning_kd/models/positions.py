@@ -12,7 +12,7 @@ from transformers import AutoConfig, PretrainedConfig
 
 from lightning_kd.models.loading import TeacherSpec
 from lightning_kd.models.model_config import config_from
-from lightning_kd.models.sources import teacher_dir
+from lightning_kd.models.sources import config_location
 
 POSITION_KEYS = ("max_position_embeddings", "n_positions")
 
@@ -42,8 +42,10 @@ def spec_config(spec: TeacherSpec) -> PretrainedConfig | None:
     built), no weights; None for a ``teacher.config`` that does not build (the launch's model
     checks name why)."""
     if spec.config is None:
-        location = teacher_dir(spec.path, spec.gguf_file)
-        return AutoConfig.from_pretrained(location, trust_remote_code=spec.trust_remote_code)
+        location, gguf = config_location(spec.path, spec.gguf_file)
+        return AutoConfig.from_pretrained(
+            location, trust_remote_code=spec.trust_remote_code, **gguf
+        )
     return config_from(spec.config, None, "teacher.config")[0]
 
 

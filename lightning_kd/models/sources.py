@@ -214,20 +214,44 @@ def save_dequantised(gguf: Path, directory: Path) -> None:
     tokenizer.save_pretrained(directory)
 
 
+def gguf_source(path: str, gguf_file: str | None = None) -> Path | None:
+    """The GGUF file ``teacher.path`` names (a packaged model's, or ``teacher.gguf_file``), or
+    None for a model directory or hub id."""
+    if path == SMOLLM2:
+        return smollm2_gguf()
+    if path == GEMMA3_270M:
+        return gemma3_gguf()
+    if gguf_file is None:
+        return None
+    gguf = Path(path) / gguf_file
+    if not gguf.is_file():
+        raise FileNotFoundError(f"teacher.gguf_file {gguf} does not exist")
+    return gguf
+
+
 def teacher_dir(path: str, gguf_file: str | None = None) -> str:
     """A ``from_pretrained``-loadable location for ``teacher.path`` (converting a GGUF once)."""
-    if path == SMOLLM2:
-        return str(convert_gguf(smollm2_gguf()))
-    if path == GEMMA3_270M:
-        return str(convert_gguf(gemma3_gguf()))
     if path == MINILM:
         return str(minilm_dir())
-    if gguf_file is not None:
-        gguf = Path(path) / gguf_file
-        if not gguf.is_file():
-            raise FileNotFoundError(f"teacher.gguf_file {gguf} does not exist")
+    gguf = gguf_source(path, gguf_file)
+    if gguf is not None:
         return str(convert_gguf(gguf))
     return checked_model_path(path, "teacher.path")
+
+
+def config_location(path: str, gguf_file: str | None = None) -> tuple[str, dict[str, str]]:
+    """Where ``teacher.path``'s config is read from, and the keyword ``from_pretrained`` takes
+    with it: a GGUF not converted yet is read as it is (its metadata, in seconds), so that the
+    checks before a run refuse a bad setting without first converting the weights (28 s for
+    SmolLM2 here) for a run that never starts."""
+    gguf = None if path == MINILM else gguf_source(path, gguf_file)
+    if gguf is None:
+        return teacher_dir(path, gguf_file), {}
+    digest = gguf_digest(gguf)
+    target = converted_dir(gguf, digest)
+    if converted(target, digest):
+        return str(target), {}
+    return str(gguf.parent), {"gguf_file": gguf.name}
 
 
 def is_gguf(path: Path) -> bool:

@@ -18,7 +18,9 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from lightning_kd.models import sources
-from lightning_kd.models.sources import CONVERTED_SOURCE, convert_gguf
+from lightning_kd.models.loading import TeacherSpec
+from lightning_kd.models.positions import spec_config, teacher_positions
+from lightning_kd.models.sources import CONVERTED_SOURCE, config_location, convert_gguf
 from lightning_kd.utils.atomic import TEMP_SUFFIX
 from lightning_kd.utils.files import file_digest
 
@@ -119,6 +121,35 @@ def test_a_converted_directory_of_another_file_is_refused(tmp_path, monkeypatch)
     record.write_text(json.dumps({"sha256": "0" * 64}))
     with pytest.raises(FileExistsError, match=rf"{directory} does not hold .* delete it"):
         convert_gguf(path)
+
+
+def test_a_runs_checks_read_an_unconverted_ggufs_config_without_converting_it(
+    tmp_path, monkeypatch
+):
+    """A bad setting is refused in seconds on a first run: the checks read the GGUF's metadata
+    (the conversion, 28 s for SmolLM2 here, waits for a run that starts); once converted, they
+    read the converted directory's config, the same values."""
+    monkeypatch.setenv("LIGHTNING_KD_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "model" / "tiny.gguf"
+    write_tiny_gguf(path, seed=0)
+    spec = TeacherSpec(path=str(path.parent), gguf_file=path.name)
+
+    def no_conversion(gguf: Path, directory: Path) -> None:
+        raise AssertionError("converted for a check")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(sources, "save_dequantised", no_conversion)
+        before = spec_config(spec)
+        assert teacher_positions(spec) == 64
+    assert config_location(spec.path, spec.gguf_file) == (
+        str(path.parent),
+        {"gguf_file": path.name},
+    )
+    directory = convert_gguf(path)
+    assert config_location(spec.path, spec.gguf_file) == (str(directory), {})
+    after = spec_config(spec)
+    for key in ("num_hidden_layers", "hidden_size", "vocab_size", "max_position_embeddings"):
+        assert getattr(before, key) == getattr(after, key), key
 
 
 # ----------------------------------------------------------------------------- Gemma-3-270M
