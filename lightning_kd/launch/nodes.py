@@ -93,7 +93,27 @@ def node_errors(
             f"other nodes; start it on every node with `{torchrun_command(num_nodes, devices)}`, "
             f"or submit it with hydra/launcher=submitit_slurm ({LAUNCH_DOC})"
         ]
+    if found.name == "srun" and (found.world_size or 1) > 1 and not in_srun_step(environ):
+        return [
+            f"SLURM_NTASKS={found.world_size}, but srun did not start this process (no "
+            "SLURM_STEP_ID: it is the sbatch script itself, one process), so Lightning would "
+            f"wait forever for {found.world_size - 1} ranks that never start; put srun before the "
+            "command in the script (`srun python -m lightning_kd train ...`), or submit with "
+            f"hydra/launcher=submitit_slurm ({LAUNCH_DOC})"
+        ]
     return _agreement_errors(found, num_nodes, devices) + _shared_dir_errors(num_nodes)
+
+
+SPECIAL_STEPS = range(0xFFFFFFF0, 0x100000000)
+"""Slurm's step ids above its last normal step: the batch script's, the external container's,
+the interactive step's (``slurm.h``: ``SLURM_BATCH_SCRIPT`` and others)."""
+
+
+def in_srun_step(environ: Mapping[str, str]) -> bool:
+    """Whether srun started this process: it gives each task ``SLURM_STEP_ID``, a normal step's
+    number; the batch script runs without one (or, on some versions, with a special step's)."""
+    step = _number(environ, "SLURM_STEP_ID")
+    return step is not None and step not in SPECIAL_STEPS
 
 
 STRAY_RANKS = ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK")

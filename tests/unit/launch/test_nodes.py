@@ -12,7 +12,12 @@ TORCHRUN_2x1 = {
     "GROUP_WORLD_SIZE": "2",
     "LOCAL_WORLD_SIZE": "1",
 }
-SRUN_2x4 = {"SLURM_NTASKS": "8", "SLURM_NNODES": "2", "SLURM_NTASKS_PER_NODE": "4"}
+SRUN_2x4 = {
+    "SLURM_NTASKS": "8",
+    "SLURM_NNODES": "2",
+    "SLURM_NTASKS_PER_NODE": "4",
+    "SLURM_STEP_ID": "0",  # srun's first step
+}
 
 
 def test_the_launcher_is_read_from_its_environment() -> None:
@@ -53,10 +58,24 @@ def test_a_launcher_that_disagrees_with_the_config_is_named(
 
 
 def test_srun_without_tasks_per_node_is_checked_by_its_task_count() -> None:
-    environ = {"SLURM_NTASKS": "6", "SLURM_NNODES": "2"}
+    environ = {"SLURM_NTASKS": "6", "SLURM_NNODES": "2", "SLURM_STEP_ID": "1"}
     (error,) = node_errors(2, 4, environ)
     assert "trainer.num_nodes=2 × trainer.devices=4 is 8 processes, but srun started 6" in error
     assert node_errors(2, 3, environ) == []
+
+
+@pytest.mark.parametrize("step", [None, str(0xFFFFFFFB)], ids=["no_step", "batch_step"])
+def test_the_sbatch_script_itself_is_refused_with_srun(step) -> None:
+    """An sbatch script asking for 8 tasks that runs the command without srun: one process,
+    told by SLURM_NTASKS that 7 more ranks will come, which Lightning waited for forever."""
+    environ = {key: value for key, value in SRUN_2x4.items() if key != "SLURM_STEP_ID"}
+    if step is not None:
+        environ["SLURM_STEP_ID"] = step
+    (error,) = node_errors(2, 4, environ)
+    assert "SLURM_NTASKS=8, but srun did not start this process" in error
+    assert "wait forever for 7 ranks" in error and "`srun python -m lightning_kd train" in error
+    # One task asked for: the script's process is the run, as before.
+    assert node_errors(1, 1, {"SLURM_NTASKS": "1", "SLURM_NNODES": "1"}) == []
 
 
 def test_an_agreeing_launcher_passes() -> None:
