@@ -19,7 +19,7 @@ from lightning_kd.launch.cluster import launcher_errors, launcher_override_error
 from lightning_kd.launch.config import CONF_DIR, register_defaults
 from lightning_kd.launch.keys import override_key_errors
 from lightning_kd.launch.paths import run_dir_errors
-from lightning_kd.launch.sweeps import sweep_job_errors
+from lightning_kd.launch.sweeps import in_process_ddp_errors, sweep_job_errors
 from lightning_kd.utils.refusal import REFUSED_EXIT, Refused, refuse
 from lightning_kd.utils.stopping import STOP, Interrupted
 
@@ -73,13 +73,15 @@ class LaunchCheck(Callback):
     """A ``-m`` launch through a cluster launcher (``hydra/launcher=submitit_slurm``), checked in
     the launching process before anything is submitted (``conf/config.yaml`` adds it to
     Hydra's callbacks): the launcher's fields and the config's values, which each job checks
-    again once it runs, but only after its time in the queue. Other launches are left to their
-    jobs."""
+    again once it runs, but only after its time in the queue. A sweep the basic launcher runs
+    in this process is checked for jobs of several processes, which it cannot run."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if submitit_kind(config) is None:
-            return
+        kind = submitit_kind(config)
         try:
+            if kind is None:  # the basic launcher: the jobs run in this process
+                refuse(in_process_ddp_errors(config))
+                return
             refuse(launcher_errors(config) + config_errors(config) + sweep_job_errors(config))
         except Refused as refused:
             exit_refused(refused)

@@ -26,6 +26,47 @@ def sweep_job_errors(cfg: DictConfig) -> list[str]:
     return errors
 
 
+def in_process_ddp_errors(cfg: DictConfig) -> list[str]:
+    """A sweep Hydra's basic launcher runs (its jobs one after another, in this process) with a
+    job of several processes: Lightning starts a DDP job's other processes by running this
+    command again — the whole sweep — so they ran the other jobs too (two writers into one run
+    directory) and left rank variables for the next job, which failed or waited forever."""
+    jobs = [job for batch in split_arguments(list(cfg.hydra.overrides.task)) for job in batch]
+    if len(jobs) < 2 or not GlobalHydra.instance().is_initialized():
+        return []
+    loader = GlobalHydra.instance().config_loader()
+    for job in jobs:
+        trainer = loader.load_sweep_config(master_config=cfg, sweep_overrides=job).trainer
+        if several_processes(trainer.get("devices", 1), trainer.get("num_nodes", 1)):
+            return [
+                f"job {' '.join(job)}: a -m sweep of {len(jobs)} jobs with a job of several "
+                "processes; Hydra's basic launcher runs the jobs one after another in this "
+                "process, and Lightning starts a job's other processes by running this command "
+                "again, the whole sweep (they ran the other jobs too, and left rank variables "
+                "that failed the next job). Run each job as its own command, or sweep on SLURM "
+                "with hydra/launcher=submitit_slurm, where srun starts each job's processes"
+            ]
+    return []
+
+
+def several_processes(devices: object, num_nodes: object) -> bool:
+    """Whether ``trainer.devices`` / ``trainer.num_nodes`` ask for more than one process
+    (``auto`` and ``-1``: every accelerator here, several where there are several GPUs)."""
+    import torch
+
+    if isinstance(num_nodes, int) and num_nodes > 1:
+        return True
+    if isinstance(devices, str) and devices not in ("auto", "-1"):
+        return len([part for part in devices.split(",") if part.strip()]) > 1 or (
+            devices.strip().isdigit() and int(devices) > 1
+        )
+    if devices in ("auto", "-1", -1):
+        return torch.cuda.device_count() > 1
+    if isinstance(devices, int):
+        return devices > 1
+    return hasattr(devices, "__len__") and len(devices) > 1
+
+
 def split_arguments(task: list[str]) -> list[list[list[str]]]:
     """The jobs a sweep of ``task`` overrides gives, as Hydra's basic sweeper splits them."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
