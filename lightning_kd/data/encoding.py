@@ -13,6 +13,8 @@ message quoting one is text. :func:`chat_ids` tells them apart by where they sta
 
 from __future__ import annotations
 
+import weakref
+
 from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.data.errors import DataError
@@ -37,6 +39,47 @@ def special_strings(tokenizer: PreTrainedTokenizerBase) -> set[str]:
     }
 
 
+class Quotes:
+    """Finds a tokenizer's special-token strings in a text fast: Gemma's tokenizer has 6,249 of
+    them, and testing each against each message cost 4 ms a conversation (7 minutes for 100k);
+    here a text is searched only where one of their first characters occurs, and there only for
+    their few lengths."""
+
+    def __init__(self, strings: set[str], ids: set[int]) -> None:
+        self.strings = strings
+        self.ids = ids
+        """The special tokens' ids (what a template's marker is)."""
+        self.firsts = {string[0] for string in strings}
+        self.lengths = sorted({len(string) for string in strings})
+
+    def quoted(self, text: str) -> list[str]:
+        """The special-token strings in ``text``, in order of where they start."""
+        found = []
+        for first in self.firsts:
+            at = text.find(first)
+            while at >= 0:
+                found += [
+                    (at, text[at : at + size])
+                    for size in self.lengths
+                    if at + size <= len(text) and text[at : at + size] in self.strings
+                ]
+                at = text.find(first, at + 1)
+        return [string for _, string in sorted(found)]
+
+
+QUOTES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def quotes_of(tokenizer: PreTrainedTokenizerBase) -> Quotes:
+    """The tokenizer's :class:`Quotes`, built once per tokenizer."""
+    if tokenizer not in QUOTES:
+        ids = set(tokenizer.all_special_ids) | {
+            index for index, token in tokenizer.added_tokens_decoder.items() if token.special
+        }
+        QUOTES[tokenizer] = Quotes(special_strings(tokenizer), ids)
+    return QUOTES[tokenizer]
+
+
 def chat_ids(
     tokenizer: PreTrainedTokenizerBase, text: str, contents: list[str], where: str
 ) -> tuple[list[int], list[int]]:
@@ -49,45 +92,43 @@ def chat_ids(
     does anyway (it cuts at special tokens first and tokenises the pieces between them alone)."""
     encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
-    strings = special_strings(tokenizer)
-    if not any(string in content for content in contents for string in strings):
+    quotes = quotes_of(tokenizer)
+    quoting = [quotes.quoted(content) for content in contents]
+    if not any(quoting):
         return ids, [start for start, _ in offsets]
-    regions = message_regions(text, contents, strings, where)
-    specials = set(tokenizer.all_special_ids) | {
-        index for index, token in tokenizer.added_tokens_decoder.items() if token.special
-    }
+    regions = message_regions(text, contents, quoting, where)
     markers = [
         (token, start, stop)
         for token, (start, stop) in zip(ids, offsets, strict=True)
-        if token in specials and not any(lo <= start < hi for lo, hi in regions)
+        if token in quotes.ids and not any(lo <= start < hi for lo, hi in regions)
     ]
     return between_markers(tokenizer, text, markers)
 
 
 def message_regions(
-    text: str, contents: list[str], strings: set[str], where: str
+    text: str, contents: list[str], quoting: list[list[str]], where: str
 ) -> list[tuple[int, int]]:
-    """The character span of each message that quotes a special token's string, found in order
-    in the rendered ``text``; a message the template rewrote (trimmed) is looked for trimmed."""
+    """The character span of each message that quotes special tokens' strings (``quoting``:
+    each message's), found in order in the rendered ``text``; a message the template rewrote
+    (trimmed) is looked for trimmed."""
     regions, cursor = [], 0
-    for turn, content in enumerate(contents):
+    for turn, (content, quotes) in enumerate(zip(contents, quoting, strict=True)):
         for candidate in (content, content.strip()):
             at = text.find(candidate, cursor) if candidate else -1
             if at >= 0:
                 cursor = at + len(candidate)
                 break
         else:
-            quoted = sorted(string for string in strings if string in content)
-            if quoted:
+            if quotes:
                 raise DataError(
-                    f"{where}: message {turn} quotes the special token(s) {quoted}, and the chat "
-                    "template rewrites that message, so the quote cannot be told from the "
-                    "template's own markers; remove or escape it in the row (for example "
+                    f"{where}: message {turn} quotes the special token(s) {sorted(set(quotes))}, "
+                    "and the chat template rewrites that message, so the quote cannot be told "
+                    "from the template's own markers; remove or escape it in the row (for example "
                     "'<|' -> '< |'), or set data.chat_template to a template that renders the "
                     "message as it is"
                 )
             continue
-        if any(string in content for string in strings):
+        if quotes:
             regions.append((at, cursor))
     return regions
 

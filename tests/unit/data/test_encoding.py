@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from lightning_kd.data.chat_tokens import encode_chat, prompt_ids
-from lightning_kd.data.encoding import chat_ids, marked_ids, text_ids
+from lightning_kd.data.encoding import Quotes, chat_ids, marked_ids, quotes_of, text_ids
 from lightning_kd.data.errors import DataError
 from lightning_kd.models.loading import byte_tokenizer
 from tests.unit.data.test_chat import CHATML
@@ -94,3 +94,14 @@ def test_marked_ids_keep_the_given_markers_and_spell_out_the_rest():
     start, end = tokenizer.convert_tokens_to_ids(MARKERS)
     assert ids[0] == start and ids[-1] == end and marker_count(ids) == 2
     assert tokenizer.decode(torch.tensor(ids)) == data.decode()
+
+
+def test_quotes_are_found_where_they_stand_and_only_there():
+    quotes = Quotes({"<eos>", "<|im_end|>", "<start_of_turn>"}, set())
+    text = "a <eos> b <start_of_turn> c < d <|im_end|><eos>"
+    assert quotes.quoted(text) == ["<eos>", "<start_of_turn>", "<|im_end|>", "<eos>"]
+    assert quotes.quoted("<eo") == [] and quotes.quoted("no markers < here") == []
+    # Built once per tokenizer (a chat dataset asks for every message).
+    tokenizer = chatml_tokenizer()
+    assert quotes_of(tokenizer) is quotes_of(tokenizer)
+    assert quotes_of(tokenizer).quoted("say <|im_end|>") == ["<|im_end|>"]
