@@ -57,14 +57,9 @@ def prompt_ids(tokenizer: PreTrainedTokenizerBase, prompts: list[list[dict]]) ->
     ids = []
     for number, messages in enumerate(prompts):
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        tokens, _ = chat_ids(tokenizer, text, contents(messages), f"prompt {number}")
+        tokens, _ = chat_ids(tokenizer, text, messages, f"prompt {number}", generation_prompt=True)
         ids.append(torch.tensor(tokens))
     return ids
-
-
-def contents(messages: list[dict]) -> list[str]:
-    """What each message says (its text content; other kinds of content as nothing)."""
-    return [m["content"] if isinstance(m.get("content"), str) else "" for m in messages]
 
 
 def render(tokenizer: PreTrainedTokenizerBase, messages: list[dict], where: str, **kw) -> str:
@@ -109,7 +104,7 @@ def encode_chat(
 ) -> ChatExample:
     """Tokens of the rendered conversation; labels are the tokens that start inside an answer."""
     text, spans = assistant_spans(tokenizer, messages, where)
-    ids, firsts = chat_ids(tokenizer, text, contents(messages), where)
+    ids, firsts = chat_ids(tokenizer, text, messages, where)
     tokens = torch.tensor(ids, dtype=torch.long)
     starts = torch.tensor(firsts, dtype=torch.long)
     answer = torch.zeros_like(tokens, dtype=torch.bool)

@@ -80,12 +80,21 @@ def quotes_of(tokenizer: PreTrainedTokenizerBase) -> Quotes:
     return QUOTES[tokenizer]
 
 
+SENTINEL = "\ue000lightning-kd message\ue001"
+"""Stands in for a message's content to find where the template puts it (private-use
+characters: no text holds them by chance)."""
+
+
 def chat_ids(
-    tokenizer: PreTrainedTokenizerBase, text: str, contents: list[str], where: str
+    tokenizer: PreTrainedTokenizerBase,
+    text: str,
+    messages: list[dict],
+    where: str,
+    generation_prompt: bool = False,
 ) -> tuple[list[int], list[int]]:
-    """``text`` (a rendered conversation whose messages said ``contents``) as token ids and each
-    token's first character: the template's markers as control tokens, a marker's string
-    quoted inside a message spelled out.
+    """``text`` (``messages`` rendered, with the generation prompt if ``generation_prompt``) as
+    token ids and each token's first character: the template's markers as control tokens, a
+    marker's string quoted inside a message spelled out.
 
     A conversation that quotes none is tokenised as the model reads it at inference (one call).
     One that does is tokenised between the template's own markers, which is what the tokenizer
@@ -93,10 +102,14 @@ def chat_ids(
     encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
     quotes = quotes_of(tokenizer)
-    quoting = [quotes.quoted(content) for content in contents]
+    quoting = [quotes.quoted(content) for content in contents(messages)]
     if not any(quoting):
         return ids, [start for start, _ in offsets]
-    regions = message_regions(text, contents, quoting, where)
+    regions = [
+        message_region(tokenizer, text, messages, turn, generation_prompt, where)
+        for turn, quoted in enumerate(quoting)
+        if quoted
+    ]
     markers = [
         (token, start, stop)
         for token, (start, stop) in zip(ids, offsets, strict=True)
@@ -105,32 +118,41 @@ def chat_ids(
     return between_markers(tokenizer, text, markers)
 
 
-def message_regions(
-    text: str, contents: list[str], quoting: list[list[str]], where: str
-) -> list[tuple[int, int]]:
-    """The character span of each message that quotes special tokens' strings (``quoting``:
-    each message's), found in order in the rendered ``text``; a message the template rewrote
-    (trimmed) is looked for trimmed."""
-    regions, cursor = [], 0
-    for turn, (content, quotes) in enumerate(zip(contents, quoting, strict=True)):
+def contents(messages: list[dict]) -> list[str]:
+    """What each message says (its text content; other kinds of content as nothing)."""
+    return [m["content"] if isinstance(m.get("content"), str) else "" for m in messages]
+
+
+def message_region(
+    tokenizer: PreTrainedTokenizerBase,
+    text: str,
+    messages: list[dict],
+    turn: int,
+    generation_prompt: bool,
+    where: str,
+) -> tuple[int, int]:
+    """The characters of ``text`` that message ``turn``'s content renders as: found by rendering
+    the conversation again with :data:`SENTINEL` for it (a search for the content itself can
+    land on the template's own text: a message saying ``<|im_end|>`` on the end of an earlier
+    turn). A template that trims the message is matched trimmed; one that rewrites it otherwise,
+    or renders it twice, is refused: the quote could not be told from its markers."""
+    content = messages[turn]["content"]
+    marked = [*messages[:turn], {**messages[turn], "content": SENTINEL}, *messages[turn + 1 :]]
+    rendered = tokenizer.apply_chat_template(
+        marked, tokenize=False, add_generation_prompt=generation_prompt
+    )
+    if rendered.count(SENTINEL) == 1:
+        before, after = rendered.split(SENTINEL)
         for candidate in (content, content.strip()):
-            at = text.find(candidate, cursor) if candidate else -1
-            if at >= 0:
-                cursor = at + len(candidate)
-                break
-        else:
-            if quotes:
-                raise DataError(
-                    f"{where}: message {turn} quotes the special token(s) {sorted(set(quotes))}, "
-                    "and the chat template rewrites that message, so the quote cannot be told "
-                    "from the template's own markers; remove or escape it in the row (for example "
-                    "'<|' -> '< |'), or set data.chat_template to a template that renders the "
-                    "message as it is"
-                )
-            continue
-        if quotes:
-            regions.append((at, cursor))
-    return regions
+            if text == before + candidate + after:
+                return len(before), len(before) + len(candidate)
+    raise DataError(
+        f"{where}: message {turn} quotes the special token(s) "
+        f"{sorted(set(quotes_of(tokenizer).quoted(content)))}, and the chat template rewrites "
+        "that message, so the quote cannot be told from the template's own markers; remove or "
+        "escape it in the row (for example '<|' -> '< |'), or set data.chat_template to a "
+        "template that renders the message as it is"
+    )
 
 
 def between_markers(

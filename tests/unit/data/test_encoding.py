@@ -47,7 +47,7 @@ def test_a_conversation_quoting_no_marker_is_tokenised_as_the_model_reads_it():
     tokenizer = chatml_tokenizer()
     messages = conversation("Name a prime.")
     text = tokenizer.apply_chat_template(messages, tokenize=False)
-    ids, starts = chat_ids(tokenizer, text, [m["content"] for m in messages], "row 0")
+    ids, starts = chat_ids(tokenizer, text, messages, "row 0")
     encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     assert ids == encoded["input_ids"]
     assert starts == [start for start, _ in encoded["offset_mapping"]]
@@ -71,20 +71,49 @@ def test_a_marker_quoted_in_a_message_is_text_and_the_templates_stay_markers():
     assert marker_count(prompt) == 5 and tokenizer.decode(prompt).endswith("assistant\n")
 
 
+@pytest.mark.parametrize("said", ["<|im_end|>", "<|im_start|>", "<|im_end|>\n<|im_start|>user"])
+def test_a_message_that_is_only_template_text_is_told_from_the_template(said):
+    """A search for the message's text lands on the template's own (the end of the system turn
+    holds "<|im_end|>"): the message is found where the template puts it."""
+    tokenizer = chatml_tokenizer()
+    messages = conversation(said)
+    text = tokenizer.apply_chat_template(messages, tokenize=False)
+    ids, starts = chat_ids(tokenizer, text, messages, "row 0")
+    assert tokenizer.decode(ids) == text and starts == sorted(starts)
+    # The markers stand where the template's do with a message of as many plain characters.
+    plain = conversation("q" * len(said))
+    encoded = tokenizer(
+        tokenizer.apply_chat_template(plain, tokenize=False), return_offsets_mapping=True
+    )
+    marker_ids = set(tokenizer.convert_tokens_to_ids(MARKERS))
+    expected = [
+        start
+        for t, (start, _) in zip(encoded["input_ids"], encoded["offset_mapping"], strict=True)
+        if t in marker_ids
+    ]
+    assert [start for t, start in zip(ids, starts, strict=True) if t in marker_ids] == expected
+
+
 def test_a_quote_the_template_rewrites_cannot_be_told_from_its_markers():
     upper = CHATML.replace("message['content']", "message['content'] | upper")
     tokenizer = chatml_tokenizer(upper)
     messages = conversation("what does <|im_end|> do?")
     text = tokenizer.apply_chat_template(messages, tokenize=False)
     with pytest.raises(DataError, match=r"row 3: message 0 quotes the special token.*<\|im_end"):
-        chat_ids(tokenizer, text, [m["content"] for m in messages], "row 3")
+        chat_ids(tokenizer, text, messages, "row 3")
     # A template that trims the message finds it trimmed.
     trimmed = CHATML.replace("message['content']", "message['content'] | trim")
     tokenizer = chatml_tokenizer(trimmed)
     messages = conversation("  what does <|im_end|> do?  ")
     text = tokenizer.apply_chat_template(messages, tokenize=False)
-    ids, _ = chat_ids(tokenizer, text, [m["content"] for m in messages], "row 3")
+    ids, _ = chat_ids(tokenizer, text, messages, "row 3")
     assert marker_count(ids) == 6
+    # A template that renders the message twice: which copy is which cannot be told.
+    twice = CHATML.replace("message['content']", "message['content'] + message['content']")
+    tokenizer = chatml_tokenizer(twice)
+    text = tokenizer.apply_chat_template(messages, tokenize=False)
+    with pytest.raises(DataError, match=r"message 0 quotes"):
+        chat_ids(tokenizer, text, messages, "row 3")
 
 
 def test_marked_ids_keep_the_given_markers_and_spell_out_the_rest():
