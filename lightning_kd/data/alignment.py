@@ -29,10 +29,12 @@ from lightning_kd.data.encoding import marked_ids, special_strings, text_ids
 from lightning_kd.data.spelling import spelled_offsets, utf8_window
 from lightning_kd.data.token_bytes import TokenBytes, token_bytes
 
-RULE = 2
+RULE = 3
 """Which positions pair, as a number a cross-tokenizer cache records (``cache/format.py``):
-raised whenever a change pairs other positions. 2: only teacher tokens whose bytes are the text's
-(1 paired a token whose first byte the teacher rewrote, a lower-cased capital)."""
+raised whenever a change pairs other positions. 3: the teacher reads special-token strings in the
+text as text, and a marker it shares with the student as its own control token, paired as its
+string; 2: only teacher tokens whose bytes are the text's pair (1 paired a token whose first byte
+the teacher rewrote, a lower-cased capital)."""
 END = "end"
 TEXT = "text"
 IGNORE_INDEX = -100
@@ -82,7 +84,17 @@ class Aligner:
         self.student: TokenBytes = token_bytes(student, "student")
         self.teacher: TokenBytes = token_bytes(teacher, "teacher")
         self.student_lengths = self.student.lengths()
-        self.teacher_lengths = self.teacher.lengths().numpy()
+        # Inside a text, a teacher control token can only be a marker it shares with the student
+        # (text is read with special-token strings spelled out): its string is that text, even
+        # for the teacher's document boundary (an instruct teacher's EOS <|im_end|>, a base
+        # student's turn marker), which spells nothing where it ends a document.
+        controls = {
+            index: token.content.encode() for index, token in teacher.added_tokens_decoder.items()
+        }
+        self.teacher_pieces = [
+            piece or controls.get(index, b"") for index, piece in enumerate(self.teacher.pieces)
+        ]
+        self.teacher_lengths = np.array([len(piece) for piece in self.teacher_pieces])
         pad = teacher.pad_token_id
         self.teacher_pad = pad if pad is not None else (self.teacher.end or 0)
         self.teacher_controls = {string.encode() for string in special_strings(teacher)}
@@ -138,7 +150,7 @@ class Aligner:
                 ids.extend(self.teacher.prefix)
                 keys.extend([None] * len(self.teacher.prefix))
                 (lo, hi), tokens = next(tokenised)
-                pieces = [self.teacher.pieces[t] if t < len(self.teacher) else b"" for t in tokens]
+                pieces = [self.teacher_pieces[t] if t < len(self.teacher) else b"" for t in tokens]
                 text = event.data[lo:hi]
                 mapping = spelled_offsets(text, b"".join(pieces))
                 offset = 0

@@ -13,8 +13,10 @@ message quoting one is text. :func:`chat_ids` tells them apart by where they sta
 
 from __future__ import annotations
 
+import json
 import weakref
 
+from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.data.errors import DataError
@@ -45,10 +47,10 @@ class Quotes:
     here a text is searched only where one of their first characters occurs, and there only for
     their few lengths."""
 
-    def __init__(self, strings: set[str], ids: set[int]) -> None:
+    def __init__(self, strings: set[str], ids: dict[int, str]) -> None:
         self.strings = strings
         self.ids = ids
-        """The special tokens' ids (what a template's marker is)."""
+        """The special tokens' ids (what a template's marker is), each with its string."""
         self.firsts = {string[0] for string in strings}
         self.lengths = sorted({len(string) for string in strings})
 
@@ -71,13 +73,16 @@ QUOTES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def quotes_of(tokenizer: PreTrainedTokenizerBase) -> Quotes:
-    """The tokenizer's :class:`Quotes`, built once per tokenizer."""
-    if tokenizer not in QUOTES:
-        ids = set(tokenizer.all_special_ids) | {
-            index for index, token in tokenizer.added_tokens_decoder.items() if token.special
+    """The tokenizer's :class:`Quotes`, built once per tokenizer (and its added tokens)."""
+    if QUOTES.get(tokenizer, (None,))[0] != len(tokenizer):  # built, or tokens added since
+        ids = dict(zip(tokenizer.all_special_ids, tokenizer.all_special_tokens, strict=True))
+        ids |= {
+            index: token.content
+            for index, token in tokenizer.added_tokens_decoder.items()
+            if token.special
         }
-        QUOTES[tokenizer] = Quotes(special_strings(tokenizer), ids)
-    return QUOTES[tokenizer]
+        QUOTES[tokenizer] = (len(tokenizer), Quotes(special_strings(tokenizer), ids))
+    return QUOTES[tokenizer][1]
 
 
 SENTINEL = "\ue000lightning-kd message\ue001"
@@ -106,15 +111,21 @@ def chat_ids(
     if not any(quoting):
         return ids, [start for start, _ in offsets]
     regions = [
-        message_region(tokenizer, text, messages, turn, generation_prompt, where)
+        region
         for turn, quoted in enumerate(quoting)
         if quoted
+        and (region := message_region(tokenizer, text, messages, turn, generation_prompt, where))
     ]
-    markers = [
-        (token, start, stop)
-        for token, (start, stop) in zip(ids, offsets, strict=True)
-        if token in quotes.ids and not any(lo <= start < hi for lo, hi in regions)
-    ]
+    markers = []
+    for token, (start, stop) in zip(ids, offsets, strict=True):
+        if token not in quotes.ids:
+            continue
+        # Where the token's string stands: its offsets may take in the whitespace it strips
+        # (an lstrip marker right after a message ending in a space starts inside it).
+        found = text.find(quotes.ids[token], start, stop)
+        at = found if found >= 0 else start
+        if not any(lo <= at < hi for lo, hi in regions):
+            markers.append((token, start, stop))
     return between_markers(tokenizer, text, markers)
 
 
@@ -130,17 +141,20 @@ def message_region(
     turn: int,
     generation_prompt: bool,
     where: str,
-) -> tuple[int, int]:
+) -> tuple[int, int] | None:
     """The characters of ``text`` that message ``turn``'s content renders as: found by rendering
     the conversation again with :data:`SENTINEL` for it (a search for the content itself can
     land on the template's own text: a message saying ``<|im_end|>`` on the end of an earlier
-    turn). A template that trims the message is matched trimmed; one that rewrites it otherwise,
-    or renders it twice, is refused: the quote could not be told from its markers."""
+    turn); None where the template leaves the message out. A template that trims the message is
+    matched trimmed; one that rewrites it otherwise, or renders it twice, is refused: the quote
+    could not be told from its markers."""
     content = messages[turn]["content"]
     marked = [*messages[:turn], {**messages[turn], "content": SENTINEL}, *messages[turn + 1 :]]
     rendered = tokenizer.apply_chat_template(
         marked, tokenize=False, add_generation_prompt=generation_prompt
     )
+    if rendered == text:  # not rendered (a template that drops the system turn)
+        return None
     if rendered.count(SENTINEL) == 1:
         before, after = rendered.split(SENTINEL)
         for candidate in (content, content.strip()):
@@ -165,14 +179,9 @@ def between_markers(
     cursor = 0
     for token, start, stop in [*markers, (None, len(text), len(text))]:
         if start > cursor:
-            piece = tokenizer(
-                text[cursor:start],
-                add_special_tokens=False,
-                split_special_tokens=True,
-                return_offsets_mapping=True,
-            )
-            ids += piece["input_ids"]
-            starts += [cursor + first for first, _ in piece["offset_mapping"]]
+            piece = sections_of(tokenizer).encode(text[cursor:start], first=cursor == 0)
+            ids += piece.ids
+            starts += [cursor + first for first, _ in piece.offsets]
         if token is not None:
             ids.append(token)
             starts.append(start)
@@ -189,8 +198,62 @@ def marked_ids(
     cursor = 0
     for start, stop in [*markers, (len(data), len(data))]:
         if start > cursor:
-            ids += text_ids(tokenizer, [data[cursor:start].decode("utf-8", errors="replace")])[0]
+            piece = data[cursor:start].decode("utf-8", errors="replace")
+            ids += sections_of(tokenizer).encode(piece, first=cursor == 0).ids
         if stop > start:
             ids += tokenizer(data[start:stop].decode(), add_special_tokens=False)["input_ids"]
         cursor = stop
     return ids
+
+
+class Sections:
+    """A tokenizer's backend for the pieces of a text cut at its control tokens, special-token
+    strings encoded as text. The tokenizer itself cuts a text at its control tokens and
+    tokenises the pieces alone, but only the first as the start of a text: a Metaspace
+    pre-tokenizer with ``prepend_scheme`` ``first`` (Mistral's; Llama 2's saved with
+    ``legacy=False``) puts its ``▁`` before that piece alone, so the later ones are encoded by
+    a copy without it (each alone, they would all have had one)."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase) -> None:
+        state = json.loads(tokenizer.backend_tokenizer.to_str())
+        self.first = plain_backend(state)
+        later = json.loads(json.dumps(state))
+        self.later = plain_backend(later) if no_first_prefix(later.get("pre_tokenizer")) else None
+
+    def encode(self, text: str, first: bool):
+        """``text``'s encoding (``ids``, ``offsets``) as a text's first piece or a later one."""
+        backend = self.first if first or self.later is None else self.later
+        return backend.encode(text, add_special_tokens=False)
+
+
+def plain_backend(state: dict) -> Tokenizer:
+    """The backend of ``state`` encoding special-token strings as text, untruncated, unpadded
+    (as a ``tokenizer(...)`` call sets it)."""
+    backend = Tokenizer.from_str(json.dumps(state))
+    backend.encode_special_tokens = True
+    backend.no_truncation()
+    backend.no_padding()
+    return backend
+
+
+def no_first_prefix(node: dict | None) -> bool:
+    """Turn each Metaspace ``prepend_scheme: first`` in the pre-tokenizer ``node`` into
+    ``never``; whether there was one."""
+    if not node:
+        return False
+    if node.get("type") == "Sequence":
+        return any([no_first_prefix(child) for child in node.get("pretokenizers", [])])
+    if node.get("type") == "Metaspace" and node.get("prepend_scheme") == "first":
+        node["prepend_scheme"] = "never"
+        return True
+    return False
+
+
+SECTIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def sections_of(tokenizer: PreTrainedTokenizerBase) -> Sections:
+    """The tokenizer's :class:`Sections`, built once per tokenizer (and its added tokens)."""
+    if SECTIONS.get(tokenizer, (None,))[0] != len(tokenizer):  # built, or tokens added since
+        SECTIONS[tokenizer] = (len(tokenizer), Sections(tokenizer))
+    return SECTIONS[tokenizer][1]

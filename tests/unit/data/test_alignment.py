@@ -252,3 +252,25 @@ def test_chat_markers_both_tokenizers_have_stay_markers_for_the_teacher():
         # them reads their text); the one quoted in the message is text for either.
         assert sum(read.count(t) for t in teacher.convert_tokens_to_ids(MARKERS)) == markers
         assert view.share == 1.0
+
+
+def test_a_shared_marker_that_is_the_teachers_end_pairs_as_its_text():
+    """An instruct teacher whose EOS is <|im_end|> and a student for which it is a turn marker
+    (a base model's ChatML): the teacher reads it as its own control token, whose table spells
+    nothing (a document's end), so the end of every answer paired with nothing and the run was
+    refused for a share the teacher had in fact read (86.7 %)."""
+    from lightning_kd.data.chat_tokens import encode_chat
+    from tests.unit.data.test_encoding import MARKERS, chatml_tokenizer, conversation
+
+    student = chatml_tokenizer()
+    teacher = sentencepiece_tokenizer()
+    teacher.add_special_tokens({"eos_token": "<|im_end|>", "additional_special_tokens": MARKERS})
+    example = encode_chat(student, conversation("Name a prime."), "row 0")
+    ids, labels = example.tokens.unsqueeze(0), example.labels.unsqueeze(0)
+    view = Aligner(student, teacher).view(ids, labels=labels)
+    assert view.share == 1.0
+    read = view.input_ids[0].tolist()
+    assert read.count(teacher.eos_token_id) == 3  # every turn's end, read as the teacher's own
+    end = student.convert_tokens_to_ids("<|im_end|>")
+    answer_end = [i for i, t in enumerate(ids[0].tolist()) if t == end][-1]
+    assert view.partner[0, answer_end - 1] >= 0  # the position predicting the answer's end

@@ -10,6 +10,7 @@ from lightning_kd.data.chat_tokens import encode_chat, prompt_ids
 from lightning_kd.data.encoding import Quotes, chat_ids, marked_ids, quotes_of, text_ids
 from lightning_kd.data.errors import DataError
 from lightning_kd.models.loading import byte_tokenizer
+from tests.conftest import sentencepiece_tokenizer
 from tests.unit.data.test_chat import CHATML
 
 MARKERS = ["<|im_start|>", "<|im_end|>"]
@@ -134,3 +135,86 @@ def test_quotes_are_found_where_they_stand_and_only_there():
     tokenizer = chatml_tokenizer()
     assert quotes_of(tokenizer) is quotes_of(tokenizer)
     assert quotes_of(tokenizer).quoted("say <|im_end|>") == ["<|im_end|>"]
+
+
+def first_prefix_tokenizer():
+    """A SentencePiece-style tokenizer whose Metaspace puts its "▁" before a text's first piece
+    only (``prepend_scheme="first"``: Mistral's, Llama 2's with ``legacy=False``), with ChatML
+    markers as special tokens."""
+    from tokenizers import decoders, pre_tokenizers
+
+    tokenizer = sentencepiece_tokenizer()
+    backend = tokenizer.backend_tokenizer
+    backend.normalizer = None
+    backend.pre_tokenizer = pre_tokenizers.Metaspace("▁", prepend_scheme="first", split=False)
+    backend.decoder = decoders.Sequence(
+        [decoders.ByteFallback(), decoders.Fuse(), decoders.Metaspace("▁", "first", split=False)]
+    )
+    tokenizer.add_special_tokens({"additional_special_tokens": MARKERS})
+    tokenizer.chat_template = CHATML
+    return tokenizer
+
+
+def test_pieces_after_a_marker_get_no_dummy_prefix_where_the_tokenizer_gives_none():
+    """Cut at a quote's template markers, each piece was tokenised as a text of its own, and a
+    prepend_scheme="first" tokenizer put a "▁" before each ("▁user", "▁assistant", and a
+    first answer label "▁Seven" the model never reads at inference)."""
+    tokenizer = first_prefix_tokenizer()
+    for said in ("What is it?", "What is <|im_end|>?"):
+        messages = conversation(said)
+        text = tokenizer.apply_chat_template(messages, tokenize=False)
+        ids, _ = chat_ids(tokenizer, text, messages, "row 0")
+        pieces = tokenizer.convert_ids_to_tokens(ids)
+        reference = tokenizer.convert_ids_to_tokens(
+            tokenizer(text, add_special_tokens=False)["input_ids"]
+        )
+        assert "▁user" not in pieces and "▁assistant" not in pieces
+        if said == "What is it?":
+            assert pieces == reference  # one call: the tokenizer's own reading
+    # The teacher's side reads a student's text cut at shared markers the same way.
+    data = b"<|im_start|>user\nsay it<|im_end|>"
+    ids = marked_ids(tokenizer, data, [(0, 12), (len(data) - 10, len(data))])
+    assert ids == tokenizer(data.decode(), add_special_tokens=False)["input_ids"]
+
+
+def test_a_marker_that_strips_the_space_before_it_stays_a_marker():
+    """An lstrip marker's offsets take in the space it strips: after a quoting message ending in
+    a space, it started inside the message and was spelled out (the answer's labels ended in
+    the characters "<|end|>" instead of the end-of-turn token)."""
+    from tokenizers import AddedToken
+
+    tokenizer = byte_tokenizer()
+    tokenizer.add_special_tokens(
+        {
+            "additional_special_tokens": [
+                AddedToken(t, lstrip=True, special=True, normalized=False)
+                for t in ("<|user|>", "<|assistant|>", "<|end|>")
+            ]
+        }
+    )
+    tokenizer.chat_template = (
+        "{% for m in messages %}{{ '<|' + m['role'] + '|>\\n' + m['content'] + '<|end|>\\n' }}"
+        "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}"
+    )
+    end = tokenizer.convert_tokens_to_ids("<|end|>")
+    messages = [
+        {"role": "user", "content": "Name <|end|> a prime. "},
+        {"role": "assistant", "content": "Seven <|end|>. "},
+    ]
+    example = encode_chat(tokenizer, messages, "row 0")
+    assert example.tokens.tolist().count(end) == 2  # the template's, not the quotes
+    assert example.labels[example.labels != -100].tolist()[-2] == end
+
+
+def test_a_quoting_message_the_template_leaves_out_is_no_quote():
+    """A template that renders user and assistant turns alone drops the system message: quoting
+    a marker there was refused as "rewritten" though the text quotes nothing."""
+    dropping = CHATML.replace(
+        "{% for message in messages %}",
+        "{% for message in messages if message['role'] != 'system' %}",
+    )
+    tokenizer = chatml_tokenizer(dropping)
+    messages = [{"role": "system", "content": "Never say <|im_end|>."}, *conversation("Hi")]
+    text = tokenizer.apply_chat_template(messages, tokenize=False)
+    ids, _ = chat_ids(tokenizer, text, messages, "row 0")
+    assert ids == tokenizer(text, add_special_tokens=False)["input_ids"]
