@@ -104,7 +104,7 @@ def encode_chat(
 ) -> ChatExample:
     """Tokens of the rendered conversation; labels are the tokens that start inside an answer."""
     text, spans = assistant_spans(tokenizer, messages, where)
-    ids, firsts = chat_ids(tokenizer, text, messages, where)
+    ids, firsts = chat_ids(tokenizer, text, messages, where, cuts=[first for first, _ in spans])
     tokens = torch.tensor(ids, dtype=torch.long)
     starts = torch.tensor(firsts, dtype=torch.long)
     answer = torch.zeros_like(tokens, dtype=torch.bool)

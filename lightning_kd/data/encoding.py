@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import weakref
+from collections.abc import Sequence
+from itertools import pairwise
 
 from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerBase
@@ -96,19 +98,25 @@ def chat_ids(
     messages: list[dict],
     where: str,
     generation_prompt: bool = False,
+    cuts: Sequence[int] = (),
 ) -> tuple[list[int], list[int]]:
     """``text`` (``messages`` rendered, with the generation prompt if ``generation_prompt``) as
     token ids and each token's first character: the template's markers as control tokens, a
-    marker's string quoted inside a message spelled out.
+    marker's string quoted inside a message spelled out, and no token across ``cuts`` (where an
+    answer starts: SmolLM2's tokenizer read the prompt's last newline and an answer's first as
+    one token, so the answer lost that newline from its labels and trained on a context the
+    model never reads at inference, where the prompt is tokenised alone).
 
-    A conversation that quotes none is tokenised as the model reads it at inference (one call).
-    One that does is tokenised between the template's own markers, which is what the tokenizer
-    does anyway (it cuts at special tokens first and tokenises the pieces between them alone)."""
+    A conversation that quotes none and has no token across a cut is tokenised as the model
+    reads it (one call). Others are tokenised between the template's own markers, which is what
+    the tokenizer does anyway (it cuts at special tokens first and tokenises the pieces between
+    them alone), and at the cuts."""
     encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
     quotes = quotes_of(tokenizer)
     quoting = [quotes.quoted(content) for content in contents(messages)]
-    if not any(quoting):
+    across = [cut for cut in cuts if any(lo < cut < hi for lo, hi in offsets)]
+    if not any(quoting) and not across:
         return ids, [start for start, _ in offsets]
     regions = [
         region
@@ -126,7 +134,7 @@ def chat_ids(
         at = found if found >= 0 else start
         if not any(lo <= at < hi for lo, hi in regions):
             markers.append((token, start, stop))
-    return between_markers(tokenizer, text, markers)
+    return between_markers(tokenizer, text, markers, across)
 
 
 def contents(messages: list[dict]) -> list[str]:
@@ -170,18 +178,24 @@ def message_region(
 
 
 def between_markers(
-    tokenizer: PreTrainedTokenizerBase, text: str, markers: list[tuple[int, int, int]]
+    tokenizer: PreTrainedTokenizerBase,
+    text: str,
+    markers: list[tuple[int, int, int]],
+    cuts: Sequence[int] = (),
 ) -> tuple[list[int], list[int]]:
     """``text`` tokenised piece by piece between ``markers`` (``(id, start, stop)``, kept as
-    they are), special-token strings in the pieces spelled out; ids and first characters."""
+    they are) and at ``cuts``, special-token strings in the pieces spelled out; ids and first
+    characters."""
     ids: list[int] = []
     starts: list[int] = []
     cursor = 0
     for token, start, stop in [*markers, (None, len(text), len(text))]:
-        if start > cursor:
-            piece = sections_of(tokenizer).encode(text[cursor:start], first=cursor == 0)
-            ids += piece.ids
-            starts += [cursor + first for first, _ in piece.offsets]
+        edges = [cursor, *(cut for cut in cuts if cursor < cut < start), start]
+        for lo, hi in pairwise(edges):
+            if hi > lo:
+                piece = sections_of(tokenizer).encode(text[lo:hi], first=lo == 0)
+                ids += piece.ids
+                starts += [lo + first for first, _ in piece.offsets]
         if token is not None:
             ids.append(token)
             starts.append(start)

@@ -31,7 +31,7 @@ from lightning_kd.models.digests import tokenizer_digest
 from lightning_kd.models.sources import cache_root
 from lightning_kd.utils.refusal import Refused
 
-FORMAT = 2
+FORMAT = 3
 """Bumped when what a cached row holds changes (older files are then never read)."""
 DIRECTORY = "tokenized"
 READ_ROWS = 1024

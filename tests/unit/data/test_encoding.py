@@ -218,3 +218,31 @@ def test_a_quoting_message_the_template_leaves_out_is_no_quote():
     text = tokenizer.apply_chat_template(messages, tokenize=False)
     ids, _ = chat_ids(tokenizer, text, messages, "row 0")
     assert ids == tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def test_no_token_crosses_the_start_of_an_answer():
+    """A tokenizer that merges two newlines (SmolLM2's does) read the prompt's last newline and
+    an answer's first as one token, which starts in the prompt: the answer lost its newline from
+    the labels, and trained after a context the model never reads at inference (its prompt is
+    tokenised alone)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {symbol: i for i, symbol in enumerate(sorted(alphabet))}
+    vocab |= {"ĊĊ": len(vocab), "<eos>": len(vocab) + 1}
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[("Ċ", "Ċ")]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    backend.decoder = decoders.ByteLevel()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<eos>")
+    tokenizer.add_special_tokens({"additional_special_tokens": MARKERS})
+    tokenizer.chat_template = CHATML
+    messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "\nSeven."}]
+    example = encode_chat(tokenizer, messages, "row 0")
+    labelled = example.tokens[example.labels != -100].tolist()
+    assert tokenizer.decode(labelled) == "\nSeven.<|im_end|>\n"
+    (prompt,) = prompt_ids(tokenizer, [messages[:1]])
+    assert example.tokens[: len(prompt)].tolist() == prompt.tolist()  # as at inference
+    assert tokenizer.decode(example.tokens) == tokenizer.apply_chat_template(
+        messages, tokenize=False
+    )
