@@ -73,8 +73,11 @@ def launcher_override_errors(overrides: Sequence[str]) -> list[str]:
         return []
     try:
         fields = ConfigStore.instance().load(f"hydra/launcher/{chosen[-1]}_base.yaml").node
-    except ConfigLoadError:  # the plugin is not installed: Hydra says it finds no such launcher
-        return []
+    except ConfigLoadError:  # the plugin is not installed: Hydra's own error names no fix
+        return [
+            f"hydra/launcher={chosen[-1]} needs Hydra's submitit launcher plugin, which is not "
+            "installed: pip install hydra-submitit-launcher (lightning-kd's cluster extra)"
+        ]
     errors = []
     for item in parsed:
         field = item.key_or_group.removeprefix("hydra.launcher.")

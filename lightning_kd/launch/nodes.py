@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
-LAUNCH_DOC = "docs/scale-out.md#multi-node"
+LAUNCH_DOC = "the docs' scale-out page, docs/scale-out.md#multi-node in the repository"
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,9 @@ LIGHTNING_NOISE = (
 
 
 def train(
-    cfg: DictConfig, ckpt_path: Path | None = None, command: Sequence[str] = ("python", "run.py")
+    cfg: DictConfig,
+    ckpt_path: Path | None = None,
+    command: Sequence[str] = ("lightning-kd", "train"),
 ) -> RunSummary:
     """Run one distillation as ``cfg`` describes, resuming from ``ckpt_path`` if given; returns
     (and writes) the summary. ``command`` is how the user launched it (the resume hint's
@@ -162,7 +164,7 @@ def write_summary(summary: RunSummary, output_dir: Path) -> None:
     print(f"\nrun directory: {output_dir}")
 
 
-def run(cfg: DictConfig, command: Sequence[str] = ("python", "run.py")) -> float | None:
+def run(cfg: DictConfig, command: Sequence[str] = ("lightning-kd", "train")) -> float | None:
     """Check ``cfg``, claim its run directory and :func:`train` (resuming with ``ckpt_path``).
     SIGINT and SIGTERM stop every stage at its next clean point; the run then prints what it
     kept and the ``command`` that resumes (or restarts) it, and exits 130/143. Returns the final

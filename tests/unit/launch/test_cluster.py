@@ -128,3 +128,18 @@ def test_a_wrong_typed_launcher_field_is_refused_before_hydra_composes(capsys) -
     ]
     # Without a submitit launcher selected, hydra.launcher.* is Hydra's to judge.
     assert launcher_override_errors(["-m", "hydra.launcher.n_jobs=x"]) == []
+
+
+def test_a_submitit_launcher_without_its_plugin_names_the_install(monkeypatch) -> None:
+    """Without the cluster extra, Hydra's own error was "Could not load
+    'hydra/launcher/submitit_slurm_base'", naming no fix."""
+    from hydra.core.config_store import ConfigStore
+    from hydra.plugins.config_source import ConfigLoadError
+
+    def missing(self, config_path: str):
+        raise ConfigLoadError(f"Could not load '{config_path}'")
+
+    monkeypatch.setattr(ConfigStore, "load", missing)
+    (error,) = launcher_override_errors(["-m", "hydra/launcher=submitit_slurm", "seed=0,1"])
+    assert "needs Hydra's submitit launcher plugin" in error
+    assert "pip install hydra-submitit-launcher" in error
