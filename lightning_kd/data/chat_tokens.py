@@ -18,7 +18,7 @@ from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.data.conversations import ChatFields, row_messages
-from lightning_kd.data.encoding import chat_ids
+from lightning_kd.data.encoding import SENTINEL, chat_ids, quotes_of
 from lightning_kd.data.errors import DataError, MissingData
 from lightning_kd.losses.logits import IGNORE_INDEX
 from lightning_kd.utils.refusal import Refused
@@ -60,6 +60,27 @@ def prompt_ids(tokenizer: PreTrainedTokenizerBase, prompts: list[list[dict]]) ->
         tokens, _ = chat_ids(tokenizer, text, messages, f"prompt {number}", generation_prompt=True)
         ids.append(torch.tensor(tokens))
     return ids
+
+
+def turn_end_id(tokenizer: PreTrainedTokenizerBase) -> int | None:
+    """The control token the chat template closes an answer with (ChatML's ``<|im_end|>``,
+    Gemma's ``<end_of_turn>``), or None: what a generated answer ends at, whatever the model's
+    generation config says (a teacher whose EOS is not its template's end of turn ran on into a
+    turn of its own, whose markers decoding then dropped, gluing its text to the answer)."""
+    answer = SENTINEL
+    conversation = [{"role": "user", "content": "q"}, {"role": "assistant", "content": answer}]
+    try:
+        text = tokenizer.apply_chat_template(conversation, tokenize=False)
+    except Exception:  # a template that cannot render this conversation: none found
+        return None
+    after = text.split(answer, 1)[1] if answer in text else ""
+    controls = quotes_of(tokenizer).ids
+    return next((i for i in text_ids_parsed(tokenizer, after) if i in controls), None)
+
+
+def text_ids_parsed(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+    """``text``'s ids with its control tokens read as such (a template's own text)."""
+    return tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
 
 
 def render(tokenizer: PreTrainedTokenizerBase, messages: list[dict], where: str, **kw) -> str:

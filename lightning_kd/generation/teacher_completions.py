@@ -44,7 +44,13 @@ import torch
 from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from lightning_kd.data.chat_tokens import PLAIN_NEXT_TURN, PLAIN_TEMPLATE, prompt_ids, template_text
+from lightning_kd.data.chat_tokens import (
+    PLAIN_NEXT_TURN,
+    PLAIN_TEMPLATE,
+    prompt_ids,
+    template_text,
+    turn_end_id,
+)
 from lightning_kd.data.conversations import ChatFields, as_messages, checked_messages, prompt_of
 from lightning_kd.data.reading import read_records
 from lightning_kd.generation.completions_record import (
@@ -202,6 +208,8 @@ def complete(
         options["eos_token_id"] = end_tokens(teacher, tokenizer)
     elif plain:  # a base model's answer runs on into a next turn of its own
         options |= {"stop_strings": [PLAIN_NEXT_TURN], "tokenizer": tokenizer}
+    elif (turn_end := turn_end_id(tokenizer)) is not None:  # the answer ends with its turn
+        options["eos_token_id"] = [*end_tokens(teacher, tokenizer), turn_end]
     new = generate_in_eval(
         teacher,
         left,

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+from transformers import GenerationConfig
 
 from lightning_kd.cli import main as cli_main
 from lightning_kd.data.chat import ChatDataModule
@@ -201,3 +203,40 @@ def test_the_command_follows_its_advice_to_completions(tmp_path, capsys) -> None
     settings = ["generate.max_prompts=1", "generate.max_new_tokens=2"]
     assert cli_generate(tmp_path, "generate.prompts=train_split", *settings) == 0
     assert len((tmp_path / "g" / "completions.jsonl").read_text().splitlines()) == 1
+
+
+class ScriptedTeacher(torch.nn.Module):
+    """Answers with a fixed run of ids, stopping (as ``generate`` does) at the first of the end
+    tokens it is given; its generation config's EOS is not the template's end of turn."""
+
+    def __init__(self, answer: list[int], eos: int) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+        self.answer = answer
+        self.generation_config = GenerationConfig(eos_token_id=eos)
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    def generate(self, input_ids, attention_mask=None, **options):
+        ends = options.get("eos_token_id", self.generation_config.eos_token_id)
+        ends = ends if isinstance(ends, list) else [ends]
+        cut = next((i + 1 for i, t in enumerate(self.answer) if t in ends), len(self.answer))
+        rows = torch.tensor([self.answer[:cut]] * len(input_ids))
+        return torch.cat([input_ids, rows], dim=1)
+
+
+def test_a_chat_answer_ends_with_its_turn_whatever_the_generation_config_says() -> None:
+    """A teacher whose EOS is not its template's end of turn ran on into a turn of its own,
+    whose markers decoding dropped: "Hi<|im_end|>\\n<|im_start|>user\\nnext" was written "Hi\\nuser
+    \\nnext"."""
+    from tests.unit.data.test_encoding import chatml_tokenizer
+
+    tokenizer = chatml_tokenizer()
+    start, end = tokenizer.convert_tokens_to_ids(["<|im_start|>", "<|im_end|>"])
+    said = [tokenizer.convert_tokens_to_ids(c) for c in ("H", "i")]
+    rest = [tokenizer.convert_tokens_to_ids(c) for c in ("Ċ", "u", "s")]
+    teacher = ScriptedTeacher([*said, end, *rest[:1], start, *rest[1:]], tokenizer.eos_token_id)
+    prompts = [[{"role": "user", "content": "Say hi."}]]
+    assert complete(teacher, tokenizer, prompts, GenerateSpec(max_new_tokens=8), 0) == ["Hi"]
