@@ -47,6 +47,8 @@ from lightning_kd.utils.atomic import atomic_write_bytes
 from lightning_kd.utils.disk import disk_errors
 from lightning_kd.utils.stopping import STOP, Interrupted
 
+COMMAND = ("lightning-kd", "train")
+"""How a run from Python is named in its resume hint (the command line passes its own)."""
 FINISH_AGAIN = "resume with ckpt_path=last, which finishes the run from its last checkpoint"
 """What follows a student or summary the disk had no room for (``utils/disk.py``)."""
 KEPT_BEFORE_TRAINING = "the converted teacher and the teacher cache are kept and reused"
@@ -63,9 +65,7 @@ LIGHTNING_NOISE = (
 
 
 def train(
-    cfg: DictConfig,
-    ckpt_path: Path | None = None,
-    command: Sequence[str] = ("lightning-kd", "train"),
+    cfg: DictConfig, ckpt_path: Path | None = None, command: Sequence[str] = COMMAND
 ) -> RunSummary:
     """Run one distillation as ``cfg`` describes, resuming from ``ckpt_path`` if given; returns
     (and writes) the summary. ``command`` is how the user launched it (the resume hint's
@@ -164,7 +164,7 @@ def write_summary(summary: RunSummary, output_dir: Path) -> None:
     print(f"\nrun directory: {output_dir}")
 
 
-def run(cfg: DictConfig, command: Sequence[str] = ("lightning-kd", "train")) -> float | None:
+def run(cfg: DictConfig, command: Sequence[str] = COMMAND) -> float | None:
     """Check ``cfg``, claim its run directory and :func:`train` (resuming with ``ckpt_path``).
     SIGINT and SIGTERM stop every stage at its next clean point; the run then prints what it
     kept and the ``command`` that resumes (or restarts) it, and exits 130/143. Returns the final

@@ -274,7 +274,7 @@ def test_the_docs_examples_are_found() -> None:
         "strategy=ddp",
         "student.layers=[0,10,20,29]",
         "trainer.strategy.activation_checkpointing=true",
-        "student.config={num_hidden_layers: 4, hidden_size: 256}",
+        "student.config={num_hidden_layers: 4, hidden_size: 288}",
         "logger=tensorboard",
         "+callbacks=early_stopping",
     } <= shown
