@@ -75,12 +75,8 @@ def turn_end_id(tokenizer: PreTrainedTokenizerBase) -> int | None:
         return None
     after = text.split(answer, 1)[1] if answer in text else ""
     controls = quotes_of(tokenizer).ids
-    return next((i for i in text_ids_parsed(tokenizer, after) if i in controls), None)
-
-
-def text_ids_parsed(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
-    """``text``'s ids with its control tokens read as such (a template's own text)."""
-    return tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
+    read = tokenizer(after, add_special_tokens=False)["input_ids"]  # the template's own markers
+    return next((i for i in read if i in controls), None)
 
 
 def render(tokenizer: PreTrainedTokenizerBase, messages: list[dict], where: str, **kw) -> str:

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import json
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import pairwise
+from typing import Any
 
 from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerBase
@@ -71,20 +72,32 @@ class Quotes:
         return [string for _, string in sorted(found)]
 
 
-QUOTES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+BUILT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""Per tokenizer: ``{kind: (its length when built, what was built)}``."""
+
+
+def built_for(tokenizer: PreTrainedTokenizerBase, build: Callable) -> Any:
+    """``build(tokenizer)``, built once per tokenizer (again once tokens were added to it): a
+    chat dataset asks for each conversation."""
+    made = BUILT.setdefault(tokenizer, {})
+    if made.get(build, (None,))[0] != len(tokenizer):
+        made[build] = (len(tokenizer), build(tokenizer))
+    return made[build][1]
 
 
 def quotes_of(tokenizer: PreTrainedTokenizerBase) -> Quotes:
-    """The tokenizer's :class:`Quotes`, built once per tokenizer (and its added tokens)."""
-    if QUOTES.get(tokenizer, (None,))[0] != len(tokenizer):  # built, or tokens added since
-        ids = dict(zip(tokenizer.all_special_ids, tokenizer.all_special_tokens, strict=True))
-        ids |= {
-            index: token.content
-            for index, token in tokenizer.added_tokens_decoder.items()
-            if token.special
-        }
-        QUOTES[tokenizer] = (len(tokenizer), Quotes(special_strings(tokenizer), ids))
-    return QUOTES[tokenizer][1]
+    """The tokenizer's :class:`Quotes` (built once)."""
+    return built_for(tokenizer, build_quotes)
+
+
+def build_quotes(tokenizer: PreTrainedTokenizerBase) -> Quotes:
+    ids = dict(zip(tokenizer.all_special_ids, tokenizer.all_special_tokens, strict=True))
+    ids |= {
+        index: token.content
+        for index, token in tokenizer.added_tokens_decoder.items()
+        if token.special
+    }
+    return Quotes(special_strings(tokenizer), ids)
 
 
 SENTINEL = "\ue000lightning-kd message\ue001"
@@ -255,7 +268,7 @@ def no_first_prefix(node: dict | None) -> bool:
     ``never``; whether there was one."""
     if not node:
         return False
-    if node.get("type") == "Sequence":
+    if node.get("type") == "Sequence":  # a list, not a generator: every child is turned
         return any([no_first_prefix(child) for child in node.get("pretokenizers", [])])
     if node.get("type") == "Metaspace" and node.get("prepend_scheme") == "first":
         node["prepend_scheme"] = "never"
@@ -263,11 +276,6 @@ def no_first_prefix(node: dict | None) -> bool:
     return False
 
 
-SECTIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
 def sections_of(tokenizer: PreTrainedTokenizerBase) -> Sections:
-    """The tokenizer's :class:`Sections`, built once per tokenizer (and its added tokens)."""
-    if SECTIONS.get(tokenizer, (None,))[0] != len(tokenizer):  # built, or tokens added since
-        SECTIONS[tokenizer] = (len(tokenizer), Sections(tokenizer))
-    return SECTIONS[tokenizer][1]
+    """The tokenizer's :class:`Sections` (built once)."""
+    return built_for(tokenizer, Sections)

@@ -15,15 +15,21 @@ def sweep_job_errors(cfg: DictConfig) -> list[str]:
     """Each job of a ``-m`` sweep composed as its launcher will compose it, and checked (the
     launch's own config carries no sweep value): a bad value in ``seed=0,-1`` was submitted, to
     fail in the queue. Called inside Hydra's run, whose config loader composes the jobs."""
+    errors = []
+    for job, config in composed_jobs(cfg):
+        errors += [f"job {' '.join(job)}: {error}" for error in config_errors(config)]
+    return errors
+
+
+def composed_jobs(cfg: DictConfig) -> list[tuple[list[str], DictConfig]]:
+    """Each job of a ``-m`` sweep of two jobs or more, with its config composed as its launcher
+    will compose it (the launch's own config carries no sweep value); none for one job, or
+    outside Hydra's run, whose config loader composes them."""
     jobs = [job for batch in split_arguments(list(cfg.hydra.overrides.task)) for job in batch]
     if len(jobs) < 2 or not GlobalHydra.instance().is_initialized():
         return []
     loader = GlobalHydra.instance().config_loader()
-    errors = []
-    for job in jobs:
-        found = config_errors(loader.load_sweep_config(master_config=cfg, sweep_overrides=job))
-        errors += [f"job {' '.join(job)}: {error}" for error in found]
-    return errors
+    return [(job, loader.load_sweep_config(master_config=cfg, sweep_overrides=job)) for job in jobs]
 
 
 def in_process_ddp_errors(cfg: DictConfig) -> list[str]:
@@ -31,12 +37,9 @@ def in_process_ddp_errors(cfg: DictConfig) -> list[str]:
     job of several processes: Lightning starts a DDP job's other processes by running this
     command again — the whole sweep — so they ran the other jobs too (two writers into one run
     directory) and left rank variables for the next job, which failed or waited forever."""
-    jobs = [job for batch in split_arguments(list(cfg.hydra.overrides.task)) for job in batch]
-    if len(jobs) < 2 or not GlobalHydra.instance().is_initialized():
-        return []
-    loader = GlobalHydra.instance().config_loader()
-    for job in jobs:
-        trainer = loader.load_sweep_config(master_config=cfg, sweep_overrides=job).trainer
+    jobs = composed_jobs(cfg)
+    for job, config in jobs:
+        trainer = config.trainer
         if several_processes(trainer.get("devices", 1), trainer.get("num_nodes", 1)):
             return [
                 f"job {' '.join(job)}: a -m sweep of {len(jobs)} jobs with a job of several "

@@ -76,8 +76,8 @@ def student_layer_indices(spec: StudentSpec, teacher_layers: int) -> list[int]:
         raise ValueError(
             "student.layers=importance must be resolved to layer indices from calibration data "
             "before the student is built: lightning-kd train does it; from Python, pass the "
-            "indices of "
-            "lightning_kd.launch.importance.rank_for_student(...).kept as student.layers"
+            "indices of lightning_kd.launch.importance.rank_for_student(...).kept as "
+            "student.layers"
         )
     if spec.layers is not None:
         bad = [i for i in spec.layers if not 0 <= i < teacher_layers]
