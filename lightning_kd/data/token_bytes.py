@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 
 import torch
@@ -116,7 +116,10 @@ class TokenBytes:
     """Ids the tokenizer puts before a text by itself (a BOS), in order."""
     specials: frozenset[int] = frozenset()
     """Ids of the tokenizer's special added tokens (chat markers, padding): rendered as their
-    content in a text, but never the twin of another tokenizer's token."""
+    content in a text, never the twin of another tokenizer's *text* token."""
+    controls: dict[int, bytes] = field(default_factory=dict)
+    """The content of each special added token, boundaries included (``<|im_end|>``, ``<eos>``):
+    what makes a control token of one tokenizer the twin of another's (``data/vocab_maps.py``)."""
 
     def __len__(self) -> int:
         return len(self.pieces)
@@ -158,8 +161,17 @@ def token_bytes(tokenizer: PreTrainedTokenizerBase, role: str = "student") -> To
     boundaries = {*prefix, *empty, *([] if end is None else [end])}
     for index in boundaries:
         pieces[index] = b""
-    specials = frozenset(i for i, added in tokenizer.added_tokens_decoder.items() if added.special)
-    return TokenBytes(pieces, frozenset(byte_pieces), frozenset(boundaries), end, prefix, specials)
+    added = tokenizer.added_tokens_decoder.items()
+    controls = {index: token.content.encode() for index, token in added if token.special}
+    return TokenBytes(
+        pieces,
+        frozenset(byte_pieces),
+        frozenset(boundaries),
+        end,
+        prefix,
+        frozenset(controls),
+        controls,
+    )
 
 
 def byte_lengths(tokenizer: PreTrainedTokenizerBase | None, model) -> Tensor | None:

@@ -3,6 +3,14 @@ cross-tokenizer loss reads the teacher's top k through (``losses/cross_vocab.py`
 
 - :func:`vocabulary_map`: one to one, by identical bytes (the hybrid loss's matched tokens);
 - :func:`first_token_map`: many to one, the student token a teacher token's text starts with.
+
+Control tokens map by their content (:func:`control_twins`: ``<|im_start|>`` in both is one
+marker), the teacher's document end to the student's where no content says otherwise. Where the
+teacher's end *is* a control the student has for something else — an instruct teacher's EOS
+``<|im_end|>``, a base student's turn marker — its mass means the student's turn marker at a
+turn's end and the student's end at a document's end: both maps then end in one extra entry,
+for the teacher's end at positions whose next student token is the student's end
+(:func:`end_column`, read by ``CrossTokenizer.mapped``).
 """
 
 from __future__ import annotations
@@ -19,8 +27,9 @@ def vocabulary_map(student: TokenBytes, teacher: TokenBytes, teacher_size: int) 
     """``[teacher_size]``: the student id spelling the same bytes as each teacher id, or −1.
 
     One to one: where several teacher ids spell the same bytes, the one its tokenizer emits wins
-    (a regular piece before a byte-fallback piece); the document ends map to each other; the
-    teacher's other special tokens (padding, chat markers) to nothing.
+    (a regular piece before a byte-fallback piece); control tokens by content
+    (:func:`control_twins`), the others (padding, markers the student lacks) to nothing; with
+    :func:`end_column`, one extra entry.
     """
     by_bytes: dict[bytes, int] = {}
     for index, piece in enumerate(student.pieces):
@@ -28,7 +37,8 @@ def vocabulary_map(student: TokenBytes, teacher: TokenBytes, teacher_size: int) 
             by_bytes[piece] = index
     mapping = torch.full((teacher_size,), -1, dtype=torch.long)
     order = sorted(range(len(teacher.pieces)), key=lambda i: i in teacher.byte_pieces)
-    taken = set()
+    controls = control_twins(student, teacher, teacher_size)
+    taken = set(controls.values())
     for index in order:
         if index >= teacher_size or index in teacher.specials:
             continue
@@ -36,9 +46,46 @@ def vocabulary_map(student: TokenBytes, teacher: TokenBytes, teacher_size: int) 
         if target is not None and target not in taken:
             mapping[index] = target
             taken.add(target)
-    if teacher.end is not None and student.end is not None and teacher.end < teacher_size:
-        mapping[teacher.end] = student.end
-    return mapping
+    return _with_controls(mapping, controls, end_column(student, teacher, teacher_size))
+
+
+def control_twins(student: TokenBytes, teacher: TokenBytes, teacher_size: int) -> dict[int, int]:
+    """Teacher control id → the student control id of the same content (one to one), and the
+    teacher's end → the student's end where neither has a twin by content."""
+    by_content: dict[bytes, int] = {}
+    for index, content in sorted(student.controls.items()):
+        by_content.setdefault(content, index)
+    found = {
+        index: by_content[content]
+        for index, content in teacher.controls.items()
+        if index < teacher_size and content in by_content
+    }
+    end, own = teacher.end, student.end
+    free = own is not None and own not in found.values()
+    if free and end is not None and end < teacher_size and end not in found:
+        found[end] = own
+    return found
+
+
+def end_column(student: TokenBytes, teacher: TokenBytes, teacher_size: int) -> int | None:
+    """The student's end, where the teacher's end is the twin of another student control and
+    the student's end of nothing: the map's extra entry (at ``teacher_size``), which
+    ``CrossTokenizer.mapped`` puts for the teacher's end before a student document end."""
+    controls = control_twins(student, teacher, teacher_size)
+    if teacher.end is None or student.end is None or teacher.end not in controls:
+        return None
+    if controls[teacher.end] == student.end or student.end in controls.values():
+        return None
+    return student.end
+
+
+def _with_controls(mapping: Tensor, controls: dict[int, int], end: int | None) -> Tensor:
+    """``mapping`` with the control twins set, and one more entry, ``end``, where there is one."""
+    for index, target in controls.items():
+        mapping[index] = target
+    if end is None:
+        return mapping
+    return torch.cat([mapping, torch.tensor([end], dtype=mapping.dtype)])
 
 
 def first_token_map(
@@ -48,9 +95,9 @@ def first_token_map(
     teacher_size: int,
 ) -> Tensor:
     """``[teacher_size]``: for each teacher id, the student id the student's tokenizer starts
-    that token's text with (many to one), or −1 (special tokens); a piece that is not whole UTF-8
-    (a byte piece) goes to the student's token for its first byte where there is one; the ends
-    to each other."""
+    that token's text with (many to one), or −1; a piece that is not whole UTF-8 (a byte piece)
+    goes to the student's token for its first byte where there is one; control tokens as in
+    :func:`vocabulary_map`."""
     single = {piece: index for index, piece in enumerate(student.pieces) if len(piece) == 1}
     mapping = torch.full((teacher_size,), -1, dtype=torch.long)
     texts, indices = [], []
@@ -65,6 +112,5 @@ def first_token_map(
     encoded = text_ids(student_tokenizer, texts)
     for index, ids in zip(indices, encoded, strict=True):
         mapping[index] = ids[0] if ids else -1
-    if teacher.end is not None and student.end is not None and teacher.end < teacher_size:
-        mapping[teacher.end] = student.end
-    return mapping
+    controls = control_twins(student, teacher, teacher_size)
+    return _with_controls(mapping, controls, end_column(student, teacher, teacher_size))

@@ -21,9 +21,9 @@ from transformers import PreTrainedTokenizerBase
 from lightning_kd.data.alignment import Aligner, TeacherView
 from lightning_kd.data.vocab_maps import first_token_map, vocabulary_map
 from lightning_kd.losses.chunked import CHUNK_ELEMENTS, OutputHead, matmul_dtype
-from lightning_kd.losses.cross_spans import span_grid, teacher_spans
+from lightning_kd.losses.cross_spans import span_grid, teacher_spans_at
 from lightning_kd.losses.cross_top import TeacherSide, TeacherTop, teacher_top
-from lightning_kd.losses.cross_vocab import CrossTeacher, cross_records, twins
+from lightning_kd.losses.cross_vocab import CrossTeacher, at_column, cross_records, twins
 from lightning_kd.losses.logits import next_token_targets
 from lightning_kd.models.heads import check_head, final_hidden
 from lightning_kd.utils.refusal import Refused
@@ -88,17 +88,19 @@ class CrossTokenizer:
 
     # The maps of the two vocabularies are built on first use: writing a cache aligns and takes
     # the teacher's own top k, and never maps them (for Gemma's 262k tokens: 0.4 s one to one,
-    # 8 s for the projection's first-token map, measured on a shared 2-core CPU). The
-    # first use may be a validation step: built outside inference mode, the maps stay usable by
-    # the training steps' autograd.
+    # 8 s for the projection's first-token map, measured on a shared 2-core CPU). The first use
+    # may be a validation step: built outside inference mode, the maps stay usable by autograd.
     @cached_property
     def mapping(self) -> Tensor:
-        """``[teacher_vocab]``: each teacher id's student id, or −1 (``data/alignment.py``)."""
+        """``[teacher_vocab (+ 1)]``: each teacher id's student id, or −1, and where the
+        teacher's end has two meanings for the student, the second (``data/vocab_maps.py``)."""
         tables = (self.aligner.student, self.aligner.teacher, self.teacher_vocab)
         with torch.inference_mode(False):
             if self.loss == "projected":  # many to one: each teacher token to the student's first
-                return first_token_map(self.aligner.student_tokenizer, *tables)
-            return vocabulary_map(*tables)
+                mapping = first_token_map(self.aligner.student_tokenizer, *tables)
+            else:
+                mapping = vocabulary_map(*tables)
+            return mapping.masked_fill(mapping >= self.student_vocab, -1)  # ids past the head
 
     @cached_property
     def student_twins(self) -> Tensor:
@@ -203,21 +205,8 @@ class CrossTokenizer:
             text_bytes = (view.target_bytes[:, :-1] * scored).sum(-1).to(device)
         if measure:
             top = top[where]
-            span = self._spans(view, partner, wanted, index, target_log_probs)
+            span = teacher_spans_at(partner, wanted, view.scored, index, target_log_probs)
         return TeacherSide(top, wanted, nll, text_bytes, span)
-
-    @staticmethod
-    def _spans(
-        view: TeacherView, partner: Tensor, wanted: Tensor, index: Tensor, log_probs: Tensor
-    ) -> Tensor:
-        """The teacher's log-probability of each span (``cross_spans.teacher_spans``), from its
-        next-token ``log_probs`` at the flat positions ``index`` (0 where not scored)."""
-        scored = view.scored.clone()
-        scored[:, -1] = False
-        scored = scored.to(index.device)
-        grid = torch.zeros(scored.numel(), dtype=torch.float64, device=index.device)
-        grid[index] = log_probs.double()
-        return teacher_spans(partner, wanted, grid.view_as(scored), scored)
 
     def mapped(
         self,
@@ -230,6 +219,9 @@ class CrossTokenizer:
         ``wanted`` positions (in order), through this pair's map of the two vocabularies; with
         a span term, its spans from the teacher's ``span`` values at those positions and which
         positions ``labels`` scores."""
+        if labels is not None and len(self.mapping) > self.teacher_vocab:  # before a document end
+            ends = next_token_targets(labels)[0].to(wanted.device)[wanted] == self.mapping[-1]
+            top = at_column(top, ends, self.aligner.teacher.end, self.teacher_vocab)
         found = cross_records(
             top,
             self.mapping.to(top.ids.device),

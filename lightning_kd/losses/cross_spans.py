@@ -59,6 +59,20 @@ def teacher_spans(
     return values
 
 
+def teacher_spans_at(
+    partner: Tensor, wanted: Tensor, scored: Tensor, index: Tensor, log_probs: Tensor
+) -> Tensor:
+    """:func:`teacher_spans` from the teacher's next-token ``log_probs`` at the flat positions
+    ``index`` of its grid, whose ``scored`` (``[batch, teacher_seq]``) marks the positions
+    that predict scored text (the last never does)."""
+    scored = scored.clone()
+    scored[:, -1] = False
+    scored = scored.to(index.device)
+    grid = torch.zeros(scored.numel(), dtype=torch.float64, device=index.device)
+    grid[index] = log_probs.double()
+    return teacher_spans(partner, wanted, grid.view_as(scored), scored)
+
+
 def span_grid(wanted: Tensor, scored: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
     """Each student position's span and the teacher's log-probability of it, on the grid
     ``[batch, seq − 1]``: the span's id (the flat index of its first position; −1 outside every

@@ -178,6 +178,14 @@ def twins(mapping: Tensor, student_vocab: int) -> Tensor:
     return present
 
 
+def at_column(top: TeacherTop, rows: Tensor, token: int, column: int) -> TeacherTop:
+    """``top`` (``[n, k]``) with the teacher id ``token`` read as ``column`` in the ``rows``
+    (``[n]``, bool): the map's extra entry, where one teacher token means another student
+    token there (``data/vocab_maps.end_column``)."""
+    ids = torch.where(rows.unsqueeze(-1) & (top.ids == token), column, top.ids)
+    return TeacherTop(ids, top.log_probs, top.rest)
+
+
 def cross_records(
     top: TeacherTop,
     mapping: Tensor,

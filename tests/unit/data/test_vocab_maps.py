@@ -32,3 +32,52 @@ def test_first_token_map_credits_each_teacher_token_to_the_students_first():
     assert tables[0].pieces[mapping[byte]] == b"\xe6"
     assert mapping[teacher.eos_token_id] == student.eos_token_id
     assert (mapping[[teacher.convert_tokens_to_ids(t) for t in ("<bos>", "<pad>")]] == -1).all()
+
+
+def base_chatml_pair():
+    """A base student (EOS ``<|endoftext|>``) with ChatML's markers, and an instruct teacher
+    whose EOS is ``<|im_end|>`` and which has no ``<|endoftext|>``."""
+    from tests.unit.data.test_encoding import MARKERS, chatml_tokenizer
+
+    student = chatml_tokenizer()
+    student.add_special_tokens({"eos_token": "<|endoftext|>"})
+    teacher = sentencepiece_tokenizer()
+    teacher.add_special_tokens({"eos_token": "<|im_end|>", "additional_special_tokens": MARKERS})
+    return student, teacher
+
+
+def test_shared_markers_are_twins_and_an_end_with_two_meanings_gets_a_second_entry():
+    """The teacher's end is the student's turn marker: it maps there (a turn's end), and the
+    map's extra entry is the student's own end (a document's end). Before, the teacher's end
+    went to the student's end everywhere, so at every turn's end the student was taught to end
+    the document, and the markers both have mapped to nothing."""
+    student, teacher = base_chatml_pair()
+    tables = token_bytes(student), token_bytes(teacher, "teacher")
+    for mapping in (
+        vocabulary_map(*tables, len(teacher)),
+        first_token_map(student, *tables, len(teacher)),
+    ):
+        assert len(mapping) == len(teacher) + 1
+        start, end = (student.convert_tokens_to_ids(t) for t in ("<|im_start|>", "<|im_end|>"))
+        assert mapping[teacher.convert_tokens_to_ids("<|im_start|>")] == start
+        assert mapping[teacher.eos_token_id] == end
+        assert mapping[-1] == student.eos_token_id
+        assert mapping[teacher.convert_tokens_to_ids("<eos>")] == student.convert_tokens_to_ids(
+            "<eos>"
+        )  # the same content: a twin, though neither tokenizer's end
+    one_to_one = vocabulary_map(*tables, len(teacher))
+    hits = one_to_one[one_to_one >= 0]
+    assert hits.unique().numel() == hits.numel()
+
+
+def test_an_end_both_spell_the_same_needs_no_second_entry():
+    from tests.unit.data.test_encoding import MARKERS, chatml_tokenizer
+
+    student, teacher = chatml_tokenizer(), sentencepiece_tokenizer()
+    teacher.add_special_tokens({"additional_special_tokens": MARKERS})
+    mapping = vocabulary_map(token_bytes(student), token_bytes(teacher, "teacher"), len(teacher))
+    assert len(mapping) == len(teacher)
+    assert mapping[teacher.eos_token_id] == student.eos_token_id
+    assert mapping[teacher.convert_tokens_to_ids("<|im_end|>")] == student.convert_tokens_to_ids(
+        "<|im_end|>"
+    )

@@ -160,3 +160,37 @@ def test_chunks_keep_spans_whole_so_the_step_does_not_depend_on_the_chunk_size()
 def test_a_negative_span_weight_is_refused():
     with pytest.raises(ValueError, match=r"distill.cross_span_weight=-0.5 >= 0"):
         DistillConfig(cross_span_weight=-0.5)
+
+
+def test_the_teachers_end_means_a_turns_end_or_a_documents_by_what_the_student_reads_next():
+    """A teacher whose end is ``<|im_end|>`` on a base student's chat row then document end:
+    its end's mass goes to the student's ``<|im_end|>`` before the turn's end, and to the
+    student's ``<|endoftext|>`` before the document's end."""
+    from lightning_kd.data.chat_tokens import encode_chat
+    from lightning_kd.losses.cross_top import TeacherTop
+    from tests.unit.data.test_encoding import conversation
+    from tests.unit.data.test_vocab_maps import base_chatml_pair
+
+    student, teacher = base_chatml_pair()
+    example = encode_chat(student, conversation("Name a prime."), "row 0")
+    ids = torch.cat([example.tokens, torch.tensor([student.eos_token_id])]).unsqueeze(0)
+    labels = ids.clone()
+    cross = CrossTokenizer(student, teacher, len(student), len(teacher), top_k=2)
+    wanted = torch.ones(1, ids.shape[1] - 1, dtype=torch.bool)
+    n = int(wanted.sum())
+    other = teacher.convert_tokens_to_ids("<eos>")
+    top = TeacherTop(  # every position: the teacher's end first, then another token
+        torch.tensor([[teacher.eos_token_id, other]]).repeat(n, 1),
+        torch.tensor([[-0.1, -2.5]], dtype=torch.float64).repeat(n, 1),
+        torch.full((n,), -3.0, dtype=torch.float64),
+    )
+    records = cross.mapped(top, wanted, labels=labels)
+    turn_end = student.convert_tokens_to_ids("<|im_end|>")
+    row = ids[0].tolist()
+    before_turn_end = [i - 1 for i, t in enumerate(row) if t == turn_end]
+    before_document_end = len(row) - 2
+    for position in before_turn_end:
+        assert records.ids[0, position, 0] == turn_end
+    assert records.ids[0, before_document_end, 0] == student.eos_token_id
+    assert bool(records.matched[0, before_document_end, 0])
+    assert bool(cross.student_twins[turn_end]) and bool(cross.student_twins[student.eos_token_id])
