@@ -6,10 +6,13 @@ from __future__ import annotations
 import functools
 import signal
 import sys
+import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
@@ -35,6 +38,7 @@ def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
     exit 1 for any exception).
     """
     typed = list(sys.argv)
+    started = time.time()
 
     @functools.wraps(task)  # Hydra names the job after the task's module (train, cache, ...)
     def as_typed(cfg: DictConfig) -> Any:
@@ -42,6 +46,7 @@ def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
         try:
             return stoppable(task)(cfg)
         except Refused as refused:
+            drop_empty_run_dir(started)
             exit_refused(refused)
 
     register_defaults()
@@ -67,6 +72,22 @@ def exit_refused(refused: Refused) -> NoReturn:
     """Print ``refused``'s message alone and exit 2, as every command does for refused input."""
     print(f"lightning-kd: {refused}", file=sys.stderr)
     raise SystemExit(REFUSED_EXIT) from None
+
+
+def drop_empty_run_dir(since: float) -> None:
+    """Remove the run directory of a refused command if it is empty, and the empty parents made
+    with it (``outputs/<date>``): Hydra makes them before the task checks anything, so each
+    refused command left a trail of empty folders. Nothing made before ``since`` goes."""
+    try:
+        directory = Path(HydraConfig.get().runtime.output_dir).resolve()
+    except ValueError:  # no Hydra run
+        return
+    stop = Path.cwd().resolve()
+    while directory != stop and directory.is_dir() and not any(directory.iterdir()):
+        if directory.stat().st_ctime < since - 1:  # timestamps may be coarser than time()
+            return
+        directory.rmdir()
+        directory = directory.parent
 
 
 class LaunchCheck(Callback):

@@ -113,8 +113,9 @@ class DistillConfig:
         self._check_on_policy()
         if self.temperature <= 0:
             raise ValueError(f"distill.temperature={self.temperature}; it must be positive")
-        if self.kd_weight < 0 or self.ce_weight < 0:
-            raise ValueError("distill.kd_weight and distill.ce_weight must be non-negative")
+        for name in ("kd_weight", "ce_weight"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"distill.{name}={getattr(self, name)}: must be >= 0")
         if learns_nothing(self.kd_weight, self.ce_weight, self.feature_weight, self.features):
             raise ValueError(
                 "distill.kd_weight and distill.ce_weight are both 0 and no distill.features "

@@ -23,9 +23,20 @@ class Refused(ValueError):
 
 def refuse(errors: Sequence[str]) -> None:
     """Raise :class:`Refused` listing all of ``errors`` at once (nothing when there are none)."""
-    errors = list(dict.fromkeys(errors))  # one problem found by two checks is said once
+    errors = said_once(errors)
     if not errors:
         return
     # Not "out of range": a missing file or a run directory is refused here too.
     head = "a value is" if len(errors) == 1 else f"{len(errors)} values are"
     raise Refused(f"{head} refused:\n  " + "\n  ".join(errors))
+
+
+def said_once(errors: Sequence[str]) -> list[str]:
+    """``errors`` with one problem found by two checks said once: the same message, or a second
+    message about the same ``key=value`` (the config's value check and the spec's own)."""
+    kept: dict[str, str] = {}
+    for error in errors:
+        head = error.split(": ", 1)[0] if ": " in error else error
+        subject = head if "=" in head and " " not in head else error
+        kept.setdefault(subject, error)
+    return list(kept.values())

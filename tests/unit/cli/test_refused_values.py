@@ -293,6 +293,11 @@ def test_importance_refuses_bad_values(case, weightless, capsys) -> None:
 
 TRAIN = {
     "zero batch": (["data.batch_size=0"], ["data.batch_size=0: must be an integer >= 1"]),
+    # The config's value check and the objective's own found it: it was said twice.
+    "a negative weight, said once": (
+        ["distill.kd_weight=-1"],
+        ["a value is refused", "distill.kd_weight=-1: must be a finite number >= 0"],
+    ),
     "NaN temperature": (
         ["distill.temperature=nan"],
         ["distill.temperature=nan: must be a finite number > 0", "e.g. distill.temperature=1.0"],
@@ -327,7 +332,22 @@ def test_train_refuses_bad_values(case, weightless, tmp_path, capsys) -> None:
     features = ["distill.features=uniform"]  # matched features: the default objective's part
     argv = hydra_argv("train", weightless, tmp_path / "run", *overrides, *features)
     assert_refused(argv, named, capsys)
-    assert not (tmp_path / "run" / "checkpoints").exists()
+    # Hydra made the run directory before the checks: a refused run leaves none behind.
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_refused_run_in_the_default_directory_leaves_no_empty_folders(
+    weightless, tmp_path, monkeypatch, capsys
+) -> None:
+    """Hydra makes ``outputs/<date>/<time>`` before the task checks anything: each refused
+    command left those empty folders behind. A folder that was there before stays."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["train", "debug=smoke", f"teacher.path={weightless}", "distill.kd_weight=-1"]
+    assert_refused(argv, ["distill.kd_weight=-1"], capsys)
+    assert not (tmp_path / "outputs").exists()
+    (tmp_path / "outputs" / "mine").mkdir(parents=True)
+    assert_refused(argv, ["distill.kd_weight=-1"], capsys)
+    assert [p.name for p in (tmp_path / "outputs").iterdir()] == ["mine"]
 
 
 TRAIN_MORE = {

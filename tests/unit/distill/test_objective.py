@@ -15,7 +15,7 @@ from lightning_kd.distill.objective import DistillConfig
         ({"ce_weight": -math.inf}, r"distill.ce_weight=-inf"),
         ({"blockwise_lr": math.nan}, r"distill.blockwise_lr=nan"),
         ({"temperature": 0.0}, r"distill.temperature=0.0; it must be positive"),
-        ({"kd_weight": -0.5}, r"must be non-negative"),
+        ({"kd_weight": -0.5}, r"distill.kd_weight=-0.5: must be >= 0"),
         ({"kd_weight": 0.0, "ce_weight": 0.0}, r"nothing to learn"),
     ],
 )
