@@ -220,13 +220,20 @@ def unique_files(paths: list[Path]) -> list[Path]:
 def unique_documents(documents: list[str]) -> list[str]:
     """``documents`` with exact repeats dropped (first kept), warning with the count."""
     kept = list(dict.fromkeys(documents))
-    if len(kept) < len(documents):
-        warnings.warn(
-            f"data: removed {len(documents) - len(kept)} duplicate document(s) of "
-            f"{len(documents)} (identical text), so none is in both training and validation",
-            stacklevel=2,
-        )
+    warn_repeats(len(documents) - len(kept), len(documents))
     return kept
+
+
+def warn_repeats(count: int, total: int, examples: list[str] | None = None) -> None:
+    """Say that ``count`` of ``total`` documents were repeats and went (``examples``: where)."""
+    if count == 0:
+        return
+    where = f"; e.g. {', '.join(examples[:3])}" if examples else ""
+    warnings.warn(
+        f"data: removed {count} duplicate document(s) of {total} (identical text), so none is "
+        f"in both training and validation{where}",
+        stacklevel=3,
+    )
 
 
 def distinct_documents(files: list[Path], text_field: str = "text") -> list[tuple[str, str]]:
@@ -235,14 +242,20 @@ def distinct_documents(files: list[Path], text_field: str = "text") -> list[tupl
     by its name (``smollm2_generated:190``): the same wherever the package is installed."""
     names = {path: name for name, path in EMBEDDED.items()}
     read = [
-        (f"{names.get(path, path)}:{number}", text)
+        (f"{names.get(path, path)}:{number}", text, path in names)
         for path in files
         for number, text in numbered_documents(path, text_field)
     ]
     where: dict[str, str] = {}
-    for place, text in read:
-        where.setdefault(text, place)
-    documents = [(where[text], text) for text in unique_documents([text for _, text in read])]
+    repeats = []
+    for place, text, shipped in read:
+        first = where.setdefault(text, place)
+        if first != place and not shipped:
+            repeats.append(f"{place} repeats {first}")
+    # The shipped corpus's one repeat (two Python reference topics of one text) is said in its
+    # README, not to every default run.
+    warn_repeats(len(repeats), len(read), repeats)
+    documents = [(where[text], text) for text in where]
     documents = [(place, text) for place, text in documents if text.strip()]
     if not documents:
         raise DataError(f"no text in {[str(p) for p in files]}: the files are empty")

@@ -56,9 +56,9 @@ def test_the_embedded_corpus_as_parquet_gives_the_files_batches(tmp_path, datase
     files = TextDataModule(byte_tokenizer(), max_train_examples=180)
     source = {"path": "parquet", "data_files": str(parquet)}
     dataset = TextDataModule(byte_tokenizer(), max_train_examples=180, dataset=source)
-    for data in (files, dataset):
-        with pytest.warns(UserWarning, match="removed 1 duplicate document"):
-            data.setup("fit")
+    files.setup("fit")  # the shipped corpus's own repeat: said in its README, not warned
+    with pytest.warns(UserWarning, match="removed 1 duplicate document"):
+        dataset.setup("fit")
     assert same(files.train_examples, dataset.train_examples)
     assert same(files.val_examples, dataset.val_examples)
     for epoch in (0, 1):

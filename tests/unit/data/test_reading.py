@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from lightning_kd.data.reading import expand_files, read_documents, read_records
+from lightning_kd.data.reading import (
+    DEFAULT_FILES,
+    distinct_documents,
+    expand_files,
+    read_documents,
+    read_records,
+)
 from tests.conftest import make_datamodule
 
 
@@ -70,8 +76,10 @@ def test_duplicate_documents_are_kept_once(tmp_path: Path) -> None:
     records = [{"text": f"document number {i % 10} " * 3} for i in range(40)]
     path = jsonl(tmp_path / "dup.jsonl", *records)
     data = make_datamodule([path], pack=False, val_fraction=0.3)
-    with pytest.warns(UserWarning, match=r"removed 30 duplicate document\(s\) of 40"):
+    with pytest.warns(UserWarning, match=r"removed 30 duplicate document\(s\) of 40") as caught:
         data.setup()
+    # It says where, so that the repeats can be found.
+    assert f"e.g. {path}:11 repeats {path}:1, {path}:12 repeats {path}:2" in str(caught[0].message)
     train = {tuple(x.tolist()) for x in data.train_examples}
     val = {tuple(x.tolist()) for x in data.val_examples}
     assert len(train) + len(val) == 10 and not train & val
@@ -105,3 +113,14 @@ def test_a_directory_entry_suggests_a_glob_and_a_missing_one_says_so(tmp_path: P
         expand_files([str(shards)])
     with pytest.raises(FileNotFoundError, match=r"--files entry '.*none.txt' does not exist$"):
         expand_files([str(tmp_path / "none.txt")], key="--files")
+
+
+def test_the_shipped_corpus_repeat_is_not_warned_about() -> None:
+    """Two Python reference topics share one text (its README says so): every default run
+    warned of it, with the path of the installed package."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        documents = distinct_documents(DEFAULT_FILES)
+    assert len(documents) == 79 + 224 - 1
