@@ -221,16 +221,16 @@ def marked_ids(
 ) -> list[int]:
     """The UTF-8 text ``data`` as ids, special-token strings spelled out except at ``markers``
     (``[start, stop)`` bytes of control tokens the tokenizer reads as its own)."""
-    ids: list[int] = []
-    cursor = 0
-    for start, stop in [*markers, (len(data), len(data))]:
-        if start > cursor:
-            piece = data[cursor:start].decode("utf-8", errors="replace")
-            ids += sections_of(tokenizer).encode(piece, first=cursor == 0).ids
-        if stop > start:
-            ids += tokenizer(data[start:stop].decode(), add_special_tokens=False)["input_ids"]
-        cursor = stop
-    return ids
+    text = data.decode("utf-8", errors="replace")
+
+    def chars(offset: int) -> int:  # markers sit between whole characters
+        return len(data[:offset].decode("utf-8", errors="replace"))
+
+    found = [
+        (tokenizer.convert_tokens_to_ids(data[start:stop].decode()), chars(start), chars(stop))
+        for start, stop in markers
+    ]
+    return between_markers(tokenizer, text, found)[0]
 
 
 class Sections:
