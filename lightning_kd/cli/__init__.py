@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import version
 
+from lightning_kd.models.files import UnreadableModel
 from lightning_kd.utils.refusal import REFUSED_EXIT, Refused
 
 PROG = "lightning-kd"
@@ -56,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = importlib.import_module(f"lightning_kd.cli.{name}")
     try:
         status = command.main(rest)
-    except Refused as refused:  # the user's input, not a fault: the message is the whole story
-        print(f"{PROG} {name}: {refused}", file=sys.stderr)
+    except (Refused, UnreadableModel) as refused:  # the user's input, not a fault: the
+        print(f"{PROG} {name}: {refused}", file=sys.stderr)  # message is the whole story
         return REFUSED_EXIT
     return status if isinstance(status, int) else 0

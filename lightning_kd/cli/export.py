@@ -11,6 +11,7 @@ another is refused by name before the weights load. The file appears whole or no
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from lightning_kd.launch.entry import check_entry
 from lightning_kd.launch.paths import out_file_errors
 from lightning_kd.models.files import saved_model_errors
 from lightning_kd.models.sources import is_gguf
+from lightning_kd.utils.stopping import Interrupted, stopping_at_once
 
 
 def parser() -> argparse.ArgumentParser:
@@ -45,7 +47,12 @@ def main(argv: Sequence[str] | None = None) -> Path:
             f"--out {out}: name the file .gguf, e.g. --out {out.with_suffix('.gguf')}"
         )
     check_entry(extra=directory_errors(args.directory) + out_errors)
-    path = export_saved(args.directory, args.gguf, out)
+    try:
+        with stopping_at_once("the export"):
+            path = export_saved(args.directory, args.gguf, out)
+    except Interrupted as stop:
+        print(f"{stop}: nothing was written ({out} is as it was)", file=sys.stderr)
+        raise SystemExit(stop.exit_code) from None
     print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MB)")
     return path
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from lightning_kd.models.files import readable
+from lightning_kd.models.files import loaded_whole, readable
 from lightning_kd.models.sources import (
     PACKAGED,
     checked_model_path,
@@ -51,4 +51,6 @@ def load_model(name: str, tokenizer=None, reference: str = "the first model"):
         raise ValueError(f"{name} has another tokenizer than {reference}: not comparable")
     location = model_location(name)
     with readable(location, name):
-        return AutoModelForCausalLM.from_pretrained(location, dtype=torch.float32).eval()
+        load = AutoModelForCausalLM.from_pretrained
+        model = loaded_whole(load, location, name, dtype=torch.float32)
+    return model.eval()

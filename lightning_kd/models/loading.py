@@ -25,7 +25,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from lightning_kd.models.files import readable
+from lightning_kd.models.files import loaded_whole, readable
 from lightning_kd.models.lora import LoraSpec
 from lightning_kd.models.model_config import config_from
 from lightning_kd.models.precision import AUTO, teacher_dtype_for
@@ -284,8 +284,12 @@ def load_teacher(spec: TeacherSpec, precision: str | None = None) -> PreTrainedM
     else:
         location = teacher_dir(spec.path, spec.gguf_file)
         with readable(location, "the teacher"):
-            teacher = auto_class(spec.task).from_pretrained(
-                location, trust_remote_code=spec.trust_remote_code, dtype=torch.float32
+            teacher = loaded_whole(
+                auto_class(spec.task).from_pretrained,
+                location,
+                "the teacher",
+                trust_remote_code=spec.trust_remote_code,
+                dtype=torch.float32,
             )
     dtype = teacher_dtype_for(precision) if spec.dtype == AUTO else spec.dtype
     teacher = teacher.to(DTYPES[dtype])

@@ -20,7 +20,7 @@ try:  # transformers >= 5
 except ImportError:  # transformers 4.x
     from transformers.modeling_utils import no_init_weights
 
-from lightning_kd.models.files import readable
+from lightning_kd.models.files import loaded_whole, readable
 from lightning_kd.models.layer_config import pruned_config, unfitting_layers_error
 from lightning_kd.models.loading import (
     DTYPES,
@@ -137,8 +137,12 @@ def build_student(
     if spec.path is not None:
         location = checked_model_path(spec.path, "student.path")
         with readable(location, "student.path"):
-            student = auto_class(task).from_pretrained(
-                location, trust_remote_code=spec.trust_remote_code, dtype=torch.float32
+            student = loaded_whole(
+                auto_class(task).from_pretrained,
+                location,
+                "student.path",
+                trust_remote_code=spec.trust_remote_code,
+                dtype=torch.float32,
             )
     elif spec.config is not None:
         student = model_from_config(spec.config, task, teacher.config, "student.config")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,13 +30,42 @@ def replaced_whole(path: Path) -> Iterator[Path]:
     """A temporary path beside ``path`` for the block to write; renamed onto ``path`` when the
     block succeeds, removed when it fails, so ``path`` holds the old file or the whole new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.{os.getpid()}{TEMP_SUFFIX}")
+    drop_orphans(path)
+    temp = path.with_name(f".{path.name}.{writer()}{TEMP_SUFFIX}")
     try:
         yield temp
         os.replace(temp, path)
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
+
+
+def writer() -> str:
+    """This process, as a temporary file names its writer: ``<host>-<pid>`` (a pid alone means
+    nothing on a filesystem several machines share)."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def drop_orphans(path: Path) -> None:
+    """Remove the temporary files of ``path`` left by writers of this machine that died without
+    cleaning up (``kill -9``, a power cut): their pid names no running process. Another
+    machine's, a live writer's and one whose pid cannot be asked about stay."""
+    host = socket.gethostname()
+    for temp in path.parent.glob(f".{path.name}.*{TEMP_SUFFIX}"):
+        name, _, pid = temp.name[len(path.name) + 2 : -len(TEMP_SUFFIX)].rpartition("-")
+        if name == host and pid.isdigit() and int(pid) != os.getpid() and not running(int(pid)):
+            temp.unlink(missing_ok=True)
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` exists (on this machine)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 @contextmanager

@@ -107,3 +107,21 @@ class StopRequest:
 
 STOP = StopRequest()
 """The process's one stop request."""
+
+
+@contextmanager
+def stopping_at_once(stage: str) -> Iterator[None]:
+    """SIGINT and SIGTERM raise :class:`Interrupted` at once inside the block: for work with no
+    clean point inside it (one file written whole or not at all), whose cleanup runs as the
+    exception unwinds. Python's defaults print a traceback (SIGINT) or die leaving the partial
+    file (SIGTERM)."""
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise Interrupted(signum, stage)
+
+    replaced = {number: signal.signal(number, stop) for number in SIGNALS}
+    try:
+        yield
+    finally:
+        for number, handler in replaced.items():
+            signal.signal(number, handler)

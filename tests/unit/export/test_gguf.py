@@ -223,3 +223,64 @@ def test_an_untied_head_is_written_as_its_own_tensor(tmp_path) -> None:
     assert "output.weight" in {tensor.name for tensor in GGUFReader(path).tensors}
     back = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name).state_dict()
     assert torch.equal(back["lm_head.weight"], model.lm_head.weight.half().float())
+
+
+def test_a_checkpoint_without_its_head_is_refused_not_exported_with_a_random_one(
+    tmp_path, capsys
+) -> None:
+    """A bare ``LlamaModel`` saved without ``lm_head``: from_pretrained started the head at
+    random, said so in a log line, and the export wrote it."""
+    config = {**TINY_LLAMA_CONFIG, "vocab_size": 257, "tie_word_embeddings": False}
+    model = model_from_config(config, "causal_lm")
+    directory = tmp_path / "headless"
+    model.model.save_pretrained(directory)  # the body alone
+    byte_tokenizer().save_pretrained(directory)
+    assert main(["export", str(directory), "--gguf", "f16"]) == 2
+    err = capsys.readouterr().err
+    assert "lacks 1 weight(s) that LlamaForCausalLM needs (lm_head.weight)" in err
+    assert "Traceback" not in err and not list(tmp_path.glob("*.gguf"))
+
+
+@pytest.mark.parametrize(
+    "config", ['{"model_type": "llama",', "{}"], ids=["not JSON", "no model_type"]
+)
+def test_a_config_that_is_no_model_config_is_refused(saved, config, tmp_path, capsys) -> None:
+    directory = tmp_path / "student"
+    directory.mkdir()
+    for name in ("model.safetensors", "tokenizer.json", "tokenizer_config.json"):
+        (directory / name).write_bytes((saved / name).read_bytes())
+    (directory / "config.json").write_text(config)
+    assert main(["export", str(directory), "--gguf", "f16"]) == 2
+    err = capsys.readouterr().err
+    assert f"{directory / 'config.json'} is no model config transformers can read" in err
+    assert "Traceback" not in err
+
+
+def test_dot_and_dot_dot_name_the_folders_they_stand_for(tmp_path, monkeypatch) -> None:
+    """``export ..`` from inside a student's subfolder wrote a hidden ``...f16.gguf`` inside
+    the student; ``export .`` was a ValueError (an empty name)."""
+    (tmp_path / "student" / "sub").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "student" / "sub")
+    assert gguf_path(Path(".."), "f16") == tmp_path / "student.f16.gguf"
+    monkeypatch.chdir(tmp_path / "student")
+    assert gguf_path(Path("."), "q8_0") == tmp_path / "student.q8_0.gguf"
+
+
+def test_special_ids_the_tokenizer_lost_come_from_the_config_and_no_eos_is_refused(
+    saved, tmp_path
+) -> None:
+    """A student saved without tokenizer_config.json: its tokenizer knows no special tokens, and
+    the GGUF was written without an EOS id (llama.cpp then never stops an answer)."""
+    directory = tmp_path / "student"
+    directory.mkdir()
+    for name in ("model.safetensors", "config.json", "tokenizer.json"):
+        (directory / name).write_bytes((saved / name).read_bytes())
+    path = export_saved(directory, "f16")
+    fields = GGUFReader(path).fields
+    eos = AutoModelForCausalLM.from_pretrained(saved).config.eos_token_id
+    assert int(fields["tokenizer.ggml.eos_token_id"].parts[-1][0]) == eos
+    model, tokenizer = smoke_model(layers=1, steps=0)
+    model.config.eos_token_id = None
+    bare = PreTrainedTokenizerFast(tokenizer_object=tokenizer.backend_tokenizer)
+    with pytest.raises(Refused, match="neither the tokenizer nor the model's config has an EOS"):
+        write_gguf(model, bare, tmp_path / "noeos.f16.gguf", "f16")

@@ -66,3 +66,40 @@ def test_a_pickle_that_weights_only_loading_refuses_is_named_with_the_fix(tmp_pa
     )
     assert "convert it to safetensors" in message
     assert isinstance(error.value.__cause__, pickle.UnpicklingError)
+
+
+def test_a_checkpoint_without_weights_the_model_needs_is_refused_wherever_it_loads(
+    tmp_path: Path, capsys
+) -> None:
+    """The body of a GPT-2 saved without its LM head and with its head untied: loaded as a
+    teacher, a student or an evaluated model, the head started at random (a log line said so)."""
+    from lightning_kd.cli import main
+    from lightning_kd.models.files import IncompleteModel
+
+    config = GPT2Config(
+        vocab_size=257, n_embd=16, n_layer=1, n_head=2, n_positions=32, tie_word_embeddings=False
+    )
+    path = tmp_path / "headless"
+    GPT2LMHeadModel(config).transformer.save_pretrained(path)
+    byte_tokenizer().save_pretrained(path)
+    with pytest.raises(IncompleteModel, match=r"lacks 1 weight\(s\) .*\(lm_head.weight\)"):
+        load_teacher(TeacherSpec(path=str(path), dtype="float32"))
+    with pytest.raises(IncompleteModel, match=f"^{path} lacks 1 weight.* saved whole"):
+        load_model(str(path))
+    text = tmp_path / "a.txt"
+    text.write_text("some held-out text to score")
+    assert main(["evaluate", "--block-size", "16", "--files", str(text), "--", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "lm_head.weight" in err and "Traceback" not in err
+
+
+def test_a_damaged_model_given_to_a_command_is_refused_without_a_traceback(tmp_path, capsys):
+    from lightning_kd.cli import main
+
+    path = saved_gpt2(tmp_path / "student")
+    (path / "model.safetensors").write_bytes(b"\x00garbage" * 10)
+    text = tmp_path / "a.txt"
+    text.write_text("some held-out text to score")
+    assert main(["evaluate", "--block-size", "16", "--files", str(text), "--", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "cannot read" in err and "re-download it" in err and "Traceback" not in err
