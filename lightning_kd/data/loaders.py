@@ -1,7 +1,7 @@
 """Training-order samplers and loaders: the same batches on every run, rank count and resume.
 
-``EpochSampler`` draws one seeded permutation per epoch (the one ``DistributedSampler`` draws, so
-N ranks together see the batches one process sees); ``ResumableLoader`` starts a resumed epoch
+``EpochSampler`` draws one seeded permutation per epoch, and ``RankShare`` deals it to N ranks
+(N ranks together see the batches one process sees); ``ResumableLoader`` starts a resumed epoch
 where the interrupted one stopped, without collating the batches it skips. ``FullBatchShare``
 gives each rank its share of every full global batch, for work outside Lightning's loop (the
 block-wise repair, ``repair.py``).
@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, RandomSampler, Sampler
+from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Sampler
 
 from lightning_kd.data.errors import DataError
 from lightning_kd.utils.compat import resumed_batches_in_epoch
@@ -37,6 +37,36 @@ class EpochSampler(RandomSampler):
     def __iter__(self) -> Iterator[int]:
         generator = torch.Generator().manual_seed(self.seed + self.epoch)
         return iter(torch.randperm(len(self.data_source), generator=generator).tolist())
+
+
+class RankShare(DistributedSampler):
+    """This rank's share of each epoch's permutation — :class:`EpochSampler`'s, of the ``blocks``
+    real blocks — dealt as ``DistributedSampler`` deals it (rank r takes every N-th from r), so
+    N ranks' step i together is one process's step i with N times the batch.
+
+    Where the blocks do not divide by N, ``DistributedSampler`` repeated the first few at the
+    end, and a repeated block counted twice in the epoch's last step (41 blocks on 2 ranks: 63
+    tokens more than one process trains on). Here the dataset holds ``Unscored`` padding after
+    the real blocks (``batches.pad_for_ranks``), dealt in their place: run through the models,
+    scored nowhere. Lightning keeps a sampler that is a ``DistributedSampler`` as it is."""
+
+    def __init__(self, dataset, blocks: int, seed: int, world_size: int, rank: int) -> None:
+        super().__init__(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
+        self.blocks = blocks
+
+    def __iter__(self) -> Iterator[int]:
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        order = torch.randperm(self.blocks, generator=generator).tolist()
+        order += range(self.blocks, len(self.dataset))
+        return iter(order[self.rank :: self.num_replicas])
+
+
+def training_order(dataset, blocks: int, seed: int, rank: int, world_size: int) -> Sampler[int]:
+    """The order ``dataset``'s ``blocks`` real blocks are trained in (padded for the ranks
+    after them): :class:`EpochSampler` in one process, :class:`RankShare` in several."""
+    if world_size == 1:
+        return EpochSampler(dataset, seed)
+    return RankShare(dataset, blocks, seed, world_size, rank)
 
 
 class ResumableLoader(DataLoader):

@@ -50,7 +50,7 @@ from lightning_kd.data.held_out import (
     untouched_documents,
     without_validation_text,
 )
-from lightning_kd.data.loaders import EpochSampler, ResumableLoader, already_trained
+from lightning_kd.data.loaders import ResumableLoader, already_trained, training_order
 from lightning_kd.data.packing import CORPUS, TRAIN_SPLIT, blocks_of
 from lightning_kd.data.provenance import text_record
 from lightning_kd.data.reading import DEFAULT_FILES, distinct_documents, expand_files
@@ -257,10 +257,12 @@ class TextDataModule(LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         if self.stream is not None:
             return self.stream.loader(self.collate, *self.rank())
+        rank, world_size = self.rank()
+        blocks = IndexedBlocks(pad_for_ranks(self.train_examples, world_size), self.train_domains)
         return ResumableLoader(
-            IndexedBlocks(self.train_examples, self.train_domains),
+            blocks,
             batch_size=self.batch_size,
-            sampler=EpochSampler(self.train_examples, self.seed),
+            sampler=training_order(blocks, len(self.train_examples), self.seed, rank, world_size),
             collate_fn=self.collate,
             num_workers=self.num_workers,
             skip_batches=self.batches_already_trained,

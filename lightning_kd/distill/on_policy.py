@@ -63,6 +63,7 @@ from lightning_kd.generation.decoding import (
     widest,
 )
 from lightning_kd.generation.interleaved import interleaved_sample
+from lightning_kd.losses.logits import IGNORE_INDEX
 
 
 @dataclass
@@ -147,7 +148,10 @@ class OnPolicy:
         completions = [until_eos(row, self.eos_token_id) for row in new]
         if own is not None:  # interleaved: count the student's tokens among those kept
             self.tally.add(int(own.sum()), sum(len(completion) for completion in completions))
-        return completions_batch(prompts, completions, self.pad_token_id)
+        written = completions_batch(prompts, completions, self.pad_token_id)
+        padding = (batch["labels"] == IGNORE_INDEX).all(-1)  # a rank's padding row (Unscored)
+        written["labels"][padding.to(written["labels"].device)] = IGNORE_INDEX
+        return written
 
     def write(
         self,

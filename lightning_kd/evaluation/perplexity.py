@@ -85,6 +85,9 @@ class Windows:
     """The ids each document starts from (its tokenizer's BOS, else its EOS)."""
     text_bytes: int
     """The UTF-8 bytes the scored targets spell (EOS targets: 0)."""
+    rewritten: int = 0
+    """Documents whose tokens spell other text than theirs (a tokenizer that normalises,
+    lower-cases, or reads a character as ``<unk>``): their bits per byte are of that text."""
 
     @property
     def tokens(self) -> int:
@@ -129,12 +132,23 @@ def windows_of(
     table = token_bytes(tokenizer)
     start, end, lengths = start_ids(table, name), table.end, table.lengths()
     rows: list[tuple[list[int], list[int]]] = []
-    for tokens in text_ids(tokenizer, documents):
+    rewritten = 0
+    for document, tokens in zip(documents, text_ids(tokenizer, documents), strict=True):
         rows += document_windows([*start, *tokens, end], len(start), block_size)
+        rewritten += not spells(table, document, tokens)
     rows.sort(key=lambda row: len(row[0]))
     targets = torch.tensor([t for _, labels in rows for t in labels if t != IGNORE_INDEX])
     text_bytes = int(lengths[targets].sum()) if len(targets) else 0
-    return Windows([ids for ids, _ in rows], [labels for _, labels in rows], start, text_bytes)
+    ids, labels = [ids for ids, _ in rows], [labels for _, labels in rows]
+    return Windows(ids, labels, start, text_bytes, rewritten)
+
+
+def spells(table: TokenBytes, document: str, tokens: list[int]) -> bool:
+    """Whether ``tokens`` spell ``document``'s UTF-8 bytes back (a space the tokenizer puts
+    before a text allowed)."""
+    spelled = b"".join(table.pieces[t] if t < len(table.pieces) else b"" for t in tokens)
+    text = document.encode()
+    return spelled == text or spelled == b" " + text
 
 
 def batches(windows: Windows, batch_size: int) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
@@ -173,6 +187,7 @@ def score_row(name: str, tokenizer: str, nll: float, windows: Windows) -> dict:
         "bits_per_byte": nll / (math.log(2) * text_bytes),
         "tokens": tokens,
         "bytes": text_bytes,
+        "rewritten_documents": windows.rewritten,
     }
 
 
@@ -192,21 +207,32 @@ def score_documents(
             f"{row['bits_per_byte']:.4f} bits per byte over {row['bytes']} bytes",
             flush=True,
         )
+        if views[name].rewritten:
+            print(f"{name}: {REWRITES.format(views[name].rewritten, len(documents))}", flush=True)
     return rows
+
+
+REWRITES = (
+    "its tokenizer spells {} of the {} documents back as other text (it normalises or "
+    "lower-cases them, or reads characters as <unk>): its bits per byte are of that text, and "
+    "compare with no other row"
+)
 
 
 def tokenizer_names(
     models: list[str], tokenizers: dict[str, PreTrainedTokenizerBase], views: dict[str, Windows]
 ) -> list[str]:
-    """For each model, the first model listed whose tokenizer is the same (the same vocabulary
-    and the same start of a document): the rows whose perplexities compare."""
-    seen: list[tuple[str, dict, tuple[int, ...]]] = []
+    """For each model, the first model listed whose tokenizer is the same here: the same
+    vocabulary, and the same ids for every document (a tokenizer that normalises or splits the
+    text otherwise was called the same for its vocabulary alone): the rows whose perplexities
+    compare."""
+    seen: list[tuple[str, dict, Windows]] = []
     names = []
     for name in models:
-        vocab, start = tokenizers[name].get_vocab(), views[name].start
-        same = next((first for first, v, s in seen if v == vocab and s == start), None)
+        vocab, view = tokenizers[name].get_vocab(), views[name]
+        same = next((first for first, v, w in seen if v == vocab and w.ids == view.ids), None)
         if same is None:
-            seen.append((name, vocab, start))
+            seen.append((name, vocab, view))
         names.append(same or name)
     return names
 
@@ -218,12 +244,17 @@ def markdown(rows: list[dict]) -> str:
         "|---|---:|---:|---|---:|---:|",
     ]
     lines += [
-        f"| {row['model']} | {row['perplexity']:.2f} | {row['bits_per_byte']:.4f} | "
+        f"| {row['model']} | {row['perplexity']:.2f} | {row['bits_per_byte']:.4f}"
+        f"{' †' if row.get('rewritten_documents') else ''} | "
         f"{row['tokenizer']} | {row['tokens']} | {row['bytes']} |"
         for row in rows
     ]
     note = (
         "\nPerplexity is per token of a model's tokenizer: it compares only rows of the same "
-        "`tokenizer`. Bits per byte compares every row."
+        "`tokenizer`. Bits per byte compares every row"
     )
+    if any(row.get("rewritten_documents") for row in rows):
+        note += " but those marked †, whose tokenizer rewrites the text (see above)."
+    else:
+        note += "."
     return "\n".join(lines) + "\n" + note

@@ -17,6 +17,7 @@ from lightning_kd.models.sources import (
     is_gguf,
     teacher_dir,
 )
+from lightning_kd.utils.refusal import Refused
 
 
 def model_location(name: str, key: str = "model") -> str:
@@ -53,4 +54,25 @@ def load_model(name: str, tokenizer=None, reference: str = "the first model"):
     with readable(location, name):
         load = AutoModelForCausalLM.from_pretrained
         model = loaded_whole(load, location, name, dtype=torch.float32)
-    return model.eval()
+    model.eval()
+    if reads_ahead(model):
+        raise Refused(
+            f"{name} reads ahead: its prediction at a position changes with a later token (a "
+            f"bidirectional encoder, {type(model).__name__}, loaded with a language-model head), "
+            "so it has no next-token perplexity; evaluate causal language models"
+        )
+    return model
+
+
+@torch.no_grad()
+def reads_ahead(model, length: int = 8) -> bool:
+    """Whether ``model``'s logits before the last position change when only the last token
+    does: a causal LM's cannot (a BERT or RoBERTa loaded as ``*ForCausalLM`` without
+    ``is_decoder`` sees every token, and scored 3.9 bits per byte as if it were one)."""
+    vocab = model.get_input_embeddings().weight.shape[0]
+    ids = torch.arange(1, length + 1).remainder(vocab).unsqueeze(0)
+    other = ids.clone()
+    other[0, -1] = (ids[0, -1] + 1) % vocab
+    device = next(model.parameters()).device
+    first, second = (model(input_ids=row.to(device)).logits[0, :-1] for row in (ids, other))
+    return not torch.allclose(first, second, rtol=1e-4, atol=1e-5)

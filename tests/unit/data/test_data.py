@@ -111,6 +111,37 @@ def test_validation_is_padded_for_ranks_with_unscored_copies(count, world_size, 
     assert all(isinstance(item, Unscored) for item in padded[count:])
 
 
+@pytest.mark.parametrize(("blocks", "world_size"), [(41, 2), (42, 2), (10, 3), (7, 4)])
+def test_ranks_together_train_one_processs_batches_with_no_block_twice(blocks, world_size):
+    """Lightning's DistributedSampler repeated the first blocks where they did not divide by the
+    ranks: the epoch's last step trained a block twice (41 blocks, 2 ranks: 63 tokens more than
+    one process). Each rank's share is dealt from the same permutation, padding unscored."""
+    from lightning_kd.data.batches import IndexedBlocks
+    from lightning_kd.data.loaders import EpochSampler, training_order
+
+    examples = [torch.arange(3) for _ in range(blocks)]
+    per_rank = 2
+    one = list(EpochSampler(examples, seed=5))
+    one_steps = [
+        one[i : i + per_rank * world_size] for i in range(0, blocks, per_rank * world_size)
+    ]
+    dataset = IndexedBlocks(pad_for_ranks(examples, world_size))
+    shares = []
+    for rank in range(world_size):
+        sampler = training_order(dataset, blocks, 5, rank, world_size)
+        sampler.set_epoch(0)
+        share = list(sampler)
+        shares.append([share[i : i + per_rank] for i in range(0, len(share), per_rank)])
+    assert {len(steps) for steps in shares} == {len(one_steps)}  # no rank waits for another
+    for step, expected in enumerate(one_steps):
+        dealt = [index for steps in shares for index in steps[step]]
+        assert sorted(i for i in dealt if i < blocks) == sorted(expected)
+        assert all(dataset[i][0] == -1 for i in dealt if i >= blocks)  # padding: unscored
+    sampler = training_order(dataset, blocks, 5, 0, world_size)
+    sampler.set_epoch(1)
+    assert list(sampler) != [i for step in shares[0] for i in step]  # a new order each epoch
+
+
 def test_unscored_examples_run_with_all_labels_masked(corpus) -> None:
     dm = make_datamodule([corpus], pack=False)
     real, copy = torch.arange(5), Unscored(torch.arange(7))

@@ -99,3 +99,67 @@ def test_bits_per_byte_is_the_nll_over_the_text_bytes(tmp_path) -> None:
     assert rows[1]["tokens"] == tokens
     assert rows[1]["bits_per_byte"] == pytest.approx(nll / (math.log(2) * text_bytes), rel=1e-5)
     assert rows[1]["perplexity"] == pytest.approx(math.exp(nll / tokens), rel=1e-5)
+
+
+def test_a_tokenizer_that_rewrites_the_text_is_marked_and_not_called_the_same(
+    tmp_path, capsys
+) -> None:
+    """The byte tokenizer with a lower-casing normaliser: its tokens spell other text, so its
+    bits per byte are of that text. It was labelled the first model's tokenizer (the same
+    vocabulary) and its bits per byte put beside the others without a word."""
+    from tokenizers import normalizers
+
+    lower = byte_tokenizer()
+    lower.backend_tokenizer.normalizer = normalizers.Lowercase()
+    save_tiny(tmp_path / "bytes", byte_tokenizer(), seed=0)
+    save_tiny(tmp_path / "lower", lower, seed=0)
+    text = tmp_path / "heldout.txt"
+    text.write_text("Upper Case Letters Here")
+    rows = main(
+        [
+            "--files",
+            str(text),
+            "--block-size",
+            "64",
+            "--",
+            *(str(tmp_path / name) for name in ("bytes", "lower")),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert [row["tokenizer"] for row in rows] == [str(tmp_path / "bytes"), str(tmp_path / "lower")]
+    assert [row["rewritten_documents"] for row in rows] == [0, 1]
+    assert "spells 1 of the 1 documents back as other text" in out
+    table = [line for line in out.splitlines() if line.startswith(f"| {tmp_path}")]
+    assert ["†" in line for line in table] == [False, True] and "but those marked †" in out
+
+
+def test_a_model_that_reads_ahead_is_refused(tmp_path, capsys) -> None:
+    """A BERT loaded as a causal LM without is_decoder sees the tokens it predicts: scored, it
+    gave a bits per byte like any other row's."""
+    from transformers import BertConfig, BertLMHeadModel
+
+    from lightning_kd.evaluation.saved_models import reads_ahead
+
+    config = BertConfig(
+        vocab_size=257,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        is_decoder=False,
+    )
+    bert = BertLMHeadModel(config).eval()
+    assert reads_ahead(bert)
+    assert not reads_ahead(save_tiny(tmp_path / "causal", byte_tokenizer(), seed=0))
+    bert.save_pretrained(tmp_path / "bert")
+    byte_tokenizer().save_pretrained(tmp_path / "bert")
+    text = tmp_path / "heldout.txt"
+    text.write_text("some held-out text")
+    from lightning_kd.cli import main as cli
+
+    assert (
+        cli(["evaluate", "--files", str(text), "--block-size", "32", "--", str(tmp_path / "bert")])
+        == 2
+    )
+    assert "reads ahead" in capsys.readouterr().err
