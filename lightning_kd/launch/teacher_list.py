@@ -29,6 +29,8 @@ def teachers_errors(cfg: Mapping) -> list[str]:
     entries, errors = read_entries(plain_data(teachers), main)
     if errors or len(entries) < 2:
         return errors
+    if lookup(cfg, "distill.chunked") is False:  # found here, not once the models load
+        return ["teachers: several teachers need the chunked loss; drop distill.chunked=false"]
     domains = lookup(cfg, "data.domains")
     return domain_errors(entries, None if domains is ABSENT else domains, cfg)
 

@@ -31,7 +31,12 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 
 from lightning_kd.data.provenance import data_differences
 from lightning_kd.models.digests import vocab_digest
-from lightning_kd.training.teacher_provenance import crosses, teacher_differences, teachers_record
+from lightning_kd.training.teacher_provenance import (
+    crosses,
+    main_records,
+    teacher_differences,
+    teachers_record,
+)
 from lightning_kd.utils.refusal import Refused
 
 KEY = "provenance"
@@ -79,6 +84,7 @@ def record(module: LightningModule, trainer: Trainer | None = None) -> dict[str,
         "init_seed": spec.init_seed if spec.config is not None else None,
         "config": module.teacher_config,
         "weights": module.teacher_digest,
+        "records": main_records(module),
     }
     tokenizer = module.tokenizer
     distill = dataclasses.asdict(module.distill)
@@ -145,7 +151,7 @@ def differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
             found += teacher_differences(saved[part], values)
             continue
         for key, now in values.items():
-            if part == "distill" and key not in saved.get(part, {}):
+            if part in ("distill", "teacher") and key not in saved.get(part, {}):
                 continue
             then = saved.get(part, {}).get(key)
             if then != now and not is_path(part, key):

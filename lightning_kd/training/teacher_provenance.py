@@ -15,6 +15,32 @@ ENTRY_FIELDS = ("path", "gguf_file", "config", "dtype", "quantize", "init_seed")
 where they differ: a moved copy is the same teacher)."""
 
 
+def records_kind(cached: Any, cross: Any) -> str:
+    """How a teacher's distribution reaches the loss: ``full`` (run, same tokenizer), ``top
+    <k>`` (read from its cache: the divergence over its top k and the rest, another
+    objective), or ``cross`` (another tokenizer: its top ``cross_top_k`` either way)."""
+    if cross is not None:
+        return "cross"
+    return "full" if cached is None else f"top {cached.cache.key.k}"
+
+
+def main_records(module: LightningModule) -> str | None:
+    """:func:`records_kind` of the distiller's own teacher (None before it is built)."""
+    distiller = getattr(module, "distiller", None)
+    if distiller is None:
+        return None
+    return records_kind(distiller.cached_teacher, distiller.cross)
+
+
+def entry_records(module: LightningModule, name: str) -> str | None:
+    """:func:`records_kind` of the ``teachers`` entry ``name`` (None before it is built)."""
+    distiller = getattr(module, "distiller", None)
+    extra = None if distiller is None else distiller.extra_teachers
+    if extra is None or name not in extra.names:
+        return None
+    return records_kind(extra.caches.get(name), extra.crosses[extra.names.index(name)])
+
+
 def crosses(module: LightningModule) -> bool:
     """Whether any teacher of ``module``'s distiller reads another tokenizer than the student."""
     distiller = getattr(module, "distiller", None)
@@ -42,6 +68,7 @@ def teachers_record(module: LightningModule) -> dict[str, Any]:
         found |= {f"{entry.name}.{key}": spec[key] for key in ENTRY_FIELDS}
         digests = module.extra_digests.get(entry.name, {})
         found |= {f"{entry.name}.{key}": value for key, value in digests.items()}
+        found[f"{entry.name}.records"] = entry_records(module, entry.name)
     return json.loads(json.dumps(found, default=str))
 
 
@@ -59,7 +86,8 @@ def teacher_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[
         elif name not in names(current):
             found.append(f"teachers.{name}: a teacher of the checkpoint, not of this run")
     for name in (name for name in names(saved) if name in names(current)):
-        keys = sorted(key for key in set(saved) | set(current) if key.rsplit(".", 1)[0] == name)
+        # A key the checkpoint lacks was added since it was saved: not compared.
+        keys = sorted(key for key in saved if key.rsplit(".", 1)[0] == name)
         changed = [key for key in keys if saved.get(key) != current.get(key)]
         if changed == [f"{name}.path"]:
             continue  # a moved copy of the same model

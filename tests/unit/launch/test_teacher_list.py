@@ -43,3 +43,10 @@ def test_the_domains_an_entry_teaches_are_the_datas() -> None:
         "teachers: an entry names domains, and the data has none: set data.domains "
         "({name: [files]}, each of data.files in one) or drop the entries' domains"
     ]
+
+
+def test_several_teachers_without_the_chunked_loss_are_refused_before_anything_loads() -> None:
+    """It was found once the models loaded (8 s in; a traceback from each DDP rank)."""
+    assert errors(TWO % "", "distill.chunked=false") == [
+        "teachers: several teachers need the chunked loss; drop distill.chunked=false"
+    ]

@@ -14,7 +14,7 @@ from lightning.pytorch import Callback
 
 from lightning_kd.models.loading import TeacherSpec
 from lightning_kd.training.optim import warmup_cosine
-from lightning_kd.training.provenance import Provenance, ProvenanceMismatch, differences
+from lightning_kd.training.provenance import KEY, Provenance, ProvenanceMismatch, differences
 from lightning_kd.training.saving import LastCheckpoint
 from tests.conftest import TINY_LLAMA, make_datamodule, make_module, make_trainer
 
@@ -234,3 +234,20 @@ def test_a_new_schedule_length_is_refused_and_no_steps_left_is_refused(
         ProvenanceMismatch, match=r"trainer\.max_steps=1 but .* at optimizer step 2"
     ):
         trainer.fit(module, make_datamodule([corpus]), ckpt_path=checkpoint)
+
+
+def test_a_resume_that_swaps_the_teachers_cache_for_its_model_is_refused(tmp_path, corpus):
+    """Online, the divergence is over the teacher's whole distribution; from a top-k cache,
+    over its top k and the rest: another objective (one probe's KD term moved 90×), which a
+    resume took silently. A checkpoint saved before the record is not refused for lacking it."""
+    from tests.unit.cache.test_cache_teacher import TEACHER, write
+
+    cache = write(tmp_path / "cache", corpus, k=8)
+    checkpoint = fit(tmp_path, TEACHER, corpus, None, teacher_cache=str(cache))
+    with pytest.raises(
+        ProvenanceMismatch, match="teacher.records: checkpoint 'top 8', this run 'full'"
+    ):
+        fit(tmp_path, TEACHER, corpus, checkpoint)
+    saved = torch.load(checkpoint, weights_only=True)[KEY]
+    older = {**saved, "teacher": {k: v for k, v in saved["teacher"].items() if k != "records"}}
+    assert differences(older, saved) == []
