@@ -127,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     rows = score_documents(args.models, read, args.block_size, args.batch_size)
     print("\n" + markdown(rows))
     if args.out is not None:
-        write_rows(args.out, {"files": args.files, "rows": rows})
+        write_rows(args.out, {"files": args.files, "block_size": args.block_size, "rows": rows})
     return rows
 
 

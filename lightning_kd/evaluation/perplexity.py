@@ -57,6 +57,7 @@ from lightning_kd.data.reading import expand_files, read_documents
 from lightning_kd.data.token_bytes import TokenBytes, token_bytes
 from lightning_kd.evaluation.saved_models import load_model, load_tokenizer
 from lightning_kd.losses.logits import IGNORE_INDEX, scored_next_token
+from lightning_kd.utils.refusal import Refused
 
 
 def documents_of(files: list[str], text_field: str) -> list[str]:
@@ -98,7 +99,7 @@ class Windows:
 def start_ids(table: TokenBytes, name: str) -> tuple[int, ...]:
     """What each document starts from: the BOS the tokenizer adds by itself, else its EOS."""
     if not table.prefix and table.end is None:
-        raise ValueError(
+        raise Refused(
             f"{name}'s tokenizer adds no BOS and has no EOS: a document has no boundary to start "
             "from. Save a tokenizer with an eos_token beside the model"
         )
@@ -123,7 +124,7 @@ def windows_of(
     """Each document as ``[start] + tokens + [EOS]`` in ``tokenizer``'s ids, cut into overlapping
     windows (:func:`document_windows`), sorted by length so that batches pad little."""
     if not getattr(tokenizer, "is_fast", False):
-        raise ValueError(
+        raise Refused(
             f"{name}'s tokenizer ({type(tokenizer).__name__}) is a slow (Python) tokenizer: bits "
             "per byte reads each token's bytes from a fast tokenizer's vocabulary. Save a fast "
             "one beside the model (AutoTokenizer.from_pretrained(path, use_fast=True)"

@@ -52,8 +52,16 @@ def load_model(name: str, tokenizer=None, reference: str = "the first model"):
         raise ValueError(f"{name} has another tokenizer than {reference}: not comparable")
     location = model_location(name)
     with readable(location, name):
-        load = AutoModelForCausalLM.from_pretrained
-        model = loaded_whole(load, location, name, dtype=torch.float32)
+        try:
+            load = AutoModelForCausalLM.from_pretrained
+            model = loaded_whole(load, location, name, dtype=torch.float32)
+        except ValueError as error:
+            if "Unrecognized configuration class" not in str(error):
+                raise
+            raise Refused(
+                f"{name} is no causal language model (transformers has no *ForCausalLM for its "
+                "config, e.g. an encoder-decoder like T5): evaluate scores causal LMs"
+            ) from None
     model.eval()
     if reads_ahead(model):
         raise Refused(

@@ -201,7 +201,7 @@ def convert_gguf(gguf: Path) -> Path:
 
 def save_dequantised(gguf: Path, directory: Path) -> None:
     """``save_pretrained`` the model and tokenizer of ``gguf``, dequantised, into ``directory``."""
-    with readable(gguf, "the GGUF teacher"):
+    with readable(gguf, "the GGUF file"):
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     # A GGUF-loaded model refuses save_pretrained while it carries its quantization config;
@@ -276,7 +276,11 @@ def checked_model_path(path: str, key: str) -> str:
         )
     if local.is_dir():
         if not (local / "config.json").is_file():
-            raise FileNotFoundError(f"{key}={path}: directory has no config.json")
+            # A run's directory, or a LoRA student's adapter/: the model is beside it.
+            near = [local / "student", local.resolve().parent]
+            found = [str(where) for where in near if (where / "config.json").is_file()]
+            hint = f"; the saved model is {found[0]}" if found else ""
+            raise FileNotFoundError(f"{key}={path}: directory has no config.json{hint}")
         return str(local)
     looks_like_hub_id = path.count("/") == 1 and not path.startswith((".", "/", "~"))
     # runs/studnet is shaped like org/name, but runs/ is here: a local path mistyped.

@@ -86,6 +86,7 @@ def test_bits_per_byte_is_the_nll_over_the_text_bytes(tmp_path) -> None:
     rows = main([*argv, str(tmp_path / "bytes"), str(tmp_path / "bpe")])
 
     assert json.loads(out.read_text())["rows"] == rows
+    assert json.loads(out.read_text())["block_size"] == 128  # the numbers depend on it
     assert [row["tokenizer"] for row in rows] == [str(tmp_path / "bytes"), str(tmp_path / "bpe")]
     text_bytes = sum(len(document.encode()) for document in DOCUMENTS)
     assert rows[0]["bytes"] == rows[1]["bytes"] == text_bytes
@@ -163,3 +164,34 @@ def test_a_model_that_reads_ahead_is_refused(tmp_path, capsys) -> None:
         == 2
     )
     assert "reads ahead" in capsys.readouterr().err
+
+
+def test_models_evaluate_cannot_score_are_refused_with_the_fix(tmp_path, capsys) -> None:
+    """Each was a traceback: an encoder-decoder (a ValueError listing 300 config classes), a
+    tokenizer with no document boundary; a run's directory said only "has no config.json"."""
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    from lightning_kd.cli import main as cli
+
+    text = tmp_path / "heldout.txt"
+    text.write_text("some held-out text")
+    t5 = tmp_path / "t5"
+    T5ForConditionalGeneration(
+        T5Config(vocab_size=257, d_model=16, d_ff=32, num_layers=1, num_heads=2, d_kv=8)
+    ).save_pretrained(t5)
+    byte_tokenizer().save_pretrained(t5)
+    bare = tmp_path / "bare"
+    save_tiny(bare, byte_tokenizer(), seed=0)
+    (bare / "tokenizer_config.json").unlink()  # no special tokens: no EOS, no BOS
+    run = tmp_path / "run"
+    save_tiny(run / "student", byte_tokenizer(), seed=0)
+    expected = {
+        t5: "is no causal language model",
+        bare: "adds no BOS and has no EOS",
+        run: f"has no config.json; the saved model is {run / 'student'}",
+    }
+    for model, message in expected.items():
+        argv = ["evaluate", "--files", str(text), "--block-size", "32", "--", str(model)]
+        assert cli(argv) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, err

@@ -45,7 +45,7 @@ def test_perplexities_match_a_direct_computation(tmp_path) -> None:
             str(tmp_path / "b"),
         ]
     )
-    assert json.loads(out.read_text()) == {"files": [str(text)], "rows": rows}
+    assert json.loads(out.read_text()) == {"files": [str(text)], "block_size": 32, "rows": rows}
     # by hand: each document [EOS, bytes..., EOS] (no BOS), in windows of 32 overlapping by one
     tokenizer = byte_tokenizer()
     documents = [line.encode() for line in TEXT.split(". ") if line]  # the blank one skipped

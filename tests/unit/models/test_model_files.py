@@ -43,7 +43,7 @@ def test_a_truncated_gguf_file_is_named_with_the_fix(tmp_path: Path, monkeypatch
     with pytest.raises(UnreadableModel) as error:
         load_teacher(TeacherSpec(path=str(tmp_path), gguf_file="teacher.gguf"))
     message = str(error.value)
-    assert f"cannot read the GGUF teacher at {tmp_path / 'teacher.gguf'}" in message
+    assert f"cannot read the GGUF file at {tmp_path / 'teacher.gguf'}" in message
     assert "unpack_from requires a buffer" in message and "truncated or damaged" in message
     assert isinstance(error.value.__cause__, struct.error)
     assert not list((tmp_path / "cache").glob("teacher-*/config.json"))  # nothing half-converted
