@@ -116,6 +116,12 @@ def _teacher_weights(cache: str, run: str) -> str:
 
 
 def _alignment(cache: int, run: int) -> str:
+    if not cache or not run:  # one side reads the student's tokens: no pairing at all
+        which = "the cache's" if not cache else "this run's"
+        return (
+            f"alignment: {which} teacher reads the student's own tokens (no pairing of two "
+            "tokenisations), the other another tokenizer: a cache of another teacher"
+        )
     return (
         f"alignment: the cache paired the two tokenisations' positions by rule {cache}, this "
         f"version by rule {run} (data/alignment.py RULE): its aligned positions are not this "

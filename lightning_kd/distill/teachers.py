@@ -15,6 +15,8 @@ The list itself is read by ``teacher_entries.py``.
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -22,6 +24,7 @@ import torch
 from torch import Tensor, nn
 from transformers import PreTrainedTokenizerBase
 
+from lightning_kd.cache.reader import CacheError
 from lightning_kd.cache.teacher import CachedTeacher
 from lightning_kd.distill.cross_tokenizer import CrossTokenizer
 from lightning_kd.distill.objective import DistillConfig
@@ -197,7 +200,8 @@ def teacher_source(
     cached = entry.cache not in (None, "auto") and data is not None
     spec = entry.spec
     if cached:  # loaded as its cache's writer loaded it, for the weights digest
-        spec = replace(spec, dtype=CachedTeacher.stored_dtype(entry.cache))
+        with entry_cache_errors(entry):
+            spec = replace(spec, dtype=CachedTeacher.stored_dtype(entry.cache))
     model = load_teacher(spec, precision)
     cross = None
     if teacher_tokenizer is not None:
@@ -205,7 +209,29 @@ def teacher_source(
     if not cached:
         return model, cross
     args = (entry.cache, model, tokenizer, data, distill.temperature, (), cross)
-    cache = CachedTeacher.for_run(*args)
+    with entry_cache_errors(entry):
+        cache = CachedTeacher.for_run(*args)
     del model
     gc.collect()
     return cache, cross
+
+
+@contextmanager
+def entry_cache_errors(entry: TeacherEntry) -> Iterator[None]:
+    """A cache refusal of a ``teachers`` entry, naming the entry and how to write *its* cache:
+    the reader's own advice speaks of the run's ``teacher=`` (the main teacher's), and
+    following it wrote the wrong teacher's cache."""
+    try:
+        yield
+    except CacheError as error:
+        found = str(error)
+        for advice in ("write one with `", "\nUse the cache written for", "rebuild it for"):
+            found = found.split(advice)[0].rstrip("; :")
+        path = entry.spec.path
+        model = f"teacher.path={path}" if path else "teacher.config=<its config>"
+        raise type(error)(
+            f"teachers entry {entry.name!r} (cache {entry.cache}): {found}\nWrite this entry's "
+            f"cache with `lightning-kd cache {model} hydra.run.dir={entry.cache} <the run's "
+            "student.source, data=, distill.temperature and cache.k overrides>`, or set its "
+            "cache to auto or null (online)"
+        ) from None

@@ -166,3 +166,12 @@ def test_a_cache_without_spans_is_refused_for_a_span_term(setup, tmp_path, monke
     cross.span_weight = 1.0
     with pytest.raises(CacheMismatch, match=r"no span log-probabilities .* rewrite it"):
         CachedTeacher.for_run(*args, cross)
+
+
+def test_a_same_tokenizer_cache_for_a_cross_tokenizer_teacher_is_called_another_teacher() -> None:
+    """It read "rule 0, this version by rule 3", as if an upgrade would fix it."""
+    from lightning_kd.cache.reader import EXPLAINED_FIELDS
+
+    line = EXPLAINED_FIELDS["alignment"](0, RULE)
+    assert "the cache's teacher reads the student's own tokens" in line
+    assert "a cache of another teacher" in line and "rule" not in line

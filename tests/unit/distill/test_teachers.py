@@ -258,3 +258,29 @@ def test_cached_teachers_are_never_resident_at_once(corpus, tmp_path, monkeypatc
     assert distiller.teacher is None and not list(distiller.extra_teachers.parameters())
     objective, sums = distiller(next(iter(datamodule.train_dataloader())))
     assert torch.isfinite(objective) and set(sums.teachers) == {"main", "second"}
+
+
+def test_an_entrys_cache_refusal_names_the_entry_and_how_to_write_its_cache(corpus, tmp_path):
+    """The reader's advice spoke of the run's ``teacher=`` (the main teacher): following it
+    wrote the main teacher's cache for the entry."""
+    from lightning_kd.cache.reader import CacheError
+    from lightning_kd.distill.teachers import teacher_source
+
+    datamodule = make_datamodule([corpus])
+    datamodule.setup()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    entry = teacher_entries(
+        [
+            {"name": "main", "weight": 0.5},
+            {"name": "second", "weight": 0.5, "path": "smollm2", "cache": str(empty)},
+        ],
+        TeacherSpec(path=None, config=dict(TINY_LLAMA)),
+    )[1]
+    config = DistillConfig(features=None, compile=False)
+    with pytest.raises(CacheError) as refused:
+        teacher_source(entry, config, datamodule.tokenizer, None, "32-true", datamodule)
+    message = str(refused.value)
+    assert message.startswith(f"teachers entry 'second' (cache {empty}): {empty} holds no")
+    assert f"`lightning-kd cache teacher.path=smollm2 hydra.run.dir={empty} <the run's" in message
+    assert "this run's teacher=" not in message
