@@ -8,6 +8,7 @@ meant to be.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import inspect
 import re
@@ -19,7 +20,9 @@ from hydra.errors import ConfigCompositionException
 from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 
+from lightning_kd.distill.teacher_entries import ENTRY_KEYS
 from lightning_kd.launch.config import GROUP_TARGETS, compose_config
+from lightning_kd.models.loading import TeacherSpec
 
 HYDRA_KEYS = {"_target_", "_convert_", "_recursive_", "_partial_", "_args_"}
 """Keys ``hydra.utils.instantiate`` reads itself: never a setting of the object built."""
@@ -182,6 +185,11 @@ def _missing_message(word: str, key: str, keys: Sequence[str]) -> str:
     """Why ``word`` is refused, with the nearest of ``keys``: among the keys beside it where
     its parent exists (``trainer.maxsteps``), else among those as deep (``distil.kd_weight``)."""
     parent = _parent(key)
+    if ENTRY.fullmatch(key) and key.rsplit(".", 1)[1] in entry_keys():
+        return (
+            f"{word}: this teachers entry does not set {key.rsplit('.', 1)[1]}, which an entry "
+            f"may have: add it with +{word}"
+        )
     siblings = [k for k in keys if _parent(k) == parent]
     if parent is not None and parent not in keys:
         siblings = [k for k in keys if k.count(".") == key.count(".")]
@@ -192,6 +200,15 @@ def _missing_message(word: str, key: str, keys: Sequence[str]) -> str:
         f"{word}: the config has no key {key}; lightning-kd train --cfg job prints the keys "
         f"it has (a key it leaves out that the object built takes is added with +{word})"
     )
+
+
+ENTRY = re.compile(r"teachers\.\d+\.\w+")
+"""A key of one ``teachers`` entry (``teachers.1.cache``)."""
+
+
+def entry_keys() -> list[str]:
+    """What a ``teachers`` entry may set (``distill/teacher_entries.py``)."""
+    return [*ENTRY_KEYS, *(field.name for field in dataclasses.fields(TeacherSpec))]
 
 
 def _parent(key: str) -> str | None:

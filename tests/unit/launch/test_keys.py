@@ -94,3 +94,13 @@ def test_other_flags_and_sweeps_are_left_to_hydra() -> None:
     (error,) = override_key_errors(["--cfg", "job", "--resolve", "distill.kdweight=1"])
     assert "did you mean distill.kd_weight?" in error
     assert override_key_errors(["teacher=nonexistent", "distill.kdweight=1"]) == []
+
+
+def test_an_entry_key_the_entry_does_not_set_is_added_with_a_plus() -> None:
+    """``teachers.1.cache=DIR`` on an entry written without ``cache``: "did you mean
+    teachers.1.path?", when the fix is ``+teachers.1.cache=DIR``."""
+    teachers = "teachers=[{name: a, weight: 0.5}, {name: b, weight: 0.5, path: smollm2}]"
+    assert override_key_errors(["debug=smoke", teachers, "teachers.1.cache=caches/b"]) == [
+        "teachers.1.cache=caches/b: this teachers entry does not set cache, which an entry may "
+        "have: add it with +teachers.1.cache=caches/b"
+    ]
