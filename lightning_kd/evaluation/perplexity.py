@@ -56,7 +56,9 @@ from lightning_kd.data.encoding import text_ids
 from lightning_kd.data.reading import expand_files, read_documents
 from lightning_kd.data.token_bytes import TokenBytes, token_bytes
 from lightning_kd.evaluation.saved_models import load_model, load_tokenizer
+from lightning_kd.losses.chunked import OutputHead, auto_chunk_size, matmul_dtype
 from lightning_kd.losses.logits import IGNORE_INDEX, scored_next_token
+from lightning_kd.models.heads import check_head, final_hidden, output_head
 from lightning_kd.utils.refusal import Refused
 
 
@@ -169,13 +171,36 @@ def batches(windows: Windows, batch_size: int) -> Iterator[tuple[Tensor, Tensor,
 
 @torch.no_grad()
 def nll_sum(model, windows: Windows, batch_size: int) -> float:
-    """``model``'s summed next-token NLL (nats) over every target of ``windows``."""
-    total = 0.0
-    for ids, mask, labels in batches(windows, batch_size):
-        logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
-        logits, targets = scored_next_token(logits, labels)
-        total += F.cross_entropy(logits.float(), targets, reduction="sum").item()
+    """``model``'s summed next-token NLL (nats) over every target of ``windows``: its head
+    applied a chunk of scored positions at a time (``losses/chunked.py``), so no ``[batch,
+    seq, vocab]`` logits (Gemma's 262k columns: 2 GB at 8 × 256 positions, 5.1 GB resident
+    with their log-softmax). A model whose logits the chunked head does not reproduce is
+    scored from its own logits."""
+    head, total = None, 0.0
+    for number, (ids, mask, labels) in enumerate(batches(windows, batch_size)):
+        inputs = {"input_ids": ids, "attention_mask": mask}
+        if number == 0:
+            head = chunkable_head(model, inputs)
+        if head is None:
+            logits, targets = scored_next_token(final_hidden(model, inputs, logits=True), labels)
+            total += F.cross_entropy(logits.float(), targets, reduction="sum").item()
+            continue
+        hidden, targets = scored_next_token(final_hidden(model, inputs, logits=False), labels)
+        step = auto_chunk_size(head.weight.shape[0], len(targets))
+        for start in range(0, len(targets), step):
+            logits = head.logits(hidden[start : start + step], matmul_dtype(hidden)).float()
+            total += F.cross_entropy(logits, targets[start : start + step], reduction="sum").item()
     return total
+
+
+def chunkable_head(model, inputs: dict[str, Tensor]) -> OutputHead | None:
+    """``model``'s output head if applying it to the final hidden states gives the model's
+    logits (``models.heads.check_head``), else None."""
+    try:
+        check_head(model, inputs, "model", "")
+    except ValueError:
+        return None
+    return output_head(model)
 
 
 def score_row(name: str, tokenizer: str, nll: float, windows: Windows) -> dict:
