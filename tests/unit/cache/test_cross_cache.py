@@ -168,10 +168,18 @@ def test_a_cache_without_spans_is_refused_for_a_span_term(setup, tmp_path, monke
         CachedTeacher.for_run(*args, cross)
 
 
-def test_a_same_tokenizer_cache_for_a_cross_tokenizer_teacher_is_called_another_teacher() -> None:
-    """It read "rule 0, this version by rule 3", as if an upgrade would fix it."""
-    from lightning_kd.cache.reader import EXPLAINED_FIELDS
+def test_a_same_tokenizer_cache_for_a_cross_tokenizer_teacher_is_called_another_teacher(
+    setup, tmp_path
+) -> None:
+    """It read "rule 0, this version by rule 3" too, as if an upgrade would fix it."""
+    import dataclasses
 
-    line = EXPLAINED_FIELDS["alignment"](0, RULE)
-    assert "the cache's teacher reads the student's own tokens" in line
-    assert "a cache of another teacher" in line and "rule" not in line
+    from lightning_kd.cache.format import CacheKey
+    from lightning_kd.cache.reader import mismatches
+
+    directory = written(setup, tmp_path / "cache", k=8)
+    run = CacheKey(**json.loads((directory / "index.json").read_text())["key"])
+    same_tokenizer = dataclasses.replace(run, teacher_tokenizer="", alignment=0)
+    found = mismatches(same_tokenizer, run)
+    assert [line.split(":")[0] for line in found] == ["teacher_tokenizer"]
+    assert "the cache's teacher read the student's tokens" in found[0]
