@@ -86,6 +86,14 @@ class CacheChoice:
         }
 
 
+def given_cache(path: object, key: str) -> CacheChoice | None:
+    """The choice of a cache the command named (``key=DIR``): the summary says what trained
+    from a cache as it does for ``auto`` (it said nothing of a named one)."""
+    if path in (None, AUTO):
+        return None
+    return CacheChoice(str(path), f"given ({key})", caches=True)
+
+
 def unresolved(value: object) -> bool:
     """Whether ``distill.teacher_cache`` is ``auto`` (not yet resolved by a run)."""
     return value == AUTO

@@ -31,7 +31,7 @@ from lightning_kd.launch.model_checks import model_setting_errors
 from lightning_kd.launch.model_paths import model_path_errors
 from lightning_kd.launch.nodes import node_errors
 from lightning_kd.launch.stop_report import stop_report
-from lightning_kd.launch.teacher_cache import drop_repair_states
+from lightning_kd.launch.teacher_cache import drop_repair_states, given_cache
 from lightning_kd.training.checkpoints import resolve_ckpt_path
 from lightning_kd.training.finite import check_finite_model, strict_json
 from lightning_kd.training.metrics import check_monitors_first, checked_monitors
@@ -119,6 +119,14 @@ def train(
 def summarise(module, trainer: L.Trainer, resolved, before: dict, after: dict, timer):
     """The run's :class:`RunSummary` (its wall time set by the caller)."""
     cuda = torch.cuda.is_available()
+    cfg = resolved.cfg
+    named = given_cache(cfg.distill.get("teacher_cache"), "distill.teacher_cache")
+    cache = resolved.teacher_cache or named
+    entries = {
+        entry["name"]: choice
+        for entry in cfg.get("teachers") or []
+        if (choice := given_cache(entry.get("cache"), "the entry's cache")) is not None
+    } | resolved.entry_caches
     return RunSummary(
         after=after,
         before=before,
@@ -130,8 +138,8 @@ def summarise(module, trainer: L.Trainer, resolved, before: dict, after: dict, t
         peak_cuda_mb=torch.cuda.max_memory_allocated() / 2**20 if cuda else None,
         precision=resolved.precision.as_dict() | quantized(resolved.cfg),
         importance=resolved.ranking.as_dict() if resolved.ranking is not None else None,
-        teacher_cache=resolved.teacher_cache.as_dict() if resolved.teacher_cache else None,
-        entry_caches={name: c.as_dict() for name, c in resolved.entry_caches.items()},
+        teacher_cache=cache.as_dict() if cache else None,
+        entry_caches={name: choice.as_dict() for name, choice in entries.items()},
         blockwise=module.blockwise.as_dict() if module.blockwise is not None else None,
     )
 

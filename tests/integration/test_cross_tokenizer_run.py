@@ -214,8 +214,13 @@ def test_the_cache_command_writes_a_cross_tokenizer_cache_a_run_trains_from(
     argv = [*overrides(teacher, student, corpus, run_dir), *reads, *spans]
     code, output = run_in_process(argv, capsys)
     assert code in (None, 0), output[-3000:]
-    after = json.loads((run_dir / "summary.json").read_text())["after"]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    after = summary["after"]
     assert after["val/teacher_bpb"] > 0 and 0.3 < after["val/aligned"] <= 1.0
+    # A cache named on the command line is in the summary as an auto one is (it said nothing).
+    assert summary["teacher_cache"]["distill.teacher_cache"] == str(cache_dir)
+    assert summary["teacher_cache"]["in_training"] == "cached once"
+    assert summary["teacher_cache"]["reason"] == "given (distill.teacher_cache)"
     # The same cache for a student reading the teacher's own tokenizer: refused, and why.
     argv = [*overrides(teacher, teacher, corpus, tmp_path / "other"), *reads]
     code, output = run_in_process(argv, capsys)
