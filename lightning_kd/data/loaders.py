@@ -137,9 +137,9 @@ def sharded_loader(
 ) -> DataLoader:
     """``loader``'s blocks, batch size and collation, sampled by :class:`FullBatchShare`."""
     seed = getattr(loader.sampler, "seed", 0)
-    sampler = FullBatchShare(
-        len(loader.dataset), loader.batch_size, world_size, rank, seed, max_steps
-    )
+    # The real blocks only: a RankShare's dataset ends in the ranks' unscored padding.
+    blocks = getattr(loader.sampler, "blocks", len(loader.dataset))
+    sampler = FullBatchShare(blocks, loader.batch_size, world_size, rank, seed, max_steps)
     return DataLoader(
         loader.dataset, batch_size=loader.batch_size, sampler=sampler, collate_fn=loader.collate_fn
     )
