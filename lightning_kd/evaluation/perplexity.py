@@ -44,6 +44,7 @@ text (``val/bpb`` counts bytes by the same rule).
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -63,8 +64,8 @@ from lightning_kd.utils.refusal import Refused
 
 
 def documents_of(files: list[str], text_field: str) -> list[str]:
-    """Every non-blank document in ``files``, read as ``data.files`` reads them; files of no
-    text are refused."""
+    """Every distinct non-blank document in ``files``, read as ``data.files`` reads them (a
+    repeat kept once, with a warning: it was scored twice); files of no text are refused."""
     documents = [
         text
         for path in expand_files(files, key="--files")
@@ -73,7 +74,14 @@ def documents_of(files: list[str], text_field: str) -> list[str]:
     ]
     if not documents:
         raise ValueError(f"--files {files} hold no text: nothing to score")
-    return documents
+    distinct = list(dict.fromkeys(documents))
+    if len(distinct) < len(documents):
+        warnings.warn(
+            f"--files: {len(documents) - len(distinct)} of {len(documents)} documents repeat "
+            "another (identical text): each is scored once",
+            stacklevel=2,
+        )
+    return distinct
 
 
 @dataclass(frozen=True)

@@ -195,3 +195,14 @@ def test_models_evaluate_cannot_score_are_refused_with_the_fix(tmp_path, capsys)
         assert cli(argv) == 2
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err, err
+
+
+def test_a_document_repeated_across_files_is_scored_once(tmp_path) -> None:
+    """``--files a.txt a.jsonl`` of one text scored it twice; data.files keeps a repeat once."""
+    from lightning_kd.evaluation.perplexity import documents_of
+
+    (tmp_path / "a.txt").write_text("the same text")
+    (tmp_path / "a.jsonl").write_text(json.dumps({"text": "the same text"}) + "\n")
+    with pytest.warns(UserWarning, match="1 of 2 documents repeat another"):
+        documents = documents_of([str(tmp_path / "a.txt"), str(tmp_path / "a.jsonl")], "text")
+    assert documents == ["the same text"]
