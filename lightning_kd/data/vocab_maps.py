@@ -46,7 +46,7 @@ def vocabulary_map(student: TokenBytes, teacher: TokenBytes, teacher_size: int) 
         if target is not None and target not in taken:
             mapping[index] = target
             taken.add(target)
-    return _with_controls(mapping, controls, end_column(student, teacher, teacher_size))
+    return _with_controls(mapping, controls, end_column(student, teacher, controls))
 
 
 def control_twins(student: TokenBytes, teacher: TokenBytes, teacher_size: int) -> dict[int, int]:
@@ -67,11 +67,11 @@ def control_twins(student: TokenBytes, teacher: TokenBytes, teacher_size: int) -
     return found
 
 
-def end_column(student: TokenBytes, teacher: TokenBytes, teacher_size: int) -> int | None:
-    """The student's end, where the teacher's end is the twin of another student control and
-    the student's end of nothing: the map's extra entry (at ``teacher_size``), which
-    ``CrossTokenizer.mapped`` puts for the teacher's end before a student document end."""
-    controls = control_twins(student, teacher, teacher_size)
+def end_column(student: TokenBytes, teacher: TokenBytes, controls: dict[int, int]) -> int | None:
+    """The student's end, where the teacher's end is the twin (in ``controls``,
+    :func:`control_twins`) of another student control and the student's end of nothing: the
+    map's extra entry (after the teacher's ids), which ``CrossTokenizer.mapped`` puts for the
+    teacher's end before a student document end."""
     if teacher.end is None or student.end is None or teacher.end not in controls:
         return None
     if controls[teacher.end] == student.end or student.end in controls.values():
@@ -113,4 +113,4 @@ def first_token_map(
     for index, ids in zip(indices, encoded, strict=True):
         mapping[index] = ids[0] if ids else -1
     controls = control_twins(student, teacher, teacher_size)
-    return _with_controls(mapping, controls, end_column(student, teacher, teacher_size))
+    return _with_controls(mapping, controls, end_column(student, teacher, controls))
