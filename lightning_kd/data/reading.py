@@ -217,13 +217,6 @@ def unique_files(paths: list[Path]) -> list[Path]:
     return kept
 
 
-def unique_documents(documents: list[str]) -> list[str]:
-    """``documents`` with exact repeats dropped (first kept), warning with the count."""
-    kept = list(dict.fromkeys(documents))
-    warn_repeats(len(documents) - len(kept), len(documents))
-    return kept
-
-
 def warn_repeats(count: int, total: int, examples: list[str] | None = None) -> None:
     """Say that ``count`` of ``total`` documents were repeats and went (``examples``: where)."""
     if count == 0:

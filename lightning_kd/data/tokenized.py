@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from torch import Tensor
 from lightning_kd.data.dataset_source import DatasetSource
 from lightning_kd.data.encoding import text_ids
 from lightning_kd.data.provenance import source_record
+from lightning_kd.data.reading import warn_repeats
 from lightning_kd.models.digests import tokenizer_digest
 from lightning_kd.models.sources import cache_root
 from lightning_kd.utils.refusal import Refused
@@ -141,12 +141,7 @@ def split_documents(
             repeats += 1
         elif row["text_key"]:
             documents[row["text_key"]] = row["input_ids"]
-    if repeats:
-        warnings.warn(
-            f"data: removed {repeats} duplicate document(s) of {len(documents) + repeats} "
-            "(identical text), so none is in both training and validation",
-            stacklevel=2,
-        )
+    warn_repeats(repeats, len(documents) + repeats)
     if not documents:
         raise Refused(
             f"{where} holds no text (every row's {field!r} is blank); point data.dataset at text"
