@@ -25,7 +25,7 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from torch import nn
 
-from lightning_kd.utils.atomic import TEMP_SUFFIX, drop_orphans, writer
+from lightning_kd.utils.atomic import replaced_whole
 from lightning_kd.utils.disk import disk_errors
 from lightning_kd.utils.refusal import Refused
 
@@ -104,19 +104,12 @@ def check_whole(path: Path) -> None:
 
 def atomic_torch_save(obj: Any, path: Path) -> None:
     """``torch.save`` to ``path`` so that a crash leaves the previous file or the whole new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    drop_orphans(path)  # a kill -9 in an earlier write
-    temp = path.with_name(f".{path.name}.{writer()}{TEMP_SUFFIX}")
-    try:
-        # Judged before the temporary file goes: a full disk is full while it is still there.
-        with disk_errors(path, RESUME), open(temp, "wb") as handle:
-            torch.save(obj, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)  # atomic within one filesystem: temp lies beside path
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
+    # replaced_whole: a temporary file beside path, os.replace'd onto it (atomic within one
+    # filesystem), removed on failure; the disk is judged before it goes (full while it is there).
+    with replaced_whole(path) as temp, disk_errors(path, RESUME), open(temp, "wb") as handle:
+        torch.save(obj, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
     _fsync_directory(path.parent)  # make the rename itself durable
 
 
