@@ -20,26 +20,27 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lightning_kd.data.reading import DEFAULT_FILES, read_documents  # noqa: E402
-from lightning_kd.evaluation.perplexity import batches, nll_sum, windows_of  # noqa: E402
+from lightning_kd.evaluation.perplexity import (  # noqa: E402
+    batches,
+    logits_nll,
+    nll_sum,
+    windows_of,
+)
 from lightning_kd.evaluation.saved_models import load_model, load_tokenizer  # noqa: E402
-from lightning_kd.losses.logits import scored_next_token  # noqa: E402
 
 
 @torch.no_grad()
 def full_logits_nll(model, windows, batch_size: int) -> float:
-    """The summed NLL from the model's own ``[batch, seq, vocab]`` logits."""
-    total = 0.0
-    for ids, mask, labels in batches(windows, batch_size):
-        logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
-        logits, targets = scored_next_token(logits, labels)
-        total += F.cross_entropy(logits.float(), targets, reduction="sum").item()
-    return total
+    """The summed NLL from the model's own ``[batch, seq, vocab]`` logits, as evaluate scored."""
+    return sum(
+        logits_nll(model, {"input_ids": ids, "attention_mask": mask}, labels)
+        for ids, mask, labels in batches(windows, batch_size)
+    )
 
 
 def child(model_name: str, way: str, documents: int, block_size: int) -> dict:

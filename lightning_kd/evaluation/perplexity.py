@@ -190,8 +190,7 @@ def nll_sum(model, windows: Windows, batch_size: int) -> float:
         if number == 0:
             head = chunkable_head(model, inputs)
         if head is None:
-            logits, targets = scored_next_token(final_hidden(model, inputs, logits=True), labels)
-            total += F.cross_entropy(logits.float(), targets, reduction="sum").item()
+            total += logits_nll(model, inputs, labels)
             continue
         hidden, targets = scored_next_token(final_hidden(model, inputs, logits=False), labels)
         # Four training chunks a time: fewer, larger products (Gemma: 128 positions, 128 MB).
@@ -200,6 +199,12 @@ def nll_sum(model, windows: Windows, batch_size: int) -> float:
             logits = head.logits(hidden[start : start + step], matmul_dtype(hidden)).float()
             total += F.cross_entropy(logits, targets[start : start + step], reduction="sum").item()
     return total
+
+
+def logits_nll(model, inputs: dict[str, Tensor], labels: Tensor) -> float:
+    """The summed NLL of ``labels`` from ``model``'s own ``[batch, seq, vocab]`` logits."""
+    logits, targets = scored_next_token(final_hidden(model, inputs, logits=True), labels)
+    return F.cross_entropy(logits.float(), targets, reduction="sum").item()
 
 
 def chunkable_head(model, inputs: dict[str, Tensor]) -> OutputHead | None:
