@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
         elif item.get_closest_marker("integration") is None:
             item.add_marker(pytest.mark.unit)
+
+
+@pytest.fixture(autouse=True)
+def root_logging_restored():
+    """The root logger as it was before the test: a command run in-process configures Hydra's
+    job logging, a console handler on the ``sys.stdout`` of that moment, a test's captured
+    stream closed when the test ends. Where ``CI`` is set, transformers' logger propagates to
+    the root, and its next warning in a later test met that closed stream as a traceback."""
+    root = logging.getLogger()
+    level = root.level
+    yield
+    # Hydra's console handler is a plain StreamHandler; pytest's own (LogCaptureHandler, ...)
+    # are subclasses, added and removed around each phase by pytest itself.
+    for handler in [h for h in root.handlers if type(h) is logging.StreamHandler]:
+        root.removeHandler(handler)
+        handler.close()
+    root.setLevel(level)
 
 
 TINY_LLAMA = {
