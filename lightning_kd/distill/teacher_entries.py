@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -105,6 +106,8 @@ def read_entry(entry: Any, index: int, main: TeacherSpec) -> tuple[TeacherEntry 
         spec = replace(main, **overrides)
     except ModuleNotFoundError as missing:  # an int8 entry without torchao: said with the rest
         return None, [f"teachers[{index}]: {missing}"]
+    except ValueError as invalid:  # TeacherSpec's own checks name teacher.<key>: the entry's
+        return None, [re.sub(r"\bteacher\.(\w+)", rf"teachers[{index}].\1", str(invalid))]
     return TeacherEntry(str(entry["name"]), weight, spec, not own, domains, entry.get("cache")), []
 
 

@@ -64,6 +64,14 @@ def test_entries_inherit_the_teacher_group_and_name_the_main_one():
         ([{"name": "a", "weight": 0.5}, {"name": "b", "weight": "nan", "path": "x"}], "'nan'"),
         ([{"name": "a", "weight": 0.5}, {"name": "b", "weight": "half", "path": "x"}], "a number"),
         ([{"name": "a", "weight": None}], r"teachers\[0\] has no weight"),
+        (  # TeacherSpec's own checks, named for the entry (a ValueError traceback before)
+            [{"name": "a", "weight": 0.5}, {"name": "b", "weight": 0.5, "path": "x", "dtype": "f"}],
+            r"teachers\[1\].dtype='f' is not a dtype here",
+        ),
+        (
+            [{"name": "a", "weight": 0.5}, {"name": "b", "weight": 0.5, "quantize": "int4"}],
+            r"teachers\[1\].quantize='int4' is not supported; choose one of \['int8'\]",
+        ),
     ],
 )
 def test_a_bad_teachers_list_is_refused_with_the_fix(teachers, message):

@@ -50,3 +50,16 @@ def test_several_teachers_without_the_chunked_loss_are_refused_before_anything_l
     assert errors(TWO % "", "distill.chunked=false") == [
         "teachers: several teachers need the chunked loss; drop distill.chunked=false"
     ]
+
+
+def test_an_entrys_bad_teacher_key_is_named_for_the_entry() -> None:
+    """An entry's dtype or quantize that TeacherSpec refuses was a ValueError traceback naming
+    teacher.dtype, the teacher group's key, which the user had not set."""
+    assert errors(TWO % ", quantize: int4") == [
+        "teachers[1].quantize='int4' is not supported; choose one of ['int8'] (weight-only, "
+        "torchao) or null for a full-precision teacher"
+    ]
+    assert errors(TWO % ", dtype: float65") == [
+        "teachers[1].dtype='float65' is not a dtype here; choose one of ['auto', 'bfloat16', "
+        "'float16', 'float32', 'float64']"
+    ]
