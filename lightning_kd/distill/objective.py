@@ -117,17 +117,14 @@ class DistillConfig:
             if getattr(self, name) < 0:
                 raise ValueError(f"distill.{name}={getattr(self, name)}: must be >= 0")
         if learns_nothing(self.kd_weight, self.ce_weight, self.feature_weight, self.features):
-            raise ValueError(
-                "distill.kd_weight and distill.ce_weight are both 0 and no distill.features "
-                "weigh more than 0: nothing to learn; e.g. distill.kd_weight=0.5"
-            )
+            raise ValueError(NOTHING_TO_LEARN)
         if self.teacher_cache is not None:
             self._check_cached()
-        if self.blockwise_passes < 0 or self.blockwise_lr <= 0:
-            raise ValueError(
-                f"distill.blockwise_passes={self.blockwise_passes} must be >= 0 and "
-                f"distill.blockwise_lr={self.blockwise_lr} positive"
-            )
+        # Each named alone, as the launch checks name it: the two are then said once.
+        if self.blockwise_passes < 0:
+            raise ValueError(f"distill.blockwise_passes={self.blockwise_passes}: must be >= 0")
+        if self.blockwise_lr <= 0:
+            raise ValueError(f"distill.blockwise_lr={self.blockwise_lr}: must be > 0")
         self._check_cross()
         if self.chunk_size is not None and self.chunk_size < 1:
             raise ValueError(
@@ -232,6 +229,13 @@ class DistillConfig:
         """The logit terms and their weights, as the losses take them."""
         divergence = get_divergence(self.divergence, beta=self.beta, skew=self.skew)
         return LogitObjective(divergence, self.temperature, self.kd_weight, self.ce_weight)
+
+
+NOTHING_TO_LEARN = (
+    "distill.kd_weight, distill.ce_weight and the feature weights (distill.feature_weight, each "
+    "pair's weight) are all 0: the loss would be 0.0 and nothing would train; e.g. "
+    "distill.kd_weight=0.5"
+)
 
 
 def learns_nothing(kd_weight: float, ce_weight: float, feature_weight: float, features) -> bool:

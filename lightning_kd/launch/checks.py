@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 
 from omegaconf.errors import OmegaConfBaseException
 
-from lightning_kd.distill.objective import learns_nothing
+from lightning_kd.distill.objective import NOTHING_TO_LEARN, learns_nothing
 from lightning_kd.export.gguf import type_errors
 from lightning_kd.launch.data_checks import data_setting_errors
 from lightning_kd.launch.keys import unknown_setting_errors
@@ -162,11 +162,7 @@ def _weight_errors(cfg: Mapping) -> list[str]:
         return []  # absent or not a number: not an objective to judge (or refused above)
     if not learns_nothing(*weights, None if features is ABSENT else features):
         return []
-    return [
-        "distill.kd_weight, distill.ce_weight and the feature weights (distill.feature_weight, "
-        "each pair's weight) are all 0: the loss would be 0.0 and nothing would train; e.g. "
-        "distill.kd_weight=0.5"
-    ]
+    return [NOTHING_TO_LEARN]  # the spec's own message: two checks, said once
 
 
 def _encoder_errors(cfg: Mapping) -> list[str]:

@@ -46,22 +46,27 @@ def split_prompts(
     documents, in a seeded order."""
     data = instantiate(cfg.data, tokenizer=tokenizer, _convert_="all")
     if data.stream is not None:
-        raise ValueError(
-            f"generate.prompts={split}_split with data.streaming=true: a stream's split is never "
-            "held whole; set data.streaming=false (the prompts are read once, as a run reads them)"
+        held = "the prompts are read once, as a run reads them"
+        refuse(
+            [
+                f"generate.prompts={split}_split with data.streaming=true: a stream's split is "
+                f"never held whole; set data.streaming=false ({held})"
+            ]
         )
     if isinstance(data, ChatDataModule):
         train, val = data.split()
         return [(c.where, prompt_of(c.messages)) for c in (train if split == "train" else val)]
     if not isinstance(data, TextDataModule) or split != "train":
-        raise ValueError(
-            f"generate.prompts={split}_split reads the prompts of data=chat's {split} split"
-            + (
-                ", or the training documents of data=text (train_split: held-out text is never "
-                "written into a training file)"
-                if isinstance(data, TextDataModule)
-                else f"; this config's data is {type(data).__name__}"
-            )
+        refuse(
+            [
+                f"generate.prompts={split}_split reads the prompts of data=chat's {split} split"
+                + (
+                    "; with data=text use generate.prompts=train_split (its training documents: "
+                    "held-out text is never written into a training file)"
+                    if isinstance(data, TextDataModule)
+                    else f"; this config's data is {type(data).__name__}"
+                )
+            ]
         )
     documents = data.shuffled(data.training_documents())
     return [(where, document_prefix(text, spec.prefix_chars)) for where, text in documents]

@@ -55,6 +55,8 @@ def override_key_errors(argv: Sequence[str]) -> list[str]:
             break
         except ConfigCompositionException as error:
             found = NOT_IN_CONFIG.search(str(error))
+            if found and (packaged := packaged_default_error(found.group(1))):
+                return [packaged]
             word = _override_of(overrides, found.group(1)) if found else None
             if word is None:  # another problem: Hydra names it when it composes
                 break
@@ -78,7 +80,7 @@ def unknown_setting_errors(cfg: Mapping) -> list[str]:
     builds takes no argument for: ``+distill.kdweight=0.3``, or a typo in a user's YAML file;
     and per option of a global group whose settings nothing reads."""
     errors = global_group_errors(cfg)
-    for group in GROUP_TARGETS:
+    for group in (*GROUP_TARGETS, *BUILT_GROUPS):
         node = cfg.get(group) if isinstance(cfg, Mapping) else None
         if not isinstance(node, Mapping) or not isinstance(node.get("_target_"), str):
             continue
@@ -103,6 +105,10 @@ def unknown_setting_errors(cfg: Mapping) -> list[str]:
     return errors
 
 
+BUILT_GROUPS = ("trainer", "optimizer", "scheduler")
+"""Nodes built from their ``_target_`` by the run (Lightning's Trainer, a torch optimizer, a
+schedule): ``+trainer.foo=1`` was a ``TypeError`` once the data had been read."""
+
 FLAG_TYPES = {"bool": False, "bool | None": True}
 """The annotations of a yes/no setting, and whether it may be null."""
 
@@ -116,12 +122,30 @@ def flag_errors(
     errors = []
     for key, parameter in parameters.items():
         nullable = FLAG_TYPES.get(str(parameter.annotation))
+        if nullable is None:  # read no other value: trainer.default_root_dir needs Hydra's
+            continue
         value = node.get(key, True)  # a key left out takes its default
-        if nullable is None or isinstance(value, bool) or (nullable and value is None):
+        if isinstance(value, bool) or (nullable and value is None):
             continue
         allowed = "true, false or null" if nullable else "true or false"
         errors.append(f"{group}.{key}={value!r}: give {allowed}, e.g. {group}.{key}=true")
     return errors
+
+
+def packaged_default_error(target: str) -> str | None:
+    """Why Hydra could not apply ``target`` (``data@experiment.data``): a default a global
+    group's file overrides, in a file without ``# @package _global_``, composed under the
+    group's key. Hydra's "Did you mean to override data?" names neither the file nor the fix."""
+    group, _, package = target.partition("@")
+    owner = package.split(".", 1)[0]
+    if owner not in GLOBAL_GROUPS or not group:
+        return None
+    return (
+        f"the {owner} option overrides /{group} in its defaults list, and its file lacks "
+        f"'# @package _global_': the override lands under {owner} ({target}), which Hydra "
+        f"refuses; make '# @package _global_' its file's first line, as in the shipped "
+        f"conf/{owner}/*.yaml"
+    )
 
 
 def global_group_errors(cfg: Mapping) -> list[str]:

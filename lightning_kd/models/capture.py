@@ -26,9 +26,18 @@ from contextlib import contextmanager
 
 from torch import Tensor, nn
 
+from lightning_kd.utils.refusal import Refused
+
 
 class CaptureError(RuntimeError):
-    """A capture was misused: missing, duplicated or unconsumed records, or a bad module path."""
+    """A capture was misused: armed twice, or records nobody read (the library's caller's to
+    fix); :class:`ModuleChoiceError` for a configured module that cannot serve."""
+
+
+class ModuleChoiceError(CaptureError, Refused):
+    """A module ``distill.features`` names that cannot serve: absent, of another width, with no
+    tensor output, or not run exactly once per forward. The user's value to change, so refused
+    as every bad value is (exit 2 with the message alone), not a traceback after loading."""
 
 
 def resolve_module(model: nn.Module, path: str, role: str) -> nn.Module:
@@ -38,7 +47,7 @@ def resolve_module(model: nn.Module, path: str, role: str) -> nn.Module:
     except AttributeError:
         names = [name for name, _ in model.named_modules() if name]
         nearest = difflib.get_close_matches(path, names, n=5, cutoff=0.0)
-        raise CaptureError(
+        raise ModuleChoiceError(
             f"the {role} ({type(model).__name__}) has no module {path!r}; nearest valid paths: "
             f"{nearest}"
         ) from None
@@ -52,7 +61,7 @@ def first_tensor(output: object) -> Tensor:
         return output[0]
     if hasattr(output, "to_tuple"):
         return first_tensor(output.to_tuple())
-    raise CaptureError(f"cannot capture a module output of type {type(output).__name__}")
+    raise ModuleChoiceError(f"cannot capture a module output of type {type(output).__name__}")
 
 
 class Recorder:
@@ -112,12 +121,12 @@ class ModuleCapture:
         missing = [path for path in self.paths if path not in records]
         repeated = [path for path, outputs in records.items() if len(outputs) > 1]
         if missing:
-            raise CaptureError(
+            raise ModuleChoiceError(
                 f"{self.role} modules {missing} did not run in the armed forward, so their "
                 "feature losses cannot be computed; check distill.features"
             )
         if repeated:
-            raise CaptureError(
+            raise ModuleChoiceError(
                 f"{self.role} modules {repeated} ran more than once in one armed forward "
                 "(a module reused inside the model?); capture a module that runs once"
             )

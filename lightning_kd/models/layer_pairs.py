@@ -21,7 +21,7 @@ from typing import Any
 from torch import nn
 
 from lightning_kd.losses.features import get_feature_loss
-from lightning_kd.models.capture import CaptureError, resolve_module
+from lightning_kd.models.capture import ModuleChoiceError, resolve_module
 from lightning_kd.models.student import decoder_layers, evenly_spaced
 from lightning_kd.utils.refusal import Refused, refuse
 
@@ -61,6 +61,13 @@ def uniform_pairs(
     ``mapping="spans"``, ↔ the teacher layer before ``layer_map[j + 1]`` (the last: the last)."""
     student_path, student_layers = decoder_layers(student)
     teacher_path, teacher_layers = decoder_layers(teacher)
+    if mapping == SPANS and layer_map is None and len(student_layers) > len(teacher_layers):
+        raise Refused(  # evenly spaced, some teacher layers would stand for two student layers
+            f"distill.features=spans pairs each student layer with the teacher layers it was "
+            f"copied from; this student was not copied and has {len(student_layers)} layers "
+            f"against the teacher's {len(teacher_layers)}: use distill.features=uniform, or "
+            "list the pairs"
+        )
     targets = layer_map or evenly_spaced(len(student_layers), len(teacher_layers))
     if mapping == SPANS:
         targets = span_ends(targets, len(teacher_layers))
@@ -74,7 +81,7 @@ def span_ends(starts: list[int], teacher_layers: int) -> list[int]:
     """For student layers copied from teacher layers ``starts``: the teacher layer whose output
     each student layer's output stands for (the one before the next copied layer; the last)."""
     if any(following <= start for start, following in pairwise(starts)):
-        raise ValueError(
+        raise Refused(
             f"distill.features=spans needs student layers copied in teacher order; {starts} is "
             "not increasing. Use distill.features=uniform, or list the pairs"
         )
@@ -188,9 +195,10 @@ def make_projectors(
         if width_in == width_out:
             projectors.append(nn.Identity())
         elif kind == "none":
-            raise CaptureError(
-                f"{pair.student} ({width_in} wide) and {pair.teacher} ({width_out} wide) differ in "
-                "width and distill.projector=none; set distill.projector=linear"
+            raise ModuleChoiceError(
+                f"the student's {pair.student} ({width_in} wide) and the teacher's {pair.teacher} "
+                f"({width_out} wide) differ in width and distill.projector=none; set "
+                "distill.projector=linear"
             )
         else:
             projectors.append(nn.Linear(width_in, width_out, bias=False, dtype=dtype))

@@ -28,6 +28,8 @@ from typing import Any
 
 from torch import nn
 
+from lightning_kd.utils.refusal import Refused
+
 ADAPTER_DIR = "adapter"
 """Where the export puts a LoRA student's adapter alone, inside the student's directory."""
 ALL_LINEAR = "all-linear"
@@ -121,14 +123,29 @@ def check_targets(model: nn.Module, targets: str | list[str]) -> None:
             hit = [path for path in every if matches(target, path)]
         if hit and all(path in adaptable for path in hit):
             continue
-        kind = type(model.get_submodule(hit[0])).__name__ if hit else None
-        why = f"matches {kind} modules, which LoRA does not adapt" if hit else "matches no module"
         nearest = difflib.get_close_matches(target, names, n=5, cutoff=0.0)
-        raise ValueError(
-            f"student.lora.target_modules: {target!r} {why} of the student "
-            f"({type(model).__name__}); nearest valid names: {nearest} (all: {names}, or "
-            f"{ALL_LINEAR!r})"
+        raise Refused(
+            f"student.lora.target_modules: {target!r} {unadaptable(model, hit)}; nearest valid "
+            f"names: {nearest} (all: {names}, or {ALL_LINEAR!r})"
         )
+
+
+def unadaptable(model: nn.Module, hit: list[str]) -> str:
+    """Why the modules a target matched (``hit``) take no adapter here, said of ``model``."""
+    name = type(model).__name__
+    if not hit:
+        return f"matches no module of the student ({name})"
+    kept = [path for path in hit if path not in adaptable_modules(model)]
+    head = model.get_output_embeddings()
+    if any(model.get_submodule(path) is head for path in kept):
+        return (
+            f"matches the student's output head ({kept[0]}), which takes no adapter: the "
+            "chunked loss reads the head's weight itself and would not see one"
+        )
+    if any(isinstance(model.get_submodule(path), nn.Embedding) for path in kept):
+        return f"matches the student's embeddings ({kept[0]}), which take no adapter here"
+    kind = type(model.get_submodule(kept[0])).__name__
+    return f"matches {kept[0]}, a {kind} of the student ({name}) with no 2-D weight to adapt"
 
 
 def missing_peft() -> str | None:

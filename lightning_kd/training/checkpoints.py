@@ -202,8 +202,8 @@ def check_trainable_keys(
     the student settings that differ from the checkpoint's (``changes``) where known."""
     missing = [k for k in own if not is_rebuilt(k, student_keys) and k not in saved]
     which = "; ".join(changes) if changes else "a different student configuration"
-    if missing:
-        raise KeyError(
+    if missing:  # a CheckpointError (exit 2 with its message), not a KeyError traceback
+        raise CheckpointError(
             f"checkpoint lacks {len(missing)} student weights (e.g. {missing[:3]}): it was "
             f"saved from another student ({which}). Resume with the checkpoint's student "
             "settings, or start a new run"

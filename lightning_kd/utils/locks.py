@@ -17,9 +17,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from lightning_kd.utils.refusal import Refused
 
-class WriterLocked(RuntimeError):
-    """Another process holds the writer lock of an output."""
+
+class WriterLocked(Refused, RuntimeError):
+    """Another process holds the writer lock of an output: refused as every command refuses
+    its input (exit 2 with the message and its fix), not a traceback."""
 
 
 _held: dict[Path, int] = {}

@@ -15,6 +15,7 @@ from lightning_kd.launch.cache import write
 from lightning_kd.launch.config import compose_config
 from lightning_kd.models.loading import load_teacher
 from lightning_kd.utils.locks import WriterLocked
+from lightning_kd.utils.refusal import Refused
 from tests.conftest import make_datamodule
 from tests.unit.cache.test_cache import SPEC
 from tests.unit.utils.test_locks import free, held_by_another_process
@@ -39,8 +40,9 @@ def test_a_second_cache_writer_is_refused_until_the_first_ends(
         with pytest.raises(WriterLocked, match=refused):
             write_cache(teacher, datamodule.tokenizer, datamodule, SPEC, directory)
         cfg = compose_config(["debug=smoke", f"data.files=[{corpus}]"], output_dir=directory)
-        with pytest.raises(WriterLocked, match=refused):
+        with pytest.raises(WriterLocked, match=refused) as locked:
             write(cfg)
+        assert isinstance(locked.value, Refused)  # lightning-kd cache: exit 2, no traceback
         assert sorted(p.name for p in directory.iterdir()) == [WRITER_LOCK]  # nothing written
         os.kill(holder.pid, signal.SIGKILL)
         holder.wait()

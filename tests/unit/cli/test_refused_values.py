@@ -302,9 +302,31 @@ TRAIN = {
         ["distill.temperature=nan"],
         ["distill.temperature=nan: must be a finite number > 0", "e.g. distill.temperature=1.0"],
     ),
-    "every weight 0 with features": (
+    "every weight 0 with features, said once": (
         ["distill.kd_weight=0", "distill.ce_weight=0", "distill.feature_weight=0"],
-        ["are all 0: the loss would be 0.0 and nothing would train", "e.g. distill.kd_weight=0.5"],
+        [
+            "a value is refused",
+            "are all 0: the loss would be 0.0 and nothing would train",
+            "e.g. distill.kd_weight=0.5",
+        ],
+    ),
+    # Both said twice, the second naming the other key's valid value as if refused.
+    "negative repair passes, said once": (
+        ["distill.blockwise_passes=-1"],
+        ["a value is refused", "distill.blockwise_passes=-1: must be an integer >= 0"],
+    ),
+    "zero repair rate, said once": (
+        ["distill.blockwise_lr=0"],
+        ["a value is refused", "distill.blockwise_lr=0: must be a finite number > 0"],
+    ),
+    # A TypeError from Lightning's Trainer once the data had been read.
+    "a setting the trainer or the optimizer takes no argument for": (
+        ["+trainer.foo=1", "+optimizer.lrr=1"],
+        [
+            "2 values are refused",
+            "trainer.foo: Trainer takes no setting 'foo'",
+            "optimizer.lrr: AdamW takes no setting 'lrr'; did you mean optimizer.lr?",
+        ],
     ),
     # Found once built, it came after a teacher cache over positions it lacks was written.
     "block past the teacher's positions": (

@@ -16,7 +16,7 @@ from lightning_kd.distill.objective import DistillConfig
         ({"blockwise_lr": math.nan}, r"distill.blockwise_lr=nan"),
         ({"temperature": 0.0}, r"distill.temperature=0.0; it must be positive"),
         ({"kd_weight": -0.5}, r"distill.kd_weight=-0.5: must be >= 0"),
-        ({"kd_weight": 0.0, "ce_weight": 0.0}, r"nothing to learn"),
+        ({"kd_weight": 0.0, "ce_weight": 0.0}, r"nothing would train"),
     ],
 )
 def test_a_bad_number_is_refused_naming_its_key(overrides, message):

@@ -112,12 +112,13 @@ def test_the_prompts_of_a_data_split_are_completed(teacher, tmp_path) -> None:
     assert len(train) == 7 and len(val) == 3
     text = config(tmp_path / "text", Path("val_split"))
     text.generate.prompts = "val_split"
-    with pytest.raises(ValueError, match=r"or the training documents of data=text \(train_"):
+    # A Refused (exit 2 with the message), where it was a ValueError traceback.
+    with pytest.raises(Refused, match=r"with data=text use generate.prompts=train_split \(its"):
         generate(text, teacher, tokenizer())
     stream = ["data=chat", "data.streaming=true", "data.dataset.path=json"]
     streamed = config(tmp_path / "stream", Path("train_split"), *stream)
     streamed.generate.prompts = "train_split"
-    with pytest.raises(ValueError, match=r"train_split with data.streaming=true: a stream's"):
+    with pytest.raises(Refused, match=r"train_split with data.streaming=true: a stream's"):
         generate(streamed, teacher, tokenizer())
 
 

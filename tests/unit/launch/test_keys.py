@@ -76,6 +76,22 @@ def test_an_experiment_file_without_its_package_line_is_named(tmp_path: Path) ->
     assert "make '# @package _global_' its file's first line" in error
 
 
+def test_an_experiment_file_that_overrides_a_group_without_its_package_line_is_named(
+    tmp_path: Path,
+) -> None:
+    """Hydra's "Could not override 'data@experiment.data'. Did you mean to override data?"
+    named neither the file nor the fix, and exited 1 with a traceback."""
+    mine = tmp_path / "conf"
+    (mine / "experiment").mkdir(parents=True)
+    (mine / "experiment" / "bare.yaml").write_text("defaults:\n  - override /data: chat\n")
+    assert override_key_errors(["--config-dir", str(mine), "experiment=bare"]) == [
+        "the experiment option overrides /data in its defaults list, and its file lacks "
+        "'# @package _global_': the override lands under experiment (data@experiment.data), "
+        "which Hydra refuses; make '# @package _global_' its file's first line, as in the "
+        "shipped conf/experiment/*.yaml"
+    ]
+
+
 def test_a_yes_no_setting_given_a_word_is_refused() -> None:
     """``data.pack=flase`` stayed a string, which is true: packing stayed on, with exit 0."""
     cfg = compose_config(["data.pack=flase", "student.activation_checkpointing=nope"])

@@ -6,10 +6,11 @@ import pytest
 import torch
 
 from lightning_kd.losses.features import cosine, get_feature_loss, masked_feature_sum, mse
-from lightning_kd.models.capture import CaptureError
+from lightning_kd.models.capture import ModuleChoiceError
 from lightning_kd.models.layer_pairs import LayerPair, layer_pairs, make_projectors, span_ends
 from lightning_kd.models.loading import StudentSpec, load_teacher
 from lightning_kd.models.student import build_student
+from lightning_kd.utils.refusal import Refused
 
 
 @pytest.fixture
@@ -52,10 +53,23 @@ def test_spans_map_each_student_layer_to_the_end_of_its_span(tiny_teacher) -> No
 def test_spans_refuse_layers_out_of_teacher_order(tiny_teacher) -> None:
     teacher = load_teacher(tiny_teacher)
     models = build_student(StudentSpec(layers=[3, 1]), teacher, "causal_lm")
-    with pytest.raises(ValueError, match=r"\[3, 1\] is not increasing"):
+    with pytest.raises(Refused, match=r"\[3, 1\] is not increasing"):
         layer_pairs("spans", models.student, teacher, models.layer_map)
     with pytest.raises(ValueError, match="use 'uniform', 'spans' or a list of pairs"):
         layer_pairs("even", models.student, teacher, models.layer_map)
+
+
+def test_spans_refuse_a_random_student_deeper_than_the_teacher(tiny_teacher) -> None:
+    """Evenly spread, teacher layers stood for two student layers each, and the refusal said
+    the layers were not copied in teacher order, of a student copied from nothing."""
+    teacher = load_teacher(tiny_teacher)
+    student = build_student(StudentSpec(config={"num_hidden_layers": 6}), teacher, "causal_lm")
+    with pytest.raises(
+        Refused,
+        match="this student was not copied and has 6 layers against the "
+        "teacher's 4: use distill.features=uniform",
+    ):
+        layer_pairs("spans", student.student, teacher, None)
 
 
 def test_explicit_pairs_keep_config_order_and_defaults(pair_of_models) -> None:
@@ -73,7 +87,8 @@ def test_explicit_pairs_keep_config_order_and_defaults(pair_of_models) -> None:
 
 def test_bad_pairs_are_errors(pair_of_models) -> None:
     models, teacher = pair_of_models
-    with pytest.raises(CaptureError, match=r"student \(LlamaForCausalLM\) has no module"):
+    # A Refused (exit 2 with the message) that is still a CaptureError for library callers.
+    with pytest.raises(ModuleChoiceError, match=r"student \(LlamaForCausalLM\) has no module"):
         layer_pairs(
             [{"student": "model.layer.0", "teacher": "model.layers.0"}],
             models.student,
@@ -102,7 +117,11 @@ def test_projectors_only_where_widths_differ(pair_of_models) -> None:
     projectors = make_projectors(pairs, models.student, teacher, "linear")
     assert isinstance(projectors[0], torch.nn.Identity)
     assert projectors[1].in_features == 64 and projectors[1].out_features == 32
-    with pytest.raises(CaptureError, match="differ in width and distill.projector=none"):
+    with pytest.raises(
+        Refused,
+        match="the student's model.layers.0.mlp.up_proj \\(64 wide\\) "
+        "and the teacher's model.layers.1 \\(32 wide\\) differ in width",
+    ):
         make_projectors(pairs, models.student, teacher, "none")
     with pytest.raises(ValueError, match="distill.projector='mlp2'"):
         make_projectors(pairs, models.student, teacher, "mlp2")

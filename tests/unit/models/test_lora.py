@@ -25,6 +25,7 @@ from lightning_kd.models.student import (
 from lightning_kd.training.checkpoints import LAST_NAME
 from lightning_kd.training.module import DistillationModule
 from lightning_kd.training.saving import LastCheckpoint
+from lightning_kd.utils.refusal import Refused
 from tests.conftest import TINY_GPT2, TINY_LLAMA, make_datamodule, make_module, make_trainer
 from tests.integration.test_cli import run_cli
 from tests.integration.test_resume import COMMON, assert_same_run
@@ -236,16 +237,26 @@ def test_hooks_on_lora_wrapped_modules_record_once_with_activation_checkpointing
     ("lora", "message"),
     [
         ({"target_modules": ["q_prj", "v_proj"]}, r"'q_prj' matches no module.*\['q_proj'"),
-        ({"target_modules": ["self_attn"]}, r"matches LlamaAttention modules.*nearest valid"),
-        ({"target_modules": ["lm_head"]}, r"'lm_head' matches Linear modules"),
+        (
+            {"target_modules": ["self_attn"]},
+            r"matches model.layers.0.self_attn, a LlamaAttention of the student "
+            r"\(LlamaForCausalLM\) with no 2-D weight to adapt; nearest valid",
+        ),
+        (  # it said "matches Linear modules, which LoRA does not adapt"
+            {"target_modules": ["lm_head"]},
+            r"'lm_head' matches the student's output head \(lm_head\), which takes no adapter",
+        ),
+        ({"target_modules": ["embed_tokens"]}, r"matches the student's embeddings"),
         ({"rank": 8}, r"no key 'rank' \(did you mean 'r'\?\)"),
         ({"r": 0}, r"student.lora.r=0"),
     ],
 )
 def test_bad_lora_settings_are_refused_with_the_nearest_valid_names(lora, message) -> None:
     teacher = TeacherSpec(path=None, config=dict(TINY_LLAMA))
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=message) as refused:
         build_student(StudentSpec(num_layers=2, lora=lora), load_teacher(teacher), "causal_lm")
+    if "target_modules" in lora:  # found on the built student: a Refused, not a traceback
+        assert isinstance(refused.value, Refused)
 
 
 def test_lora_from_the_command_line() -> None:
