@@ -23,6 +23,7 @@ from lightning_kd.launch.config import CONF_DIR, register_defaults
 from lightning_kd.launch.keys import override_key_errors
 from lightning_kd.launch.paths import run_dir_errors
 from lightning_kd.launch.sweeps import in_process_ddp_errors, sweep_job_errors
+from lightning_kd.training.finite import NonFiniteError
 from lightning_kd.utils.refusal import REFUSED_EXIT, Refused, refuse
 from lightning_kd.utils.stopping import STOP, Interrupted
 
@@ -48,6 +49,9 @@ def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
         except Refused as refused:
             drop_empty_run_dir(started)
             exit_refused(refused)
+        except NonFiniteError as diverged:  # said whole by the stop report: no traceback
+            print(f"lightning-kd: {diverged}", file=sys.stderr)
+            raise SystemExit(1) from None
 
     register_defaults()
     try:

@@ -90,6 +90,15 @@ class ResumableLoader(DataLoader):
             yield self.collate_fn([self.dataset[i] for i in indices])
 
 
+def repair_batch_error(blocks: int, batch_size: int, world_size: int) -> str:
+    """Why ``blocks`` training blocks give the block-wise repair no step (a global batch of
+    ``batch_size`` × ``world_size`` is more than they hold)."""
+    return (
+        f"distill.blockwise_passes: {blocks} training blocks do not fill one global batch of "
+        f"{batch_size} × {world_size} ranks; use more data or a smaller data.batch_size"
+    )
+
+
 class FullBatchShare(Sampler[int]):
     """This rank's share of every full global batch of an epoch's permutation (``seed + epoch``,
     as ``loaders.EpochSampler`` draws it): step i's global batch is the permutation's i-th run of
@@ -112,10 +121,7 @@ class FullBatchShare(Sampler[int]):
         full = blocks // (batch_size * world_size)
         self.steps = full if max_steps is None else min(full, max_steps)
         if self.steps == 0:
-            raise DataError(
-                f"distill.blockwise_passes: {blocks} training blocks do not fill one global batch "
-                f"of {batch_size} × {world_size} ranks; use more data or a smaller data.batch_size"
-            )
+            raise DataError(repair_batch_error(blocks, batch_size, world_size))
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch

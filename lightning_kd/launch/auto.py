@@ -19,6 +19,8 @@ from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
+from lightning_kd.data.errors import DataError
+from lightning_kd.data.loaders import repair_batch_error
 from lightning_kd.data.text import TextDataModule
 from lightning_kd.distill.teacher_entries import teacher_keys
 from lightning_kd.launch.build import build_datamodule, with_precision, with_values
@@ -75,7 +77,12 @@ def resolve_teacher_cache(
     tokenizer = run_tokenizer(teacher, instantiate(cfg.student, _convert_="all"))
     datamodule = build_datamodule(cfg, tokenizer)
     datamodule.setup("fit")
-    choice = choose(cfg, len(datamodule.train_examples))
+    blocks = len(datamodule.train_examples)
+    if cfg.distill.get("blockwise_passes") and blocks < datamodule.batch_size:
+        # Found by the repair's sampler, once a cache for a run that cannot start was written;
+        # the sampler checks again with every rank's share.
+        raise DataError(repair_batch_error(blocks, datamodule.batch_size, 1))
+    choice = choose(cfg, blocks)
     if choice.caches:
         choice = prepare(cfg, datamodule, tokenizer, choice, resuming)
     if rank_zero_only.rank == 0:

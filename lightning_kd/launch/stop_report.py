@@ -10,16 +10,21 @@ from hydra.core.hydra_config import HydraConfig
 
 from lightning_kd.launch.nodes import launcher
 from lightning_kd.training.checkpoints import LAST_NAME
+from lightning_kd.training.finite import NonFiniteError
 from lightning_kd.training.rundir import restart_command, resume_command
 from lightning_kd.utils.stopping import Interrupted
 
 
 def stop_report(
-    error: BaseException, callback: object, output_dir: Path, command: Sequence[str]
+    error: BaseException,
+    callback: object,
+    output_dir: Path,
+    command: Sequence[str],
+    lr: float | None = None,
 ) -> str:
     """What a stopped run tells its user: why, what is kept, and the command that resumes it
     from its latest checkpoint — or, with none, starts it again without losing the teacher
-    cache."""
+    cache. A run that diverged at learning rate ``lr`` is given a tenth of it."""
     # An error may recur where the run resumes (a bad row, a bug): its resume waits for a fix.
     resume_with = "Once its cause is fixed (or has passed), resume with"
     if isinstance(error, Interrupted):
@@ -30,17 +35,36 @@ def stop_report(
     else:
         why = f"training stopped: {type(error).__name__}: {error}".split("\n")[0]
     overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    diverged = isinstance(error, NonFiniteError) and error.lower_rate
+    diverged = diverged and isinstance(lr, int | float) and lr > 0
     last = Path(getattr(callback, "path", output_dir / "checkpoints" / LAST_NAME))
     if last.is_file():
         saved = getattr(callback, "saved_step", None)
         at = f" (optimizer step {saved})" if saved is not None else ""
+        if diverged:  # a resume alone keeps the checkpoint's optimizer, and its rate
+            overrides = lower_rate(overrides, lr, "resume_reset_optimizer=true")
+            resume_with = f"Resume with {RATE} and a fresh optimizer"
         resume = resume_command(command, overrides, output_dir)
         return f"\n{why}\nThe latest checkpoint is {last}{at}. {resume_with}{where()}:\n  {resume}"
+    again = "Start again with"
+    if diverged:
+        overrides, again = lower_rate(overrides, lr), f"Start again with {RATE}, with"
     restart = restart_command(command, overrides, output_dir)
     return (
-        f"\n{why}\nNo checkpoint was written: there is nothing to resume from. Start again "
-        f"with{where()}:\n  {restart}"
+        f"\n{why}\nNo checkpoint was written: there is nothing to resume from. {again}"
+        f"{where()}:\n  {restart}"
     )
+
+
+RATE = "a tenth of the learning rate (lower it further if it diverges again)"
+
+
+def lower_rate(overrides: Sequence[str], lr: float, *extra: str) -> list[str]:
+    """``overrides`` with ``optimizer.lr`` a tenth of ``lr`` (the rate that diverged) and
+    ``extra``, replacing what they set before."""
+    keys = ["optimizer.lr", *(word.split("=", 1)[0] for word in extra)]
+    kept = [word for word in overrides if word.split("=", 1)[0].lstrip("+") not in keys]
+    return [*kept, f"optimizer.lr={lr / 10:g}", *extra]
 
 
 def where() -> str:

@@ -94,7 +94,8 @@ def train(
         # print: the command that failed would only fail again.
         started = getattr(trainer.checkpoint_callback, "started", False)
         if trainer.is_global_zero and (isinstance(err, Interrupted) or started):
-            print(stop_report(err, trainer.checkpoint_callback, output_dir, command))
+            lr = cfg.optimizer.get("lr") if cfg.get("optimizer") else None
+            print(stop_report(err, trainer.checkpoint_callback, output_dir, command, lr))
         raise
     if cfg.export_student:
         export_student(module, output_dir / "student")

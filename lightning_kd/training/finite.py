@@ -14,16 +14,15 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-LOWER_LR_RESUME = (
-    "ckpt_path=last resume_reset_optimizer=true optimizer.lr=<smaller> (a resume alone keeps the "
-    "checkpoint's optimizer and its rate; if the checkpoint's weights have grown huge already, "
-    "start afresh with the smaller rate)"
-)
-"""The resume that applies a new learning rate (``training/provenance.py``)."""
-
 
 class NonFiniteError(FloatingPointError):
-    """Training produced a NaN or an infinity; the message names the step and the culprit."""
+    """Training produced a NaN or an infinity; the message names the step and the culprit.
+    ``lower_rate``: whether a smaller learning rate is the way on (the stop report then prints
+    the command with one; ``launch/stop_report.py``), not another divergence."""
+
+    def __init__(self, message: str, lower_rate: bool = True) -> None:
+        super().__init__(message)
+        self.lower_rate = lower_rate
 
 
 def check_finite_loss(step: int, parts: Mapping[str, Tensor | float]) -> None:
@@ -39,12 +38,13 @@ def check_finite_loss(step: int, parts: Mapping[str, Tensor | float]) -> None:
             f"the KD term alone is infinite at optimizer step {step} ({shown}): reverse_kl, and "
             "jsd at distill.beta=1, are infinite where the teacher gives a token probability 0 "
             "(a logit of -inf: a masked vocabulary entry) and the student does not. Use "
-            "distill.divergence=forward_kl, or jsd with distill.beta below 1"
+            "distill.divergence=forward_kl, or jsd with distill.beta below 1",
+            lower_rate=False,
         )
     raise NonFiniteError(
         f"the training loss is not finite at optimizer step {step} ({shown}); the run stops "
-        "before applying it. Lower optimizer.lr, check distill.temperature and the loss "
-        f"weights, or resume with a smaller rate: {LOWER_LR_RESUME}"
+        "before applying it. Lower optimizer.lr, or check distill.temperature and the loss "
+        "weights"
     )
 
 
@@ -60,7 +60,7 @@ def check_finite_model(model: nn.Module, what: str, step: int | None = None) -> 
         at = f" after optimizer step {step}" if step is not None else ""
         raise NonFiniteError(
             f"{len(bad)} weights of the student are not finite{at} (e.g. {bad[:3]}): {what} "
-            f"is refused. Resume with a smaller learning rate: {LOWER_LR_RESUME}"
+            "is refused; lower optimizer.lr"
         )
 
 

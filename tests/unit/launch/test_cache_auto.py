@@ -175,3 +175,14 @@ def test_auto_takes_the_shared_caches_writer_lock_inside_its_own(tmp_path) -> No
     again, _ = resolve_teacher_cache(cfg)
     assert again.path == first.path and "written to the shared cache" in again.reason
     assert (directory / INDEX_NAME).is_file()
+
+
+def test_a_repair_the_data_cannot_batch_is_refused_before_auto_writes(tmp_path) -> None:
+    """It was refused by the repair's sampler once auto had written a 43 MB cache for the run
+    that could not start."""
+    caches = tmp_path / "caches"
+    smoke = ["debug=smoke", "distill.blockwise_passes=1", "data.max_train_examples=2"]
+    cfg = compose_config([*smoke, f"cache.dir={caches}"], output_dir=tmp_path / "run")
+    with pytest.raises(ValueError, match="2 training blocks do not fill one global batch of 4"):
+        resolve_teacher_cache(cfg)
+    assert not caches.exists()

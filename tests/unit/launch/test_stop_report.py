@@ -6,13 +6,16 @@ import signal
 from pathlib import Path
 from types import SimpleNamespace
 
+from hydra.core.hydra_config import HydraConfig
+
 from lightning_kd.launch.stop_report import stop_report
+from lightning_kd.training.finite import NonFiniteError
 from lightning_kd.utils.stopping import Interrupted
 
 
 def saved_at(tmp_path: Path, step: int) -> SimpleNamespace:
     last = tmp_path / "checkpoints" / "last.ckpt"
-    last.parent.mkdir()
+    last.parent.mkdir(exist_ok=True)
     last.write_bytes(b"a checkpoint")
     return SimpleNamespace(path=last, saved_step=step)
 
@@ -39,3 +42,39 @@ def test_with_no_checkpoint_the_run_is_started_again(tmp_path: Path) -> None:
     error = RuntimeError("out of memory")
     report = stop_report(error, None, tmp_path, ("lightning-kd", "train"))
     assert "No checkpoint was written: there is nothing to resume from. Start again with:" in report
+
+
+def test_a_diverged_run_is_given_a_smaller_rate(tmp_path: Path, monkeypatch) -> None:
+    """It was told to resume with "optimizer.lr=<smaller>" and, with no checkpoint, to start
+    again with the very rate that diverged."""
+    overrides = ["debug=smoke", "optimizer.lr=0.5", "resume_reset_optimizer=false"]
+    monkeypatch.setattr(HydraConfig, "initialized", staticmethod(lambda: True))
+    monkeypatch.setattr(
+        HydraConfig,
+        "get",
+        staticmethod(lambda: SimpleNamespace(overrides=SimpleNamespace(task=overrides))),
+    )
+    diverged = NonFiniteError("the training loss is not finite at optimizer step 4")
+    report = stop_report(diverged, None, tmp_path, ("lightning-kd", "train"), lr=0.5)
+    assert (
+        "Start again with a tenth of the learning rate (lower it further if it diverges "
+        "again), with:\n" in report
+    )
+    assert report.rstrip().endswith(
+        f"lightning-kd train debug=smoke resume_reset_optimizer=false optimizer.lr=0.05 "
+        f"hydra.run.dir={tmp_path}"
+    )
+    report = stop_report(diverged, saved_at(tmp_path, 3), tmp_path, ("lightning-kd", "train"), 0.5)
+    assert (
+        "Resume with a tenth of the learning rate (lower it further if it diverges again) "
+        "and a fresh optimizer:" in report
+    )
+    assert report.rstrip().endswith(
+        f"lightning-kd train debug=smoke optimizer.lr=0.05 resume_reset_optimizer=true "
+        f"hydra.run.dir={tmp_path} ckpt_path=last"
+    )
+    # Not the rate: a divergence infinite where the teacher gives a token probability 0.
+    infinite = NonFiniteError("the KD term alone is infinite", lower_rate=False)
+    report = stop_report(infinite, saved_at(tmp_path, 3), tmp_path, ("lightning-kd",), 0.5)
+    assert "Once its cause is fixed (or has passed), resume with" in report
+    assert "optimizer.lr=0.5" in report and "0.05" not in report
