@@ -90,12 +90,7 @@ def train(
         after = validate_after(trainer, module, datamodule)
         STOP.check("after the final validation", detail=FINISHED_ON_RESUME)
     except BaseException as err:
-        # A failure before training started (a refused resume, a bad model) has no way on to
-        # print: the command that failed would only fail again.
-        started = getattr(trainer.checkpoint_callback, "started", False)
-        if trainer.is_global_zero and (isinstance(err, Interrupted) or started):
-            lr = cfg.optimizer.get("lr") if cfg.get("optimizer") else None
-            print(stop_report(err, trainer.checkpoint_callback, output_dir, command, lr))
+        report_stop(err, trainer, cfg, command)
         raise
     if cfg.export_student:
         export_student(module, output_dir / "student")
@@ -115,6 +110,17 @@ def train(
             summary.written = disk_use(output_dir, summary.teacher_cache, summary.entry_caches)
             write_summary(summary, output_dir)
     return summary
+
+
+def report_stop(err: BaseException, trainer: L.Trainer, cfg: DictConfig, command) -> None:
+    """Print the stop report of a run that stopped in training (``launch/stop_report.py``). A
+    failure before training started (a refused resume, a bad model) has no way on to print:
+    the command that failed would only fail again."""
+    started = getattr(trainer.checkpoint_callback, "started", False)
+    if trainer.is_global_zero and (isinstance(err, Interrupted) or started):
+        lr = (cfg.get("optimizer") or {}).get("lr")  # a diverged run is given a tenth
+        output_dir = Path(cfg.output_dir)
+        print(stop_report(err, trainer.checkpoint_callback, output_dir, command, lr))
 
 
 def summarise(module, trainer: L.Trainer, resolved, before: dict, after: dict, timer):

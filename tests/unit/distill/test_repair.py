@@ -132,7 +132,7 @@ def test_the_sharded_loader_splits_one_processs_batches_between_ranks(corpus) ->
 
 
 def test_what_cannot_be_repaired_is_refused() -> None:
-    with pytest.raises(ValueError, match="blockwise_passes=-1 must be >= 0"):
+    with pytest.raises(ValueError, match="blockwise_passes=-1: must be >= 0"):
         DistillConfig(features="spans", blockwise_passes=-1)
     random_student = distiller_for(StudentSpec(config={"num_hidden_layers": 2}))
     with pytest.raises(ValueError, match="not one from student.path or student.config"):
