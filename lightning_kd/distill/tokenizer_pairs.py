@@ -4,11 +4,15 @@ config asks of it what that path cannot serve (``distill/cross_tokenizer.py`` ru
 
 from __future__ import annotations
 
+import logging
+
 from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.models.loading import TeacherSpec, load_tokenizer
 from lightning_kd.models.student import same_tokenizer
 from lightning_kd.utils.refusal import Refused
+
+log = logging.getLogger(__name__)
 
 
 def teacher_tokenizer_for(
@@ -33,4 +37,13 @@ def teacher_tokenizer_for(
             "cross-tokenizer distillation (the student's tokenizer is not the teacher's, or "
             "distill.cross_tokenizer=always) cannot serve this config: " + "; ".join(errors)
         )
+    log.info(  # the run would otherwise say nothing of it until val/aligned is logged
+        "tokenizers: the teacher's (%s, %d ids) is not the student's (%s, %d ids): "
+        "cross-tokenizer distillation, distill.cross_loss=%s (docs/cross-tokenizer.md)",
+        teacher_tokenizer.name_or_path,
+        len(teacher_tokenizer),
+        tokenizer.name_or_path,
+        len(tokenizer),
+        distill.cross_loss,
+    )
     return teacher_tokenizer

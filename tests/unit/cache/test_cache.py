@@ -325,3 +325,16 @@ def test_a_training_runs_directory_is_not_offered_as_a_cache(tmp_path: Path) -> 
     assert "a directory of its own" in message
     assert f"hydra.run.dir={run}" not in message  # writing there replaces the run's record
     assert set(TRAINING_OUTPUTS) <= set(OUTPUTS)  # the layer below cannot import rundir's list
+
+
+def test_the_docs_snippet_reads_a_cache(written, teacher) -> None:
+    """docs/cache.md's "Reading a cache from Python", run as written on this cache: it unpacked
+    four tensors from the six fields of ``Records`` and failed on every cache."""
+    directory, datamodule = written
+    page = (ROOT / "docs" / "cache.md").read_text()
+    snippet = page.split("## Reading a cache from Python")[1].split("```python")[1].split("```")[0]
+    snippet = snippet.replace('"caches/smollm2"', repr(str(directory))).replace("k=32", "k=8")
+    scope = {"teacher": teacher, "tokenizer": datamodule.tokenizer, "datamodule": datamodule}
+    exec(snippet, scope)
+    records = scope["records"]
+    assert records.ids.shape == (2, 31, 8) and records.tail.shape == (2, 31)
