@@ -41,7 +41,11 @@ def test_a_diverging_run_stops_keeps_its_finite_checkpoint_and_exports_nothing(
     # lr=1e30: step 1 is finite, its update overflows the weights, step 2 is caught
     assert re.search(r"NonFiniteError: .* not finite (at|after) optimizer step 2", output), output
     assert "The latest checkpoint is" in output and "(optimizer step 1)" in output
-    assert "Once its cause is fixed (or has passed), resume with:" in output
+    assert (
+        "Resume with a tenth of the learning rate (lower it further if it diverges again) "
+        "and a fresh optimizer:" in output
+    )
+    assert "optimizer.lr=1e+29 resume_reset_optimizer=true" in output and "Traceback" not in output
     assert not (run_dir / "student").exists() and not (run_dir / "summary.json").exists()
     state = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
     assert state["global_step"] == 1
