@@ -125,17 +125,18 @@ def check_targets(model: nn.Module, targets: str | list[str]) -> None:
             continue
         nearest = difflib.get_close_matches(target, names, n=5, cutoff=0.0)
         raise Refused(
-            f"student.lora.target_modules: {target!r} {unadaptable(model, hit)}; nearest valid "
-            f"names: {nearest} (all: {names}, or {ALL_LINEAR!r})"
+            f"student.lora.target_modules: {target!r} {unadaptable(model, hit, adaptable)}; "
+            f"nearest valid names: {nearest} (all: {names}, or {ALL_LINEAR!r})"
         )
 
 
-def unadaptable(model: nn.Module, hit: list[str]) -> str:
-    """Why the modules a target matched (``hit``) take no adapter here, said of ``model``."""
+def unadaptable(model: nn.Module, hit: list[str], adaptable: dict[str, nn.Module]) -> str:
+    """Why the modules a target matched (``hit``) take no adapter here, said of ``model``
+    (``adaptable``: its :func:`adaptable_modules`, which the caller has found already)."""
     name = type(model).__name__
     if not hit:
         return f"matches no module of the student ({name})"
-    kept = [path for path in hit if path not in adaptable_modules(model)]
+    kept = [path for path in hit if path not in adaptable]
     head = model.get_output_embeddings()
     if any(model.get_submodule(path) is head for path in kept):
         return (
