@@ -34,6 +34,7 @@ from lightning_kd.distill.tokenizer_pairs import teacher_tokenizer_for
 from lightning_kd.models.digests import config_digest, weights_digest
 from lightning_kd.models.heads import final_hidden, output_head
 from lightning_kd.models.loading import load_teacher
+from lightning_kd.models.quantize import quantize_teacher
 
 
 class ExtraTeachers(nn.Module):
@@ -203,6 +204,8 @@ def teacher_source(
         with entry_cache_errors(entry):
             spec = replace(spec, dtype=CachedTeacher.stored_dtype(entry.cache))
     model = load_teacher(spec, precision)
+    if spec.quantize is not None:  # before its cache opens: the writer's digest is of int8 weights
+        quantize_teacher(model, spec.quantize)
     cross = None
     if teacher_tokenizer is not None:
         cross = CrossTokenizer.for_models(tokenizer, teacher_tokenizer, student, model, distill)

@@ -175,12 +175,24 @@ def _encoder_errors(cfg: Mapping) -> list[str]:
 
 
 def _quantize_errors(cfg: Mapping) -> list[str]:
-    mode = lookup(cfg, "teacher.quantize")
-    if mode is ABSENT or mode is None:
-        return []
+    """``teacher.quantize`` against the accelerator and strategy, or (the teacher group's model
+    full precision) the first ``teachers`` entry quantized of its own, under its own key."""
     accelerator = lookup(cfg, "trainer.accelerator")
     accelerator = None if accelerator is ABSENT else accelerator
-    return backend_errors(mode, accelerator, _strategy_target(cfg))
+    mode = lookup(cfg, "teacher.quantize")
+    if mode not in (ABSENT, None):
+        return backend_errors(mode, accelerator, _strategy_target(cfg))
+    entries = lookup(cfg, "teachers")
+    own = [
+        (index, entry["quantize"])
+        for index, entry in enumerate(entries if isinstance(entries, Sequence) else ())
+        if isinstance(entry, Mapping) and entry.get("quantize") is not None
+    ]
+    if not own:
+        return []
+    index, mode = own[0]
+    errors = backend_errors(mode, accelerator, _strategy_target(cfg))
+    return [error.replace("teacher.quantize", f"teachers[{index}].quantize") for error in errors]
 
 
 def _strategy_target(cfg: Mapping) -> str | None:

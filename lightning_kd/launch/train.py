@@ -20,6 +20,7 @@ from lightning.pytorch.strategies import FSDPStrategy
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
 
+from lightning_kd.distill.teacher_entries import TeacherEntry
 from lightning_kd.launch.auto import resolve
 from lightning_kd.launch.build import build
 from lightning_kd.launch.config import JobRecord, record_job
@@ -143,7 +144,7 @@ def summarise(module, trainer: L.Trainer, resolved, before: dict, after: dict, t
         train_seconds=timer.seconds,
         timed_tokens=module.tokens_seen - timer.tokens_at_start,
         peak_cuda_mb=torch.cuda.max_memory_allocated() / 2**20 if cuda else None,
-        precision=resolved.precision.as_dict() | quantized(resolved.cfg),
+        precision=resolved.precision.as_dict() | quantized(resolved.cfg, module.teachers),
         importance=resolved.ranking.as_dict() if resolved.ranking is not None else None,
         teacher_cache=cache.as_dict() if cache else None,
         entry_caches={name: choice.as_dict() for name, choice in entries.items()},
@@ -277,7 +278,13 @@ def wraps_in_place(trainer: L.Trainer) -> bool:
     return isinstance(trainer.strategy, FSDPStrategy)
 
 
-def quantized(cfg: DictConfig) -> dict[str, str]:
-    """``{"quantize": "int8"}`` for the summary when the teacher is quantized, else nothing."""
+def quantized(cfg: DictConfig, entries: list[TeacherEntry] | None) -> dict[str, str]:
+    """``{"quantize": "int8"}`` for the summary when the teacher is quantized, and
+    ``quantize[<name>]`` for each other ``teachers`` entry whose weights are not as the main
+    teacher's (``int8``, or ``full-precision``)."""
     mode = cfg.teacher.get("quantize")
-    return {"quantize": mode} if mode else {}
+    found = {"quantize": mode} if mode else {}
+    for entry in entries or ():
+        if not entry.main and entry.spec.quantize != mode:
+            found[f"quantize[{entry.name}]"] = entry.spec.quantize or "full-precision"
+    return found

@@ -45,7 +45,7 @@ from lightning_kd.training.finite import check_finite_loss
 from lightning_kd.training.metrics import ValidationMetrics, checked_monitors
 from lightning_kd.training.optim import optimizer_config
 from lightning_kd.training.repair import BlockwiseRepair
-from lightning_kd.training.strategies import ROLE, loss_divisor, window_ends
+from lightning_kd.training.strategies import ROLE, int8_teachers, loss_divisor, window_ends
 from lightning_kd.utils.compat import exclude_from_ddp, silence_eval_mode_warning
 from lightning_kd.utils.plain_data import as_spec, plain_data
 from lightning_kd.utils.rng import rng_state, set_rng_state
@@ -142,11 +142,7 @@ class DistillationModule(LightningModule):
         if (extra := self.distiller.extra_teachers) is not None:
             self.extra_digests = extra.digests()
         self.note_student_base()
-        if self.teacher_spec.quantize is not None and self.teacher is not None:
-            # DDP broadcasts every weight from rank 0 at setup, and torchao's int8 tensors
-            # cannot be broadcast; each rank loads and quantizes the very same teacher anyway.
-            names = [f"distiller.teacher.{name}" for name in self.teacher.state_dict()]
-            exclude_from_ddp(self, names)
+        exclude_from_ddp(self, int8_teachers(self.distiller))
         for role in ("teacher", "student"):  # the bodies the step calls, for wrap policies
             if getattr(self, role) is not None:
                 setattr(getattr(self, role).base_model, ROLE, role)

@@ -34,6 +34,7 @@ from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy
 from torch import nn
 from transformers.modeling_layers import GradientCheckpointingLayer
 
+from lightning_kd.models.quantize import is_quantized
 from lightning_kd.utils.compat import FSDPStrategyWithWrapHook
 from lightning_kd.utils.refusal import Refused
 
@@ -108,6 +109,22 @@ def fsdp(activation_checkpointing: bool = False, **kwargs: Any) -> DistillationF
 def deepspeed(stage: int = 3, **kwargs: Any):
     """Lightning's DeepSpeedStrategy (ZeRO ``stage``) saving no frozen teacher parameters."""
     return DeepSpeedStrategy(**{"stage": stage, "exclude_frozen_parameters": True, **kwargs})
+
+
+def int8_teachers(distiller: nn.Module, prefix: str = "distiller.") -> list[str]:
+    """The state names of every teacher holding int8 weights (the main one's and each
+    ``teachers`` entry's), for DDP to leave out: it broadcasts every weight from rank 0 at set-up,
+    and torchao's int8 tensors cannot be broadcast. Each rank loads and quantizes the very same
+    teacher anyway."""
+    models = {"teacher": distiller.teacher}
+    if (extra := distiller.extra_teachers) is not None:
+        models |= {f"extra_teachers.models.{key}": model for key, model in extra.models.items()}
+    return [
+        f"{prefix}{role}.{name}"
+        for role, model in models.items()
+        if model is not None and any(map(is_quantized, model.parameters()))
+        for name in model.state_dict()
+    ]
 
 
 def window_ends(trainer) -> bool:

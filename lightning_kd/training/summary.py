@@ -99,7 +99,8 @@ class RunSummary:
     """``torch.cuda.max_memory_allocated`` of this process, on a GPU."""
     precision: dict[str, str] | None = None
     """The resolved ``trainer.precision`` and ``teacher.dtype``, and why (``auto`` or explicit);
-    ``quantize`` when the teacher's weights are quantized (``teacher.quantize``)."""
+    ``quantize`` when the teacher's weights are quantized (``teacher.quantize``), and
+    ``quantize[<name>]`` for a ``teachers`` entry quantized otherwise."""
     importance: dict | None = None
     """With ``student.layers=importance``: the layer scores and the layers kept
     (``layer_scores.Ranking.as_dict``)."""
@@ -149,6 +150,11 @@ class RunSummary:
             teacher = f"teacher {self.precision['teacher.dtype']}"
             if self.precision.get("quantize"):
                 teacher += f", {self.precision['quantize']} weights"
+            teacher += "".join(  # a teachers entry quantized otherwise: quantize[<name>]
+                f", teachers{key.removeprefix('quantize')} {mode} weights"
+                for key, mode in self.precision.items()
+                if key.startswith("quantize[")
+            )
             rows.append(("precision", "", f"{self.precision['trainer.precision']}, {teacher}"))
         if self.teacher_cache is not None:
             rows.append(("teacher in training", "", self.teacher_cache["in_training"]))

@@ -12,6 +12,7 @@ import torch
 from lightning_kd.launch.cache import write
 from lightning_kd.launch.checks import config_errors
 from lightning_kd.launch.config import compose_config
+from lightning_kd.launch.train import quantized
 from lightning_kd.models import quantize
 from lightning_kd.models.loading import TeacherSpec, load_teacher
 from lightning_kd.models.quantize import is_quantized, tensor_bytes
@@ -20,6 +21,7 @@ from lightning_kd.training.module import DistillationModule
 from lightning_kd.training.provenance import KEY as PROVENANCE_KEY
 from lightning_kd.training.provenance import Provenance, ProvenanceMismatch
 from lightning_kd.training.saving import LastCheckpoint
+from lightning_kd.training.summary import RunSummary
 from lightning_kd.utils.compat import DDP_IGNORE
 from tests.conftest import TINY_LLAMA, make_datamodule, make_module, make_trainer
 from tests.integration.test_cli import command_here, run_cli
@@ -63,6 +65,41 @@ def test_int8_teacher_holds_int8_block_weights_and_computes_like_fp32() -> None:
     ignored = getattr(module, DDP_IGNORE)
     assert "distiller.teacher.model.layers.0.self_attn.q_proj.weight" in ignored
     assert not any(name.startswith("distiller.student.") for name in ignored)
+
+
+def test_a_teachers_entry_is_quantized_as_it_says_or_as_the_teacher_group_is() -> None:
+    """An entry's own ``quantize: int8``, or the one it inherits from ``teacher.quantize``: its
+    model computes with int8 weights (it ran full precision while the summary said int8), is
+    left out of DDP's broadcast, and the summary names an entry quantized otherwise."""
+    second = {**TINY_LLAMA, "num_hidden_layers": 3}
+    own = [{"name": "main", "weight": 0.5}, {"name": "b", "weight": 0.5, "config": second}]
+    cases = [
+        (FP32, [own[0], {**own[1], "quantize": "int8"}], False),
+        (INT8, own, True),
+        (INT8, [own[0], {**own[1], "quantize": None}], True),
+    ]
+    for main, entries, main_int8 in cases:
+        module = make_module(main, teachers=entries)
+        module.configure_model()
+        entry_int8 = entries[1].get("quantize", main.quantize) is not None
+        extra = module.distiller.extra_teachers.model(0)
+        assert is_quantized(extra.model.layers[0].self_attn.q_proj.weight) == entry_int8
+        assert is_quantized(module.teacher.model.layers[0].self_attn.q_proj.weight) == main_int8
+        ignored = getattr(module, DDP_IGNORE, [])
+        name = "distiller.extra_teachers.models.0.model.layers.2.mlp.up_proj.weight"
+        assert (name in ignored) == entry_int8
+        assert ("distiller.teacher.lm_head.weight" in ignored) == main_int8
+        cfg = compose_config(["debug=smoke", f"teacher.quantize={main.quantize or 'null'}"])
+        precision = {"trainer.precision": "32-true", "teacher.dtype": "float32"}
+        summary = RunSummary({}, precision=precision | quantized(cfg, module.teachers))
+        row = summary.markdown().split("| precision |  | ")[1].split(" |")[0]
+        expected = {
+            (False, True): "32-true, teacher float32, teachers[b] int8 weights",
+            (True, True): "32-true, teacher float32, int8 weights",
+            (True, False): "32-true, teacher float32, int8 weights, teachers[b] "
+            "full-precision weights",
+        }
+        assert row == expected[main_int8, entry_int8]
 
 
 def fit(
@@ -142,6 +179,10 @@ def test_bad_quantize_settings_fail_before_any_model_loads(monkeypatch) -> None:
     cfg = compose_config(["debug=smoke", "teacher.quantize=int8", "strategy=fsdp"])
     assert any("strategy=fsdp" in e and "use strategy=ddp" in e for e in config_errors(cfg))
     assert not config_errors(compose_config(["debug=smoke", "teacher.quantize=int8"]))
+    entry = "teachers=[{name: a, weight: 0.5}, {name: b, weight: 0.5, path: x, quantize: int8}]"
+    cfg = compose_config(["debug=smoke", entry, "trainer.accelerator=mps"])
+    assert "teachers[1].quantize=int8 runs on cpu or cuda, not trainer.accelerator=mps; set " \
+        "teachers[1].quantize=null there" in config_errors(cfg)
 
     monkeypatch.setattr(quantize, "find_spec", lambda name: None)  # torchao not installed
     with pytest.raises(
