@@ -12,13 +12,14 @@ from lightning_kd.cache.teacher import CachedTeacher
 from lightning_kd.data.token_bytes import byte_lengths
 from lightning_kd.distill.cross_tokenizer import CrossTokenizer
 from lightning_kd.distill.objective import DistillConfig
-from lightning_kd.distill.teacher_domains import domain_weights
+from lightning_kd.distill.teacher_domains import ON_POLICY_DOMAINS, DomainTeaching
 from lightning_kd.distill.teacher_entries import TeacherEntry
 from lightning_kd.distill.teachers import ExtraTeachers
 from lightning_kd.distill.tokenizer_pairs import teacher_tokenizer_for
 from lightning_kd.models.loading import StudentSpec, TeacherSpec, load_teacher
 from lightning_kd.models.quantize import quantize_teacher
 from lightning_kd.models.student import build_student, check_vocabularies, student_tokenizer
+from lightning_kd.utils.refusal import Refused
 
 
 def assemble(
@@ -68,22 +69,20 @@ def assemble(
     if teachers:  # after the main teacher's release: cached teachers are never resident at once
         args = (teachers, distill, tokenizer, models.student, precision, data)
         distiller.extra_teachers = ExtraTeachers.load(*args)
-        distiller.domain_weights = teacher_domains(teachers, distill, data)
+        distiller.domains = teacher_domains(teachers, distill, data)
     return distiller
 
 
-def teacher_domains(teachers: list[TeacherEntry], distill: DistillConfig, data) -> Any:
-    """Each teacher's weight on each data domain's rows (``teacher_domains.py``), or None; none
-    without the run's data (a model loaded from its checkpoint for inference)."""
-    if data is None:
-        return None
-    weights = domain_weights(teachers, getattr(data, "domains", None))
-    if weights is not None and distill.on_policy:
-        raise ValueError(
-            "teachers by domain and distill.on_policy: the student's completions carry no "
-            "domain; set distill.on_policy=0 or drop the entries' domains"
-        )
-    return weights
+def teacher_domains(teachers: list[TeacherEntry], distill: DistillConfig, data) -> DomainTeaching:
+    """Which teacher teaches which data domain's rows (``teacher_domains.py``), the weights known
+    from the set-up ``data``; without it (a model loaded from its checkpoint, for inference or
+    before its trainer's data is set up) a training step asks for them."""
+    found = DomainTeaching(tuple(teachers))
+    if found.named and distill.on_policy:
+        raise Refused(ON_POLICY_DOMAINS)
+    if data is not None:
+        found.know(getattr(data, "domains", None))
+    return found
 
 
 def open_cache(distiller, task: str, teacher_model, tokenizer, data) -> None:

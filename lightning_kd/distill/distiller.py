@@ -37,7 +37,7 @@ from lightning_kd.distill.cross_tokenizer import CrossTokenizer
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.distill.on_policy import on_policy_for
 from lightning_kd.distill.tasks import Heads, MetricSums, bits_per_byte, make_task
-from lightning_kd.distill.teacher_domains import domain_terms, extra_rows
+from lightning_kd.distill.teacher_domains import DomainTeaching, domain_terms, extra_rows
 from lightning_kd.distill.teachers import ExtraTeachers
 from lightning_kd.losses.chunked import OutputHead
 from lightning_kd.losses.features import get_feature_loss, masked_feature_sum
@@ -110,7 +110,7 @@ class Distiller(nn.Module):
         self.cross: CrossTokenizer | None = cross
         self.extra_teachers: ExtraTeachers | None = extra
         self.teacher_name, self.teacher_weight = teacher_weight
-        self.domain_weights: Tensor | None = None  # teachers by data domain: weight per domain
+        self.domains = DomainTeaching()  # teachers by data domain: who teaches which rows
         lengths = cross.student_lengths if token_lengths is None and cross else token_lengths
         self.token_lengths: Tensor | None = lengths
 
@@ -200,7 +200,7 @@ class Distiller(nn.Module):
             )
             student_out = self.run("student", batch)
             with gathered(heads):
-                if self.domain_weights is not None and with_teacher:
+                if self.domains.named and with_teacher:
                     objective, sums = self.domain_terms(student_out, teacher_out, batch, heads)
                 else:
                     objective, sums = self.task.logit_terms(
@@ -209,18 +209,19 @@ class Distiller(nn.Module):
                 if self.extra_teachers is not None and with_teacher and not sums.teachers:
                     objective = objective + self.extra_terms(sums, student_out, batch, heads)
             if self.layer_pairs:
-                features = self.feature_sum(self.task.scored_mask(batch), cached)
+                mask = self.domains.main_rows(batch, self.task.scored_mask(batch))
+                features = self.feature_sum(mask, cached)
                 objective = objective + features
                 sums.features = features.detach()
         return objective, sums
 
     def domain_terms(self, student_out, teacher_out, batch, heads: Heads) -> tuple:
         """The step's terms domain by domain, each teacher on the rows it teaches."""
-        sides = [(self.teacher_name, teacher_out, heads, None)]
+        sides, weights = [(self.teacher_name, teacher_out, heads, None)], self.domains.required()
         if self.extra_teachers is not None:
-            rows = extra_rows(self.domain_weights, batch, len(self.extra_teachers.names))
+            rows = extra_rows(weights, batch, len(self.extra_teachers.names))
             sides += self.extra_teachers.sides(self.task, batch, heads[0], rows=rows)
-        return domain_terms(self.task, self.domain_weights, student_out, sides, batch, True)
+        return domain_terms(self.task, weights, student_out, sides, batch, True)
 
     def extra_terms(self, sums: LossSums, student_out, batch, heads: Heads) -> Tensor:
         """The other teachers' weighted terms; ``sums.kd`` becomes the weighted sum of every

@@ -15,17 +15,69 @@ token once in the accumulation's denominator.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from lightning_kd.losses.logits import IGNORE_INDEX, LossSums
+from lightning_kd.utils.refusal import Refused
 
 NO_DATA_DOMAINS = (
     "teachers: an entry names domains, and the data has none: set data.domains "
     "({name: [files]}, each of data.files in one) or drop the entries' domains"
 )
 """Why entries naming domains cannot run on data without ``data.domains``."""
+
+ON_POLICY_DOMAINS = (
+    "teachers by domain and distill.on_policy: the student's completions carry no domain, so "
+    "no teacher would be known to teach them; set distill.on_policy=0 or drop the entries' domains"
+)
+"""Why entries naming domains cannot run with on-policy KD."""
+
+
+DOMAINS_UNKNOWN = (
+    "teachers with domains: this Distiller does not know the data's domains, so it cannot tell "
+    "which rows each teacher teaches; build it with Distiller.from_specs(..., data=<the set-up "
+    "data module>), or call distiller.domains.know(datamodule.domains) before training"
+)
+"""Why a step of teachers by domain cannot run before the data's domains are known."""
+
+
+@dataclass
+class DomainTeaching:
+    """Which teachers teach which data domain's rows: the ``teachers`` entries, and each one's
+    weight on each domain once the data's domains are known (:meth:`know`)."""
+
+    entries: Sequence = ()
+    weights: Tensor | None = None
+    """``[domains, teachers]`` (:func:`domain_weights`); None until known, or with no domains."""
+
+    @property
+    def named(self) -> bool:
+        """Whether an entry names the domains it teaches (else every teacher teaches every row)."""
+        return any(entry.domains is not None for entry in self.entries)
+
+    def know(self, domains) -> None:
+        """Learn the data's ``domains`` (the data module's ``Domains``, or None)."""
+        self.weights = domain_weights(self.entries, domains)
+
+    def main_rows(self, batch: dict, mask: Tensor) -> Tensor:
+        """``mask`` (``[batch, seq]``, the positions feature matching scores) on the rows of the
+        domains the main teacher teaches alone: the feature pairs are its layers, so another
+        teacher's rows do not learn from them (they did, from a teacher said not to teach them)."""
+        if not self.named:
+            return mask
+        domain = batch_domains(batch)
+        taught = (self.required()[:, 0] > 0).to(domain.device)[domain.clamp(min=0)] & (domain >= 0)
+        return mask & taught.to(mask.device).unsqueeze(1)
+
+    def required(self) -> Tensor:
+        """The weights a training step of teachers by domain needs, or the refusal naming how to
+        give them: without them every teacher taught every row."""
+        if self.weights is None:
+            raise Refused(DOMAINS_UNKNOWN)
+        return self.weights
 
 
 def untaught_domains(entries: Sequence, names: Sequence[str]) -> list[str]:

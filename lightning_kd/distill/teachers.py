@@ -65,6 +65,7 @@ class ExtraTeachers(nn.Module):
         }
         """Name → the cache of each teacher that is not run: its model was released once its
         cache was opened, before the next teacher loaded."""
+        self.eval()  # itself and its ModuleDict too: Lightning restores each module's own mode
 
     @classmethod
     def load(

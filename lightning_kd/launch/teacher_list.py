@@ -11,7 +11,12 @@ from typing import Any
 
 from hydra.utils import instantiate
 
-from lightning_kd.distill.teacher_domains import NO_DATA_DOMAINS, untaught_domains, untaught_error
+from lightning_kd.distill.teacher_domains import (
+    NO_DATA_DOMAINS,
+    ON_POLICY_DOMAINS,
+    untaught_domains,
+    untaught_error,
+)
 from lightning_kd.distill.teacher_entries import TeacherEntry, read_entries
 from lightning_kd.launch.rules import ABSENT, lookup
 from lightning_kd.utils.plain_data import plain_data
@@ -42,6 +47,8 @@ def domain_errors(entries: Sequence[TeacherEntry], domains: Any, cfg: Mapping) -
     naming = [entry for entry in entries if entry.domains is not None]
     if not naming:
         return []
+    if lookup(cfg, "distill.on_policy") not in (None, ABSENT, 0):  # found before both load
+        return [ON_POLICY_DOMAINS]
     if domains is None:
         if lookup(cfg, "data.domain_field") not in (None, ABSENT):
             return []

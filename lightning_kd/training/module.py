@@ -169,9 +169,12 @@ class DistillationModule(LightningModule):
     def on_fit_start(self) -> None:
         # Lightning warns about every module in eval mode when training starts: the teacher's
         # are meant to be; any other count (a student module left in eval) still warns.
-        teacher_modules = 0 if self.teacher is None else sum(1 for _ in self.teacher.modules())
+        frozen = [m for m in (self.teacher, self.distiller.extra_teachers) if m is not None]
+        teacher_modules = sum(len(list(model.modules())) for model in frozen)
         silence_eval_mode_warning(self.trainer, teacher_modules)
         self.window.reset()
+        if (domains := self.distiller.domains).named and domains.weights is None:
+            domains.know(getattr(self.trainer.datamodule, "domains", None))  # built without it
 
     def configure_callbacks(self) -> list[Callback]:
         """The block-wise repair is a stage of its own that runs before the first step

@@ -11,12 +11,13 @@ import torch
 from lightning_kd.data.domains import Domains
 from lightning_kd.distill.distiller import Distiller
 from lightning_kd.distill.objective import DistillConfig
-from lightning_kd.distill.teacher_domains import domain_weights
+from lightning_kd.distill.teacher_domains import DomainTeaching, domain_weights
 from lightning_kd.distill.teacher_entries import teacher_entries
 from lightning_kd.distill.teachers import ExtraTeachers
 from lightning_kd.losses.logits import IGNORE_INDEX
 from lightning_kd.models.loading import TeacherSpec, model_from_config
 from lightning_kd.models.student import student_from_teacher
+from lightning_kd.utils.refusal import Refused
 from tests.conftest import TEXT, TINY_GPT2
 from tests.unit.distill.test_cross_tokenizer import batch_of
 
@@ -57,6 +58,13 @@ def test_what_the_domains_cannot_mean_is_refused(first, second, domains, message
         entries("code", None)
 
 
+def known(found) -> DomainTeaching:
+    """``found``'s teaching, with the weights of ``DOMAINS``."""
+    teaching = DomainTeaching(found)
+    teaching.know(DOMAINS)
+    return teaching
+
+
 def models():
     torch.manual_seed(0)
     first = model_from_config(dict(TINY_GPT2), "causal_lm").double().eval()
@@ -89,7 +97,7 @@ def test_each_domain_learns_from_its_own_teacher_as_alone() -> None:
     batch = batch_of(TEXT) | {"domain": torch.tensor([0, 1])}
     extra = ExtraTeachers(["b"], [0.5], [copy.deepcopy(second)], [None])
     both = Distiller(first, copy.deepcopy(student), config, extra=extra, teacher_weight=("a", 0.5))
-    both.domain_weights = domain_weights(entries(["code"], ["prose"], (0.5, 0.5)), DOMAINS)
+    both.domains = known(entries(["code"], ["prose"], (0.5, 0.5)))
     got = step(both, batch)
     alone_a = step(Distiller(first, copy.deepcopy(student), config), only(batch, 0))
     alone_b = step(Distiller(second, copy.deepcopy(student), config), only(batch, 1))
@@ -114,7 +122,7 @@ def test_teachers_of_every_domain_are_the_plain_several_teacher_step() -> None:
             first, copy.deepcopy(student), config, extra=extra, teacher_weight=("a", 0.25)
         )
         if domains:
-            distiller.domain_weights = domain_weights(entries(domains, domains), DOMAINS)
+            distiller.domains = known(entries(domains, domains))
         results.append(step(distiller, batch))
     plain, by_domain = results
     torch.testing.assert_close(by_domain[0], plain[0], rtol=1e-10, atol=1e-12)
@@ -132,7 +140,7 @@ def test_a_teacher_runs_on_the_rows_it_teaches_alone() -> None:
     second.get_input_embeddings().register_forward_hook(lambda _, a, out: seen.append(len(a[0])))
     extra = ExtraTeachers(["b"], [0.5], [copy.deepcopy(second)], [None])
     both = Distiller(first, copy.deepcopy(student), config, extra=extra, teacher_weight=("a", 0.5))
-    both.domain_weights = domain_weights(entries(["code"], ["prose"], (0.5, 0.5)), DOMAINS)
+    both.domains = known(entries(["code"], ["prose"], (0.5, 0.5)))
     batch = batch_of(TEXT)
     got = step(both, batch | {"domain": torch.tensor([1, 0])})
     code_only = step(both, batch | {"domain": torch.tensor([0, 0])})
@@ -140,3 +148,34 @@ def test_a_teacher_runs_on_the_rows_it_teaches_alone() -> None:
     alone_b = step(Distiller(second, copy.deepcopy(student), config), only(batch, 0))
     torch.testing.assert_close(got[1].teachers["b"], alone_b[1].kd, rtol=1e-10, atol=1e-12)
     assert float(code_only[1].teachers["b"]) == 0.0
+
+
+def test_a_step_of_teachers_by_domain_without_the_datas_domains_is_refused() -> None:
+    """A Distiller built without the data (the Python API, or loaded from a checkpoint) ran
+    every teacher on every row, silently; the Lightning module learns them when fit starts."""
+    first, second, student = models()
+    extra = ExtraTeachers(["b"], [0.5], [copy.deepcopy(second)], [None])
+    config = DistillConfig(compile=False)
+    both = Distiller(first, copy.deepcopy(student), config, extra=extra, teacher_weight=("a", 0.5))
+    both.domains = DomainTeaching(entries(["code"], ["prose"], (0.5, 0.5)))
+    batch = batch_of(TEXT) | {"domain": torch.tensor([0, 1])}
+    with pytest.raises(Refused, match=r"does not know the data's domains.*data=<the set-up"):
+        both(batch)
+    both.domains.know(DOMAINS)
+    assert torch.isfinite(both(batch)[0])
+
+
+def test_feature_matching_runs_on_the_main_teachers_rows_alone() -> None:
+    """The feature pairs are the main teacher's layers: a row of a domain another teacher
+    teaches does not learn from them (it did: every row matched the main teacher's states)."""
+    first, second, student = models()
+    config = DistillConfig(features="uniform", compile=False)
+    extra = ExtraTeachers(["b"], [0.5], [copy.deepcopy(second)], [None])
+    both = Distiller(first, copy.deepcopy(student), config, extra=extra, teacher_weight=("a", 0.5))
+    both.domains = known(entries(["code"], ["prose"], (0.5, 0.5)))
+    batch = batch_of(TEXT)
+    mixed = step(both, batch | {"domain": torch.tensor([0, 1])})[1]
+    prose = step(both, batch | {"domain": torch.tensor([1, 1])})[1]
+    alone = step(Distiller(first, copy.deepcopy(student), config), only(batch, 0))[1]
+    assert float(alone.features) > 0 and float(prose.features) == 0.0
+    torch.testing.assert_close(mixed.features, alone.features, rtol=1e-10, atol=1e-12)

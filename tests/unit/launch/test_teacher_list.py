@@ -45,6 +45,17 @@ def test_the_domains_an_entry_teaches_are_the_datas() -> None:
     ]
 
 
+def test_teachers_by_domain_with_on_policy_kd_are_refused_before_anything_loads() -> None:
+    """It was a ValueError traceback once both teachers had loaded."""
+    domains = "data.domains={prose: [a.txt], code: [b.txt]}"
+    assert errors(TWO % ", domains: [code]", domains, "distill.on_policy=0.5") == [
+        "teachers by domain and distill.on_policy: the student's completions carry no domain, "
+        "so no teacher would be known to teach them; set distill.on_policy=0 or drop the "
+        "entries' domains"
+    ]
+    assert errors(TWO % "", domains, "distill.on_policy=0.5") == []
+
+
 def test_several_teachers_without_the_chunked_loss_are_refused_before_anything_loads() -> None:
     """It was found once the models loaded (8 s in; a traceback from each DDP rank)."""
     assert errors(TWO % "", "distill.chunked=false") == [

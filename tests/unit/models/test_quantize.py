@@ -181,8 +181,10 @@ def test_bad_quantize_settings_fail_before_any_model_loads(monkeypatch) -> None:
     assert not config_errors(compose_config(["debug=smoke", "teacher.quantize=int8"]))
     entry = "teachers=[{name: a, weight: 0.5}, {name: b, weight: 0.5, path: x, quantize: int8}]"
     cfg = compose_config(["debug=smoke", entry, "trainer.accelerator=mps"])
-    assert "teachers[1].quantize=int8 runs on cpu or cuda, not trainer.accelerator=mps; set " \
+    assert (
+        "teachers[1].quantize=int8 runs on cpu or cuda, not trainer.accelerator=mps; set "
         "teachers[1].quantize=null there" in config_errors(cfg)
+    )
 
     monkeypatch.setattr(quantize, "find_spec", lambda name: None)  # torchao not installed
     with pytest.raises(

@@ -55,6 +55,34 @@ def test_configure_model_is_idempotent(tiny_teacher) -> None:
     assert module.student is student and module.teacher is teacher
 
 
+def test_a_module_built_before_its_data_learns_the_teachers_domains_when_fit_starts(
+    tiny_teacher, corpus, tmp_path
+) -> None:
+    """Built with no trainer (as ``load_from_checkpoint`` builds it), the distiller does not
+    know which rows each teacher teaches; it ran every teacher on every row once fitted."""
+    code = tmp_path / "code.txt"
+    code.write_text("def add(a, b):\n    return a + b\n" * 30)
+    second = {**tiny_teacher.config, "num_hidden_layers": 3}
+    module = make_module(
+        tiny_teacher,
+        teachers=[
+            {"name": "a", "weight": 0.5, "domains": ["code"]},
+            {"name": "b", "weight": 0.5, "config": second, "domains": ["prose"]},
+        ],
+    )
+    module.configure_model()
+    assert module.distiller.domains.named and module.distiller.domains.weights is None
+    domains = {"prose": [str(corpus)], "code": [str(code)]}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        make_trainer(max_steps=1).fit(module, make_datamodule([corpus, code], domains=domains))
+    # Every teacher's modules are meant to be in eval mode: Lightning's warning said 105.
+    assert not [w for w in caught if "in eval mode" in str(w.message)]
+    torch.testing.assert_close(
+        module.distiller.domains.weights, torch.eye(2, dtype=torch.float64).flip(1)
+    )
+
+
 def test_optimizer_holds_only_student_parameters(tiny_teacher, corpus) -> None:
     module = make_module(tiny_teacher)
     trainer = make_trainer(max_steps=1)
