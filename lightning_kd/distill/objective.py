@@ -195,7 +195,7 @@ class DistillConfig:
         """What the cross-tokenizer path cannot serve in this config (empty: nothing);
         ``repairs_from_source``: the student was copied from ``student.source``, which the
         block-wise repair then reads instead of the teacher; ``main=False``: for one of several
-        teachers, which hidden states and the repair never read."""
+        teachers, which hidden states, the repair and interleaved sampling never read."""
         errors = []
         if self.features and main:
             errors.append(
@@ -210,7 +210,7 @@ class DistillConfig:
             )
         if not self.chunked:
             errors.append("the cross-tokenizer loss is chunked only: set distill.chunked=true")
-        if self.on_policy_teacher_top_k is not None:
+        if self.on_policy_teacher_top_k is not None and main:  # the main teacher interleaves
             errors.append(
                 "distill.on_policy_teacher_top_k swaps in the teacher's tokens, which are not "
                 "the student's: set it to null"

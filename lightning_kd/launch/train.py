@@ -33,6 +33,7 @@ from lightning_kd.launch.model_paths import model_path_errors
 from lightning_kd.launch.nodes import node_errors
 from lightning_kd.launch.stop_report import stop_report
 from lightning_kd.launch.teacher_cache import drop_repair_states, given_cache
+from lightning_kd.launch.tokenizer_checks import tokenizer_pair_errors
 from lightning_kd.training.checkpoints import resolve_ckpt_path
 from lightning_kd.training.finite import check_finite_model, strict_json
 from lightning_kd.training.metrics import check_monitors_first, checked_monitors
@@ -191,6 +192,7 @@ def run(cfg: DictConfig, command: Sequence[str] = COMMAND) -> float | None:
     # the nodes against the launcher that started this process, data, models, GGUF, lm_eval.tasks.
     nodes = node_errors(cfg.trainer.get("num_nodes", 1), cfg.trainer.devices)
     extra = model_path_errors(cfg) + model_setting_errors(cfg) + nodes + dataset_errors(cfg)
+    extra += tokenizer_pair_errors(cfg)  # tokenizers load only where it asks the cross path
     lengths = [teacher_length(cfg, "data.block_size")]  # before a cache is written, as `cache`
     check_entry(cfg, lengths=lengths, extra=extra + harness_errors(cfg) + gguf_errors(cfg))
     output_dir = Path(cfg.output_dir)

@@ -126,6 +126,18 @@ class RunSummary:
     def as_dict(self) -> dict:
         return {**asdict(self), "tokens_per_second": self.tokens_per_second}
 
+    def precision_text(self) -> str:
+        """The trainer's precision, the teacher's dtype, and which teachers hold int8 weights."""
+        teacher = f"teacher {self.precision['teacher.dtype']}"
+        if self.precision.get("quantize"):
+            teacher += f", {self.precision['quantize']} weights"
+        teacher += "".join(  # a teachers entry quantized otherwise: quantize[<name>]
+            f", teachers{key.removeprefix('quantize')} {mode} weights"
+            for key, mode in self.precision.items()
+            if key.startswith("quantize[")
+        )
+        return f"{self.precision['trainer.precision']}, {teacher}"
+
     def markdown(self) -> str:
         """The summary as a markdown table (also what the console shows)."""
 
@@ -147,15 +159,7 @@ class RunSummary:
             ("wall time (s)", "", f"{self.wall_seconds:.1f}"),
         ]
         if self.precision is not None:
-            teacher = f"teacher {self.precision['teacher.dtype']}"
-            if self.precision.get("quantize"):
-                teacher += f", {self.precision['quantize']} weights"
-            teacher += "".join(  # a teachers entry quantized otherwise: quantize[<name>]
-                f", teachers{key.removeprefix('quantize')} {mode} weights"
-                for key, mode in self.precision.items()
-                if key.startswith("quantize[")
-            )
-            rows.append(("precision", "", f"{self.precision['trainer.precision']}, {teacher}"))
+            rows.append(("precision", "", self.precision_text()))
         if self.teacher_cache is not None:
             rows.append(("teacher in training", "", self.teacher_cache["in_training"]))
         rows += [
