@@ -20,6 +20,12 @@ for _name in ("torchao", "torch.utils._pytree"):
     if _logger.level == logging.NOTSET:
         _logger.setLevel(logging.ERROR)
 
+# DeepSpeed, when installed, is imported by transformers' save (through accelerate) and warns
+# that it found no GPU on a machine that has none: dropped, its other messages kept.
+logging.getLogger("DeepSpeed").addFilter(
+    lambda record: not str(record.msg).startswith("Setting accelerator to CPU")
+)
+
 __version__ = "0.1.0"
 
 _EXPORTS = {
