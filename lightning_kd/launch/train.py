@@ -7,6 +7,7 @@ parses the overrides; a notebook calls :func:`train` with a config from ``compos
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import sys
 import time
@@ -64,6 +65,11 @@ LIGHTNING_NOISE = (
     # stream's position), unseen by Lightning; the resume tests check every step's loss.
     r"You're resuming from a checkpoint that ended before the epoch ended",
 )
+
+
+def not_a_tip(record: logging.LogRecord) -> bool:
+    """Drops Lightning's advertisement for its cloud logger, which every trainer prints."""
+    return not str(record.msg).startswith("💡 Tip:")
 
 
 def train(
@@ -188,6 +194,7 @@ def run(cfg: DictConfig, command: Sequence[str] = COMMAND) -> float | None:
     student perplexity (for sweeps), if it has one."""
     for message in LIGHTNING_NOISE:
         warnings.filterwarnings("ignore", message=message)
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(not_a_tip)  # once
     # Before anything loads, for train alone (the others run on one process, export no student):
     # the nodes against the launcher that started this process, data, models, GGUF, lm_eval.tasks.
     nodes = node_errors(cfg.trainer.get("num_nodes", 1), cfg.trainer.devices)

@@ -67,6 +67,9 @@ def test_smoke_run_writes_everything_under_the_run_dir(tmp_path: Path, capsys) -
     assert "precision: trainer.precision=32-true teacher.dtype=float32" in result.stdout
     assert "| student perplexity (val) |" in result.stdout
     assert "Resume with" not in result.stdout
+    # Noise with nothing to act on: Lightning's advertisement, DeepSpeed's CPU notice.
+    assert "Tip:" not in result.stdout + result.stderr
+    assert "Setting accelerator to CPU" not in result.stdout
     assert (run_dir / "logs" / "metrics.csv").is_file()
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
     (scored,) = summary["lm_eval"]  # the student's row (debug=smoke's teacher has no weights)
