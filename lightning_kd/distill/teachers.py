@@ -231,8 +231,11 @@ def entry_cache_errors(entry: TeacherEntry) -> Iterator[None]:
         found = str(error)
         for advice in ("write one with `", "\nUse the cache written for", "rebuild it for"):
             found = found.split(advice)[0].rstrip("; :")
-        path = entry.spec.path
-        model = f"teacher.path={path}" if path else "teacher.config=<its config>"
+        spec = entry.spec
+        model = f"teacher.path={spec.path}" if spec.path else "teacher.config=<its config>"
+        # The keys a cache is keyed by besides the model: written without them, it is refused.
+        model += f" teacher.gguf_file={spec.gguf_file}" if spec.gguf_file else ""
+        model += f" teacher.quantize={spec.quantize}" if spec.quantize else ""
         raise type(error)(
             f"teachers entry {entry.name!r} (cache {entry.cache}): {found}\nWrite this entry's "
             f"cache with `lightning-kd cache {model} hydra.run.dir={entry.cache} <the run's "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import gc
 import weakref
+from dataclasses import replace
 
 import pytest
 import torch
@@ -292,3 +293,6 @@ def test_an_entrys_cache_refusal_names_the_entry_and_how_to_write_its_cache(corp
     assert message.startswith(f"teachers entry 'second' (cache {empty}): {empty} holds no")
     assert f"`lightning-kd cache teacher.path=smollm2 hydra.run.dir={empty} <the run's" in message
     assert "this run's teacher=" not in message
+    int8 = replace(entry, spec=replace(entry.spec, quantize="int8"))  # written as it runs
+    with pytest.raises(CacheError, match=r"cache teacher.path=smollm2 teacher.quantize=int8 hy"):
+        teacher_source(int8, config, datamodule.tokenizer, None, "32-true", datamodule)
