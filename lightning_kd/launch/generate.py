@@ -161,16 +161,25 @@ def answer(cfg: DictConfig, teacher, tokenizer, spec: GenerateSpec, prompts: lis
     return write_completions(teacher, tokenizer, prompts, spec, out, cfg.seed, overwrite, source)
 
 
+TEACHERS_LIST = [
+    "teachers is set, and lightning-kd generate writes one teacher's completions, the teacher "
+    "group's (the others' were not written); add teachers=null to write those, and generate "
+    "each other teacher's with its own teacher.path into its own hydra.run.dir"
+]
+"""Why a ``teachers`` list is refused: all but one of its teachers went silently unused."""
+
+
 def run_generate(cfg: DictConfig) -> Path:
     """Load the teacher as a run would (``teacher.quantize`` applied) and write its completions
     (a split of the data made as a run with these student settings makes it: with the student's
     own tokenizer where it has one); every value, and each prompt with
     ``generate.max_new_tokens`` after it against the teacher's positions, checked before the
     teacher loads."""
+    extra = training_run_errors(Path(cfg.output_dir), "generate")
     check_entry(
         cfg,
         lengths=[teacher_length(cfg, "generate.max_new_tokens")],
-        extra=training_run_errors(Path(cfg.output_dir), "generate"),
+        extra=extra + (TEACHERS_LIST if cfg.get("teachers") else []),
     )
     cfg, _ = with_precision(cfg)
     teacher_spec = instantiate(cfg.teacher, _convert_="all")

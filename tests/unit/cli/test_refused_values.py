@@ -233,6 +233,15 @@ def test_the_cache_command_refuses_a_teachers_list(weightless, tmp_path, capsys)
     assert_refused(argv, ["lightning-kd cache writes one teacher's cache", "teachers=null"], capsys)
 
 
+def test_the_generate_command_refuses_a_teachers_list(weightless, tmp_path, capsys) -> None:
+    """It wrote the teacher group's completions alone, saying nothing of the others."""
+    two = "teachers=[{name: a, weight: 0.5}, {name: b, weight: 0.5, path: gemma3_270m}]"
+    argv = hydra_argv("generate", weightless, tmp_path / "gen", two, "generate.prompts=train_split")
+    named = ["lightning-kd generate writes one teacher's completions", "teachers=null"]
+    assert_refused(argv, named, capsys)
+    assert not (tmp_path / "gen" / "completions.jsonl").exists()
+
+
 GENERATE = {
     "no new tokens": ("generate.max_new_tokens=0", ["generate.max_new_tokens=0: must be an"]),
     "NaN temperature": (
