@@ -19,6 +19,8 @@ from lightning_kd.distill.teacher_domains import (
 )
 from lightning_kd.distill.teacher_entries import TeacherEntry, read_entries
 from lightning_kd.launch.rules import ABSENT, lookup
+from lightning_kd.models.architecture import architecture_errors
+from lightning_kd.models.model_config import config_from
 from lightning_kd.utils.plain_data import plain_data
 
 
@@ -37,7 +39,28 @@ def teachers_errors(cfg: Mapping) -> list[str]:
     if lookup(cfg, "distill.chunked") is False:  # found here, not once the models load
         return ["teachers: several teachers need the chunked loss; drop distill.chunked=false"]
     domains = lookup(cfg, "data.domains")
-    return domain_errors(entries, None if domains is ABSENT else domains, cfg)
+    errors = domain_errors(entries, None if domains is ABSENT else domains, cfg)
+    return errors + entry_config_errors(entries)
+
+
+def entry_config_errors(entries: Sequence[TeacherEntry]) -> list[str]:
+    """Each entry's own ``config`` (a model of its own built from config alone, not merged with
+    the teacher group's) that does not build, or builds no causal LM; found by the run, it was
+    refused as ``teacher.config`` once the processes had started, after the main teacher."""
+    errors = []
+    for index, entry in enumerate(entries):
+        if entry.main or entry.spec.config is None:
+            continue
+        key = f"teachers[{index}].config"
+        if "model_type" not in entry.spec.config:  # read as overrides of teacher.config
+            errors.append(
+                f"{key} needs model_type: an entry's config is its model's whole config, not "
+                "changes to teacher.config (e.g. {model_type: llama, num_hidden_layers: 3, ...})"
+            )
+            continue
+        built, wrong = config_from(entry.spec.config, None, key)
+        errors += wrong or architecture_errors(built, entry.spec.task, key)
+    return errors
 
 
 def domain_errors(entries: Sequence[TeacherEntry], domains: Any, cfg: Mapping) -> list[str]:

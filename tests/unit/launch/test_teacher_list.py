@@ -74,3 +74,19 @@ def test_an_entrys_bad_teacher_key_is_named_for_the_entry() -> None:
         "teachers[1].dtype='float65' is not a dtype here; choose one of ['auto', 'bfloat16', "
         "'float16', 'float32', 'float64']"
     ]
+
+
+def test_an_entrys_own_config_is_checked_for_the_entry() -> None:
+    """An entry's config is its model's whole config (not merged with the teacher group's):
+    one without model_type was refused as teacher.config once the DDP processes had started."""
+    own = "teachers=[{name: a, weight: 0.5}, {name: b, weight: 0.5, config: %s}]"
+    assert errors(own % "{num_hidden_layers: 3}") == [
+        "teachers[1].config needs model_type: an entry's config is its model's whole config, not "
+        "changes to teacher.config (e.g. {model_type: llama, num_hidden_layers: 3, ...})"
+    ]
+    assert errors(own % "{model_type: lama}") == [
+        "teachers[1].config.model_type='lama' is not a transformers model type; did you mean llama?"
+    ]
+    small = "{model_type: llama, hidden_size: 32, intermediate_size: 64, num_hidden_layers: 2, "
+    small += "num_attention_heads: 4, num_key_value_heads: 2, vocab_size: 256}"
+    assert errors(own % small) == []
