@@ -12,6 +12,7 @@ print and exit 2 with. A zero block size found here is one line; found by the ru
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,9 +20,12 @@ from typing import Any
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
+from lightning_kd.distill.teacher_entries import read_entries
 from lightning_kd.launch.checks import config_errors
-from lightning_kd.launch.rules import Number, lookup, value_errors
+from lightning_kd.launch.rules import ABSENT, Number, lookup, value_errors
+from lightning_kd.models.loading import TeacherSpec
 from lightning_kd.models.positions import position_error, teacher_positions
+from lightning_kd.utils.plain_data import plain_data
 from lightning_kd.utils.refusal import refuse
 
 OPTIONS: dict[str, dict[str, Number]] = {
@@ -89,12 +93,39 @@ class Length:
 
 def teacher_length(cfg: Mapping, key: str) -> Length:
     """``cfg``'s value at ``key`` against its teacher's positions (``teacher.config``'s, or the
-    saved model's ``config.json``)."""
-    return Length(
-        key,
-        lookup(cfg, key),
-        {"the teacher": lambda: teacher_positions(instantiate(cfg["teacher"], _convert_="all"))},
-    )
+    saved model's ``config.json``), and each ``teachers`` entry's with a model of its own."""
+    models = {
+        "the teacher": lambda: teacher_positions(instantiate(cfg["teacher"], _convert_="all"))
+    }
+    return Length(key, lookup(cfg, key), models | entry_models(cfg))
+
+
+def entry_models(cfg: Mapping) -> dict[str, Callable[[], int | None]]:
+    """Each ``teachers`` entry with a model of its own → its position limit (a block beyond a
+    learned-position model's was an IndexError traceback in the first step). Across tokenizers
+    the teacher reads the block's text in its own tokens, which the student's count stands
+    for here. None where it cannot be read: the entries' and paths' checks name why."""
+    teachers = lookup(cfg, "teachers")
+    if teachers in (None, ABSENT):
+        return {}
+    try:
+        main = instantiate(cfg["teacher"], _convert_="all")
+    except Exception:  # the teacher group's own problems are named by the checks that read it
+        return {}
+    entries = read_entries(plain_data(teachers), main)[0]
+    return {
+        f"teachers[{index}] ({entry.name})": functools.partial(entry_positions, entry.spec)
+        for index, entry in enumerate(entries)
+        if not entry.main
+    }
+
+
+def entry_positions(spec: TeacherSpec) -> int | None:
+    """An entry's position limit, or None where its model cannot be read."""
+    try:
+        return teacher_positions(spec)
+    except UNREADABLE:
+        return None
 
 
 def check_entry(

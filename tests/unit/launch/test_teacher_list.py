@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from lightning_kd.launch.checks import config_errors
 from lightning_kd.launch.config import compose_config
+from lightning_kd.launch.entry import teacher_length
 
 TWO = "teachers=[{name: a, weight: 0.5}, {name: b, weight: 0.5, path: gemma3_270m%s}]"
 
@@ -90,3 +91,16 @@ def test_an_entrys_own_config_is_checked_for_the_entry() -> None:
     small = "{model_type: llama, hidden_size: 32, intermediate_size: 64, num_hidden_layers: 2, "
     small += "num_attention_heads: 4, num_key_value_heads: 2, vocab_size: 256}"
     assert errors(own % small) == []
+
+
+def test_the_block_is_checked_against_each_entrys_positions() -> None:
+    """A block beyond a learned-position entry's positions was an IndexError in the first step."""
+    gpt2 = "{model_type: gpt2, n_embd: 32, n_layer: 2, n_head: 4, n_positions: %d, vocab_size: 257}"
+    entries = "teachers=[{name: a, weight: 0.5}, {name: s, weight: 0.5, config: %s}]"
+    cfg = compose_config(["debug=smoke", entries % (gpt2 % 16), "data.block_size=32"])
+    assert teacher_length(cfg, "data.block_size").errors() == [
+        "data.block_size=32 is longer than teachers[1] (s)'s 16 positions (config "
+        "max_position_embeddings); set data.block_size=16 or less"
+    ]
+    cfg = compose_config(["debug=smoke", entries % (gpt2 % 64), "data.block_size=32"])
+    assert teacher_length(cfg, "data.block_size").errors() == []
