@@ -63,8 +63,8 @@ class DomainTeaching:
         self.weights = domain_weights(self.entries, domains)
 
     def main_rows(self, batch: dict, mask: Tensor) -> Tensor:
-        """``mask`` (``[batch, seq]``, the positions feature matching scores) on the rows of the
-        domains the main teacher teaches alone: the feature pairs are its layers, so another
+        """``mask`` (``[batch, seq]``, the positions feature matching scores) kept only on the rows
+        of the domains the main teacher teaches: the feature pairs are its layers, so another
         teacher's rows do not learn from them (they did, from a teacher said not to teach them)."""
         if not self.named:
             return mask
