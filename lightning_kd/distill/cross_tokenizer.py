@@ -26,6 +26,7 @@ from lightning_kd.losses.cross_top import TeacherSide, TeacherTop, teacher_top
 from lightning_kd.losses.cross_vocab import CrossTeacher, at_column, cross_records, twins
 from lightning_kd.losses.logits import next_token_targets
 from lightning_kd.models.heads import check_head, final_hidden
+from lightning_kd.models.positions import max_positions
 from lightning_kd.utils.refusal import Refused
 
 MetricSums = dict[str, tuple[Tensor, Tensor]]
@@ -138,6 +139,13 @@ class CrossTokenizer:
             "input_ids": view.input_ids.to(device),
             "attention_mask": view.attention_mask.to(device),
         }
+        width, limit = view.input_ids.shape[1], max_positions(teacher.config)
+        if limit is not None and width > limit:  # learned positions: an IndexError in the embedding
+            raise Refused(
+                f"the teacher reads a block as {width} of its tokens, beyond its {limit} positions "
+                f"(config max_position_embeddings): lower data.block_size to about "
+                f"{view.partner.shape[1] * limit // width}"
+            )
         if not self.head_checked:
             check_head(teacher, inputs, "teacher", "set distill.chunked=false")
             self.head_checked = True

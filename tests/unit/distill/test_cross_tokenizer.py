@@ -16,6 +16,7 @@ from lightning_kd.losses.logits import next_token_targets
 from lightning_kd.models.heads import output_head
 from lightning_kd.models.loading import byte_tokenizer, model_from_config
 from lightning_kd.models.student import student_from_teacher
+from lightning_kd.utils.refusal import Refused
 from tests.conftest import TEXT, TINY_GPT2, TINY_LLAMA, sentencepiece_tokenizer
 
 
@@ -194,3 +195,17 @@ def test_the_teachers_end_means_a_turns_end_or_a_documents_by_what_the_student_r
     assert records.ids[0, before_document_end, 0] == student.eos_token_id
     assert bool(records.matched[0, before_document_end, 0])
     assert bool(cross.student_twins[turn_end]) and bool(cross.student_twins[student.eos_token_id])
+
+
+def test_a_block_the_teacher_reads_beyond_its_positions_is_refused() -> None:
+    """The teacher's tokens of a block can outnumber the student's: beyond a learned-position
+    teacher's positions its embedding raised an IndexError."""
+    torch.manual_seed(0)
+    teacher = model_from_config({**TINY_GPT2, "n_positions": 16}, "causal_lm").eval()
+    student = student_from_teacher(teacher, [0, 3])
+    tokenizer = byte_tokenizer()
+    cross = CrossTokenizer(tokenizer, tokenizer, 257, 257, top_k=8)
+    distiller = Distiller(teacher, student, DistillConfig(compile=False), cross=cross)
+    with pytest.raises(Refused, match=r"a block as 24 of its tokens, beyond its 16 positions.*16$"):
+        distiller(batch_of(TEXT))
+    assert torch.isfinite(distiller(batch_of(TEXT, length=16))[0])
