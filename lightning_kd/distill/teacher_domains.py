@@ -68,8 +68,7 @@ class DomainTeaching:
         teacher's rows do not learn from them (they did, from a teacher said not to teach them)."""
         if not self.named:
             return mask
-        domain = batch_domains(batch)
-        taught = (self.required()[:, 0] > 0).to(domain.device)[domain.clamp(min=0)] & (domain >= 0)
+        taught = taught_mask(self.required(), batch_domains(batch), 0)
         return mask & taught.to(mask.device).unsqueeze(1)
 
     def required(self) -> Tensor:
@@ -131,10 +130,16 @@ def batch_domains(batch: dict) -> Tensor:
     return batch["domain"]
 
 
+def taught_mask(weights: Tensor, domain: Tensor, column: int) -> Tensor:
+    """``[batch]``: whether teacher ``column`` of ``weights`` teaches each row's ``domain`` (a
+    row of no domain, -1, is taught by none)."""
+    return (weights[:, column] > 0).to(domain.device)[domain.clamp(min=0)] & (domain >= 0)
+
+
 def taught_rows(weights: Tensor, domain: Tensor, column: int) -> Tensor | None:
     """The rows of a batch whose domain teacher ``column`` of ``weights`` teaches (their
     indices, maybe none), or None when it teaches every row: the rows it runs on."""
-    taught = (weights[:, column] > 0).to(domain.device)[domain.clamp(min=0)] & (domain >= 0)
+    taught = taught_mask(weights, domain, column)
     return None if bool(taught.all()) else taught.nonzero().squeeze(1)
 
 

@@ -20,12 +20,11 @@ from typing import Any
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
-from lightning_kd.distill.teacher_entries import read_entries
 from lightning_kd.launch.checks import config_errors
-from lightning_kd.launch.rules import ABSENT, Number, lookup, value_errors
+from lightning_kd.launch.rules import Number, lookup, value_errors
+from lightning_kd.launch.teacher_list import config_entries
 from lightning_kd.models.loading import TeacherSpec
 from lightning_kd.models.positions import position_error, teacher_positions
-from lightning_kd.utils.plain_data import plain_data
 from lightning_kd.utils.refusal import refuse
 
 OPTIONS: dict[str, dict[str, Number]] = {
@@ -105,14 +104,7 @@ def entry_models(cfg: Mapping) -> dict[str, Callable[[], int | None]]:
     learned-position model's was an IndexError traceback in the first step). Across tokenizers
     the teacher reads the block's text in its own tokens, which the student's count stands
     for here. None where it cannot be read: the entries' and paths' checks name why."""
-    teachers = lookup(cfg, "teachers")
-    if teachers in (None, ABSENT):
-        return {}
-    try:
-        main = instantiate(cfg["teacher"], _convert_="all")
-    except Exception:  # the teacher group's own problems are named by the checks that read it
-        return {}
-    entries = read_entries(plain_data(teachers), main)[0]
+    entries, _ = config_entries(cfg)  # the problems of the list: named by the config checks
     return {
         f"teachers[{index}] ({entry.name})": functools.partial(entry_positions, entry.spec)
         for index, entry in enumerate(entries)

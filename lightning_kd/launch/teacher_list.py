@@ -26,14 +26,7 @@ from lightning_kd.utils.plain_data import plain_data
 
 def teachers_errors(cfg: Mapping) -> list[str]:
     """Why ``cfg``'s ``teachers`` list cannot run: each message names its entry and the fix."""
-    teachers = lookup(cfg, "teachers")
-    if teachers is ABSENT or teachers is None:
-        return []
-    try:
-        main = instantiate(cfg["teacher"], _convert_="all")
-    except Exception:  # the teacher group's own problems are named by the checks that read it
-        return []
-    entries, errors = read_entries(plain_data(teachers), main)
+    entries, errors = config_entries(cfg)
     if errors or len(entries) < 2:
         return errors
     if lookup(cfg, "distill.chunked") is False:  # found here, not once the models load
@@ -41,6 +34,20 @@ def teachers_errors(cfg: Mapping) -> list[str]:
     domains = lookup(cfg, "data.domains")
     errors = domain_errors(entries, None if domains is ABSENT else domains, cfg)
     return errors + entry_config_errors(entries)
+
+
+def config_entries(cfg: Mapping) -> tuple[list[TeacherEntry], list[str]]:
+    """``cfg``'s ``teachers`` entries that read over its teacher group's model, and one message
+    per problem with any; none without a list, or where the teacher group itself does not build
+    (the checks that read it name why)."""
+    teachers = lookup(cfg, "teachers")
+    if teachers is ABSENT or teachers is None:
+        return [], []
+    try:
+        main = instantiate(cfg["teacher"], _convert_="all")
+    except Exception:
+        return [], []
+    return read_entries(plain_data(teachers), main)
 
 
 def entry_config_errors(entries: Sequence[TeacherEntry]) -> list[str]:
