@@ -40,12 +40,21 @@ class CrossRecords(Protocol):
 class CachedTeacher:
     """The teacher's top-k records of a run's blocks, served by block index."""
 
-    def __init__(self, cache: TeacherCache, vocab: int, cross: CrossRecords | None = None) -> None:
+    def __init__(
+        self,
+        cache: TeacherCache,
+        vocab: int,
+        cross: CrossRecords | None = None,
+        blocks: dict[str, list[Tensor]] | None = None,
+    ) -> None:
         self.cache = cache
         self.vocab = vocab
         """Rows of the teacher's output head: the records' ids index them."""
         self.cross = cross
         """With a teacher of another tokenizer: the path that maps its cached top k."""
+        self.blocks = blocks or {}
+        """Each split's token blocks the cache was written for: a batch's rows are checked
+        against the blocks their ``block_index`` names."""
 
     @property
     def key(self):
@@ -92,7 +101,8 @@ class CachedTeacher:
                 "directory, or delete it and let distill.teacher_cache=auto rewrite it), or set "
                 "distill.cross_span_weight=0"
             )
-        return cls(cache, vocab, cross)
+        blocks = {"train": data.train_examples, "val": data.val_examples}
+        return cls(cache, vocab, cross, blocks)
 
     @classmethod
     def for_distiller(
@@ -130,7 +140,9 @@ class CachedTeacher:
                 "distill.teacher_cache: the batch has no 'block_index' (which cached block each "
                 "row is); train with lightning_kd.data.text.TextDataModule, whose batches carry it"
             )
-        index = batch["block_index"].cpu().clamp(min=0)
+        index = batch["block_index"].cpu()
+        self.check_rows(batch["input_ids"].cpu(), index, split)
+        index = index.clamp(min=0)
         records = self.cache.records(split, index)
         positions = batch["input_ids"].shape[1] - 1
         device = batch["input_ids"].device
@@ -161,6 +173,24 @@ class CachedTeacher:
             for path, value in records.features.items()
         }
         return top_k, features
+
+    def check_rows(self, ids: Tensor, index: Tensor, split: str) -> None:
+        """Refuse a row whose tokens are not those of the block its index names (records are
+        found by index alone: another block's would be read without a word)."""
+        blocks = self.blocks.get(split)
+        for row, number in enumerate(index.tolist() if blocks is not None else []):
+            if number < 0:
+                continue
+            block = blocks[number] if number < len(blocks) else None
+            length = 0 if block is None else min(len(block), ids.shape[1])
+            if block is None or not torch.equal(ids[row, :length], block[:length]):
+                found = "holds other tokens" if block is not None else f"has {len(blocks)} blocks"
+                raise ValueError(
+                    f"distill.teacher_cache: row {row} of the batch has 'block_index' {number}, "
+                    f"and the cache's {split!r} split {found}: its records are found by that "
+                    "index alone. Give the data module's batches with their own 'block_index': "
+                    "training batches to a step, validation batches (val_dataloader) to evaluate"
+                )
 
 
 def _has_spans(cache: TeacherCache) -> bool:

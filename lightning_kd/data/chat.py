@@ -33,6 +33,7 @@ from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.data.batches import Unscored
 from lightning_kd.data.chat_tokens import (
+    MESSAGES,
     ChatExample,
     conversation_tokens,
     dataset_row_messages,
@@ -196,7 +197,7 @@ class ChatDataModule(TextDataModule):
         (``tokenized.py``), read back from it after."""
         dataset = open_checked(self.dataset, split, False, self.columns())
         where, tokenizer = self.dataset.describe(split), self.tokenizer
-        parts = {"kind": "chat", "fields": list(vars(self.fields).values())}
+        parts = {"kind": "chat", "fields": list(vars(self.fields).values()), "rows": MESSAGES}
         parts |= {"template": tokenizer.chat_template, "tokenizer": tokenizer_digest(tokenizer)}
         parts["source"] = source_record(self.dataset)
         options = {"tokenizer": tokenizer, "fields": self.fields, "where": where}
@@ -204,7 +205,7 @@ class ChatDataModule(TextDataModule):
         mapped = tokenized(dataset, conversation_tokens, options, key, f"rendering {where}")
         for index, row in enumerate(rows(mapped)):
             example = ChatExample(torch.tensor(row["tokens"]), torch.tensor(row["labels"]))
-            yield Conversation(f"{where} row {index}", json.loads(row["messages"]), example)
+            yield Conversation(f"{where} row {index}", json.loads(row[MESSAGES]), example)
 
     def stream_row(self, row: dict, where: str) -> tuple[str, ChatExample]:
         """A streamed row's key (its prompt's digest) and rendered conversation."""

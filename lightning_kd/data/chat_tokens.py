@@ -185,12 +185,18 @@ def dataset_row_messages(row: dict, where: str, fields: ChatFields) -> list[dict
         raise Refused(str(err)) from None
 
 
+MESSAGES = "messages_json"
+"""The rendered cache's column of each row's checked messages (JSON text). Not ``messages``:
+``datasets`` gave a mapped column the type of the input's column of that name, so a JSON
+file's messages (``List(Json)``) came back decoded where text was written."""
+
+
 def conversation_tokens(
     batch: dict[str, list], indices: list[int], tokenizer, fields: ChatFields, where: str
 ) -> dict[str, list]:
     """A batch of dataset rows' conversations as tokens, labels and the checked messages (JSON),
     for ``Dataset.map``; a bad row is refused by its number."""
-    found: dict[str, list] = {"tokens": [], "labels": [], "messages": []}
+    found: dict[str, list] = {"tokens": [], "labels": [], MESSAGES: []}
     names = list(batch)
     for index, values in zip(indices, zip(*batch.values(), strict=True), strict=True):
         here = f"{where} row {index}"
@@ -198,5 +204,5 @@ def conversation_tokens(
         example = encode_chat(tokenizer, messages, here)
         found["tokens"].append(example.tokens.tolist())
         found["labels"].append(example.labels.tolist())
-        found["messages"].append(json.dumps(messages, ensure_ascii=False))
+        found[MESSAGES].append(json.dumps(messages, ensure_ascii=False))
     return found

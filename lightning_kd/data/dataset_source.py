@@ -256,11 +256,11 @@ def source_errors(source: DatasetSource, columns: Columns) -> list[str]:
     return errors
 
 
-def share(dataset, rank: int, world_size: int):
-    """Rank ``rank``'s share of a streamed ``dataset``: whole shards where their count divides
-    among ``world_size`` ranks, else every ``world_size``-th row (no row read by two ranks)."""
+def share(dataset, rank: int, world_size: int, strategy: str = "auto"):
+    """Rank ``rank``'s share of a streamed ``dataset``, no row read by two ranks: whole shards
+    or every ``world_size``-th row, as ``strategy`` says (``data.stream_shares``)."""
     if world_size == 1:
         return dataset
     from datasets.distributed import split_dataset_by_node
 
-    return split_dataset_by_node(dataset, rank=rank, world_size=world_size)
+    return split_dataset_by_node(dataset, rank=rank, world_size=world_size, strategy=strategy)

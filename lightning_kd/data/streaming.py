@@ -4,9 +4,9 @@ Validation is held out first, the same on every rank: the first ``data.val_size`
 the split (or of ``data.dataset.val_split``), and every row they were cut from — or, for chat,
 every conversation sharing a prompt with them — is left out of training (:func:`held_out`).
 
-Training (:class:`StreamedBatches`): each process reads its own share of the split
-(``datasets.distributed.split_dataset_by_node``: whole shards where their count divides among the
-ranks, else every N-th row), so no two ranks read one row. Its examples are shuffled within
+Training (:class:`StreamedBatches`): each process reads its own share of the split (whole shards
+where the ranks' shares are alike in size, else every N-th row: ``stream_shares``), so no two
+ranks read one row. Its examples are shuffled within
 consecutive windows of ``data.shuffle_buffer`` examples, by a permutation seeded by the seed, the
 pass and the window's number. At the end of its share a process reads it again (the next pass):
 the stream is endless, no rank runs out of batches before another, ``trainer.max_steps`` ends it.
@@ -20,10 +20,9 @@ skips the batches trained and goes on with exactly the batches the uninterrupted
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -34,36 +33,8 @@ from lightning_kd.data.dataset_source import Columns, DatasetSource, open_checke
 from lightning_kd.data.domain_packing import DomainPacker, OpenBlocks
 from lightning_kd.data.errors import DataError
 from lightning_kd.data.packing import Mark, Packer, Piece, Rows
-
-CURSOR = "stream_cursor"
-"""The key a streamed training batch carries its position under, until training takes it."""
-
-
-@dataclass(frozen=True)
-class Cursor:
-    """Where one process's stream stands (see the module doc); saved in each checkpoint."""
-
-    passes: int = 0
-    """Passes over the share completed."""
-    window: int = 0
-    """Windows of this pass started before the current one."""
-    mark: Mark = field(default_factory=Mark)
-    """Before the row the current window starts in."""
-    offset: int = 0
-    """Tokens of that row packed into the previous window."""
-    batches: int = 0
-    """Batches of the current window trained on."""
-    opened: list | None = None
-    """With ``data.domains``: each domain's open block (``OpenBlocks.as_list``), which
-    ``offset`` then stands in for."""
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain values (what a checkpoint read with ``weights_only=True`` can hold)."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> Cursor:
-        return cls(**(values | {"mark": Mark(**values["mark"])}))
+from lightning_kd.data.stream_cursor import CURSOR, Cursor
+from lightning_kd.data.stream_shares import Strategy, strategy_for
 
 
 @dataclass(frozen=True)
@@ -226,6 +197,8 @@ class Stream:
         self.source, self.encode, self.layout, self.val_size = source, encode, layout, val_size
         self.held_out: frozenset[str] = frozenset()
         self.cursor = Cursor()
+        self.strategy: Strategy | None = None
+        """How ranks split the stream (``stream_shares``): the checkpoint's, else decided."""
 
     def validation(self, columns: Columns, rank: int = 0, world_size: int = 1) -> list[Piece]:
         """The first ``val_size`` examples of the validation split (``val_split``, else the
@@ -256,15 +229,22 @@ class Stream:
         """Rank ``rank``'s training batches, from the stream's cursor."""
         where = self.source.describe(self.source.split)
         where += f" (rank {rank}'s share of {world_size})" if world_size > 1 else ""
-        split = self.source.split
         return StreamedBatches(
-            lambda: share(open_split(self.source, split, True), rank, world_size),
+            lambda: self.share(rank, world_size),
             self.encode,
             self.layout,
             lambda: self.cursor,
             self.held_out,
             where,
         )
+
+    def share(self, rank: int, world_size: int):
+        """Rank ``rank``'s share of the training split, opened afresh."""
+        dataset = open_split(self.source, self.source.split, True)
+        if self.strategy is None and world_size > 1:  # one process reads the split whole
+            split = self.source.split
+            self.strategy = strategy_for(self.source, split, dataset.num_shards, world_size)
+        return share(dataset, rank, world_size, self.strategy or "auto")
 
     def taken(self, batch: Any) -> Any:
         """``batch`` without its cursor, which becomes the stream's position: the batch goes to
@@ -276,12 +256,11 @@ class Stream:
 
     def state_dict(self) -> dict[str, Any]:
         """Every rank's cursor: a collective, called on every rank as a checkpoint is saved."""
-        cursor = self.cursor.as_dict()
-        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-            return {"stream_cursors": [cursor]}
-        cursors: list[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(cursors, cursor)
-        return {"stream_cursors": cursors}
+        cursors: list[Any] = [self.cursor.as_dict()]
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            cursors = [None] * dist.get_world_size()
+            dist.all_gather_object(cursors, self.cursor.as_dict())
+        return {"stream_cursors": cursors, "stream_split": self.strategy or "auto"}
 
     def load_state_dict(self, state: dict[str, Any], rank: int, world_size: int) -> None:
         """This rank's cursor from a checkpoint's; refused when another number of ranks read it
@@ -294,6 +273,8 @@ class Stream:
                 f"{len(cursors)} (trainer.devices × trainer.num_nodes)"
             )
         self.cursor = Cursor.from_dict(cursors[rank])
+        # Checkpoints from before the split was chosen by size split as ``datasets`` chose.
+        self.strategy = state.get("stream_split", "auto")
 
     def first_examples(self, count: int) -> list[Piece]:
         """The first ``count`` training examples as one process reads them (layer scoring)."""

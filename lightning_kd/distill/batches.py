@@ -4,30 +4,40 @@ The data modules' batches already mask padding in their labels; a batch built by
 notebook, a loop of one's own: ``tokenizer(texts, padding=True)`` and ``labels = input_ids``)
 often does not. Unmasked, each pad became a target (a student taught to write ``<|im_end|>``
 after its text) and, with left padding, a pad's output predicted the first real token.
+
+A hand-built batch is refused, naming the key, before a model sees it: a key left ``None`` (as
+some collators leave one), no row or no position, ids that are not integers, and ids or labels
+outside the vocabulary (an embedding's bare ``IndexError`` on a CPU, a device-side assert that
+ends the process on a GPU). The range check reads a few numbers back from the device per batch.
 """
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from lightning_kd.losses.logits import IGNORE_INDEX
 
 NEEDED = {"causal_lm": ("input_ids", "attention_mask", "labels"), "encoder": ("input_ids",)}
 """The keys each task reads (an encoder's mask and labels are optional)."""
 
+FORM = (
+    "a distillation batch holds input_ids, attention_mask and labels [batch, seq] (labels -100 "
+    "where nothing is scored), as lightning_kd.data's data modules write them"
+)
 
-def checked_batch(batch: dict[str, Tensor], task: str) -> dict[str, Tensor]:
+
+def checked_batch(
+    batch: dict[str, Tensor], task: str, model: nn.Module | None = None
+) -> dict[str, Tensor]:
     """``batch`` (of a ``task``'s), a causal LM's with its labels masked (−100) wherever the
     attention mask leaves a position out or the position before it: no pad is a target, and no
-    pad's output is scored. Raises a ``ValueError`` naming what is missing or misshapen."""
-    missing = [key for key in NEEDED[task] if key not in batch]
+    pad's output is scored. Raises a ``ValueError`` naming what is missing or misshapen, and
+    (given the ``model`` that reads it) ids or labels outside its vocabulary."""
+    missing = [key for key in NEEDED[task] if batch.get(key) is None]
     if missing:
-        raise ValueError(
-            f"the batch lacks {missing} (it has {sorted(batch)}): a distillation batch holds "
-            "input_ids, attention_mask and labels [batch, seq] (labels -100 where nothing is "
-            "scored), as lightning_kd.data's data modules write them"
-        )
+        raise ValueError(f"the batch lacks {missing} (it has {given_keys(batch)}): {FORM}")
     ids = batch["input_ids"]
     if not isinstance(ids, Tensor) or ids.dim() != 2:
         got = f"of shape {tuple(ids.shape)}" if isinstance(ids, Tensor) else type(ids).__name__
@@ -36,15 +46,47 @@ def checked_batch(batch: dict[str, Tensor], task: str) -> dict[str, Tensor]:
             "input_ids.unsqueeze(0), and the same for the other keys; from a tokenizer: "
             "return_tensors='pt')"
         )
-    for key in ("attention_mask", "labels"):
-        if key in batch and batch[key].shape != ids.shape:
+    for key in ("attention_mask", "labels", "position_ids"):
+        if batch.get(key) is not None and batch[key].shape != ids.shape:
             raise ValueError(
                 f"{key} has shape {tuple(batch[key].shape)}, input_ids {tuple(ids.shape)}: "
                 "each position needs its own (labels are not shifted: the loss shifts them)"
             )
+    if not ids.numel():
+        raise ValueError(f"input_ids has shape {tuple(ids.shape)}: no row or no position to score")
+    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        raise ValueError(f"input_ids are {ids.dtype}; token ids are integers (torch.long)")
+    if model is not None:
+        check_range(batch, task, model.get_input_embeddings().num_embeddings)
     if task != "causal_lm":  # an encoder scores every attended position itself
         return batch
     return {**batch, "labels": unpadded_labels(batch["labels"], batch["attention_mask"])}
+
+
+def given_keys(batch: dict) -> list[str]:
+    """The keys that hold something (a ``None`` is no value)."""
+    return sorted(key for key, value in batch.items() if value is not None)
+
+
+def check_range(batch: dict[str, Tensor], task: str, vocab: int) -> None:
+    """Refuse ids outside ``[0, vocab)`` and (a causal LM's) labels outside it but −100."""
+    ids = batch["input_ids"]
+    bounds = [ids.min(), ids.max()]
+    labels = batch.get("labels") if task == "causal_lm" else None
+    if labels is not None:
+        wrong = (labels != IGNORE_INDEX) & ((labels < 0) | (labels >= vocab))
+        bounds.append(wrong.sum())
+    low, high, *bad_labels = torch.stack(bounds).tolist()  # one read back from the device
+    if low < 0 or high >= vocab:
+        raise ValueError(
+            f"input_ids hold {low if low < 0 else high}, outside the model's vocabulary "
+            f"[0, {vocab}): tokenize with the model's own tokenizer"
+        )
+    if bad_labels and bad_labels[0]:
+        raise ValueError(
+            f"labels hold {bad_labels[0]} value(s) outside the vocabulary [0, {vocab}) other "
+            f"than {IGNORE_INDEX} (not scored): labels are the next tokens' ids, unshifted"
+        )
 
 
 def unpadded_labels(labels: Tensor, attention_mask: Tensor) -> Tensor:

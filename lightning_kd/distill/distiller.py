@@ -187,7 +187,7 @@ class Distiller(nn.Module):
         ``distill.on_policy``, maybe of the student's completions (``draw`` numbers the batch,
         ``step`` is the optimizer step ``distill.on_policy_warmup`` counts; both default to this
         distiller's count of micro-batches), scored without the CE term (``on_policy.py``)."""
-        given = batch = checked_batch(batch, self.task.name)
+        given = batch = checked_batch(batch, self.task.name, self.student)
         if self.on_policy is not None:
             count, self.draws = self.draws, self.draws + 1
             draw, step = (count if draw is None else draw), (count if step is None else step)
@@ -236,7 +236,7 @@ class Distiller(nn.Module):
     @torch.no_grad()
     def evaluate(self, batch: dict[str, Tensor]) -> MetricSums:
         """Validation metrics of one batch as ``name → (sum, count)`` (see ``tasks``)."""
-        batch = checked_batch(batch, self.task.name)
+        batch = checked_batch(batch, self.task.name, self.student)
         heads = self.heads(batch, ROLES)
         with capture_step(*self.captures.values()):
             metrics, (teacher_out, cached) = {}, self.teacher_output(batch, "val")

@@ -190,19 +190,23 @@ def _compiled_or_eager(
     args: tuple, terms: Callable = _fused_terms
 ) -> tuple[Tensor | None, Tensor, Tensor]:
     """The compiled terms, or, if compiling fails here (no C++ compiler, an unsupported
-    backend), the eager ones from then on, with one warning."""
+    backend), the eager ones from then on, with one warning. An error the eager terms raise
+    too is the inputs' (a label outside the vocabulary): it is raised, and compiling stays on
+    for the batches after it."""
     global _COMPILE_FAILED
-    if not _COMPILE_FAILED:
-        try:
-            return _compiled(terms)(*args)
-        except Exception as error:  # compile errors come in many types; eager re-raises real ones
-            _COMPILE_FAILED = True
-            warnings.warn(
-                f"distill.compile: torch.compile failed ({type(error).__name__}: "
-                f"{str(error).splitlines()[0][:200]}); the chunked loss runs eagerly",
-                stacklevel=2,
-            )
-    return terms(*args)
+    if _COMPILE_FAILED:
+        return terms(*args)
+    try:
+        return _compiled(terms)(*args)
+    except Exception as error:  # compile errors come in many types; eager re-raises real ones
+        result = terms(*args)
+        _COMPILE_FAILED = True
+        warnings.warn(
+            f"distill.compile: torch.compile failed ({type(error).__name__}: "
+            f"{str(error).splitlines()[0][:200]}); the chunked loss runs eagerly",
+            stacklevel=2,
+        )
+        return result
 
 
 _COMPILE_FAILED = False

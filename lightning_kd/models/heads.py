@@ -3,6 +3,8 @@ read, the check that they reproduce the model's own logits, and their gathering 
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -39,10 +41,31 @@ def output_head(model: nn.Module) -> OutputHead:
 
 def final_hidden(model: nn.Module, batch: dict[str, Tensor], logits: bool) -> Tensor:
     """``model``'s full logits, or its body's final hidden states (no head, no logits)."""
+    called = model if logits else model.base_model
     inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    if takes_positions(type(called)):
+        inputs["position_ids"] = positions(batch)
     if logits:
         return model(**inputs, use_cache=False).logits
     return model.base_model(**inputs, use_cache=False).last_hidden_state
+
+
+def positions(batch: dict[str, Tensor]) -> Tensor:
+    """The batch's ``position_ids``, else each row's count of attended tokens before each
+    position: 0, 1, … from a row's first real token. A left-padded row's text otherwise sat at
+    positions 5, 6, … after 5 pads, which a model of absolute positions (GPT-2, OPT) reads as
+    other input (22 % off a probe's KD term); for rotary models only the differences count,
+    and a right-padded or packed row's positions are those the model takes by default."""
+    given = batch.get("position_ids")
+    if given is not None:
+        return given
+    return (batch["attention_mask"].long().cumsum(-1) - 1).clamp(min=0)
+
+
+@functools.cache
+def takes_positions(model_class: type) -> bool:
+    """Whether ``model_class.forward`` names ``position_ids`` (BLOOM's ALiBi takes none)."""
+    return "position_ids" in inspect.signature(model_class.forward).parameters
 
 
 DIVERGED_LOGIT = 1e4

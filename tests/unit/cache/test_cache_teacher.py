@@ -118,6 +118,35 @@ def test_a_full_cache_gives_online_kds_loss_and_gradients(corpus, tmp_path, feat
         assert (got - want).norm() <= 1e-2 * want.norm()
 
 
+def test_a_batch_whose_rows_are_not_their_blocks_is_refused(corpus, tmp_path) -> None:
+    """Records are found by ``block_index`` alone: a row given another index (swapped rows, an
+    index one off, one beyond the split) or a training batch evaluated against the validation
+    split's records would read another block's teacher without a word."""
+    cache = write(tmp_path / "cache", corpus, k=4)
+    datamodule = make_datamodule([corpus])
+    datamodule.setup()
+    distill = DistillConfig(teacher_cache=str(cache), compile=False)
+    distiller = Distiller.from_specs(
+        TEACHER, STUDENT, distill, byte_tokenizer(), "32-true", datamodule
+    )
+    batch = next(iter(datamodule.train_dataloader()))
+    distiller(batch)
+    distiller(
+        batch
+        | {"input_ids": batch["input_ids"][:, :9]}
+        | {key: batch[key][:, :9] for key in ("attention_mask", "labels")}
+    )  # a truncated batch is its blocks' start: their records are cut too
+    index = batch["block_index"]
+    for wrong in (index.flip(0), index + 1, index + len(datamodule.train_examples)):
+        with pytest.raises(
+            ValueError, match=r"row \d of the batch has 'block_index' \d+, .*'train'"
+        ):
+            distiller(batch | {"block_index": wrong})
+    with pytest.raises(ValueError, match="'val' split .* validation batches .* to evaluate"):
+        distiller.evaluate(batch)
+    distiller.evaluate(next(iter(datamodule.val_dataloader())))
+
+
 def test_a_top_k_cache_gives_the_exact_teacher_perplexity(corpus, tmp_path) -> None:
     cache = write(tmp_path / "cache", corpus, k=4)
     _, online_trainer = fit(corpus, steps=2)

@@ -204,6 +204,27 @@ def test_chat_rows_from_a_dataset_are_the_files_conversations(tmp_path, datasets
     assert all(torch.equal(a["labels"], b["labels"]) for a, b in batches)
 
 
+def test_json_messages_whose_keys_differ_from_turn_to_turn(tmp_path, datasets_home) -> None:
+    """One user turn with a ``name`` (TRL and OpenAI exports carry ``name``, ``tool_calls``):
+    ``datasets`` types such a JSON column ``List(Json)``, and the rendered cache's own
+    ``messages`` column came back decoded, a TypeError after "rendering … 80/80"."""
+    rows = [
+        {"messages": [{"role": "user", "content": f"Count to {i}."}, *TURNS[1:2]]}
+        for i in range(12)
+    ]
+    rows[3]["messages"][0]["name"] = "bob"
+    jsonl = write_rows(tmp_path / "c.jsonl", rows)
+    options = {"val_fraction": 0.25, "block_size": 160}
+    files = ChatDataModule(chat_tokenizer(), files=[str(jsonl)], **options)
+    source = {"path": "json", "data_files": str(jsonl)}
+    dataset = ChatDataModule(chat_tokenizer(), dataset=source, **options)
+    files.setup()
+    dataset.setup()
+    for split in ("train_examples", "val_examples"):
+        one, other = getattr(files, split), getattr(dataset, split)
+        assert [a.tokens.tolist() for a in one] == [b.tokens.tolist() for b in other]
+
+
 # Bad input: each refused naming what is wrong, what there is, and the fix.
 
 

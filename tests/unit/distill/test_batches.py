@@ -10,7 +10,7 @@ from lightning_kd.distill.distiller import Distiller
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.models.loading import model_from_config
 from lightning_kd.models.student import student_from_teacher
-from tests.conftest import TINY_LLAMA
+from tests.conftest import TINY_GPT2, TINY_LLAMA
 
 IDS = torch.tensor([[5, 17, 42, 9, 120, 33]])
 
@@ -62,11 +62,52 @@ def test_labels_are_masked_on_pads_and_after_them_only() -> None:
         ({"input_ids": IDS[0], "attention_mask": IDS[0], "labels": IDS[0]}, r"shape \(6,\)"),
         ({"input_ids": [1, 2], "attention_mask": IDS, "labels": IDS}, r"input_ids is list"),
         ({"input_ids": IDS, "attention_mask": IDS, "labels": IDS[:, 1:]}, r"labels has shape"),
+        ({"input_ids": IDS, "attention_mask": None, "labels": IDS}, r"lacks \['attention_mask'\]"),
+        (
+            {"input_ids": IDS, "attention_mask": IDS, "labels": None},
+            r"lacks \['labels'\] \(it has \['attention_mask', 'input_ids'\]\)",
+        ),
+        ({"input_ids": IDS[:0], "attention_mask": IDS[:0], "labels": IDS[:0]}, r"\(0, 6\): no row"),
+        ({"input_ids": IDS[:, :0], "attention_mask": IDS[:, :0], "labels": IDS[:, :0]}, "no row"),
+        ({"input_ids": IDS.float(), "attention_mask": IDS, "labels": IDS}, r"torch.float32; token"),
+        ({"input_ids": IDS * 1000, "attention_mask": IDS, "labels": IDS}, r"hold 120000, outside"),
+        ({"input_ids": -IDS, "attention_mask": IDS, "labels": IDS}, r"hold -120, outside"),
+        ({"input_ids": IDS, "attention_mask": IDS, "labels": IDS * 1000}, r"labels hold 6 value"),
+        ({"input_ids": IDS, "attention_mask": IDS, "labels": -IDS}, r"labels hold 6 value"),
+        (
+            {"input_ids": IDS, "attention_mask": IDS, "labels": IDS, "position_ids": IDS[:, 1:]},
+            "position_ids has",
+        ),
     ],
 )
 def test_a_malformed_batch_is_named(batch: dict, message: str) -> None:
+    """Refused before a model reads it: some used to reach it (an AttributeError on a None mask,
+    a reshape of no element, an embedding's IndexError, the loss kernel's out-of-bounds)."""
+    student = model_from_config(dict(TINY_LLAMA), "causal_lm")  # 257 tokens
     with pytest.raises(ValueError, match=message):
-        checked_batch(batch, "causal_lm")
+        checked_batch(batch, "causal_lm", student)
+    with pytest.raises(ValueError, match=message):
+        distiller()(batch)
+
+
+@pytest.mark.parametrize("config", [TINY_GPT2, TINY_LLAMA], ids=["absolute", "rotary"])
+def test_a_left_padded_row_reads_its_text_at_the_unpadded_positions(config: dict) -> None:
+    """A model of absolute positions (GPT-2) read a row left-padded by 3 at positions 3, 4, …:
+    another input (a probe's KD term 22 % off). Its positions now start at its first token; a
+    batch's own ``position_ids`` are used as given."""
+    torch.manual_seed(0)
+    teacher = model_from_config(dict(config), "causal_lm").double().eval()
+    student = student_from_teacher(teacher, [0, 1]).double()
+    model = Distiller(teacher, student, DistillConfig(compile=False, ce_weight=0.5, kd_weight=0.5))
+    plain = {"input_ids": IDS, "attention_mask": torch.ones_like(IDS), "labels": IDS.clone()}
+    _, expected = model(plain)
+    _, got = model(padded("left"))
+    torch.testing.assert_close(got.kd, expected.kd, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(got.ce, expected.ce, rtol=1e-9, atol=1e-12)
+    shifted = padded("left") | {"position_ids": torch.arange(9).unsqueeze(0)}  # the old reading
+    _, moved = model(shifted)
+    moves = abs(float(moved.ce - expected.ce)) > 1e-6 * float(expected.ce)
+    assert moves == (config is TINY_GPT2)  # rotary models read only positions' differences
 
 
 def test_a_batch_of_the_data_modules_is_unchanged() -> None:

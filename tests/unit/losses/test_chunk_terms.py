@@ -60,3 +60,28 @@ def test_compiled_terms_follow_every_change_of_weights(teacher_kind: str, diverg
                 atol=1e-5,
                 msg=lambda m, n=name, o=objective: f"{n} at {o}: {m}",
             )
+
+
+def test_an_error_of_the_inputs_leaves_compiling_on(monkeypatch) -> None:
+    """A batch whose label is outside the vocabulary fails compiled and eager alike: its error
+    is raised and the next batch is compiled again (it turned compiling off for the process,
+    every later Distiller in it too, under a "torch.compile failed" warning)."""
+    from lightning_kd.losses import chunk_terms
+
+    def kernel_error(terms):
+        def run(*args):
+            raise RuntimeError("kernel failed")
+
+        return run
+
+    def terms(index):
+        return torch.arange(3)[index]
+
+    monkeypatch.setattr(chunk_terms, "_compiled", kernel_error)
+    monkeypatch.setattr(chunk_terms, "_COMPILE_FAILED", False)
+    with pytest.raises(IndexError):
+        chunk_terms._compiled_or_eager((torch.tensor(7),), terms)
+    assert not chunk_terms._COMPILE_FAILED
+    with pytest.warns(UserWarning, match="torch.compile failed .* runs eagerly"):
+        assert chunk_terms._compiled_or_eager((torch.tensor(1),), terms) == 1
+    assert chunk_terms._COMPILE_FAILED  # a kernel that fails where eager works: eager from now
