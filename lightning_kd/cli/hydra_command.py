@@ -3,6 +3,7 @@ the command line given as a list rather than read from ``sys.argv``."""
 
 from __future__ import annotations
 
+import errno
 import functools
 import signal
 import sys
@@ -51,6 +52,12 @@ def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
             exit_refused(refused)
         except NonFiniteError as diverged:  # said whole by the stop report: no traceback
             print(f"lightning-kd: {diverged}", file=sys.stderr)
+            raise SystemExit(1) from None
+        except OSError as error:  # a full disk is said whole by its message (utils/disk.py)
+            if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            where = f" ({error.filename})" if error.filename else ""
+            print(f"lightning-kd: {error.strerror or error}{where}", file=sys.stderr)
             raise SystemExit(1) from None
 
     register_defaults()

@@ -8,19 +8,22 @@ columns read, the tokenizer's whole definition (``tokenizer_digest``), the chat 
 fields for chat rows, and this format's version. The block size, packing, the split and the
 limits are not in it: they are applied afresh each run to the cached per-row tokens (milliseconds),
 so changing them can never reuse a stale layout. Writers of one key take a file lock (several
-ranks set up at once); ``datasets`` writes the file under a temporary name first.
+ranks set up at once); each writes in a folder of its own, moved into place whole.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
-from filelock import FileLock
+from filelock import FileLock, Timeout
 from torch import Tensor
 
 from lightning_kd.data.dataset_source import DatasetSource
@@ -29,11 +32,16 @@ from lightning_kd.data.provenance import source_record
 from lightning_kd.data.reading import warn_repeats
 from lightning_kd.models.digests import tokenizer_digest
 from lightning_kd.models.sources import cache_root
+from lightning_kd.utils.disk import disk_errors
 from lightning_kd.utils.refusal import Refused
 
 FORMAT = 3
 """Bumped when what a cached row holds changes (older files are then never read)."""
 DIRECTORY = "tokenized"
+PARTIAL = ".partial"
+"""The suffix of the folder a key's file is written in before it is moved into place."""
+STALE_SECONDS = 24 * 3600
+"""Age past which a temporary file of ``datasets`` beside the cache is a dead write's."""
 READ_ROWS = 1024
 """Rows read back from a cached file at a time."""
 
@@ -54,21 +62,55 @@ def tokenized(
     dataset, function: Callable[..., dict], fn_kwargs: dict[str, Any], key: str, desc: str
 ):
     """``dataset`` mapped by ``function(batch, indices, **fn_kwargs)`` into the cached file of
-    ``key`` (read back when it exists); its own columns dropped."""
+    ``key`` (read back when it exists); its own columns dropped. The map writes in a folder of
+    its own, ``<key>.partial``, moved into place whole: a write that fails (a full disk) or is
+    killed leaves nothing there that a later run does not remove."""
+    from datasets import Dataset
+
     path = cache_path(key)
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(f"{path}.lock"):
-        return dataset.map(
+        if not path.exists():
+            with disk_errors(path, "run the same command again"):
+                mapped_into(dataset, function, fn_kwargs, path, desc)
+        sweep_partials(path.parent)
+        return Dataset.from_file(str(path))
+
+
+def mapped_into(dataset, function, fn_kwargs: dict[str, Any], path: Path, desc: str) -> None:
+    """Write ``dataset`` mapped by ``function`` into ``path``, through its partial folder."""
+    work = path.with_suffix(PARTIAL)
+    shutil.rmtree(work, ignore_errors=True)  # a dead run's: this key's lock is held
+    work.mkdir()
+    try:
+        dataset.map(
             function,
             batched=True,
             with_indices=True,
             fn_kwargs=fn_kwargs,
             remove_columns=dataset.column_names,
-            cache_file_name=str(path),
-            new_fingerprint=key,
-            load_from_cache_file=True,
+            cache_file_name=str(work / "rows.arrow"),
+            load_from_cache_file=False,
             desc=desc,
         )
+        os.replace(work / "rows.arrow", path)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def sweep_partials(directory: Path) -> None:
+    """Remove the partial folders of writes that died (their key's lock is free), and the
+    temporary files ``datasets`` left beside the cache before partial folders were used."""
+    for work in directory.glob(f"*{PARTIAL}"):
+        lock = FileLock(f"{work.with_suffix('.arrow')}.lock", timeout=0)
+        try:
+            with lock:
+                shutil.rmtree(work, ignore_errors=True)
+        except Timeout:
+            continue  # being written now
+    for stale in directory.glob("tmp*"):
+        if time.time() - stale.stat().st_mtime > STALE_SECONDS:
+            stale.unlink(missing_ok=True)
 
 
 def rows(dataset) -> Iterator[dict[str, Any]]:

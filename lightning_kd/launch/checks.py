@@ -22,7 +22,7 @@ from lightning_kd.launch.data_checks import data_setting_errors
 from lightning_kd.launch.keys import unknown_setting_errors
 from lightning_kd.launch.logger_checks import logger_errors
 from lightning_kd.launch.package_checks import package_errors
-from lightning_kd.launch.paths import run_dir_errors
+from lightning_kd.launch.paths import cache_root_errors, run_dir_errors
 from lightning_kd.launch.precision_checks import precision_errors
 from lightning_kd.launch.rules import ABSENT, CountOrFraction, Number, lookup, value_errors
 from lightning_kd.launch.teacher_list import teachers_errors
@@ -103,7 +103,8 @@ def config_errors(cfg: Mapping) -> list[str]:
     errors += _weight_errors(cfg) + _quantize_errors(cfg) + logger_errors(cfg)
     errors += package_errors(cfg) + _sharding_errors(cfg) + _repair_errors(cfg) + _flag_errors(cfg)
     errors += data_setting_errors(cfg) + unknown_setting_errors(cfg) + teachers_errors(cfg)
-    return errors + precision_errors(cfg) + _output_dir_errors(cfg) + _export_errors(cfg)
+    errors += precision_errors(cfg) + _output_dir_errors(cfg) + cache_root_errors()
+    return errors + _export_errors(cfg)
 
 
 def _export_errors(cfg: Mapping) -> list[str]:

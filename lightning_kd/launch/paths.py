@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from lightning_kd.models.sources import cache_root
 from lightning_kd.training.rundir import REMOVED, previous_outputs
 
 
@@ -76,6 +77,22 @@ def unwritable_errors(named: str, directory: Path) -> list[str]:
     return [
         f"{named}: {existing} is not writable (read-only, or no permission); give a path "
         "you can write to"
+    ]
+
+
+def cache_root_errors() -> list[str]:
+    """Why the package's cache (data files' digests, tokenized datasets, converted GGUF
+    weights, teacher caches) cannot be written where ``$LIGHTNING_KD_CACHE`` says: a read-only
+    ``$HOME`` on compute nodes failed in the first digest's write, with a traceback."""
+    root = cache_root()
+    named = f"$LIGHTNING_KD_CACHE ({root})"
+    if blocking := _blocking_file(root):
+        return [f"{named} is under the file {blocking}; set LIGHTNING_KD_CACHE to a directory"]
+    if not unwritable_errors(named, root):
+        return []
+    return [
+        f"{named} cannot be written (read-only, or no permission); set LIGHTNING_KD_CACHE to a "
+        "directory you can write, e.g. LIGHTNING_KD_CACHE=/scratch/$USER/lightning_kd"
     ]
 
 

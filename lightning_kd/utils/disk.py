@@ -3,8 +3,10 @@
 A full disk reaches the package in several disguises: ``OSError`` ENOSPC with no path (a plain
 ``write``), torch's zip writer's ``RuntimeError`` ("PytorchStreamWriter failed writing file
 data/3: file write failed"), safetensors' ``SafetensorError`` ("IoError ... No space left on
-device"). :func:`disk_errors` turns each into ``OSError(ENOSPC, "no space left on <path>: ...")``
-with the step that follows (free space, then resume or run again), the original chained.
+device"), or another error raised as the ENOSPC was handled (the zip writer's "unexpected
+pos" as it closes). :func:`disk_errors` turns each into ``OSError(ENOSPC, "no space left on
+<path>: ...")`` with the step that follows (free space, then resume or run again), the
+original chained.
 """
 
 from __future__ import annotations
@@ -33,7 +35,20 @@ def free_bytes(path: Path) -> int | None:
 
 
 def is_disk_full(error: BaseException, path: Path) -> bool:
-    """Whether ``error``, raised writing ``path``, is a full disk in any of its disguises."""
+    """Whether ``error``, raised writing ``path``, is a full disk in any of its disguises, or
+    raised while one was handled (torch's zip writer, closing a file the disk had no room for,
+    says "unexpected pos 484416 vs 484308" over the ENOSPC)."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if names_full_disk(error, path):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def names_full_disk(error: BaseException, path: Path) -> bool:
+    """Whether ``error`` itself says the disk is full."""
     if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
         return True
     message = str(error)

@@ -3,7 +3,9 @@ and reused; every bad input is refused naming the dataset, split, column or row 
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -142,6 +144,39 @@ def test_tokenization_is_cached_and_keyed_by_the_data_and_the_tokenizer(
     assert not same(
         edited.train_examples + edited.val_examples, first.train_examples + first.val_examples
     )
+
+
+def test_a_tokenization_that_fails_or_dies_leaves_nothing_behind(
+    tmp_path, datasets_home, monkeypatch
+) -> None:
+    """A full disk while tokenizing was a ``datasets`` traceback naming no path, and it, like a
+    ``kill -9``, left its temporary file (51 MB for a probe's corpus) in the cache for good."""
+    import datasets
+
+    parquet = write_parquet(tmp_path / "d.parquet", embedded_rows()[:20])
+    cache = Path(datasets_home["LIGHTNING_KD_CACHE"]) / DIRECTORY
+    source = {"path": "parquet", "data_files": str(parquet)}
+    real_map = datasets.Dataset.map
+
+    def full_disk(self, *args, cache_file_name, **kwargs):
+        Path(cache_file_name).with_name("tmpabc123").write_bytes(b"half a table")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(datasets.Dataset, "map", full_disk)
+    with pytest.raises(OSError, match=f"no space left on {cache}/.*arrow: free space and run"):
+        TextDataModule(byte_tokenizer(), dataset=source, block_size=64).setup()
+    assert sorted(p.suffix for p in cache.iterdir()) == [".lock"]
+    (cache / "0123abcd.partial").mkdir()  # a write killed mid-way: its lock is free now
+    (cache / "0123abcd.partial" / "tmpxyz").write_bytes(b"rows")
+    old = cache / "tmpold"  # beside the cache, from before partial folders
+    old.write_bytes(b"rows")
+    os.utime(old, (0, 0))
+    monkeypatch.setattr(datasets.Dataset, "map", real_map)
+    data = TextDataModule(byte_tokenizer(), dataset=source, block_size=64)
+    data.setup()
+    assert len(data.train_examples) > 0
+    left = sorted(p.name for p in cache.iterdir() if p.suffix != ".lock")  # empty lock files
+    assert len(left) == 1 and left[0].endswith(".arrow")
 
 
 def test_a_saved_folder_json_lines_and_csv_read_the_same(tmp_path, datasets_home) -> None:

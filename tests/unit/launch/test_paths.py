@@ -5,7 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from lightning_kd.launch import paths
+from lightning_kd.launch.checks import config_errors
+from lightning_kd.launch.config import compose_config
 from lightning_kd.launch.paths import (
+    cache_root_errors,
     out_dir_errors,
     out_file_errors,
     run_dir_errors,
@@ -82,3 +85,27 @@ def test_an_output_where_nothing_can_be_written_is_refused_before_the_work(
     (error,) = run_dir_errors(locked / "run")
     assert error.startswith(f"hydra.run.dir={locked / 'run'}: {unwritable}")
     assert out_file_errors("--out", tmp_path / "x.json") == []
+
+
+def test_a_cache_directory_that_cannot_be_written_is_refused_with_the_variable(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A read-only ``$HOME`` (or ``$LIGHTNING_KD_CACHE``) failed in the first file digest's
+    write, with a traceback, after the run had started."""
+    locked = tmp_path / "ro"
+    locked.mkdir()
+    real = paths.os.access
+    monkeypatch.setattr(paths.os, "access", lambda p, mode: Path(p) != locked and real(p, mode))
+    monkeypatch.setenv("LIGHTNING_KD_CACHE", str(locked / "kd"))
+    (error,) = cache_root_errors()
+    assert error.startswith(f"$LIGHTNING_KD_CACHE ({locked / 'kd'}) cannot be written")
+    assert "set LIGHTNING_KD_CACHE to a directory you can write" in error
+    assert any(e.startswith("$LIGHTNING_KD_CACHE") for e in config_errors(compose_config([])))
+    (locked / "file").write_text("")
+    monkeypatch.setenv("LIGHTNING_KD_CACHE", str(locked / "file" / "kd"))
+    assert cache_root_errors() == [
+        f"$LIGHTNING_KD_CACHE ({locked / 'file' / 'kd'}) is under the file {locked / 'file'}; "
+        "set LIGHTNING_KD_CACHE to a directory"
+    ]
+    monkeypatch.setenv("LIGHTNING_KD_CACHE", str(tmp_path / "fine"))
+    assert cache_root_errors() == []

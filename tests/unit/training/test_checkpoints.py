@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from lightning_kd.cli.hydra_command import run_hydra
 from lightning_kd.training.checkpoints import (
     CheckpointError,
     SafeCheckpointIO,
@@ -109,3 +110,24 @@ def test_a_directory_is_not_taken_for_a_checkpoint(saved: Path, tmp_path: Path) 
     deepspeed.mkdir()
     (deepspeed / "latest").write_text("global_step3")
     assert resolve_ckpt_path(str(deepspeed), tmp_path) == deepspeed
+
+
+def test_a_full_disk_ends_the_command_with_its_message_alone(tmp_path, capsys) -> None:
+    """No traceback under it (Hydra printed one, the ENOSPC and its disguises chained): the
+    message names the file and the way on."""
+    message = f"no space left on {tmp_path}/last.ckpt: free space and resume with ckpt_path=last"
+
+    def full(cfg) -> None:
+        raise OSError(errno.ENOSPC, message)
+
+    with pytest.raises(SystemExit) as exit_:
+        run_hydra(full, ["debug=smoke", f"hydra.run.dir={tmp_path}/run"])
+    assert exit_.value.code == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"lightning-kd: {message}"
+
+    def denied(cfg) -> None:
+        raise OSError(errno.EACCES, "Permission denied")
+
+    with pytest.raises(BaseException):  # anything else goes on to Hydra, its traceback shown
+        run_hydra(denied, ["debug=smoke", f"hydra.run.dir={tmp_path}/run2"])
+    assert "lightning-kd: " not in capsys.readouterr().err

@@ -22,6 +22,23 @@ STREAM_WRITER = RuntimeError(
 )
 
 
+def while_handling(error: Exception, cause: Exception) -> Exception:
+    """``error`` as raised while ``cause`` was handled (its ``__context__``)."""
+    try:
+        try:
+            raise cause
+        except Exception:
+            raise error  # noqa: B904 - the implicit chaining is the point
+    except Exception as raised:
+        return raised
+
+
+UNEXPECTED_POS = while_handling(
+    RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 484416 vs 484308"),
+    OSError(errno.ENOSPC, "No space left on device"),
+)
+
+
 def no_space(*args, **kwargs):
     raise OSError(errno.ENOSPC, "No space left on device")
 
@@ -48,6 +65,8 @@ def test_a_full_disk_names_the_path_and_keeps_the_earlier_file(tmp_path: Path, m
         (SafetensorError('IoError(Os { code: 28, message: "No space left on device" })'), 0, True),
         (STREAM_WRITER, 4096, True),  # torch keeps the errno: judged by the free space
         (STREAM_WRITER, 10**12, False),  # a failed write on a disk with room: something else
+        (UNEXPECTED_POS, 10**12, True),  # the zip writer closing over the ENOSPC of a write
+        (while_handling(ValueError("x"), OSError(errno.EACCES, "Denied")), 0, False),
         (OSError(errno.EACCES, "Permission denied"), 0, False),
     ],
 )
