@@ -20,6 +20,7 @@ from omegaconf import DictConfig
 
 from lightning_kd.launch.checks import config_errors
 from lightning_kd.launch.cluster import launcher_errors, launcher_override_errors, submitit_kind
+from lightning_kd.launch.cluster_jobs import sweep_dir_errors
 from lightning_kd.launch.config import CONF_DIR, register_defaults
 from lightning_kd.launch.keys import override_key_errors
 from lightning_kd.launch.paths import run_dir_errors
@@ -114,7 +115,8 @@ class LaunchCheck(Callback):
             if kind is None:  # the basic launcher: the jobs run in this process
                 refuse(in_process_ddp_errors(config))
                 return
-            refuse(launcher_errors(config) + config_errors(config) + sweep_job_errors(config))
+            errors = launcher_errors(config) + sweep_dir_errors(config) + config_errors(config)
+            refuse(errors + sweep_job_errors(config))
         except Refused as refused:
             exit_refused(refused)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 
+from lightning_kd.launch.cluster_jobs import job_rerun
 from lightning_kd.launch.nodes import launcher
 from lightning_kd.training.checkpoints import LAST_NAME
 from lightning_kd.training.finite import NonFiniteError
@@ -44,12 +45,17 @@ def stop_report(
         if diverged:  # a resume alone keeps the checkpoint's optimizer, and its rate
             overrides = lower_rate(overrides, lr, "resume_reset_optimizer=true")
             resume_with = f"Resume with {RATE} and a fresh optimizer"
-        resume = resume_command(command, overrides, output_dir)
+        resume = job_rerun(command, overrides, output_dir, "ckpt_path=last")
+        resume = resume or resume_command(command, overrides, output_dir)
         return f"\n{why}\nThe latest checkpoint is {last}{at}. {resume_with}{where()}:\n  {resume}"
     again = "Start again with"
     if diverged:
         overrides, again = lower_rate(overrides, lr), f"Start again with {RATE}, with"
     restart = restart_command(command, overrides, output_dir)
+    if restart.endswith(" overwrite=true"):  # the run directory holds outputs: start over them
+        restart = job_rerun(command, overrides, output_dir, "overwrite=true") or restart
+    else:
+        restart = job_rerun(command, overrides, output_dir) or restart
     return (
         f"\n{why}\nNo checkpoint was written: there is nothing to resume from. {again}"
         f"{where()}:\n  {restart}"

@@ -128,6 +128,6 @@ def test_a_full_disk_ends_the_command_with_its_message_alone(tmp_path, capsys) -
     def denied(cfg) -> None:
         raise OSError(errno.EACCES, "Permission denied")
 
-    with pytest.raises(BaseException):  # anything else goes on to Hydra, its traceback shown
+    with pytest.raises(SystemExit):  # anything else goes on to Hydra, which shows its traceback
         run_hydra(denied, ["debug=smoke", f"hydra.run.dir={tmp_path}/run2"])
     assert "lightning-kd: " not in capsys.readouterr().err

@@ -1,0 +1,80 @@
+"""A cluster job (``-m hydra/launcher=submitit_slurm``) resumed where it ran, and its end told.
+
+A job's run is resumed by the ``-m`` command again: the same command without ``-m`` would run
+on the machine it is typed on (a login node), or be refused there for its nodes. So a job
+prints that command, its launcher and its fields kept, with its own directory named:
+``hydra.sweep.dir`` and ``hydra.sweep.subdir`` (its job number) — a launch of that one job.
+That needs a sweep directory named at the launch (Hydra's default, ``multirun/<date>/<time>``,
+is another each launch: the resume found no checkpoint), so a cluster launch without one is
+refused. A job that ended without a result (stopped, or killed) or failed is told in a line
+naming its log, where its own report and resume command are (the shipped launchers,
+``hydra_plugins.lightning_kd_launchers``).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from lightning_kd.launch.cluster import OURS, PLUGIN
+
+LAUNCH_ONLY = ("hydra.mode=", "hydra.sweep.dir=", "hydra.sweep.subdir=", "hydra.run.dir=")
+"""Hydra overrides a job's command sets itself, or that a ``-m`` launch does not take."""
+RERUN_DROPPED = ("ckpt_path=", "overwrite=", "+ckpt_path=", "++ckpt_path=")
+
+
+def sweep_dir_errors(cfg: DictConfig) -> list[str]:
+    """A cluster launch without ``hydra.sweep.dir`` (see the module doc)."""
+    if any(word.startswith("hydra.sweep.dir=") for word in cfg.hydra.overrides.hydra):
+        return []
+    return [
+        "a cluster launch without hydra.sweep.dir: its jobs would write under Hydra's default "
+        "multirun/<date>/<time>/, another each launch, so the same command with ckpt_path=last "
+        "could not find them to resume; name a directory every node sees, e.g. "
+        "hydra.sweep.dir=/shared/runs/my-sweep"
+    ]
+
+
+def job_rerun(
+    command: Sequence[str], overrides: Sequence[str], output_dir: Path, *extra: str
+) -> str | None:
+    """The ``-m`` command that launches this cluster job again into ``output_dir`` with its
+    ``overrides`` and ``extra`` (``ckpt_path=last``); None outside a submitit launcher's job."""
+    if not HydraConfig.initialized():
+        return None
+    hydra = HydraConfig.get()
+    launcher = str(hydra.launcher.get("_target_", ""))
+    if hydra.mode != RunMode.MULTIRUN or not launcher.startswith((PLUGIN, OURS)):
+        return None
+    kept = [word for word in hydra.overrides.hydra if not word.startswith(LAUNCH_ONLY)]
+    task = [word for word in overrides if not word.startswith(RERUN_DROPPED)]
+    subdir, text = str(hydra.sweep.subdir), str(output_dir)
+    sweep_dir = text[: -len(subdir) - 1] if text.endswith(f"/{subdir}") else None
+    if sweep_dir is None:  # a subdir that is not the path's end: the directory's parent
+        sweep_dir, subdir = str(output_dir.parent), output_dir.name
+    place = [f"hydra.sweep.dir={sweep_dir}", f"hydra.sweep.subdir={subdir}"]
+    words = [*command, "-m", *kept, *task, *place, *extra]
+    return " ".join(shlex.quote(word) for word in words)
+
+
+def job_end_message(error: BaseException) -> str:
+    """What the launching process says of a job that ended without finishing (``error``:
+    submitit's ``UncompletedJobError`` or ``FailedJobError``)."""
+    text = str(error)
+    result = re.search(r"with path (\S+)_result\.pkl", text)
+    printout = re.search(r"- (\S+_log\.out)", text)
+    log = f"{result.group(1)}_log.out" if result else printout.group(1) if printout else None
+    log = log or "in the job's folder under hydra.sweep.dir/.submitit/"
+    if type(error).__name__ == "UncompletedJobError":
+        state = re.search(r"\(state: ([^)]*)\)", text)
+        what = f"ended without a result (state {state.group(1) if state else 'unknown'})"
+        why = "it was stopped (SIGTERM at its time limit, scancel) or killed"
+    else:
+        what, why = "failed", "its printout ends with the error"
+    return f"a job {what}: {why}. Its printout, with the command that resumes it, is {log}"

@@ -1,0 +1,98 @@
+"""A cluster job prints the ``-m`` command that resumes it where it ran; a cluster launch needs
+``hydra.sweep.dir`` to be resumable; a job that did not finish is told in a line naming its log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import open_dict
+from submitit.core.utils import FailedJobError, UncompletedJobError
+
+from hydra_plugins.lightning_kd_launchers import _Reporting
+from lightning_kd.cli.hydra_command import LaunchCheck
+from lightning_kd.launch.cluster_jobs import job_end_message, job_rerun
+from tests.unit.launch.test_cluster import composed
+
+UNCOMPLETED = (
+    "Job 17444 (task: 0) with path /shared/sw/.submitit/17444/17444_0_result.pkl\n"
+    "has not produced any output (state: FINISHED)\nError stream produced:\n----\nSeed set to 0"
+)
+
+
+def test_a_cluster_launch_without_a_sweep_directory_is_refused(capsys) -> None:
+    """Hydra's default, multirun/<date>/<time>, is another each launch: the documented resume,
+    the same command with ckpt_path=last, found no checkpoint there."""
+    for launcher in ("submitit_slurm", "submitit_local"):
+        devices = "trainer.devices=1"
+        with pytest.raises(SystemExit) as exit_:
+            LaunchCheck().on_multirun_start(config=composed(f"hydra/launcher={launcher}", devices))
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert "a cluster launch without hydra.sweep.dir: its jobs would write under" in err
+        assert "e.g. hydra.sweep.dir=/shared/runs/my-sweep" in err
+    LaunchCheck().on_multirun_start(
+        config=composed("hydra/launcher=submitit_local", "hydra.sweep.dir=/tmp/s", "debug=smoke")
+    )
+
+
+def as_job(mode: str) -> None:
+    """Hydra's config of a SLURM sweep's job 3 in ``/shared/sw``, run in ``mode``."""
+    cfg = composed("hydra/launcher=submitit_slurm", "trainer.devices=1")
+    with open_dict(cfg):
+        cfg.hydra.mode = mode
+        cfg.hydra.overrides.hydra = [
+            "hydra/launcher=submitit_slurm",
+            "hydra.launcher.partition=gpu",
+            "hydra.sweep.dir=/shared/sw",
+            "hydra.mode=MULTIRUN",
+        ]
+        cfg.hydra.sweep.subdir = "3"
+    HydraConfig.instance().set_config(cfg)
+
+
+def test_a_job_is_resumed_by_the_launch_of_that_job_into_its_directory() -> None:
+    """Without ``-m`` and its launcher the printed command ran the job on the login node."""
+    task = ["seed=1", "trainer.devices=1", "overwrite=true"]
+    try:
+        as_job("MULTIRUN")
+        resume = job_rerun(["lightning-kd", "train"], task, Path("/shared/sw/3"), "ckpt_path=last")
+        assert resume == (
+            "lightning-kd train -m hydra/launcher=submitit_slurm hydra.launcher.partition=gpu "
+            "seed=1 trainer.devices=1 hydra.sweep.dir=/shared/sw hydra.sweep.subdir=3 "
+            "ckpt_path=last"
+        )
+        as_job("RUN")
+        assert job_rerun(["lightning-kd", "train"], task, Path("/r")) is None  # a plain run
+    finally:
+        HydraConfig.instance().cfg = None
+
+
+def test_a_job_that_did_not_finish_is_told_in_a_line_naming_its_log(capsys) -> None:
+    assert job_end_message(UncompletedJobError(UNCOMPLETED)) == (
+        "a job ended without a result (state FINISHED): it was stopped (SIGTERM at its time "
+        "limit, scancel) or killed. Its printout, with the command that resumes it, is "
+        "/shared/sw/.submitit/17444/17444_0_log.out"
+    )
+    failed = FailedJobError(
+        "Job (task=0) failed during processing with trace:\n----\nValueError: x\n----\n"
+        "or at paths:\n  - /s/.submitit/9/9_0_log.err\n  - /s/.submitit/9/9_0_log.out"
+    )
+    assert job_end_message(failed).endswith(
+        "ends with the error. Its printout, with the "
+        "command that resumes it, is /s/.submitit/9/9_0_log.out"
+    )
+
+    class Plugin:
+        def launch(self, job_overrides, initial_job_idx):
+            raise UncompletedJobError(UNCOMPLETED)
+
+    class Launcher(_Reporting, Plugin):
+        pass
+
+    with pytest.raises(SystemExit) as exit_:
+        Launcher().launch([["seed=0"]], 0)
+    assert exit_.value.code == 1
+    err = capsys.readouterr().err
+    assert err.startswith("lightning-kd: a job ended without a result") and "Traceback" not in err
