@@ -68,6 +68,8 @@ class Conversation:
 class ChatDataModule(TextDataModule):
     """Chat-formatted data with only the assistant's tokens scored (see the module doc)."""
 
+    SIZE_FIX = "raise data.block_size (a conversation whose answer starts past it is left out)"
+
     def __init__(
         self,
         tokenizer: PreTrainedTokenizerBase,

@@ -13,6 +13,9 @@ from typing import Any
 
 from lightning_kd.data.errors import DataError
 
+ROLES = ("system", "developer", "user", "assistant", "tool", "function", "ipython")
+"""The roles chat templates know (OpenAI's and Llama's tool roles among them)."""
+
 
 @dataclass(frozen=True)
 class ChatFields:
@@ -39,6 +42,12 @@ def row_messages(record: dict, where: str, fields: ChatFields) -> list[dict[str,
             "data.completion_field) to the keys holding the conversation"
         )
     messages = checked_messages(messages, where)
+    unknown = sorted({m["role"] for m in messages} - set(ROLES))
+    if unknown:  # a typo's answer became unscored context: templates render any role
+        raise DataError(
+            f"{where} has role(s) {unknown}, none of {list(ROLES)}; roles are lower case, as "
+            "chat templates read them (user and assistant, not User, human or bot)"
+        )
     if not any(message["role"] == "assistant" for message in messages):
         raise DataError(
             f"{where} has no assistant turn, so nothing in it would be scored; give each row "

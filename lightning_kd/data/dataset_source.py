@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from lightning_kd.data.dataset_files import is_saved_folder, looks_empty
+from lightning_kd.data.dataset_hints import open_hint, split_hint
 from lightning_kd.data.errors import DataError
 from lightning_kd.utils.refusal import Refused
 
@@ -177,7 +178,7 @@ def split_error(source: DatasetSource, split: str, splits: list[str]) -> str:
     key = "data.dataset.val_split" if split == source.val_split else "data.dataset.split"
     return (
         f"{key}={split!r}: {source.describe()} has no split {split!r}; its splits: {splits}; "
-        f"set {key} to one of them"
+        f"set {key} to one of them{split_hint(split)}"
     )
 
 
@@ -185,6 +186,8 @@ def unopenable(source: DatasetSource, split: str, err: Exception):
     """The refusal of a dataset ``datasets`` could not open: empty, or its reason."""
     if looks_empty(source.path, source.data_files):
         return Refused(empty_error(source.describe(split)))
+    if hint := open_hint(source, err):
+        return Refused(hint)
     reason = str(err).strip().splitlines()[0] if str(err).strip() else ""
     return Refused(
         f"{source.describe()} cannot be opened here ({type(err).__name__}: {reason}); set "

@@ -51,6 +51,9 @@ class Layout:
     keep: Callable[[Piece], bool] = lambda example: True
     by_domain: bool = False
     """Pieces are ``DomainBlock``s, packed domain by domain (``domain_packing``)."""
+    size_fix: str = "lower data.block_size"
+    """What gives more examples: a smaller block for text; for chat, a larger one (an answer
+    that starts past the block is left out)."""
 
     @classmethod
     def of(cls, shuffle_buffer: int, batch_size: int, **rest: Any) -> Layout:
@@ -162,7 +165,7 @@ class StreamedBatches(IterableDataset):
         return DataError(
             f"{self.where}: this process's share gives no batch of data.batch_size="
             f"{self.layout.batch_size} (after validation's rows are left out); add rows, "
-            "lower data.val_size or data.block_size, or use fewer processes"
+            f"lower data.val_size, {self.layout.size_fix}, or use fewer processes"
         )
 
     def one_pass(self, cursor: Cursor) -> Iterator[tuple[list[Piece], Cursor]]:
@@ -210,7 +213,7 @@ class Stream:
         examples, self.held_out = held_out(dataset, self.encode, self.layout, self.val_size, where)
         if not examples:
             raise DataError(
-                f"{where} gives no validation example; add rows or lower data.block_size"
+                f"{where} gives no validation example; add rows or {self.layout.size_fix}"
             )
         self.batches(rank, world_size).check()
         return examples

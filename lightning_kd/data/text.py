@@ -66,6 +66,7 @@ class TextDataModule(LightningDataModule):
     train_domains: list[int] | None = None
     """With ``data.domains``: each training block's domain (``domains.py``), set up; else None."""
     val_domains: list[int] | None = None
+    SIZE_FIX = "lower data.block_size"  # what gives a stream more examples (Layout.size_fix)
 
     def __init__(
         self,
@@ -114,6 +115,7 @@ class TextDataModule(LightningDataModule):
         if streaming:  # the row encoding and the kept examples are the subclass's (chat's)
             settings = {"block_size": block_size, "pack": pack, "seed": seed, "keep": self.keep}
             settings["by_domain"] = self.domains is not None
+            settings["size_fix"] = self.SIZE_FIX
             layout = Layout.of(shuffle_buffer, batch_size, **settings)
             self.stream = Stream(self.dataset, self.stream_row, layout, val_size)
 
@@ -290,9 +292,8 @@ class TextDataModule(LightningDataModule):
         return already_trained(self.trainer)
 
     def val_dataloader(self) -> DataLoader:
-        world_size = self.trainer.world_size if self.trainer is not None else 1
         return DataLoader(
-            IndexedBlocks(pad_for_ranks(self.val_examples, world_size), self.val_domains),
+            IndexedBlocks(pad_for_ranks(self.val_examples, self.rank()[1]), self.val_domains),
             batch_size=self.val_batch_size,
             collate_fn=self.collate,
             num_workers=self.num_workers,

@@ -77,6 +77,25 @@ def test_prompt_completion_rows_are_the_same_conversation() -> None:
         ({"text": "plain"}, r"neither 'messages' nor 'prompt' and 'completion'.*messages_field"),
         ({"messages": [{"role": "user"}]}, r"list of \{'role': str, 'content': str\}"),
         ({"prompt": 3, "completion": "x"}, r"a prompt or completion is a string or a list"),
+        (
+            {
+                "messages": [
+                    {"role": "User", "content": "hi"},
+                    {"role": "Assistant", "content": "x"},
+                ]
+            },
+            r"r has role\(s\) \['Assistant', 'User'\], none of \['system', .*lower case",
+        ),
+        (  # a typo beside a real answer: it was unscored context, as templates render any role
+            {
+                "messages": [
+                    *TURNS[:2],
+                    {"role": "user", "content": "y"},
+                    {"role": "asistant", "content": "z"},
+                ]
+            },
+            r"role\(s\) \['asistant'\]",
+        ),
     ],
 )
 def test_bad_rows_are_named(row, message) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -15,6 +16,8 @@ import torch
 from lightning.pytorch import Callback
 
 from lightning_kd.data.chat import ChatDataModule
+from lightning_kd.data.dataset_hints import open_hint
+from lightning_kd.data.dataset_source import DatasetSource
 from lightning_kd.data.provenance import data_differences
 from lightning_kd.data.reading import DEFAULT_FILES, read_documents
 from lightning_kd.data.text import TextDataModule
@@ -338,12 +341,36 @@ def test_a_dataset_with_files_says_which_to_drop(tmp_path, corpus) -> None:
 
 
 def test_a_name_datasets_cannot_open_is_refused_with_its_reason(tmp_path, datasets_home) -> None:
-    missing = {"path": "parquet", "data_files": str(tmp_path / "nowhere.parquet")}
-    with pytest.raises(Refused, match=r"cannot be opened here \(FileNotFoundError: .*nowhere"):
-        TextDataModule(byte_tokenizer(), dataset=missing).setup()
     hub = {"path": "someone/no-such-dataset"}
     with pytest.raises(Refused, match=r"'someone/no-such-dataset' cannot be opened here"):
         TextDataModule(byte_tokenizer(), dataset=hub).setup()
+
+
+def test_the_common_causes_of_a_dataset_that_cannot_open_are_named(tmp_path, datasets_home):
+    """Each used to be datasets' own words under advice about data.dataset.path: a glob that
+    matches nothing (``StopIteration: ``), a data file given as the path (the hub was asked), a
+    cache datasets cannot write, and datasets' split slicing."""
+    parquet = write_parquet(tmp_path / "d.parquet", embedded_rows()[:20])
+    cases = [
+        ({"path": "parquet", "data_files": str(tmp_path / "nowhere.parquet")}, "match(es) no"),
+        ({"path": "json", "data_files": str(tmp_path / "none" / "*.jsonl")}, "match(es) no file"),
+        (
+            {"path": str(parquet)},
+            f"is a file; a file is read by a builder: data.dataset.path=parquet "
+            f"data.dataset.data_files={parquet}",
+        ),
+        (
+            {"path": "parquet", "data_files": str(parquet), "split": "train[:50]"},
+            "slices and sums of splits are not read: name one split, and cap its rows with "
+            "data.max_train_examples",
+        ),
+    ]
+    for source, message in cases:  # as the run's check reads them, before tokenizing
+        with pytest.raises(Refused, match=re.escape(message)):
+            TextDataModule(byte_tokenizer(), dataset=source, streaming=True).setup()
+    read_only = OSError(errno.EROFS, "Read-only file system", "/ro/hf")
+    source = DatasetSource.of({"path": "parquet", "data_files": str(parquet)})
+    assert "set HF_DATASETS_CACHE to a directory you can write" in open_hint(source, read_only)
 
 
 def test_a_resume_on_other_data_names_what_changed(tmp_path, datasets_home) -> None:

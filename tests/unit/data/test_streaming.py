@@ -233,3 +233,13 @@ def test_a_resume_with_another_number_of_ranks_is_refused(tmp_path, datasets_hom
     two = {"stream_cursors": [data.state_dict()["stream_cursors"][0]] * 2}
     with pytest.raises(ValueError, match=r"read by 2 process\(es\) and this run has 1: each reads"):
         data.load_state_dict(two)
+
+
+def test_a_streamed_chat_whose_answers_start_past_the_block_is_told_to_raise_it(
+    tmp_path, datasets_home
+) -> None:
+    """A conversation whose answer starts past the block is left out: lowering the block size,
+    which the refusal used to advise, left out more."""
+    source = parquet_source(write_parquet(tmp_path / "c.parquet", conversations(12)))
+    with pytest.raises(Refused, match=r"add rows or raise data.block_size \(a conversation whose"):
+        streamed(source, ChatDataModule, chat_tokenizer(), block_size=8, val_size=2)
