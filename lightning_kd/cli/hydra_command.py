@@ -26,6 +26,7 @@ from lightning_kd.launch.keys import override_key_errors
 from lightning_kd.launch.paths import run_dir_errors
 from lightning_kd.launch.sweeps import in_process_ddp_errors, sweep_job_errors
 from lightning_kd.training.finite import NonFiniteError
+from lightning_kd.training.rundir import previous_outputs
 from lightning_kd.utils.refusal import REFUSED_EXIT, Refused, refuse
 from lightning_kd.utils.stopping import STOP, Interrupted
 
@@ -50,7 +51,7 @@ def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
             return stoppable(task)(cfg)
         except Refused as refused:
             drop_empty_run_dir(started)
-            exit_refused(refused)
+            exit_refused(refused, started_outputs(started))
         except NonFiniteError as diverged:  # said whole by the stop report: no traceback
             print(f"lightning-kd: {diverged}", file=sys.stderr)
             raise SystemExit(1) from None
@@ -80,10 +81,29 @@ def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
         sys.argv = typed
 
 
-def exit_refused(refused: Refused) -> NoReturn:
-    """Print ``refused``'s message alone and exit 2, as every command does for refused input."""
-    print(f"lightning-kd: {refused}", file=sys.stderr)
+def exit_refused(refused: Refused, outputs: str = "") -> NoReturn:
+    """Print ``refused``'s message alone and exit 2, as every command does for refused input
+    (with ``outputs``, what its run wrote, whose rerun needs ``overwrite=true``)."""
+    print(f"lightning-kd: {refused}{outputs}", file=sys.stderr)
     raise SystemExit(REFUSED_EXIT) from None
+
+
+def started_outputs(since: float) -> str:
+    """A refused run that wrote outputs after ``since`` (the ``logs/`` of the validation before
+    training, which a bad row stopped) would be refused again, for them, once the input is
+    fixed: the advice to rerun with ``overwrite=true``; empty where it wrote none, or where the
+    directory held outputs before it (a resume: overwrite would drop them)."""
+    try:
+        directory = Path(HydraConfig.get().runtime.output_dir)
+    except ValueError:  # no Hydra run
+        return ""
+    found = previous_outputs(directory)
+    if not found or any((directory / name).stat().st_mtime < since - 1 for name in found):
+        return ""
+    return (
+        f"\n{directory} now holds this attempt's {', '.join(found)}: once fixed, run the same "
+        "command with overwrite=true"
+    )
 
 
 def drop_empty_run_dir(since: float) -> None:

@@ -36,7 +36,8 @@ KINDS = ("slurm", "local")
 """``hydra/launcher=submitit_<kind>``."""
 EXAMPLES = {"timeout_min": 240, "nodes": 2, "tasks_per_node": 4, "gpus_per_node": 4}
 EXAMPLES |= {"cpus_per_task": 8, "mem_gb": 64, "max_num_timeout": 3, "signal_delay_s": 120}
-"""A value for each numeric field a user sets, for the messages."""
+EXAMPLES |= {"setup": "'[module load cuda, source /shared/venv/bin/activate]'"}
+"""A value for each field a user sets, for the messages (a list is quoted for the shell)."""
 
 # Our YAML of the plugin's name extends its config explicitly (its defaults list); Hydra still
 # matches the two by name, merges the same schema again and warns that doing so is deprecated:

@@ -131,6 +131,11 @@ def test_a_wrong_typed_launcher_field_is_refused_before_hydra_composes(capsys) -
         "  hydra.launcher.timeout_min=abc: Value 'abc' of type 'str' could not be converted to "
         "Integer; e.g. hydra.launcher.timeout_min=240",
     ]
+    setup = ["-m", "hydra/launcher=submitit_slurm", "hydra.launcher.setup=module load cuda"]
+    (line,) = [line for line in refused_lines(setup, capsys) if "setup" in line]
+    assert line.endswith(
+        "e.g. hydra.launcher.setup='[module load cuda, source /shared/venv/bin/activate]'"
+    )
     # Without a submitit launcher selected, hydra.launcher.* is Hydra's to judge.
     assert launcher_override_errors(["-m", "hydra.launcher.n_jobs=x"]) == []
 
