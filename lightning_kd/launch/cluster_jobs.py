@@ -49,8 +49,9 @@ def job_rerun(
     if not HydraConfig.initialized():
         return None
     hydra = HydraConfig.get()
-    launcher = str(hydra.launcher.get("_target_", ""))
-    if hydra.mode != RunMode.MULTIRUN or not launcher.startswith((PLUGIN, OURS)):
+    if hydra.mode != RunMode.MULTIRUN:
+        return None
+    if not str(hydra.launcher.get("_target_", "")).startswith((PLUGIN, OURS)):
         return None
     kept = [word for word in hydra.overrides.hydra if not word.startswith(LAUNCH_ONLY)]
     task = [word for word in overrides if not word.startswith(RERUN_DROPPED)]

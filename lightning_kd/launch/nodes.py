@@ -101,7 +101,7 @@ def node_errors(
             "command in the script (`srun python -m lightning_kd train ...`), or submit with "
             f"hydra/launcher=submitit_slurm ({LAUNCH_DOC})"
         ]
-    return _agreement_errors(found, num_nodes, devices) + _shared_dir_errors(num_nodes)
+    return _agreement_errors(found, num_nodes, devices) + _shared_dir_errors(found, num_nodes)
 
 
 SPECIAL_STEPS = range(0xFFFFFFF0, 0x100000000)
@@ -174,16 +174,25 @@ def _agreement_errors(found: Launcher, num_nodes: int, devices: object) -> list[
     return errors
 
 
-def _shared_dir_errors(num_nodes: int) -> list[str]:
-    """A multi-node run without a run directory named on the command line (see the module
-    doc). A sweep's directory is composed once, where the jobs are submitted."""
-    if num_nodes == 1 or not HydraConfig.initialized():
+def _shared_dir_errors(found: Launcher, num_nodes: int) -> list[str]:
+    """A run of several launched processes without a run directory named on the command line
+    (see the module doc). On one node too: each process composes ``outputs/<date>/<time>``
+    from the clock as it starts, a second apart now and then, which split the run (an empty
+    stray directory; a sharded checkpoint in two). A sweep's directory is composed once, where
+    the jobs are submitted."""
+    if (found.world_size or 1) == 1 or not HydraConfig.initialized():
         return []
     hydra = HydraConfig.get()
     if hydra.mode != RunMode.RUN:
         return []
     if any(override.startswith("hydra.run.dir=") for override in hydra.overrides.hydra):
         return []
+    if num_nodes == 1:
+        return [
+            f"{found.world_size} processes started by {found.name} with Hydra's default run "
+            f"directory ({hydra.run.dir}): each composes its own from the clock as it starts, "
+            "and a second apart they split the run; name one: hydra.run.dir=<path>"
+        ]
     return [
         f"trainer.num_nodes={num_nodes} with Hydra's default run directory "
         f"({hydra.run.dir}): every node composes its own, from its own clock; name one that "

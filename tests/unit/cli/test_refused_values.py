@@ -427,6 +427,12 @@ def test_several_nodes_without_their_launcher_are_refused(
     monkeypatch.chdir(tmp_path)
     named = ["trainer.num_nodes=2 with Hydra's default run directory", "hydra.run.dir=<shared"]
     assert_refused(argv[:-1], named, capsys)
+    # One node of two processes: each composed its own from its clock, now and then another.
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("GROUP_WORLD_SIZE", "1")
+    one_node = [word for word in argv[:-1] if word != "trainer.num_nodes=2"] + ["trainer.devices=2"]
+    named = ["2 processes started by torchrun with Hydra's default run directory", "run.dir=<path>"]
+    assert_refused(one_node, named, capsys)
 
 
 def test_a_run_directory_that_is_a_file_or_has_a_tilde_is_refused(

@@ -7,6 +7,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 
 from lightning_kd.launch.stop_report import stop_report
 from lightning_kd.training.finite import NonFiniteError
@@ -52,7 +53,9 @@ def test_a_diverged_run_is_given_a_smaller_rate(tmp_path: Path, monkeypatch) -> 
     monkeypatch.setattr(
         HydraConfig,
         "get",
-        staticmethod(lambda: SimpleNamespace(overrides=SimpleNamespace(task=overrides))),
+        staticmethod(
+            lambda: SimpleNamespace(mode=RunMode.RUN, overrides=SimpleNamespace(task=overrides))
+        ),
     )
     diverged = NonFiniteError("the training loss is not finite at optimizer step 4")
     report = stop_report(diverged, None, tmp_path, ("lightning-kd", "train"), lr=0.5)
