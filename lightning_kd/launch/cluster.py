@@ -30,8 +30,6 @@ from lightning_kd.launch.rules import lookup
 
 PLUGIN = "hydra_plugins.hydra_submitit_launcher"
 """The plugin's package: its launchers' ``_target_`` starts with it."""
-OURS = "hydra_plugins.lightning_kd_launchers"
-"""The shipped configs' launchers: the plugin's, subclassed to tell how a job ended."""
 KINDS = ("slurm", "local")
 """``hydra/launcher=submitit_<kind>``."""
 EXAMPLES = {"timeout_min": 240, "nodes": 2, "tasks_per_node": 4, "gpus_per_node": 4}
@@ -114,7 +112,7 @@ def _parsed(words: Sequence[str]) -> list[Override]:
 def submitit_kind(cfg: Mapping) -> str | None:
     """``slurm`` or ``local`` when ``cfg``'s Hydra launcher is the submitit plugin's, else None."""
     target = lookup(cfg, "hydra.launcher._target_")
-    if not isinstance(target, str) or not target.startswith((PLUGIN, OURS)):
+    if not isinstance(target, str) or not target.startswith(PLUGIN):
         return None
     return "slurm" if target.endswith("SlurmLauncher") else "local"
 

@@ -7,22 +7,24 @@ prints that command, its launcher and its fields kept, with its own directory na
 That needs a sweep directory named at the launch (Hydra's default, ``multirun/<date>/<time>``,
 is another each launch: the resume found no checkpoint), so a cluster launch without one is
 refused. A job that ended without a result (stopped, or killed) or failed is told in a line
-naming its log, where its own report and resume command are (the shipped launchers,
-``hydra_plugins.lightning_kd_launchers``).
+naming its log, where its own report and resume command are: Hydra is asked to pass the
+launcher's error on (:func:`launcher_errors_passed`) rather than print it as a traceback.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from lightning_kd.launch.cluster import OURS, PLUGIN
+from lightning_kd.launch.cluster import PLUGIN
 
 LAUNCH_ONLY = ("hydra.mode=", "hydra.sweep.dir=", "hydra.sweep.subdir=", "hydra.run.dir=")
 """Hydra overrides a job's command sets itself, or that a ``-m`` launch does not take."""
@@ -51,7 +53,7 @@ def job_rerun(
     hydra = HydraConfig.get()
     if hydra.mode != RunMode.MULTIRUN:
         return None
-    if not str(hydra.launcher.get("_target_", "")).startswith((PLUGIN, OURS)):
+    if not str(hydra.launcher.get("_target_", "")).startswith(PLUGIN):
         return None
     kept = [word for word in hydra.overrides.hydra if not word.startswith(LAUNCH_ONLY)]
     task = [word for word in overrides if not word.startswith(RERUN_DROPPED)]
@@ -62,6 +64,32 @@ def job_rerun(
     place = [f"hydra.sweep.dir={sweep_dir}", f"hydra.sweep.subdir={subdir}"]
     words = [*command, "-m", *kept, *task, *place, *extra]
     return " ".join(shlex.quote(word) for word in words)
+
+
+JOB_ERRORS = ("UncompletedJobError", "FailedJobError")
+"""submitit's errors for a job that ended without a result, or with an exception."""
+
+
+@contextmanager
+def launcher_errors_passed(argv: Sequence[str]) -> Iterator[None]:
+    """Within the block, Hydra passes a submitit launch's errors on (``HYDRA_FULL_ERROR``)
+    rather than print them as a traceback and exit, so that the launching command can tell a
+    job's end in a line; the variable is left as it was after."""
+    if "-m" not in argv and "--multirun" not in argv:
+        yield
+        return
+    if not any(word.startswith("hydra/launcher=submitit") for word in argv):
+        yield
+        return
+    before = os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = before
 
 
 def job_end_message(error: BaseException) -> str:

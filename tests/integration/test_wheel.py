@@ -20,7 +20,7 @@ import pytest
 from tests.unit.data.test_chat import CHATML
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = ("pyproject.toml", "README.md", "lightning_kd", "conf", "hydra_plugins")
+SOURCES = ("pyproject.toml", "README.md", "lightning_kd", "conf")
 
 
 @pytest.fixture(scope="module")
@@ -79,17 +79,6 @@ def test_the_installed_package_is_the_wheel_with_its_configs(installed, tmp_path
         p.relative_to(checkout) for p in checkout.rglob("*.*") if "__pycache__" not in p.parts
     }
     assert shutil.which("lightning-kd", path=installed["PATH"]).startswith(installed["PYTHONPATH"])
-    # The cluster launchers Hydra finds in its plugins' namespace (conf/hydra/launcher names them).
-    plugin = shell(
-        [
-            sys.executable,
-            "-c",
-            "import hydra_plugins.lightning_kd_launchers as p; print(p.__file__)",
-        ],
-        tmp_path,
-        installed,
-    )
-    assert Path(installed["PYTHONPATH"]) in Path(plugin.stdout.strip()).parents
 
 
 @pytest.fixture(scope="module")

@@ -25,17 +25,12 @@ def qualified(launcher: object) -> str:
     return f"{type(launcher).__module__}.{type(launcher).__qualname__}"
 
 
-def bases(launcher: object) -> list[str]:
-    return [f"{cls.__module__}.{cls.__qualname__}" for cls in type(launcher).__mro__]
-
-
 def test_the_launchers_are_the_plugins_shaped_by_the_trainer(tmp_path) -> None:
     sweep = f"hydra.sweep.dir={tmp_path}"
     shape = ["trainer.num_nodes=2", "trainer.devices=4"]
     slurm = composed("hydra/launcher=submitit_slurm", *shape, sweep)
     launcher = instantiate(slurm.hydra.launcher)
-    assert qualified(launcher) == "hydra_plugins.lightning_kd_launchers.SlurmLauncher"
-    assert f"{PLUGIN}.submitit_launcher.SlurmLauncher" in bases(launcher)  # telling a job's end
+    assert qualified(launcher) == f"{PLUGIN}.submitit_launcher.SlurmLauncher"  # from our YAML
     params = launcher.params
     assert (params["nodes"], params["tasks_per_node"], params["gpus_per_node"]) == (2, 4, 4)
     assert params["submitit_folder"] == f"{tmp_path}/.submitit/%j"
@@ -44,7 +39,9 @@ def test_the_launchers_are_the_plugins_shaped_by_the_trainer(tmp_path) -> None:
     assert launcher_errors(slurm) == []
 
     local = composed("hydra/launcher=submitit_local", "debug=smoke", sweep)
-    assert f"{PLUGIN}.submitit_launcher.LocalLauncher" in bases(instantiate(local.hydra.launcher))
+    assert (
+        qualified(instantiate(local.hydra.launcher)) == f"{PLUGIN}.submitit_launcher.LocalLauncher"
+    )
     assert launcher_errors(local) == []
     assert launcher_errors(composed("debug=smoke", "trainer.devices=auto")) == []  # basic
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -10,9 +11,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import open_dict
 from submitit.core.utils import FailedJobError, UncompletedJobError
 
-from hydra_plugins.lightning_kd_launchers import _Reporting
-from lightning_kd.cli.hydra_command import LaunchCheck
-from lightning_kd.launch.cluster_jobs import job_end_message, job_rerun
+from lightning_kd.cli.hydra_command import LaunchCheck, run_hydra
+from lightning_kd.launch.cluster_jobs import job_end_message, job_rerun, launcher_errors_passed
 from tests.unit.launch.test_cluster import composed
 
 UNCOMPLETED = (
@@ -84,15 +84,23 @@ def test_a_job_that_did_not_finish_is_told_in_a_line_naming_its_log(capsys) -> N
         "command that resumes it, is /s/.submitit/9/9_0_log.out"
     )
 
-    class Plugin:
-        def launch(self, job_overrides, initial_job_idx):
-            raise UncompletedJobError(UNCOMPLETED)
+    # Hydra passes the launcher's error on within a submitit launch; the command tells it.
+    with launcher_errors_passed(["-m", "hydra/launcher=submitit_slurm", "seed=0"]):
+        assert os.environ["HYDRA_FULL_ERROR"] == "1"
+    assert "HYDRA_FULL_ERROR" not in os.environ
+    with launcher_errors_passed(["-m", "seed=0,1"]):  # the basic launcher: Hydra's own report
+        assert "HYDRA_FULL_ERROR" not in os.environ
 
-    class Launcher(_Reporting, Plugin):
-        pass
+
+def test_the_launching_command_ends_with_that_line(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")  # as within a submitit launch
+
+    def uncompleted(cfg) -> None:
+        raise UncompletedJobError(UNCOMPLETED)
 
     with pytest.raises(SystemExit) as exit_:
-        Launcher().launch([["seed=0"]], 0)
+        run_hydra(uncompleted, ["debug=smoke", f"hydra.run.dir={tmp_path}/run"])
     assert exit_.value.code == 1
-    err = capsys.readouterr().err
-    assert err.startswith("lightning-kd: a job ended without a result") and "Traceback" not in err
+    err = capsys.readouterr().err  # (a run's own "Error executing job" line: not a launch's)
+    assert err.splitlines()[-1].startswith("lightning-kd: a job ended without a result")
+    assert "Traceback" not in err
