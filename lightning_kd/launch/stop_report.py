@@ -33,6 +33,7 @@ def stop_report(
         error.reported = True
     elif isinstance(error, KeyboardInterrupt):
         why, resume_with = "stopped at once (a second SIGINT)", "Resume with"
+        error.reported = True  # type: ignore[attr-defined]  # told once, with its step
     else:
         why = f"training stopped: {type(error).__name__}: {error}".split("\n")[0]
     overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []

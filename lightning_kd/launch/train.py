@@ -219,7 +219,7 @@ def run(cfg: DictConfig, command: Sequence[str] = COMMAND) -> float | None:
                 print(stop_report(stop, None, output_dir, command))
             sys.exit(stop.exit_code)
         except KeyboardInterrupt as stop:  # a second Ctrl+C: stopped at once
-            if is_rank_zero():
+            if is_rank_zero() and not getattr(stop, "reported", False):
                 print(stop_report(stop, None, output_dir, command), flush=True)
             sys.exit(128 + signal.SIGINT)
         except SystemExit as exit_:

@@ -81,3 +81,12 @@ def test_a_diverged_run_is_given_a_smaller_rate(tmp_path: Path, monkeypatch) -> 
     report = stop_report(infinite, saved_at(tmp_path, 3), tmp_path, ("lightning-kd",), 0.5)
     assert "Once its cause is fixed (or has passed), resume with" in report
     assert "optimizer.lr=0.5" in report and "0.05" not in report
+
+
+def test_a_second_ctrl_c_is_told_once(tmp_path: Path) -> None:
+    """The report with the checkpoint's step marks it told: the command's last handler printed
+    it again, without the step."""
+    stop = KeyboardInterrupt()
+    report = stop_report(stop, saved_at(tmp_path, 7), tmp_path, ("lightning-kd", "train"))
+    assert "stopped at once (a second SIGINT)" in report and "(optimizer step 7)" in report
+    assert stop.reported
