@@ -22,6 +22,7 @@ import csv
 import os
 import shlex
 import shutil
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -55,6 +56,8 @@ OUTPUTS = (
 """What a run writes into its directory: what ``overwrite=true`` removes."""
 
 
+STARTED = time.time()
+"""About when this process started (this module is imported as a command starts)."""
 REUSABLE = "teacher_cache"
 """An output a fresh run may find and reuse (``cache.auto.DIRECTORY``; the cache writer checks
 that it is this run's): ``overwrite=true`` keeps it."""
@@ -96,6 +99,33 @@ def previous_outputs(run_dir: Path) -> list[str]:
     )
 
 
+def blocking_outputs(run_dir: Path) -> list[str]:
+    """The outputs in ``run_dir`` a fresh run is refused for (the teacher cache is reused)."""
+    return [name for name in previous_outputs(run_dir) if name != REUSABLE]
+
+
+def older(path: Path) -> bool:
+    """Whether ``path`` was last changed before this process started (:data:`STARTED`): not
+    written by this launch's rank 0. The other ranks refuse such outputs as rank 0 does, so
+    that none waits for it in the process group's set-up until the launcher kills it."""
+    return path.stat().st_mtime < STARTED
+
+
+def outputs_error(run_dir: Path, found: list[str]) -> str:
+    """The refusal of a fresh run into ``run_dir``, which holds a run's outputs ``found``; only
+    a run that saved a checkpoint can be resumed, and the advice says so."""
+    resume = (
+        "resume that run (ckpt_path=last), "
+        if (run_dir / "checkpoints" / LAST_NAME).exists()
+        else "it saved no checkpoint to resume from; "
+    )
+    return (
+        f"run directory {run_dir} already holds a run's outputs ({', '.join(found)}); "
+        f"{resume}start afresh there (overwrite=true removes {', '.join(REMOVED)}), or "
+        "choose another directory (hydra.run.dir=...)"
+    )
+
+
 def _lock(run_dir: Path) -> int:
     """An fd holding an exclusive lock on ``run_dir/.lock``, or :class:`RunDirError`."""
     try:
@@ -117,6 +147,9 @@ def is_own_checkpoint(ckpt_path: Path | None, run_dir: Path) -> bool:
 def claim_run_dir(run_dir: Path, resuming: bool, overwrite: bool) -> Iterator[None]:
     """Hold ``run_dir`` for the duration of the block (see the module doc)."""
     if not is_rank_zero():
+        earlier = [name for name in blocking_outputs(run_dir) if older(run_dir / name)]
+        if earlier and not (resuming or overwrite):  # as rank 0 refuses (see older())
+            raise RunDirError(outputs_error(run_dir, earlier))
         yield
         return
     if resuming and overwrite:
@@ -134,17 +167,7 @@ def claim_run_dir(run_dir: Path, resuming: bool, overwrite: bool) -> Iterator[No
                 path = run_dir / name
                 shutil.rmtree(path) if path.is_dir() else path.unlink()
         elif [name for name in found if name != REUSABLE] and not resuming:
-            # Only a run that saved a checkpoint can be resumed: the advice says so.
-            resume = (
-                "resume that run (ckpt_path=last), "
-                if (run_dir / "checkpoints" / LAST_NAME).exists()
-                else "it saved no checkpoint to resume from; "
-            )
-            raise RunDirError(
-                f"run directory {run_dir} already holds a run's outputs ({', '.join(found)}); "
-                f"{resume}start afresh there (overwrite=true removes {', '.join(REMOVED)}), or "
-                "choose another directory (hydra.run.dir=...)"
-            )
+            raise RunDirError(outputs_error(run_dir, found))
         yield
     finally:
         os.close(fd)  # releases the lock

@@ -93,9 +93,28 @@ def test_a_second_process_is_refused_with_the_holder_pid(tmp_path: Path) -> None
 
 def test_only_rank_zero_claims(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "metrics.csv").write_text("step\n")  # written by this launch's rank 0
     monkeypatch.setenv("LOCAL_RANK", "1")
     with claim_run_dir(tmp_path, resuming=False, overwrite=False):
         assert not (tmp_path / ".lock").exists()
+
+
+def test_a_further_rank_refuses_an_earlier_runs_outputs_as_rank_zero_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only rank 0 refused them, and exited: under torchrun rank 1 waited in the process
+    group's set-up until torchrun killed it (30 s later), on a second node with a C++
+    DistNetworkError naming no cause. Outputs newer than the process are rank 0's own."""
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "metrics.csv").write_text("step\n")
+    os.utime(tmp_path / "logs", (0, 0))  # an earlier run's
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with pytest.raises(RunDirError, match=r"already holds a run's outputs \(logs\); it saved no"):
+        with claim_run_dir(tmp_path, resuming=False, overwrite=False):
+            pass
+    for resuming, overwrite in ((True, False), (False, True)):  # rank 0 decides these
+        with claim_run_dir(tmp_path, resuming=resuming, overwrite=overwrite):
+            pass
 
 
 def test_the_csv_logger_appends_and_drops_rows_a_resume_logs_again(tmp_path: Path) -> None:
