@@ -20,12 +20,7 @@ from omegaconf import DictConfig
 
 from lightning_kd.launch.checks import config_errors
 from lightning_kd.launch.cluster import launcher_errors, launcher_override_errors, submitit_kind
-from lightning_kd.launch.cluster_jobs import (
-    JOB_ERRORS,
-    job_end_message,
-    launcher_errors_passed,
-    sweep_dir_errors,
-)
+from lightning_kd.launch.cluster_jobs import job_ends_told, sweep_dir_errors
 from lightning_kd.launch.config import CONF_DIR, register_defaults
 from lightning_kd.launch.keys import override_key_errors
 from lightning_kd.launch.paths import run_dir_errors
@@ -81,13 +76,8 @@ def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
     sys.argv = [typed[0] if typed else "lightning-kd", *argv]
     main = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
     try:
-        with launcher_errors_passed(argv):
+        with job_ends_told(argv):  # a cluster job that did not finish: its log tells it whole
             return main(as_typed)()
-    except Exception as error:  # a cluster job that did not finish: its log tells it whole
-        if type(error).__name__ not in JOB_ERRORS:
-            raise
-        print(f"lightning-kd: {job_end_message(error)}", file=sys.stderr)
-        raise SystemExit(1) from None
     finally:
         sys.argv = typed
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -90,6 +91,20 @@ def launcher_errors_passed(argv: Sequence[str]) -> Iterator[None]:
             os.environ.pop("HYDRA_FULL_ERROR", None)
         else:
             os.environ["HYDRA_FULL_ERROR"] = before
+
+
+@contextmanager
+def job_ends_told(argv: Sequence[str]) -> Iterator[None]:
+    """The block (a launch of ``argv``) with a job that did not finish told in a line naming
+    its log, exit 1, rather than as submitit's traceback."""
+    with launcher_errors_passed(argv):
+        try:
+            yield
+        except Exception as error:
+            if type(error).__name__ not in JOB_ERRORS:
+                raise
+            print(f"lightning-kd: {job_end_message(error)}", file=sys.stderr)
+            raise SystemExit(1) from None
 
 
 def job_end_message(error: BaseException) -> str:
