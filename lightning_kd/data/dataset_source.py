@@ -20,6 +20,8 @@ from lightning_kd.data.dataset_hints import open_hint, split_hint
 from lightning_kd.data.errors import DataError
 from lightning_kd.utils.refusal import Refused
 
+FILE_BUILDERS = ("json", "parquet", "csv", "text", "arrow")
+"""The builders of ``datasets`` that read ``data_files``."""
 STREAM_SHARDS = 64
 """Shards a saved folder is streamed in: whole shards divide among 1, 2, 4 … 64 ranks."""
 
@@ -93,6 +95,12 @@ def setting_errors(
         errors.append(
             f"data.dataset.val_split={source.val_split!r} is the split trained on; name another "
             "split, or set data.dataset.val_split=null to hold validation out of it"
+        )
+    if source.name is not None and source.path in FILE_BUILDERS:
+        errors.append(
+            f"data.dataset.name={source.name!r} with the {source.path} builder, which reads "
+            "data.dataset.data_files and has no configurations (datasets ignores the name); "
+            "drop data.dataset.name, or set data.dataset.path to the hub dataset it names"
         )
     if not streaming:
         return errors

@@ -56,6 +56,10 @@ def test_the_dataset_keys_compose_and_the_default_runs_subset_stays_with_its_cor
         ),
         (["+data.dataset.revision=main"], "data.dataset: unknown key(s) ['revision']"),
         (["data.val_size=0"], "data.val_size=0: must be an integer >= 1"),
+        (  # datasets ignores it: a typo'd or misplaced config name went unnoticed
+            ["data.dataset.path=json", "data.dataset.data_files=a.jsonl", "data.dataset.name=foo"],
+            "data.dataset.name='foo' with the json builder, which reads data.dataset.data_files",
+        ),
     ],
     ids=[
         "dataset_and_files",
@@ -67,6 +71,7 @@ def test_the_dataset_keys_compose_and_the_default_runs_subset_stays_with_its_cor
         "val_split_is_split",
         "unknown_key",
         "val_size",
+        "name_of_a_file_builder",
     ],
 )
 def test_settings_that_cannot_go_together_are_refused(overrides, message) -> None:
