@@ -222,17 +222,24 @@ def chat_rows() -> list[dict]:
     return conversations(24)
 
 
+def chat_from_files_and_dataset(jsonl, source: dict) -> tuple[ChatDataModule, ChatDataModule]:
+    """Chat data modules set up from ``jsonl`` as ``data.files`` and from ``source``."""
+    options = {"val_fraction": 0.25, "block_size": 160}
+    files = ChatDataModule(chat_tokenizer(), files=[str(jsonl)], **options)
+    dataset = ChatDataModule(chat_tokenizer(), dataset=source, **options)
+    files.setup()
+    dataset.setup()
+    return files, dataset
+
+
 def test_chat_rows_from_a_dataset_are_the_files_conversations(tmp_path, datasets_home) -> None:
     """Rows of both forms (messages; prompt and completion) in one table, as in the .jsonl."""
     rows = chat_rows()
     jsonl = write_rows(tmp_path / "c.jsonl", rows)
     parquet = write_parquet(tmp_path / "c.parquet", rows)
-    options = {"val_fraction": 0.25, "block_size": 160}
-    files = ChatDataModule(chat_tokenizer(), files=[str(jsonl)], **options)
-    source = {"path": "parquet", "data_files": str(parquet)}
-    dataset = ChatDataModule(chat_tokenizer(), dataset=source, **options)
-    files.setup()
-    dataset.setup()
+    files, dataset = chat_from_files_and_dataset(
+        jsonl, {"path": "parquet", "data_files": str(parquet)}
+    )
     for split in ("train_examples", "val_examples"):
         one, other = getattr(files, split), getattr(dataset, split)
         assert len(one) == len(other) > 0
@@ -252,12 +259,7 @@ def test_json_messages_whose_keys_differ_from_turn_to_turn(tmp_path, datasets_ho
     ]
     rows[3]["messages"][0]["name"] = "bob"
     jsonl = write_rows(tmp_path / "c.jsonl", rows)
-    options = {"val_fraction": 0.25, "block_size": 160}
-    files = ChatDataModule(chat_tokenizer(), files=[str(jsonl)], **options)
-    source = {"path": "json", "data_files": str(jsonl)}
-    dataset = ChatDataModule(chat_tokenizer(), dataset=source, **options)
-    files.setup()
-    dataset.setup()
+    files, dataset = chat_from_files_and_dataset(jsonl, {"path": "json", "data_files": str(jsonl)})
     for split in ("train_examples", "val_examples"):
         one, other = getattr(files, split), getattr(dataset, split)
         assert [a.tokens.tolist() for a in one] == [b.tokens.tolist() for b in other]

@@ -109,9 +109,9 @@ def test_a_further_rank_refuses_an_earlier_runs_outputs_as_rank_zero_does(
     (tmp_path / "logs" / "metrics.csv").write_text("step\n")
     os.utime(tmp_path / "logs", (0, 0))  # an earlier run's
     monkeypatch.setenv("LOCAL_RANK", "1")
-    with pytest.raises(RunDirError, match=r"already holds a run's outputs \(logs\); it saved no"):
-        with claim_run_dir(tmp_path, resuming=False, overwrite=False):
-            pass
+    refused = pytest.raises(RunDirError, match=r"already holds a run's outputs \(logs\); it saved")
+    with refused, claim_run_dir(tmp_path, resuming=False, overwrite=False):
+        pass
     for resuming, overwrite in ((True, False), (False, True)):  # rank 0 decides these
         with claim_run_dir(tmp_path, resuming=resuming, overwrite=overwrite):
             pass
