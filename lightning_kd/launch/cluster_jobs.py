@@ -23,7 +23,7 @@ from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from lightning_kd.launch.cluster import PLUGIN
 
@@ -33,8 +33,10 @@ RERUN_DROPPED = ("ckpt_path=", "overwrite=", "+ckpt_path=", "++ckpt_path=")
 
 
 def sweep_dir_errors(cfg: DictConfig) -> list[str]:
-    """A cluster launch without ``hydra.sweep.dir`` (see the module doc)."""
-    if any(word.startswith("hydra.sweep.dir=") for word in cfg.hydra.overrides.hydra):
+    """A cluster launch without ``hydra.sweep.dir`` (see the module doc): Hydra's default, a
+    path of the launch's time, unless a config or the command line names one."""
+    named = OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("dir")
+    if "${now:" not in str(named):
         return []
     return [
         "a cluster launch without hydra.sweep.dir: its jobs would write under Hydra's default "
@@ -76,10 +78,8 @@ def launcher_errors_passed(argv: Sequence[str]) -> Iterator[None]:
     """Within the block, Hydra passes a submitit launch's errors on (``HYDRA_FULL_ERROR``)
     rather than print them as a traceback and exit, so that the launching command can tell a
     job's end in a line; the variable is left as it was after."""
-    if "-m" not in argv and "--multirun" not in argv:
-        yield
-        return
-    if not any(word.startswith("hydra/launcher=submitit") for word in argv):
+    multirun = "-m" in argv or "--multirun" in argv
+    if not (multirun and any(word.startswith("hydra/launcher=submitit") for word in argv)):
         yield
         return
     before = os.environ.get("HYDRA_FULL_ERROR")
