@@ -7,6 +7,7 @@ Each command is a thin command-line half over a library half in ``lightning_kd.l
 from __future__ import annotations
 
 import difflib
+import errno
 import importlib
 import sys
 from collections.abc import Sequence
@@ -60,4 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (Refused, UnreadableModel) as refused:  # the user's input, not a fault: the
         print(f"{PROG} {name}: {refused}", file=sys.stderr)  # message is the whole story
         return REFUSED_EXIT
+    except OSError as error:  # a full disk, said whole by its message (utils/disk.py)
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        print(f"{PROG} {name}: {error.strerror or error}", file=sys.stderr)
+        return 1
     return status if isinstance(status, int) else 0

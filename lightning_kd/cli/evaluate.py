@@ -38,7 +38,7 @@ from lightning_kd.evaluation.judge import judge_prompts, read_prompt_file
 from lightning_kd.evaluation.perplexity import documents_of, markdown, score_documents
 from lightning_kd.evaluation.prompts import Sampling
 from lightning_kd.evaluation.prompts import markdown as prompts_markdown
-from lightning_kd.evaluation.saved_models import model_location
+from lightning_kd.evaluation.saved_models import load_tokenizer, model_location
 from lightning_kd.launch.entry import Length, check_entry
 from lightning_kd.launch.paths import out_file_errors
 from lightning_kd.models.files import saved_model_errors
@@ -155,6 +155,8 @@ def check(args: argparse.Namespace) -> list:
     judge = None if args.prompts is None else args.teacher
     extra = out_file_errors("--out", args.out, ours=is_record) + read_errors
     extra += model_errors(args.models, judge)  # weights and tokenizer where they are saved
+    if judge is not None and not extra:
+        extra += judge_tokenizer_errors(args.models, judge)
     lengths = [Length(key, tokens, limits)]
     check_entry(command="evaluate", options=numbers, lengths=lengths, extra=extra)
     return read
@@ -244,3 +246,16 @@ def model_errors(models: list[str], teacher: str | None) -> list[str]:
         if location.is_dir():  # a hub id is for from_pretrained to find
             errors += saved_model_errors(location, key, tokenizer=True)
     return errors
+
+
+def judge_tokenizer_errors(models: list[str], judge: str) -> list[str]:
+    """A model ``--prompts`` cannot judge: ``--teacher`` scores its answers' tokens, so each
+    model must share its tokenizer (found here, before any weights load)."""
+    vocabulary = load_tokenizer(judge).get_vocab()
+    return [
+        f"model {name} has another tokenizer than --teacher {judge}: --prompts scores each "
+        "answer's tokens by the teacher; give models of its tokenizer, or compare across "
+        "tokenizers with --files (bits per byte)"
+        for name in models
+        if load_tokenizer(name).get_vocab() != vocabulary
+    ]

@@ -49,7 +49,7 @@ def load_model(name: str, tokenizer=None, reference: str = "the first model"):
     """``name``'s causal LM in fp32, eval mode; refused if its tokenizer is not ``tokenizer``
     (``reference``'s, named in the refusal)."""
     if tokenizer is not None and load_tokenizer(name).get_vocab() != tokenizer.get_vocab():
-        raise ValueError(f"{name} has another tokenizer than {reference}: not comparable")
+        raise Refused(f"{name} has another tokenizer than {reference}: not comparable")
     location = model_location(name)
     with readable(location, name):
         try:

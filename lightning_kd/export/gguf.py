@@ -157,13 +157,17 @@ def add_hyperparameters(writer: GGUFFile, config: PretrainedConfig, file_type: i
     writer.add_quantization_version(GGML_QUANT_VERSION)
 
 
+F16_LARGEST = {GGMLQuantizationType.F16: 65504.0, GGMLQuantizationType.Q8_0: 65504.0 * 127}
+"""The largest magnitude each stored type keeps finite (q8_0: its f16 scale times 127)."""
+
+
 def gguf_tensors(model, wanted: GGMLQuantizationType):
     """``(GGUF name, data, stored type)`` of each of ``model``'s tensors, in state-dict order;
     a tensor the name map does not know is refused by name."""
     config = model.config
     names = get_tensor_name_map(MODEL_ARCH.LLAMA, config.num_hidden_layers)
     tied = getattr(config, "tie_word_embeddings", False)
-    unknown = []
+    unknown, too_large = [], []
     for key, tensor in model.state_dict().items():
         if key.endswith(SKIPPED) or (tied and key == "lm_head.weight"):
             continue
@@ -173,9 +177,19 @@ def gguf_tensors(model, wanted: GGMLQuantizationType):
             continue
         data = rotary_rows(name, tensor.detach().to(torch.float32).cpu().numpy(), config)
         stored = storage(name, data, wanted)
+        if data.size and float(np.abs(data).max()) > F16_LARGEST.get(stored, np.inf):
+            too_large.append(f"{key} ({float(np.abs(data).max()):.3g})")
         yield name, quants.quantize(data, stored), stored
     if unknown:
         refuse([f"export.gguf: the student has tensors a Llama GGUF has no name for: {unknown}"])
+    if too_large:  # f16 turns them into inf: a file whose every logit is NaN, written as fine
+        refuse(
+            [
+                f"export.gguf: the student's weights {too_large} exceed what {wanted.name} "
+                "holds (f16: 65504; q8_0 keeps each block's scale in f16); its training "
+                "diverged there: export an earlier checkpoint, or keep the safetensors student"
+            ]
+        )
 
 
 def rotary_rows(name: str, data: np.ndarray, config: PretrainedConfig) -> np.ndarray:

@@ -52,6 +52,7 @@ from lightning_kd.data.chat_tokens import (
     turn_end_id,
 )
 from lightning_kd.data.conversations import ChatFields, as_messages, checked_messages, prompt_of
+from lightning_kd.data.errors import DataError
 from lightning_kd.data.reading import read_records
 from lightning_kd.generation.completions_record import (
     check_record,
@@ -120,14 +121,15 @@ def prompt_messages(record: dict, where: str, fields: ChatFields) -> list[dict[s
     elif fields.messages in record:
         messages = record[fields.messages]
     else:
-        raise ValueError(
+        raise DataError(
             f"{where} has neither {fields.prompt!r} nor {fields.messages!r}: a prompt row holds "
             "the prompt (a string or messages) under one of them"
         )
-    messages = prompt_of(checked_messages(messages, where))
-    if not messages:
-        raise ValueError(f"{where}: nothing but assistant turns; there is no prompt to answer")
-    return messages
+    messages = checked_messages(messages, where)
+    if not prompt_of(messages):
+        why = "holds nothing but assistant turns" if messages else "has no messages"
+        raise DataError(f"{where} {why}: there is no prompt to answer")
+    return prompt_of(messages)
 
 
 def read_prompts(path: Path, fields: ChatFields) -> list[tuple[int, list[dict]]]:
@@ -166,9 +168,7 @@ def is_answer(row: dict[str, Any], line: int | str, prompt: Prompt) -> bool:
 
 def completed_rows(out: Path, prompts: list[tuple[int | str, Prompt]]) -> int:
     """Rows of ``out`` already complete (a torn last line cut off), checked against ``prompts``."""
-    if not out.is_file():
-        return 0
-    data = out.read_bytes()
+    data = out.read_bytes() if out.is_file() else b""
     whole = data[: data.rfind(b"\n") + 1]
     if len(whole) < len(data):
         with open(out, "r+b") as handle:  # a row half-written when the last run stopped
@@ -176,12 +176,12 @@ def completed_rows(out: Path, prompts: list[tuple[int | str, Prompt]]) -> int:
     rows = [read_row(out, number, line) for number, line in enumerate(whole.splitlines(), 1)]
     for index, (row, (line, prompt)) in enumerate(zip(rows, prompts, strict=False)):
         if not is_answer(row, line, prompt):
-            raise ValueError(
+            raise DataError(
                 f"{out} row {index + 1} answers another prompt than {line and f'line {line}'} of "
                 "generate.prompts: write into a new hydra.run.dir, or set overwrite=true"
             )
     if len(rows) > len(prompts):
-        raise ValueError(
+        raise DataError(
             f"{out} holds {len(rows)} rows, more than the {len(prompts)} prompts of "
             "generate.prompts (and generate.max_prompts): raise generate.max_prompts, write "
             "into a new hydra.run.dir, or set overwrite=true"

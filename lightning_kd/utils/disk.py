@@ -3,15 +3,16 @@
 A full disk reaches the package in several disguises: ``OSError`` ENOSPC with no path (a plain
 ``write``), torch's zip writer's ``RuntimeError`` ("PytorchStreamWriter failed writing file
 data/3: file write failed"), safetensors' ``SafetensorError`` ("IoError ... No space left on
-device"), or another error raised as the ENOSPC was handled (the zip writer's "unexpected
-pos" as it closes). :func:`disk_errors` turns each into ``OSError(ENOSPC, "no space left on
-<path>: ...")`` with the step that follows (free space, then resume or run again), the
-original chained.
+device"), numpy's short write ("1572864 requested and 162832 written"), or another error raised
+as the ENOSPC was handled (the zip writer's "unexpected pos" as it closes). :func:`disk_errors`
+turns each into ``OSError(ENOSPC, "no space left on <path>: ...")`` with the step that follows
+(free space, then resume or run again), the original chained.
 """
 
 from __future__ import annotations
 
 import errno
+import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +22,8 @@ NEARLY_FULL = 16 * 2**20
 """Free bytes under which a write that failed without saying why is put down to a full disk."""
 WRITE_FAILED = ("PytorchStreamWriter failed writing file", "file write failed")
 """torch's zip writer's words for a failed write (it keeps the errno to itself)."""
+SHORT_WRITE = re.compile(r"\d+ requested and \d+ written")
+"""numpy's ``tofile`` (the GGUF writer's) on a short write, an ``OSError`` with no errno."""
 
 
 def free_bytes(path: Path) -> int | None:
@@ -54,7 +57,8 @@ def names_full_disk(error: BaseException, path: Path) -> bool:
     message = str(error)
     if "No space left on device" in message or "Disk quota exceeded" in message:
         return True  # safetensors' and others' wrapped IoError
-    if isinstance(error, RuntimeError) and any(words in message for words in WRITE_FAILED):
+    short = isinstance(error, OSError) and SHORT_WRITE.search(message) is not None
+    if short or (isinstance(error, RuntimeError) and any(w in message for w in WRITE_FAILED)):
         free = free_bytes(path)
         return free is not None and free < NEARLY_FULL
     return False

@@ -162,6 +162,21 @@ def test_another_architecture_is_refused_by_name_and_nothing_is_written(tmp_path
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_weight_beyond_f16_is_refused_by_name_and_nothing_is_written(saved, tmp_path) -> None:
+    """f16 turned it into inf: a file whose every logit was NaN, written with "wrote" and
+    exit 0 (numpy's overflow warning the only sign)."""
+    model = AutoModelForCausalLM.from_pretrained(saved)
+    with torch.no_grad():
+        model.model.layers[0].mlp.down_proj.weight[0, 0] = 1e6
+    tokenizer = AutoTokenizer.from_pretrained(saved)
+    with pytest.raises(
+        Refused, match=r"weights \['model.layers.0.mlp.down_proj.weight \(1e\+06\)'\]"
+    ):
+        write_gguf(model, tokenizer, tmp_path / "big.f16.gguf", "f16")
+    write_gguf(model, tokenizer, tmp_path / "big.q8_0.gguf", "q8_0")  # its f16 scale: 1e6 / 127
+    assert [p.name for p in tmp_path.iterdir()] == ["big.q8_0.gguf"]
+
+
 def test_llama_variants_it_does_not_write_are_named() -> None:
     model = model_from_config({**TINY_LLAMA_CONFIG, "vocab_size": 257}, "causal_lm")
     model.config.hidden_act = "gelu"

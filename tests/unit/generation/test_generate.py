@@ -126,7 +126,7 @@ def test_a_file_of_other_prompts_is_not_continued(teacher, tmp_path) -> None:
     out = generate(config(tmp_path, write_prompts(tmp_path / "p.jsonl", 3)), teacher, tokenizer())
     other = tmp_path / "q.jsonl"
     other.write_text(json.dumps({"prompt": "Something else."}) + "\n")
-    with pytest.raises(ValueError, match=r"row 1 answers another prompt.*overwrite=true"):
+    with pytest.raises(Refused, match=r"row 1 answers another prompt.*overwrite=true"):
         generate(config(tmp_path, other), teacher, tokenizer())
     generate(config(tmp_path, other, "overwrite=true"), teacher, tokenizer())
     assert len(out.read_text().splitlines()) == 1
@@ -138,10 +138,12 @@ def test_prompt_rows_and_settings_are_checked(teacher, tmp_path) -> None:
         "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
     }
     assert prompt_messages(answered, "r", fields) == answered["messages"][:1]  # answered anew
-    with pytest.raises(ValueError, match=r"r has neither 'prompt' nor 'messages'"):
+    with pytest.raises(Refused, match=r"r has neither 'prompt' nor 'messages'"):
         prompt_messages({"text": "x"}, "r", fields)
-    with pytest.raises(ValueError, match=r"nothing but assistant turns"):
+    with pytest.raises(Refused, match=r"nothing but assistant turns"):  # exit 2, no traceback
         prompt_messages({"messages": answered["messages"][1:]}, "r", fields)
+    with pytest.raises(Refused, match=r"r has no messages: there is no prompt"):
+        prompt_messages({"messages": []}, "r", fields)
     with pytest.raises(FileNotFoundError, match=r"generate.prompts='.*none.jsonl' is not a file"):
         generate(config(tmp_path, tmp_path / "none.jsonl"), teacher, tokenizer())
     prompts = write_prompts(tmp_path / "p.jsonl", 1)

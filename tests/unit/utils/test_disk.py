@@ -66,6 +66,8 @@ def test_a_full_disk_names_the_path_and_keeps_the_earlier_file(tmp_path: Path, m
         (STREAM_WRITER, 4096, True),  # torch keeps the errno: judged by the free space
         (STREAM_WRITER, 10**12, False),  # a failed write on a disk with room: something else
         (UNEXPECTED_POS, 10**12, True),  # the zip writer closing over the ENOSPC of a write
+        (OSError("1572864 requested and 162832 written"), 4096, True),  # numpy, the GGUF's
+        (OSError("1572864 requested and 162832 written"), 10**12, False),
         (while_handling(ValueError("x"), OSError(errno.EACCES, "Denied")), 0, False),
         (OSError(errno.EACCES, "Permission denied"), 0, False),
     ],
@@ -79,3 +81,17 @@ def test_each_disguise_of_a_full_disk_is_recognised(
         with pytest.raises(type(error)) as raised, disk_errors(tmp_path, "resume"):
             raise error
         assert raised.value is error
+
+
+def test_a_full_disk_ends_a_plain_command_with_its_message_alone(monkeypatch, capsys) -> None:
+    """``export``, ``evaluate``, ``bench`` (commands without Hydra) printed the traceback."""
+    import lightning_kd.cli.export as export
+    from lightning_kd.cli import main
+
+    def full(argv) -> None:
+        raise OSError(errno.ENOSPC, "no space left on /x.gguf: free space and export again")
+
+    monkeypatch.setattr(export, "main", full)
+    assert main(["export", "run"]) == 1
+    err = capsys.readouterr().err
+    assert err == "lightning-kd export: no space left on /x.gguf: free space and export again\n"
