@@ -7,13 +7,13 @@ Each command is a thin command-line half over a library half in ``lightning_kd.l
 from __future__ import annotations
 
 import difflib
-import errno
 import importlib
 import sys
 from collections.abc import Sequence
 from importlib.metadata import version
 
 from lightning_kd.models.files import UnreadableModel
+from lightning_kd.utils.disk import full_disk_message
 from lightning_kd.utils.refusal import REFUSED_EXIT, Refused
 
 PROG = "lightning-kd"
@@ -62,8 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG} {name}: {refused}", file=sys.stderr)  # message is the whole story
         return REFUSED_EXIT
     except OSError as error:  # a full disk, said whole by its message (utils/disk.py)
-        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+        if (message := full_disk_message(error)) is None:
             raise
-        print(f"{PROG} {name}: {error.strerror or error}", file=sys.stderr)
+        print(f"{PROG} {name}: {message}", file=sys.stderr)
         return 1
     return status if isinstance(status, int) else 0

@@ -3,7 +3,6 @@ the command line given as a list rather than read from ``sys.argv``."""
 
 from __future__ import annotations
 
-import errno
 import functools
 import signal
 import sys
@@ -27,6 +26,7 @@ from lightning_kd.launch.paths import run_dir_errors
 from lightning_kd.launch.sweeps import in_process_ddp_errors, sweep_job_errors
 from lightning_kd.training.finite import NonFiniteError
 from lightning_kd.training.rundir import previous_outputs
+from lightning_kd.utils.disk import full_disk_message
 from lightning_kd.utils.refusal import REFUSED_EXIT, Refused, refuse
 from lightning_kd.utils.stopping import STOP, Interrupted
 
@@ -56,10 +56,9 @@ def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
             print(f"lightning-kd: {diverged}", file=sys.stderr)
             raise SystemExit(1) from None
         except OSError as error:  # a full disk is said whole by its message (utils/disk.py)
-            if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+            if (message := full_disk_message(error)) is None:
                 raise
-            where = f" ({error.filename})" if error.filename else ""
-            print(f"lightning-kd: {error.strerror or error}{where}", file=sys.stderr)
+            print(f"lightning-kd: {message}", file=sys.stderr)
             raise SystemExit(1) from None
 
     register_defaults()

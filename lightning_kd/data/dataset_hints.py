@@ -24,6 +24,8 @@ SUFFIX_BUILDERS = {
     ".arrow": "arrow",
 }
 """The builder that reads a data file, by its suffix."""
+FILE_BUILDERS = tuple(dict.fromkeys(SUFFIX_BUILDERS.values()))
+"""The builders of ``datasets`` that read ``data_files``."""
 
 
 def open_hint(source: Any, err: Exception) -> str | None:
@@ -37,9 +39,9 @@ def open_hint(source: Any, err: Exception) -> str | None:
             f"data.dataset.path={builder} data.dataset.data_files={source.path}"
         )
     base = path if path.is_dir() else Path()
-    unmatched = [
-        p for p in flatten(source.data_files) if not glob.glob(str(base / p), recursive=True)
-    ]
+    local = path.is_dir() or source.path in FILE_BUILDERS  # not a hub repository's files
+    patterns = flatten(source.data_files) if local else []
+    unmatched = [p for p in patterns if not glob.glob(str(base / p), recursive=True)]
     if unmatched:
         return (
             f"data.dataset.data_files {unmatched} match(es) no file here (relative to "

@@ -16,12 +16,10 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from lightning_kd.data.dataset_files import is_saved_folder, looks_empty
-from lightning_kd.data.dataset_hints import open_hint, split_hint
+from lightning_kd.data.dataset_hints import FILE_BUILDERS, open_hint, split_hint
 from lightning_kd.data.errors import DataError
 from lightning_kd.utils.refusal import Refused
 
-FILE_BUILDERS = ("json", "parquet", "csv", "text", "arrow")
-"""The builders of ``datasets`` that read ``data_files``."""
 STREAM_SHARDS = 64
 """Shards a saved folder is streamed in: whole shards divide among 1, 2, 4 … 64 ranks."""
 

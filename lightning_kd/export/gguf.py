@@ -177,8 +177,9 @@ def gguf_tensors(model, wanted: GGMLQuantizationType):
             continue
         data = rotary_rows(name, tensor.detach().to(torch.float32).cpu().numpy(), config)
         stored = storage(name, data, wanted)
-        if data.size and float(np.abs(data).max()) > F16_LARGEST.get(stored, np.inf):
-            too_large.append(f"{key} ({float(np.abs(data).max()):.3g})")
+        largest = float(np.abs(data).max()) if data.size else 0.0
+        if largest > F16_LARGEST.get(stored, np.inf):
+            too_large.append(f"{key} ({largest:.3g})")
         yield name, quants.quantize(data, stored), stored
     if unknown:
         refuse([f"export.gguf: the student has tensors a Llama GGUF has no name for: {unknown}"])

@@ -12,7 +12,7 @@ from lightning_kd.launch.cluster_jobs import job_rerun
 from lightning_kd.launch.nodes import launcher
 from lightning_kd.training.checkpoints import LAST_NAME
 from lightning_kd.training.finite import NonFiniteError
-from lightning_kd.training.rundir import restart_command, resume_command
+from lightning_kd.training.rundir import restart_command, restart_extra, resume_command
 from lightning_kd.utils.stopping import Interrupted
 
 
@@ -52,11 +52,8 @@ def stop_report(
     again = "Start again with"
     if diverged:
         overrides, again = lower_rate(overrides, lr), f"Start again with {RATE}, with"
-    restart = restart_command(command, overrides, output_dir)
-    if restart.endswith(" overwrite=true"):  # the run directory holds outputs: start over them
-        restart = job_rerun(command, overrides, output_dir, "overwrite=true") or restart
-    else:
-        restart = job_rerun(command, overrides, output_dir) or restart
+    restart = job_rerun(command, overrides, output_dir, *restart_extra(output_dir))
+    restart = restart or restart_command(command, overrides, output_dir)
     return (
         f"\n{why}\nNo checkpoint was written: there is nothing to resume from. {again}"
         f"{where()}:\n  {restart}"

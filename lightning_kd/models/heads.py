@@ -45,9 +45,8 @@ def final_hidden(model: nn.Module, batch: dict[str, Tensor], logits: bool) -> Te
     inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
     if takes_positions(type(called)):
         inputs["position_ids"] = positions(batch)
-    if logits:
-        return model(**inputs, use_cache=False).logits
-    return model.base_model(**inputs, use_cache=False).last_hidden_state
+    out = called(**inputs, use_cache=False)
+    return out.logits if logits else out.last_hidden_state
 
 
 def positions(batch: dict[str, Tensor]) -> Tensor:

@@ -166,7 +166,7 @@ def claim_run_dir(run_dir: Path, resuming: bool, overwrite: bool) -> Iterator[No
             for name in (name for name in found if name in OUTPUTS and name != REUSABLE):
                 path = run_dir / name
                 shutil.rmtree(path) if path.is_dir() else path.unlink()
-        elif [name for name in found if name != REUSABLE] and not resuming:
+        elif blocking_outputs(run_dir) and not resuming:
             raise RunDirError(outputs_error(run_dir, found))
         yield
     finally:
@@ -183,8 +183,12 @@ def restart_command(command: Sequence[str], overrides: list[str], run_dir: Path)
     """The command line that starts this run again in its directory, which holds no checkpoint:
     with ``overwrite=true`` where the directory holds outputs a new run would be refused for
     (the teacher cache is kept and reused)."""
-    blocking = [name for name in previous_outputs(run_dir) if name != REUSABLE]
-    return rerun_command(command, overrides, run_dir, *(["overwrite=true"] if blocking else []))
+    return rerun_command(command, overrides, run_dir, *restart_extra(run_dir))
+
+
+def restart_extra(run_dir: Path) -> list[str]:
+    """``overwrite=true`` where ``run_dir`` holds outputs a new run would be refused for."""
+    return ["overwrite=true"] if blocking_outputs(run_dir) else []
 
 
 def rerun_command(command: Sequence[str], overrides: list[str], run_dir: Path, *extra: str) -> str:

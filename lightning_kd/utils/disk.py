@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
+"""The errnos of a full disk, or of a quota reached."""
 NEARLY_FULL = 16 * 2**20
 """Free bytes under which a write that failed without saying why is put down to a full disk."""
 WRITE_FAILED = ("PytorchStreamWriter failed writing file", "file write failed")
@@ -50,9 +52,17 @@ def is_disk_full(error: BaseException, path: Path) -> bool:
     return False
 
 
+def full_disk_message(error: OSError) -> str | None:
+    """What a command prints, alone, for ``error`` where it is a full disk (the message
+    :func:`disk_errors` gave it names the path and the way on); None for any other error."""
+    if error.errno not in FULL_DISK:
+        return None
+    return f"{error.strerror or error}" + (f" ({error.filename})" if error.filename else "")
+
+
 def names_full_disk(error: BaseException, path: Path) -> bool:
     """Whether ``error`` itself says the disk is full."""
-    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+    if isinstance(error, OSError) and error.errno in FULL_DISK:
         return True
     message = str(error)
     if "No space left on device" in message or "Disk quota exceeded" in message:

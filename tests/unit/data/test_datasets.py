@@ -373,6 +373,8 @@ def test_the_common_causes_of_a_dataset_that_cannot_open_are_named(tmp_path, dat
     read_only = OSError(errno.EROFS, "Read-only file system", "/ro/hf")
     source = DatasetSource.of({"path": "parquet", "data_files": str(parquet)})
     assert "set HF_DATASETS_CACHE to a directory you can write" in open_hint(source, read_only)
+    hub = DatasetSource.of({"path": "org/corpus", "data_files": "data/*.parquet"})
+    assert open_hint(hub, ConnectionError("offline")) is None  # the repository's files, not here
 
 
 def test_a_resume_on_other_data_names_what_changed(tmp_path, datasets_home) -> None:
