@@ -5,12 +5,15 @@ conversation with the teacher's answer to the same prompt, read from ``FILE`` â€
 ``completions.jsonl`` that ``lightning-kd generate generate.prompts=train_split`` writes
 from the same data settings. Validation keeps the dataset's answers, so runs with and without it
 are measured on the same held-out conversations. Prompts are matched by their messages; a training
-prompt the file does not answer, or answers twice, is refused by name.
+prompt the file does not answer is refused by name. A prompt the training data asks several times
+may be answered once (every occurrence gets that answer) or once per occurrence, in order: sampled
+generation answers each occurrence on its own, and those answers differ.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 from lightning_kd.data.conversations import checked_messages, prompt_key, prompt_of
@@ -23,12 +26,14 @@ WRITE_THEM = (
     "DIR/completions.jsonl"
 )
 
+Answers = dict[str, list[tuple[str, str]]]
 
-def read_teacher_answers(path: Path) -> dict[str, tuple[str, str]]:
-    """``{prompt key: (answer, where)}`` of every row of ``path``."""
+
+def read_teacher_answers(path: Path) -> Answers:
+    """``{prompt key: [(answer, where), ...]}`` of every row of ``path``, in file order."""
     if not path.is_file():
         raise MissingData(f"data.teacher_answers={str(path)!r} is not a file; {WRITE_THEM}")
-    answers: dict[str, tuple[str, str]] = {}
+    answers: Answers = {}
     for number, record in read_records(path):
         where = f"{path}:{number}"
         messages = checked_messages(record.get("messages"), where)
@@ -37,14 +42,22 @@ def read_teacher_answers(path: Path) -> dict[str, tuple[str, str]]:
                 f"{where}: a teacher answer row is the prompt's messages followed by one "
                 "assistant message (as lightning-kd generate writes them)"
             )
-        key = prompt_key(messages)
-        if key in answers and answers[key][0] != messages[-1]["content"]:
-            raise DataError(
-                f"{where} answers the prompt of {answers[key][1]} again, differently: one "
-                "answer per prompt (drop one, or generate into a new file)"
-            )
-        answers[key] = (messages[-1]["content"], where)
+        answers.setdefault(prompt_key(messages), []).append((messages[-1]["content"], where))
     return answers
+
+
+def check_counts(answers: Answers, asked: Counter[str]) -> None:
+    """Refuse a prompt answered differently, a number of times that is not how often it is asked."""
+    for key, rows in answers.items():
+        if key not in asked or len({a for a, _ in rows}) == 1 or len(rows) == asked[key]:
+            continue
+        where = ", ".join(w for _, w in rows[:3]) + (", ..." if len(rows) > 3 else "")
+        raise DataError(
+            f"{where} answer one prompt {len(rows)} times, differently, and the training data "
+            f"asks it {asked[key]} time(s): give one answer per prompt, or one per occurrence "
+            "in the training data's order (as `lightning-kd generate generate.prompts="
+            "train_split` writes them from the same data settings)"
+        )
 
 
 def teacher_answered(conversations: list[list[dict]], path: Path) -> list[list[dict]]:
@@ -59,7 +72,12 @@ def teacher_answered(conversations: list[list[dict]], path: Path) -> list[list[d
             f"the {len(conversations)} training prompts ({len(missing)} missing, the first "
             f"{first}); {WRITE_THEM}"
         )
-    return [
-        [*prompt_of(c), {"role": "assistant", "content": answers[key][0]}]
-        for c, key in zip(conversations, keys, strict=True)
-    ]
+    check_counts(answers, Counter(keys))
+    seen: Counter[str] = Counter()
+    answered = []
+    for conversation, key in zip(conversations, keys, strict=True):
+        rows = answers[key]
+        answer = rows[seen[key] % len(rows)][0]  # one answer per prompt serves every occurrence
+        seen[key] += 1
+        answered.append([*prompt_of(conversation), {"role": "assistant", "content": answer}])
+    return answered

@@ -71,7 +71,8 @@ def test_bad_answer_rows_are_named(tmp_path) -> None:
     rows = chats(tmp_path)
     train, _ = module(rows).split()
     twice = answers_file(tmp_path / "twice.jsonl", train + train[:1], lambda i: f"t{i}")
-    with pytest.raises(ValueError, match=r"twice.jsonl:7 answers the prompt of .*:1 again"):
+    asked_once = r"twice.jsonl:1, .*twice.jsonl:7 answer one prompt 2 times, differently, and the "
+    with pytest.raises(ValueError, match=asked_once + r"training data asks it 1 time\(s\)"):
         module(rows, twice).setup()
     unanswered = write_rows(tmp_path / "u.jsonl", [{"messages": train[0].messages[:1]}])
     with pytest.raises(ValueError, match=r"u.jsonl:1: a teacher answer row is the prompt"):

@@ -122,6 +122,33 @@ def test_the_prompts_of_a_data_split_are_completed(teacher, tmp_path) -> None:
         generate(streamed, teacher, tokenizer())
 
 
+def test_sampled_answers_to_a_repeated_prompt_train_each_occurrence(teacher, tmp_path) -> None:
+    """A prompt the training data asks three times (with three answers), answered by sampling: three different
+    answers, which data.teacher_answers gives to the three occurrences in order (it refused
+    the file before, and its advice could not help)."""
+    rows = [{"prompt": "Say hi.", "completion": f"hi {i}"} for i in range(3)]
+    rows += [{"prompt": f"Say {i}.", "completion": "x"} for i in range(5)]
+    chats = tmp_path / "c.jsonl"
+    chats.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    sampled = ["generate.do_sample=true", "generate.temperature=2.0", "generate.max_new_tokens=8"]
+    data = ["data=chat", f"data.files=[{chats}]", "data.val_fraction=0.25"]
+    cfg = config(tmp_path / "gen", Path("train_split"), *data, *sampled)
+    cfg.generate.prompts = "train_split"
+    out = generate(cfg, teacher, tokenizer())
+    written = [json.loads(line) for line in out.read_text().splitlines()]
+    hi = [row["messages"][-1]["content"] for row in written if "hi" in row["messages"][0]["content"]]
+    module = ChatDataModule(tokenizer(), files=[str(chats)], val_fraction=0.25)
+    train, _ = module.split()
+    asked = sum("hi" in c.messages[0]["content"] for c in train)
+    assert len(hi) == asked >= 2 and len(set(hi)) == asked  # sampled: each answer differs
+    answered = ChatDataModule(
+        tokenizer(), files=[str(chats)], val_fraction=0.25, teacher_answers=str(out)
+    )
+    answered.setup()
+    texts = [answered.tokenizer.decode(e.tokens) for e in answered.train_examples]
+    assert [a for a in hi if any(a in t and "hi" in t for t in texts)] == hi
+
+
 def test_a_file_of_other_prompts_is_not_continued(teacher, tmp_path) -> None:
     out = generate(config(tmp_path, write_prompts(tmp_path / "p.jsonl", 3)), teacher, tokenizer())
     other = tmp_path / "q.jsonl"
