@@ -41,6 +41,7 @@ from lightning_kd.evaluation.prompts import markdown as prompts_markdown
 from lightning_kd.evaluation.saved_models import load_tokenizer, model_location
 from lightning_kd.launch.entry import Length, check_entry
 from lightning_kd.launch.paths import out_file_errors
+from lightning_kd.launch.unfinished import unfinished_run_error
 from lightning_kd.models.files import saved_model_errors
 from lightning_kd.models.positions import saved_positions
 from lightning_kd.utils.atomic import atomic_write_bytes
@@ -238,6 +239,10 @@ def model_errors(models: list[str], teacher: str | None) -> list[str]:
     named = [(name, "model") for name in models] + ([(teacher, "--teacher")] if teacher else [])
     errors = []
     for name, key in named:
+        unfinished = unfinished_run_error(Path(name), key)
+        if unfinished is not None:  # a run stopped before it saved student/
+            errors.append(unfinished)
+            continue
         try:
             location = Path(model_location(name, key))
         except (OSError, ValueError) as error:

@@ -18,6 +18,7 @@ from pathlib import Path
 from lightning_kd.export.gguf import GGUF_TYPES, export_saved, gguf_path
 from lightning_kd.launch.entry import check_entry
 from lightning_kd.launch.paths import out_file_errors
+from lightning_kd.launch.unfinished import unfinished_run_error
 from lightning_kd.models.files import saved_model_errors
 from lightning_kd.models.sources import is_gguf
 from lightning_kd.utils.stopping import Interrupted, stopping_at_once
@@ -58,7 +59,11 @@ def main(argv: Sequence[str] | None = None) -> Path:
 
 
 def directory_errors(directory: Path) -> list[str]:
-    """Why ``directory`` is not a saved model to convert (missing, or no ``config.json``)."""
+    """Why ``directory`` is not a saved model to convert (missing, or no ``config.json``; a
+    training run that has not saved its student named with the command that finishes it)."""
+    unfinished = unfinished_run_error(directory, "the directory")
+    if unfinished is not None:
+        return [unfinished]
     if (directory / "config.json").is_file():
         return saved_model_errors(directory, "the directory", tokenizer=True)
     what = (

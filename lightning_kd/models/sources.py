@@ -269,10 +269,12 @@ def checked_model_path(path: str, key: str) -> str:
     """
     local = Path(path).expanduser()
     if local.is_file():
+        # A config key takes a GGUF as path + gguf_file; a command's model argument takes it whole.
+        section = key.removesuffix(".path")
+        gguf = f"its directory as {key}, its name as {section}.gguf_file" if section != key else ""
         raise FileNotFoundError(
             f"{key}={path} is a file, not a model directory; give the directory holding "
-            "config.json (for a .gguf file: its directory as the path and the file's name as "
-            "gguf_file)"
+            f"config.json (for a GGUF file: {gguf or 'the file itself, named .gguf'})"
         )
     if local.is_dir():
         if not (local / "config.json").is_file():

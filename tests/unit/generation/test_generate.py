@@ -123,9 +123,9 @@ def test_the_prompts_of_a_data_split_are_completed(teacher, tmp_path) -> None:
 
 
 def test_sampled_answers_to_a_repeated_prompt_train_each_occurrence(teacher, tmp_path) -> None:
-    """A prompt the training data asks three times (with three answers), answered by sampling: three different
-    answers, which data.teacher_answers gives to the three occurrences in order (it refused
-    the file before, and its advice could not help)."""
+    """A prompt the training data asks three times (with three answers), answered by sampling:
+    three different answers, which data.teacher_answers gives to the occurrences in order (it
+    refused the file before, and its advice could not help)."""
     rows = [{"prompt": "Say hi.", "completion": f"hi {i}"} for i in range(3)]
     rows += [{"prompt": f"Say {i}.", "completion": "x"} for i in range(5)]
     chats = tmp_path / "c.jsonl"
@@ -136,7 +136,7 @@ def test_sampled_answers_to_a_repeated_prompt_train_each_occurrence(teacher, tmp
     cfg.generate.prompts = "train_split"
     out = generate(cfg, teacher, tokenizer())
     written = [json.loads(line) for line in out.read_text().splitlines()]
-    hi = [row["messages"][-1]["content"] for row in written if "hi" in row["messages"][0]["content"]]
+    hi = [r["messages"][-1]["content"] for r in written if "hi" in r["messages"][0]["content"]]
     module = ChatDataModule(tokenizer(), files=[str(chats)], val_fraction=0.25)
     train, _ = module.split()
     asked = sum("hi" in c.messages[0]["content"] for c in train)

@@ -1,0 +1,75 @@
+"""A training run stopped before it saved ``student/``: ``export`` and ``evaluate`` given its
+directory, its missing ``student/`` or its checkpoint say so and print the command that finishes
+it (they said only "does not exist" or "is a file, not a model directory ... gguf_file")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lightning_kd.cli import main
+from lightning_kd.launch.unfinished import unfinished_run_error
+
+
+def stopped_run(tmp_path: Path, checkpoint: bool = True) -> Path:
+    run = tmp_path / "runs" / "kd"
+    (run / ".hydra").mkdir(parents=True)
+    overrides = "- experiment=instruct\n- trainer.max_steps=40\n"
+    (run / ".hydra" / "overrides.yaml").write_text(overrides)
+    (run / "logs").mkdir()
+    (run / "logs" / "metrics.csv").write_text("step,loss\n1,2.0\n")
+    if checkpoint:
+        (run / "checkpoints").mkdir()
+        (run / "checkpoints" / "last.ckpt").write_bytes(b"lightning checkpoint")
+    return run
+
+
+FINISH = (
+    "finish it with `lightning-kd train experiment=instruct trainer.max_steps=40 "
+    "hydra.run.dir={run} ckpt_path=last`, then give {run}/student"
+)
+
+
+@pytest.mark.parametrize("given", ["run", "student", "checkpoint"])
+def test_export_and_evaluate_of_an_unfinished_run_print_the_command_that_finishes_it(
+    tmp_path, capsys, given
+) -> None:
+    run = stopped_run(tmp_path)
+    path = {"run": run, "student": run / "student", "checkpoint": run / "checkpoints/last.ckpt"}
+    argument = str(path[given])
+    assert main(["export", argument, "--gguf", "f16"]) == 2
+    exported = capsys.readouterr().err
+    assert main(["evaluate", "--files", str(run / "logs/metrics.csv"), "--", argument]) == 2
+    evaluated = capsys.readouterr().err
+    for err, key in ((exported, "the directory"), (evaluated, "model")):
+        assert FINISH.format(run=run) in err and "Traceback" not in err
+        if given == "checkpoint":
+            assert f"{key} {argument} is a training checkpoint, not a model" in err
+            assert "gguf_file" not in err  # the config key's advice, which evaluate has not
+        else:
+            assert f"{key} {argument}: the run {run} has not saved its student" in err
+    assert not list(tmp_path.rglob("*.gguf"))
+
+
+def test_a_run_stopped_before_its_first_checkpoint_is_started_again(tmp_path) -> None:
+    run = stopped_run(tmp_path, checkpoint=False)
+    error = unfinished_run_error(run / "student", "model")
+    assert error is not None and "ckpt_path" not in error
+    # Its logs/ would block a fresh run there: the command says overwrite=true.
+    assert f"hydra.run.dir={run} overwrite=true`" in error
+
+
+def test_a_finished_runs_checkpoint_points_at_its_student_and_other_paths_pass(tmp_path) -> None:
+    run = stopped_run(tmp_path)
+    (run / "student").mkdir()
+    (run / "student" / "config.json").write_text("{}")
+    error = unfinished_run_error(run / "checkpoints" / "last.ckpt", "model")
+    assert error == (
+        f"model {run}/checkpoints/last.ckpt is a training checkpoint, not a model: the run's "
+        f"final student is {run}/student; give that"
+    )
+    assert unfinished_run_error(run / "student", "model") is None  # finished: loaded as it is
+    assert unfinished_run_error(run, "model") is None  # the loader names run/student
+    assert unfinished_run_error(tmp_path / "elsewhere", "model") is None
+    assert unfinished_run_error(Path("smollm2"), "model") is None
