@@ -71,9 +71,17 @@ def room_error(
     if longest + new_tokens <= limit:
         return None
     over = sum(length + new_tokens > limit for length in prompt_lengths)
+    if longest >= limit:  # no new token fits: the prompts, not the key, must change
+        full = sum(length >= limit for length in prompt_lengths)
+        return (
+            f"the longest prompt ({longest} tokens) leaves no room in {whose}'s {limit} "
+            f"positions (config max_position_embeddings) for a new token: {full} of "
+            f"{len(prompt_lengths)} prompts are {limit} tokens or longer; shorten them or "
+            f"leave them out (at most {limit - 1} tokens, fewer by {key})"
+        )
     return (
         f"{key}={new_tokens} after the longest prompt ({longest} tokens; {over} of "
         f"{len(prompt_lengths)} prompts run past) is longer than {whose}'s {limit} positions "
-        f"(config max_position_embeddings); set {key}={max(limit - longest, 1)} or less, or "
+        f"(config max_position_embeddings); set {key}={limit - longest} or less, or "
         "shorten the prompts"
     )

@@ -116,6 +116,29 @@ def test_evaluate_prompts_refuses_bad_values(case, weightless, prompts, capsys) 
     assert_refused(argv, [n.format(weightless) for n in named], capsys)
 
 
+def test_a_prompt_that_fills_the_positions_is_named_not_answered_by_a_setting(
+    weightless, tmp_path, capsys
+) -> None:
+    """A prompt of 70 byte tokens for a 64-position model: no --max-new-tokens fits, so the
+    prompts are named (it said "set --max-new-tokens=1 or less", which 1 breaks too)."""
+    long = tmp_path / "long.jsonl"
+    rows = [{"prompt": "x" * 70}, {"prompt": "Say hello."}]
+    long.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    fills = (
+        "the longest prompt (70 tokens) leaves no room in {}'s 64 positions (config "
+        "max_position_embeddings) for a new token: 1 of 2 prompts are 64 tokens or longer; "
+        "shorten them or leave them out (at most 63 tokens, fewer by {})"
+    )
+    teacher = ["--teacher", str(weightless)]
+    argv = ["evaluate", "--prompts", str(long), *teacher, "--max-new-tokens=1", str(weightless)]
+    assert_refused(argv, [fills.format(weightless, "--max-new-tokens")], capsys)
+    run_dir = tmp_path / "g"
+    options = [f"generate.prompts={long}", "generate.max_new_tokens=1"]
+    argv = hydra_argv("generate", weightless, run_dir, *options)
+    assert_refused(argv, [fills.format("the teacher", "generate.max_new_tokens")], capsys)
+    assert "or less" not in capsys.readouterr().err
+
+
 def test_an_unknown_lm_eval_task_is_refused_before_any_model_loads(weightless, capsys) -> None:
     argv = ["evaluate", "--lm-eval", "kd_heldout,kd_heldout_choise", "--lm-eval-limit", "0"]
     named = [
