@@ -230,10 +230,13 @@ def saved_config_errors(directory: Path) -> list[str]:
 
 def export_saved(directory: Path, kind: str, path: Path | None = None, then: str = AGAIN) -> Path:
     """The GGUF of the ``save_pretrained`` directory ``directory`` (model and tokenizer), at
-    ``path`` or :func:`gguf_path`; its architecture is checked before the weights load."""
+    ``path`` or :func:`gguf_path`; its architecture and tokenizer are checked before the
+    weights load."""
     directory = Path(directory)
     refuse(type_errors(kind) + saved_config_errors(directory))
     tokenizer = AutoTokenizer.from_pretrained(directory)
+    config = AutoConfig.from_pretrained(directory)
+    gguf_vocabulary(tokenizer, config.vocab_size, config)  # a tokenizer GGUF cannot express
     with readable(directory, str(directory)):
         model = loaded_whole(
             AutoModelForCausalLM.from_pretrained, directory, str(directory), dtype=torch.float32

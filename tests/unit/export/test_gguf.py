@@ -206,6 +206,13 @@ def test_a_tokenizer_a_gguf_cannot_express_is_refused(tmp_path) -> None:
     with pytest.raises(Refused, match="ids up to 319 for a model of 257 embedding rows"):
         write_gguf(model, trained_bpe(), tmp_path / "b.f16.gguf", "f16")
     assert list(tmp_path.iterdir()) == []
+    saved = tmp_path / "student"  # saved: refused before its weights load (they are no file)
+    model.config.save_pretrained(saved)
+    lowercasing.save_pretrained(saved)
+    (saved / "model.safetensors").write_bytes(b"never read")
+    with pytest.raises(Refused, match=r"normalizes text first \(Lowercase\)"):
+        export_saved(saved, "f16")
+    assert not list(tmp_path.glob("*.gguf"))
 
 
 def test_a_write_that_fails_leaves_the_previous_file_or_none(saved, tmp_path, monkeypatch):
