@@ -42,7 +42,8 @@ def main(argv: Sequence[str] | None = None) -> Path:
     """Write the GGUF ``argv`` asks for; returns its path."""
     args = parser().parse_args(argv)
     out = args.out if args.out is not None else gguf_path(args.directory, args.gguf)
-    out_errors = out_file_errors("--out", out, f"student.{args.gguf}.gguf", ours=is_gguf)
+    example = gguf_path(args.directory, args.gguf).name  # runs/kd/student: student.f16.gguf
+    out_errors = out_file_errors("--out", out, example, ours=is_gguf)
     if out.suffix != ".gguf":  # transformers' GGUF reader, and evaluate, find it by its suffix
         out_errors.append(
             f"--out {out}: name the file .gguf, e.g. --out {out.with_suffix('.gguf')}"

@@ -635,7 +635,7 @@ EXPORT = {
     ),
     "an --out that is a directory": (
         ["{model}", "--gguf", "f16", "--out", "{model}"],
-        ["--out {model} is a directory; give a file path, e.g. --out {model}/student.f16.gguf"],
+        ["--out {model} is a directory; give a file path, e.g. --out {model}/weightless.f16.gguf"],
     ),
     "an --out not named .gguf": (
         ["{model}", "--gguf", "f16", "--out", "{model}.bin"],
