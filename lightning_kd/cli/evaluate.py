@@ -21,30 +21,9 @@ directories) on each model, ``--teacher`` first for the ratio (``pip install
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
-
-from lightning_kd.evaluation.harness import (
-    Harness,
-    device_errors,
-    score_models,
-    task_errors,
-    task_names,
-)
-from lightning_kd.evaluation.harness import markdown as harness_markdown
-from lightning_kd.evaluation.judge import judge_prompts, read_prompt_file
-from lightning_kd.evaluation.perplexity import documents_of, markdown, score_documents
-from lightning_kd.evaluation.prompts import Sampling
-from lightning_kd.evaluation.prompts import markdown as prompts_markdown
-from lightning_kd.evaluation.saved_models import load_tokenizer, model_location
-from lightning_kd.launch.entry import Length, check_entry
-from lightning_kd.launch.paths import out_file_errors
-from lightning_kd.launch.unfinished import unfinished_run_error
-from lightning_kd.models.files import saved_model_errors
-from lightning_kd.models.positions import saved_positions
-from lightning_kd.utils.atomic import atomic_write_bytes
 
 
 class Parser(argparse.ArgumentParser):
@@ -120,147 +99,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     lm_eval_only = args.lm_eval_include or args.lm_eval_limit is not None or args.device
     if args.lm_eval is None and lm_eval_only:
         options.error("--lm-eval-include, --lm-eval-limit and --device go with --lm-eval TASKS")
-    if args.lm_eval is not None:
-        return lm_eval(args)
-    read = check(args)
-    if args.prompts is not None:
-        return prompts(args, read)
-    rows = score_documents(args.models, read, args.block_size, args.batch_size)
-    print("\n" + markdown(rows))
-    if args.out is not None:
-        write_rows(args.out, {"files": args.files, "block_size": args.block_size, "rows": rows})
-    return rows
+    # Imported once the arguments parse: `--help` and a mistyped option answer at once, not
+    # after torch, transformers and Lightning have loaded (seconds).
+    from lightning_kd.launch.evaluate import evaluate
 
-
-def check(args: argparse.Namespace) -> list:
-    """Every number the evaluation uses, its sequence length (``--block-size`` for text,
-    ``--max-new-tokens`` after each prompt) against each model's positions, each model, what
-    ``--files`` or ``--prompts`` hold, and ``--out`` (a file path, not a directory), before any
-    model loads; returns the documents or prompts it read."""
-    if args.prompts is None:
-        key, tokens, names = "--block-size", args.block_size, args.models
-        numbers = {"--batch-size": args.batch_size, key: tokens}
-    else:
-        key, tokens = "--max-new-tokens", args.max_new_tokens
-        names = [*args.models, args.teacher]
-        numbers = {"--batch-size": args.batch_size, key: tokens, "--seed": args.seed}
-        if args.samples is not None:  # left out: greedy answers only
-            numbers |= {"--samples": args.samples, "--temperature": args.temperature}
-    keys = {name: "model" for name in args.models} | (
-        {} if args.prompts is None else {args.teacher: "--teacher"}
-    )
-    limits = {
-        name: lambda name=name: saved_positions(model_location(name, keys[name])) for name in names
-    }
-    read, read_errors = read_inputs(args)
-    judge = None if args.prompts is None else args.teacher
-    extra = out_file_errors("--out", args.out, ours=is_record) + read_errors
-    extra += model_errors(args.models, judge)  # weights and tokenizer where they are saved
-    if judge is not None and not extra:
-        extra += judge_tokenizer_errors(args.models, judge)
-    lengths = [Length(key, tokens, limits)]
-    check_entry(command="evaluate", options=numbers, lengths=lengths, extra=extra)
-    return read
-
-
-def read_inputs(args: argparse.Namespace) -> tuple[list, list[str]]:
-    """The prompt rows of ``--prompts``, or the documents of ``--files`` (each a .txt/.jsonl
-    file, each pattern matching one, each record holding ``--text-field``'s text, some text in
-    all), read once, and why they cannot be."""
-    try:
-        if args.prompts is not None:
-            return read_prompt_file(args.prompts), []
-        return documents_of(args.files, args.text_field), []
-    except (OSError, ValueError) as error:
-        return [], [str(error)]
-
-
-def is_record(path: Path) -> bool:
-    """Whether ``path`` holds what :func:`write_rows` writes (an earlier ``--out``, which a new
-    one may replace): a JSON object with its ``rows``."""
-    try:
-        found = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return False
-    return isinstance(found, dict) and "rows" in found
-
-
-def write_rows(out: Path, record: dict) -> None:
-    """``record`` as JSON at ``out``, its directory created if missing, written whole."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(out, json.dumps(record, indent=2).encode())
-
-
-def prompts(args: argparse.Namespace, rows_read: list[list[dict]]) -> list[dict]:
-    """``--prompts`` (``rows_read``: its prompts): each model's greedy answers judged by
-    ``--teacher``."""
-    sampling = None
-    if args.samples is not None:
-        sampling = Sampling(args.samples, args.temperature, args.seed)
-    rows = judge_prompts(
-        args.models, args.teacher, rows_read, args.max_new_tokens, args.batch_size, sampling
-    )
-    print("\n" + prompts_markdown(rows))
-    if args.out is not None:
-        write_rows(args.out, {"prompts": str(args.prompts), "rows": rows})
-    return rows
-
-
-def lm_eval(args: argparse.Namespace) -> list[dict]:
-    """``--lm-eval``: lm-eval's tasks on each model (the teacher's row first, for the ratio)."""
-    harness = Harness(
-        tasks=task_names(args.lm_eval),
-        include=tuple(args.lm_eval_include),
-        batch_size=args.batch_size,
-        device=args.device or "cpu",
-        limit=args.lm_eval_limit,
-    )
-    numbers = {"--batch-size": args.batch_size}
-    if args.lm_eval_limit is not None:  # left out: every example
-        numbers["--lm-eval-limit"] = args.lm_eval_limit
-    check_entry(
-        command="evaluate",
-        options=numbers,
-        extra=out_file_errors("--out", args.out, ours=is_record)
-        + model_errors(args.models, args.teacher)
-        + task_errors(harness.tasks, harness.include, "--lm-eval", "--lm-eval-include")
-        + device_errors(harness.device, "--device"),
-    )
-    rows = score_models(args.models, harness, args.teacher)
-    print("\n" + harness_markdown(rows))
-    if args.out is not None:
-        write_rows(args.out, {"lm_eval": list(harness.tasks), "rows": rows})
-    return rows
-
-
-def model_errors(models: list[str], teacher: str | None) -> list[str]:
-    """Each model (and ``--teacher``) that is neither a directory of a saved model, a Hugging
-    Face id nor a packaged teacher, before any loads."""
-    named = [(name, "model") for name in models] + ([(teacher, "--teacher")] if teacher else [])
-    errors = []
-    for name, key in named:
-        unfinished = unfinished_run_error(Path(name), key)
-        if unfinished is not None:  # a run stopped before it saved student/
-            errors.append(unfinished)
-            continue
-        try:
-            location = Path(model_location(name, key))
-        except (OSError, ValueError) as error:
-            errors.append(str(error))
-            continue
-        if location.is_dir():  # a hub id is for from_pretrained to find
-            errors += saved_model_errors(location, key, tokenizer=True)
-    return errors
-
-
-def judge_tokenizer_errors(models: list[str], judge: str) -> list[str]:
-    """A model ``--prompts`` cannot judge: ``--teacher`` scores its answers' tokens, so each
-    model must share its tokenizer (found here, before any weights load)."""
-    vocabulary = load_tokenizer(judge).get_vocab()
-    return [
-        f"model {name} has another tokenizer than --teacher {judge}: --prompts scores each "
-        "answer's tokens by the teacher; give models of its tokenizer, or compare across "
-        "tokenizers with --files (bits per byte)"
-        for name in models
-        if load_tokenizer(name).get_vocab() != vocabulary
-    ]
+    return evaluate(args)

@@ -32,17 +32,24 @@ from gguf import (
 )
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PretrainedConfig
 
+from lightning_kd.export.files import GGUF_KINDS, gguf_path
 from lightning_kd.export.gguf_vocab import GGUFFile, add_vocabulary, gguf_vocabulary
 from lightning_kd.models.files import loaded_whole, readable
 from lightning_kd.utils.atomic import replaced_whole
 from lightning_kd.utils.disk import disk_errors
 from lightning_kd.utils.refusal import refuse
 
-GGUF_TYPES = {
-    "f16": (GGMLQuantizationType.F16, LlamaFileType.MOSTLY_F16),
-    "q8_0": (GGMLQuantizationType.Q8_0, LlamaFileType.MOSTLY_Q8_0),
-}
-"""``export.gguf`` values: how the weight matrices are stored, and the file type recorded."""
+GGUF_TYPES = dict(
+    zip(
+        GGUF_KINDS,
+        [
+            (GGMLQuantizationType.F16, LlamaFileType.MOSTLY_F16),
+            (GGMLQuantizationType.Q8_0, LlamaFileType.MOSTLY_Q8_0),
+        ],
+        strict=True,
+    )
+)
+"""Each of ``GGUF_KINDS``: how the weight matrices are stored, and the file type recorded."""
 ARCHITECTURES = ("llama",)
 """``model_type`` values written (SmolLM2, the default teacher, is one)."""
 FIX = (
@@ -53,14 +60,6 @@ AGAIN = "export again"
 """What follows a full disk, by default."""
 SKIPPED = ("rotary_emb.inv_freq",)
 """State-dict entries with no tensor in a GGUF (llama.cpp computes them)."""
-
-
-def gguf_path(directory: Path, kind: str) -> Path:
-    """Where the GGUF of the saved model in ``directory`` goes: beside it, as
-    ``<directory>.<kind>.gguf`` (``RUN_DIR/student.q8_0.gguf``). ``.`` and ``..`` are the
-    folders they stand for (``..`` was taken as a name: the file went inside the student)."""
-    directory = Path(os.path.abspath(directory))
-    return directory.with_name(f"{directory.name}.{kind}.gguf")
 
 
 def type_errors(kind: object, key: str = "export.gguf") -> list[str]:

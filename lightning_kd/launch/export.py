@@ -15,7 +15,8 @@ from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from transformers import AutoConfig, PretrainedConfig
 
-from lightning_kd.export.gguf import GGUF_TYPES, architecture_errors, export_saved, gguf_path
+from lightning_kd.export.files import GGUF_KINDS, gguf_path
+from lightning_kd.export.gguf import architecture_errors, export_saved
 from lightning_kd.export.gguf_vocab import gguf_vocabulary
 from lightning_kd.launch.rules import lookup
 from lightning_kd.models.loading import StudentSpec, TeacherSpec
@@ -30,7 +31,7 @@ def gguf_kind(cfg: Mapping) -> str | None:
     """``export.gguf`` when it asks for a GGUF this package writes (None: off, absent or bad —
     a bad value is ``checks.py``'s to refuse)."""
     kind = lookup(cfg, KEY)
-    return kind if isinstance(kind, str) and kind in GGUF_TYPES else None
+    return kind if isinstance(kind, str) and kind in GGUF_KINDS else None
 
 
 def gguf_errors(cfg: Mapping) -> list[str]:
@@ -79,7 +80,7 @@ def export_gguf(cfg: Mapping, student_dir: Path, then: str) -> Path | None:
     kind = gguf_kind(cfg)
     if rank_zero_only.rank != 0:
         return None
-    for other in GGUF_TYPES:  # a resumed run's earlier GGUF is of the student before it trained
+    for other in GGUF_KINDS:  # a resumed run's earlier GGUF is of the student before it trained
         stale = gguf_path(student_dir, other)
         if other != kind and stale.is_file():
             stale.unlink()

@@ -33,7 +33,7 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 
-from lightning_kd.export.gguf import GGUF_TYPES, gguf_path
+from lightning_kd.export.files import GGUF_KINDS, gguf_path
 from lightning_kd.training.checkpoints import LAST_NAME, RESUME
 from lightning_kd.utils.atomic import replaced_whole
 from lightning_kd.utils.disk import disk_errors
@@ -51,7 +51,7 @@ OUTPUTS = (
     "summary.md",
     "importance.json",
     "teacher_cache",
-    *(gguf_path(Path("student"), kind).name for kind in GGUF_TYPES),
+    *(gguf_path(Path("student"), kind).name for kind in GGUF_KINDS),
 )
 """What a run writes into its directory: what ``overwrite=true`` removes."""
 

@@ -15,7 +15,7 @@ import pytest
 from transformers import GPT2Config
 
 from lightning_kd.cli import main
-from lightning_kd.cli.evaluate import is_record
+from lightning_kd.launch.evaluate import is_record
 from lightning_kd.launch.paths import out_file_errors
 from lightning_kd.models.loading import byte_tokenizer
 from lightning_kd.models.sources import is_gguf
