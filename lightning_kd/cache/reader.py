@@ -112,8 +112,8 @@ def _teacher_weights(cache: str, run: str) -> str:
     return (
         f"teacher_weights: the cache's teacher computed with other weights (digest {cache}, "
         f"this run's {run}): another teacher.path or teacher.gguf_file, another training of it, "
-        "or another teacher.quantize (int8 weights compute other values than full-precision "
-        "ones)"
+        "another teacher.init_seed (a teacher.config teacher's random weights) or another "
+        "teacher.quantize (int8 weights compute other values than full-precision ones)"
     )
 
 

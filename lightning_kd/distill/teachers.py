@@ -14,7 +14,10 @@ The list itself is read by ``teacher_entries.py``.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
+import re
+import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -33,7 +36,7 @@ from lightning_kd.distill.teacher_entries import TeacherEntry
 from lightning_kd.distill.tokenizer_pairs import teacher_tokenizer_for
 from lightning_kd.models.digests import config_digest, weights_digest
 from lightning_kd.models.heads import final_hidden, output_head
-from lightning_kd.models.loading import load_teacher
+from lightning_kd.models.loading import TeacherSpec, load_teacher
 from lightning_kd.models.quantize import quantize_teacher
 
 
@@ -231,14 +234,37 @@ def entry_cache_errors(entry: TeacherEntry) -> Iterator[None]:
         found = str(error)
         for advice in ("write one with `", "\nUse the cache written for", "rebuild it for"):
             found = found.split(advice)[0].rstrip("; :")
-        spec = entry.spec
-        model = f"teacher.path={spec.path}" if spec.path else "teacher.config=<its config>"
-        # The keys a cache is keyed by besides the model: written without them, it is refused.
-        model += f" teacher.gguf_file={spec.gguf_file}" if spec.gguf_file else ""
-        model += f" teacher.quantize={spec.quantize}" if spec.quantize else ""
+        model = " ".join(shlex.quote(item) for item in teacher_overrides(entry.spec))
         raise type(error)(
             f"teachers entry {entry.name!r} (cache {entry.cache}): {found}\nWrite this entry's "
-            f"cache with `lightning-kd cache {model} hydra.run.dir={entry.cache} <the run's "
-            "student.source, data=, distill.temperature and cache.k overrides>`, or set its "
-            "cache to auto or null (online)"
+            f"cache with `lightning-kd cache {model} hydra.run.dir={entry.cache} overwrite=true "
+            "<the run's student.source, data=, distill.temperature and cache.k overrides>`, or "
+            "set its cache to auto or null (online)"
         ) from None
+
+
+def teacher_overrides(spec: TeacherSpec) -> list[str]:
+    """The ``teacher.*`` overrides that rebuild ``spec`` in another command over any config:
+    every key, since a cache is keyed by them all and the command's own config (``debug=smoke``,
+    an experiment) may set any of them otherwise (written without ``teacher.init_seed``, a
+    ``config`` teacher's cache was of other weights, and refused). A config is nulled first:
+    a dict given over another merges into it, keeping keys the entry does not have."""
+    model = ["teacher.path=" + spec.path, "teacher.config=null"] if spec.path else []
+    if spec.config is not None:
+        model = ["teacher.path=null", "teacher.config=null"]
+        model.append("teacher.config=" + hydra_value(spec.config))
+    keys = [f.name for f in dataclasses.fields(spec) if f.name not in ("path", "config")]
+    return model + [f"teacher.{key}={hydra_value(getattr(spec, key))}" for key in keys]
+
+
+def hydra_value(value: object) -> str:
+    """``value`` as a Hydra override writes it (``{a: 1, b: [x, y]}``, ``null``, ``true``)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {hydra_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(hydra_value(item) for item in value) + "]"
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    text = str(value)
+    plain = isinstance(value, int | float) or re.fullmatch(r"[A-Za-z_][\w./-]*", text)
+    return text if plain and text not in ("null", "true", "false") else repr(text)

@@ -291,8 +291,36 @@ def test_an_entrys_cache_refusal_names_the_entry_and_how_to_write_its_cache(corp
         teacher_source(entry, config, datamodule.tokenizer, None, "32-true", datamodule)
     message = str(refused.value)
     assert message.startswith(f"teachers entry 'second' (cache {empty}): {empty} holds no")
-    assert f"`lightning-kd cache teacher.path=smollm2 hydra.run.dir={empty} <the run's" in message
-    assert "this run's teacher=" not in message
+    written = "`lightning-kd cache teacher.path=smollm2 teacher.config=null teacher.gguf_file=null"
+    assert written in message and "this run's teacher=" not in message
+    assert f"teacher.init_seed=0 hydra.run.dir={empty} overwrite=true <the run's" in message
     int8 = replace(entry, spec=replace(entry.spec, quantize="int8"))  # written as it runs
-    with pytest.raises(CacheError, match=r"cache teacher.path=smollm2 teacher.quantize=int8 hy"):
+    with pytest.raises(CacheError, match=r"teacher.quantize=int8 teacher.task"):
         teacher_source(int8, config, datamodule.tokenizer, None, "32-true", datamodule)
+    # A config teacher of another seed: its seed is in the command (without it, the command
+    # wrote the seed-0 teacher's cache again, refused again).
+    seeded = replace(entry, spec=TeacherSpec(path=None, config=dict(TINY_LLAMA), init_seed=7))
+    with pytest.raises(
+        CacheError, match=r"'teacher.config=\{model_type: llama, .*\}' .*teacher.init_seed=7 hydra"
+    ):
+        teacher_source(seeded, config, datamodule.tokenizer, None, "32-true", datamodule)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        TeacherSpec(path=None, config={**TINY_LLAMA, "rope_scaling": {"rope_type": "linear"}}),
+        TeacherSpec(path=None, config=dict(TINY_LLAMA), init_seed=7, dtype="float32"),
+        TeacherSpec(path="gemma3_270m", quantize="int8", trust_remote_code=True),
+    ],
+    ids=["nested config", "seeded", "packaged int8"],
+)
+def test_an_entrys_overrides_compose_into_that_teacher(spec) -> None:
+    """What the entry's cache command says is what Hydra composes back into the entry."""
+    from hydra.utils import instantiate
+
+    from lightning_kd.distill.teachers import teacher_overrides
+    from lightning_kd.launch.config import compose_config
+
+    cfg = compose_config(["debug=smoke", *teacher_overrides(spec)])
+    assert instantiate(cfg.teacher, _convert_="all") == spec
