@@ -149,6 +149,21 @@ def record_job(cfg: DictConfig, run_dir: Path) -> None:
     log_to_file(run_dir / f"{hydra_cfg.hydra.job.name}.log")
 
 
+def config_options(hydra: DictConfig) -> list[str]:
+    """The options besides the overrides that composed a run's config (``hydra``: its Hydra
+    config): each ``--config-dir`` (recorded absolute, so valid from any directory) and another
+    primary config's name. The command that resumes the run needs them: without them, the
+    experiment in the user's own directory was not found. The shipped configs' path is not
+    one: it is wherever the package is installed (another machine's, for a record)."""
+    options = []
+    for source in hydra.runtime.config_sources:
+        if source.provider == "command-line" and source.schema == "file":
+            options += ["--config-dir", str(source.path)]
+    if hydra.job.config_name not in (None, "config"):
+        options += ["--config-name", str(hydra.job.config_name)]
+    return options
+
+
 class JobRecord(Callback):
     """:func:`record_job` as a resumed ``fit`` starts: after its checkpoint has been accepted
     (``training/provenance.py``), so a resume refused for its settings leaves the run's record

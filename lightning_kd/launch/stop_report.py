@@ -9,6 +9,7 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 
 from lightning_kd.launch.cluster_jobs import job_rerun
+from lightning_kd.launch.config import config_options
 from lightning_kd.launch.nodes import launcher
 from lightning_kd.training.checkpoints import LAST_NAME
 from lightning_kd.training.finite import NonFiniteError
@@ -37,6 +38,8 @@ def stop_report(
     else:
         why = f"training stopped: {type(error).__name__}: {error}".split("\n")[0]
     overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    if HydraConfig.initialized():  # --config-dir DIR: the run's experiment may live there
+        command = [*command, *config_options(HydraConfig.get())]
     diverged = isinstance(error, NonFiniteError) and error.lower_rate
     diverged = diverged and isinstance(lr, int | float) and lr > 0
     last = Path(getattr(callback, "path", output_dir / "checkpoints" / LAST_NAME))

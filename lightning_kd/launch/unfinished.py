@@ -14,6 +14,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from lightning_kd.launch.config import config_options
 from lightning_kd.training.checkpoints import LAST_NAME
 from lightning_kd.training.rundir import restart_command, resume_command
 
@@ -55,6 +56,9 @@ def finishing_command(run: Path) -> str:
     """The command that takes ``run`` to its end: a resume from its latest checkpoint, or, with
     none saved, the run again in its directory."""
     overrides = [str(item) for item in OmegaConf.load(run / ".hydra" / "overrides.yaml")]
+    command = [*TRAIN]
+    if (run / ".hydra" / "hydra.yaml").is_file():  # --config-dir DIR, as the run was launched
+        command += config_options(OmegaConf.load(run / ".hydra" / "hydra.yaml").hydra)
     if (run / "checkpoints" / LAST_NAME).is_file():
-        return resume_command(TRAIN, overrides, run)
-    return restart_command(TRAIN, overrides, run)
+        return resume_command(command, overrides, run)
+    return restart_command(command, overrides, run)

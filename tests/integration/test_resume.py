@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shlex
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -123,6 +125,37 @@ def test_signalled_run_saves_exits_nonzero_and_its_printed_command_resumes(
     words = [w for w in words[2:] if not w.startswith("+callbacks.signal")]
     resumed = subprocess.run(
         ["python", "run.py", *words], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert_same_run(run_dir, uninterrupted)
+
+
+def test_a_run_from_your_own_config_directory_is_told_to_resume_with_it(
+    tmp_path: Path, uninterrupted: Path
+) -> None:
+    """Its printed command kept the overrides but not ``--config-dir``: run as printed, Hydra
+    said "Could not find 'experiment/mine'". Given relative, the directory is printed absolute,
+    so the command runs from anywhere."""
+    experiment = tmp_path / "my_conf" / "experiment" / "mine.yaml"
+    experiment.parent.mkdir(parents=True)
+    experiment.write_text("# @package _global_\nvalidate_before: false\n")  # as COMMON has it
+    run_dir = tmp_path / "run"
+    send = "+callbacks.signal={_target_: tests.helpers.SignalAtStep, batch: 8, signal: SIGTERM}"
+    launch = ["-m", "lightning_kd", "train", "--config-dir", "my_conf", *COMMON, "experiment=mine"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    stopped = subprocess.run(
+        [sys.executable, *launch, send, f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr[-3000:]
+    words = printed_command(stopped.stdout, "Resume with:\n")
+    assert words[:6] == ["python", *launch[:4], str(experiment.parent.parent)], words
+    resumed = subprocess.run(
+        [sys.executable, *words[1:]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert_same_run(run_dir, uninterrupted)

@@ -54,7 +54,12 @@ def test_a_diverged_run_is_given_a_smaller_rate(tmp_path: Path, monkeypatch) -> 
         HydraConfig,
         "get",
         staticmethod(
-            lambda: SimpleNamespace(mode=RunMode.RUN, overrides=SimpleNamespace(task=overrides))
+            lambda: SimpleNamespace(
+                mode=RunMode.RUN,
+                overrides=SimpleNamespace(task=overrides),
+                runtime=SimpleNamespace(config_sources=[]),
+                job=SimpleNamespace(config_name="config"),
+            )
         ),
     )
     diverged = NonFiniteError("the training loss is not finite at optimizer step 4")

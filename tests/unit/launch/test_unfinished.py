@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from lightning_kd.cli import main
 from lightning_kd.launch.unfinished import unfinished_run_error
@@ -73,3 +74,18 @@ def test_a_finished_runs_checkpoint_points_at_its_student_and_other_paths_pass(t
     assert unfinished_run_error(run, "model") is None  # the loader names run/student
     assert unfinished_run_error(tmp_path / "elsewhere", "model") is None
     assert unfinished_run_error(Path("smollm2"), "model") is None
+
+
+def test_a_run_launched_with_config_dir_is_finished_with_it(tmp_path) -> None:
+    run = stopped_run(tmp_path)
+    sources = [
+        {"path": "/opt/lightning_kd/conf", "schema": "file", "provider": "main"},
+        {"path": "/home/me/my_conf", "schema": "file", "provider": "command-line"},
+    ]
+    record = {"hydra": {"runtime": {"config_sources": sources}, "job": {"config_name": "mine"}}}
+    (run / ".hydra" / "hydra.yaml").write_text(OmegaConf.to_yaml(record))
+    error = unfinished_run_error(run, "model")
+    assert error is not None
+    # The shipped configs' path is not repeated: it is wherever the package is installed.
+    start = "`lightning-kd train --config-dir /home/me/my_conf --config-name mine experiment="
+    assert start in error
