@@ -40,12 +40,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 def check(args: argparse.Namespace) -> None:
     """The step counts and ``--out``, before the soak's run starts: a baseline taken at the last
     step (or after it) would compare the end with itself and pass whatever the memory did, and
-    the soak's run starts afresh in ``--out`` (``overwrite=true``)."""
+    the soak's run starts afresh in ``--out`` (``overwrite=true``). A baseline at step 0, before
+    any step, counted the first step's one-off buffers as growth: every such soak failed."""
     numbers = {"--steps": args.steps, "--warmup": args.warmup}
-    late = args.warmup >= args.steps >= 1
+    late = args.warmup >= args.steps >= 2
     extra = [
         f"--warmup={args.warmup} with --steps={args.steps}: the baseline is taken at step "
-        f"--warmup, so it must come before the last step; e.g. --warmup={args.steps // 10}"
+        f"--warmup, so it must come before the last step; e.g. --warmup={max(args.steps // 10, 1)}"
     ]
     extra = (extra if late else []) + out_errors(args.out)
     check_entry(command="soak", options=numbers, extra=extra)

@@ -47,8 +47,10 @@ OPTIONS: dict[str, dict[str, Number]] = {
         "--loss-repeats": Number(low=1, integer=True, example="3"),
     },
     "soak": {
-        "--steps": Number(low=1, integer=True, example="1000"),
-        "--warmup": Number(low=0, integer=True, example="100"),
+        # Two steps at least: the baseline (after a step, --warmup >= 1) must precede the end.
+        "--steps": Number(low=2, integer=True, example="1000"),
+        # At step 0 nothing has run: every buffer the first step allocates read as a leak.
+        "--warmup": Number(low=1, integer=True, example="100"),
     },
 }
 """Each argparse command's numeric options (by the flag a user types) and what they allow."""
