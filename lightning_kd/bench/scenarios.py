@@ -10,14 +10,14 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from lightning_kd.bench.measure import (
-    fault_in,
-    peak_mb,
-    release_free_memory,
-    reset_peak,
-    timed,
+from lightning_kd.bench.measure import fault_in, peak_mb, release_free_memory, reset_peak, timed
+from lightning_kd.bench.sampling import (
+    SAMPLING,
+    TimedSampling,
+    on_policy_overrides,
+    prompted,
+    step_counts,
 )
-from lightning_kd.bench.sampling import TimedSampling, on_policy_overrides, prompted
 from lightning_kd.bench.teacher_sides import teacher_sides
 from lightning_kd.data.encoding import text_ids
 
@@ -38,9 +38,6 @@ SCENARIOS = (
     "cross_spans",
     "two_teachers",
 )
-SAMPLING = ("on_policy", "interleaved")
-"""Scenarios whose distiller samples each row's answer first: from the student alone, or
-interleaved (``distill.on_policy_teacher_top_k``, the teacher vetoing the student's tokens)."""
 CACHED = ("free_floor", "cached")
 """Scenarios without teacher weights in the process: ``free_floor`` a CE-only step (chunked CE,
 ``distill.kd_weight=0``), ``cached`` a logit-KD step from the teacher's top-k records; both
@@ -258,26 +255,32 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict:
     fault_in(distiller)
     if name in SAMPLING:
         distiller.on_policy = TimedSampling(distiller.on_policy, device)
-    # --quick warms up on a short batch: the one-time costs (kernel selection, lazy
-    # initialisation) are paid, the seconds of a full-size step are not.
-    warmup_batch = {key: value[:1, :32] for key, value in batch.items()} if args.quick else batch
     trainable = list(distiller.trainable_parameters())
     optimizer = torch.optim.AdamW(trainable, lr=1e-5)
     step = scenario_steps(distiller, optimizer, autocast_for(device, args.precision))[name]
     if name == "naive":  # the common mistake: a teacher that is not frozen keeps its graph
         distiller.teacher.requires_grad_(True)
-    for _ in range(args.warmup):
-        step(warmup_batch)
+    warm_up(name, args, step, batch)
     reset_peak(device)
-    seconds = timed(lambda: step(batch), device, 0, args.repeats)
+    repeats = step_counts(name, args)[1]
+    seconds = timed(lambda: step(batch), device, 0, repeats)
     params = sum(p.numel() for p in trainable)
     row = {"scenario": name, "peak_mb": peak_mb(device), "step_s": seconds, "trainable": params}
     if name in SAMPLING:
-        row |= distiller.on_policy.summary(args.repeats)
+        row |= distiller.on_policy.summary(repeats)
     if name == "two_teachers":
         autocast = autocast_for(device, args.precision)
         row["teachers"] = teacher_sides(distiller, batch, device, autocast, args.repeats)
     return row
+
+
+def warm_up(name: str, args: argparse.Namespace, step: Step, batch: dict) -> None:
+    """The untimed steps. ``--quick`` warms up on a short batch where lengths are fixed: the
+    one-time costs are paid, the seconds of a full-size step are not."""
+    short = args.quick and name not in SAMPLING
+    warmup_batch = {key: value[:1, :32] for key, value in batch.items()} if short else batch
+    for _ in range(step_counts(name, args)[0]):
+        step(warmup_batch)
 
 
 def other_path(name: str, args: argparse.Namespace) -> list[str]:

@@ -78,8 +78,23 @@ def test_the_generation_share_is_the_sampling_over_the_on_policy_step() -> None:
 
 
 @pytest.mark.parametrize("name", ["on_policy", "interleaved"])
-def test_the_on_policy_scenario_samples_completions_of_half_rows(tmp_path, name: str) -> None:
-    """In-process, on a tiny saved teacher: the step runs, sampling is timed and is part of it."""
+def test_the_on_policy_scenario_samples_completions_of_half_rows(
+    tmp_path, name: str, monkeypatch
+) -> None:
+    """In-process, on a tiny saved teacher: the step runs, sampling is timed and is part of it.
+    Even under --quick (one warm-up, one timed step elsewhere), 3 warm-ups and the median of 3
+    timed steps: sampled lengths vary, and one step read sampling as 4 % of the step, not 80 %."""
+    from lightning_kd.bench.sampling import TimedSampling
+
+    counted = []
+    summary = TimedSampling.summary
+    monkeypatch.setattr(
+        TimedSampling,
+        "summary",
+        lambda self, repeats: (
+            counted.append((len(self.seconds), repeats)) or summary(self, repeats)
+        ),
+    )
     save_tiny(tmp_path / "teacher", 0)
     argv = ["--scenario", name, "--teacher", str(tmp_path / "teacher"), "--quick"]
     argv += ["--device", "cpu", "--student-layers", "2", "--precision", "32-true"]
@@ -89,6 +104,7 @@ def test_the_on_policy_scenario_samples_completions_of_half_rows(tmp_path, name:
     # the order (timed apart, they crossed on CI on a tiny model: 0.1345 s vs 0.1340 s).
     assert 0 < row["sample_s"] < row["step_s"]
     assert 1 <= row["sampled_tokens"] <= 64  # at most half of the 128-token rows
+    assert counted == [(6, 3)]  # sampled in 3 warm-ups and 3 timed steps; the last 3 summarised
 
 
 @pytest.mark.parametrize(
