@@ -54,8 +54,12 @@ def checked_batch(
             )
     if not ids.numel():
         raise ValueError(f"input_ids has shape {tuple(ids.shape)}: no row or no position to score")
-    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
-        raise ValueError(f"input_ids are {ids.dtype}; token ids are integers (torch.long)")
+    for key in ("input_ids", "labels", "position_ids"):  # indices: a float one reached gather
+        value = batch.get(key)
+        if value is not None and (
+            value.is_floating_point() or value.is_complex() or value.dtype == torch.bool
+        ):
+            raise ValueError(f"{key} are {value.dtype}; {key} are integers (torch.long)")
     if model is not None:
         check_range(batch, task, model.get_input_embeddings().num_embeddings)
     if task != "causal_lm":  # an encoder scores every attended position itself
@@ -69,14 +73,24 @@ def given_keys(batch: dict) -> list[str]:
 
 
 def check_range(batch: dict[str, Tensor], task: str, vocab: int) -> None:
-    """Refuse ids outside ``[0, vocab)`` and (a causal LM's) labels outside it but −100."""
-    ids = batch["input_ids"]
+    """Refuse ids outside ``[0, vocab)``, (a causal LM's) labels outside it but −100, and an
+    attention mask of other values than 0 and 1: positions are counted from the mask, so a mask
+    of 2s or of segment ids (as some packing collators write) read the tokens at other
+    positions, and kept the documents of a row attending to each other, without an error."""
+    ids, mask = batch["input_ids"], batch.get("attention_mask")
     bounds = [ids.min(), ids.max()]
+    bounds.append(((mask != 0) & (mask != 1)).sum() if mask is not None else ids.new_zeros(()))
     labels = batch.get("labels") if task == "causal_lm" else None
     if labels is not None:
         wrong = (labels != IGNORE_INDEX) & ((labels < 0) | (labels >= vocab))
         bounds.append(wrong.sum())
-    low, high, *bad_labels = torch.stack(bounds).tolist()  # one read back from the device
+    low, high, bad_mask, *bad_labels = torch.stack(bounds).tolist()  # one read from the device
+    if bad_mask:
+        raise ValueError(
+            f"attention_mask holds {bad_mask} value(s) other than 0 and 1: it says which "
+            "positions are tokens (1) and which are padding (0); for several documents in a row, "
+            "give each its positions in position_ids (restarting at 0), not segment ids in the mask"
+        )
     if low < 0 or high >= vocab:
         raise ValueError(
             f"input_ids hold {low if low < 0 else high}, outside the model's vocabulary "

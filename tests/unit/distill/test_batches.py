@@ -13,6 +13,7 @@ from lightning_kd.models.student import student_from_teacher
 from tests.conftest import TINY_GPT2, TINY_LLAMA
 
 IDS = torch.tensor([[5, 17, 42, 9, 120, 33]])
+ONES = torch.ones_like(IDS)
 
 
 def distiller() -> Distiller:
@@ -57,25 +58,53 @@ def test_labels_are_masked_on_pads_and_after_them_only() -> None:
 @pytest.mark.parametrize(
     ("batch", "message"),
     [
-        ({"input_ids": IDS, "attention_mask": IDS}, r"lacks \['labels'\]"),
+        ({"input_ids": IDS, "attention_mask": ONES}, r"lacks \['labels'\]"),
         ({"input_ids": IDS, "labels": IDS}, r"lacks \['attention_mask'\]"),
-        ({"input_ids": IDS[0], "attention_mask": IDS[0], "labels": IDS[0]}, r"shape \(6,\)"),
-        ({"input_ids": [1, 2], "attention_mask": IDS, "labels": IDS}, r"input_ids is list"),
-        ({"input_ids": IDS, "attention_mask": IDS, "labels": IDS[:, 1:]}, r"labels has shape"),
+        ({"input_ids": IDS[0], "attention_mask": ONES[0], "labels": IDS[0]}, r"shape \(6,\)"),
+        ({"input_ids": [1, 2], "attention_mask": ONES, "labels": IDS}, r"input_ids is list"),
+        ({"input_ids": IDS, "attention_mask": ONES, "labels": IDS[:, 1:]}, r"labels has shape"),
         ({"input_ids": IDS, "attention_mask": None, "labels": IDS}, r"lacks \['attention_mask'\]"),
         (
-            {"input_ids": IDS, "attention_mask": IDS, "labels": None},
+            {"input_ids": IDS, "attention_mask": ONES, "labels": None},
             r"lacks \['labels'\] \(it has \['attention_mask', 'input_ids'\]\)",
         ),
-        ({"input_ids": IDS[:0], "attention_mask": IDS[:0], "labels": IDS[:0]}, r"\(0, 6\): no row"),
-        ({"input_ids": IDS[:, :0], "attention_mask": IDS[:, :0], "labels": IDS[:, :0]}, "no row"),
-        ({"input_ids": IDS.float(), "attention_mask": IDS, "labels": IDS}, r"torch.float32; token"),
-        ({"input_ids": IDS * 1000, "attention_mask": IDS, "labels": IDS}, r"hold 120000, outside"),
-        ({"input_ids": -IDS, "attention_mask": IDS, "labels": IDS}, r"hold -120, outside"),
-        ({"input_ids": IDS, "attention_mask": IDS, "labels": IDS * 1000}, r"labels hold 6 value"),
-        ({"input_ids": IDS, "attention_mask": IDS, "labels": -IDS}, r"labels hold 6 value"),
         (
-            {"input_ids": IDS, "attention_mask": IDS, "labels": IDS, "position_ids": IDS[:, 1:]},
+            {"input_ids": IDS[:0], "attention_mask": ONES[:0], "labels": IDS[:0]},
+            r"\(0, 6\): no row",
+        ),
+        ({"input_ids": IDS[:, :0], "attention_mask": ONES[:, :0], "labels": IDS[:, :0]}, "no row"),
+        (
+            {"input_ids": IDS.float(), "attention_mask": ONES, "labels": IDS},
+            r"torch.float32; input_ids are integers",
+        ),
+        (
+            {"input_ids": IDS, "attention_mask": ONES, "labels": IDS.float()},
+            r"labels are torch.float32",
+        ),
+        # A mask of segment ids (1, 2 per document): it shifted the positions without an error.
+        (
+            {"input_ids": IDS, "attention_mask": ONES + (IDS > 20), "labels": IDS},
+            r"attention_mask holds 3 value\(s\) other than 0 and 1",
+        ),
+        (
+            {"input_ids": IDS, "attention_mask": ONES * 2, "labels": IDS},
+            r"holds 6 value.*position_ids",
+        ),
+        (
+            {
+                "input_ids": IDS,
+                "attention_mask": ONES.bool(),
+                "labels": IDS,
+                "position_ids": IDS.float(),
+            },
+            r"position_ids are torch.float32",
+        ),
+        ({"input_ids": IDS * 1000, "attention_mask": ONES, "labels": IDS}, r"hold 120000, outside"),
+        ({"input_ids": -IDS, "attention_mask": ONES, "labels": IDS}, r"hold -120, outside"),
+        ({"input_ids": IDS, "attention_mask": ONES, "labels": IDS * 1000}, r"labels hold 6 value"),
+        ({"input_ids": IDS, "attention_mask": ONES, "labels": -IDS}, r"labels hold 6 value"),
+        (
+            {"input_ids": IDS, "attention_mask": ONES, "labels": IDS, "position_ids": IDS[:, 1:]},
             "position_ids has",
         ),
     ],
