@@ -38,6 +38,7 @@ from lightning_kd.models.digests import config_digest, weights_digest
 from lightning_kd.models.heads import final_hidden, output_head
 from lightning_kd.models.loading import TeacherSpec, load_teacher
 from lightning_kd.models.quantize import quantize_teacher
+from lightning_kd.utils.refusal import Refused
 
 
 class ExtraTeachers(nn.Module):
@@ -213,6 +214,8 @@ def teacher_source(
     cross = None
     if teacher_tokenizer is not None:
         cross = CrossTokenizer.for_models(tokenizer, teacher_tokenizer, student, model, distill)
+    elif tokenizer is not None:  # it reads the run's ids: an embedding's IndexError otherwise
+        check_entry_vocabulary(entry, model, len(tokenizer))
     if not cached:
         return model, cross
     args = (entry.cache, model, tokenizer, data, distill.temperature, (), cross)
@@ -221,6 +224,18 @@ def teacher_source(
     del model
     gc.collect()
     return cache, cross
+
+
+def check_entry_vocabulary(entry: TeacherEntry, model: nn.Module, needed: int) -> None:
+    """Refuse an entry that reads the run's token ids with fewer embedding rows than ids."""
+    size = model.get_input_embeddings().num_embeddings
+    if size < needed:
+        raise Refused(
+            f"teachers entry {entry.name!r}: its vocabulary has {size} rows but the run's "
+            f"tokenizer has {needed} tokens, so it cannot read the run's ids: give it a model of "
+            "that tokenizer, or one with its own tokenizer (the entry then takes the "
+            "cross-tokenizer path)"
+        )
 
 
 @contextmanager

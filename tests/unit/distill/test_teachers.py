@@ -324,3 +324,20 @@ def test_an_entrys_overrides_compose_into_that_teacher(spec) -> None:
 
     cfg = compose_config(["debug=smoke", *teacher_overrides(spec)])
     assert instantiate(cfg.teacher, _convert_="all") == spec
+
+
+def test_an_entry_of_fewer_rows_than_the_runs_tokens_is_refused_by_name(corpus) -> None:
+    """It trained until the validation before training hit an embedding's IndexError."""
+    from lightning_kd.distill.teachers import teacher_source
+    from lightning_kd.utils.refusal import Refused
+
+    datamodule = make_datamodule([corpus])
+    small = {**TINY_LLAMA, "vocab_size": 200}
+    entry = teacher_entries(
+        [{"name": "main", "weight": 0.5}, {"name": "b", "weight": 0.5, "config": small}],
+        TeacherSpec(path=None, config=dict(TINY_LLAMA)),
+    )[1]
+    config = DistillConfig(features=None, compile=False)
+    rows = r"teachers entry 'b': its vocabulary has 200 rows but the run's tokenizer has 257"
+    with pytest.raises(Refused, match=rows):
+        teacher_source(entry, config, datamodule.tokenizer, None, "32-true", None)
