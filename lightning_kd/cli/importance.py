@@ -8,8 +8,9 @@ without training.
 
 from __future__ import annotations
 
-import sys
+import argparse
 from collections.abc import Sequence
+from pathlib import Path
 
 from lightning_kd.launch.build import with_precision, with_values
 from lightning_kd.launch.config import compose_config
@@ -21,13 +22,25 @@ from lightning_kd.launch.model_checks import model_setting_errors
 
 def main(argv: Sequence[str]) -> int:
     """Print the layer table ``lightning-kd train <argv>`` would choose from."""
-    if any(word in ("-h", "--help") for word in argv):
-        print(__doc__)
-        return 0
-    if flags := [word for word in argv if word.startswith("-")]:
-        print(f"lightning-kd importance takes config overrides only, not {flags}", file=sys.stderr)
-        return 2
-    cfg = compose_config(list(argv))
+    parser = argparse.ArgumentParser(
+        prog="lightning-kd importance",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--config-dir",
+        "-cd",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a directory of your own configs, searched first (as lightning-kd train takes it)",
+    )
+    args, overrides = parser.parse_known_args(argv)
+    if flags := [word for word in overrides if word.startswith("-")]:
+        parser.error(f"takes --config-dir and config overrides only, not {flags}")
+    if missing := [d for d in args.config_dir if not Path(d).is_dir()]:
+        parser.error(f"--config-dir {missing[0]}: no such directory")
+    cfg = compose_config(overrides, config_dirs=args.config_dir)
     # The command ranks as student.layers=importance does: its settings are checked as such.
     ranked = with_values(cfg, {"student.layers": "importance"})
     extra = dataset_errors(cfg) + model_setting_errors(ranked)

@@ -56,9 +56,22 @@ def test_a_bad_option_prints_usage_and_exits_2(command: str, valid: list[str], c
     assert f"usage: lightning-kd {command}" in err and "--no-such-option" in err
 
 
-def test_importance_takes_overrides_only(capsys) -> None:
-    assert main(["importance", "--layers", "3"]) == 2
-    assert "takes config overrides only" in capsys.readouterr().err
+def test_importance_takes_a_config_dir_and_overrides_only(tmp_path: Path, capsys) -> None:
+    """--config-dir was refused as a flag: a teacher or experiment of your own could be
+    trained with student.layers=importance but not ranked."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["importance", "--layers", "3"])
+    assert exit_.value.code == 2
+    assert (
+        "takes --config-dir and config overrides only, not ['--layers']" in capsys.readouterr().err
+    )
+    experiment = tmp_path / "my_conf" / "experiment" / "mine.yaml"
+    experiment.parent.mkdir(parents=True)
+    experiment.write_text("# @package _global_\nstudent:\n  num_layers: 2\n")
+    argv = ["importance", "--config-dir", str(tmp_path / "my_conf"), "debug=smoke"]
+    assert main([*argv, "experiment=mine", "data.max_train_examples=16"]) == 0
+    out = capsys.readouterr().out
+    assert "kept by" in out and "(2 layers" in out  # the experiment of my_conf/ was composed
 
 
 def run(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
