@@ -17,6 +17,9 @@ from lightning_kd.distill.repair import RepairReport, repair
 from lightning_kd.training.saving import agreed
 from lightning_kd.utils.stopping import STOP
 
+REPORT_KEY = "blockwise_repair"
+"""Where a checkpoint keeps the repair's report."""
+
 
 class BlockwiseRepair(Callback):
     """``distill.blockwise_passes`` over the training blocks before the first step; the report
@@ -26,6 +29,16 @@ class BlockwiseRepair(Callback):
         if pl_module.distill.blockwise_passes and trainer.ckpt_path is None:
             pl_module.blockwise = self.repair(trainer, pl_module)
         pl_module.distiller.release_repair_source()  # student.source's model: repaired from
+
+    # A resumed fit skips the repair its student already had: the checkpoint carries the report,
+    # or the resumed run's summary said no repair was done.
+    def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint) -> None:
+        if pl_module.blockwise is not None:
+            checkpoint[REPORT_KEY] = pl_module.blockwise.as_dict()
+
+    def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint) -> None:
+        if REPORT_KEY in checkpoint:
+            pl_module.blockwise = RepairReport.from_dict(checkpoint[REPORT_KEY])
 
     @staticmethod
     def repair(trainer: Trainer, pl_module: LightningModule) -> RepairReport:

@@ -249,3 +249,22 @@ def test_a_signal_in_the_repair_stops_it_and_the_printed_command_starts_again(
     assert again.returncode == 0, again.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["blockwise"]["passes"] == 2 and summary["steps"] == 6
+
+
+def test_a_resumed_run_reports_the_repair_its_student_had(tmp_path: Path) -> None:
+    """The repair runs before the first step, so a resumed fit skips it: its summary said
+    ``"blockwise": null`` and showed no repair row, though its student was repaired."""
+    run_dir = tmp_path / "run"
+    repair = ["debug=smoke", "distill.blockwise_passes=2", "checkpoint.every=2"]
+    send = "+callbacks.signal={_target_: tests.helpers.SignalAtStep, batch: 3, signal: SIGTERM}"
+    stopped = run_cli(*repair, send, f"hydra.run.dir={run_dir}")
+    assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr[-3000:]
+    repaired = stopped.stdout.split("blockwise repair: ")[1].splitlines()[0]
+    resumed = run_printed(printed_command(stopped.stdout, "Resume with:\n"))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "blockwise repair: " not in resumed.stdout  # not run again
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (
+        summary["blockwise"]["passes"] == 2 and f"{summary['blockwise']['steps']} steps" in repaired
+    )
+    assert "| block-wise repair before training |" in (run_dir / "summary.md").read_text()
