@@ -86,17 +86,24 @@ def is_rank_zero() -> bool:
 
 
 def previous_outputs(run_dir: Path) -> list[str]:
-    """Entries of ``run_dir`` other than Hydra's own files and the lock, sorted; a directory
+    """Entries of ``run_dir`` other than Hydra's own files and lock files, sorted; a directory
     without a file in it (the ``logs/`` of a run refused before it logged anything) is none."""
     if not run_dir.is_dir():
         return []
     return sorted(
         entry.name
         for entry in run_dir.iterdir()
-        if entry.name not in (*HYDRA_OWN, LOCK_NAME)
+        if entry.name not in HYDRA_OWN
+        and not is_lock(entry.name)
         and not entry.name.endswith(".log")
         and not (entry.is_dir() and not any(p.is_file() for p in entry.rglob("*")))
     )
+
+
+def is_lock(name: str) -> bool:
+    """A lock file (the run's ``.lock``, a cache writer's ``.writer.lock``, ...): an empty file
+    the kernel locks, no output; a refused ``cache`` was told its lock needed overwrite=true."""
+    return name.startswith(".") and name.endswith(".lock")
 
 
 def blocking_outputs(run_dir: Path) -> list[str]:
