@@ -10,6 +10,7 @@ cache that is not this run's, a resume of other settings — are ``Refused`` too
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 REFUSED_EXIT = 2
@@ -36,7 +37,7 @@ def said_once(errors: Sequence[str]) -> list[str]:
     message about the same ``key=value`` (the config's value check and the spec's own)."""
     kept: dict[str, str] = {}
     for error in errors:
-        head = error.split(": ", 1)[0] if ": " in error else error
-        subject = head if "=" in head and " " not in head else error
-        kept.setdefault(subject, error)
+        # The key=value a message opens with, whatever follows it (": must be ...", "; it must")
+        setting = re.match(r"[\w.+~\[\]-]+=[^\s:;,]+(?=[:;]|$)", error)
+        kept.setdefault(setting.group() if setting else error, error)
     return list(kept.values())

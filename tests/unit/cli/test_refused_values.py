@@ -356,6 +356,11 @@ TRAIN = {
         ["distill.blockwise_passes=-1"],
         ["a value is refused", "distill.blockwise_passes=-1: must be an integer >= 0"],
     ),
+    # The value check said ": must be ...", the spec "; it must be at least 1": both kept.
+    "no student layer, said once": (
+        ["student.num_layers=0"],
+        ["a value is refused", "student.num_layers=0: must be an integer >= 1 (or null)"],
+    ),
     "zero repair rate, said once": (
         ["distill.blockwise_lr=0"],
         ["a value is refused", "distill.blockwise_lr=0: must be a finite number > 0"],
