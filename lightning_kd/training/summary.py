@@ -198,8 +198,8 @@ def disk_use(
     output_dir: Path, cache: dict | None = None, entry_caches: dict[str, dict] | None = None
 ) -> dict[str, dict]:
     """What a run wrote: its run directory (checkpoints, the exported student and its GGUFs
-    named apart) and, where it wrote into the shared teacher cache, those bytes and its path
-    (each ``teachers`` entry's too, by name)."""
+    named apart) and, where it wrote into a teacher cache, those bytes and its path (each
+    ``teachers`` entry's too, by name; a cache it only read is not listed)."""
     written = {"run directory": {"path": str(output_dir), "bytes": tree_bytes(output_dir)}}
     for part in ("checkpoints", "student"):
         if (output_dir / part).exists():
@@ -209,8 +209,12 @@ def disk_use(
     caches = {"teacher cache": cache} | {
         f"teacher cache ({name})": choice for name, choice in (entry_caches or {}).items()
     }
-    for what, choice in caches.items():
-        if choice is not None and choice.get("distill.teacher_cache"):
+    for what, choice in caches.items():  # a cache only read (0 bytes) is not listed as written
+        if (
+            choice is not None
+            and choice.get("distill.teacher_cache")
+            and choice.get("written_bytes")
+        ):
             path = choice["distill.teacher_cache"]
-            written[what] = {"path": path, "bytes": choice.get("written_bytes", 0)}
+            written[what] = {"path": path, "bytes": choice["written_bytes"]}
     return written

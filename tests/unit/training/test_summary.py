@@ -88,10 +88,12 @@ def test_each_teachers_cache_is_reported_and_counted_as_written(tmp_path) -> Non
     def choice(path: str, size: int) -> dict:
         return {"distill.teacher_cache": path, "in_training": "cached once", "written_bytes": size}
 
-    entries = {"gemma": choice("caches/b", 3 * 2**20)}
+    entries = {"gemma": choice("caches/b", 3 * 2**20), "read": choice("caches/c", 0)}
     written = summary.disk_use(tmp_path, choice("caches/a", 2**20), entries)
     assert written["teacher cache"] == {"path": "caches/a", "bytes": 2**20}
     assert written["teacher cache (gemma)"] == {"path": "caches/b", "bytes": 3 * 2**20}
+    # Only read (given whole, or found whole by a resume): it said "written: 0.0 MB".
+    assert "teacher cache (read)" not in written
     report = RunSummary(
         after={},
         before={},
