@@ -59,14 +59,24 @@ from lightning_kd.bench.loss import LOSS_TOKENS, QUICK_LOSS_TOKENS, run_loss
 from lightning_kd.bench.report import markdown, plot, summarise
 from lightning_kd.bench.scenarios import SCENARIOS, run_scenario
 from lightning_kd.models.lora import missing_peft
+from lightning_kd.models.quantize import DTYPES as QUANTIZABLE
 from lightning_kd.models.quantize import missing_torchao
 
-OPTIONAL: dict[str, Callable[[], str | None]] = {
-    "teacher_int8": lambda: missing_torchao("int8"),
-    "lora": missing_peft,
+
+def int8_unavailable(args: argparse.Namespace) -> str | None:
+    """Why ``teacher_int8`` cannot run with ``args``: no torchao, or a teacher dtype torchao
+    does not quantize (float64 failed in the child, after the other scenarios, with no report)."""
+    if args.teacher_dtype not in QUANTIZABLE:
+        return f"--teacher-dtype {args.teacher_dtype}: int8 quantizes float32, bfloat16 or float16"
+    return missing_torchao("int8")
+
+
+OPTIONAL: dict[str, Callable[[argparse.Namespace], str | None]] = {
+    "teacher_int8": int8_unavailable,
+    "lora": lambda args: missing_peft(),
 }
-"""Scenarios that run on an optional package: why each cannot run here (None: it can). Skipped
-in the parent, since the child would fail on the import after its models load."""
+"""Scenarios that cannot always run here: why (None: they can), for an optional package or a
+setting. Skipped in the parent, since the child would fail after its models load."""
 
 # This module is the driver (child processes, output files); its options are parsed in
 # lightning_kd.cli.bench, what each child measures is in scenarios.py, the report in report.py,
@@ -106,7 +116,7 @@ def run(args: argparse.Namespace) -> dict | None:
     args.out.mkdir(parents=True, exist_ok=True)
     scenarios = {}
     for name in SCENARIOS:
-        if name in OPTIONAL and (missing := OPTIONAL[name]()):
+        if name in OPTIONAL and (missing := OPTIONAL[name](args)):
             print(f"{name:>13}: skipped ({missing})")
             continue
         started = time.perf_counter()

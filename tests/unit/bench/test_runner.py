@@ -11,11 +11,8 @@ from lightning_kd.models import lora, quantize
 from tests.unit.bench.test_bench import fake_report
 
 
-def test_scenarios_of_missing_extras_are_skipped_and_the_report_written(
-    tmp_path, monkeypatch, capsys
-) -> None:
-    monkeypatch.setattr(lora, "find_spec", lambda name: None)  # no peft
-    monkeypatch.setattr(quantize, "find_spec", lambda name: None)  # no torchao
+def stub_children(monkeypatch) -> list[str]:
+    """The children answer from a fake report; returns the scenarios started, as they start."""
     measured = fake_report()
     started = []
 
@@ -27,6 +24,15 @@ def test_scenarios_of_missing_extras_are_skipped_and_the_report_written(
         return [row for row in measured["loss_sweep"] if row["chunked"] != full]
 
     monkeypatch.setattr(runner, "child", child)
+    return started
+
+
+def test_scenarios_of_missing_extras_are_skipped_and_the_report_written(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    monkeypatch.setattr(lora, "find_spec", lambda name: None)  # no peft
+    monkeypatch.setattr(quantize, "find_spec", lambda name: None)  # no torchao
+    started = stub_children(monkeypatch)
     report = runner.run(parse(["--out", str(tmp_path), "--device", "cpu"]))
     assert "lora" not in started and "teacher_int8" not in started
     out = capsys.readouterr().out
@@ -36,3 +42,17 @@ def test_scenarios_of_missing_extras_are_skipped_and_the_report_written(
     assert report["lora_vs_full"] is None
     assert json.loads((tmp_path / "bench.json").read_text())["lora_vs_full"] is None
     assert "LoRA over" not in (tmp_path / "bench.md").read_text()
+
+
+def test_an_fp64_teacher_skips_the_int8_scenario_and_the_report_is_written(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    """torchao quantizes no float64: the teacher_int8 child failed after the other scenarios
+    had run, and no report was written."""
+    started = stub_children(monkeypatch)
+    argv = ["--out", str(tmp_path), "--device", "cpu", "--teacher-dtype", "float64"]
+    runner.run(parse(argv))
+    assert "teacher_int8" not in started and "teacher" in started
+    out = capsys.readouterr().out
+    assert "teacher_int8: skipped (--teacher-dtype float64: int8 quantizes float32," in out
+    assert (tmp_path / "bench.json").is_file() and (tmp_path / "bench.md").is_file()
