@@ -78,14 +78,8 @@ class RepairReport:
     @classmethod
     def from_dict(cls, saved: dict) -> RepairReport:
         """The report :meth:`as_dict` wrote (a checkpoint keeps it for a resumed run)."""
-        return cls(
-            layers=list(saved["layers"]),
-            passes=saved["passes"],
-            steps=saved["steps"],
-            seconds=saved["seconds"],
-            first=list(saved["loss_first_pass"]),
-            last=list(saved["loss_last_pass"]),
-        )
+        names = {"loss_first_pass": "first", "loss_last_pass": "last"}
+        return cls(**{names.get(key, key): value for key, value in saved.items()})
 
     def line(self) -> str:
         losses = ", ".join(f"{a:.3f}→{b:.3f}" for a, b in zip(self.first, self.last, strict=True))
