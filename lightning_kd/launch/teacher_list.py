@@ -99,3 +99,18 @@ def domain_errors(entries: Sequence[TeacherEntry], domains: Any, cfg: Mapping) -
     if untaught := untaught_domains(entries, names):
         errors.append(untaught_error(untaught))
     return errors
+
+
+def teacher_precisions(cfg: Mapping, entries: Sequence[TeacherEntry] | None) -> dict[str, str]:
+    """For the summary's precision row: ``{"quantize": "int8"}`` when the teacher is quantized,
+    and for each other ``teachers`` entry held otherwise than the main teacher,
+    ``quantize[<name>]`` (``int8``, or ``full-precision``) and ``dtype[<name>]`` (its own
+    ``dtype``: an entry in bfloat16 was left out, the row naming the main teacher's alone)."""
+    mode, dtype = cfg["teacher"].get("quantize"), cfg["teacher"].get("dtype")
+    found = {"quantize": mode} if mode else {}
+    for entry in (entry for entry in entries or () if not entry.main):
+        if entry.spec.quantize != mode:
+            found[f"quantize[{entry.name}]"] = entry.spec.quantize or "full-precision"
+        if entry.spec.dtype not in ("auto", dtype):
+            found[f"dtype[{entry.name}]"] = entry.spec.dtype
+    return found

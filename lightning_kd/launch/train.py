@@ -21,7 +21,6 @@ from lightning.pytorch.strategies import FSDPStrategy
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
 
-from lightning_kd.distill.teacher_entries import TeacherEntry
 from lightning_kd.launch.auto import resolve
 from lightning_kd.launch.build import build
 from lightning_kd.launch.config import JobRecord, record_job
@@ -34,6 +33,7 @@ from lightning_kd.launch.model_paths import model_path_errors
 from lightning_kd.launch.nodes import node_errors
 from lightning_kd.launch.stop_report import stop_report
 from lightning_kd.launch.teacher_cache import drop_repair_states, given_cache
+from lightning_kd.launch.teacher_list import teacher_precisions
 from lightning_kd.launch.tokenizer_checks import tokenizer_pair_errors
 from lightning_kd.training.checkpoints import resolve_ckpt_path
 from lightning_kd.training.finite import check_finite_model, strict_json
@@ -151,7 +151,7 @@ def summarise(module, trainer: L.Trainer, resolved, before: dict, after: dict, t
         train_seconds=timer.seconds,
         timed_tokens=module.tokens_seen - timer.tokens_at_start,
         peak_cuda_mb=torch.cuda.max_memory_allocated() / 2**20 if cuda else None,
-        precision=resolved.precision.as_dict() | quantized(resolved.cfg, module.teachers),
+        precision=resolved.precision.as_dict() | teacher_precisions(resolved.cfg, module.teachers),
         importance=resolved.ranking.as_dict() if resolved.ranking is not None else None,
         teacher_cache=cache.as_dict() if cache else None,
         entry_caches={name: choice.as_dict() for name, choice in entries.items()},
@@ -285,15 +285,3 @@ def wraps_in_place(trainer: L.Trainer) -> bool:
     """Whether ``trainer``'s strategy wraps the module's own submodules (FSDP), so that only one
     stage (``fit``) can run on the module."""
     return isinstance(trainer.strategy, FSDPStrategy)
-
-
-def quantized(cfg: DictConfig, entries: list[TeacherEntry] | None) -> dict[str, str]:
-    """``{"quantize": "int8"}`` for the summary when the teacher is quantized, and
-    ``quantize[<name>]`` for each other ``teachers`` entry whose weights are not as the main
-    teacher's (``int8``, or ``full-precision``)."""
-    mode = cfg.teacher.get("quantize")
-    found = {"quantize": mode} if mode else {}
-    for entry in entries or ():
-        if not entry.main and entry.spec.quantize != mode:
-            found[f"quantize[{entry.name}]"] = entry.spec.quantize or "full-precision"
-    return found

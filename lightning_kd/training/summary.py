@@ -127,14 +127,16 @@ class RunSummary:
         return {**asdict(self), "tokens_per_second": self.tokens_per_second}
 
     def precision_text(self) -> str:
-        """The trainer's precision, the teacher's dtype, and which teachers hold int8 weights."""
+        """The trainer's precision, the teacher's dtype, and the teachers held otherwise."""
         teacher = f"teacher {self.precision['teacher.dtype']}"
         if self.precision.get("quantize"):
             teacher += f", {self.precision['quantize']} weights"
-        teacher += "".join(  # a teachers entry quantized otherwise: quantize[<name>]
-            f", teachers{key.removeprefix('quantize')} {mode} weights"
-            for key, mode in self.precision.items()
-            if key.startswith("quantize[")
+        teacher += "".join(  # a teachers entry held otherwise: dtype[<name>], quantize[<name>]
+            f", teachers{key.removeprefix('dtype')} {value}"
+            if key.startswith("dtype[")
+            else f", teachers{key.removeprefix('quantize')} {value} weights"
+            for key, value in self.precision.items()
+            if key.startswith(("quantize[", "dtype["))
         )
         return f"{self.precision['trainer.precision']}, {teacher}"
 

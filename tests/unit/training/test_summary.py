@@ -107,3 +107,28 @@ def test_each_teachers_cache_is_reported_and_counted_as_written(tmp_path) -> Non
     ).markdown()
     assert "| teachers[gemma] in training |  | cached once |" in report
     assert "| written: teacher cache (gemma) |  | 3.0 MB in caches/b |" in report
+
+
+def test_a_teachers_entry_of_its_own_dtype_is_in_the_precision_row() -> None:
+    """An entry in bfloat16 beside a float32 teacher: the row named the main teacher's alone."""
+    from lightning_kd.distill.teacher_entries import teacher_entries
+    from lightning_kd.launch.config import compose_config
+    from lightning_kd.launch.teacher_list import teacher_precisions
+    from lightning_kd.models.loading import TeacherSpec
+    from tests.conftest import TINY_LLAMA
+
+    def layers(count: int) -> dict:
+        return {**TINY_LLAMA, "num_hidden_layers": count}
+
+    cfg = compose_config(["debug=smoke", "teacher.dtype=float32"])
+    listed = [
+        {"name": "main", "weight": 0.4},
+        {"name": "b", "weight": 0.3, "dtype": "bfloat16", "config": layers(3)},
+        {"name": "c", "weight": 0.3, "dtype": "float32", "config": layers(2)},  # as the teacher
+    ]
+    entries = teacher_entries(listed, TeacherSpec(path=None, config=dict(TINY_LLAMA)))
+    precision = {"trainer.precision": "32-true", "teacher.dtype": "float32"}
+    precision |= teacher_precisions(cfg, entries)
+    assert precision["dtype[b]"] == "bfloat16" and "dtype[c]" not in precision
+    row = RunSummary({}, precision=precision).markdown().split("| precision |  | ")[1]
+    assert row.split(" |")[0] == "32-true, teacher float32, teachers[b] bfloat16"
