@@ -260,9 +260,9 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict:
     step = scenario_steps(distiller, optimizer, autocast_for(device, args.precision))[name]
     if name == "naive":  # the common mistake: a teacher that is not frozen keeps its graph
         distiller.teacher.requires_grad_(True)
-    warm_up(name, args, step, batch)
+    warmups, repeats = step_counts(name, args)
+    warm_up(name, args, step, batch, warmups)
     reset_peak(device)
-    repeats = step_counts(name, args)[1]
     seconds = timed(lambda: step(batch), device, 0, repeats)
     params = sum(p.numel() for p in trainable)
     row = {"scenario": name, "peak_mb": peak_mb(device), "step_s": seconds, "trainable": params}
@@ -274,12 +274,12 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict:
     return row
 
 
-def warm_up(name: str, args: argparse.Namespace, step: Step, batch: dict) -> None:
-    """The untimed steps. ``--quick`` warms up on a short batch where lengths are fixed: the
-    one-time costs are paid, the seconds of a full-size step are not."""
+def warm_up(name: str, args: argparse.Namespace, step: Step, batch: dict, steps: int) -> None:
+    """``steps`` untimed steps. ``--quick`` warms up on a short batch where lengths are fixed:
+    the one-time costs are paid, the seconds of a full-size step are not."""
     short = args.quick and name not in SAMPLING
     warmup_batch = {key: value[:1, :32] for key, value in batch.items()} if short else batch
-    for _ in range(step_counts(name, args)[0]):
+    for _ in range(steps):
         step(warmup_batch)
 
 

@@ -37,9 +37,10 @@ def stop_report(
         error.reported = True  # type: ignore[attr-defined]  # told once, with its step
     else:
         why = f"training stopped: {type(error).__name__}: {error}".split("\n")[0]
-    overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    overrides = []
     if HydraConfig.initialized():  # --config-dir DIR: the run's experiment may live there
-        command = [*command, *config_options(HydraConfig.get())]
+        hydra = HydraConfig.get()
+        overrides, command = list(hydra.overrides.task), [*command, *config_options(hydra)]
     diverged = isinstance(error, NonFiniteError) and error.lower_rate
     diverged = diverged and isinstance(lr, int | float) and lr > 0
     last = Path(getattr(callback, "path", output_dir / "checkpoints" / LAST_NAME))
