@@ -29,6 +29,7 @@ from lightning_kd.data.text import TextDataModule
 from lightning_kd.launch.build import build_datamodule
 from lightning_kd.models.layer_scores import Batch, Ranking, rank_layers
 from lightning_kd.models.loading import StudentSpec, load_teacher, load_tokenizer
+from lightning_kd.models.positions import spec_config
 from lightning_kd.models.student import check_num_layers
 from lightning_kd.utils.atomic import atomic_write_bytes
 
@@ -90,6 +91,8 @@ def choose_layers(
     if ckpt_path is not None:
         layers = recorded_layers(ckpt_path, output_dir)
         return layers, saved_ranking(output_dir, layers)
+    if (every := every_layer(cfg)) is not None:
+        return every, None
     ranking = score_config(cfg)
     if rank_zero_only.rank == 0:
         output_dir.mkdir(parents=True, exist_ok=True)
@@ -97,6 +100,18 @@ def choose_layers(
         atomic_write_bytes(output_dir / FILENAME, text.encode())
         print(f"student layers by {ranking.by}: {ranking.kept} ({ranking.seconds:.0f} s)")
     return list(ranking.kept), ranking
+
+
+def every_layer(cfg: DictConfig) -> list[int] | None:
+    """All the teacher's layers when ``student.num_layers`` keeps every one (nothing to rank:
+    the teacher's config is read, not its weights), else None."""
+    count = cfg.student.get("num_layers")
+    config = spec_config(instantiate(cfg.teacher, _convert_="all"))
+    if config is None or count != config.num_hidden_layers:
+        return None
+    if rank_zero_only.rank == 0:
+        print(f"student.layers=importance: student.num_layers={count} keeps every teacher layer")
+    return list(range(count))
 
 
 def recorded_layers(ckpt_path: Path, output_dir: Path) -> list[int]:

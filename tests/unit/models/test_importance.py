@@ -9,9 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from hydra import compose, initialize_config_dir
 
 from lightning_kd.cli.importance import main
-from lightning_kd.launch.importance import calibration_batches, rank_for_student
+from lightning_kd.launch import importance
+from lightning_kd.launch.config import CONF_DIR, register_defaults
+from lightning_kd.launch.importance import calibration_batches, choose_layers, rank_for_student
 from lightning_kd.models.layer_scores import greedy_removal, teacher_pass, top_layers
 from lightning_kd.models.loading import StudentSpec, TeacherSpec, load_teacher
 from lightning_kd.models.student import build_student, student_from_teacher
@@ -115,6 +118,20 @@ def test_the_command_prints_the_table_without_training(capsys) -> None:
     assert "| layer | block_influence | skip_kl | rank | kept |" in out
     assert "kept by skip_kl (3 layers, 128 calibration tokens" in out
     assert "student.layers=[0," in out and ",3]" in out
+
+
+def test_keeping_every_teacher_layer_skips_the_ranking(tmp_path: Path, capsys, monkeypatch) -> None:
+    def never(cfg):
+        raise AssertionError("ranked although every layer is kept")
+
+    monkeypatch.setattr(importance, "score_config", never)
+    register_defaults()
+    overrides = ["debug=smoke", "student.layers=importance", f"output_dir={tmp_path}"]
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=[*overrides, "student.num_layers=4"])
+    assert choose_layers(cfg) == ([0, 1, 2, 3], None)
+    assert "student.num_layers=4 keeps every teacher layer" in capsys.readouterr().out
+    assert not (tmp_path / "importance.json").exists()
 
 
 @pytest.mark.integration  # runs the command line (in this process)
