@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 
 from lightning_kd.launch.checks import config_errors
 from lightning_kd.launch.cluster import launcher_errors, launcher_override_errors, submitit_kind
-from lightning_kd.launch.cluster_jobs import job_ends_told, sweep_dir_errors
+from lightning_kd.launch.cluster_jobs import drop_placeholder, job_ends_told, sweep_dir_errors
 from lightning_kd.launch.config import CONF_DIR, register_defaults
 from lightning_kd.launch.keys import override_key_errors
 from lightning_kd.launch.paths import run_dir_errors
@@ -139,6 +139,10 @@ class LaunchCheck(Callback):
             refuse(errors + sweep_job_errors(config))
         except Refused as refused:
             exit_refused(refused)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if submitit_kind(config) is not None:
+            drop_placeholder(Path(config.hydra.launcher.submitit_folder).parent)
 
 
 def flag_order_errors(argv: Sequence[str]) -> list[str]:

@@ -14,6 +14,7 @@ SLURM cannot be asked for, a job shape Lightning refuses), found in the launchin
 
 from __future__ import annotations
 
+import shutil
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -123,10 +124,24 @@ def launcher_errors(cfg: DictConfig) -> list[str]:
     launchers)."""
     kind = submitit_kind(cfg)
     if kind == "slurm":
-        return _slurm_errors(cfg) + _slurm_field_errors(cfg)
+        return slurm_client_errors() + _slurm_errors(cfg) + _slurm_field_errors(cfg)
     if kind == "local":
         return _local_errors(cfg)
     return []
+
+
+def slurm_client_errors() -> list[str]:
+    """The SLURM client the launcher calls, missing from this machine's ``PATH``: submitit
+    raises a bare ``RuntimeError`` for ``srun`` at the launch, and ``sbatch`` submits."""
+    missing = [name for name in ("sbatch", "srun") if shutil.which(name) is None]
+    if not missing:
+        return []
+    return [
+        f"hydra/launcher=submitit_slurm submits with sbatch and starts tasks with srun, and this "
+        f"machine has no {' or '.join(missing)} on its PATH: launch from a login node of the "
+        "SLURM cluster (after loading its slurm module, where it has one), or run the jobs on "
+        "this machine with hydra/launcher=submitit_local"
+    ]
 
 
 def _slurm_errors(cfg: DictConfig) -> list[str]:

@@ -6,9 +6,10 @@ prints that command, its launcher and its fields kept, with its own directory na
 ``hydra.sweep.dir`` and ``hydra.sweep.subdir`` (its job number) — a launch of that one job.
 That needs a sweep directory named at the launch (Hydra's default, ``multirun/<date>/<time>``,
 is another each launch: the resume found no checkpoint), so a cluster launch without one is
-refused. A job that ended without a result (stopped, or killed) or failed is told in a line
-naming its log, where its own report and resume command are: Hydra is asked to pass the
-launcher's error on (:func:`launcher_errors_passed`) rather than print it as a traceback.
+refused. A job that refused its run (exit 2) is told by its refusal; one that ended without
+a result (stopped, or killed) or failed, in a line naming its log, where its own report and
+resume command are: Hydra is asked to pass the launcher's error on
+(:func:`launcher_errors_passed`) rather than print it as a traceback.
 """
 
 from __future__ import annotations
@@ -103,22 +104,59 @@ def job_ends_told(argv: Sequence[str]) -> Iterator[None]:
         except Exception as error:
             if type(error).__name__ not in JOB_ERRORS:
                 raise
+            if (prefix := log_prefix(str(error))) is not None:
+                drop_placeholder(Path(prefix).parent.parent)
             print(f"lightning-kd: {job_end_message(error)}", file=sys.stderr)
             raise SystemExit(1) from None
 
 
+def log_prefix(text: str) -> str | None:
+    """``<folder>/<job id>/<job id>_<task>`` of the job submitit's error ``text`` names: its
+    logs are that with ``_log.out`` (stdout) and ``_log.err`` (stderr)."""
+    found = re.search(r"with path (\S+)_result\.pkl", text) or re.search(
+        r"- (\S+)_log\.(?:out|err)", text
+    )
+    return found.group(1) if found else None
+
+
+def job_refusal(stderr_log: Path) -> str | None:
+    """The refusal a job printed to its stderr log (``lightning-kd: ...`` and the lines indented
+    under it), if it ended by refusing its run (exit 2: submitit sees no result, as for a job
+    that was killed)."""
+    try:
+        lines = stderr_log.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    starts = [i for i, line in enumerate(lines) if line.startswith("lightning-kd: ")]
+    if not starts:
+        return None
+    block = [lines[starts[-1]].removeprefix("lightning-kd: ")]
+    block += [line for line in lines[starts[-1] + 1 :] if line.startswith("  ")]
+    return "\n".join(block)
+
+
 def job_end_message(error: BaseException) -> str:
     """What the launching process says of a job that ended without finishing (``error``:
-    submitit's ``UncompletedJobError`` or ``FailedJobError``)."""
-    text = str(error)
-    result = re.search(r"with path (\S+)_result\.pkl", text)
-    printout = re.search(r"- (\S+_log\.out)", text)
-    log = f"{result.group(1)}_log.out" if result else printout.group(1) if printout else None
-    log = log or "in the job's folder under hydra.sweep.dir/.submitit/"
+    submitit's ``UncompletedJobError`` or ``FailedJobError``): its refusal, where it refused its
+    run, else how it ended and which log tells more."""
+    text, prefix = str(error), log_prefix(str(error))
+    out, err = (f"{prefix}_log.out", f"{prefix}_log.err") if prefix else (None, None)
+    if err is not None and (refusal := job_refusal(Path(err))) is not None:
+        return f"a job refused its run: {refusal}\n(its log: {err})"
+    where = "in the job's folder under hydra.sweep.dir/.submitit/"
     if type(error).__name__ == "UncompletedJobError":
         state = re.search(r"\(state: ([^)]*)\)", text)
-        what = f"ended without a result (state {state.group(1) if state else 'unknown'})"
-        why = "it was stopped (SIGTERM at its time limit, scancel) or killed"
-    else:
-        what, why = "failed", "its printout ends with the error"
-    return f"a job {what}: {why}. Its printout, with the command that resumes it, is {log}"
+        return (
+            f"a job ended without a result (state {state.group(1) if state else 'unknown'}): it "
+            "was stopped (SIGTERM at its time limit, scancel) or killed. Its printout is "
+            f"{out or where}; a stopped run's ends with the command that resumes it"
+        )
+    return f"a job failed: its error ends {err or where} (its printout: {out or where})"
+
+
+def drop_placeholder(folder: Path) -> None:
+    """Remove ``folder/%j`` if empty: submitit makes its folder setting's directory as written
+    (``hydra.sweep.dir/.submitit/%j``) before it knows a job id, and leaves it there unused."""
+    placeholder = folder / "%j"
+    if placeholder.is_dir() and not any(placeholder.iterdir()):
+        placeholder.rmdir()

@@ -93,3 +93,22 @@ def test_local_launcher_runs_a_sweep_to_its_end(tmp_path: Path) -> None:
     logs = sorted((sweep / ".submitit").glob("*/*_0_log.out"))
     assert len(logs) == 2
     assert all("run directory: " in log.read_text() for log in logs)
+    assert not (sweep / ".submitit" / "%j").exists()  # submitit's unused placeholder, removed
+
+    # The same launch with ckpt_path=last: a finished job refuses itself (exit 2 in its own
+    # process); the launching command tells that refusal, not "stopped or killed".
+    again = launch(
+        "hydra/launcher=submitit_local",
+        "debug=smoke",
+        "seed=0",
+        "trainer.max_steps=2",
+        "ckpt_path=last",
+        f"hydra.sweep.dir={sweep}",
+        "hydra.sweep.subdir=0",
+    )
+    assert again.returncode == 1, again.stderr[-3000:]
+    told = again.stderr.strip().splitlines()
+    assert told[0].startswith(
+        f"lightning-kd: a job refused its run: the run in {sweep}/0 is finished"
+    )
+    assert told[-1].startswith(f"(its log: {sweep}/.submitit/") and told[-1].endswith("_log.err)")

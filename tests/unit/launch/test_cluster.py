@@ -3,6 +3,8 @@ trainer, and refused before anything is submitted when a job could not run."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
@@ -11,6 +13,8 @@ from omegaconf import DictConfig
 from lightning_kd.cli.hydra_command import LaunchCheck, run_hydra
 from lightning_kd.launch.cluster import PLUGIN, launcher_errors, launcher_override_errors
 from lightning_kd.launch.config import CONF_DIR, register_defaults
+
+pytestmark = pytest.mark.usefixtures("slurm_client")  # judged as on a login node
 
 
 def composed(*overrides: str) -> DictConfig:
@@ -87,6 +91,27 @@ def test_the_launchers_are_the_plugins_shaped_by_the_trainer(tmp_path) -> None:
 def test_a_job_that_could_not_run_is_refused_with_the_fix(overrides, message) -> None:
     (error,) = launcher_errors(composed(*overrides))
     assert error.startswith(message)
+
+
+def test_a_slurm_launch_from_a_machine_without_the_slurm_client_is_refused(
+    slurm_client, monkeypatch, capsys
+) -> None:
+    """submitit's own answer was a ``RuntimeError`` traceback, after the sweep directory was
+    written."""
+    (slurm_client / "srun").unlink()
+    slurm = composed("hydra/launcher=submitit_slurm", "trainer.devices=1", "hydra.sweep.dir=/s")
+    (error,) = launcher_errors(slurm)
+    assert error.startswith(
+        "hydra/launcher=submitit_slurm submits with sbatch and starts tasks with srun, and this "
+        "machine has no srun on its PATH: launch from a login node"
+    )
+    assert error.endswith("or run the jobs on this machine with hydra/launcher=submitit_local")
+    monkeypatch.setenv("PATH", os.defpath)
+    assert "has no sbatch or srun on its PATH" in launcher_errors(slurm)[0]
+    sweep = slurm_client.parent / "sweep"
+    argv = ["-m", "hydra/launcher=submitit_slurm", "trainer.devices=1", f"hydra.sweep.dir={sweep}"]
+    assert "has no sbatch or srun on its PATH" in refused_lines(argv, capsys)[1]
+    assert not sweep.exists()  # refused before Hydra writes multirun.yaml
 
 
 def test_the_launch_check_exits_2_before_anything_is_submitted(capsys) -> None:

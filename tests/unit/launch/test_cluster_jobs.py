@@ -12,7 +12,12 @@ from omegaconf import open_dict
 from submitit.core.utils import FailedJobError, UncompletedJobError
 
 from lightning_kd.cli.hydra_command import LaunchCheck, run_hydra
-from lightning_kd.launch.cluster_jobs import job_end_message, job_rerun, launcher_errors_passed
+from lightning_kd.launch.cluster_jobs import (
+    job_end_message,
+    job_ends_told,
+    job_rerun,
+    launcher_errors_passed,
+)
 from tests.unit.launch.test_cluster import composed
 
 UNCOMPLETED = (
@@ -72,16 +77,16 @@ def test_a_job_is_resumed_by_the_launch_of_that_job_into_its_directory() -> None
 def test_a_job_that_did_not_finish_is_told_in_a_line_naming_its_log(capsys) -> None:
     assert job_end_message(UncompletedJobError(UNCOMPLETED)) == (
         "a job ended without a result (state FINISHED): it was stopped (SIGTERM at its time "
-        "limit, scancel) or killed. Its printout, with the command that resumes it, is "
-        "/shared/sw/.submitit/17444/17444_0_log.out"
+        "limit, scancel) or killed. Its printout is /shared/sw/.submitit/17444/17444_0_log.out; "
+        "a stopped run's ends with the command that resumes it"
     )
     failed = FailedJobError(
         "Job (task=0) failed during processing with trace:\n----\nValueError: x\n----\n"
         "or at paths:\n  - /s/.submitit/9/9_0_log.err\n  - /s/.submitit/9/9_0_log.out"
     )
-    assert job_end_message(failed).endswith(
-        "ends with the error. Its printout, with the "
-        "command that resumes it, is /s/.submitit/9/9_0_log.out"
+    assert job_end_message(failed) == (
+        "a job failed: its error ends /s/.submitit/9/9_0_log.err "
+        "(its printout: /s/.submitit/9/9_0_log.out)"
     )
 
     # Hydra passes the launcher's error on within a submitit launch; the command tells it.
@@ -90,6 +95,27 @@ def test_a_job_that_did_not_finish_is_told_in_a_line_naming_its_log(capsys) -> N
     assert "HYDRA_FULL_ERROR" not in os.environ
     with launcher_errors_passed(["-m", "seed=0,1"]):  # the basic launcher: Hydra's own report
         assert "HYDRA_FULL_ERROR" not in os.environ
+
+
+def test_a_job_that_refused_its_run_is_told_by_its_refusal(tmp_path: Path) -> None:
+    """A job exiting 2 leaves no result, as a killed one does: it was told as "stopped or
+    killed", naming a stdout log that does not hold the refusal."""
+    job = tmp_path / ".submitit" / "28521"
+    job.mkdir(parents=True)
+    (tmp_path / ".submitit" / "%j").mkdir()  # submitit's folder setting, made as written
+    (job / "28521_0_log.err").write_text(
+        "Seed set to 0\nlightning-kd: 2 values are refused:\n  seed=-1: give a seed >= 0\n"
+        "  trainer.max_steps=0: give a number >= 1\n"
+    )
+    text = UNCOMPLETED.replace("/shared/sw/.submitit/17444/17444", str(job / "28521"))
+    assert job_end_message(UncompletedJobError(text)) == (
+        "a job refused its run: 2 values are refused:\n  seed=-1: give a seed >= 0\n"
+        f"  trainer.max_steps=0: give a number >= 1\n(its log: {job}/28521_0_log.err)"
+    )
+    with pytest.raises(SystemExit), job_ends_told(["-m", "hydra/launcher=submitit_local"]):
+        raise UncompletedJobError(text)
+    assert not (tmp_path / ".submitit" / "%j").exists()  # the unused placeholder goes
+    assert job.is_dir()
 
 
 def test_the_launching_command_ends_with_that_line(tmp_path, capsys, monkeypatch) -> None:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from lightning_kd.launch.sweeps import several_processes
 from tests.unit.launch.test_cluster import refused_lines
+
+pytestmark = pytest.mark.usefixtures("slurm_client")  # judged as on a login node
 
 
 def test_each_job_of_a_sweep_is_checked_before_anything_is_submitted(capsys) -> None:
