@@ -139,7 +139,8 @@ def job_end_message(error: BaseException) -> str:
     """What the launching process says of a job that ended without finishing (``error``:
     submitit's ``UncompletedJobError`` or ``FailedJobError``): its refusal, where it refused its
     run, else how it ended and which log tells more."""
-    text, prefix = str(error), log_prefix(str(error))
+    text = str(error)
+    prefix = log_prefix(text)
     out, err = (f"{prefix}_log.out", f"{prefix}_log.err") if prefix else (None, None)
     if err is not None and (refusal := job_refusal(Path(err))) is not None:
         return f"a job refused its run: {refusal}\n(its log: {err})"

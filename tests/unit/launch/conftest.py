@@ -1,5 +1,6 @@
 """Launch tests judge a SLURM launch as a login node would: ``sbatch`` and ``srun`` on the
-``PATH`` (stand-ins that submit nothing); a test of their absence takes them away again."""
+``PATH`` (the integration tests' stand-ins, which submit nothing); a test of their absence
+takes them away again."""
 
 from __future__ import annotations
 
@@ -8,15 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.test_cluster_launch import fake_slurm
+
 
 @pytest.fixture
 def slurm_client(tmp_path_factory: pytest.TempPathFactory, monkeypatch) -> Path:
-    """A directory of ``sbatch``/``srun`` stand-ins put first on the ``PATH``."""
-    bin_dir = tmp_path_factory.mktemp("slurm_bin")
-    for name in ("sbatch", "srun"):
-        (bin_dir / name).write_text(
-            "#!/bin/sh\necho 'not submitted (a test stands in)' >&2\nexit 1\n"
-        )
-        (bin_dir / name).chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    return bin_dir
+    """The directory of the ``sbatch``/``srun`` stand-ins, put first on the ``PATH``."""
+    env = fake_slurm(tmp_path_factory.mktemp("slurm"))
+    monkeypatch.setenv("PATH", env["PATH"])
+    return Path(env["PATH"].split(os.pathsep, 1)[0])
