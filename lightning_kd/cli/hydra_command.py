@@ -25,6 +25,7 @@ from lightning_kd.launch.keys import override_key_errors
 from lightning_kd.launch.paths import run_dir_errors
 from lightning_kd.launch.sweeps import in_process_ddp_errors, sweep_job_errors
 from lightning_kd.training.finite import NonFiniteError
+from lightning_kd.training.joining import JoinError
 from lightning_kd.training.rundir import previous_outputs
 from lightning_kd.utils.disk import full_disk_message
 from lightning_kd.utils.refusal import REFUSED_EXIT, Refused, refuse
@@ -52,8 +53,8 @@ def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
         except Refused as refused:
             drop_empty_run_dir(started)
             exit_refused(refused, started_outputs(started))
-        except NonFiniteError as diverged:  # said whole by the stop report: no traceback
-            print(f"lightning-kd: {diverged}", file=sys.stderr)
+        except (NonFiniteError, JoinError) as failed:  # each said whole: no traceback
+            print(f"lightning-kd: {failed}", file=sys.stderr)
             raise SystemExit(1) from None
         except OSError as error:  # a full disk is said whole by its message (utils/disk.py)
             if (message := full_disk_message(error)) is None:

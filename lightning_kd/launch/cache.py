@@ -34,6 +34,7 @@ from lightning_kd.launch.paths import training_run_errors
 from lightning_kd.models.loading import TeacherSpec, load_teacher
 from lightning_kd.models.quantize import quantize_teacher
 from lightning_kd.models.student import run_tokenizer
+from lightning_kd.training.joining import joining
 from lightning_kd.training.rundir import is_rank_zero
 from lightning_kd.utils.refusal import refuse
 
@@ -47,6 +48,14 @@ def fabric_for(cfg: DictConfig) -> Fabric:
         devices=cfg.trainer.get("devices") or 1,
         strategy="ddp" if ddp else "auto",
     )
+
+
+def launched(cfg: DictConfig) -> Fabric:
+    """:func:`fabric_for` ``cfg``, its processes started and joined."""
+    fabric = fabric_for(cfg)
+    with joining(fabric.strategy, "the cache command"):
+        fabric.launch()
+    return fabric
 
 
 def cached_teacher(
@@ -143,8 +152,7 @@ def write_claimed(cfg: DictConfig, directory: Path) -> None:
     tokenizer = run_tokenizer(teacher_spec, instantiate(cfg.student, _convert_="all"))
     crossing = cross_path(cfg, teacher_spec, tokenizer)
     spec = instantiate(cfg.cache, _convert_="all")
-    fabric = fabric_for(cfg)
-    fabric.launch()
+    fabric = launched(cfg)
     datamodule = build_datamodule(cfg, tokenizer)
     datamodule.setup("fit")
     teacher, features, _ = cached_teacher(cfg, teacher_spec, spec)

@@ -37,6 +37,7 @@ from lightning_kd.launch.teacher_list import teacher_precisions
 from lightning_kd.launch.tokenizer_checks import tokenizer_pair_errors
 from lightning_kd.training.checkpoints import resolve_ckpt_path
 from lightning_kd.training.finite import check_finite_model, strict_json
+from lightning_kd.training.joining import joining
 from lightning_kd.training.metrics import check_monitors_first, checked_monitors
 from lightning_kd.training.rundir import (
     RunDirError,
@@ -92,8 +93,9 @@ def train(
         # A resume's "before" figures come with its checkpoint: validating the untrained student
         # again would only repeat them (and log a step-0 row into the run's metrics once more).
         wanted = cfg.validate_before and ckpt_path is None
-        module.before = validate_before(trainer, module, datamodule, wanted)
-        trainer.fit(module, datamodule, ckpt_path=ckpt_path)
+        with joining(trainer.strategy):  # the first stage starts the process group
+            module.before = validate_before(trainer, module, datamodule, wanted)
+            trainer.fit(module, datamodule, ckpt_path=ckpt_path)
         STOP.check("after training", detail=FINISHED_ON_RESUME)
         after = validate_after(trainer, module, datamodule)
         STOP.check("after the final validation", detail=FINISHED_ON_RESUME)

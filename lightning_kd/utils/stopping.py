@@ -13,12 +13,17 @@ One handler pair serves the whole process (:data:`STOP`): the launch installs it
 stage, so no stage runs under Python's default handlers (which exit 1 on Ctrl+C and die silently
 on SIGTERM) or under Lightning's (whose SIGTERM ends ``fit`` with exit 0 and saves nothing; it
 registers its own only where none is installed).
+
+A main thread blocked inside C++ (torch's store, while a run's processes join) runs no Python
+handler until the call returns: there, :func:`stopping_while_blocked` ends the process at once.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
@@ -125,3 +130,43 @@ def stopping_at_once(stage: str) -> Iterator[None]:
     finally:
         for number, handler in replaced.items():
             signal.signal(number, handler)
+
+
+@contextmanager
+def stopping_while_blocked(
+    blocked: Callable[[], bool], said: Callable[[int], str]
+) -> Iterator[None]:
+    """SIGINT and SIGTERM end the process at once, exiting 128 + the signal number after
+    printing ``said(signum)``, whenever they come while ``blocked()``: for a main thread that
+    may wait inside C++ (torch's store, joining a process group), where no Python handler runs
+    until the wait returns, so the handlers above never would. Outside ``blocked()`` a signal
+    is left to the handlers in place (:data:`STOP`'s clean point).
+
+    The handlers' C half writes each signal's number to the wakeup fd even while the main thread
+    is blocked; a watcher thread reads it. Outside the main thread (where no wakeup fd can be
+    set) the block runs unwatched."""
+    read, write = os.pipe()
+    os.set_blocking(write, False)  # the C handler must never block on a full pipe
+    try:
+        replaced = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    except ValueError:  # not the main thread
+        os.close(read), os.close(write)
+        yield
+        return
+
+    def watch() -> None:
+        while numbers := os.read(read, 64):
+            for signum in numbers:
+                if signum in SIGNALS and blocked():
+                    print(f"\n{said(signum)}", file=sys.stderr, flush=True)
+                    os._exit(128 + signum)  # nothing to save: the block holds no clean point
+
+    watcher = threading.Thread(target=watch, name="stop-while-blocked", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(replaced)
+        os.close(write)  # the watcher reads the end of the pipe and returns
+        watcher.join()
+        os.close(read)

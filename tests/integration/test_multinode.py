@@ -1,6 +1,7 @@
 """Two nodes of one process each, started by torchrun as on two machines (gloo, a localhost
 rendezvous, one shared run directory), train the student one process trains; one node killed
-mid-run, both restarted with ckpt_path=last, continue as the uninterrupted run."""
+mid-run, both restarted with ckpt_path=last, continue as the uninterrupted run. A node whose
+other node never starts can be stopped while it waits."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
+from lightning_kd.training.rundir import previous_outputs
 from tests.conftest import ROOT
 from tests.integration.test_cli import run_cli
 from tests.unit.training.test_ddp import common, documents
@@ -120,3 +123,57 @@ def test_two_nodes_equal_one_process_and_resume_after_a_node_is_killed(tmp_path:
     for step, loss in got.items():
         assert loss == pytest.approx(expected[step], rel=1e-12), step
     assert_same_student(killed, two, rtol=1e-12)
+
+
+def srun_task_of_two(rank: int, port: int) -> dict[str, str]:
+    """The environment ``srun`` gives task ``rank`` of a 2-node job of one task per node."""
+    job = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "kd", "SLURM_STEP_ID": "0"}
+    job |= {"SLURM_NTASKS": "2", "SLURM_NNODES": "2", "SLURM_NTASKS_PER_NODE": "1"}
+    task = {"SLURM_PROCID": str(rank), "SLURM_LOCALID": "0", "SLURM_NODEID": str(rank)}
+    where = {"SLURM_NODELIST": "localhost", "MASTER_PORT": str(port)}
+    return {**os.environ, **job, **task, **where}
+
+
+NODES_OF_ONE = ("trainer.num_nodes=2", "trainer.devices=1")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_node_waiting_for_one_that_never_joins_stops_at_once_on_a_signal(
+    tmp_path: Path, signum: int
+) -> None:
+    """Node 0 of two, whose other node never starts, waits in the process group's set-up (in
+    torch's C++ store, where no Python handler runs): a scheduler's SIGTERM or a Ctrl+C ends it
+    at once, saying so (both did nothing: it waited out the store's 30 minutes)."""
+    run_dir = tmp_path / "run"
+    node = subprocess.Popen(
+        [
+            sys.executable,
+            "run.py",
+            "debug=smoke",
+            "strategy=ddp",
+            *NODES_OF_ONE,
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=ROOT,
+        env=srun_task_of_two(rank=0, port=free_port()),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        lines = []
+        while "MEMBER: 1/2" not in (line := node.stdout.readline()):
+            assert line, "".join(lines)  # the process ended before its join
+            lines.append(line)
+        time.sleep(1)  # inside the store's wait
+        node.send_signal(signum)
+        out, _ = node.communicate(timeout=30)
+    finally:
+        node.kill()
+    assert node.returncode == 128 + signum, out
+    name = signal.Signals(signum).name
+    assert (
+        f"{name} received while process 0 waited for the other processes of the run to join "
+        "(2 processes: trainer.num_nodes=2 x trainer.devices=1): stopped at once"
+    ) in out
+    assert not previous_outputs(run_dir), "nothing was written: the same command starts again"

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
-from lightning_kd.utils.stopping import STOP, Interrupted, StopRequest
+from lightning_kd.utils.stopping import STOP, Interrupted, StopRequest, stopping_while_blocked
+from tests.conftest import ROOT
 
 
 def test_the_first_signal_is_recorded_and_a_second_ctrl_c_stops_at_once() -> None:
@@ -52,3 +56,47 @@ def test_nested_installs_take_the_handlers_back_from_whoever_wrapped_them() -> N
         assert STOP.signum == signal.SIGINT, "the request outlives the inner install"
         signal.signal(signal.SIGTERM, outer)
     assert not isinstance(getattr(signal.getsignal(signal.SIGTERM), "__self__", None), StopRequest)
+
+
+BLOCKED_IN_CPP = """
+import datetime, torch.distributed as dist
+from lightning_kd.utils.stopping import STOP, stopping_while_blocked
+with STOP.installed(), stopping_while_blocked(lambda: True, lambda signum: f"stopped on {signum}"):
+    print("waiting", flush=True)
+    # Rank 0's store waiting for a second process that never comes: a wait inside C++, where
+    # no Python handler runs (STOP's alone would hear nothing for the minute).
+    dist.TCPStore("127.0.0.1", 0, 2, True, timeout=datetime.timedelta(seconds=60))
+print("the wait returned", flush=True)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_while_blocked_in_cpp_ends_the_process_at_once(signum: int) -> None:
+    waiting = subprocess.Popen(
+        [sys.executable, "-c", BLOCKED_IN_CPP],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert waiting.stdout.readline() == "waiting\n"
+        time.sleep(0.5)  # into the store's wait
+        waiting.send_signal(signum)
+        out, err = waiting.communicate(timeout=20)
+    finally:
+        waiting.kill()
+    assert waiting.returncode == 128 + signum, err
+    assert f"stopped on {int(signum)}" in err and "the wait returned" not in out
+
+
+def test_a_signal_outside_the_blocked_part_is_left_to_the_stop_request() -> None:
+    def said(signum: int) -> str:
+        raise AssertionError("not blocked: the watcher must leave the signal alone")
+
+    request = StopRequest()
+    with request.installed(), stopping_while_blocked(lambda: False, said):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)  # the watcher thread reads the signal's byte too
+        assert request.signum == signal.SIGTERM, "recorded for the next clean point"
+    assert signal.set_wakeup_fd(-1) == -1, "the wakeup fd is put back"
