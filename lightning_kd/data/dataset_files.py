@@ -4,9 +4,10 @@ read (it fails on empty data in ways of its own: no features, no batch, no table
 
 from __future__ import annotations
 
+import csv
 import glob
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -77,3 +78,26 @@ def rows_at_most_one(path: Path) -> bool:
         with open(path, "rb") as handle:
             return sum(1 for line in handle if line.strip()) <= 1
     return False
+
+
+def csv_options(path: str | None, data_files: Any) -> dict[str, Any]:
+    """``load_dataset`` options that read a CSV's cells as the text they are: pandas guesses
+    each column's type per chunk of rows (a text cell ``1000`` came back an int, ``007`` a 7, an
+    empty cell a null), and a CSV has no types to guess. Every column of its header is a
+    string, an empty cell an empty string (a blank row, left out as in JSON lines). None for
+    other builders, and for CSV files not on this machine (their header cannot be read)."""
+    files = local_files(path, data_files)
+    if path != "csv" and not (files and all(file.suffix == ".csv" for file in files)):
+        return {}
+    header = next((row for file in files[:1] for row in csv_rows(file)), None)
+    if not header:
+        return {}
+    from datasets import Features, Value  # loaded once a dataset is read (module doc)
+
+    return {"features": Features(dict.fromkeys(header, Value("string"))), "na_filter": False}
+
+
+def csv_rows(path: Path) -> Iterator[list[str]]:
+    """The rows of the CSV file ``path`` (pandas' dialect: commas, double quotes)."""
+    with open(path, newline="", encoding="utf-8", errors="replace") as handle:
+        yield from csv.reader(handle)

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from lightning_kd.data.dataset_files import is_saved_folder, looks_empty
+from lightning_kd.data.dataset_files import csv_options, is_saved_folder, looks_empty
 from lightning_kd.data.dataset_hints import FILE_BUILDERS, open_hint, split_hint
 from lightning_kd.data.errors import DataError
 from lightning_kd.utils.refusal import Refused
@@ -141,6 +141,7 @@ def open_split(source: DatasetSource, split: str, streaming: bool):
         if source.saved_folder():
             return saved_split(datasets.load_from_disk(source.path), source, split, streaming)
         options = {"name": source.name, "data_files": source.data_files}
+        options |= csv_options(source.path, source.data_files)
         if streaming:
             splits = datasets.load_dataset(source.path, streaming=True, **options)
             return pick_split(splits, source, split)

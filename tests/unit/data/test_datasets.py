@@ -3,6 +3,7 @@ and reused; every bad input is refused naming the dataset, split, column or row 
 
 from __future__ import annotations
 
+import csv
 import errno
 import json
 import os
@@ -17,7 +18,7 @@ from lightning.pytorch import Callback
 
 from lightning_kd.data.chat import ChatDataModule
 from lightning_kd.data.dataset_hints import open_hint
-from lightning_kd.data.dataset_source import DatasetSource
+from lightning_kd.data.dataset_source import DatasetSource, open_split
 from lightning_kd.data.provenance import data_differences
 from lightning_kd.data.reading import DEFAULT_FILES, read_documents
 from lightning_kd.data.text import TextDataModule
@@ -201,6 +202,40 @@ def test_a_saved_folder_json_lines_and_csv_read_the_same(tmp_path, datasets_home
         assert same(data.train_examples, read[0].train_examples)
         assert same(data.val_examples, read[0].val_examples)
     assert read[2].provenance()["dataset"]["fingerprint"]  # a saved folder: its fingerprint
+
+
+@pytest.mark.parametrize("where", ["builder", "folder"])
+def test_csv_cells_are_read_as_the_text_they_are(tmp_path, datasets_home, where) -> None:
+    """A CSV has no types: a text cell ``1000`` was read as an int and ``007`` as 7 (pandas
+    guesses per column), an empty cell as a null, each then refused as "not a string". Now each
+    is its text, and an empty row is left out as a blank JSON line is."""
+    odd = ["1000", "007", "", "NA", "3.10", "null"]
+    rows = [{"text": text} for text in odd + [row["text"] for row in embedded_rows()[:20]]]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    folder = tmp_path / "csv"
+    folder.mkdir()
+    with open(folder / "d.csv", "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerows([["text", "id"], *([row["text"], i] for i, row in enumerate(rows))])
+    source = {"path": "csv", "data_files": str(folder / "d.csv")}
+    if where == "folder":
+        source = {"path": str(folder)}
+    streamed = open_split(DatasetSource.of(source), "train", streaming=True)
+    assert [row["text"] for row in streamed][: len(odd)] == odd
+    read = [
+        TextDataModule(byte_tokenizer(), block_size=64, dataset=source),
+        TextDataModule(byte_tokenizer(), block_size=64, files=[str(tmp_path / "d.jsonl")]),
+    ]
+    for data in read:
+        data.setup()
+    assert same(read[0].train_examples, read[1].train_examples)
+    assert same(read[0].val_examples, read[1].val_examples)
+    (tmp_path / "numbers.csv").write_text("text\n1000\n007\n")  # a column pandas took for ints
+    numbers = {"path": "csv", "data_files": str(tmp_path / "numbers.csv")}
+    assert open_split(DatasetSource.of(numbers), "train", streaming=False)["text"] == [
+        "1000",
+        "007",
+    ]
 
 
 def test_a_validation_split_of_its_own(tmp_path, datasets_home) -> None:
