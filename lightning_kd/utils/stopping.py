@@ -158,6 +158,7 @@ def stopping_while_blocked(
         while numbers := os.read(read, 64):
             for signum in numbers:
                 if signum in SIGNALS and blocked():
+                    sys.stdout.flush()  # os._exit drops what a buffer still holds
                     print(f"\n{said(signum)}", file=sys.stderr, flush=True)
                     os._exit(128 + signum)  # nothing to save: the block holds no clean point
 
