@@ -98,6 +98,7 @@ def csv_options(path: str | None, data_files: Any) -> dict[str, Any]:
 
 
 def csv_rows(path: Path) -> Iterator[list[str]]:
-    """The rows of the CSV file ``path`` (pandas' dialect: commas, double quotes)."""
-    with open(path, newline="", encoding="utf-8", errors="replace") as handle:
+    """The rows of the CSV file ``path`` (pandas' dialect: commas, double quotes; a BOM
+    dropped, as pandas drops it)."""
+    with open(path, newline="", encoding="utf-8-sig", errors="replace") as handle:
         yield from csv.reader(handle)

@@ -214,7 +214,7 @@ def test_csv_cells_are_read_as_the_text_they_are(tmp_path, datasets_home, where)
     (tmp_path / "d.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     folder = tmp_path / "csv"
     folder.mkdir()
-    with open(folder / "d.csv", "w", newline="") as handle:
+    with open(folder / "d.csv", "w", newline="", encoding="utf-8-sig") as handle:  # a BOM
         writer = csv.writer(handle)
         writer.writerows([["text", "id"], *([row["text"], i] for i, row in enumerate(rows))])
     source = {"path": "csv", "data_files": str(folder / "d.csv")}
