@@ -9,10 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lightning_kd.cli.hydra_command import run_hydra
-from lightning_kd.launch.cache import write
+from lightning_kd.cli.hydra_help import hydra_help, wants_help
 
 
 def main(argv: Sequence[str]) -> None:
     """Write the cache of the config the Hydra command line ``argv`` composes."""
+    if wants_help(argv):  # before Hydra, torch and Lightning load (cli/hydra_help.py)
+        print(hydra_help("cache", __doc__, argv))
+        return
+    from lightning_kd.cli.hydra_command import run_hydra
+    from lightning_kd.launch.cache import write
+
     run_hydra(write, argv)

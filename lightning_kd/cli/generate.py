@@ -9,16 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from omegaconf import DictConfig
-
-from lightning_kd.cli.hydra_command import run_hydra
-from lightning_kd.launch.generate import run_generate
+from lightning_kd.cli.hydra_help import hydra_help, wants_help
 
 
 def main(argv: Sequence[str]) -> None:
     """Write the completions of the config the Hydra command line ``argv`` composes."""
+    if wants_help(argv):  # before Hydra, torch and Lightning load (cli/hydra_help.py)
+        print(hydra_help("generate", __doc__, argv))
+        return
+    from lightning_kd.cli.hydra_command import run_hydra
+    from lightning_kd.launch.generate import run_generate
 
-    def generate(cfg: DictConfig) -> None:
+    def generate(cfg) -> None:
         print(f"teacher completions: {run_generate(cfg)}")
 
     run_hydra(generate, argv)

@@ -12,13 +12,6 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from lightning_kd.launch.build import with_precision, with_values
-from lightning_kd.launch.config import compose_config
-from lightning_kd.launch.data_checks import dataset_errors
-from lightning_kd.launch.entry import check_entry, teacher_length
-from lightning_kd.launch.importance import score_config
-from lightning_kd.launch.model_checks import model_setting_errors
-
 
 def main(argv: Sequence[str]) -> int:
     """Print the layer table ``lightning-kd train <argv>`` would choose from."""
@@ -40,6 +33,15 @@ def main(argv: Sequence[str]) -> int:
         parser.error(f"takes --config-dir and config overrides only, not {flags}")
     if missing := [d for d in args.config_dir if not Path(d).is_dir()]:
         parser.error(f"--config-dir {missing[0]}: no such directory")
+    # Imported once the arguments parse: `--help` and a mistyped flag answer at once, not after
+    # torch, transformers and Lightning have loaded (seconds).
+    from lightning_kd.launch.build import with_precision, with_values
+    from lightning_kd.launch.config import compose_config
+    from lightning_kd.launch.data_checks import dataset_errors
+    from lightning_kd.launch.entry import check_entry, teacher_length
+    from lightning_kd.launch.importance import score_config
+    from lightning_kd.launch.model_checks import model_setting_errors
+
     cfg = compose_config(overrides, config_dirs=args.config_dir)
     # The command ranks as student.layers=importance does: its settings are checked as such.
     ranked = with_values(cfg, {"student.layers": "importance"})

@@ -9,17 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from omegaconf import DictConfig
-
-from lightning_kd.cli.hydra_command import run_hydra, typed_command
-from lightning_kd.launch.train import run
+from lightning_kd.cli.hydra_help import hydra_help, wants_help
 
 
 def main(argv: Sequence[str]) -> None:
     """Train as the Hydra command line ``argv`` composes it."""
+    if wants_help(argv):  # before Hydra, torch and Lightning load (cli/hydra_help.py)
+        print(hydra_help("train", __doc__, argv))
+        return
+    from lightning_kd.cli.hydra_command import run_hydra, typed_command
+    from lightning_kd.launch.train import run
+
     command = typed_command("train")
 
-    def train(cfg: DictConfig) -> float | None:
+    def train(cfg) -> float | None:
         return run(cfg, command)
 
     run_hydra(train, argv)

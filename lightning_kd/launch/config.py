@@ -34,25 +34,9 @@ from lightning_kd.data.text import TextDataModule
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.generation.teacher_completions import GenerateSpec
 from lightning_kd.launch.cluster import register_launchers
+from lightning_kd.launch.config_dir import shipped_config_dir
 from lightning_kd.models.loading import StudentSpec, TeacherSpec
 from lightning_kd.utils.atomic import atomic_write_bytes
-
-PACKAGE_DIR = Path(__file__).resolve().parents[1]
-
-
-def shipped_config_dir() -> Path:
-    """The shipped configs: ``lightning_kd/conf`` in an installed wheel (the build maps the
-    repository's top-level ``conf/`` there), else the checkout's ``conf/`` (a clone, or an
-    editable install)."""
-    for candidate in (PACKAGE_DIR / "conf", PACKAGE_DIR.parent / "conf"):
-        if (candidate / "config.yaml").is_file():
-            return candidate
-    raise FileNotFoundError(
-        f"lightning-kd's configs are missing: neither {PACKAGE_DIR / 'conf'} nor "
-        f"{PACKAGE_DIR.parent / 'conf'} holds config.yaml; reinstall the package "
-        "(pip install --force-reinstall lightning-kd) or run from a full checkout"
-    )
-
 
 CONF_DIR = shipped_config_dir()
 """The config directory every command composes from (Hydra's primary config path)."""

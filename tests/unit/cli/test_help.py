@@ -1,9 +1,12 @@
 """``lightning-kd export`` and ``evaluate`` answer ``--help`` and a mistyped option before
-torch, transformers and Lightning load (they took 6 to 8 s to print their help on a 2-core CPU)."""
+torch, transformers and Lightning load (they took 6 to 8 s to print their help on a 2-core CPU);
+so do ``train``, ``cache`` and ``generate`` their ``--help``, before Hydra too (Hydra's composed
+the whole config first: about 7 s)."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -38,15 +41,65 @@ def loaded_after(argv: list[str]) -> tuple[int, list[str], str]:
     [
         ["export", "--help"],
         ["evaluate", "--help"],
+        ["train", "--help"],
+        ["cache", "-h"],
+        ["generate", "debug=smoke", "--help"],
+        ["importance", "--help"],
         ["export", "runs/kd/student", "--gguf", "q4_k"],
         ["evaluate", "--prompts", "p.jsonl", "--", "runs/kd/student"],
     ],
-    ids=["export help", "evaluate help", "export bad type", "evaluate prompts without teacher"],
+    ids=[
+        "export help",
+        "evaluate help",
+        "train help",
+        "cache help",
+        "generate help",
+        "importance help",
+        "export bad type",
+        "evaluate prompts without teacher",
+    ],
 )
 def test_help_and_bad_options_load_no_framework(argv) -> None:
     status, loaded, printed = loaded_after(argv)
     assert loaded == [], printed
-    if "--help" in argv:
+    if "--help" in argv or "-h" in argv:
         assert status == 0 and f"lightning-kd {argv[0]}" in printed
     else:
         assert status == 2 and ("invalid choice: 'q4_k'" in printed or "needs --teacher" in printed)
+
+
+def test_the_hydra_commands_help_lists_the_groups_hydra_composes_from() -> None:
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from lightning_kd.cli.hydra_help import hydra_help
+    from lightning_kd.launch.config import CONF_DIR, register_defaults
+    from lightning_kd.launch.config_dir import group_options
+
+    register_defaults()
+    listed = group_options(CONF_DIR)
+    assert {"teacher", "experiment", "strategy", "hydra/launcher"} <= set(listed)
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        for group, options in listed.items():
+            known = set(loader.get_group_options(group))
+            if group.startswith("hydra/"):  # Hydra's own options too (basic, its plugins')
+                assert set(options) <= known, group
+            else:  # all but the package's defaults node, which no override picks
+                assert set(options) == known - {"base"}, group
+    shown = hydra_help("train", "lightning-kd train: a run.")
+    assert re.search(r"^  teacher: +gemma3_270m, minilm, smollm2, tiny_gpt2", shown, re.M)
+    assert "hydra/job_logging" not in shown, "the package's own logging group is no choice"
+
+
+def test_the_help_lists_the_groups_of_your_own_config_directory_too(tmp_path) -> None:
+    from lightning_kd.cli.hydra_help import hydra_help
+
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "mine.yaml").write_text("# @package _global_\n")
+    (tmp_path / "sweeps").mkdir()
+    (tmp_path / "sweeps" / "lr.yaml").write_text("{}\n")
+    for argv in (["--config-dir", str(tmp_path)], [f"--config-dir={tmp_path}"]):
+        shown = hydra_help("train", "a run", [*argv, "--help"])
+        assert re.search(r"^  experiment: +ce_only, cross_tokenizer, instruct, .*mine", shown, re.M)
+        assert re.search(r"^  sweeps: +lr$", shown, re.M)

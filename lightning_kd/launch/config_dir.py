@@ -1,0 +1,33 @@
+"""Where the shipped configs are, found without loading anything: ``--help`` lists their groups
+before torch, Lightning or Hydra load."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+
+def shipped_config_dir() -> Path:
+    """The shipped configs: ``lightning_kd/conf`` in an installed wheel (the build maps the
+    repository's top-level ``conf/`` there), else the checkout's ``conf/`` (a clone, or an
+    editable install)."""
+    for candidate in (PACKAGE_DIR / "conf", PACKAGE_DIR.parent / "conf"):
+        if (candidate / "config.yaml").is_file():
+            return candidate
+    raise FileNotFoundError(
+        f"lightning-kd's configs are missing: neither {PACKAGE_DIR / 'conf'} nor "
+        f"{PACKAGE_DIR.parent / 'conf'} holds config.yaml; reinstall the package "
+        "(pip install --force-reinstall lightning-kd) or run from a full checkout"
+    )
+
+
+def group_options(conf: Path) -> dict[str, list[str]]:
+    """Each config group of ``conf`` (``teacher``, ``hydra/launcher``, ...) and its options: the
+    YAML files a ``group=option`` override picks."""
+    groups: dict[str, list[str]] = {}
+    for option in sorted(conf.rglob("*.yaml")):
+        group = option.parent.relative_to(conf).as_posix()
+        if group != ".":
+            groups.setdefault(group, []).append(option.stem)
+    return groups
