@@ -80,20 +80,22 @@ def device_list(tensor: Tensor) -> list[int]:
 
 def prompt_tokens(batch: dict[str, Tensor]) -> list[Tensor]:
     """Each row's prompt: its attended tokens before the first scored label (all of them for a
-    row without one)."""
+    row without one), wherever the row's padding is (a batch padded on the left, as a tokenizer
+    may pad it, has its pads first: they are neither prompt nor attended)."""
     prompts = []
     for ids, labels, mask in zip(
         batch["input_ids"], batch["labels"], batch["attention_mask"], strict=True
     ):
-        length = int(mask.sum())
-        scored = (labels[:length] != IGNORE_INDEX).nonzero()
-        end = int(scored[0]) if len(scored) else length
-        if end == 0:
+        attended = mask.bool()
+        scored = (attended & (labels != IGNORE_INDEX)).nonzero()
+        end = int(scored[0]) if len(scored) else len(ids)
+        prompt = ids[:end][attended[:end]]
+        if len(prompt) == 0:
             raise ValueError(
                 "distill.on_policy: a row is scored from its first token, so it has no prompt to "
                 "complete; on-policy KD needs prompts (data=chat labels the answers only)"
             )
-        prompts.append(ids[:end])
+        prompts.append(prompt)
     return prompts
 
 

@@ -169,6 +169,24 @@ def test_a_completion_ends_at_its_end_token_and_is_labelled_alone() -> None:
     assert batch["labels"].tolist() == [[-100, -100, 4, 9], [-100, 5, 6, 9]]
 
 
+def test_a_batch_padded_on_the_left_is_sampled_as_the_same_batch_padded_on_the_right() -> None:
+    """A tokenizer may pad on the left (the Python API takes either side): the prompt is the
+    attended tokens before the first label, never the pads (they were taken as the prompt, and
+    marked attended, so the student completed a row of pads)."""
+    right = chat_batch()
+    left = {key: value.clone() for key, value in right.items()}
+    for key, fill in (("input_ids", 0), ("attention_mask", 0), ("labels", IGNORE_INDEX)):
+        left[key][0] = torch.cat([torch.full((2,), fill), right[key][0, :6]])
+    prompts = prompt_tokens(left)
+    assert [p.tolist() for p in prompts] == [[5, 6, 7], [11, 12, 13, 14, 15]]
+    assert all(torch.equal(a, b) for a, b in zip(prompts, prompt_tokens(right), strict=True))
+    model = distiller()
+    on_left = model.on_policy.sample(model.student, left, draw=3)
+    on_right = model.on_policy.sample(model.student, right, draw=3)
+    for key in ("input_ids", "attention_mask", "labels"):
+        assert torch.equal(on_left[key], on_right[key]), key
+
+
 def test_bad_on_policy_settings_are_refused() -> None:
     with pytest.raises(ValueError, match=r"no teacher cache holds: drop distill.teacher_cache"):
         DistillConfig(on_policy=0.5, teacher_cache="/x")
