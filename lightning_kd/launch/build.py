@@ -117,8 +117,12 @@ def build(
     """Module, data module (``datamodule`` where given, already built from ``cfg.data``) and
     trainer from ``cfg`` (the models are built in the trainer).
 
-    ``trainer.precision`` and ``teacher.dtype`` must be concrete (``launch.auto.resolve``).
+    ``trainer.precision`` and ``teacher.dtype`` left ``auto`` are chosen for this machine as
+    ``lightning-kd train`` chooses them (:func:`with_precision`, said in a line): a config
+    composed in Python builds as the command would run it (Lightning refused ``auto``).
     """
+    if "auto" in (cfg.trainer.get("precision"), cfg.teacher.get("dtype")):
+        cfg, _ = with_precision(cfg)
     module = build_module(cfg, datamodule.tokenizer if datamodule is not None else None)
     datamodule = datamodule if datamodule is not None else build_datamodule(cfg, module.tokenizer)
     trainer, timer = build_trainer(cfg)
