@@ -4,7 +4,8 @@ Each conversation is rendered with the tokenizer's chat template (or ``data.chat
 every token outside an assistant turn is labelled −100. An assistant turn's tokens are found by
 rendering the conversation up to that turn with the generation prompt, then through it: the
 characters between the two renderings are the answer (with whatever the template closes a turn
-with, e.g. ``<|im_end|>``), whatever the template.
+with, e.g. ``<|im_end|>``), whatever the template. An answer marked ``"finished": false`` (cut off
+at ``generate.max_new_tokens``) is scored up to the end of its text alone.
 """
 
 from __future__ import annotations
@@ -112,14 +113,31 @@ def assistant_spans(
                 f"prefixes of one another (turn {turn}), so the answer's tokens cannot be told "
                 "from the prompt's; set data.chat_template to a template that does"
             )
-        spans.append((len(before), len(through)))
+        cut = message.get("finished") is False
+        end = answer_end(through, before, message, where) if cut else len(through)
+        spans.append((len(before), end))
     return text, spans
+
+
+def answer_end(through: str, before: str, message: dict, where: str) -> int:
+    """Where the text of an answer cut off before its end (``"finished": false``) ends in
+    ``through``: what the template closes its turn with after it is not the teacher's, and
+    scoring it would teach the student to stop where the teacher's budget ran out."""
+    for content in (message["content"], message["content"].strip()):  # templates may trim
+        if (at := through.find(content, len(before))) >= 0:
+            return at + len(content)
+    raise DataError(
+        f"{where}: the chat template changes the text of an answer marked "
+        '"finished": false, so where it ends cannot be found; set data.chat_template to '
+        "a template that renders it as it is"
+    )
 
 
 def encode_chat(
     tokenizer: PreTrainedTokenizerBase, messages: list[dict], where: str
 ) -> ChatExample:
-    """Tokens of the rendered conversation; labels are the tokens that start inside an answer."""
+    """Tokens of the rendered conversation; labels are the tokens that start inside an answer
+    (for an answer cut off, ``"finished": false``, inside its text)."""
     text, spans = assistant_spans(tokenizer, messages, where)
     ids, firsts = chat_ids(tokenizer, text, messages, where, cuts=[first for first, _ in spans])
     tokens = torch.tensor(ids, dtype=torch.long)

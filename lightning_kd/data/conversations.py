@@ -56,13 +56,25 @@ def row_messages(record: dict, where: str, fields: ChatFields) -> list[dict[str,
     return messages
 
 
-def checked_messages(messages: Any, where: str) -> list[dict[str, str]]:
-    """``messages`` as plain ``{role, content}`` dicts, refused unless each is one."""
+def checked_messages(messages: Any, where: str) -> list[dict[str, Any]]:
+    """``messages`` as plain ``{role, content}`` dicts, refused unless each is one; an answer
+    the teacher had not ended when ``generate.max_new_tokens`` cut it keeps its
+    ``"finished": false`` (``generation/completion_rows.py``)."""
     if not isinstance(messages, list) or not all(is_message(m) for m in messages):
         raise DataError(
             f"{where}: a conversation is a list of {{'role': str, 'content': str}} messages"
         )
-    return [{"role": m["role"], "content": m["content"]} for m in messages]
+    checked = []
+    for m in messages:
+        finished = m.get("finished")
+        if finished not in (None, True, False):
+            raise DataError(
+                f'{where}: a message\'s "finished" is true or false (false: an answer cut off '
+                f"before its end, whose end of turn is not scored), not {finished!r}"
+            )
+        cut = {"finished": False} if finished is False and m["role"] == "assistant" else {}
+        checked.append({"role": m["role"], "content": m["content"], **cut})
+    return checked
 
 
 def as_messages(value: Any, role: str, where: str) -> list[Any]:

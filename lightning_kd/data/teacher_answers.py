@@ -26,11 +26,12 @@ WRITE_THEM = (
     "DIR/completions.jsonl"
 )
 
-Answers = dict[str, list[tuple[str, str]]]
+Answers = dict[str, list[tuple[dict, str]]]
+"""``{prompt key: [(answer message, where), ...]}``."""
 
 
 def read_teacher_answers(path: Path) -> Answers:
-    """``{prompt key: [(answer, where), ...]}`` of every row of ``path``, in file order."""
+    """``{prompt key: [(answer message, where), ...]}`` of every row of ``path``, in file order."""
     if not path.is_file():
         raise MissingData(f"data.teacher_answers={str(path)!r} is not a file; {WRITE_THEM}")
     answers: Answers = {}
@@ -42,14 +43,15 @@ def read_teacher_answers(path: Path) -> Answers:
                 f"{where}: a teacher answer row is the prompt's messages followed by one "
                 "assistant message (as lightning-kd generate writes them)"
             )
-        answers.setdefault(prompt_key(messages), []).append((messages[-1]["content"], where))
+        answers.setdefault(prompt_key(messages), []).append((messages[-1], where))
     return answers
 
 
 def check_counts(answers: Answers, asked: Counter[str]) -> None:
     """Refuse a prompt answered differently, a number of times that is not how often it is asked."""
     for key, rows in answers.items():
-        if key not in asked or len({a for a, _ in rows}) == 1 or len(rows) == asked[key]:
+        texts = {answer["content"] for answer, _ in rows}
+        if key not in asked or len(texts) == 1 or len(rows) == asked[key]:
             continue
         where = ", ".join(w for _, w in rows[:3]) + (", ..." if len(rows) > 3 else "")
         raise DataError(
@@ -79,5 +81,5 @@ def teacher_answered(conversations: list[list[dict]], path: Path) -> list[list[d
         rows = answers[key]
         answer = rows[seen[key] % len(rows)][0]  # one answer per prompt serves every occurrence
         seen[key] += 1
-        answered.append([*prompt_of(conversation), {"role": "assistant", "content": answer}])
+        answered.append([*prompt_of(conversation), answer])  # "finished": false kept
     return answered

@@ -13,7 +13,8 @@ turn, if any, is dropped and answered anew) is rendered with the chat template a
 prompt, completed by the teacher (greedy, or sampled with ``generate.temperature`` and
 ``generate.top_p``; ``generate.max_new_tokens``; batches of ``generate.batch_size``, left-padded,
 with the KV cache), and written as a chat row, ``{"messages": [...prompt, {"role": "assistant",
-"content": completion}], "prompt_line": n}``, that ``data=chat`` reads back.
+"content": completion}], "prompt_line": n}``, that ``data=chat`` reads back (an answer cut off at
+``generate.max_new_tokens`` is marked ``"finished": false``: ``completion_rows.py``).
 
 ``generate.prompts=train_split`` (or ``val_split``) takes the prompts of that split of the config's
 ``data=chat`` conversations, split as a run splits them: sequence-level KD then trains on the
@@ -54,10 +55,10 @@ from lightning_kd.data.chat_tokens import (
 from lightning_kd.data.conversations import ChatFields, as_messages, checked_messages, prompt_of
 from lightning_kd.data.errors import DataError
 from lightning_kd.data.reading import read_records
+from lightning_kd.generation.completion_rows import Prompt, answer_row, completed_rows
 from lightning_kd.generation.completions_record import (
     check_record,
     completions_lock,
-    read_row,
     settings_record,
 )
 from lightning_kd.generation.decoding import generate_in_eval, left_padded
@@ -68,9 +69,6 @@ from lightning_kd.utils.stopping import STOP
 OUTPUT_NAME = "completions.jsonl"
 SPLITS = {"train_split": "train", "val_split": "val"}
 """``generate.prompts`` values naming a split of the run's data (``data=text``: ``train_split``)."""
-
-Prompt = str | list[dict]
-"""A prompt: a document's start (text, continued) or chat messages (answered)."""
 
 
 @dataclass
@@ -150,54 +148,16 @@ def prompt_tokens(tokenizer: PreTrainedTokenizerBase, prompts: list[Prompt]) -> 
     return prompt_ids(tokenizer, prompts)
 
 
-def answer_row(line: int | str, prompt: Prompt, answer: str) -> dict[str, Any]:
-    """The row written for ``prompt`` (read at ``line``): text, or the conversation answered."""
-    if isinstance(prompt, str):
-        return {"text": prompt + answer, "prompt_line": line}
-    return {"messages": [*prompt, {"role": "assistant", "content": answer}], "prompt_line": line}
-
-
-def is_answer(row: dict[str, Any], line: int | str, prompt: Prompt) -> bool:
-    """Whether ``row`` is the answer to ``prompt`` (read at ``line``)."""
-    if row.get("prompt_line") != line:
-        return False
-    if isinstance(prompt, str):
-        return isinstance(row.get("text"), str) and row["text"].startswith(prompt)
-    return isinstance(row.get("messages"), list) and row["messages"][:-1] == prompt
-
-
-def completed_rows(out: Path, prompts: list[tuple[int | str, Prompt]]) -> int:
-    """Rows of ``out`` already complete (a torn last line cut off), checked against ``prompts``."""
-    data = out.read_bytes() if out.is_file() else b""
-    whole = data[: data.rfind(b"\n") + 1]
-    if len(whole) < len(data):
-        with open(out, "r+b") as handle:  # a row half-written when the last run stopped
-            handle.truncate(len(whole))
-    rows = [read_row(out, number, line) for number, line in enumerate(whole.splitlines(), 1)]
-    for index, (row, (line, prompt)) in enumerate(zip(rows, prompts, strict=False)):
-        if not is_answer(row, line, prompt):
-            raise DataError(
-                f"{out} row {index + 1} answers another prompt than {line and f'line {line}'} of "
-                "generate.prompts: write into a new hydra.run.dir, or set overwrite=true"
-            )
-    if len(rows) > len(prompts):
-        raise DataError(
-            f"{out} holds {len(rows)} rows, more than the {len(prompts)} prompts of "
-            "generate.prompts (and generate.max_prompts): raise generate.max_prompts, write "
-            "into a new hydra.run.dir, or set overwrite=true"
-        )
-    return len(rows)
-
-
 def complete(
     teacher: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     prompts: list[Prompt],
     spec: GenerateSpec,
     seed: int,
-) -> list[str]:
+) -> list[tuple[str, bool]]:
     """The teacher's completions of ``prompts`` (one batch, left-padded, sampled from ``seed``):
-    the text each continuation adds, or each conversation's answer."""
+    the text each continuation adds, or each conversation's answer; and whether the teacher
+    ended it (else ``generate.max_new_tokens`` cut it off)."""
     ids = prompt_tokens(tokenizer, prompts)
     left = left_padded(ids, tokenizer.pad_token_id, teacher.device)
     torch.manual_seed(seed)
@@ -218,10 +178,15 @@ def complete(
         pad_token_id=tokenizer.pad_token_id,
         **options,
     )
+    ends = options.get("eos_token_id") or end_tokens(teacher, tokenizer)
+    ended = torch.isin(new, torch.tensor(ends, device=new.device)).any(dim=1).tolist()
     if text:
-        return continuations(tokenizer, ids, new, options["eos_token_id"])
+        return list(zip(continuations(tokenizer, ids, new, ends), ended, strict=True))
     decoded = tokenizer.batch_decode(new, skip_special_tokens=True)
-    return [answer.split(PLAIN_NEXT_TURN)[0].strip() for answer in decoded] if plain else decoded
+    if plain:  # ended where the next turn began
+        ended = [done or PLAIN_NEXT_TURN in a for a, done in zip(decoded, ended, strict=True)]
+        decoded = [answer.split(PLAIN_NEXT_TURN)[0].strip() for answer in decoded]
+    return list(zip(decoded, ended, strict=True))
 
 
 def write_completions(
@@ -248,7 +213,7 @@ def write_completions(
         if overwrite and out.exists():
             out.unlink()
         check_record(out, record)
-        done = completed_rows(out, prompts)
+        done = len(completed_rows(out, prompts))
         append_completions(teacher, tokenizer, prompts, spec, out, seed, done)
     return out
 
@@ -276,7 +241,7 @@ def append_completions(
             for offset, ((line, prompt), answer) in enumerate(zip(batch, answers, strict=True)):
                 if start + offset < done:
                     continue  # written before the run stopped, mid-batch
-                handle.write(json.dumps(answer_row(line, prompt, answer)) + "\n")
+                handle.write(json.dumps(answer_row(line, prompt, *answer)) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
             bar.update(len(batch) - max(0, done - start))

@@ -14,6 +14,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from lightning_kd.data.chat import ChatDataModule
 from lightning_kd.data.conversations import ChatFields, prompt_of
 from lightning_kd.data.text import TextDataModule
+from lightning_kd.generation.completion_rows import cut_report
 from lightning_kd.generation.teacher_completions import (
     OUTPUT_NAME,
     SPLITS,
@@ -154,11 +155,15 @@ def generate(
 
 
 def answer(cfg: DictConfig, teacher, tokenizer, spec: GenerateSpec, prompts: list) -> Path:
-    """The completions of ``prompts`` into ``output_dir/completions.jsonl``."""
+    """The completions of ``prompts`` into ``output_dir/completions.jsonl``, and a line on
+    those ``generate.max_new_tokens`` cut off."""
     out = Path(cfg.output_dir) / OUTPUT_NAME
     overwrite = bool(cfg.get("overwrite"))
     source = {key: cfg.teacher.get(key) for key in ("path", "gguf_file")}
-    return write_completions(teacher, tokenizer, prompts, spec, out, cfg.seed, overwrite, source)
+    write_completions(teacher, tokenizer, prompts, spec, out, cfg.seed, overwrite, source)
+    if report := cut_report(out, spec.max_new_tokens):
+        print(report, flush=True)
+    return out
 
 
 TEACHERS_LIST = [

@@ -62,6 +62,29 @@ def test_only_the_assistant_turns_are_labelled_token_by_token() -> None:
     assert int(mask.sum()) == example.scored == len("Seven.<|im_end|>\nEleven.<|im_end|>\n")
 
 
+@pytest.mark.parametrize("finished", [True, False, None])
+def test_an_answer_cut_off_is_scored_up_to_the_end_of_its_text(finished) -> None:
+    """ "finished": false marks an answer cut off before its end (generate.max_new_tokens): its
+    text is scored, the end of turn after it is not; an earlier, finished answer keeps its own."""
+    cut = {} if finished is None else {"finished": finished}
+    messages = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello"},
+        {"role": "user", "content": "Count"},
+        {"role": "assistant", "content": "one two  ", **cut},  # its trailing spaces are text
+    ]
+    example = encode_chat(chat_tokenizer(), messages, "row 1")
+    scored = byte_tokenizer().decode(example.labels[example.labels != IGNORE_INDEX])
+    ending = "" if finished is False else "<|im_end|>\n"
+    assert scored == f"Hello<|im_end|>\none two  {ending}"
+
+
+def test_a_finished_flag_that_is_not_a_boolean_is_named() -> None:
+    row = {"messages": [TURNS[0], {**TURNS[1], "finished": "no"}]}
+    with pytest.raises(ValueError, match=r'row 3: a message\'s "finished" is true or false'):
+        row_messages(row, "row 3", ChatFields())
+
+
 def test_prompt_completion_rows_are_the_same_conversation() -> None:
     fields = ChatFields()
     as_pair = row_messages({"prompt": "Name a prime.", "completion": "Seven."}, "r", fields)

@@ -56,6 +56,23 @@ def test_training_answers_are_the_teachers_and_validation_keeps_the_datasets(tmp
         assert data.tokenizer.decode(scored) == f"teacher {index}<|im_end|>\n"
 
 
+def test_a_teacher_answer_cut_off_is_scored_without_its_end_of_turn(tmp_path) -> None:
+    """An answer generate.max_new_tokens cut off ("finished": false) is trained on its text;
+    the end of turn the template closes it with is not scored (it was: the student was taught
+    to stop mid-sentence where the teacher's budget ran out)."""
+    rows = chats(tmp_path)
+    train, _ = module(rows).split()
+    answers = answers_file(tmp_path / "a.jsonl", train)
+    lines = [json.loads(line) for line in answers.read_text().splitlines()]
+    lines[0]["messages"][-1]["finished"] = False  # as generate writes a cut answer
+    write_rows(answers, lines)
+    data = module(rows, answers)
+    data.setup()
+    scored = [e.labels[e.labels != -100] for e in data.train_examples]
+    assert data.tokenizer.decode(scored[0]) == "teacher 0"
+    assert data.tokenizer.decode(scored[1]) == "teacher 1<|im_end|>\n"
+
+
 @pytest.mark.integration  # runs the command line in a subprocess
 def test_a_file_missing_a_training_prompt_is_refused_with_the_command(tmp_path) -> None:
     rows = chats(tmp_path)

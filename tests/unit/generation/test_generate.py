@@ -16,13 +16,9 @@ from transformers import GenerationConfig
 from lightning_kd.cli import main as cli_main
 from lightning_kd.data.chat import ChatDataModule
 from lightning_kd.data.conversations import ChatFields
+from lightning_kd.generation.completion_rows import answer_row, completed_rows
 from lightning_kd.generation.completions_record import CompletionsMismatch, record_path
-from lightning_kd.generation.teacher_completions import (
-    GenerateSpec,
-    complete,
-    completed_rows,
-    prompt_messages,
-)
+from lightning_kd.generation.teacher_completions import GenerateSpec, complete, prompt_messages
 from lightning_kd.launch.config import compose_config
 from lightning_kd.launch.generate import generate
 from lightning_kd.models.loading import TeacherSpec, byte_tokenizer, load_teacher
@@ -63,7 +59,7 @@ def test_batched_left_padded_completions_equal_one_at_a_time(teacher) -> None:
     spec = GenerateSpec(max_new_tokens=6)
     batched = complete(teacher, tokenizer(), prompts, spec, seed=0)
     alone = [complete(teacher, tokenizer(), [prompt], spec, seed=0)[0] for prompt in prompts]
-    assert batched == alone and all(batched)
+    assert batched == alone and all(answer for answer, _ in batched)
 
 
 @pytest.mark.parametrize("sampled", [False, True])
@@ -91,6 +87,27 @@ def test_completions_are_chat_rows_that_data_chat_reads(teacher, tmp_path) -> No
     data = ChatDataModule(tokenizer(), files=[str(out)], val_fraction=0.3)
     data.setup()
     assert all(example.scored > 0 for example in data.train_examples)
+
+
+def test_an_answer_cut_at_max_new_tokens_is_marked_and_counted(teacher, tmp_path, capsys):
+    """The tiny random teacher never ends its turn within 6 tokens: each answer is marked
+    "finished": false (written like a finished one, it was trained with an end of turn after
+    it), and generate says how many were cut and what to raise."""
+    prompts = write_prompts(tmp_path / "p.jsonl", 4)
+    out = generate(config(tmp_path / "g", prompts), teacher, tokenizer())
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert all(row["messages"][-1]["finished"] is False for row in rows)
+    assert (
+        "4 of 4 answers reached generate.max_new_tokens=6 before the teacher ended them"
+        in capsys.readouterr().out
+    )
+    data = ChatDataModule(tokenizer(), files=[str(out)], val_fraction=0.25)
+    data.setup()
+    for example in data.train_examples:
+        scored = tokenizer().decode(example.labels[example.labels != -100])
+        assert "<|im_end|>" not in scored, "a cut answer's end of turn is not scored"
+    ended = answer_row(1, [{"role": "user", "content": "q"}], "a", finished=True)
+    assert ended["messages"][-1] == {"role": "assistant", "content": "a"}, "nothing added"
 
 
 def test_the_prompts_of_a_data_split_are_completed(teacher, tmp_path) -> None:
@@ -269,4 +286,6 @@ def test_a_chat_answer_ends_with_its_turn_whatever_the_generation_config_says() 
     rest = [tokenizer.convert_tokens_to_ids(c) for c in ("Ċ", "u", "s")]
     teacher = ScriptedTeacher([*said, end, *rest[:1], start, *rest[1:]], tokenizer.eos_token_id)
     prompts = [[{"role": "user", "content": "Say hi."}]]
-    assert complete(teacher, tokenizer, prompts, GenerateSpec(max_new_tokens=8), 0) == ["Hi"]
+    assert complete(teacher, tokenizer, prompts, GenerateSpec(max_new_tokens=8), 0) == [
+        ("Hi", True)
+    ]
