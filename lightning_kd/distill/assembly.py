@@ -3,9 +3,11 @@ it holds and choosing the teacher's side of its step (online, cached, another to
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lightning_kd.cache.teacher import CachedTeacher
@@ -133,13 +135,47 @@ class TeacherSides:
 
 
 def check_teacher_source(
-    teacher: PreTrainedModel | None, cache: CachedTeacher | None, distill: DistillConfig
+    teacher: PreTrainedModel | None,
+    cache: CachedTeacher | None,
+    distill: DistillConfig,
+    student: nn.Module,
 ) -> None:
-    """A distiller learns from a teacher model or from a teacher cache, never both or neither."""
+    """A distiller learns from a teacher model or from a teacher cache, never both or neither,
+    into a student with weights of its own."""
     if (teacher is None) == (cache is None):
         raise ValueError("a Distiller takes a teacher model or a teacher cache (one of them)")
+    check_own_weights(teacher, student)
     if teacher is None and distill.features:
         raise ValueError(
             "distill.features from a teacher cache: the pairs are resolved on the teacher's "
             "modules; build with Distiller.from_specs (which loads it, then drops it)"
         )
+
+
+def check_own_weights(teacher: nn.Module | None, student: nn.Module) -> None:
+    """Refuse a student holding any of the teacher's parameters (the teacher itself, or layers
+    taken from it rather than copied): the teacher is frozen, so they would silently not learn,
+    and a LoRA student over the teacher's own model would change the teacher with it."""
+    if teacher is None:
+        return
+    teachers = {id(p) for p in teacher.parameters()}
+    shared = [name for name, p in student.named_parameters() if id(p) in teachers]
+    if not shared:
+        return
+    whole = "is the teacher" if len(shared) == sum(1 for _ in student.parameters()) else "shares"
+    raise ValueError(
+        f"the student {whole} {len(shared)} of the teacher's parameter tensors ({shared[0]}"
+        f"{', ...' if len(shared) > 1 else ''}): the teacher is frozen, so they would not learn. "
+        "Give the student weights of its own: copy.deepcopy the teacher's layers you keep, or "
+        "build it with Distiller.from_specs / StudentSpec(num_layers=...) (a student copied "
+        "from the teacher's layers)"
+    )
+
+
+def learning(
+    parameters: Iterable[nn.Parameter], *frozen: nn.Module | None
+) -> Iterator[nn.Parameter]:
+    """``parameters`` that require a gradient, none of the ``frozen`` models' (the teacher's,
+    whatever ``requires_grad`` a caller set on them again)."""
+    held = {id(p) for model in frozen if model is not None for p in model.parameters()}
+    return (p for p in parameters if p.requires_grad and id(p) not in held)

@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lightning_kd.cache.teacher import CachedTeacher
-from lightning_kd.distill.assembly import assemble, check_teacher_source
+from lightning_kd.distill.assembly import assemble, check_teacher_source, learning
 from lightning_kd.distill.batches import checked_batch
 from lightning_kd.distill.cross_tokenizer import CrossTokenizer
 from lightning_kd.distill.objective import DistillConfig
@@ -70,7 +70,7 @@ class Distiller(nn.Module):
         repair_source: PreTrainedModel | None = None,
     ) -> None:
         super().__init__()
-        check_teacher_source(teacher, cache, distill)
+        check_teacher_source(teacher, cache, distill, student)
         self.other_sides(cross, extra, teacher_weight, token_lengths)
         self.teacher = None if teacher is None else teacher.requires_grad_(False).eval()
         self.cached_teacher = cache
@@ -145,7 +145,7 @@ class Distiller(nn.Module):
 
     def trainable_parameters(self) -> Iterator[nn.Parameter]:
         """Every parameter that learns: the student's (and projectors'), never the teacher's."""
-        return (p for p in self.parameters() if p.requires_grad)
+        return learning(self.parameters(), self.teacher, self.repair_source)
 
     @property
     def uses_teacher_in_training(self) -> bool:

@@ -1,0 +1,44 @@
+"""``distill/assembly.py``: what a Distiller is built from, checked as it is built."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from lightning_kd.distill.distiller import Distiller
+from lightning_kd.distill.objective import DistillConfig
+from lightning_kd.models.loading import model_from_config
+from lightning_kd.models.student import student_from_teacher
+from tests.conftest import TINY_LLAMA
+
+CONFIG = DistillConfig(compile=False)
+
+
+def teacher() -> nn.Module:
+    torch.manual_seed(0)
+    return model_from_config(dict(TINY_LLAMA), "causal_lm").eval()
+
+
+def test_a_student_holding_the_teachers_layers_is_refused() -> None:
+    """Layers taken from the teacher rather than copied were frozen with it: the student
+    trained its embeddings alone, without a word. The teacher as its own student failed only
+    at backward, in torch's words."""
+    model = teacher()
+    taken = student_from_teacher(model, [0, 3])
+    taken.model.layers = nn.ModuleList([model.model.layers[0], model.model.layers[3]])
+    with pytest.raises(ValueError, match=r"the student shares \d+ of the teacher's parameter"):
+        Distiller(model, taken, CONFIG)
+    with pytest.raises(ValueError, match=r"the student is the teacher \d+ of .*copy.deepcopy"):
+        Distiller(model, model, CONFIG)
+    Distiller(model, copy.deepcopy(model), CONFIG)  # a copy is its own
+
+
+def test_the_trainable_parameters_are_never_the_teachers() -> None:
+    model = teacher()
+    distiller = Distiller(model, student_from_teacher(model, [0, 3]), CONFIG)
+    own = {id(p) for p in distiller.student.parameters()}
+    distiller.teacher.requires_grad_(True)  # a caller's mistake: the teacher stays out
+    assert {id(p) for p in distiller.trainable_parameters()} == own
