@@ -79,9 +79,16 @@ def cut_report(out: Path, max_new_tokens: int) -> str:
     cut = sum(map(is_cut, rows))
     if not cut:
         return ""
+    if "messages" in rows[0]:
+        kind, read = "answers", "data=chat scores its text but not the end of turn after it"
+    else:  # data=text reads text alone: its document separator follows a cut row as any other
+        kind = "continuations"
+        read = (
+            "data=text reads text alone, so the document separator after it is scored as the "
+            "end of any document is (the student learns that a document may end there)"
+        )
     return (
-        f"{cut} of {len(rows)} answers reached generate.max_new_tokens={max_new_tokens} before "
-        'the teacher ended them: each is marked "finished": false, and data=chat scores its '
-        "text but not the end of turn after it; raise generate.max_new_tokens (and write into "
-        "a new hydra.run.dir) to have them finished"
+        f"{cut} of {len(rows)} {kind} reached generate.max_new_tokens={max_new_tokens} before "
+        f'the teacher ended them: each is marked "finished": false, and {read}; raise '
+        "generate.max_new_tokens (and write into a new hydra.run.dir) to have them finished"
     )

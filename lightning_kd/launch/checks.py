@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 
 from omegaconf.errors import OmegaConfBaseException
 
-from lightning_kd.distill.objective import NOTHING_TO_LEARN, learns_nothing
+from lightning_kd.distill.objective import NOTHING_TO_LEARN, learns_nothing, on_policy_weight_error
 from lightning_kd.export.gguf import type_errors
 from lightning_kd.launch.data_checks import data_setting_errors
 from lightning_kd.launch.keys import unknown_setting_errors
@@ -156,14 +156,18 @@ WEIGHTS = ("distill.kd_weight", "distill.ce_weight", "distill.feature_weight")
 
 
 def _weight_errors(cfg: Mapping) -> list[str]:
-    """An objective whose every term weighs 0 would train on a loss of 0.0 and change nothing."""
+    """An objective whose every term weighs 0 would train on a loss of 0.0 and change nothing;
+    so would on-policy completions without the divergence that scores them."""
     weights = [lookup(cfg, key) for key in WEIGHTS]
     features = lookup(cfg, "distill.features")
     if any(not isinstance(w, int | float) or isinstance(w, bool) for w in weights):
         return []  # absent or not a number: not an objective to judge (or refused above)
-    if not learns_nothing(*weights, None if features is ABSENT else features):
-        return []
-    return [NOTHING_TO_LEARN]  # the spec's own message: two checks, said once
+    if learns_nothing(*weights, None if features is ABSENT else features):
+        return [NOTHING_TO_LEARN]  # the spec's own message: two checks, said once
+    on_policy = lookup(cfg, "distill.on_policy")
+    if isinstance(on_policy, int | float) and not isinstance(on_policy, bool):
+        return [error] if (error := on_policy_weight_error(on_policy, weights[0])) else []
+    return []
 
 
 def _encoder_errors(cfg: Mapping) -> list[str]:

@@ -192,6 +192,15 @@ def test_bad_on_policy_settings_are_refused() -> None:
         DistillConfig(on_policy=0.5, teacher_cache="/x")
     with pytest.raises(ValueError, match=r"distill.on_policy=1.5: a probability"):
         DistillConfig(on_policy=1.5)
+    # Sampled completions are scored by the divergence alone: with kd_weight=0 (ce_only) the run
+    # sampled, trained nothing on them, and exited 0 (at on_policy=1, a run of loss 0.0).
+    ce_only = compose_config(
+        ["debug=smoke", "experiment=ce_only", "data=chat", "distill.on_policy=1.0"]
+    )
+    assert any(
+        "distill.on_policy=1.0 with distill.kd_weight=0: the student's sampled completions" in e
+        for e in config_errors(ce_only)
+    )
     unprompted = chat_batch()
     unprompted["labels"][0, 0] = 5
     with pytest.raises(ValueError, match=r"scored from its first token, so it has no prompt"):

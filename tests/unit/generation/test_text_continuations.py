@@ -84,12 +84,21 @@ def held_out_documents(documents: list[str], data: TextDataModule) -> set[int]:
     }
 
 
-def test_text_prompts_are_the_start_of_training_documents_only(teacher, tmp_path) -> None:
+def test_text_prompts_are_the_start_of_training_documents_only(teacher, tmp_path, capsys):
     """Every document no validation block touches is continued once, from its first words; no
-    document with a byte in validation is a prompt; the rows are text data=text reads."""
+    document with a byte in validation is a prompt; the rows are text data=text reads. A
+    continuation cut off at generate.max_new_tokens is marked, and the line counting them says
+    what data=text makes of it."""
     documents = write_documents(tmp_path / "docs.jsonl")
     texts = [json.loads(line)["text"] for line in documents.read_text().splitlines()]
     out = generate(config(tmp_path / "g", documents), teacher, byte_tokenizer())
+    cut = sum(row.get("finished") is False for row in rows(out))
+    assert cut > 0, "the tiny random teacher runs to its budget"
+    assert re.search(
+        rf"{cut} of {len(rows(out))} continuations reached generate.max_new_tokens=\d+ .* "
+        "data=text reads text alone",
+        capsys.readouterr().out,
+    )
     data = TextDataModule(byte_tokenizer(), files=[str(documents)], block_size=64, val_fraction=0.1)
     data.setup()
     held = held_out_documents(texts, data)
