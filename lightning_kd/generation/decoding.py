@@ -23,12 +23,51 @@ def until_eos(tokens: Tensor, eos_token_id: int | None) -> Tensor:
     return tokens if len(ends) == 0 else tokens[: int(ends[0]) + 1]
 
 
+PLAIN_DECODING = {
+    "repetition_penalty": 1.0,
+    "encoder_repetition_penalty": 1.0,
+    "no_repeat_ngram_size": 0,
+    "encoder_no_repeat_ngram_size": 0,
+    "bad_words_ids": None,
+    "suppress_tokens": None,
+    "begin_suppress_tokens": None,
+    "sequence_bias": None,
+    "min_length": 0,
+    "min_new_tokens": None,
+    "forced_bos_token_id": None,
+    "forced_eos_token_id": None,
+    "exponential_decay_length_penalty": None,
+    "guidance_scale": None,
+    "renormalize_logits": False,
+    "num_beams": 1,
+    "num_return_sequences": 1,
+}
+"""Every logits processor a model's ``generation_config.json`` may switch on (a chat model's
+``repetition_penalty``, ``no_repeat_ngram_size``, ...), switched off: transformers fills each
+setting a call leaves unset from the model's file, so what it wrote there changed greedy and
+sampled text alike, unrecorded."""
+PLAIN_SAMPLING = {
+    "temperature": 1.0,
+    "top_k": 0,
+    "top_p": 1.0,
+    "min_p": None,
+    "typical_p": 1.0,
+    "epsilon_cutoff": 0.0,
+    "eta_cutoff": 0.0,
+}
+"""Sampling from the model's whole distribution: transformers' default ``top_k=50`` (or the
+model's own ``top_k``, ``top_p``, ...) drew every token from a truncated one."""
+
+
 @torch.no_grad()
 def generate_in_eval(model: nn.Module, left: dict[str, Tensor], **options) -> Tensor:
     """The tokens ``model`` generates after the left-padded prompts ``left``, in eval mode (no
-    dropout, no activation checkpointing), with the KV cache and no graph; its mode restored."""
+    dropout, no activation checkpointing), with the KV cache and no graph; its mode restored.
+    Decoding is what ``options`` say and nothing else: :data:`PLAIN_DECODING` (and, sampling,
+    :data:`PLAIN_SAMPLING`) under them."""
+    plain = PLAIN_DECODING | (PLAIN_SAMPLING if options.get("do_sample") else {})
     with eval_mode(model):
-        output = model.generate(**left, use_cache=True, **options)
+        output = model.generate(**left, use_cache=True, **(plain | options))
     return output[:, left["input_ids"].shape[1] :]
 
 

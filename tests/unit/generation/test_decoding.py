@@ -1,0 +1,53 @@
+"""``generation/decoding.py``: decoding is what the caller asks for, and nothing a model's
+``generation_config`` or transformers' defaults add."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lightning_kd.generation.decoding import generate_in_eval
+from lightning_kd.models.loading import TeacherSpec, load_teacher
+from tests.conftest import TINY_LLAMA
+
+LEFT = {"input_ids": torch.tensor([[5, 6, 7, 8]]), "attention_mask": torch.ones(1, 4).long()}
+
+
+@pytest.fixture
+def model():
+    torch.manual_seed(0)
+    return load_teacher(TeacherSpec(path=None, config=dict(TINY_LLAMA)), "32-true")
+
+
+def test_sampling_draws_from_the_whole_distribution(model) -> None:
+    """transformers' default top_k=50 drew every token from the model's 50 likeliest (here
+    under a quarter of its mass): the sampled teacher was not the teacher."""
+    with torch.no_grad():
+        top = set(model(**LEFT).logits[0, -1].topk(50).indices.tolist())
+    drawn = []
+    for seed in range(40):
+        torch.manual_seed(seed)
+        new = generate_in_eval(model, LEFT, max_new_tokens=1, do_sample=True, pad_token_id=0)
+        drawn.append(int(new[0, 0]))
+    assert sum(token not in top for token in drawn) > 10
+
+
+def test_the_models_generation_config_does_not_change_what_is_decoded(model) -> None:
+    """A generation_config.json's processors (a chat model's repetition_penalty,
+    no_repeat_ngram_size) changed greedy and sampled text alike, recorded nowhere."""
+    options = {"max_new_tokens": 12, "do_sample": False, "pad_token_id": 0}
+    plain = generate_in_eval(model, LEFT, **options)
+    model.generation_config.no_repeat_ngram_size = 1
+    model.generation_config.repetition_penalty = 3.0
+    model.generation_config.top_k = 5
+    with torch.no_grad():
+        processed = model.generate(**LEFT, **options)[:, LEFT["input_ids"].shape[1] :]
+    assert not torch.equal(processed, plain), "the processors would change this text"
+    assert torch.equal(generate_in_eval(model, LEFT, **options), plain)
+    torch.manual_seed(1)
+    sampled = generate_in_eval(model, LEFT, **options | {"do_sample": True})
+    model.generation_config.no_repeat_ngram_size = 0
+    model.generation_config.repetition_penalty = 1.0
+    model.generation_config.top_k = 50
+    torch.manual_seed(1)
+    assert torch.equal(generate_in_eval(model, LEFT, **options | {"do_sample": True}), sampled)
