@@ -16,6 +16,7 @@ all: it is written under a temporary name beside its target and renamed when com
 from __future__ import annotations
 
 import os
+from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,7 @@ from gguf import (
     MODEL_ARCH,
     MODEL_ARCH_NAMES,
     GGMLQuantizationType,
+    GGUFReader,
     LlamaFileType,
     get_tensor_name_map,
     quants,
@@ -105,6 +107,19 @@ def rope(config: PretrainedConfig) -> tuple[float, str]:
     return float(theta), kind or "default"
 
 
+EXPORTED_BY = "lightning_kd.version"
+"""The GGUF key an export writes (the package's version): how a later export into the same path
+tells a file it may replace (its own earlier export) from one it must not (a model of yours)."""
+
+
+def exported_here(path: Path) -> bool:
+    """Whether ``path`` is a GGUF that lightning-kd exported (it holds :data:`EXPORTED_BY`)."""
+    try:
+        return EXPORTED_BY in GGUFReader(path).fields
+    except Exception:  # not a GGUF, or not one gguf reads: not an export of ours
+        return False
+
+
 def write_gguf(
     model, tokenizer, path: Path, kind: str, name: str | None = None, then: str = AGAIN
 ) -> Path:
@@ -119,6 +134,7 @@ def write_gguf(
         writer = GGUFFile(temp, MODEL_ARCH_NAMES[MODEL_ARCH.LLAMA])
         try:
             writer.add_name(name or path.name.split(".")[0])
+            writer.add_string(EXPORTED_BY, version("lightning-kd"))  # what a rerun may replace
             add_hyperparameters(writer, model.config, GGUF_TYPES[kind][1])
             add_vocabulary(writer, vocabulary)
             for tensor_name, data, stored in tensors:

@@ -15,10 +15,10 @@ import pytest
 from transformers import GPT2Config
 
 from lightning_kd.cli import main
+from lightning_kd.export.gguf import EXPORTED_BY, exported_here
 from lightning_kd.launch.evaluate import is_record
 from lightning_kd.launch.paths import out_file_errors
 from lightning_kd.models.loading import byte_tokenizer
-from lightning_kd.models.sources import is_gguf
 
 POSITIONS = 64
 
@@ -570,15 +570,35 @@ EVALUATE_PATHS = {
 }
 
 
+def small_gguf(path: Path, exported: bool) -> Path:
+    """A GGUF of a name and no tensor: one an export wrote (its key), or a model of yours."""
+    from gguf import GGUFWriter
+
+    writer = GGUFWriter(str(path), "llama")
+    writer.add_name("small")
+    if exported:
+        writer.add_string(EXPORTED_BY, "0.1.0")
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
 def test_an_earlier_output_is_replaced_and_nothing_else(tmp_path) -> None:
-    record, gguf, other = tmp_path / "r.json", tmp_path / "s.gguf", tmp_path / "x.json"
+    """An export replaces its own earlier GGUF, not any GGUF: a downloaded model given as --out
+    (a typo, a tab completion) was replaced by the student, without a word."""
+    record, other = tmp_path / "r.json", tmp_path / "x.json"
     record.write_text('{"files": ["a.txt"], "rows": []}')
-    gguf.write_bytes(b"GGUF\x03\x00\x00\x00")
     other.write_text('{"model_type": "llama"}')
+    earlier = small_gguf(tmp_path / "s.gguf", exported=True)
+    downloaded = small_gguf(tmp_path / "model.gguf", exported=False)
     assert out_file_errors("--out", record, ours=is_record) == []
-    assert out_file_errors("--out", gguf, "s.gguf", ours=is_gguf) == []
+    assert out_file_errors("--out", earlier, "s.gguf", ours=exported_here) == []
     assert out_file_errors("--out", other, ours=is_record)
-    assert out_file_errors("--out", other, "s.gguf", ours=is_gguf)
+    assert out_file_errors("--out", other, "s.gguf", ours=exported_here)
+    (refused,) = out_file_errors("--out", downloaded, "s.gguf", ours=exported_here)
+    assert refused.startswith(f"--out {downloaded} exists and is not a file this command writes")
 
 
 @pytest.mark.parametrize("case", EVALUATE_PATHS)

@@ -17,7 +17,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 from lightning_kd.cli import main
 from lightning_kd.evaluation.perplexity import documents_of, nll_sum, windows_of
 from lightning_kd.export.files import gguf_path
-from lightning_kd.export.gguf import architecture_errors, export_saved, write_gguf
+from lightning_kd.export.gguf import architecture_errors, export_saved, exported_here, write_gguf
 from lightning_kd.export.gguf_vocab import GGUFFile
 from lightning_kd.models.loading import byte_tokenizer, model_from_config
 from lightning_kd.utils.refusal import Refused
@@ -237,6 +237,8 @@ def test_lightning_kd_export_writes_what_a_run_writes(saved, tmp_path, capsys) -
     assert main(["export", str(saved), "--gguf", "f16", "--out", str(out)]) == 0
     assert f"wrote {out}" in capsys.readouterr().out
     assert out.read_bytes() == gguf_path(saved, "f16").read_bytes()
+    assert exported_here(out), "marked as an export: a later one may replace it"
+    assert main(["export", str(saved), "--gguf", "q8_0", "--out", str(out)]) == 0  # replaced
 
 
 def test_an_untied_head_is_written_as_its_own_tensor(tmp_path) -> None:
