@@ -16,14 +16,21 @@ from lightning_kd.launch.entry import check_entry
 from lightning_kd.launch.paths import out_file_errors
 from lightning_kd.launch.unfinished import unfinished_run_error
 from lightning_kd.models.files import saved_model_errors
+from lightning_kd.models.sources import is_gguf
 from lightning_kd.utils.stopping import Interrupted, stopping_at_once
 
 
 def export_directory(directory: Path, kind: str, out: Path) -> Path:
     """Write the saved model in ``directory`` as a GGUF of ``kind`` at ``out``; returns it."""
-    example = gguf_path(directory, kind).name  # runs/kd/student: student.f16.gguf
-    out_errors = out_file_errors("--out", out, example, ours=exported_here)
-    if out.suffix != ".gguf":  # transformers' GGUF reader, and evaluate, find it by its suffix
+    default = gguf_path(directory, kind)  # runs/kd/student: runs/kd/student.f16.gguf
+
+    def ours(path: Path) -> bool:
+        """An export's GGUF: marked so, or (written before the mark) where exports go."""
+        return exported_here(path) or (path.resolve() == default.resolve() and is_gguf(path))
+
+    out_errors = out_file_errors("--out", out, default.name, ours=ours)
+    if out.suffix != ".gguf" and out.name and not out.is_dir():  # a directory: named above
+        # transformers' GGUF reader, and evaluate, find it by its suffix
         out_errors.append(
             f"--out {out}: name the file .gguf, e.g. --out {out.with_suffix('.gguf')}"
         )

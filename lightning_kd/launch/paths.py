@@ -54,12 +54,14 @@ def out_file_errors(
         return []
     out = Path(out)
     if out.is_dir():
-        return [f"{option} {out} is a directory; give a file path, e.g. {option} {out}/{example}"]
+        return [f"{option} {out} is a directory; give a file path, e.g. {option} {out / example}"]
     if out.is_file() and ours is not None and not ours(out):
+        other = out.parent / example
+        if other == out:  # the advice is another path
+            other = out.with_name(f"{out.stem}.new{out.suffix}")
         return [
             f"{option} {out} exists and is not a file this command writes ({example}); it would "
-            f"be replaced: move it away, or give another path, e.g. {option} "
-            f"{out.parent / example}"
+            f"be replaced: move it away, or give another path, e.g. {option} {other}"
         ]
     blocking = _blocking_file(out.parent)
     if blocking is None:

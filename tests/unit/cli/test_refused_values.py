@@ -671,6 +671,10 @@ EXPORT = {
         ["{model}", "--gguf", "f16", "--out", "{model}"],
         ["--out {model} is a directory; give a file path, e.g. --out {model}/weightless.f16.gguf"],
     ),
+    "an --out of the current directory": (  # a ValueError traceback (Path('.').with_suffix)
+        ["{model}", "--gguf", "f16", "--out", "."],
+        ["--out . is a directory; give a file path, e.g. --out weightless.f16.gguf"],
+    ),
     "an --out not named .gguf": (
         ["{model}", "--gguf", "f16", "--out", "{model}.bin"],
         ["--out {model}.bin: name the file .gguf, e.g. --out {model}.gguf"],

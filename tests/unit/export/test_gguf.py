@@ -22,6 +22,7 @@ from lightning_kd.export.gguf_vocab import GGUFFile
 from lightning_kd.models.loading import byte_tokenizer, model_from_config
 from lightning_kd.utils.refusal import Refused
 from tests.conftest import ROOT, TEXT, TINY_GPT2
+from tests.unit.cli.test_refused_values import small_gguf
 
 HELD_OUT = (
     "A river runs past the old mill, and in spring the water rises over the stones. "
@@ -239,6 +240,21 @@ def test_lightning_kd_export_writes_what_a_run_writes(saved, tmp_path, capsys) -
     assert out.read_bytes() == gguf_path(saved, "f16").read_bytes()
     assert exported_here(out), "marked as an export: a later one may replace it"
     assert main(["export", str(saved), "--gguf", "q8_0", "--out", str(out)]) == 0  # replaced
+
+
+def test_an_export_written_before_its_mark_is_replaced_where_exports_go(saved, tmp_path, capsys):
+    """A GGUF at the path the command writes by default is an earlier export (those written
+    before exports were marked hold no mark); elsewhere, an unmarked GGUF is refused, the advice
+    another path than the one refused."""
+    default = gguf_path(saved, "f16")
+    unmarked = small_gguf(default, exported=False)
+    assert main(["export", str(saved), "--gguf", "f16"]) == 0
+    assert exported_here(unmarked)
+    mine = small_gguf(tmp_path / "student.f16.gguf", exported=False)
+    assert main(["export", str(saved), "--gguf", "f16", "--out", str(mine)]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {mine} exists and is not a file this command writes" in err
+    assert f"e.g. --out {tmp_path / 'student.f16.new.gguf'}" in err
 
 
 def test_an_untied_head_is_written_as_its_own_tensor(tmp_path) -> None:
