@@ -46,6 +46,18 @@ def record_path(out: Path) -> Path:
     return out.with_name(f"{out.stem}.meta.json")
 
 
+ROWS_FORMAT = 2
+"""How the rows are decoded and written: 2 samples the teacher's whole distribution with none of
+its ``generation_config`` processors, and marks an answer cut off (``"finished": false``). A file
+begun under another (a record without it: 1) is not continued: its rows were made otherwise."""
+
+
+OLDER_ROWS = (
+    " (rows made by another version of lightning-kd: its sampling kept the teacher's 50 "
+    "likeliest tokens and its generation_config's processors, and its cut answers are unmarked)"
+)
+
+
 def settings_record(
     teacher: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -58,6 +70,7 @@ def settings_record(
     produces, flat ``key → value``, as JSON reads it back."""
     template = tokenizer.chat_template
     record = {
+        "rows": ROWS_FORMAT,
         **{f"generate.{name}": generate[name] for name in DECODING},
         "seed": seed,
         **{f"teacher.{name}": value for name, value in teacher_source.items()},
@@ -75,8 +88,10 @@ def settings_record(
 def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """``key: the file's value, this run's value`` for each setting that differs (the teacher's
     path and GGUF file only where something else of the teacher differs too)."""
+    recorded = {"rows": 1} | recorded  # a record without it: the first format
     found = [
         f"{key}: the file's {recorded.get(key)!r}, this run's {value!r}"
+        + (OLDER_ROWS if key == "rows" else "")
         for key, value in current.items()
         if key not in LOCATION and recorded.get(key) != value
     ]

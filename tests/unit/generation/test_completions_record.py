@@ -69,6 +69,19 @@ def test_a_resume_with_other_settings_or_teacher_is_refused(teacher, tmp_path) -
     assert json.loads(record_path(out).read_text())["seed"] == 1
 
 
+def test_a_file_begun_by_the_previous_row_format_is_not_continued(teacher, tmp_path) -> None:
+    """Rows the previous version wrote (top-50 sampling, the model's processors, cut answers
+    unmarked) were continued under the new decoding: one file, two decodings."""
+    prompts = write_prompts(tmp_path / "p.jsonl", 4)
+    out = generate(config(tmp_path / "g", prompts), teacher, tokenizer())
+    out.write_text(out.read_text().splitlines(keepends=True)[0])
+    recorded = json.loads(record_path(out).read_text())
+    del recorded["rows"]  # as the previous version recorded it
+    record_path(out).write_text(json.dumps(recorded))
+    with pytest.raises(CompletionsMismatch, match=r"rows: the file's 1, this run's 2 \(rows made"):
+        generate(config(tmp_path / "g", prompts), teacher, tokenizer())
+
+
 def test_a_file_begun_without_a_record_is_continued_with_a_warning(teacher, tmp_path) -> None:
     prompts = write_prompts(tmp_path / "p.jsonl", 4)
     out = generate(config(tmp_path / "g", prompts), teacher, tokenizer())
