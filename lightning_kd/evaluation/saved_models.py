@@ -10,6 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from lightning_kd.models.files import loaded_whole, readable
+from lightning_kd.models.names import shadowing_error
 from lightning_kd.models.sources import (
     PACKAGED,
     checked_model_path,
@@ -23,6 +24,8 @@ from lightning_kd.utils.refusal import Refused
 def model_location(name: str, key: str = "model") -> str:
     """``from_pretrained``'s argument for ``name`` (packaged models converted once); a missing
     one refused naming ``key``, how the command was given it (``--teacher``, a model)."""
+    if error := shadowing_error(name, key):
+        raise Refused(error)
     if name in PACKAGED:
         return teacher_dir(name)
     path = Path(name).expanduser()
