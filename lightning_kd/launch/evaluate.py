@@ -65,7 +65,9 @@ def check(args: argparse.Namespace) -> list:
         {} if args.prompts is None else {args.teacher: "--teacher"}
     )
     limits = {
-        name: lambda name=name: saved_positions(model_location(name, keys[name])) for name in names
+        name: lambda name=name: saved_positions(model_location(name, keys[name]))
+        for name in names
+        if name.strip()  # an empty one is named alone (model_errors)
     }
     read, read_errors = read_inputs(args)
     judge = None if args.prompts is None else args.teacher
@@ -151,9 +153,15 @@ def lm_eval(args: argparse.Namespace) -> list[dict]:
 def model_errors(models: list[str], teacher: str | None) -> list[str]:
     """Each model (and ``--teacher``) that is neither a directory of a saved model, a Hugging
     Face id nor a packaged teacher, before any loads."""
-    named = [(name, "model") for name in models] + ([(teacher, "--teacher")] if teacher else [])
+    judge = [] if teacher is None else [(teacher, "--teacher")]  # "" too: it is refused
     errors = []
-    for name, key in named:
+    for name, key in [(name, "model") for name in models] + judge:
+        if not name.strip():  # Path("") is the working directory: not what was meant
+            errors.append(
+                f"{key} is empty: name a model (a save_pretrained directory, a "
+                "Hugging Face id, smollm2)"
+            )
+            continue
         unfinished = unfinished_run_error(Path(name), key)
         if unfinished is not None:  # a run stopped before it saved student/
             errors.append(unfinished)

@@ -116,6 +116,13 @@ def test_evaluate_prompts_refuses_bad_values(case, weightless, prompts, capsys) 
     assert_refused(argv, [n.format(weightless) for n in named], capsys)
 
 
+def test_an_empty_teacher_is_named(weightless, prompts, capsys) -> None:
+    """--teacher "" passed the check (an empty name is false) and ended in a traceback naming
+    model=, not --teacher."""
+    argv = ["evaluate", "--prompts", str(prompts), "--teacher", "", "--", str(weightless)]
+    assert_refused(argv, ["--teacher is empty: name a model"], capsys)
+
+
 def test_a_prompt_that_fills_the_positions_is_named_not_answered_by_a_setting(
     weightless, tmp_path, capsys
 ) -> None:
@@ -561,6 +568,7 @@ EVALUATE_PATHS = {
     "out is a directory": (["--out", "{tmp}"], ["--out {tmp} is a directory; give a file path"]),
     "missing files": (["--files", "{tmp}/nonexist.txt"], ["--files entry '{tmp}/nonexist.txt'"]),
     "missing model": (["--", "{tmp}/nonexist"], ["model={tmp}/nonexist does not exist"]),
+    "empty model": (["--", ""], ["model is empty: name a model"]),  # was a traceback
     # Replaced whole, they were lost: only an earlier --out record is replaced.
     "out is the data read": (["--out", "{tmp}/text.txt"], ["--out {tmp}/text.txt exists and is"]),
     "out is the model's config": (
