@@ -174,13 +174,25 @@ TEACHERS_LIST = [
 """Why a ``teachers`` list is refused: all but one of its teachers went silently unused."""
 
 
+def task_errors(cfg: DictConfig) -> list[str]:
+    """A teacher that writes no text: an encoder (``experiment=minilm``) has no ``generate``."""
+    task = cfg.teacher.get("task", "causal_lm")
+    if task == "causal_lm":
+        return []
+    return [
+        f"teacher.task={task}: lightning-kd generate writes a causal LM's text, and an {task} "
+        "teacher writes none; generate with a causal LM teacher (teacher=smollm2, or your "
+        "own with teacher.task=causal_lm)"
+    ]
+
+
 def run_generate(cfg: DictConfig) -> Path:
     """Load the teacher as a run would (``teacher.quantize`` applied) and write its completions
     (a split of the data made as a run with these student settings makes it: with the student's
     own tokenizer where it has one); every value, and each prompt with
     ``generate.max_new_tokens`` after it against the teacher's positions, checked before the
     teacher loads."""
-    extra = training_run_errors(Path(cfg.output_dir), "generate")
+    extra = training_run_errors(Path(cfg.output_dir), "generate") + task_errors(cfg)
     check_entry(
         cfg,
         lengths=[teacher_length(cfg, "generate.max_new_tokens")],

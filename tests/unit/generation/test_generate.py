@@ -215,6 +215,20 @@ def test_the_command_line_writes_completions(tmp_path) -> None:
     assert len((tmp_path / "g" / "completions.jsonl").read_text().splitlines()) == 2
 
 
+def test_an_encoder_teacher_is_refused_before_it_loads(tmp_path, capsys) -> None:
+    """experiment=minilm: the encoder was loaded, then BertModel has no generate (a Hydra
+    traceback, an empty completions.jsonl left behind)."""
+    prompts = write_prompts(tmp_path / "p.jsonl", 2)
+    argv = ["generate", "experiment=minilm", f"generate.prompts={prompts}"]
+    with pytest.raises(SystemExit) as exit_:
+        cli_main([*argv, f"hydra.run.dir={tmp_path / 'g'}"])
+    assert exit_.value.code == 2
+    assert "teacher.task=encoder: lightning-kd generate writes a causal LM's text" in (
+        capsys.readouterr().err
+    )
+    assert not (tmp_path / "g" / "completions.jsonl").exists()
+
+
 def test_a_damaged_row_inside_the_file_is_named(tmp_path) -> None:
     out = tmp_path / "completions.jsonl"
     out.write_text('{"prompt": "a"}\ngarbage\n{"prompt": "c"}\n')
