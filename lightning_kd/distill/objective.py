@@ -164,7 +164,9 @@ class DistillConfig:
                 f"distill.on_policy_teacher_top_k={top_k}: the teacher's top k (>= 1) vetoes "
                 "the student's sampled tokens, so it needs distill.on_policy > 0; or null"
             )
-        if error := on_policy_weight_error(self.on_policy, self.kd_weight):
+        if error := on_policy_weight_error(
+            self.on_policy, self.kd_weight, self.feature_weight, self.features
+        ):
             raise ValueError(error)
         if self.on_policy > 0 and self.teacher_cache is not None:
             raise ValueError(
@@ -259,14 +261,18 @@ def learns_nothing(kd_weight: float, ce_weight: float, feature_weight: float, fe
     return all(isinstance(w, int | float) and not isinstance(w, bool) and w == 0 for w in weights)
 
 
-def on_policy_weight_error(on_policy: float, kd_weight: float) -> str | None:
-    """Why on-policy KD with ``kd_weight`` 0 is refused (None where it is not): the student's
-    sampled completions are scored by the divergence alone, so they would train nothing."""
-    if not (on_policy > 0 and kd_weight == 0):
+def on_policy_weight_error(
+    on_policy: float, kd_weight: float, feature_weight: float, features
+) -> str | None:
+    """Why on-policy KD that trains nothing on its completions is refused (None where it does):
+    the student's sampled completions are scored by the divergence (and any feature matching
+    over them), never by CE, so with both weighing 0 they would train nothing."""
+    if not (on_policy > 0 and learns_nothing(kd_weight, 0.0, feature_weight, features)):
         return None
     return (
-        f"distill.on_policy={on_policy} with distill.kd_weight=0: the student's sampled "
-        "completions are scored by the divergence to the teacher alone (no CE: its own text is "
-        "no target), so they would train nothing and shrink the other batches' share of each "
-        "step; set distill.kd_weight > 0, or distill.on_policy=0"
+        f"distill.on_policy={on_policy} with distill.kd_weight=0 and no feature matching: the "
+        "student's sampled completions are scored by the divergence to the teacher (and "
+        "distill.features), never by CE (its own text is no target), so they would train "
+        "nothing and shrink the other batches' share of each step; set distill.kd_weight > 0, "
+        "or distill.on_policy=0"
     )

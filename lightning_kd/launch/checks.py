@@ -165,9 +165,11 @@ def _weight_errors(cfg: Mapping) -> list[str]:
     if learns_nothing(*weights, None if features is ABSENT else features):
         return [NOTHING_TO_LEARN]  # the spec's own message: two checks, said once
     on_policy = lookup(cfg, "distill.on_policy")
-    if isinstance(on_policy, int | float) and not isinstance(on_policy, bool):
-        return [error] if (error := on_policy_weight_error(on_policy, weights[0])) else []
-    return []
+    if not isinstance(on_policy, int | float) or isinstance(on_policy, bool):
+        return []
+    features = None if features is ABSENT else features
+    error = on_policy_weight_error(on_policy, weights[0], weights[2], features)
+    return [] if error is None else [error]
 
 
 def _encoder_errors(cfg: Mapping) -> list[str]:

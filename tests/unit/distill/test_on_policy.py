@@ -198,9 +198,11 @@ def test_bad_on_policy_settings_are_refused() -> None:
         ["debug=smoke", "experiment=ce_only", "data=chat", "distill.on_policy=1.0"]
     )
     assert any(
-        "distill.on_policy=1.0 with distill.kd_weight=0: the student's sampled completions" in e
+        "distill.on_policy=1.0 with distill.kd_weight=0 and no feature matching" in e
         for e in config_errors(ce_only)
     )
+    # Feature matching over the sampled rows trains on them: not refused.
+    DistillConfig(on_policy=1.0, kd_weight=0.0, ce_weight=0.5, features="uniform")
     unprompted = chat_batch()
     unprompted["labels"][0, 0] = 5
     with pytest.raises(ValueError, match=r"scored from its first token, so it has no prompt"):
