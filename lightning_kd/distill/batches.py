@@ -60,6 +60,9 @@ def checked_batch(
             value.is_floating_point() or value.is_complex() or value.dtype == torch.bool
         ):
             raise ValueError(f"{key} are {value.dtype}; {key} are integers (torch.long)")
+    # Other integers (int16, uint8, int32) as the embedding and gather take them: int64.
+    indices = ("input_ids", "labels", "position_ids")
+    batch = {**batch, **{k: batch[k].long() for k in indices if batch.get(k) is not None}}
     if model is not None:
         check_range(batch, task, model.get_input_embeddings().num_embeddings)
     if task != "causal_lm":  # an encoder scores every attended position itself

@@ -76,3 +76,11 @@ def unfitting_layers_error(model: str, indices: list[int], error: Exception) -> 
         "of the kinds the first ones have (student.layers=[...]), or build the student from "
         "student.config or student.path"
     )
+
+
+def layer_indices_error(layers) -> str | None:
+    """Why ``student.layers`` is no list of teacher layer indices (empty, a ``0.5``, a ``true``:
+    a float reached ``range`` as a ``TypeError``), or None."""
+    if layers and all(type(index) is int for index in layers):
+        return None
+    return f"student.layers={layers}: list teacher layer indices (integers), e.g. [0, 15, 29]"

@@ -26,6 +26,7 @@ from transformers import (
 )
 
 from lightning_kd.models.files import loaded_whole, readable
+from lightning_kd.models.layer_config import layer_indices_error
 from lightning_kd.models.lora import LoraSpec
 from lightning_kd.models.model_config import config_from
 from lightning_kd.models.precision import AUTO, teacher_dtype_for
@@ -151,8 +152,8 @@ class StudentSpec:
         self._check_freeze_layers()
         if isinstance(self.layers, str):
             self._check_importance()
-        elif self.layers is not None and len(self.layers) == 0:
-            raise ValueError("student.layers is empty; list teacher layer indices: [0, 15, 29]")
+        elif self.layers is not None and (error := layer_indices_error(self.layers)):
+            raise ValueError(error)
         if self.num_layers is not None and self.num_layers < 1:
             raise ValueError(f"student.num_layers={self.num_layers}; it must be at least 1")
 

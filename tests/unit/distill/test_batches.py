@@ -143,3 +143,18 @@ def test_a_batch_of_the_data_modules_is_unchanged() -> None:
     """Their labels mask every pad already; packed blocks have no pad at all."""
     batch = {"input_ids": IDS, "attention_mask": torch.ones_like(IDS), "labels": IDS.clone()}
     assert torch.equal(checked_batch(batch, "causal_lm")["labels"], IDS)
+
+
+@pytest.mark.parametrize("dtype", [torch.int16, torch.uint8, torch.int32])
+def test_integer_ids_of_any_width_are_read_as_the_same_ids(dtype) -> None:
+    """int16 ids reached the embedding, which refused them in torch's words ("Expected tensor
+    for argument #1 'indices' to have one of the following scalar types: Long, Int")."""
+    model = distiller()
+    batch = {"input_ids": IDS, "attention_mask": ONES, "labels": IDS.clone()}
+    narrow = {key: value.to(dtype) for key, value in batch.items()}
+    given = {key: value.clone() for key, value in narrow.items()}
+    _, want = model(batch)
+    _, got = model(narrow)
+    assert float(got.ce) == float(want.ce) and float(got.kd) == float(want.kd)
+    assert all(torch.equal(narrow[key], given[key]) for key in narrow), "the caller's batch"
+    assert all(narrow[key].dtype == dtype for key in narrow)

@@ -7,6 +7,7 @@ import torch
 from transformers import AutoModelForCausalLM, GPT2Config, Qwen2MoeConfig, SmolLM3Config
 
 from lightning_kd.models.layer_config import pruned_config
+from lightning_kd.models.loading import StudentSpec
 from lightning_kd.models.student import student_from_teacher
 
 SMALL = {"vocab_size": 64, "hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2}
@@ -53,3 +54,11 @@ def test_gpt2_attention_scaled_by_the_layer_index_refuses_a_moved_layer() -> Non
     with pytest.raises(ValueError, match=r"teacher layer 3 as student layer 1"):
         pruned_config(config, [0, 3])
     assert pruned_config(config, [0, 1]).num_hidden_layers == 2  # the first layers keep theirs
+
+
+@pytest.mark.parametrize("layers", [[], [0.5], [True, 2], ["0"]])
+def test_layer_indices_that_are_not_integers_are_named(layers) -> None:
+    """[0.5] reached range() as a raw TypeError from Distiller.from_specs."""
+    with pytest.raises(ValueError, match=r"student.layers=.*: list teacher layer indices"):
+        StudentSpec(layers=layers)
+    StudentSpec(layers=[0, 3])
