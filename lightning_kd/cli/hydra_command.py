@@ -197,6 +197,12 @@ def run_dir_override_errors(argv: Sequence[str]) -> list[str]:
     return []
 
 
+SECOND_CTRL_C = (
+    "SIGINT again: stopped at once; what was written whole (rows, shards) is kept. "
+    "Run the same command again to continue."
+)
+
+
 def stoppable(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], Any]:
     """``task`` under the process's stop request: SIGINT/SIGTERM stop it at its next clean
     point (a written shard, a generated batch) and exit 130/143 saying what is kept; running the
@@ -211,6 +217,7 @@ def stoppable(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], Any]:
                     print(f"\n{stop}\nRun the same command again to continue.", flush=True)
                 sys.exit(stop.exit_code)
             except KeyboardInterrupt:  # a second Ctrl+C
+                print(f"\n{SECOND_CTRL_C}", flush=True)
                 sys.exit(128 + signal.SIGINT)
 
     return run
