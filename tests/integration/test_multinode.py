@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from tests.conftest import ROOT
 from tests.integration.test_cli import run_cli
 from tests.unit.training.test_ddp import common, documents
 from tests.unit.training.test_strategies import free_port
+from tests.unit.utils.test_stopping import signalled_once_ready
 
 NODES = 2
 
@@ -160,16 +160,7 @@ def test_a_node_waiting_for_one_that_never_joins_stops_at_once_on_a_signal(
         stderr=subprocess.STDOUT,
         text=True,
     )
-    try:
-        lines = []
-        while "MEMBER: 1/2" not in (line := node.stdout.readline()):
-            assert line, "".join(lines)  # the process ended before its join
-            lines.append(line)
-        time.sleep(1)  # inside the store's wait
-        node.send_signal(signum)
-        out, _ = node.communicate(timeout=30)
-    finally:
-        node.kill()
+    out, _ = signalled_once_ready(node, lambda line: "MEMBER: 1/2" in line, signum)
     assert node.returncode == 128 + signum, out
     name = signal.Signals(signum).name
     assert (

@@ -54,3 +54,16 @@ def test_no_group_file_restates_a_default(group: str) -> None:
             key for key, value in node.items() if key in defaults and defaults[key] == value
         ]
         assert not restated, f"conf/{group}/{path.name} restates defaults {restated}"
+
+
+@pytest.mark.parametrize("teacher", ["tiny_llama", "tiny_gpt2"])
+def test_the_smoke_teachers_end_of_text_is_its_tokenizers(teacher) -> None:
+    """tiny_llama held LlamaConfig's bos 1 and eos 2 (two bytes): its generation stopped at "#"."""
+    from lightning_kd.models.loading import TeacherSpec, byte_tokenizer, load_teacher
+
+    cfg = compose_config([f"teacher={teacher}"])
+    spec = TeacherSpec(path=None, config=dict(cfg.teacher.config))
+    model = load_teacher(spec, "32-true")
+    eos = byte_tokenizer().eos_token_id
+    assert model.config.eos_token_id == model.generation_config.eos_token_id == eos
+    assert getattr(model.config, "pad_token_id", None) != eos, "its embedding would be frozen"

@@ -178,17 +178,3 @@ def test_a_monitor_validation_lacks_is_refused_before_training_without_validate_
     assert "Traceback" not in result.stderr
     assert "Resume with" not in result.stdout + result.stderr
     assert not (run_dir / "checkpoints" / "last.ckpt").exists()
-
-
-@pytest.mark.parametrize("teacher", ["tiny_llama", "tiny_gpt2"])
-def test_the_smoke_teachers_end_of_text_is_its_tokenizers(teacher) -> None:
-    """tiny_llama held LlamaConfig's bos 1 and eos 2 (two bytes): its generation stopped at "#"."""
-    from lightning_kd.launch.config import compose_config
-    from lightning_kd.models.loading import TeacherSpec, byte_tokenizer, load_teacher
-
-    cfg = compose_config([f"teacher={teacher}"])
-    spec = TeacherSpec(path=None, config=dict(cfg.teacher.config))
-    model = load_teacher(spec, "32-true")
-    eos = byte_tokenizer().eos_token_id
-    assert model.config.eos_token_id == model.generation_config.eos_token_id == eos
-    assert getattr(model.config, "pad_token_id", None) != eos, "its embedding would be frozen"

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -70,6 +71,23 @@ print("the wait returned", flush=True)
 """
 
 
+def signalled_once_ready(
+    process: subprocess.Popen, ready: Callable[[str], bool], signum: int, timeout: float = 30
+) -> tuple[str, str]:
+    """Read ``process``'s stdout until a line is ``ready``, give it a second to block, send it
+    ``signum``; what it printed then (stdout read before the line is dropped)."""
+    try:
+        lines = []
+        while not ready(line := process.stdout.readline()):
+            assert line, "".join(lines)  # the process ended before it was ready
+            lines.append(line)
+        time.sleep(1)  # into the wait
+        process.send_signal(signum)
+        return process.communicate(timeout=timeout)
+    finally:
+        process.kill()
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_while_blocked_in_cpp_ends_the_process_at_once(signum: int) -> None:
     waiting = subprocess.Popen(
@@ -79,13 +97,7 @@ def test_a_signal_while_blocked_in_cpp_ends_the_process_at_once(signum: int) -> 
         stderr=subprocess.PIPE,
         text=True,
     )
-    try:
-        assert waiting.stdout.readline() == "waiting\n"
-        time.sleep(0.5)  # into the store's wait
-        waiting.send_signal(signum)
-        out, err = waiting.communicate(timeout=20)
-    finally:
-        waiting.kill()
+    out, err = signalled_once_ready(waiting, lambda line: line == "waiting\n", signum)
     assert waiting.returncode == 128 + signum, err
     assert f"stopped on {int(signum)}" in err and "the wait returned" not in out
 
