@@ -159,7 +159,8 @@ def answer(cfg: DictConfig, teacher, tokenizer, spec: GenerateSpec, prompts: lis
     those ``generate.max_new_tokens`` cut off."""
     out = Path(cfg.output_dir) / OUTPUT_NAME
     overwrite = bool(cfg.get("overwrite"))
-    source = {key: cfg.teacher.get(key) for key in ("path", "gguf_file")}
+    # quantize too: a resume with it changed is named by it, not by the weights' digest alone
+    source = {key: cfg.teacher.get(key) for key in ("path", "gguf_file", "quantize")}
     write_completions(teacher, tokenizer, prompts, spec, out, cfg.seed, overwrite, source)
     if report := cut_report(out, spec.max_new_tokens):
         print(report, flush=True)

@@ -39,6 +39,8 @@ OTHER_SETTINGS = {
     ("generate.max_new_tokens=8",): ["generate.max_new_tokens: the file's 6, this run's 8"],
     ("generate.batch_size=2",): ["generate.batch_size: the file's 3, this run's 2"],
     ("seed=1",): ["seed: the file's 0, this run's 1"],
+    # named by the setting, not only by the quantized weights' digest
+    ("teacher.quantize=int8",): ["teacher.quantize: the file's None, this run's 'int8'"],
 }
 
 
