@@ -37,6 +37,12 @@ def read_teacher_answers(path: Path) -> Answers:
     answers: Answers = {}
     for number, record in read_records(path):
         where = f"{path}:{number}"
+        if "messages" not in record and isinstance(record.get("text"), str):
+            raise DataError(
+                f"{where} is a text continuation (lightning-kd generate on data=text writes "
+                "them); data.teacher_answers takes the chat answers generate writes on "
+                f"data=chat. Train on text rows with data=text 'data.files=[{path}]'"
+            )
         messages = checked_messages(record.get("messages"), where)
         if not messages or messages[-1]["role"] != "assistant" or not prompt_of(messages):
             raise DataError(

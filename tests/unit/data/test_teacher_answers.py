@@ -94,6 +94,10 @@ def test_bad_answer_rows_are_named(tmp_path) -> None:
     unanswered = write_rows(tmp_path / "u.jsonl", [{"messages": train[0].messages[:1]}])
     with pytest.raises(ValueError, match=r"u.jsonl:1: a teacher answer row is the prompt"):
         module(rows, unanswered).setup()
+    # generate's rows on data=text: named as such (it said a conversation is a list of messages)
+    text = write_rows(tmp_path / "t.jsonl", [{"text": "a b", "prompt_line": "x:1"}])
+    with pytest.raises(ValueError, match=r"t.jsonl:1 is a text continuation .* data=text"):
+        module(rows, text).setup()
     same = answers_file(tmp_path / "same.jsonl", train + train[:1], lambda i: "t")
     module(rows, same).setup()  # the same answer twice is one answer
     assert json.loads(same.read_text().splitlines()[0])["messages"][-1]["content"] == "t"
