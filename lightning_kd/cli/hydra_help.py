@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from itertools import pairwise
 from pathlib import Path
 
-from lightning_kd.launch.config_dir import group_options, shipped_config_dir
+from lightning_kd.launch.config_dir import CONFIG_DIR_FLAGS, group_options, shipped_config_dir
 
 HELP_FLAGS = ("--help", "-h")
 
@@ -27,7 +27,7 @@ def config_dirs(argv: Sequence[str]) -> list[Path]:
     """The directories ``--config-dir DIR`` (``-cd DIR``, ``--config-dir=DIR``) adds."""
     found = []
     for word, after in pairwise([*argv, None]):
-        if word in ("--config-dir", "-cd") and after is not None:
+        if word in CONFIG_DIR_FLAGS and after is not None:
             found.append(Path(after))
         elif word.startswith("--config-dir="):
             found.append(Path(word.partition("=")[2]))

@@ -160,14 +160,14 @@ def _weight_errors(cfg: Mapping) -> list[str]:
     so would on-policy completions without the divergence that scores them."""
     weights = [lookup(cfg, key) for key in WEIGHTS]
     features = lookup(cfg, "distill.features")
+    features = None if features is ABSENT else features
     if any(not isinstance(w, int | float) or isinstance(w, bool) for w in weights):
         return []  # absent or not a number: not an objective to judge (or refused above)
-    if learns_nothing(*weights, None if features is ABSENT else features):
+    if learns_nothing(*weights, features):
         return [NOTHING_TO_LEARN]  # the spec's own message: two checks, said once
     on_policy = lookup(cfg, "distill.on_policy")
     if not isinstance(on_policy, int | float) or isinstance(on_policy, bool):
         return []
-    features = None if features is ABSENT else features
     error = on_policy_weight_error(on_policy, weights[0], weights[2], features)
     return [] if error is None else [error]
 

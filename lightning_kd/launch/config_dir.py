@@ -7,6 +7,9 @@ from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
+CONFIG_DIR_FLAGS = ("--config-dir", "-cd")
+"""Hydra's flags adding a directory of the user's own configs (also ``--config-dir=DIR``)."""
+
 
 def shipped_config_dir() -> Path:
     """The shipped configs: ``lightning_kd/conf`` in an installed wheel (the build maps the

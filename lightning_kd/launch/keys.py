@@ -22,12 +22,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from lightning_kd.distill.teacher_entries import ENTRY_KEYS
 from lightning_kd.launch.config import GROUP_TARGETS, compose_config
+from lightning_kd.launch.config_dir import CONFIG_DIR_FLAGS
 from lightning_kd.models.loading import TeacherSpec
 
 HYDRA_KEYS = {"_target_", "_convert_", "_recursive_", "_partial_", "_args_"}
 """Keys ``hydra.utils.instantiate`` reads itself: never a setting of the object built."""
 
-CONFIG_DIR_FLAGS = ("--config-dir", "-cd")
 PRINT_FLAGS = ("--cfg", "-c")
 """Hydra's flags that print the composed config (with a value: job, hydra, all)."""
 
