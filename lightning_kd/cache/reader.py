@@ -31,8 +31,8 @@ REBUILD = (
     "distill.temperature and cache.k overrides>`"
 )
 SPLIT_CAUSES = (
-    "another data.files, data.seed, data.val_fraction, data.max_train_examples, data.block_size or "
-    "data.pack"
+    "another data.files, data.split_seed (data.seed, for a cache written before data.split_seed "
+    "existed), data.val_fraction, data.max_train_examples, data.block_size or data.pack"
 )
 
 

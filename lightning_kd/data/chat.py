@@ -160,7 +160,9 @@ class ChatDataModule(TextDataModule):
                 "one for validation"
             )
         ordered = list(groups.values())
-        order = torch.randperm(len(ordered), generator=torch.Generator().manual_seed(self.seed))
+        order = torch.randperm(
+            len(ordered), generator=torch.Generator().manual_seed(self.split_seed)
+        )
         val_count = min(max(1, round(self.val_fraction * len(ordered))), len(ordered) - 1)
         val = [chat for i in order[:val_count].tolist() for chat in ordered[i]]
         train = [chat for i in order[val_count:].tolist() for chat in ordered[i]]

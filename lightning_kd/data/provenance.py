@@ -86,6 +86,8 @@ def data_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
     """``data.<key>: checkpoint …, this run …`` for each setting that differs; the files and the
     dataset by name (an edited file, one added, one gone); the examples only when nothing else
     explains them."""
+    if "split_seed" not in saved:  # saved before data.split_seed: data.seed drew its split
+        saved = {**saved, "split_seed": saved.get("seed")}
     found = [
         f"data.{key}: checkpoint {saved.get(key)!r}, this run {value!r}"
         for key, value in now.items()
@@ -147,6 +149,7 @@ def text_record(data: Any) -> dict[str, Any]:
         "batch_size": data.batch_size,
         "pack": data.pack,
         "seed": data.seed,
+        "split_seed": data.split_seed,
         "val_fraction": data.val_fraction,
         "max_train_examples": data.max_train_examples,
         "text_field": data.text_field,

@@ -11,11 +11,12 @@ Two layouts (``packing.blocks_of``): ``pack=True`` (default) joins documents wit
 cuts fixed blocks of ``block_size`` tokens, no padding at all; ``pack=False`` truncates each
 document to ``block_size``, padded per batch (label ``-100``, attention mask 0).
 
-Read whole, the split into train and validation is a seeded permutation of the examples (or a
-``data.dataset.val_split``, or ``data.val_files``: ``held_out.py``), the same on every machine and
-rank; training order is a seeded permutation per epoch, and a run resumed from a mid-epoch
-checkpoint skips the batches that epoch already trained on. Streamed, validation is held out of
-the stream's start and a resumed run continues from the stream position saved in its checkpoint.
+Read whole, the train/validation split is a permutation of the examples seeded by
+``data.split_seed`` (or a ``data.dataset.val_split``, or ``data.val_files``: ``held_out.py``), the
+same on every rank whatever ``seed`` a run sweeps; training order, a permutation per epoch seeded
+by ``data.seed``; a run resumed mid-epoch skips the batches that epoch already trained on.
+Streamed, validation is held out of the stream's start and a resumed run continues from the stream
+position saved in its checkpoint.
 Either way a resumed run sees exactly the batches the uninterrupted run would have.
 """
 
@@ -31,12 +32,7 @@ from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.data.batches import IndexedBlocks, collate_tokens, pad_for_ranks
-from lightning_kd.data.dataset_source import (
-    Columns,
-    DatasetSource,
-    open_checked,
-    setting_errors,
-)
+from lightning_kd.data.dataset_source import Columns, DatasetSource, open_checked, setting_errors
 from lightning_kd.data.domain_packing import DomainBlock, unzipped
 from lightning_kd.data.domains import Labelled, domain_groups, file_label, labelled_rows, members
 from lightning_kd.data.encoding import text_ids
@@ -85,6 +81,7 @@ class TextDataModule(LightningDataModule):
         val_size: int = 64,
         shuffle_buffer: int = 1024,
         seed: int = 0,
+        split_seed: int = 0,
         num_workers: int = 0,
         domains: Mapping[str, list[str]] | None = None,
         domain_field: str | None = None,
@@ -104,7 +101,7 @@ class TextDataModule(LightningDataModule):
         self.val_batch_size = val_batch_size or batch_size
         self.val_fraction, self.max_train_examples = val_fraction, max_train_examples
         self.pack, self.text_field = pack, text_field
-        self.seed, self.num_workers = seed, num_workers
+        self.seed, self.split_seed, self.num_workers = seed, split_seed, num_workers
         self.train_examples: list[Tensor] = []
         self.val_examples: list[Tensor] = []
         self.stream: Stream | None = None
@@ -152,7 +149,7 @@ class TextDataModule(LightningDataModule):
             self.split_val_files()
             return
         examples = self.tagged(self.documents())
-        held, kept = split_order(len(examples[0]), self.val_fraction, self.seed)
+        held, kept = split_order(len(examples[0]), self.val_fraction, self.split_seed)
         self.keep_split(examples, held, examples, kept)
 
     def split_val_files(self) -> None:
@@ -163,7 +160,7 @@ class TextDataModule(LightningDataModule):
         kept = set(without_validation_text([t for _, t in train], [t for _, t in val]))
         val_examples = self.tagged(self.read(val), every_domain=False, what="data.val_files")
         train_examples = self.tagged(self.read([d for d in train if d[1] in kept]), 1, TRAIN_SPLIT)
-        held, _ = split_order(len(val_examples[0]), self.val_fraction, self.seed)
+        held, _ = split_order(len(val_examples[0]), self.val_fraction, self.split_seed)
         self.keep_split(val_examples, held, train_examples)
 
     def tagged(self, documents: list[Labelled], needed=None, what=CORPUS, every_domain=True):
@@ -206,7 +203,7 @@ class TextDataModule(LightningDataModule):
         tokens = [ids for _, ids in labelled]
         groups = members(self.domains, [label for label, _ in labelled])
         counts = [len(self.examples([tokens[i] for i in group], needed=0)) for group in groups]
-        held, _ = split_order(sum(counts), self.val_fraction, self.seed)
+        held, _ = split_order(sum(counts), self.val_fraction, self.split_seed)
         kept = untouched_documents(tokens, set(held), self.block_size, self.pack, groups, counts)
         return [documents[index] for index in kept]
 
@@ -226,8 +223,8 @@ class TextDataModule(LightningDataModule):
         return blocks_of(token_lists, self.block_size, self.pack, eos_id, needed, what)
 
     def shuffled(self, items: list) -> list:
-        """``items`` in the seeded order the split draws (the same on every machine)."""
-        return seeded_order(items, self.seed)
+        """``items`` in the order ``data.split_seed`` draws (the same on every machine)."""
+        return seeded_order(items, self.split_seed)
 
     def limit(self, train: list) -> list:
         """The first ``data.max_train_examples`` of the shuffled training split (all of it when

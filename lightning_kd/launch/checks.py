@@ -59,6 +59,7 @@ RULES: dict[str, Number | CountOrFraction] = {
     "cache.temperature": Number(low=0, low_open=True, example="1.0"),
     "cache.shard_blocks": Number(low=1, integer=True, example="64"),
     "cache.batch_size": Number(low=1, integer=True, example="8"),
+    "data.split_seed": Number(low=0, high=2**32 - 1, integer=True, example="0"),
     "data.block_size": Number(low=2, integer=True, example="256"),
     "data.batch_size": Number(low=1, integer=True, example="4"),
     "data.val_batch_size": Number(low=1, integer=True, nullable=True, example="8"),

@@ -101,7 +101,7 @@ def test_every_bad_cache_is_refused_before_training(written, teacher, tmp_path: 
         "tokenizer": cache_key(teacher, other_tokenizer, datamodule, SPEC.k, 1.0),
         "block_size": expected(teacher, fresh(datamodule, block_size=16)),
         "split": expected(teacher, fresh(datamodule, val_fraction=0.3)),
-        "seed": expected(teacher, fresh(datamodule, seed=1)),
+        "split_seed": expected(teacher, fresh(datamodule, split_seed=1)),
         "k": expected(teacher, datamodule, k=16),
         "temperature": expected(teacher, datamodule, temperature=2.0),
     }
@@ -109,7 +109,7 @@ def test_every_bad_cache_is_refused_before_training(written, teacher, tmp_path: 
         "tokenizer": "tokenizer: the cache was written for a student reading another tokenizer",
         "block_size": "block_size: the cache has 32, this run 16",
         "split": "data split 'train': the cache holds",
-        "seed": "data split 'train': the cache holds",
+        "split_seed": "data split 'train': the cache holds",
         "k": "k: the cache has 8, this run 16",
         "temperature": "temperature: the cache has 1.0, this run 2.0",
     }
@@ -117,6 +117,8 @@ def test_every_bad_cache_is_refused_before_training(written, teacher, tmp_path: 
         with pytest.raises(CacheMismatch, match="lightning-kd cache") as error:
             TeacherCache.open(directory, expect=key)
         assert messages[case] in str(error.value), (case, str(error.value))
+    # another seed orders training alone: the runs of a seed sweep share one cache
+    TeacherCache.open(directory, expect=expected(teacher, fresh(datamodule, seed=1)))
 
     shard = "shards/train-00001.safetensors"
     truncated, flipped = tmp_path / "truncated", tmp_path / "flipped"

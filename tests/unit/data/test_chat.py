@@ -204,10 +204,20 @@ def test_conversations_that_share_a_prompt_fall_on_one_side_of_the_split(tmp_pat
     assert len(train) + len(val) == 30 and len(val) == 3  # one prompt of ten, its three rows
     held_out = {c.messages[0]["content"] for c in val}
     assert len(held_out) == 1 and held_out.isdisjoint(c.messages[0]["content"] for c in train)
-    again = data.split()  # the same split each time (data.seed)
+    again = data.split()  # the same split each time (data.split_seed)
     assert [[c.where for c in side] for side in again] == [
         [c.where for c in side] for side in (train, val)
     ]
+
+
+def test_the_conversation_split_follows_split_seed_not_seed(tmp_path) -> None:
+    rows = [{"prompt": f"Count to {i}.", "completion": "ok"} for i in range(20)]
+    files = [str(write_rows(tmp_path / "c.jsonl", rows))]
+    held = {}
+    for seed, split_seed in ((0, 0), (9, 0), (0, 4)):
+        data = ChatDataModule(chat_tokenizer(), files=files, seed=seed, split_seed=split_seed)
+        held[seed, split_seed] = [c.where for c in data.split()[1]]
+    assert held[0, 0] == held[9, 0] != held[0, 4]
 
 
 def test_packed_blocks_keep_labels_and_truncation_is_reported(tmp_path) -> None:

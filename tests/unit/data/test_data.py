@@ -39,6 +39,22 @@ def test_split_is_deterministic_and_disjoint(corpus) -> None:
     )
 
 
+def test_a_seed_sweep_keeps_the_split_and_the_subset_and_split_seed_draws_another(corpus):
+    """``seed`` reorders training, never what is held out or kept: the runs of a seed sweep
+    validate on the same text (and share a teacher cache, whose digests cover these lists)."""
+    as_lists = lambda examples: [t.tolist() for t in examples]  # noqa: E731
+    runs = {}
+    for seed, split_seed in ((0, 0), (7, 0), (0, 3)):
+        data = make_datamodule([corpus], seed=seed, split_seed=split_seed, max_train_examples=4)
+        data.setup("fit")
+        order = [row for b in data.train_dataloader() for row in b["input_ids"].tolist()]
+        runs[seed, split_seed] = as_lists(data.val_examples), as_lists(data.train_examples), order
+    (val, train, order), swept, resplit = runs[0, 0], runs[7, 0], runs[0, 3]
+    assert swept[:2] == (val, train) and swept[2] != order  # same examples, another order
+    assert sorted(swept[2]) == sorted(order)
+    assert resplit[0] != val  # another split seed holds out other examples
+
+
 def test_max_train_examples_keeps_a_fixed_prefix_of_the_training_split(corpus) -> None:
     full, subset = make_datamodule([corpus]), make_datamodule([corpus], max_train_examples=3)
     full.setup("fit")

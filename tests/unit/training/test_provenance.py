@@ -117,6 +117,7 @@ def test_a_resume_with_other_data_is_refused_naming_what_changed(
     cases = {
         "data.block_size: checkpoint 32, this run 16": {"block_size": 16},
         "data.seed: checkpoint 0, this run 1": {"seed": 1},
+        "data.split_seed: checkpoint 0, this run 2": {"split_seed": 2},
         "data.val_fraction: checkpoint 0.2, this run 0.3": {"val_fraction": 0.3},
         "data.batch_size: checkpoint 4, this run 2": {"batch_size": 2},
     }
@@ -131,6 +132,16 @@ def test_a_resume_with_other_data_is_refused_naming_what_changed(
         fit(tmp_path, teacher, corpus, checkpoint)
     with pytest.warns(UserWarning, match="resume_mismatch=warn: continuing"):
         fit(tmp_path, teacher, corpus, checkpoint, "warn")
+
+
+def test_a_checkpoint_from_before_split_seed_is_compared_by_the_seed_that_drew_its_split():
+    """Before ``data.split_seed``, ``data.seed`` drew the split: a checkpoint of ``seed=1``
+    resumed by default (split seed 0) holds out other text, and is named so."""
+    older = {"data": {"seed": 1}}
+    assert differences(older, {"data": {"seed": 1, "split_seed": 0}}) == [
+        "data.split_seed: checkpoint 1, this run 0"
+    ]
+    assert differences(older, {"data": {"seed": 1, "split_seed": 1}}) == []
 
 
 def test_a_resume_with_another_number_of_processes_is_refused() -> None:
