@@ -29,7 +29,7 @@ from lightning_kd.distill.tokenizer_pairs import teacher_tokenizer_for
 from lightning_kd.launch.build import build_datamodule, with_precision
 from lightning_kd.launch.config import record_job
 from lightning_kd.launch.data_checks import dataset_errors
-from lightning_kd.launch.entry import check_entry, teacher_length
+from lightning_kd.launch.entry import cache_k_errors, check_entry, teacher_length
 from lightning_kd.launch.paths import training_run_errors
 from lightning_kd.models.loading import TeacherSpec, load_teacher
 from lightning_kd.models.quantize import quantize_teacher
@@ -142,6 +142,7 @@ def write_claimed(cfg: DictConfig, directory: Path) -> None:
     ]
     extra = dataset_errors(cfg) + (streamed if cfg.data.get("streaming") else [])
     extra += TEACHERS_LIST if cfg.get("teachers") else []
+    extra += cache_k_errors(cfg, "cache")
     check_entry(cfg, lengths=lengths, extra=extra)
     cfg, _ = with_precision(cfg)
     teacher_spec = instantiate(cfg.teacher, _convert_="all")

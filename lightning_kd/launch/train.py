@@ -25,7 +25,7 @@ from lightning_kd.launch.auto import resolve
 from lightning_kd.launch.build import build
 from lightning_kd.launch.config import JobRecord, record_job
 from lightning_kd.launch.data_checks import dataset_errors
-from lightning_kd.launch.entry import check_entry, teacher_length
+from lightning_kd.launch.entry import cache_k_errors, check_entry, teacher_length
 from lightning_kd.launch.export import export_gguf, gguf_errors
 from lightning_kd.launch.harness_run import evaluate_run, harness_errors
 from lightning_kd.launch.model_checks import model_setting_errors
@@ -202,6 +202,7 @@ def run(cfg: DictConfig, command: Sequence[str] = COMMAND) -> float | None:
     nodes = node_errors(cfg.trainer.get("num_nodes", 1), cfg.trainer.devices)
     extra = model_path_errors(cfg) + model_setting_errors(cfg) + nodes + dataset_errors(cfg)
     extra += tokenizer_pair_errors(cfg)  # tokenizers load only where it asks the cross path
+    extra += cache_k_errors(cfg, "train")
     lengths = [teacher_length(cfg, "data.block_size")]  # before a cache is written, as `cache`
     check_entry(cfg, lengths=lengths, extra=extra + harness_errors(cfg) + gguf_errors(cfg))
     output_dir = Path(cfg.output_dir)

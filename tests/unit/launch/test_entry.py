@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lightning_kd.launch.config import compose_config
-from lightning_kd.launch.entry import Length, check_entry
+from lightning_kd.launch.entry import Length, cache_k_errors, check_entry
 from lightning_kd.utils.refusal import Refused
 
 
@@ -50,3 +50,31 @@ def test_a_bad_length_is_not_compared_with_the_positions() -> None:
         check_entry(
             command="bench", options={"--seq": 0}, lengths=[Length("--seq", 0, {"x": unread})]
         )
+
+
+def test_a_cache_k_beyond_a_cached_teachers_vocabulary_is_refused_before_it_loads() -> None:
+    """Found by the cache writer, it was a ValueError traceback after the teacher had loaded."""
+    cfg = compose_config(["debug=smoke", "cache.k=300"])
+    assert cache_k_errors(cfg, "cache") == [
+        "cache.k=300 is more than the teacher's 257-token vocabulary (config vocab_size): the "
+        "cache keeps its k likeliest tokens; set cache.k=257 or less (the whole distribution)"
+    ]
+    online = compose_config(["debug=smoke", "cache.k=300", "distill.teacher_cache=null"])
+    assert cache_k_errors(online, "train") == []  # no cache is written: k is unused
+    small = "{model_type: llama, vocab_size: 200, hidden_size: 64, num_hidden_layers: 2}"
+    entries = f"teachers=[{{name: a, weight: 0.5}}, {{name: b, weight: 0.5, config: {small}, %s}}]"
+    for cache, refused in (("cache: auto", True), ("cache: null", False)):
+        overrides = ["debug=smoke", "cache.k=256", entries % cache]
+        errors = cache_k_errors(compose_config(overrides), "train")
+        assert errors == (
+            [
+                "cache.k=256 is more than teachers[1] (b)'s 200-token vocabulary "
+                "(config vocab_size): the cache keeps its k likeliest tokens; set "
+                "cache.k=200 or less (the whole distribution)"
+            ]
+            if refused
+            else []
+        )
+    with pytest.raises(Refused, match=r"cache\.k=0: must be an integer >= 1"):
+        check_entry(compose_config(["debug=smoke", "cache.k=0"]))
+    assert cache_k_errors(compose_config(["debug=smoke", "cache.k=0"]), "cache") == []
