@@ -9,11 +9,13 @@ with the accumulation that groups its batches into steps. A resume whose teacher
 objective, base or data differs is refused with the differences named, or only warned about with
 ``resume_mismatch=warn``.
 
-The optimizer's and the schedule's settings are recorded too. A resume restores the optimizer's
-state from the checkpoint — learning rate, betas, weight decay included, and the schedule's base
-rates with them — so a new ``optimizer.lr`` would be silently ignored; and the schedule is rebuilt
-from the config, so another ``scheduler`` or ``trainer.max_steps`` would silently reshape the
-learning rate mid-run (a longer cosine rises again). A resume with either changed is refused
+The optimizer's and the schedule's settings are recorded too, with which student parameters
+train (``student.freeze_embeddings``, ``freeze_layers``: another set does not load the saved
+optimizer state). A resume restores the optimizer's state — learning rate, betas, weight decay
+included, and the schedule's base rates with them — so a new ``optimizer.lr`` would be silently
+ignored; and the schedule is rebuilt from the config, so another ``scheduler`` or
+``trainer.max_steps`` would silently reshape the learning rate mid-run (a longer cosine rises
+again). A resume with any of them changed is refused
 (``resume_mismatch=warn`` cannot continue it: that would be ignoring or hiding them) unless it says
 ``resume_reset_optimizer=true``, which applies them on purpose: the optimizer starts afresh (no
 moments) with the new settings, and the new schedule is moved to the checkpoint's step. A
@@ -41,8 +43,10 @@ from lightning_kd.utils.refusal import Refused
 
 KEY = "provenance"
 """Checkpoint entry holding the record."""
-RESETTABLE = ("optimizer", "schedule")
-"""Parts of the record that ``resume_reset_optimizer=true`` applies instead of refusing."""
+RESETTABLE = ("optimizer", "schedule", "student.freeze_embeddings", "student.freeze_layers")
+"""Parts (or keys) of the record that ``resume_reset_optimizer=true`` applies instead of
+refusing: another set of trained parameters is another optimizer, whose saved state does not load
+(torch's ``ValueError`` about a parameter group's size, after the restore began)."""
 HOW_COMPUTED = ("foreach", "fused", "capturable", "differentiable", "maximize")
 """Optimizer arguments that change how its update is computed, not what it is."""
 MODES = ("error", "warn")
@@ -96,8 +100,13 @@ def record(module: LightningModule, trainer: Trainer | None = None) -> dict[str,
         "distill": json.loads(json.dumps({k: distill[k] for k in keys}, default=str)),
     }
     found["teachers"] = teachers_record(module)
+    student = module.student_spec
+    found["student"] = {
+        "freeze_embeddings": student.frozen_embeddings,
+        "freeze_layers": student.freeze_layers,
+    }
     if module.student_base_digest is not None:  # LoRA: the base is not in the checkpoint either
-        found["student"] = {"base": module.student_base_digest}
+        found["student"]["base"] = module.student_base_digest
     if trainer is not None:
         found |= run_settings(module, trainer)
     return found
@@ -151,7 +160,7 @@ def differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
             found += teacher_differences(saved[part], values)
             continue
         for key, now in values.items():
-            if part in ("distill", "teacher") and key not in saved.get(part, {}):
+            if part in ("distill", "teacher", "student") and key not in saved.get(part, {}):
                 continue
             then = saved.get(part, {}).get(key)
             if then != now and not is_path(part, key):
@@ -159,6 +168,12 @@ def differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
         gone = sorted(set(saved.get(part, {})) - set(values))
         found += [f"{part}.{key}: checkpoint {saved[part][key]!r}, this run unset" for key in gone]
     return found + moved_paths(saved, current, found)
+
+
+def resettable_line(line: str) -> bool:
+    """Whether a difference (``part.key: ...``) is one ``resume_reset_optimizer=true`` applies."""
+    key = line.split(":", 1)[0]
+    return key.split(".")[0] in RESETTABLE or key in RESETTABLE
 
 
 def is_path(part: str, key: str) -> bool:
@@ -214,7 +229,7 @@ class Provenance(Callback):
             return
         check_steps_left(checkpoint.get("global_step", 0), trainer.max_steps, where)
         found = differences(saved, self.current(trainer, pl_module))
-        resettable = [line for line in found if line.split(".")[0] in RESETTABLE]
+        resettable = [line for line in found if resettable_line(line)]
         others = [line for line in found if line not in resettable]
         refused = [] if self._fast_forward else resettable
         message = ""
@@ -230,8 +245,9 @@ class Provenance(Callback):
             return
         if refused:  # named with the rest: one refusal says everything to change
             message += ("\n" if message else "") + (
-                f"{where} was trained with other optimizer or schedule settings, which a resume "
-                "would ignore (the optimizer's state) or apply silently mid-run (the schedule):"
+                f"{where} was trained with other optimizer, schedule or trained-parameter "
+                "settings, which a resume would ignore (the optimizer's state), apply silently "
+                "mid-run (the schedule) or fail to load (another set of trained parameters):"
                 "\n  "
                 + "\n  ".join(refused)
                 + "\nResume with the checkpoint's settings, or apply the new ones on purpose "

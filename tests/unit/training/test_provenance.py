@@ -109,6 +109,29 @@ def test_a_lora_resume_onto_another_base_student_is_refused(tmp_path: Path, corp
         fit(tmp_path, teacher, corpus, checkpoint, student={"layers": [1, 3], "lora": lora})
 
 
+def test_a_resume_that_trains_other_student_parameters_is_refused_unless_reset(
+    tmp_path: Path, corpus: Path
+) -> None:
+    """Another set of trained parameters is another optimizer: its saved state did not load
+    (torch's ValueError about a parameter group's size, a traceback after the restore began).
+    resume_reset_optimizer=true changes the trained set on purpose."""
+    teacher = TeacherSpec(path=None, config=dict(TINY_LLAMA))
+    checkpoint = fit(tmp_path, teacher, corpus, None)
+    for student, line in (
+        ({"freeze_layers": 1}, "student.freeze_layers: checkpoint 0, this run 1"),
+        (
+            {"freeze_embeddings": False},
+            "student.freeze_embeddings: checkpoint True, this run False",
+        ),
+    ):
+        with pytest.raises(ProvenanceMismatch) as error:
+            fit(tmp_path / "again", teacher, corpus, checkpoint, "warn", student=student)
+        assert line in str(error.value) and "resume_reset_optimizer=true" in str(error.value)
+    fit(tmp_path / "reset", teacher, corpus, checkpoint, reset=True, student={"freeze_layers": 1})
+    older = {"teacher": {}, "student": {"base": "abc"}}  # saved before the trained set was
+    assert differences(older, {"teacher": {}, "student": {"base": "abc", "freeze_layers": 1}}) == []
+
+
 def test_a_resume_with_other_data_is_refused_naming_what_changed(
     tmp_path: Path, corpus: Path
 ) -> None:
