@@ -253,3 +253,25 @@ def distinct_documents(files: list[Path], text_field: str = "text") -> list[tupl
     if not documents:
         raise DataError(f"no text in {[str(p) for p in files]}: the files are empty")
     return documents
+
+
+def cut_texts(files: list[Path], text_field: str = "text") -> set[str]:
+    """The texts (under ``text_field``) of the ``.jsonl`` rows of ``files`` marked
+    ``"finished": false`` (``generate``'s continuations cut at its token budget: ``cut_ends.py``).
+    Only lines that name the key are parsed: a corpus without it costs one search a line."""
+    found = set()
+    for path in files:
+        if file_format(path) != "jsonl":
+            continue
+        with _open(path) as handle:
+            for number, raw in enumerate(handle, start=1):
+                if b'"finished"' not in raw:
+                    continue
+                try:
+                    record = json.loads(_decode(raw, path, number))
+                except json.JSONDecodeError:
+                    continue  # refused where the documents are read
+                text = record.get(text_field) if isinstance(record, dict) else None
+                if record.get("finished") is False and isinstance(text, str):
+                    found.add(text)
+    return found

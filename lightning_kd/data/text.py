@@ -1,23 +1,21 @@
 """Text data for distillation: read documents, tokenize with the teacher's tokenizer, batch.
 
-Where the documents come from:
-- ``data.files``: ``.txt`` (one document per file) and ``.jsonl`` (text under ``text_field``)
-  files, gzipped or not, globs expanded; null: the embedded corpus (``reading.py``);
-- ``data.dataset``: anything Hugging Face ``datasets`` opens (``dataset_source.py``), its
-  ``text_field`` column tokenized once and cached for later runs (``tokenized.py``);
-- ``data.dataset`` with ``data.streaming=true``: read row by row, never whole (``streaming.py``).
+The documents: ``data.files`` (``.txt`` one document a file, ``.jsonl`` one a line under
+``text_field``; gzipped or not, globs expanded; null: the embedded corpus: ``reading.py``), or
+``data.dataset``, anything ``datasets`` opens (``dataset_source.py``), tokenized once and cached
+(``tokenized.py``) or with ``data.streaming=true`` read row by row (``streaming.py``).
 
 Two layouts (``packing.blocks_of``): ``pack=True`` (default) joins documents with the EOS token and
-cuts fixed blocks of ``block_size`` tokens, no padding at all; ``pack=False`` truncates each
-document to ``block_size``, padded per batch (label ``-100``, attention mask 0).
+cuts fixed blocks of ``block_size`` tokens, no padding (the EOS after a row marked ``"finished":
+false`` is no target: ``cut_ends.py``); ``pack=False`` truncates each document to ``block_size``,
+padded per batch (label ``-100``, attention mask 0).
 
 Read whole, the train/validation split is a permutation of the examples seeded by
 ``data.split_seed`` (or a ``data.dataset.val_split``, or ``data.val_files``: ``held_out.py``), the
 same on every rank whatever ``seed`` a run sweeps; training order, a permutation per epoch seeded
 by ``data.seed``; a run resumed mid-epoch skips the batches that epoch already trained on.
 Streamed, validation is held out of the stream's start and a resumed run continues from the stream
-position saved in its checkpoint.
-Either way a resumed run sees exactly the batches the uninterrupted run would have.
+position saved in its checkpoint: either way it sees the batches the uninterrupted run would have.
 """
 
 from __future__ import annotations
@@ -32,6 +30,7 @@ from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.data.batches import IndexedBlocks, collate_tokens, pad_for_ranks
+from lightning_kd.data.cut_ends import CutEnds, marked
 from lightning_kd.data.dataset_source import Columns, DatasetSource, open_checked, setting_errors
 from lightning_kd.data.domain_packing import DomainBlock, unzipped
 from lightning_kd.data.domains import Labelled, domain_groups, file_label, labelled_rows, members
@@ -49,7 +48,7 @@ from lightning_kd.data.held_out import (
 from lightning_kd.data.loaders import ResumableLoader, already_trained, training_order
 from lightning_kd.data.packing import CORPUS, TRAIN_SPLIT, blocks_of
 from lightning_kd.data.provenance import text_record
-from lightning_kd.data.reading import DEFAULT_FILES, distinct_documents, expand_files
+from lightning_kd.data.reading import DEFAULT_FILES, cut_texts, distinct_documents, expand_files
 from lightning_kd.data.streaming import Layout, Stream
 from lightning_kd.data.token_bytes import separator_id
 from lightning_kd.data.tokenized import checked_text, split_documents, streamed_tokens, text_key
@@ -105,6 +104,7 @@ class TextDataModule(LightningDataModule):
         self.train_examples: list[Tensor] = []
         self.val_examples: list[Tensor] = []
         self.stream: Stream | None = None
+        self.cut_ends = CutEnds()
         self.domain_field = domain_field
         self.domains = domain_groups(
             domains, self.files, self.dataset, streaming, self.val_files, domain_field
@@ -189,8 +189,11 @@ class TextDataModule(LightningDataModule):
         return self.read(distinct_documents(self.files, self.text_field))
 
     def read(self, documents: list[tuple[str, str]]) -> list[Labelled]:
-        """``(file:line, text)`` documents tokenized, each labelled with its file."""
-        tokens = text_ids(self.tokenizer, [text for _, text in documents])
+        """``(file:line, text)`` documents tokenized, each labelled with its file; a row marked
+        ``"finished": false`` as a ``CutDocument`` (``cut_ends.py``)."""
+        texts = [text for _, text in documents]
+        cut = cut_texts([*self.files, *(self.val_files or [])], self.text_field)
+        tokens = marked(texts, text_ids(self.tokenizer, texts), cut)
         return [(file_label(place), ids) for (place, _), ids in zip(documents, tokens, strict=True)]
 
     def training_documents(self) -> list[tuple[str, str]]:
@@ -220,7 +223,10 @@ class TextDataModule(LightningDataModule):
         ``needed`` (default: one a split; one to train where validation is a split of its own)."""
         needed = 1 + (self.dataset.val_split is None) if needed is None else needed
         eos_id = separator_id(self.tokenizer)
-        return blocks_of(token_lists, self.block_size, self.pack, eos_id, needed, what)
+        blocks = blocks_of(token_lists, self.block_size, self.pack, eos_id, needed, what)
+        if self.pack:  # the separators after cut documents: no target (``cut_ends.py``)
+            self.cut_ends.add(token_lists, blocks, self.block_size)
+        return blocks
 
     def shuffled(self, items: list) -> list:
         """``items`` in the order ``data.split_seed`` draws (the same on every machine)."""
@@ -251,7 +257,8 @@ class TextDataModule(LightningDataModule):
     def collate(self, examples: list) -> dict[str, Tensor]:
         """Right-pad to the longest example (``batches.collate_tokens``)."""
         pad_id = self.tokenizer.pad_token_id
-        return collate_tokens(examples, separator_id(self.tokenizer) if pad_id is None else pad_id)
+        batch = collate_tokens(examples, separator_id(self.tokenizer) if pad_id is None else pad_id)
+        return self.cut_ends.unscored(batch)
 
     def train_dataloader(self) -> DataLoader:
         if self.stream is not None:
@@ -264,7 +271,7 @@ class TextDataModule(LightningDataModule):
             sampler=training_order(blocks, len(self.train_examples), self.seed, rank, world_size),
             collate_fn=self.collate,
             num_workers=self.num_workers,
-            skip_batches=self.batches_already_trained,
+            skip_batches=partial(already_trained, self.trainer),  # a resumed epoch's
         )
 
     def rank(self) -> tuple[int, int]:
@@ -283,10 +290,6 @@ class TextDataModule(LightningDataModule):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if self.stream is not None and "stream_cursors" in state_dict:
             self.stream.load_state_dict(state_dict, *self.rank())
-
-    def batches_already_trained(self) -> int:
-        """Batches of this epoch a resumed run has trained on (``loaders.already_trained``)."""
-        return already_trained(self.trainer)
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(

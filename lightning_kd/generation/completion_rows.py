@@ -81,12 +81,9 @@ def cut_report(out: Path, max_new_tokens: int) -> str:
         return ""
     if "messages" in rows[0]:
         kind, read = "answers", "data=chat scores its text but not the end of turn after it"
-    else:  # data=text reads text alone: its document separator follows a cut row as any other
+    else:
         kind = "continuations"
-        read = (
-            "data=text reads text alone, so the document separator after it is scored as the "
-            "end of any document is (the student learns that a document may end there)"
-        )
+        read = "data=text scores its text but not the document separator packed after it"
     return (
         f"{cut} of {len(rows)} {kind} reached generate.max_new_tokens={max_new_tokens} before "
         f'the teacher ended them: each is marked "finished": false, and {read}; raise '

@@ -96,7 +96,7 @@ def test_text_prompts_are_the_start_of_training_documents_only(teacher, tmp_path
     assert cut > 0, "the tiny random teacher runs to its budget"
     assert re.search(
         rf"{cut} of {len(rows(out))} continuations reached generate.max_new_tokens=\d+ .* "
-        "data=text reads text alone",
+        "data=text scores its text but not the document separator packed after it",
         capsys.readouterr().out,
     )
     data = TextDataModule(byte_tokenizer(), files=[str(documents)], block_size=64, val_fraction=0.1)
