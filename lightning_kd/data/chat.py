@@ -45,6 +45,7 @@ from lightning_kd.data.conversations import ChatFields, prompt_key, row_messages
 from lightning_kd.data.dataset_source import Columns, DatasetSource, open_checked
 from lightning_kd.data.errors import DataError
 from lightning_kd.data.held_out import val_files_errors
+from lightning_kd.data.loaders import ranks
 from lightning_kd.data.packing import warn_cut
 from lightning_kd.data.provenance import source_record
 from lightning_kd.data.reading import read_records
@@ -130,7 +131,7 @@ class ChatDataModule(TextDataModule):
         if self.val_examples:
             return
         if self.stream is not None:
-            self.val_examples = self.stream.validation(self.columns(), *self.rank())
+            self.val_examples = self.stream.validation(self.columns(), *ranks(self.trainer))
             return
         train, val = self.split()
         train = self.limit(train)

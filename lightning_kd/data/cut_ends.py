@@ -15,10 +15,12 @@ no separator to leave out.
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import torch
 from torch import Tensor
 
+from lightning_kd.data.reading import cut_texts
 from lightning_kd.losses.logits import IGNORE_INDEX
 
 
@@ -26,8 +28,12 @@ class CutDocument(list):
     """A document's token ids, from a row marked ``"finished": false``."""
 
 
-def marked(texts: list[str], token_lists: list[list[int]], cut: set[str]) -> list[list[int]]:
-    """``token_lists`` (of ``texts``), those of the ``cut`` texts as :class:`CutDocument`."""
+def marked(
+    texts: list[str], token_lists: list[list[int]], files: list[Path], text_field: str
+) -> list[list[int]]:
+    """``token_lists`` (of ``texts``), those of a row of ``files`` marked ``"finished": false``
+    as :class:`CutDocument`."""
+    cut = cut_texts(files, text_field) if files else set()
     pairs = zip(texts, token_lists, strict=True)
     return [CutDocument(ids) if text in cut else ids for text, ids in pairs]
 

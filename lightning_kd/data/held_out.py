@@ -14,6 +14,7 @@ validation from other files (``data.val_files``), and the documents no held-out 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ import torch
 
 from lightning_kd.data.dataset_source import DatasetSource
 from lightning_kd.data.errors import DataError
-from lightning_kd.data.reading import data_file_digest, expand_files
+from lightning_kd.data.reading import data_file_digest, expand_files, prompt_lines
 from lightning_kd.utils.refusal import refuse
 
 
@@ -154,6 +155,28 @@ def documents_errors(dataset: DatasetSource, val_files: list[Path] | None) -> li
     return [
         f"the training documents of data=text are read from data.files (or the embedded corpus), "
         f"not with {which}: write the documents to a .jsonl and name it in data.files"
+    ]
+
+
+def leaked_prompt_errors(
+    files: list[Path], val_places: set[str], untouched: Callable[[], list[tuple[str, str]]]
+) -> list[str]:
+    """Why rows of ``files`` that continue documents (``generate``'s ``prompt_line``) would
+    train on validation text: documents of ``data.val_files`` (``val_places``) that this run's
+    split holds out (not among ``untouched()``'s), which another split let ``generate`` continue."""
+    if not (prompts := prompt_lines(files)):
+        return []
+    leaked = sorted(prompts & (val_places - {place for place, _ in untouched()}))
+    if not leaked:
+        return []
+    named = ", ".join(leaked[:3]) + (", ..." if len(leaked) > 3 else "")
+    return [
+        f"{len(leaked)} document(s) the rows of data.files continue are held out by this run's "
+        f"split of data.val_files ({named}): the rows were generated under other data settings "
+        "(data.split_seed, data.val_fraction, data.block_size, data.pack or the student's "
+        "tokenizer), and would train on validation text; train with the settings they were "
+        "generated with, or generate them again with this run's "
+        "(lightning-kd generate generate.prompts=train_split)"
     ]
 
 

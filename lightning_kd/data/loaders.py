@@ -176,3 +176,8 @@ def already_trained(trainer) -> int:
         return 0
     done = resumed_batches_in_epoch(trainer)
     return 0 if done >= trainer.num_training_batches else done
+
+
+def ranks(trainer) -> tuple[int, int]:
+    """This process's rank and the number of ranks (0 of 1 outside a trainer)."""
+    return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)

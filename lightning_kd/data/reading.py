@@ -255,23 +255,35 @@ def distinct_documents(files: list[Path], text_field: str = "text") -> list[tupl
     return documents
 
 
-def cut_texts(files: list[Path], text_field: str = "text") -> set[str]:
-    """The texts (under ``text_field``) of the ``.jsonl`` rows of ``files`` marked
-    ``"finished": false`` (``generate``'s continuations cut at its token budget: ``cut_ends.py``).
-    Only lines that name the key are parsed: a corpus without it costs one search a line."""
-    found = set()
+def rows_naming(files: list[Path], key: str) -> Iterator[dict]:
+    """The ``.jsonl`` rows of ``files`` whose line names ``key``: only those lines are parsed, so
+    a corpus without it costs one search a line (one that is not JSON is refused where the
+    documents are read)."""
     for path in files:
         if file_format(path) != "jsonl":
             continue
         with _open(path) as handle:
             for number, raw in enumerate(handle, start=1):
-                if b'"finished"' not in raw:
+                if f'"{key}"'.encode() not in raw:
                     continue
                 try:
                     record = json.loads(_decode(raw, path, number))
                 except json.JSONDecodeError:
-                    continue  # refused where the documents are read
-                text = record.get(text_field) if isinstance(record, dict) else None
-                if record.get("finished") is False and isinstance(text, str):
-                    found.add(text)
-    return found
+                    continue
+                if isinstance(record, dict) and key in record:
+                    yield record
+
+
+def cut_texts(files: list[Path], text_field: str = "text") -> set[str]:
+    """The texts (under ``text_field``) of the rows of ``files`` marked ``"finished": false``
+    (``generate``'s continuations cut at its token budget: ``cut_ends.py``)."""
+    rows = rows_naming(files, "finished")
+    cut = (row.get(text_field) for row in rows if row["finished"] is False)
+    return {text for text in cut if isinstance(text, str)}
+
+
+def prompt_lines(files: list[Path]) -> set[str]:
+    """The documents (``file:line``) the rows of ``files`` continue: ``generate``'s
+    ``prompt_line`` of a text continuation."""
+    lines = (row["prompt_line"] for row in rows_naming(files, "prompt_line"))
+    return {line for line in lines if isinstance(line, str)}

@@ -1,9 +1,8 @@
 """Text data for distillation: read documents, tokenize with the teacher's tokenizer, batch.
 
-The documents: ``data.files`` (``.txt`` one document a file, ``.jsonl`` one a line under
-``text_field``; gzipped or not, globs expanded; null: the embedded corpus: ``reading.py``), or
-``data.dataset``, anything ``datasets`` opens (``dataset_source.py``), tokenized once and cached
-(``tokenized.py``) or with ``data.streaming=true`` read row by row (``streaming.py``).
+The documents: ``data.files`` (``.txt``, ``.jsonl``, gzipped or not; null: the embedded corpus:
+``reading.py``), or ``data.dataset``, anything ``datasets`` opens (``dataset_source.py``),
+tokenized once and cached (``tokenized.py``) or with ``data.streaming=true`` read row by row.
 
 Two layouts (``packing.blocks_of``): ``pack=True`` (default) joins documents with the EOS token and
 cuts fixed blocks of ``block_size`` tokens, no padding (the EOS after a row marked ``"finished":
@@ -22,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from lightning.pytorch import LightningDataModule
@@ -40,15 +40,16 @@ from lightning_kd.data.held_out import (
     check_sizes,
     checked_val_files,
     documents_errors,
+    leaked_prompt_errors,
     seeded_order,
     split_order,
     untouched_documents,
     without_validation_text,
 )
-from lightning_kd.data.loaders import ResumableLoader, already_trained, training_order
+from lightning_kd.data.loaders import ResumableLoader, already_trained, ranks, training_order
 from lightning_kd.data.packing import CORPUS, TRAIN_SPLIT, blocks_of
 from lightning_kd.data.provenance import text_record
-from lightning_kd.data.reading import DEFAULT_FILES, cut_texts, distinct_documents, expand_files
+from lightning_kd.data.reading import DEFAULT_FILES, distinct_documents, expand_files
 from lightning_kd.data.streaming import Layout, Stream
 from lightning_kd.data.token_bytes import separator_id
 from lightning_kd.data.tokenized import checked_text, split_documents, streamed_tokens, text_key
@@ -134,7 +135,7 @@ class TextDataModule(LightningDataModule):
         if self.val_examples:
             return
         if self.stream is not None:
-            examples = self.stream.validation(self.columns(), *self.rank())
+            examples = self.stream.validation(self.columns(), *ranks(self.trainer))
             self.val_examples, self.val_domains = unzipped(examples)
             return
         if self.dataset.val_split is not None:
@@ -161,6 +162,8 @@ class TextDataModule(LightningDataModule):
         val_examples = self.tagged(self.read(val), every_domain=False, what="data.val_files")
         train_examples = self.tagged(self.read([d for d in train if d[1] in kept]), 1, TRAIN_SPLIT)
         held, _ = split_order(len(val_examples[0]), self.val_fraction, self.split_seed)
+        untouched = partial(self.training_documents, self.val_files)  # what generate may continue
+        refuse(leaked_prompt_errors(self.files, {place for place, _ in val}, untouched))
         self.keep_split(val_examples, held, train_examples)
 
     def tagged(self, documents: list[Labelled], needed=None, what=CORPUS, every_domain=True):
@@ -192,16 +195,16 @@ class TextDataModule(LightningDataModule):
         """``(file:line, text)`` documents tokenized, each labelled with its file; a row marked
         ``"finished": false`` as a ``CutDocument`` (``cut_ends.py``)."""
         texts = [text for _, text in documents]
-        cut = cut_texts([*self.files, *(self.val_files or [])], self.text_field)
-        tokens = marked(texts, text_ids(self.tokenizer, texts), cut)
+        files = [*self.files, *(self.val_files or [])]
+        tokens = marked(texts, text_ids(self.tokenizer, texts), files, self.text_field)
         return [(file_label(place), ids) for (place, _), ids in zip(documents, tokens, strict=True)]
 
-    def training_documents(self) -> list[tuple[str, str]]:
-        """``(file:line, text)`` of each document of ``data.files`` no validation example holds a
-        token of, in reading order: text a run with these settings may train on whole, whoever
-        continues it (``held_out.untouched_documents``)."""
-        refuse(documents_errors(self.dataset, self.val_files))
-        documents = distinct_documents(self.files, self.text_field)
+    def training_documents(self, files: list[Path] | None = None) -> list[tuple[str, str]]:
+        """``(file:line, text)`` of each document of ``data.files`` (or ``files``, split alone)
+        no validation example holds a token of, in reading order: text a run with these
+        settings may train on whole, whoever continues it (``held_out.untouched_documents``)."""
+        refuse([] if files else documents_errors(self.dataset, self.val_files))
+        documents = distinct_documents(files or self.files, self.text_field)
         labelled = self.read(documents)
         tokens = [ids for _, ids in labelled]
         groups = members(self.domains, [label for label, _ in labelled])
@@ -262,8 +265,8 @@ class TextDataModule(LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         if self.stream is not None:
-            return self.stream.loader(self.collate, *self.rank())
-        rank, world_size = self.rank()
+            return self.stream.loader(self.collate, *ranks(self.trainer))
+        rank, world_size = ranks(self.trainer)
         blocks = IndexedBlocks(pad_for_ranks(self.train_examples, world_size), self.train_domains)
         return ResumableLoader(
             blocks,
@@ -273,11 +276,6 @@ class TextDataModule(LightningDataModule):
             num_workers=self.num_workers,
             skip_batches=partial(already_trained, self.trainer),  # a resumed epoch's
         )
-
-    def rank(self) -> tuple[int, int]:
-        """This process's rank and the number of ranks (0 of 1 outside a trainer)."""
-        trainer = self.trainer
-        return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """A streamed batch's position is taken as it goes to training (``Stream.taken``)."""
@@ -289,11 +287,13 @@ class TextDataModule(LightningDataModule):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if self.stream is not None and "stream_cursors" in state_dict:
-            self.stream.load_state_dict(state_dict, *self.rank())
+            self.stream.load_state_dict(state_dict, *ranks(self.trainer))
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(
-            IndexedBlocks(pad_for_ranks(self.val_examples, self.rank()[1]), self.val_domains),
+            IndexedBlocks(
+                pad_for_ranks(self.val_examples, ranks(self.trainer)[1]), self.val_domains
+            ),
             batch_size=self.val_batch_size,
             collate_fn=self.collate,
             num_workers=self.num_workers,

@@ -76,3 +76,24 @@ def test_too_few_examples_name_the_text_that_gave_them(tmp_path) -> None:
         data.setup("fit")
     with pytest.raises(ValueError, match=r"from the corpus: 0 of 32 tokens .*one to validate\)"):
         make_datamodule([val]).setup("fit")
+
+
+def test_rows_continuing_documents_this_split_holds_out_are_refused(tmp_path) -> None:
+    """``generate`` continues only documents its split leaves untouched; trained on under another
+    split (here another data.split_seed), some of them are validation text. Under the split they
+    were written for, they train."""
+    documents = write_texts(
+        tmp_path / "docs.jsonl",
+        [f"Document {i} says something of its own. " * 3 for i in range(40)],
+    )
+    writer = make_datamodule([documents])
+    continued = writer.training_documents()  # generate.prompts=train_split's documents
+    rows = [{"text": text[:30] + " and more.", "prompt_line": place} for place, text in continued]
+    out = tmp_path / "completions.jsonl"
+    out.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    same_split = make_datamodule([out], val_files=[str(documents)])
+    same_split.setup()  # the documents it continues are all untouched: trained on
+    assert len(same_split.train_examples) > 0
+    resplit = make_datamodule([out], val_files=[str(documents)], split_seed=5)
+    with pytest.raises(Refused, match=r"document\(s\) the rows of data\.files continue are held"):
+        resplit.setup()
