@@ -19,6 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 from lightning_kd.distill.objective import NOTHING_TO_LEARN, learns_nothing, on_policy_weight_error
 from lightning_kd.export.gguf import type_errors
 from lightning_kd.launch.data_checks import data_setting_errors
+from lightning_kd.launch.device_checks import accelerator_errors, devices_errors
 from lightning_kd.launch.keys import unknown_setting_errors
 from lightning_kd.launch.logger_checks import logger_errors
 from lightning_kd.launch.package_checks import package_errors
@@ -99,7 +100,8 @@ RULES: dict[str, Number | CountOrFraction] = {
 def config_errors(cfg: Mapping) -> list[str]:
     """One message per bad numeric value in ``cfg`` (empty when all are fine)."""
     errors = value_errors({key: lookup(cfg, key) for key in RULES}, RULES)
-    errors += _list_errors(cfg) + _device_errors(cfg) + _encoder_errors(cfg)
+    errors += _list_errors(cfg) + devices_errors(cfg) + accelerator_errors(cfg)
+    errors += _encoder_errors(cfg)
     errors += _validation_interval_errors(cfg)
     errors += _weight_errors(cfg) + _quantize_errors(cfg) + logger_errors(cfg)
     errors += package_errors(cfg) + _sharding_errors(cfg) + _repair_errors(cfg) + _flag_errors(cfg)
@@ -260,16 +262,6 @@ def _list_errors(cfg: Mapping) -> list[str]:
         or not all(map(rule.accepts, betas))
     ):
         return [f"optimizer.betas={betas!r}: must be two numbers in [0, 1); e.g. [0.9, 0.95]"]
-    return []
-
-
-def _device_errors(cfg: Mapping) -> list[str]:
-    devices = lookup(cfg, "trainer.devices")
-    if isinstance(devices, bool) or (isinstance(devices, int) and devices < 1 and devices != -1):
-        return [
-            f"trainer.devices={devices!r}: must be an integer >= 1 (or -1 for all, or auto); "
-            "e.g. trainer.devices=1"
-        ]
     return []
 
 

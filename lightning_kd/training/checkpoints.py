@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 from torch import nn
 
 from lightning_kd.utils.atomic import replaced_whole
@@ -232,3 +233,25 @@ def spec_changes(saved: Any, hparams: Any) -> list[str]:
         for key in keys
         if saved.get(key) != now.get(key)
     ]
+
+
+def trained_set_error(checkpoint: dict[str, Any], trainer, module, where: str) -> str | None:
+    """Why ``checkpoint``'s optimizer state cannot go on for ``module``'s trained parameters
+    (None: it can, or it holds none, or ``trainer``'s strategy keeps it by name: FSDP). A
+    checkpoint saved before the provenance record named the trained set is judged by its
+    optimizer alone: torch's own error was a ``ValueError`` traceback about a group's size."""
+    if not isinstance(trainer.strategy, SingleDeviceStrategy | DDPStrategy):
+        return None
+    trainable = len(list(module.distiller.trainable_parameters()))
+    states = checkpoint.get("optimizer_states") or []
+    groups = states[0].get("param_groups", []) if states and isinstance(states[0], dict) else []
+    saved = sum(len(group.get("params", [])) for group in groups)
+    if not groups or saved == trainable:
+        return None
+    return (
+        f"{where}'s optimizer holds the state of {saved} parameter tensors, and this run trains "
+        f"{trainable}: the student trains another set of parameters than it did "
+        "(student.freeze_layers, student.freeze_embeddings or the feature projectors changed); "
+        "resume with the checkpoint's settings, or change the trained set on purpose with "
+        "resume_reset_optimizer=true (a fresh optimizer)"
+    )

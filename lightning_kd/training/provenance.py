@@ -1,13 +1,11 @@
 """What a student learns from and how, recorded in every checkpoint and checked on resume.
 
 Checkpoints leave the teacher out (it comes from ``teacher.path``), so a resume could silently
-continue against another teacher. Each checkpoint records the teacher (path, config digest, a
-digest of sampled weights, ``init_seed`` for a config-built one), the tokenizer (a digest of its
-vocabulary), the distillation objective, for a LoRA student a digest of its frozen base (rebuilt
-on load too), and the data (``data/provenance.py``: settings, file digests, an examples digest)
-with the accumulation that groups its batches into steps. A resume whose teacher, tokenizer,
-objective, base or data differs is refused with the differences named, or only warned about with
-``resume_mismatch=warn``.
+continue against another teacher. Each records the teacher (path, config and sampled-weights
+digests, ``init_seed`` for a config-built one), the tokenizer (vocabulary digest), the objective,
+a LoRA student's frozen base (digest), and the data (``data/provenance.py``) with the accumulation
+that groups its batches into steps. A resume where any differs is refused with the differences
+named, or only warned about with ``resume_mismatch=warn``.
 
 The optimizer's and the schedule's settings are recorded too, with which student parameters
 train (``student.freeze_embeddings``, ``freeze_layers``: another set does not load the saved
@@ -15,11 +13,10 @@ optimizer state). A resume restores the optimizer's state — learning rate, bet
 included, and the schedule's base rates with them — so a new ``optimizer.lr`` would be silently
 ignored; and the schedule is rebuilt from the config, so another ``scheduler`` or
 ``trainer.max_steps`` would silently reshape the learning rate mid-run (a longer cosine rises
-again). A resume with any of them changed is refused
-(``resume_mismatch=warn`` cannot continue it: that would be ignoring or hiding them) unless it says
-``resume_reset_optimizer=true``, which applies them on purpose: the optimizer starts afresh (no
-moments) with the new settings, and the new schedule is moved to the checkpoint's step. A
-``trainer.max_steps`` below the checkpoint's step is refused outright.
+again). A resume with any of them changed is refused (``resume_mismatch=warn`` cannot continue
+it: that would be ignoring or hiding them) unless it says ``resume_reset_optimizer=true``, which
+applies them on purpose: the optimizer starts afresh (no moments) with the new settings, and the
+new schedule is moved to the checkpoint's step. ``trainer.max_steps`` below it is refused.
 """
 
 from __future__ import annotations
@@ -33,6 +30,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 
 from lightning_kd.data.provenance import data_differences
 from lightning_kd.models.digests import vocab_digest
+from lightning_kd.training.checkpoints import trained_set_error
 from lightning_kd.training.teacher_provenance import (
     crosses,
     main_records,
@@ -226,7 +224,7 @@ class Provenance(Callback):
                 "version): resuming without checking them",
                 stacklevel=2,
             )
-            return
+            saved = self.current(trainer, pl_module)  # judged by its optimizer alone (below)
         check_steps_left(checkpoint.get("global_step", 0), trainer.max_steps, where)
         found = differences(saved, self.current(trainer, pl_module))
         resettable = [line for line in found if resettable_line(line)]
@@ -256,6 +254,8 @@ class Provenance(Callback):
             )
         if message:
             raise ProvenanceMismatch(message)
+        if error := trained_set_error(checkpoint, trainer, pl_module, where):
+            raise ProvenanceMismatch(error)
 
     def _reset(self, trainer: Trainer, checkpoint: dict[str, Any]) -> None:
         """Leave the checkpoint's optimizer and scheduler states out of the restore: Lightning

@@ -125,7 +125,8 @@ def test_fp16_autocast_on_a_cpu_is_refused_naming_bf16() -> None:
     assert "trainer.precision=16-mixed on a CPU" in error
     assert "use trainer.precision=bf16-mixed (or 32-true)" in error
     assert config_errors({"trainer": {**trainer, "precision": "bf16-mixed"}}) == []
-    assert config_errors({"trainer": {**trainer, "accelerator": "gpu"}}) == []
+    on_a_gpu = config_errors({"trainer": {**trainer, "accelerator": "gpu"}})
+    assert not [e for e in on_a_gpu if "precision" in e]  # (a GPU-less machine: refused as such)
 
 
 def test_a_run_directory_with_a_tilde_is_refused_in_the_config() -> None:

@@ -132,6 +132,25 @@ def test_a_resume_that_trains_other_student_parameters_is_refused_unless_reset(
     assert differences(older, {"teacher": {}, "student": {"base": "abc", "freeze_layers": 1}}) == []
 
 
+def test_an_older_checkpoint_is_judged_by_its_optimizer_state(tmp_path: Path, corpus: Path):
+    """A checkpoint saved before the record named the trained set (or with no record at all):
+    another set is found by the count of tensors its optimizer holds."""
+    teacher = TeacherSpec(path=None, config=dict(TINY_LLAMA))
+    checkpoint = fit(tmp_path, teacher, corpus, None)
+    state = torch.load(checkpoint, weights_only=False)
+    del state["provenance"]["student"]
+    older = tmp_path / "older.ckpt"
+    torch.save(state, older)
+    del state["provenance"]
+    oldest = tmp_path / "oldest.ckpt"
+    torch.save(state, oldest)
+    for saved in (older, oldest):
+        with pytest.raises(ProvenanceMismatch, match=r"optimizer holds the state of \d+ param"):
+            fit(tmp_path / "again", teacher, corpus, saved, student={"freeze_layers": 1})
+    fit(tmp_path / "same", teacher, corpus, older)  # the same set goes on
+    fit(tmp_path / "reset", teacher, corpus, older, reset=True, student={"freeze_layers": 1})
+
+
 def test_a_resume_with_other_data_is_refused_naming_what_changed(
     tmp_path: Path, corpus: Path
 ) -> None:

@@ -1,0 +1,86 @@
+"""``trainer.accelerator`` and ``trainer.devices`` checked before anything loads.
+
+Lightning judges both when it builds the Trainer, which a run reaches after the teacher has loaded
+(and, with ``distill.teacher_cache=auto``, after a Fabric was made for it): a GPU asked for on a
+machine without one was a ``RuntimeError`` traceback 40 s in, and ``trainer.devices=abc`` was
+taken for "several processes" before Lightning's ``TypeError``. Here each is refused by name, with
+what this machine has and an example.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from lightning.pytorch.accelerators import AcceleratorRegistry
+
+from lightning_kd.launch.rules import ABSENT, lookup
+
+GPU_NAMES = ("gpu", "cuda", "mps")
+"""Accelerators that are GPUs: ``trainer.devices`` may list their indices."""
+
+
+def accelerator_errors(cfg: Mapping) -> list[str]:
+    """``trainer.accelerator``: a name Lightning knows, and hardware this machine has."""
+    accelerator = lookup(cfg, "trainer.accelerator")
+    if accelerator in (ABSENT, None, "auto"):
+        return []
+    known = sorted(AcceleratorRegistry.available_accelerators())
+    if not isinstance(accelerator, str) or accelerator.lower() not in {*known, "gpu"}:
+        return [
+            f"trainer.accelerator={accelerator!r}: choose one of auto, gpu, {', '.join(known)}; "
+            "e.g. trainer.accelerator=auto (a GPU where there is one, else the CPU)"
+        ]
+    name = accelerator.lower()
+    wanted = ("cuda", "mps") if name == "gpu" else (name,)
+    if any(AcceleratorRegistry[kind]["accelerator"].is_available() for kind in wanted):
+        return []
+    present = [kind for kind in known if AcceleratorRegistry[kind]["accelerator"].is_available()]
+    return [
+        f"trainer.accelerator={accelerator}: this machine has no {name.upper()} (it has "
+        f"{', '.join(present)}); run on a machine with one, or set trainer.accelerator=auto"
+    ]
+
+
+def devices_errors(cfg: Mapping) -> list[str]:
+    """``trainer.devices``: a count (``-1``: all), ``auto``, or a GPU accelerator's indices."""
+    devices = lookup(cfg, "trainer.devices")
+    accelerator = lookup(cfg, "trainer.accelerator")
+    gpu = isinstance(accelerator, str) and accelerator.lower() in GPU_NAMES
+    if devices == -1 and not (gpu or (accelerator in (ABSENT, None, "auto") and any_gpu())):
+        return [  # Lightning: "devices selected with CPUAccelerator should be an int > 0"
+            "trainer.devices=-1 (every GPU) on the CPU: give a count of processes, e.g. "
+            "trainer.devices=2"
+        ]
+    if devices is ABSENT or devices == "auto" or is_count(devices):
+        return []
+    if is_index_list(devices):
+        if gpu:
+            return []
+        return [
+            f"trainer.devices={list(devices)!r} lists GPU indices, which only "
+            "trainer.accelerator=gpu takes; give a count, e.g. trainer.devices=2"
+        ]
+    return [
+        f"trainer.devices={devices!r}: must be an integer >= 1 (or -1 for all, or auto"
+        + (", or a list of GPU indices" if gpu else "")
+        + "); e.g. trainer.devices=1"
+    ]
+
+
+def any_gpu() -> bool:
+    """Whether ``trainer.accelerator=auto`` finds a GPU here."""
+    return any(AcceleratorRegistry[kind]["accelerator"].is_available() for kind in ("cuda", "mps"))
+
+
+def is_count(value: object) -> bool:
+    """A process count: an int >= 1, or -1 (every device)."""
+    return isinstance(value, int) and not isinstance(value, bool) and (value >= 1 or value == -1)
+
+
+def is_index_list(value: object) -> bool:
+    """A non-empty list of distinct device indices (ints >= 0)."""
+    if isinstance(value, str) or not isinstance(value, Sequence) or not value:
+        return False
+    indices = list(value)
+    valid = all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in indices)
+    return valid and len(set(indices)) == len(indices)
