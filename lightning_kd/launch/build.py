@@ -108,7 +108,20 @@ def build_trainer(cfg: DictConfig) -> tuple[L.Trainer, TrainTimer]:
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()] + [timer]
     # The logger group's {name: config} (logger=[csv,tensorboard] for two); none with ~logger.
     logger = [instantiate(c) for c in logger_configs(cfg).values()] or False
-    return instantiate(cfg.trainer, callbacks=callbacks, logger=logger), timer
+    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=logger, **in_batches(cfg))
+    return trainer, timer
+
+
+def in_batches(cfg: DictConfig) -> dict[str, int]:
+    """``trainer.val_check_interval``, which the configs give in optimizer steps, in the batches
+    Lightning counts (× ``trainer.accumulate_grad_batches``): taken as batches, validations fell
+    inside accumulation windows — several a step, of weights no step had changed, early stopping
+    counting them — and the checkpoints after them (a resume skipped their window's batches)."""
+    interval = cfg.trainer.get("val_check_interval")
+    accumulate = cfg.trainer.get("accumulate_grad_batches") or 1
+    if isinstance(interval, bool) or not isinstance(interval, int) or accumulate == 1:
+        return {}
+    return {"val_check_interval": interval * accumulate}
 
 
 def build(

@@ -108,7 +108,10 @@ class LastCheckpoint(Checkpoint):
             STOP.check("during the validation", agreed(trainer))
 
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking:
+        # Inside an accumulation window (a validation every N batches of a Trainer of one's own)
+        # no state can be resumed exactly: the next step boundary saves, and stops.
+        fitting = trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking
+        if fitting and self._at_boundary:
             self._stopping = self._stopping or agreed(trainer)(STOP.requested)
             self.save(trainer, pl_module)
 

@@ -19,3 +19,26 @@ def test_a_config_left_auto_builds_with_the_precision_train_would_choose(tmp_pat
     assert trainer.precision == choice.precision != "auto"
     assert module.teacher_spec.dtype == choice.teacher_dtype != "auto"
     assert choice.line() in capsys.readouterr().out, "the choice is said, as train says it"
+
+
+def test_the_validation_interval_counts_optimizer_steps_with_accumulation(tmp_path) -> None:
+    """The configs give trainer.val_check_interval in steps, Lightning counts batches: with 4
+    batches a step, 2 steps are 8 batches (taken as 2 batches, a 6-step run validated inside
+    every window, 12 times, and early stopping counted the repeats)."""
+    overrides = ["debug=smoke", "trainer.val_check_interval=2", "trainer.max_steps=6"]
+    for accumulate, batches in ((1, 2), (4, 8)):
+        more = [f"trainer.accumulate_grad_batches={accumulate}"]
+        _, _, trainer, _ = build(compose_config(overrides + more, output_dir=tmp_path))
+        assert trainer.val_check_interval == batches
+    _, _, trainer, _ = build(  # a fraction of an epoch (a Trainer of one's own) is left as it is
+        compose_config(
+            [
+                *overrides,
+                "trainer.accumulate_grad_batches=4",
+                "trainer.val_check_interval=0.5",
+                "trainer.check_val_every_n_epoch=1",
+            ],
+            output_dir=tmp_path,
+        )
+    )
+    assert trainer.val_check_interval == 0.5

@@ -71,3 +71,30 @@ def test_non_finite_weights_are_never_saved(tiny_teacher, corpus, tmp_path) -> N
     with pytest.raises(NonFiniteError, match=r"not finite after optimizer step 4"):
         fit(tmp_path, tiny_teacher, corpus, Poison(), record)
     assert record.steps == [2]
+
+
+def test_a_validation_inside_an_accumulation_window_saves_nothing(
+    tiny_teacher, corpus, tmp_path
+) -> None:
+    """A Trainer of one's own validating every 6 batches of 4-batch steps: a checkpoint there
+    holds half a window, which a resume would skip. Only step boundaries are saved."""
+
+    class Batches(Callback):
+        def __init__(self) -> None:
+            self.at_save: list[int] = []
+
+        def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+            self.at_save.append(trainer.fit_loop.epoch_loop.batch_progress.current.completed)
+
+    batches = Batches()
+    fit(
+        tmp_path,
+        tiny_teacher,
+        corpus,
+        batches,
+        every=50,
+        max_steps=3,
+        accumulate_grad_batches=4,
+        val_check_interval=6,
+    )
+    assert batches.at_save and all(count % 4 == 0 for count in batches.at_save), batches.at_save
