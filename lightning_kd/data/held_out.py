@@ -142,7 +142,7 @@ def checked_val_files(
     refuse(val_files_errors(val_files, dataset, streaming))
     if val_files is None:
         return None
-    found = expand_files(list(val_files), "data.val_files")
+    found = expand_files(val_files, "data.val_files")
     refuse(shared_files_errors(files, found))
     return found
 

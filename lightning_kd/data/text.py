@@ -95,7 +95,7 @@ class TextDataModule(LightningDataModule):
         self.streaming, self.val_size, self.shuffle_buffer = streaming, val_size, shuffle_buffer
         refuse(setting_errors(self.dataset, files, streaming, max_train_examples, num_workers))
         self.files = [] if self.dataset.given else list(DEFAULT_FILES)
-        self.files = expand_files(list(files)) if files is not None else self.files
+        self.files = expand_files(files) if files is not None else self.files
         self.val_files = checked_val_files(val_files, self.files, self.dataset, streaming)
         self.block_size, self.batch_size = block_size, batch_size
         self.val_batch_size = val_batch_size or batch_size

@@ -18,8 +18,9 @@ from lightning_kd.data.reading import (
     expand_files,
     read_documents,
 )
+from lightning_kd.data.text import TextDataModule
 from lightning_kd.losses import IGNORE_INDEX
-from tests.conftest import make_datamodule
+from tests.conftest import byte_tokenizer, make_datamodule
 
 
 def test_pack_blocks_joins_with_eos_and_drops_the_tail() -> None:
@@ -174,6 +175,17 @@ def test_reads_txt_jsonl_and_gzip(tmp_path) -> None:
         handle.write(json.dumps({"body": "gamma"}) + "\n\n" + json.dumps({"body": "delta"}) + "\n")
     assert list(read_documents(tmp_path / "a.txt")) == ["alpha\n\nbeta"]
     assert list(read_documents(tmp_path / "b.jsonl.gz", "body")) == ["gamma", "delta"]
+
+
+def test_one_file_given_as_a_string_is_that_file(tmp_path, corpus) -> None:
+    """``data.files=notes.txt`` (no brackets) was read letter by letter: "entry 'n' does not
+    exist"; one string is one path or glob, for data.files and data.val_files alike."""
+    as_string = TextDataModule(byte_tokenizer(), files=str(corpus), val_fraction=0.2)
+    assert as_string.files == make_datamodule([corpus]).files == [corpus]
+    other = tmp_path / "other.txt"
+    other.write_text(corpus.read_text().upper())
+    assert make_datamodule([other], val_files=str(corpus)).val_files == [corpus]
+    assert expand_files(str(tmp_path / "oth*.txt")) == [other]
 
 
 def test_glob_patterns_expand(tmp_path, corpus) -> None:
