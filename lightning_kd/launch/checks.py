@@ -19,7 +19,11 @@ from omegaconf.errors import OmegaConfBaseException
 from lightning_kd.distill.objective import NOTHING_TO_LEARN, learns_nothing, on_policy_weight_error
 from lightning_kd.export.gguf import type_errors
 from lightning_kd.launch.data_checks import data_setting_errors
-from lightning_kd.launch.device_checks import accelerator_errors, devices_errors
+from lightning_kd.launch.device_checks import (
+    accelerator_errors,
+    devices_errors,
+    strategy_name_errors,
+)
 from lightning_kd.launch.keys import unknown_setting_errors
 from lightning_kd.launch.logger_checks import logger_errors
 from lightning_kd.launch.package_checks import package_errors
@@ -101,7 +105,7 @@ def config_errors(cfg: Mapping) -> list[str]:
     """One message per bad numeric value in ``cfg`` (empty when all are fine)."""
     errors = value_errors({key: lookup(cfg, key) for key in RULES}, RULES)
     errors += _list_errors(cfg) + devices_errors(cfg) + accelerator_errors(cfg)
-    errors += _encoder_errors(cfg)
+    errors += _encoder_errors(cfg) + strategy_name_errors(cfg)
     errors += _validation_interval_errors(cfg)
     errors += _weight_errors(cfg) + _quantize_errors(cfg) + logger_errors(cfg)
     errors += package_errors(cfg) + _sharding_errors(cfg) + _repair_errors(cfg) + _flag_errors(cfg)

@@ -1,4 +1,5 @@
-"""``trainer.accelerator`` and ``trainer.devices`` checked before anything loads.
+"""``trainer.accelerator``, ``trainer.devices`` and a ``trainer.strategy`` name checked before
+anything loads.
 
 Lightning judges both when it builds the Trainer, which a run reaches after the teacher has loaded
 (and, with ``distill.teacher_cache=auto``, after a Fabric was made for it): a GPU asked for on a
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from lightning.pytorch.accelerators import AcceleratorRegistry
+from lightning.pytorch.strategies import StrategyRegistry
 
 from lightning_kd.launch.rules import ABSENT, lookup
 
@@ -65,6 +67,28 @@ def devices_errors(cfg: Mapping) -> list[str]:
         + (", or a list of GPU indices" if gpu else "")
         + "); e.g. trainer.devices=1"
     ]
+
+
+LAUNCHED_HERE = ("spawn", "fork", "notebook")
+"""Lightning strategies whose processes start from the launching one, which keeps no trained
+student to export (it ended in an ``AttributeError`` once training was over)."""
+
+
+def strategy_name_errors(cfg: Mapping) -> list[str]:
+    """``trainer.strategy`` given by name: one Lightning knows, that starts its processes apart
+    (the ``strategy`` group's configs give a target instead)."""
+    name = lookup(cfg, "trainer.strategy")
+    if not isinstance(name, str) or name == "auto":
+        return []
+    ours = "strategy=ddp trainer.devices=N (or strategy=fsdp, strategy=deepspeed on GPUs)"
+    if name not in StrategyRegistry.available_strategies():
+        return [f"trainer.strategy={name!r}: not a strategy Lightning knows; use {ours}"]
+    if any(kind in name for kind in LAUNCHED_HERE):
+        return [
+            f"trainer.strategy={name} runs training in processes started from this one, which "
+            f"then holds no trained student to check and export; use {ours}"
+        ]
+    return []
 
 
 def any_gpu() -> bool:

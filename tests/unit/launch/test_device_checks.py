@@ -6,7 +6,11 @@ from __future__ import annotations
 import pytest
 from lightning.pytorch.accelerators import CUDAAccelerator
 
-from lightning_kd.launch.device_checks import accelerator_errors, devices_errors
+from lightning_kd.launch.device_checks import (
+    accelerator_errors,
+    devices_errors,
+    strategy_name_errors,
+)
 
 
 def trainer(**settings) -> dict:
@@ -58,3 +62,16 @@ def test_devices_other_than_a_count_auto_or_gpu_indices_are_refused(no_gpu) -> N
     ]
     (error,) = devices_errors(trainer(devices=-1))  # Lightning's CPU takes counts alone
     assert error.startswith("trainer.devices=-1 (every GPU) on the CPU")
+
+
+def test_a_strategy_that_trains_in_processes_apart_or_no_strategy_is_refused_by_name() -> None:
+    """``trainer.strategy=ddp_spawn`` trained, then the launching process, which holds no
+    trained student, failed to export it (an AttributeError; a resume did the same)."""
+    for name in ("ddp_spawn", "ddp_fork", "ddp_notebook_find_unused_parameters_true"):
+        (error,) = strategy_name_errors(trainer(strategy=name))
+        assert error.startswith(f"trainer.strategy={name} runs training in processes started")
+        assert "use strategy=ddp trainer.devices=N" in error
+    (error,) = strategy_name_errors(trainer(strategy="bogus"))
+    assert error.startswith("trainer.strategy='bogus': not a strategy Lightning knows")
+    for fine in ("auto", "ddp", "fsdp", {"_target_": "lightning_kd.training.strategies.ddp"}):
+        assert strategy_name_errors(trainer(strategy=fine)) == []
