@@ -1,5 +1,4 @@
-"""The LightningModule: Lightning's hooks around a
-:class:`~lightning_kd.distill.distiller.Distiller`.
+"""The LightningModule: Lightning's hooks around a ``distill.distiller.Distiller``.
 
 The distiller owns the models and the step's math. This module builds it in ``configure_model``
 (where a strategy can wrap it), keeps the teacher out of the optimizer and the checkpoints (and a
@@ -276,6 +275,7 @@ class DistillationModule(LightningModule):
         drop_rebuilt(checkpoint["state_dict"], self.rebuilt_student_keys)
         checkpoint["tokens_seen"] = self.tokens_seen
         checkpoint["validation_before"] = self.before  # a resume reports them without rerunning
+        checkpoint["fit_validation"] = self.fit_validation  # a resume at its step reuses it
         checkpoint["rng"] = rng_state()  # dropout (a LoRA adapter's, GPT-2's) goes on as it was
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -289,6 +289,7 @@ class DistillationModule(LightningModule):
             state.update(rebuilt)
         self.tokens_seen = checkpoint.get("tokens_seen", 0)
         self.before = dict(checkpoint.get("validation_before", {}))
+        self.fit_validation = checkpoint.get("fit_validation")  # (step, metrics) or None
         # Put back at the first resumed batch: a loader's iterator, made as the fit restarts,
         # draws from the generator first (the run it continues drew that at step 0).
         self.resumed_rng = checkpoint.get("rng") if self._trainer is not None else None

@@ -220,6 +220,20 @@ def test_a_resume_reports_the_validation_before_training_from_its_checkpoint(
     assert resumed.before == {"val/ppl": 123.0}
 
 
+def test_a_resume_at_the_last_validated_step_reuses_that_validation(
+    tiny_teacher, corpus, tmp_path
+) -> None:
+    """Killed after training's last step (during the export), the resumed run validated the
+    final student again, and metrics.csv held that step's validation twice."""
+    dm = make_datamodule([corpus])
+    module = make_module(tiny_teacher)
+    module.fit_validation = (1, {"val/ppl": 99.0})  # as the in-fit validation at step 1 sets it
+    path = one_step_checkpoint(module, dm, tmp_path, "one.ckpt")
+    resumed = make_module(tiny_teacher)
+    make_trainer(tmp_path, max_steps=1).fit(resumed, dm, ckpt_path=path)  # nothing left to do
+    assert resumed.validation_at(1) == {"val/ppl": 99.0} and resumed.validation_at(2) is None
+
+
 def test_full_depth_student_matches_teacher_metrics(tiny_teacher, corpus) -> None:
     module = DistillationModule(
         teacher=tiny_teacher,
