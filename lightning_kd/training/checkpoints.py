@@ -240,7 +240,10 @@ def trained_set_error(checkpoint: dict[str, Any], trainer, module, where: str) -
     (None: it can, or it holds none, or ``trainer``'s strategy keeps it by name: FSDP). A
     checkpoint saved before the provenance record named the trained set is judged by its
     optimizer alone: torch's own error was a ``ValueError`` traceback about a group's size."""
-    if not isinstance(trainer.strategy, SingleDeviceStrategy | DDPStrategy):
+    strategy = trainer.strategy  # DeepSpeed restores its optimizer itself
+    if not isinstance(strategy, SingleDeviceStrategy | DDPStrategy):
+        return None
+    if not strategy.lightning_restore_optimizer:
         return None
     trainable = len(list(module.distiller.trainable_parameters()))
     states = checkpoint.get("optimizer_states") or []
