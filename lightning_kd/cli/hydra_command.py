@@ -17,10 +17,12 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from lightning_kd.cli.group_overrides import group_option_errors
+from lightning_kd.cli.hydra_help import config_dirs
 from lightning_kd.launch.checks import config_errors
 from lightning_kd.launch.cluster import launcher_errors, launcher_override_errors, submitit_kind
 from lightning_kd.launch.cluster_jobs import drop_placeholder, job_ends_told, sweep_dir_errors
-from lightning_kd.launch.config import CONF_DIR, register_defaults
+from lightning_kd.launch.config import CONF_DIR, GROUP_TARGETS, register_defaults
 from lightning_kd.launch.keys import override_key_errors
 from lightning_kd.launch.paths import run_dir_errors
 from lightning_kd.launch.sweeps import in_process_ddp_errors, sweep_job_errors
@@ -70,6 +72,7 @@ def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
             + run_dir_override_errors(argv)
             + launcher_override_errors(argv)
             + override_key_errors(argv)
+            + group_option_errors(argv, [CONF_DIR, *config_dirs(argv)], list(GROUP_TARGETS))
         )
     except Refused as refused:
         exit_refused(refused)

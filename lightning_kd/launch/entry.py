@@ -13,6 +13,7 @@ print and exit 2 with. A zero block size found here is one line; found by the ru
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -165,6 +166,14 @@ def check_entry(
     errors = [] if cfg is None else config_errors(cfg)
     if command is not None:
         errors += value_errors(options or {}, OPTIONS[command])
-    errors += list(extra)
+    errors += [error for error in extra if not named_already(error, errors)]
     errors += [error for length in lengths for error in length.errors()]
     refuse(errors)
+
+
+def named_already(error: str, named: Sequence[str]) -> bool:
+    """Whether ``error`` is Hydra's wrapping of a group's own failure (``full_key: distill``,
+    a ``TypeError`` of its dataclass) on a value of that group ``named`` refuses already
+    (``distill.temperature='hot'``): said once, by the rule."""
+    found = re.search(r"full_key: (\S+)", error)
+    return found is not None and any(line.startswith(f"{found.group(1)}.") for line in named)

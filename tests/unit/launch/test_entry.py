@@ -6,6 +6,7 @@ import pytest
 
 from lightning_kd.launch.config import compose_config
 from lightning_kd.launch.entry import Length, cache_k_errors, check_entry
+from lightning_kd.launch.model_checks import model_setting_errors
 from lightning_kd.utils.refusal import Refused
 
 
@@ -78,3 +79,14 @@ def test_a_cache_k_beyond_a_cached_teachers_vocabulary_is_refused_before_it_load
     with pytest.raises(Refused, match=r"cache\.k=0: must be an integer >= 1"):
         check_entry(compose_config(["debug=smoke", "cache.k=0"]))
     assert cache_k_errors(compose_config(["debug=smoke", "cache.k=0"]), "cache") == []
+
+
+def test_a_wrong_type_is_said_once_by_its_rule_not_again_by_hydra() -> None:
+    """``distill.temperature=hot`` was refused by its rule and again as Hydra's "Error in call
+    to target DistillConfig ... TypeError" (counted as a third value)."""
+    cfg = compose_config(["debug=smoke", "distill.temperature=hot"])
+    with pytest.raises(Refused) as refused:
+        check_entry(cfg, extra=model_setting_errors(cfg))
+    message = str(refused.value)
+    assert "distill.temperature='hot': must be a finite number > 0" in message
+    assert "Error in call to target" not in message and "TypeError" not in message
