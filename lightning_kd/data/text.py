@@ -104,18 +104,19 @@ class TextDataModule(LightningDataModule):
         self.seed, self.split_seed, self.num_workers = seed, split_seed, num_workers
         self.train_examples: list[Tensor] = []
         self.val_examples: list[Tensor] = []
-        self.stream: Stream | None = None
         self.cut_ends = CutEnds()
         self.domain_field = domain_field
         self.domains = domain_groups(
             domains, self.files, self.dataset, streaming, self.val_files, domain_field
         )
-        if streaming:  # the row encoding and the kept examples are the subclass's (chat's)
-            settings = {"block_size": block_size, "pack": pack, "seed": seed, "keep": self.keep}
-            settings["by_domain"] = self.domains is not None
-            settings["size_fix"] = self.SIZE_FIX
-            layout = Layout.of(shuffle_buffer, batch_size, **settings)
-            self.stream = Stream(self.dataset, self.stream_row, layout, val_size)
+        self.stream: Stream | None = self.streamed() if streaming else None
+
+    def streamed(self) -> Stream:
+        """``data.dataset`` read row by row (the row encoding and kept examples: a subclass's)."""
+        settings = {"block_size": self.block_size, "pack": self.pack, "seed": self.seed}
+        settings |= {"keep": self.keep, "by_domain": self.domains is not None}
+        layout = Layout.of(self.shuffle_buffer, self.batch_size, size_fix=self.SIZE_FIX, **settings)
+        return Stream(self.dataset, self.stream_row, layout, self.val_size)
 
     @classmethod
     def dataset_columns(cls, settings: Mapping[str, Any]) -> Columns:
@@ -127,8 +128,7 @@ class TextDataModule(LightningDataModule):
 
     def columns(self) -> Columns:
         """The columns this module reads of ``data.dataset``."""
-        settings = {"text_field": self.text_field, "domain_field": self.domain_field}
-        return self.dataset_columns(settings)
+        return self.dataset_columns(vars(self))  # its text_field and domain_field
 
     def setup(self, stage: str | None = None) -> None:
         """Read, tokenize and split the corpus once (streamed: the validation examples only)."""

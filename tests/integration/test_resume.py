@@ -24,7 +24,7 @@ from tests.integration.test_cli import run_cli
 COMMON = [
     "debug=smoke",
     "trainer.max_steps=8",
-    "trainer.val_check_interval=4",  # batches: every 2 optimizer steps, each saving last.ckpt
+    "trainer.val_check_interval=2",  # optimizer steps (4 batches), each saving last.ckpt
     "trainer.accumulate_grad_batches=2",
     "checkpoint.every=5",
     # a projector (64 -> 32 wide) and an identity pair: both must survive the checkpoint
@@ -216,7 +216,7 @@ def test_a_signal_in_the_final_validation_keeps_the_run_resumable(tmp_path: Path
     run_dir = tmp_path / "run"
     send = "+callbacks.signal={_target_: tests.helpers.SignalInFinalValidation, signal: SIGTERM}"
     # validations at steps 3 and 6 only: the final student (step 8) is validated after fit
-    common = [*COMMON, "trainer.val_check_interval=6"]
+    common = [*COMMON, "trainer.val_check_interval=3"]
     result = run_cli(*common, send, f"hydra.run.dir={run_dir}")
     assert result.returncode == 128 + signal.SIGTERM, result.stderr[-3000:]
     assert "SIGTERM received: stopped during the validation" in result.stdout
