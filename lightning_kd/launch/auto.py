@@ -25,7 +25,8 @@ from lightning_kd.data.text import TextDataModule
 from lightning_kd.distill.teacher_entries import teacher_keys
 from lightning_kd.launch.build import build_datamodule, with_precision, with_values
 from lightning_kd.launch.importance import choose_layers
-from lightning_kd.launch.teacher_cache import CacheChoice, choose, prepare, unresolved
+from lightning_kd.launch.online_reasons import unresolved
+from lightning_kd.launch.teacher_cache import CacheChoice, choose, prepare
 from lightning_kd.models.layer_scores import Ranking
 from lightning_kd.models.precision import PrecisionChoice
 from lightning_kd.models.student import run_tokenizer

@@ -27,9 +27,10 @@ from lightning_kd.distill.cross_tokenizer import CrossTokenizer
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.distill.tokenizer_pairs import teacher_tokenizer_for
 from lightning_kd.launch.build import build_datamodule, with_precision
+from lightning_kd.launch.cache_k_checks import cache_k_errors
 from lightning_kd.launch.config import record_job
 from lightning_kd.launch.data_checks import dataset_errors
-from lightning_kd.launch.entry import cache_k_errors, check_entry, teacher_length
+from lightning_kd.launch.entry import check_entry, teacher_length
 from lightning_kd.launch.paths import training_run_errors
 from lightning_kd.models.loading import TeacherSpec, load_teacher
 from lightning_kd.models.quantize import quantize_teacher

@@ -22,10 +22,10 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
 from lightning_kd.launch.checks import config_errors
-from lightning_kd.launch.rules import ABSENT, Number, lookup, value_errors
+from lightning_kd.launch.rules import Number, lookup, value_errors
 from lightning_kd.launch.teacher_list import config_entries
 from lightning_kd.models.loading import TeacherSpec
-from lightning_kd.models.positions import position_error, spec_config, teacher_positions
+from lightning_kd.models.positions import position_error, teacher_positions
 from lightning_kd.utils.refusal import refuse
 
 OPTIONS: dict[str, dict[str, Number]] = {
@@ -121,36 +121,6 @@ def entry_positions(spec: TeacherSpec) -> int | None:
         return teacher_positions(spec)
     except UNREADABLE:
         return None
-
-
-def cache_k_errors(cfg: Mapping, command: str) -> list[str]:
-    """``cache.k`` beyond the vocabulary of a teacher whose cache ``command`` may write: the
-    teacher group's (``cache``; ``train`` unless ``distill.teacher_cache`` is null) and each
-    cached ``teachers`` entry's, read from its config alone. Found by the writer, it was a
-    ``ValueError`` traceback after the teacher had loaded (and a cache directory left behind)."""
-    k = lookup(cfg, "cache.k")
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        return []  # named by the config rules
-    specs: dict[str, Callable[[], TeacherSpec]] = {}
-    if command == "cache" or lookup(cfg, "distill.teacher_cache") not in (None, ABSENT):
-        specs["the teacher"] = lambda: instantiate(cfg["teacher"], _convert_="all")
-    entries, _ = config_entries(cfg)
-    for index, entry in enumerate(entries):
-        if not entry.main and entry.cache is not None:
-            specs[f"teachers[{index}] ({entry.name})"] = lambda spec=entry.spec: spec
-    errors = []
-    for whose, spec in specs.items():
-        try:
-            vocab = getattr(spec_config(spec()), "vocab_size", None)
-        except (*UNREADABLE, InstantiationException):
-            continue  # the path and model checks name why
-        if isinstance(vocab, int) and k > vocab:
-            errors.append(
-                f"cache.k={k} is more than {whose}'s {vocab}-token vocabulary (config "
-                f"vocab_size): the cache keeps its k likeliest tokens; set cache.k={vocab} or "
-                "less (the whole distribution)"
-            )
-    return errors
 
 
 def check_entry(

@@ -42,9 +42,9 @@ from lightning_kd.cache.narrow import without_features
 from lightning_kd.cache.reader import mismatches, read_index
 from lightning_kd.cache.writer import write_cache
 from lightning_kd.launch.cache import cached_teacher, cross_path, fabric_for, report
+from lightning_kd.launch.online_reasons import AUTO, why_online
 from lightning_kd.models.sources import cache_root
 
-AUTO = "auto"
 SHARED_DIRECTORY = "teacher_caches"
 """The shared cache directory's name under ``cache_root()`` (when ``cache.dir`` is null)."""
 MIN_PASSES = 1.5
@@ -92,30 +92,6 @@ def given_cache(path: object, key: str) -> CacheChoice | None:
     if path in (None, AUTO):
         return None
     return CacheChoice(str(path), f"given ({key})", caches=True)
-
-
-def unresolved(value: object) -> bool:
-    """Whether ``distill.teacher_cache`` is ``auto`` (not yet resolved by a run)."""
-    return value == AUTO
-
-
-def why_online(cfg: DictConfig) -> str | None:
-    """Why ``cfg`` trains with the teacher online whatever its length, or None."""
-    distill, trainer = cfg.distill, cfg.trainer
-    reasons = (
-        (distill.kd_weight == 0, "distill.kd_weight=0: training uses no teacher logits"),
-        (distill.get("on_policy", 0) > 0, "on-policy KD scores the student's own completions"),
-        (not distill.get("chunked", True), "distill.chunked=false computes full teacher logits"),
-        (cfg.teacher.get("task", "causal_lm") != "causal_lm", "only causal LM logits are cached"),
-        (str(cfg.data.get("_target_", "")).endswith("ChatDataModule"), "chat data is not cached"),
-        (cfg.data.get("streaming") is True, "a streamed corpus has no fixed blocks to cache"),
-        (
-            (trainer.get("devices") or 1) != 1 or trainer.get("strategy") not in (None, "auto"),
-            "several processes: write the cache first (lightning-kd cache "
-            "strategy=ddp trainer.devices=N hydra.run.dir=DIR) and pass distill.teacher_cache=DIR",
-        ),
-    )
-    return next((reason for applies, reason in reasons if applies), None)
 
 
 def passes(cfg: DictConfig, train_examples: int) -> float:

@@ -23,9 +23,10 @@ from omegaconf import DictConfig
 
 from lightning_kd.launch.auto import resolve
 from lightning_kd.launch.build import build
+from lightning_kd.launch.cache_k_checks import cache_k_errors
 from lightning_kd.launch.config import JobRecord, record_job
 from lightning_kd.launch.data_checks import dataset_errors
-from lightning_kd.launch.entry import cache_k_errors, check_entry, teacher_length
+from lightning_kd.launch.entry import check_entry, teacher_length
 from lightning_kd.launch.export import export_gguf, gguf_errors
 from lightning_kd.launch.harness_run import evaluate_run, harness_errors
 from lightning_kd.launch.model_checks import model_setting_errors

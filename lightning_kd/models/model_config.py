@@ -44,7 +44,8 @@ def config_from(
     except Exception as error:  # the class's own validation (heads that do not divide the width)
         return None, [f"{key}: {error.__cause__ or error}".replace("\n", " ")]
     errors = unknown_key_errors(values.keys() & overrides.keys(), config, key)
-    return (config, []) if not (errors := errors + head_errors(config, key)) else (None, errors)
+    errors += size_errors(config, key, overrides) or head_errors(config, key)
+    return (config, []) if not errors else (None, errors)
 
 
 def without(base: dict[str, Any], config_class: type, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -92,4 +93,31 @@ def head_errors(config: PretrainedConfig, key: str) -> list[str]:
     return [
         f"{key}: num_attention_heads={heads} is not a multiple of num_key_value_heads={groups}; "
         f"give both (e.g. num_attention_heads={groups * max(1, heads // groups)})"
+    ]
+
+
+SIZES = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "max_position_embeddings",
+)
+"""A config's sizes: a count below 1 was torch's "negative dimension" traceback as the model
+was built (a vocabulary of 0, once loaded, refused with advice that could not be followed)."""
+
+
+def size_errors(config: PretrainedConfig, key: str, overrides: Mapping[str, Any]) -> list[str]:
+    """One message per size of ``config`` (given in ``overrides``) below 1."""
+    return [
+        f"{key}.{name}={value!r}: must be an integer >= 1"
+        for name in SIZES
+        if name in overrides
+        and (
+            isinstance(value := getattr(config, name, None), bool)
+            or not isinstance(value, int)
+            or value < 1
+        )
     ]

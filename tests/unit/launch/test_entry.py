@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from lightning_kd.launch.cache_k_checks import cache_k_errors
 from lightning_kd.launch.config import compose_config
-from lightning_kd.launch.entry import Length, cache_k_errors, check_entry
+from lightning_kd.launch.entry import Length, check_entry
 from lightning_kd.launch.model_checks import model_setting_errors
 from lightning_kd.utils.refusal import Refused
 
@@ -62,16 +63,16 @@ def test_a_cache_k_beyond_a_cached_teachers_vocabulary_is_refused_before_it_load
     ]
     online = compose_config(["debug=smoke", "cache.k=300", "distill.teacher_cache=null"])
     assert cache_k_errors(online, "train") == []  # no cache is written: k is unused
-    small = "{model_type: llama, vocab_size: 200, hidden_size: 64, num_hidden_layers: 2}"
-    entries = f"teachers=[{{name: a, weight: 0.5}}, {{name: b, weight: 0.5, config: {small}, %s}}]"
+    wide = "{model_type: llama, vocab_size: 300, hidden_size: 64, num_hidden_layers: 2}"
+    entries = f"teachers=[{{name: a, weight: 0.5}}, {{name: b, weight: 0.5, config: {wide}, %s}}]"
     for cache, refused in (("cache: auto", True), ("cache: null", False)):
-        overrides = ["debug=smoke", "cache.k=256", entries % cache]
+        overrides = ["debug=smoke", "distill.teacher_cache=null", "cache.k=400", entries % cache]
         errors = cache_k_errors(compose_config(overrides), "train")
         assert errors == (
             [
-                "cache.k=256 is more than teachers[1] (b)'s 200-token vocabulary "
+                "cache.k=400 is more than teachers[1] (b)'s 300-token vocabulary "
                 "(config vocab_size): the cache keeps its k likeliest tokens; set "
-                "cache.k=200 or less (the whole distribution)"
+                "cache.k=300 or less (the whole distribution)"
             ]
             if refused
             else []
@@ -79,6 +80,26 @@ def test_a_cache_k_beyond_a_cached_teachers_vocabulary_is_refused_before_it_load
     with pytest.raises(Refused, match=r"cache\.k=0: must be an integer >= 1"):
         check_entry(compose_config(["debug=smoke", "cache.k=0"]))
     assert cache_k_errors(compose_config(["debug=smoke", "cache.k=0"]), "cache") == []
+
+
+def test_cache_k_is_judged_only_where_a_cache_is_written_and_after_the_teachers_own_sizes():
+    """An ``auto`` run that the config keeps online writes no cache (its k is unused); a teacher
+    whose vocabulary is smaller than its tokenizer is named as such (a smaller cache.k could not
+    help), and a vocabulary below 1 as a size."""
+    ce_only = compose_config(["debug=smoke", "cache.k=300", "experiment=ce_only"])
+    assert cache_k_errors(ce_only, "train") == []
+    small = compose_config(["debug=smoke", "teacher.config.vocab_size=100"])
+    assert cache_k_errors(small, "train") == [
+        "the teacher's vocabulary has 100 rows (config vocab_size) but its tokenizer has 257 "
+        "tokens: the two do not belong together (set teacher.config.vocab_size=257 or more, or "
+        "the model of that tokenizer)"
+    ]
+    for size in (0, -5):
+        cfg = compose_config(["debug=smoke", f"teacher.config.vocab_size={size}"])
+        assert cache_k_errors(cfg, "train") == []
+        assert f"teacher.config.vocab_size={size}: must be an integer >= 1" in (
+            model_setting_errors(cfg)
+        )
 
 
 def test_a_wrong_type_is_said_once_by_its_rule_not_again_by_hydra() -> None:

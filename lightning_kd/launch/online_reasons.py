@@ -1,0 +1,33 @@
+"""What ``distill.teacher_cache=auto`` can tell from a config alone: whether it is still
+``auto``, and why a run keeps its teacher online whatever its length (``teacher_cache.py``
+weighs the rest: the passes over the data)."""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+AUTO = "auto"
+
+
+def unresolved(value: object) -> bool:
+    """Whether ``distill.teacher_cache`` is ``auto`` (not yet resolved by a run)."""
+    return value == AUTO
+
+
+def why_online(cfg: DictConfig) -> str | None:
+    """Why ``cfg`` trains with the teacher online whatever its length, or None."""
+    distill, trainer = cfg.distill, cfg.trainer
+    reasons = (
+        (distill.kd_weight == 0, "distill.kd_weight=0: training uses no teacher logits"),
+        (distill.get("on_policy", 0) > 0, "on-policy KD scores the student's own completions"),
+        (not distill.get("chunked", True), "distill.chunked=false computes full teacher logits"),
+        (cfg.teacher.get("task", "causal_lm") != "causal_lm", "only causal LM logits are cached"),
+        (str(cfg.data.get("_target_", "")).endswith("ChatDataModule"), "chat data is not cached"),
+        (cfg.data.get("streaming") is True, "a streamed corpus has no fixed blocks to cache"),
+        (
+            (trainer.get("devices") or 1) != 1 or trainer.get("strategy") not in (None, "auto"),
+            "several processes: write the cache first (lightning-kd cache "
+            "strategy=ddp trainer.devices=N hydra.run.dir=DIR) and pass distill.teacher_cache=DIR",
+        ),
+    )
+    return next((reason for applies, reason in reasons if applies), None)
