@@ -14,6 +14,7 @@ When checkpoints are written (every N steps, at validation, on interruption) is
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import re
@@ -26,6 +27,7 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 from torch import nn
 
+from lightning_kd.models.lora import LoraSpec
 from lightning_kd.utils.atomic import replaced_whole
 from lightning_kd.utils.disk import disk_errors
 from lightning_kd.utils.refusal import Refused
@@ -227,11 +229,33 @@ def spec_changes(saved: Any, hparams: Any) -> list[str]:
     now = hparams.get("student") if hasattr(hparams, "get") else None
     if not isinstance(saved, dict) or not isinstance(now, dict):
         return []
-    keys = sorted(set(saved) | set(now))
+    found = []
+    for key in sorted(set(saved) | set(now)):
+        then, value = saved.get(key), now.get(key)
+        if key == "lora" and isinstance(then, dict) and isinstance(value, dict):
+            found += lora_changes(then, value)
+        elif then != value:
+            found.append(f"student.{key}: checkpoint {then!r}, this run {value!r}")
+    return found
+
+
+def lora_changes(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """``student.lora.<key>: ...`` for each setting of the adapters that differs, a key left out
+    read as its default (``{r: 4}`` and ``{r: 4, alpha: 32}`` build the same adapters)."""
+    defaults = {field.name: field.default for field in dataclasses.fields(LoraSpec)}
+
+    def resolved(given: dict[str, Any]) -> dict[str, Any]:
+        values = defaults | given
+        targets = values.get("target_modules")
+        return values | (
+            {"target_modules": list(targets)} if isinstance(targets, list | tuple) else {}
+        )
+
+    then, value = resolved(saved), resolved(now)
     return [
-        f"student.{key}: checkpoint {saved.get(key)!r}, this run {now.get(key)!r}"
-        for key in keys
-        if saved.get(key) != now.get(key)
+        f"student.lora.{key}: checkpoint {then.get(key)!r}, this run {value.get(key)!r}"
+        for key in sorted(set(then) | set(value))
+        if then.get(key) != value.get(key)
     ]
 
 
