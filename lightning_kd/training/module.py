@@ -47,7 +47,7 @@ from lightning_kd.training.repair import BlockwiseRepair
 from lightning_kd.training.strategies import ROLE, int8_teachers, loss_divisor, window_ends
 from lightning_kd.utils.compat import exclude_from_ddp, silence_eval_mode_warning
 from lightning_kd.utils.plain_data import as_spec, plain_data
-from lightning_kd.utils.rng import rng_state, set_rng_state
+from lightning_kd.utils.rng import float32_init, rng_state, set_rng_state
 
 
 class DistillationModule(LightningModule):
@@ -110,6 +110,7 @@ class DistillationModule(LightningModule):
     def student(self) -> nn.Module | None:
         return None if self.distiller is None else self.distiller.student
 
+    @float32_init  # under 64-true, Lightning's default dtype: the same seed, another model
     def configure_model(self) -> None:
         """Build teacher and student (Lightning calls this once per stage; build only once)."""
         if self.distiller is not None:
@@ -290,8 +291,7 @@ class DistillationModule(LightningModule):
         self.tokens_seen = checkpoint.get("tokens_seen", 0)
         self.before = dict(checkpoint.get("validation_before", {}))
         self.fit_validation = checkpoint.get("fit_validation")  # (step, metrics) or None
-        # Put back at the first resumed batch: a loader's iterator, made as the fit restarts,
-        # draws from the generator first (the run it continues drew that at step 0).
+        # Put back at the first resumed batch: the loader's iterator draws first (as at step 0).
         self.resumed_rng = checkpoint.get("rng") if self._trainer is not None else None
 
     @rank_zero_only

@@ -7,7 +7,14 @@ losses drifted from the uninterrupted run's. Lightning saves no random state.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
 import torch
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def rng_state() -> dict[str, object]:
@@ -24,3 +31,23 @@ def set_rng_state(state: dict[str, object]) -> None:
     cuda = state.get("cuda")
     if cuda is not None and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all(cuda)
+
+
+def float32_init(build: Callable[P, R]) -> Callable[P, R]:
+    """``build`` run with float32 as torch's default dtype: a random initialisation (a
+    ``teacher.config`` teacher of ``init_seed``, a ``student.config`` student, LoRA adapters,
+    projectors) draws the same numbers whatever the caller's default. Lightning's ``64-true``
+    builds models under a float64 default, where the same seed drew another teacher (its weights'
+    digest refused the cache the ``cache`` command had written for that very run); the models are
+    cast to their dtypes after."""
+
+    @functools.wraps(build)
+    def built(*args: P.args, **kwargs: P.kwargs) -> R:
+        before = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float32)
+        try:
+            return build(*args, **kwargs)
+        finally:
+            torch.set_default_dtype(before)
+
+    return built
