@@ -91,6 +91,7 @@ def write(cfg: DictConfig) -> None:
     directory = Path(cfg.output_dir)
     # Before the claim and record_job: a training run's directory keeps its own record.
     refuse(training_run_errors(directory, "cache"))
+    check_cache_entry(cfg)  # before the claim: a refused cache leaves no lock, no record
     with claim(directory) if is_rank_zero() else nullcontext():
         if is_rank_zero():
             record_job(cfg, directory)  # once the directory is this writer's
@@ -135,22 +136,26 @@ TEACHERS_LIST = [
 """Why a ``teachers`` list is refused: cached here, all but one of its teachers went unwritten."""
 
 
-def write_claimed(cfg: DictConfig, directory: Path) -> None:
-    """Build the data and the teacher of ``cfg`` and write the cache into ``directory``."""
+def check_cache_entry(cfg: DictConfig) -> None:
+    """Refuse, before anything is claimed or loaded, what ``cache`` cannot write."""
     lengths = [teacher_length(cfg, "data.block_size")]
     streamed = [
         "data.streaming=true: a stream has no fixed blocks to cache; set data.streaming=false"
     ]
     extra = dataset_errors(cfg) + (streamed if cfg.data.get("streaming") else [])
     extra += TEACHERS_LIST if cfg.get("teachers") else []
-    extra += cache_k_errors(cfg, "cache")
-    check_entry(cfg, lengths=lengths, extra=extra)
+    if (task := cfg.teacher.get("task", "causal_lm")) != "causal_lm":
+        extra.append(
+            f"teacher.task={task}: only a causal LM's logits are cached; train with the "
+            "teacher online (distill.teacher_cache=null)"
+        )
+    check_entry(cfg, lengths=lengths, extra=extra + cache_k_errors(cfg, "cache"))
+
+
+def write_claimed(cfg: DictConfig, directory: Path) -> None:
+    """Build the data and the teacher of ``cfg`` and write the cache into ``directory``."""
     cfg, _ = with_precision(cfg)
     teacher_spec = instantiate(cfg.teacher, _convert_="all")
-    if teacher_spec.task != "causal_lm":
-        raise ValueError(
-            f"teacher.task={teacher_spec.task!r}: only a causal LM's logits are cached"
-        )
     tokenizer = run_tokenizer(teacher_spec, instantiate(cfg.student, _convert_="all"))
     crossing = cross_path(cfg, teacher_spec, tokenizer)
     spec = instantiate(cfg.cache, _convert_="all")

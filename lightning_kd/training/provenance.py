@@ -49,19 +49,12 @@ HOW_COMPUTED = ("foreach", "fused", "capturable", "differentiable", "maximize")
 """Optimizer arguments that change how its update is computed, not what it is."""
 MODES = ("error", "warn")
 OBJECTIVE_FIELDS = (
-    "divergence",
-    "temperature",
-    "kd_weight",
-    "ce_weight",
-    "beta",
-    "skew",
-    "features",
-    "feature_loss",
-    "feature_weight",
-    "projector",
-    "on_policy",
+    *("divergence", "temperature", "kd_weight", "ce_weight", "beta", "skew", "on_policy"),
+    *("features", "feature_loss", "feature_weight", "projector"),
+    *("blockwise_passes", "blockwise_lr"),
 )
-"""The ``DistillConfig`` fields that define what is optimised (not how it is computed); one a
+"""The ``DistillConfig`` fields that define what is optimised (not how it is computed), the
+block-wise repair before the first step included (a resume that adds one never runs it); one a
 checkpoint does not record (a field added since it was saved) is not compared."""
 CROSS_FIELDS = ("cross_loss", "cross_top_k", "cross_uld_weight", "cross_span_weight")
 """What a teacher with another tokenizer is compared by: recorded where a run has one."""

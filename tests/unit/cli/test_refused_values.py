@@ -272,6 +272,19 @@ def test_the_cache_command_refuses_a_teachers_list(weightless, tmp_path, capsys)
     assert ".writer.lock" not in err and "overwrite=true" not in err
 
 
+def test_cache_refuses_an_encoder_teacher_before_claiming(tmp_path, capsys) -> None:
+    """teacher.task=encoder was a ValueError traceback; a refusal for the config left the
+    directory's writer lock and record behind."""
+    for override in ("experiment=minilm", "cache.k=100000"):
+        run_dir = tmp_path / override.split("=")[0]
+        argv = ["cache", "debug=smoke", override, f"hydra.run.dir={run_dir}"]
+        if override == "experiment=minilm":
+            argv = ["cache", override, f"hydra.run.dir={run_dir}"]
+        named = ["only a causal LM's logits are cached"] if "minilm" in override else ["cache.k="]
+        assert_refused(argv, named, capsys)
+        assert not run_dir.exists() or not any(run_dir.iterdir()), list(run_dir.iterdir())
+
+
 def test_the_generate_command_refuses_a_teachers_list(weightless, tmp_path, capsys) -> None:
     """It wrote the teacher group's completions alone, saying nothing of the others."""
     two = "teachers=[{name: a, weight: 0.5}, {name: b, weight: 0.5, path: gemma3_270m}]"

@@ -64,6 +64,9 @@ def test_a_resume_with_another_teacher_or_objective_is_refused(
         fit(tmp_path, teacher, corpus, checkpoint, temperature=2.0)
     with pytest.warns(UserWarning, match="resume_mismatch=warn: continuing"):
         fit(tmp_path, teacher, corpus, checkpoint, "warn", temperature=2.0)
+    # a repair added on resume never runs (it runs before the first step): refused, named
+    with pytest.raises(ProvenanceMismatch, match=r"distill\.blockwise_passes: checkpoint 0, this"):
+        fit(tmp_path, teacher, corpus, checkpoint, blockwise_passes=2)
 
 
 def test_a_resume_with_other_teachers_is_refused_naming_each_change(tmp_path, corpus) -> None:
