@@ -48,6 +48,12 @@ def main(argv: Sequence[str]) -> int:
     extra = dataset_errors(cfg) + model_setting_errors(ranked)
     check_entry(cfg, lengths=[teacher_length(cfg, "data.block_size")], extra=extra)
     cfg, _ = with_precision(cfg)
+    if (mode := cfg.teacher.get("quantize")) is not None:  # as training builds its student
+        print(
+            f"teacher.quantize={mode} applies in training, once the student is built: the "
+            f"layers are ranked with the teacher at teacher.dtype={cfg.teacher.dtype}, as "
+            "student.layers=importance ranks them"
+        )
     ranking = score_config(cfg)
     print(ranking.table())
     print(

@@ -74,6 +74,17 @@ def test_importance_takes_a_config_dir_and_overrides_only(tmp_path: Path, capsys
     assert "kept by" in out and "(2 layers" in out  # the experiment of my_conf/ was composed
 
 
+def test_importance_says_an_int8_teacher_ranks_at_full_precision(capsys) -> None:
+    """It printed the same table with teacher.quantize=int8 as without, saying nothing: the
+    student is built (and ranked) before the teacher is quantized, in training as here."""
+    pytest.importorskip("torchao")
+    argv = ["importance", "debug=smoke", "data.max_train_examples=16", "teacher.quantize=int8"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "teacher.quantize=int8 applies in training, once the student is built" in out
+    assert "kept by" in out
+
+
 def run(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "lightning_kd", *argv],
