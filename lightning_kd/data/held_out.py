@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from lightning_kd.data.dataset_source import DatasetSource
+from lightning_kd.data.domains import members
 from lightning_kd.data.errors import DataError
 from lightning_kd.data.reading import data_file_digest, expand_files, prompt_lines
 from lightning_kd.utils.refusal import refuse
@@ -60,6 +61,17 @@ def untouched_documents(
         kept += [group[i] for i in found]
         offset += count
     return sorted(kept)
+
+
+def untouched_of(data: Any, documents: list[tuple[str, str]], labelled: list) -> list:
+    """``documents`` (``labelled``: as ``data``, a text data module, reads them) no example of
+    the split ``data`` makes of them holds a token of, in reading order."""
+    tokens = [ids for _, ids in labelled]
+    groups = members(data.domains, [label for label, _ in labelled])
+    counts = [len(data.examples([tokens[i] for i in group], needed=0)) for group in groups]
+    held, _ = split_order(sum(counts), data.val_fraction, data.split_seed)
+    kept = untouched_documents(tokens, set(held), data.block_size, data.pack, groups, counts)
+    return [documents[index] for index in kept]
 
 
 def group_untouched(

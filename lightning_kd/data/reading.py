@@ -260,12 +260,13 @@ def rows_naming(files: list[Path], key: str) -> Iterator[dict]:
     """The ``.jsonl`` rows of ``files`` whose line names ``key``: only those lines are parsed, so
     a corpus without it costs one search a line (one that is not JSON is refused where the
     documents are read)."""
+    needle = f'"{key}"'.encode()
     for path in files:
         if file_format(path) != "jsonl":
             continue
         with _open(path) as handle:
             for number, raw in enumerate(handle, start=1):
-                if f'"{key}"'.encode() not in raw:
+                if needle not in raw:
                     continue
                 try:
                     record = json.loads(_decode(raw, path, number))

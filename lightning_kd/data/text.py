@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from lightning.pytorch import LightningDataModule
@@ -33,7 +32,7 @@ from lightning_kd.data.batches import IndexedBlocks, collate_tokens, pad_for_ran
 from lightning_kd.data.cut_ends import CutEnds, marked
 from lightning_kd.data.dataset_source import Columns, DatasetSource, open_checked, setting_errors
 from lightning_kd.data.domain_packing import DomainBlock, unzipped
-from lightning_kd.data.domains import Labelled, domain_groups, file_label, labelled_rows, members
+from lightning_kd.data.domains import Labelled, domain_groups, file_label, labelled_rows
 from lightning_kd.data.encoding import text_ids
 from lightning_kd.data.errors import DataError
 from lightning_kd.data.held_out import (
@@ -43,7 +42,7 @@ from lightning_kd.data.held_out import (
     leaked_prompt_errors,
     seeded_order,
     split_order,
-    untouched_documents,
+    untouched_of,
     without_validation_text,
 )
 from lightning_kd.data.loaders import ResumableLoader, already_trained, ranks, training_order
@@ -128,7 +127,8 @@ class TextDataModule(LightningDataModule):
 
     def columns(self) -> Columns:
         """The columns this module reads of ``data.dataset``."""
-        return self.dataset_columns(vars(self))  # its text_field and domain_field
+        settings = {"text_field": self.text_field, "domain_field": self.domain_field}
+        return self.dataset_columns(settings)
 
     def setup(self, stage: str | None = None) -> None:
         """Read, tokenize and split the corpus once (streamed: the validation examples only)."""
@@ -159,10 +159,11 @@ class TextDataModule(LightningDataModule):
         val = distinct_documents(self.val_files, self.text_field)
         train = distinct_documents(self.files, self.text_field)
         kept = set(without_validation_text([t for _, t in train], [t for _, t in val]))
-        val_examples = self.tagged(self.read(val), every_domain=False, what="data.val_files")
+        labelled = self.read(val)
+        val_examples = self.tagged(labelled, every_domain=False, what="data.val_files")
         train_examples = self.tagged(self.read([d for d in train if d[1] in kept]), 1, TRAIN_SPLIT)
         held, _ = split_order(len(val_examples[0]), self.val_fraction, self.split_seed)
-        untouched = partial(self.training_documents, self.val_files)  # what generate may continue
+        untouched = partial(untouched_of, self, val, labelled)  # what generate may continue
         refuse(leaked_prompt_errors(self.files, {place for place, _ in val}, untouched))
         self.keep_split(val_examples, held, train_examples)
 
@@ -199,19 +200,13 @@ class TextDataModule(LightningDataModule):
         tokens = marked(texts, text_ids(self.tokenizer, texts), files, self.text_field)
         return [(file_label(place), ids) for (place, _), ids in zip(documents, tokens, strict=True)]
 
-    def training_documents(self, files: list[Path] | None = None) -> list[tuple[str, str]]:
-        """``(file:line, text)`` of each document of ``data.files`` (or ``files``, split alone)
-        no validation example holds a token of, in reading order: text a run with these
-        settings may train on whole, whoever continues it (``held_out.untouched_documents``)."""
-        refuse([] if files else documents_errors(self.dataset, self.val_files))
-        documents = distinct_documents(files or self.files, self.text_field)
-        labelled = self.read(documents)
-        tokens = [ids for _, ids in labelled]
-        groups = members(self.domains, [label for label, _ in labelled])
-        counts = [len(self.examples([tokens[i] for i in group], needed=0)) for group in groups]
-        held, _ = split_order(sum(counts), self.val_fraction, self.split_seed)
-        kept = untouched_documents(tokens, set(held), self.block_size, self.pack, groups, counts)
-        return [documents[index] for index in kept]
+    def training_documents(self) -> list[tuple[str, str]]:
+        """``(file:line, text)`` of each document of ``data.files`` no validation example holds a
+        token of, in reading order: text a run with these settings may train on whole, whoever
+        continues it (``held_out.untouched_documents``)."""
+        refuse(documents_errors(self.dataset, self.val_files))
+        documents = distinct_documents(self.files, self.text_field)
+        return untouched_of(self, documents, self.read(documents))
 
     def split_documents(self, split: str) -> list[tuple[str, Labelled]]:
         """A split of ``data.dataset``: each distinct document's key, and its tokens (cached)

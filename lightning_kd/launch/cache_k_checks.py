@@ -9,7 +9,9 @@ than the tokenizer is named as that (following advice on ``cache.k`` could not h
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
@@ -31,16 +33,28 @@ def cache_k_errors(cfg: Mapping, command: str) -> list[str]:
     k = lookup(cfg, "cache.k")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         return []  # named by the config rules
-    specs: dict[str, Callable[[], TeacherSpec]] = {}
+    cached: list[Cached] = []
     if command == "cache" or caches_the_teacher(cfg):
-        specs["the teacher"] = lambda: instantiate(cfg["teacher"], _convert_="all")
+        main = functools.partial(instantiate, cfg["teacher"], _convert_="all")
+        cached.append(Cached("the teacher", "teacher.config.", main))
     entries, _ = config_entries(cfg)
     for index, entry in enumerate(entries):
         if not entry.main and entry.cache is not None:
-            specs[f"teachers[{index}] ({entry.name})"] = lambda spec=entry.spec: spec
+            whose, key = f"teachers[{index}] ({entry.name})", f"teachers.{index}.config."
+            cached.append(Cached(whose, key, lambda spec=entry.spec: spec))
     online = command == "train" and unresolved(lookup(cfg, "distill.teacher_cache"))
     hint = " (or distill.teacher_cache=null: the teacher online)" if online else ""
-    return [error for whose, spec in specs.items() if (error := k_error(k, whose, spec, hint))]
+    return [error for teacher in cached if (error := k_error(k, teacher, hint))]
+
+
+@dataclass(frozen=True)
+class Cached:
+    """A teacher whose cache is written: who it is in a message, where its config is set, and
+    its spec (built when read: the teacher group's may not build, which other checks name)."""
+
+    whose: str
+    config_key: str
+    spec: Callable[[], TeacherSpec]
 
 
 def caches_the_teacher(cfg: Mapping) -> bool:
@@ -52,17 +66,12 @@ def caches_the_teacher(cfg: Mapping) -> bool:
     return not unresolved(choice) or why_online(cfg) is None
 
 
-def spec_key(whose: str) -> str:
-    """Where ``whose`` config is set: ``teacher.config.`` or ``teachers.N.config.``."""
-    index = whose.partition("[")[2].partition("]")[0]
-    return "teacher.config." if not index else f"teachers.{index}.config."
-
-
-def k_error(k: int, whose: str, spec: Callable[[], TeacherSpec], hint: str) -> str | None:
-    """Why ``k`` cannot be ``whose`` cache's (None: it can, or the teacher is named elsewhere),
-    with ``hint`` after the fix."""
+def k_error(k: int, teacher: Cached, hint: str) -> str | None:
+    """Why ``k`` cannot be ``teacher``'s cache's (None: it can, or the teacher is named
+    elsewhere), with ``hint`` after the fix."""
+    whose = teacher.whose
     try:
-        built = spec()
+        built = teacher.spec()
         vocab = getattr(spec_config(built), "vocab_size", None)
     except UNREADABLE:
         return None
@@ -75,7 +84,7 @@ def k_error(k: int, whose: str, spec: Callable[[], TeacherSpec], hint: str) -> s
     if tokens > vocab:  # what the run refuses once loaded: the pair, not cache.k, is wrong
         return (
             f"{whose}'s vocabulary has {vocab} rows (config vocab_size) but its tokenizer has "
-            f"{tokens} tokens: the two do not belong together (set {spec_key(whose)}vocab_size="
+            f"{tokens} tokens: the two do not belong together (set {teacher.config_key}vocab_size="
             f"{tokens} or more, or the model of that tokenizer)"
         )
     return (

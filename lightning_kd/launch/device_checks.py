@@ -19,6 +19,8 @@ from lightning_kd.launch.rules import ABSENT, lookup
 
 GPU_NAMES = ("gpu", "cuda", "mps")
 """Accelerators that are GPUs: ``trainer.devices`` may list their indices."""
+GPU_KINDS = ("cuda", "mps")
+"""Lightning's GPU accelerators: what ``gpu`` (and ``auto``) may pick."""
 
 
 def accelerator_errors(cfg: Mapping) -> list[str]:
@@ -33,10 +35,9 @@ def accelerator_errors(cfg: Mapping) -> list[str]:
             "e.g. trainer.accelerator=auto (a GPU where there is one, else the CPU)"
         ]
     name = accelerator.lower()
-    wanted = ("cuda", "mps") if name == "gpu" else (name,)
-    if any(AcceleratorRegistry[kind]["accelerator"].is_available() for kind in wanted):
+    if any(map(available, GPU_KINDS if name == "gpu" else (name,))):
         return []
-    present = [kind for kind in known if AcceleratorRegistry[kind]["accelerator"].is_available()]
+    present = [kind for kind in known if available(kind)]
     return [
         f"trainer.accelerator={accelerator}: this machine has no {name.upper()} (it has "
         f"{', '.join(present)}); run on a machine with one, or set trainer.accelerator=auto"
@@ -91,9 +92,14 @@ def strategy_name_errors(cfg: Mapping) -> list[str]:
     return []
 
 
+def available(kind: str) -> bool:
+    """Whether this machine has the hardware of Lightning's accelerator ``kind``."""
+    return AcceleratorRegistry[kind]["accelerator"].is_available()
+
+
 def any_gpu() -> bool:
     """Whether ``trainer.accelerator=auto`` finds a GPU here."""
-    return any(AcceleratorRegistry[kind]["accelerator"].is_available() for kind in ("cuda", "mps"))
+    return any(map(available, GPU_KINDS))
 
 
 def is_count(value: object) -> bool:

@@ -211,15 +211,21 @@ class Provenance(Callback):
         where = trainer.ckpt_path or "the checkpoint"
         if self.reset_optimizer and trainer.state.fn == "fit":
             self._reset(trainer, checkpoint)
-        if saved is None:
+        check_steps_left(checkpoint.get("global_step", 0), trainer.max_steps, where)
+        if saved is None:  # judged by its optimizer alone (below)
             warnings.warn(
                 f"{where} records no teacher, tokenizer or distill config (saved by an older "
                 "version): resuming without checking them",
                 stacklevel=2,
             )
-            saved = self.current(trainer, pl_module)  # judged by its optimizer alone (below)
-        check_steps_left(checkpoint.get("global_step", 0), trainer.max_steps, where)
-        found = differences(saved, self.current(trainer, pl_module))
+        else:
+            self._compare(saved, self.current(trainer, pl_module), where)
+        if error := trained_set_error(checkpoint, trainer, pl_module, where):
+            raise ProvenanceMismatch(error)
+
+    def _compare(self, saved: dict[str, Any], current: dict[str, Any], where: str) -> None:
+        """Refuse (or, with ``resume_mismatch=warn``, warn about) what differs from ``saved``."""
+        found = differences(saved, current)
         resettable = [line for line in found if resettable_line(line)]
         others = [line for line in found if line not in resettable]
         refused = [] if self._fast_forward else resettable
@@ -247,8 +253,6 @@ class Provenance(Callback):
             )
         if message:
             raise ProvenanceMismatch(message)
-        if error := trained_set_error(checkpoint, trainer, pl_module, where):
-            raise ProvenanceMismatch(error)
 
     def _reset(self, trainer: Trainer, checkpoint: dict[str, Any]) -> None:
         """Leave the checkpoint's optimizer and scheduler states out of the restore: Lightning
