@@ -5,7 +5,8 @@ continue against another teacher. Each records the teacher (path, config and sam
 digests, ``init_seed`` for a config-built one), the tokenizer (vocabulary digest), the objective,
 a LoRA student's frozen base (digest), and the data (``data/provenance.py``) with the accumulation
 that groups its batches into steps. A resume where any differs is refused with the differences
-named, or only warned about with ``resume_mismatch=warn``.
+named, or only warned about with ``resume_mismatch=warn``; so is another gradient clipping, and
+a ``student.dtype`` that would round the checkpoint's weights (``step_record.py``).
 
 The optimizer's and the schedule's settings are recorded too, with which student parameters
 train (``student.freeze_embeddings``, ``freeze_layers``: another set does not load the saved
@@ -27,24 +28,18 @@ import warnings
 from typing import Any
 
 from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.utilities import rank_zero_only
 
-from lightning_kd.data.provenance import data_differences
 from lightning_kd.models.digests import vocab_digest
+from lightning_kd.models.precision import AUTO, teacher_dtype_for
 from lightning_kd.training.checkpoints import trained_set_error
-from lightning_kd.training.teacher_provenance import (
-    crosses,
-    main_records,
-    teacher_differences,
-    teachers_record,
-)
+from lightning_kd.training.differences import differences, resettable_line
+from lightning_kd.training.step_record import compute_changes, lossy_message, said_line, step_record
+from lightning_kd.training.teacher_provenance import crosses, main_records, teachers_record
 from lightning_kd.utils.refusal import Refused
 
 KEY = "provenance"
 """Checkpoint entry holding the record."""
-RESETTABLE = ("optimizer", "schedule", "student.freeze_embeddings", "student.freeze_layers")
-"""Parts (or keys) of the record that ``resume_reset_optimizer=true`` applies instead of
-refusing: another set of trained parameters is another optimizer, whose saved state does not load
-(torch's ``ValueError`` about a parameter group's size, after the restore began)."""
 HOW_COMPUTED = ("foreach", "fused", "capturable", "differentiable", "maximize")
 """Optimizer arguments that change how its update is computed, not what it is."""
 MODES = ("error", "warn")
@@ -70,11 +65,13 @@ def record(module: LightningModule, trainer: Trainer | None = None) -> dict[str,
     """The provenance of ``module``'s training: teacher, tokenizer, objective, and with the
     ``trainer`` fitting it, the data and the optimizer."""
     spec = module.teacher_spec
+    auto = spec.dtype == AUTO
     teacher = {
         "path": spec.path,
         "gguf_file": spec.gguf_file,
         "task": spec.task,
-        "dtype": spec.dtype,
+        # auto follows trainer.precision: another precision is another teacher dtype, named so
+        "dtype": teacher_dtype_for(str(trainer.precision)) if auto and trainer else spec.dtype,
         "quantize": spec.quantize,
         "init_seed": spec.init_seed if spec.config is not None else None,
         "config": module.teacher_config,
@@ -120,7 +117,7 @@ def run_settings(module: LightningModule, trainer: Trainer) -> dict[str, Any]:
     if schedule["name"] is not None:  # its length is the run's: another max_steps reshapes it
         schedule["max_steps"] = trainer.max_steps
     found["schedule"] = schedule
-    return found
+    return found | step_record(module, trainer)
 
 
 def factory_settings(factory: Any) -> dict[str, Any]:
@@ -132,55 +129,6 @@ def factory_settings(factory: Any) -> dict[str, Any]:
     name = f"{getattr(func, '__module__', '')}.{getattr(func, '__qualname__', repr(func))}"
     keywords = getattr(factory, "keywords", {}) or {}
     return json.loads(json.dumps({"name": name} | dict(keywords), default=str))
-
-
-def differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """``part.key: saved → now`` for each recorded value that differs (the teacher's path only
-    matters when its weights or config differ too: a moved copy is the same teacher; the data
-    as :func:`~lightning_kd.data.provenance.data_differences` names it). A part the checkpoint
-    does not record (saved by an older version) is not compared."""
-    found = []
-    for part, values in current.items():
-        if part not in saved and part in (*RESETTABLE, "data", "teachers"):
-            continue
-        if part == "data":  # a checkpoint older than its "processes" does not say them
-            known = {k: v for k, v in values.items() if k in saved[part] or k != "processes"}
-            found += data_differences(saved[part], known)
-            continue
-        if part == "teachers":
-            found += teacher_differences(saved[part], values)
-            continue
-        for key, now in values.items():
-            if part in ("distill", "teacher", "student") and key not in saved.get(part, {}):
-                continue
-            then = saved.get(part, {}).get(key)
-            if then != now and not is_path(part, key):
-                found.append(f"{part}.{key}: checkpoint {then!r}, this run {now!r}")
-        gone = sorted(set(saved.get(part, {})) - set(values))
-        found += [f"{part}.{key}: checkpoint {saved[part][key]!r}, this run unset" for key in gone]
-    return found + moved_paths(saved, current, found)
-
-
-def resettable_line(line: str) -> bool:
-    """Whether a difference (``part.key: ...``) is one ``resume_reset_optimizer=true`` applies."""
-    key = line.split(":", 1)[0]
-    return key.split(".")[0] in RESETTABLE or key in RESETTABLE
-
-
-def is_path(part: str, key: str) -> bool:
-    """Whether ``part.key`` is the teacher's path: compared only where its model differs too."""
-    return (part, key) == ("teacher", "path")
-
-
-def moved_paths(saved: dict[str, Any], current: dict[str, Any], found: list[str]) -> list[str]:
-    """The teacher's path where its model differs (digests, config, dtype), beside that
-    difference: where it was and where it is now."""
-    if not any(line.startswith("teacher.") for line in found):
-        return []
-    paths = (saved.get("teacher", {}).get("path"), current["teacher"]["path"])
-    if paths == (None, None):  # teachers built from teacher.config: no place to show
-        return []
-    return [f"teacher.path: checkpoint {paths[0]!r}, this run {paths[1]!r}"]
 
 
 class Provenance(Callback):
@@ -224,22 +172,27 @@ class Provenance(Callback):
             raise ProvenanceMismatch(error)
 
     def _compare(self, saved: dict[str, Any], current: dict[str, Any], where: str) -> None:
-        """Refuse (or, with ``resume_mismatch=warn``, warn about) what differs from ``saved``."""
+        """Refuse (or, with ``resume_mismatch=warn``, warn about) what differs from ``saved``;
+        say the computations that change (``step_record.py``)."""
         found = differences(saved, current)
+        lossy, said = compute_changes(saved, current)
         resettable = [line for line in found if resettable_line(line)]
         others = [line for line in found if line not in resettable]
         refused = [] if self._fast_forward else resettable
         message = ""
         if others:
             message += (
-                f"{where} was trained with a different teacher, tokenizer, objective or data:\n  "
+                f"{where} was trained with a different teacher, tokenizer, objective, data or "
+                "gradient clipping:\n  "
                 + "\n  ".join(others)
                 + "\nResume with the same settings, start a new run, or pass "
                 "resume_mismatch=warn to continue anyway"
             )
-        if others and self.on_mismatch == "warn" and not refused:
+        if lossy:
+            message += ("\n" if message else "") + f"{where}: " + lossy_message(lossy)
+        if message and self.on_mismatch == "warn" and not refused:
             warnings.warn(message + "\n(resume_mismatch=warn: continuing)", stacklevel=2)
-            return
+            message = ""
         if refused:  # named with the rest: one refusal says everything to change
             message += ("\n" if message else "") + (
                 f"{where} was trained with other optimizer, schedule or trained-parameter "
@@ -253,6 +206,8 @@ class Provenance(Callback):
             )
         if message:
             raise ProvenanceMismatch(message)
+        if said:
+            rank_zero_only(print)(said_line(said, where))
 
     def _reset(self, trainer: Trainer, checkpoint: dict[str, Any]) -> None:
         """Leave the checkpoint's optimizer and scheduler states out of the restore: Lightning

@@ -13,9 +13,11 @@ import torch
 from lightning.pytorch import Callback
 
 from lightning_kd.models.loading import TeacherSpec
+from lightning_kd.training.differences import differences
 from lightning_kd.training.optim import warmup_cosine
-from lightning_kd.training.provenance import KEY, Provenance, ProvenanceMismatch, differences
+from lightning_kd.training.provenance import KEY, Provenance, ProvenanceMismatch
 from lightning_kd.training.saving import LastCheckpoint
+from lightning_kd.training.step_record import compute_changes
 from tests.conftest import TINY_LLAMA, make_datamodule, make_module, make_trainer
 
 
@@ -31,9 +33,11 @@ def fit(
     reset: bool = False,
     probe: Callback | None = None,
     teachers: list | None = None,
+    trainer: dict | None = None,
+    student: dict | None = None,
     **distill,
 ) -> Path:
-    module = make_module(teacher, teachers=teachers, **distill)
+    module = make_module(teacher, student, teachers=teachers, **distill)
     if optimizer is not None:
         module.optimizer_factory = optimizer
     module.scheduler_factory = schedule
@@ -42,6 +46,7 @@ def fit(
         max_steps=4 if ckpt else 2,
         enable_checkpointing=True,
         callbacks=[*callbacks, *([probe] if probe else [])],
+        **(trainer or {}),
     )
     trainer.fit(module, make_datamodule([corpus], **(data or {})), ckpt_path=ckpt)
     return tmp_path / "checkpoints" / "last.ckpt"
@@ -307,3 +312,61 @@ def test_a_resume_that_swaps_the_teachers_cache_for_its_model_is_refused(tmp_pat
     saved = torch.load(checkpoint, weights_only=True)[KEY]
     older = {**saved, "teacher": {k: v for k, v in saved["teacher"].items() if k != "records"}}
     assert differences(older, saved) == []
+
+
+def test_other_clipping_or_rounded_weights_are_refused_and_other_computing_is_said(
+    tmp_path: Path, corpus: Path, capsys
+) -> None:
+    """Clipping changes every update from the resumed step on, and a narrower student.dtype
+    rounds the saved weights and moments as they load: both named like the objective. Another
+    precision or activation checkpointing only computes the steps otherwise: one line says so."""
+    teacher = TeacherSpec(path=None, config=dict(TINY_LLAMA))
+    checkpoint = fit(tmp_path, teacher, corpus, None, trainer={"gradient_clip_val": 1.0})
+    clip = r"trainer\.gradient_clip_val: checkpoint 1\.0, this run 0\.5"
+    with pytest.raises(ProvenanceMismatch, match=clip):
+        fit(tmp_path, teacher, corpus, checkpoint, trainer={"gradient_clip_val": 0.5})
+    algorithm = r"trainer\.gradient_clip_algorithm: checkpoint 'norm', this run 'value'"
+    with pytest.raises(ProvenanceMismatch, match=algorithm):
+        clipping = {"gradient_clip_val": 1.0, "gradient_clip_algorithm": "value"}
+        fit(tmp_path, teacher, corpus, checkpoint, trainer=clipping)
+    rounded = r"(?s)rounded as they load.*student\.dtype: checkpoint 'float32', this run 'bfloat16'"
+    bf16 = {"dtype": "bfloat16"}
+    with pytest.raises(ProvenanceMismatch, match=rounded):
+        fit(tmp_path, teacher, corpus, checkpoint, trainer={"gradient_clip_val": 1.0}, student=bf16)
+    # teacher.dtype=auto follows the precision: a bf16 teacher is another objective, named
+    other = {"gradient_clip_val": 1.0, "precision": "bf16-mixed"}
+    with pytest.raises(ProvenanceMismatch, match=r"teacher\.dtype: checkpoint 'float32', this"):
+        fit(tmp_path, teacher, corpus, checkpoint, trainer=other)
+    capsys.readouterr()
+    fit(
+        tmp_path,
+        TeacherSpec(path=None, config=dict(TINY_LLAMA), dtype="float32"),
+        corpus,
+        checkpoint,
+        trainer=other,
+        student={"activation_checkpointing": True},
+    )
+    said = capsys.readouterr().out
+    assert (
+        "steps computed otherwise from here on: trainer.precision: checkpoint '32-true', this "
+        in said
+    )
+    assert "student.activation_checkpointing: checkpoint False, this run True" in said
+
+
+def test_only_a_student_dtype_that_cannot_hold_the_checkpoints_values_is_lossy() -> None:
+    def changes(then: str, now: str) -> tuple[list[str], list[str]]:
+        saved, current = ({"compute": {"student_dtype": d}} for d in (then, now))
+        return compute_changes(saved, current)
+
+    line = "student.dtype: checkpoint 'bfloat16', this run 'float32'"
+    assert changes("bfloat16", "float32") == ([], [line])
+    assert changes("float32", "float64")[0] == [] and changes("float16", "float32")[0] == []
+    assert changes("float32", "float16")[0] and changes("float16", "bfloat16")[0]
+    assert changes("bfloat16", "float16")[0] and changes("float64", "float32")[0]
+    assert compute_changes({}, {"compute": {"student_dtype": "float16"}}) == ([], [])
+
+
+def test_a_checkpoint_that_recorded_teacher_dtype_auto_is_not_compared_on_it() -> None:
+    saved = {"teacher": {"dtype": "auto", "path": None}}
+    assert differences(saved, {"teacher": {"dtype": "bfloat16", "path": None}}) == []
