@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
-from lightning_kd.data.conversations import ChatFields, row_messages
+from lightning_kd.data.conversations import CALLS, ChatFields, row_messages
 from lightning_kd.data.encoding import SENTINEL, chat_ids, quotes_of
 from lightning_kd.data.errors import DataError, MissingData
 from lightning_kd.losses.logits import IGNORE_INDEX
@@ -58,6 +58,9 @@ def prompt_ids(tokenizer: PreTrainedTokenizerBase, prompts: list[list[dict]]) ->
     ids = []
     for number, messages in enumerate(prompts):
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        check_calls_rendered(
+            tokenizer, messages, text, f"prompt {number}", add_generation_prompt=True
+        )
         tokens, _ = chat_ids(tokenizer, text, messages, f"prompt {number}", generation_prompt=True)
         ids.append(torch.tensor(tokens))
     return ids
@@ -92,11 +95,32 @@ def render(tokenizer: PreTrainedTokenizerBase, messages: list[dict], where: str,
         ) from None
 
 
+def check_calls_rendered(
+    tokenizer: PreTrainedTokenizerBase, messages: list[dict], text: str, where: str, **kw
+) -> None:
+    """Refuse a tool call the chat template leaves out (one without tool support renders the
+    content alone): the model would read, or learn, a calling turn as an empty one."""
+    for turn, message in enumerate(messages):
+        for key in (key for key in CALLS if message.get(key)):
+            left_out = {k: v for k, v in message.items() if k != key}
+            if (
+                render(tokenizer, [*messages[:turn], left_out, *messages[turn + 1 :]], where, **kw)
+                == text
+            ):
+                raise DataError(
+                    f"{where}: message {turn} ({message['role']}) has {key!r}, which the chat "
+                    f"template does not render, so the turn would read as "
+                    f"{message['content']!r} alone; set data.chat_template to a template that "
+                    f"renders {key}, or leave such rows out"
+                )
+
+
 def assistant_spans(
     tokenizer: PreTrainedTokenizerBase, messages: list[dict], where: str
 ) -> tuple[str, list[tuple[int, int]]]:
     """The rendered conversation and the character span of each assistant turn in it."""
     text, spans = render(tokenizer, messages, where), []
+    check_calls_rendered(tokenizer, messages, text, where)
     for turn, message in enumerate(messages):
         if message["role"] != "assistant":
             continue

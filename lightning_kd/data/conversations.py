@@ -1,8 +1,10 @@
 """Conversations read from chat rows: ``messages``, or ``prompt`` and ``completion``, checked.
 
-A conversation is a list of ``{"role": str, "content": str}`` messages. Its *prompt* is everything
-before its last answer (trailing assistant turns dropped): what a teacher or a student is asked to
-complete, and what the train/validation split of ``data=chat`` holds out.
+A conversation is a list of ``{"role": str, "content": str}`` messages. A message's other keys
+(``tool_calls``, ``name``, ``tool_call_id``, ...) go to the chat template as they are; an assistant
+message calling tools may leave its content ``null``, as OpenAI's format does. Its *prompt* is
+everything before its last answer (trailing assistant turns dropped): what a teacher or a student
+is asked to complete, and what the train/validation split of ``data=chat`` holds out.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from typing import Any
 
 from lightning_kd.data.errors import DataError
 
+CALLS = ("tool_calls", "function_call")
+"""Keys that make an assistant message an answer without text: a call of the user's tools."""
 ROLES = ("system", "developer", "user", "assistant", "tool", "function", "ipython")
 """The roles chat templates know (OpenAI's and Llama's tool roles among them)."""
 
@@ -53,16 +57,32 @@ def row_messages(record: dict, where: str, fields: ChatFields) -> list[dict[str,
             f"{where} has no assistant turn, so nothing in it would be scored; give each row "
             "the answer to learn (a message with role 'assistant', or a completion)"
         )
+    if "prompt_line" not in record:  # a teacher's own empty answer (generate's rows) is its own
+        refuse_empty_answers(messages, where)
     return messages
 
 
+def refuse_empty_answers(messages: list[dict[str, Any]], where: str) -> None:
+    """Refuse an assistant turn with no text and no call: a failed generation or export, which
+    would teach the student to end its turn at once (its only scored token the end of turn)."""
+    for turn, message in enumerate(messages):
+        calls = any(message.get(key) for key in CALLS)
+        if message["role"] == "assistant" and not message["content"].strip() and not calls:
+            raise DataError(
+                f"{where}: the assistant's turn {turn} is empty, so the student would learn to "
+                "end its turn at once; write its answer, or leave the row out"
+            )
+
+
 def checked_messages(messages: Any, where: str) -> list[dict[str, Any]]:
-    """``messages`` as plain ``{role, content}`` dicts, refused unless each is one; an answer
-    the teacher had not ended when ``generate.max_new_tokens`` cut it keeps its
-    ``"finished": false`` (``generation/completion_rows.py``)."""
+    """``messages`` as ``{role, content, ...}`` dicts, refused unless each is one: the other keys
+    kept for the template, a tool call's ``null`` content as ``""``; an answer the teacher had
+    not ended when ``generate.max_new_tokens`` cut it keeps its ``"finished": false``
+    (``generation/completion_rows.py``), a finished one drops the key."""
     if not isinstance(messages, list) or not all(is_message(m) for m in messages):
         raise DataError(
-            f"{where}: a conversation is a list of {{'role': str, 'content': str}} messages"
+            f"{where}: a conversation is a list of {{'role': str, 'content': str}} messages "
+            "(content may be null in an assistant message with tool_calls)"
         )
     checked = []
     for m in messages:
@@ -73,7 +93,8 @@ def checked_messages(messages: Any, where: str) -> list[dict[str, Any]]:
                 f"before its end, whose end of turn is not scored), not {finished!r}"
             )
         cut = {"finished": False} if finished is False and m["role"] == "assistant" else {}
-        checked.append({"role": m["role"], "content": m["content"], **cut})
+        others = {key: value for key, value in m.items() if key not in ("finished", "content")}
+        checked.append({**others, "content": m.get("content") or "", **cut})
     return checked
 
 
@@ -87,11 +108,11 @@ def as_messages(value: Any, role: str, where: str) -> list[Any]:
 
 
 def is_message(message: Any) -> bool:
-    return (
-        isinstance(message, dict)
-        and isinstance(message.get("role"), str)
-        and isinstance(message.get("content"), str)
-    )
+    """A dict with a role and text content (none where it calls tools instead)."""
+    if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+        return False
+    content = message.get("content")
+    return isinstance(content, str) or (content is None and any(message.get(k) for k in CALLS))
 
 
 def prompt_of(messages: list[dict[str, str]]) -> list[dict[str, str]]:

@@ -126,6 +126,55 @@ def test_bad_rows_are_named(row, message) -> None:
         row_messages(row, "r", ChatFields())
 
 
+# ChatML with tool calls rendered (as Qwen2.5's does, shortened): the call is the turn's answer.
+TOOL_CHATML = CHATML.replace(
+    "message['content'] + '<|im_end|>'",
+    "message['content'] + (message['tool_calls'] | map(attribute='function')"
+    " | map(attribute='name') | join(',') if message['tool_calls'] else '') + '<|im_end|>'",
+)
+CALL = {"type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+TOOL_TURNS = [
+    {"role": "user", "content": "weather?"},
+    {"role": "assistant", "content": None, "tool_calls": [CALL]},
+    {"role": "tool", "content": "sunny", "name": "get_weather", "tool_call_id": "c1"},
+    {"role": "assistant", "content": "It is sunny."},
+]
+
+
+def test_a_tool_call_reaches_the_template_and_is_learnt() -> None:
+    """The keys of a message beside role and content go to the template (they were dropped:
+    the calling turn was learnt as an empty answer)."""
+    messages = row_messages({"messages": TOOL_TURNS}, "r", ChatFields())
+    assert messages[1]["tool_calls"] == [CALL] and messages[1]["content"] == ""
+    assert messages[2]["tool_call_id"] == "c1"
+    tokenizer = chat_tokenizer(TOOL_CHATML)
+    example = encode_chat(tokenizer, messages, "row")
+    scored = tokenizer.decode(example.labels[example.labels != IGNORE_INDEX])
+    assert scored == "get_weather<|im_end|>\nIt is sunny.<|im_end|>\n"
+
+
+def test_a_tool_call_the_template_leaves_out_is_refused() -> None:
+    messages = row_messages({"messages": TOOL_TURNS}, "r", ChatFields())
+    left_out = r"row: message 1 \(assistant\) has 'tool_calls', which the chat template does not"
+    with pytest.raises(ValueError, match=left_out):
+        encode_chat(chat_tokenizer(), messages, "row")
+
+
+@pytest.mark.parametrize("answer", ["", "   \n"])
+def test_an_empty_answer_is_refused_unless_the_teacher_gave_it(answer) -> None:
+    """It taught the student to end its turn at once (its only scored tokens the end of turn);
+    a row ``generate`` wrote (``prompt_line``) holds what the teacher answered."""
+    empty = r"r: the assistant's turn 1 is empty, so the student would learn to end its turn"
+    with pytest.raises(ValueError, match=empty):
+        row_messages({"prompt": "say nothing", "completion": answer}, "r", ChatFields())
+    with pytest.raises(ValueError, match=r"turn 3 is empty"):
+        row_messages(
+            {"messages": [*TURNS[:3], {"role": "assistant", "content": answer}]}, "r", ChatFields()
+        )
+    generated = {"messages": [TURNS[0], {"role": "assistant", "content": answer}], "prompt_line": 1}
+    assert row_messages(generated, "r", ChatFields())[1]["content"] == answer
+
+
 def test_a_template_that_cannot_render_the_roles_is_named() -> None:
     strict = (
         "{% for m in messages %}{% if m['role'] == 'tool' %}"
