@@ -28,7 +28,7 @@ from lightning_kd.launch.paths import run_dir_errors
 from lightning_kd.launch.sweeps import in_process_ddp_errors, sweep_job_errors
 from lightning_kd.training.finite import NonFiniteError
 from lightning_kd.training.joining import JoinError
-from lightning_kd.training.rundir import previous_outputs
+from lightning_kd.training.rundir import is_rank_zero, previous_outputs
 from lightning_kd.utils.disk import full_disk_message
 from lightning_kd.utils.refusal import REFUSED_EXIT, Refused, refuse
 from lightning_kd.utils.stopping import STOP, Interrupted
@@ -216,11 +216,12 @@ def stoppable(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], Any]:
             try:
                 return task(cfg)
             except Interrupted as stop:
-                if not stop.reported:
+                if not stop.reported and is_rank_zero():  # each rank stops: one tells it
                     print(f"\n{stop}\nRun the same command again to continue.", flush=True)
                 sys.exit(stop.exit_code)
             except KeyboardInterrupt:  # a second Ctrl+C
-                print(f"\n{SECOND_CTRL_C}", flush=True)
+                if is_rank_zero():
+                    print(f"\n{SECOND_CTRL_C}", flush=True)
                 sys.exit(128 + signal.SIGINT)
 
     return run
