@@ -131,13 +131,15 @@ class LaunchCheck(Callback):
     the launching process before anything is submitted (``conf/config.yaml`` adds it to
     Hydra's callbacks): the launcher's fields and the config's values, which each job checks
     again once it runs, but only after its time in the queue. A sweep the basic launcher runs
-    in this process is checked for jobs of several processes, which it cannot run."""
+    in this process is checked for jobs of several processes, which it cannot run, and each of
+    its jobs' values before the first runs (a bad value in the last job was found once the
+    others had trained, and the jobs after it never ran)."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         kind = submitit_kind(config)
         try:
             if kind is None:  # the basic launcher: the jobs run in this process
-                refuse(in_process_ddp_errors(config))
+                refuse(in_process_ddp_errors(config) or sweep_job_errors(config))
                 return
             errors = launcher_errors(config) + sweep_dir_errors(config) + config_errors(config)
             refuse(errors + sweep_job_errors(config))

@@ -89,6 +89,8 @@ RULES: dict[str, Number | CountOrFraction] = {
     "trainer.num_sanity_val_steps": Number(low=-1, integer=True, example="0"),
     "trainer.num_nodes": Number(low=1, integer=True, example="1"),
     "checkpoint.every": Number(low=1, integer=True, example="50"),
+    "callbacks.early_stopping.patience": Number(low=0, integer=True, example="3"),
+    "callbacks.early_stopping.min_delta": Number(low=0, example="0.0"),
     "generate.max_new_tokens": Number(low=1, integer=True, example="256"),
     "generate.prefix_chars": Number(low=1, integer=True, example="128"),
     "generate.max_prompts": Number(low=1, integer=True, nullable=True, example="64"),

@@ -21,7 +21,7 @@ from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 
 from lightning_kd.distill.teacher_entries import ENTRY_KEYS
-from lightning_kd.launch.config import GROUP_TARGETS, compose_config
+from lightning_kd.launch.config import CONF_DIR, GROUP_TARGETS, compose_config
 from lightning_kd.launch.config_dir import CONFIG_DIR_FLAGS
 from lightning_kd.models.loading import TeacherSpec
 
@@ -60,6 +60,8 @@ def override_key_errors(argv: Sequence[str]) -> list[str]:
             word = _override_of(overrides, found.group(1)) if found else None
             if word is None:  # another problem: Hydra names it when it composes
                 break
+            if (unset := unset_group_error(word, found.group(1), config_dirs)) is not None:
+                return [unset]
             missing.append((word, found.group(1)))
             overrides = [w for w in overrides if w != word]
         except Exception:  # a sweep, a missing group option: Hydra's own message says it
@@ -67,6 +69,18 @@ def override_key_errors(argv: Sequence[str]) -> list[str]:
     keys = [] if cfg is None else dotted_keys(cfg)
     errors = [_missing_message(word, key, keys) for word, key in missing]
     return errors + ([] if cfg is None else unknown_setting_errors(cfg))
+
+
+def unset_group_error(word: str, key: str, config_dirs: Sequence[str]) -> str | None:
+    """``callbacks=early_stopping``: a group the defaults list leaves unset is added with ``+``
+    (the message said the config had no key ``callbacks``, "did you mean callbacks?")."""
+    dirs = [CONF_DIR, *(Path(d).expanduser() for d in config_dirs)]
+    if word.startswith("+") or not any((d / key).is_dir() for d in dirs):
+        return None
+    return (
+        f"{word}: the config chooses no {key} option by default, so there is none to "
+        f"replace; add it with +{word} (several at once: '+{key}=[a,b]')"
+    )
 
 
 GLOBAL_GROUPS = ("experiment", "debug")

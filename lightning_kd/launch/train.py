@@ -47,7 +47,7 @@ from lightning_kd.training.rundir import (
     is_rank_zero,
 )
 from lightning_kd.training.samples import samples_markdown
-from lightning_kd.training.summary import RunSummary, disk_use
+from lightning_kd.training.summary import RunSummary, disk_use, early_stop_reason
 from lightning_kd.utils.atomic import atomic_write_bytes
 from lightning_kd.utils.disk import disk_errors
 from lightning_kd.utils.stopping import STOP, Interrupted
@@ -159,6 +159,7 @@ def summarise(module, trainer: L.Trainer, resolved, before: dict, after: dict, t
         teacher_cache=cache.as_dict() if cache else None,
         entry_caches={name: choice.as_dict() for name, choice in entries.items()},
         blockwise=module.blockwise.as_dict() if module.blockwise is not None else None,
+        stopped_early=early_stop_reason(trainer),
     )
 
 

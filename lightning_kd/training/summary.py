@@ -114,6 +114,9 @@ class RunSummary:
     lm_eval: list[dict] | None = None
     """With ``lm_eval.tasks``: lm-eval's scores of the exported student (and the teacher's, first),
     a row per model (``evaluation.harness.score_models``)."""
+    stopped_early: str | None = None
+    """Why an early-stopping callback ended training before ``trainer.max_steps`` (Lightning's
+    reason, with the step); None where training ran to its end."""
     written: dict[str, dict] = field(default_factory=dict)
     """What the run left on disk: ``{what: {"path": ..., "bytes": ...}}`` (:func:`disk_use`)."""
 
@@ -156,6 +159,7 @@ class RunSummary:
         ]
         rows += [
             ("optimizer steps", "", str(self.steps)),
+            *([("stopped early", "", self.stopped_early)] if self.stopped_early else []),
             ("training tokens", "", str(self.train_tokens)),
             ("tokens/s (training)", "", rate(self.tokens_per_second)),
             ("wall time (s)", "", f"{self.wall_seconds:.1f}"),
@@ -187,6 +191,16 @@ class RunSummary:
         if self.lm_eval:
             lines += ["", "lm-eval on the exported student:", "", harness_markdown(self.lm_eval)]
         return "\n".join(lines)
+
+
+def early_stop_reason(trainer: Trainer) -> str | None:
+    """Why an early-stopping callback ended training (Lightning's reason, at which step of
+    ``trainer.max_steps``), or None: the run ended silently as a finished one."""
+    for callback in trainer.early_stopping_callbacks:
+        if reason := getattr(callback, "stopping_reason_message", None):
+            reason = reason.strip().removesuffix(" Signaling Trainer to stop.")
+            return f"{reason} (optimizer step {trainer.global_step} of {trainer.max_steps})"
+    return None
 
 
 def tree_bytes(path: Path) -> int:

@@ -240,6 +240,17 @@ def test_multirun_sweep_gives_each_job_its_own_directory(tmp_path: Path) -> None
     assert stray_run_dirs() == before, "nothing of the sweep lands in the working directory"
 
 
+def test_a_bad_value_in_any_job_of_a_sweep_is_refused_before_the_first_runs(tmp_path, capsys):
+    """Hydra's basic launcher runs the jobs one after another: job 1's bad value was found once
+    job 0 had trained, and job 2 never ran, without a word."""
+    sweep = tmp_path / "sweep"
+    argv = ["train", "-m", "debug=smoke", "distill.temperature=1,0,2", f"hydra.sweep.dir={sweep}"]
+    code, output = run_in_process(argv, capsys)
+    assert code == 2, output[-2000:]
+    assert "job debug=smoke distill.temperature=0: distill.temperature=0: must be" in output
+    assert not (sweep / "0").exists()
+
+
 def stray_run_dirs() -> set[Path]:
     """Hydra's default run and sweep directories under the working directory."""
     return {*ROOT.glob("outputs/*/*"), *ROOT.glob("multirun/*/*")}

@@ -143,3 +143,17 @@ def test_a_validation_interval_in_epochs_is_refused() -> None:
     assert "give a step count, e.g. trainer.val_check_interval=50" in error
     assert config_errors({"trainer": {**trainer, "check_val_every_n_epoch": 1}}) == []
     assert config_errors({"trainer": {**trainer, "val_check_interval": 50}}) == []
+
+
+def test_early_stopping_settings_are_checked() -> None:
+    """patience=-1 was taken without a word (and acted as 0)."""
+    cfg = compose_config(["debug=smoke", "+callbacks=early_stopping"], output_dir="/tmp/unused")
+    assert config_errors(cfg) == []
+    cfg.callbacks.early_stopping.patience = -1
+    cfg.callbacks.early_stopping.min_delta = -0.5
+    errors = config_errors(cfg)
+    assert any(
+        e.startswith("callbacks.early_stopping.patience=-1: must be an integer >= 0")
+        for e in errors
+    ), errors
+    assert any(e.startswith("callbacks.early_stopping.min_delta=-0.5") for e in errors), errors

@@ -95,6 +95,10 @@ def test_wandb_logger_writes_an_offline_run(run_dir: Path) -> None:
 def test_named_callbacks_run(run_dir: Path) -> None:
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 4  # early stopping: no improvement at the validation of step 4
+    # said in the summary (the run ended as a finished one, without a word)
+    assert summary["stopped_early"].startswith("Monitored metric val/ppl did not improve in the")
+    assert summary["stopped_early"].endswith("(optimizer step 4 of 6)")
+    assert "| stopped early |  | Monitored metric val/ppl" in (run_dir / "stdout.txt").read_text()
     with open(run_dir / "logs" / "metrics.csv") as handle:
         header = next(csv.reader(handle))
     assert any("cpu_percent" in name for name in header)  # device_stats

@@ -120,3 +120,11 @@ def test_an_entry_key_the_entry_does_not_set_is_added_with_a_plus() -> None:
         "teachers.1.cache=caches/b: this teachers entry does not set cache, which an entry may "
         "have: add it with +teachers.1.cache=caches/b"
     ]
+
+
+def test_a_group_the_defaults_leave_unset_is_told_to_be_added_with_plus() -> None:
+    """It said the config had no key callbacks, "did you mean callbacks?"."""
+    (error,) = override_key_errors(["callbacks=early_stopping"])
+    assert error.startswith("callbacks=early_stopping: the config chooses no callbacks option")
+    assert "add it with +callbacks=early_stopping" in error
+    assert override_key_errors(["+callbacks=early_stopping"]) == []
