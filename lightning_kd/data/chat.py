@@ -125,11 +125,9 @@ class ChatDataModule(TextDataModule):
         names = {"messages_field": fields.messages, "prompt_field": fields.prompt}
         return self.dataset_columns(names | {"completion_field": fields.completion})
 
-    def setup(self, stage: str | None = None) -> None:
+    def read_splits(self) -> None:
         """Read, render and split the conversations, then pack or truncate each split
         (streamed: only the validation conversations are read here)."""
-        if self.val_examples:
-            return
         if self.stream is not None:
             self.val_examples = self.stream.validation(self.columns(), *ranks(self.trainer))
             return

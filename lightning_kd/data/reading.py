@@ -236,15 +236,17 @@ def distinct_documents(files: list[Path], text_field: str = "text") -> list[tupl
     by its name (``smollm2_generated:190``): the same wherever the package is installed."""
     names = {path: name for name, path in EMBEDDED.items()}
     read = [
-        (f"{names.get(path, path)}:{number}", text, path in names)
+        (f"{names.get(path, path)}:{number}", text, path)
         for path in files
         for number, text in numbered_documents(path, text_field)
     ]
+    with_text = {path for _, text, path in read if text.strip()}
+    blank = [str(path) for path in files if path not in with_text]
     where: dict[str, str] = {}
     repeats = []
-    for place, text, shipped in read:
+    for place, text, path in read:
         first = where.setdefault(text, place)
-        if first != place and not shipped:
+        if first != place and path not in names:
             repeats.append(f"{place} repeats {first}")
     # The shipped corpus's one repeat (two Python reference topics of one text) is said in its
     # README, not to every default run.
@@ -252,7 +254,9 @@ def distinct_documents(files: list[Path], text_field: str = "text") -> list[tupl
     documents = [(where[text], text) for text in where]
     documents = [(place, text) for place, text in documents if text.strip()]
     if not documents:
-        raise DataError(f"no text in {[str(p) for p in files]}: the files are empty")
+        raise DataError(f"no text in {blank}: the files are empty or hold only whitespace")
+    if blank:  # a file named to be read gave nothing: a wrong file, or a failed download
+        warnings.warn(f"data: {blank} hold no text (empty or whitespace only)", stacklevel=2)
     return documents
 
 

@@ -34,6 +34,7 @@ from lightning_kd.data.dataset_source import Columns, DatasetSource, open_checke
 from lightning_kd.data.domain_packing import DomainBlock, unzipped
 from lightning_kd.data.domains import Labelled, domain_groups, file_label, labelled_rows
 from lightning_kd.data.encoding import text_ids
+from lightning_kd.data.epochs import check_epoch
 from lightning_kd.data.errors import DataError
 from lightning_kd.data.held_out import (
     check_sizes,
@@ -131,9 +132,13 @@ class TextDataModule(LightningDataModule):
         return self.dataset_columns(settings)
 
     def setup(self, stage: str | None = None) -> None:
-        """Read, tokenize and split the corpus once (streamed: the validation examples only)."""
-        if self.val_examples:
-            return
+        """Read, tokenize and split the corpus once; check an epoch's batches (``epochs.py``)."""
+        if not self.val_examples:
+            self.read_splits()
+        check_epoch(self)
+
+    def read_splits(self) -> None:
+        """The training and validation examples (streamed: the validation examples only)."""
         if self.stream is not None:
             examples = self.stream.validation(self.columns(), *ranks(self.trainer))
             self.val_examples, self.val_domains = unzipped(examples)

@@ -19,6 +19,7 @@ from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
+from lightning_kd.data.epochs import Run, epoch_problems
 from lightning_kd.data.errors import DataError
 from lightning_kd.data.loaders import repair_batch_error
 from lightning_kd.data.text import TextDataModule
@@ -79,6 +80,12 @@ def resolve_teacher_cache(
     datamodule = build_datamodule(cfg, tokenizer)
     datamodule.setup("fit")
     blocks = len(datamodule.train_examples)
+    trainer = cfg.trainer  # one process assumed: the trainer's setup checks each rank's share
+    run = Run(
+        trainer.accumulate_grad_batches, trainer.get("limit_train_batches"), trainer.max_steps
+    )
+    if error := epoch_problems(blocks, datamodule.batch_size, run)[0]:
+        raise DataError(error)  # before a cache is written for a run that cannot start
     if cfg.distill.get("blockwise_passes") and blocks < datamodule.batch_size:
         # Found by the repair's sampler, once a cache for a run that cannot start was written;
         # the sampler checks again with every rank's share.

@@ -207,6 +207,15 @@ def test_bad_config_values_fail_with_a_clear_message(tmp_path: Path, capsys) -> 
         "debug=smoke student.layers=importance student.num_layers=9": (
             "student.num_layers=9 is larger than the teacher's 4 layers; choose 1..4"
         ),
+        # the smoke corpus: 180 training blocks, 45 batches of 4 (each was 1 batch of 180, or
+        # a window of 45 per step, said nowhere)
+        "debug=smoke data.batch_size=200": "data.batch_size=200 but an epoch holds 180 training",
+        "debug=smoke trainer.accumulate_grad_batches=64": (
+            "trainer.accumulate_grad_batches=64 but an epoch is 45 batch(es)"
+        ),
+        "debug=smoke trainer.accumulate_grad_batches=64 distill.teacher_cache=null": (
+            "trainer.accumulate_grad_batches=64 but an epoch is 45 batch(es)"
+        ),
     }
     for number, override in enumerate(cases):
         # A directory each: a run that failed after its logger started leaves logs/ behind.

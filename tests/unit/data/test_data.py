@@ -200,10 +200,13 @@ def test_default_corpus_is_embedded() -> None:
     assert docs[0].startswith('The "assert" statement')
 
 
-def test_empty_data_is_an_error(tmp_path) -> None:
-    (tmp_path / "empty.txt").write_text("   \n")
-    with pytest.raises(ValueError, match="no text in"):
-        make_datamodule([tmp_path / "empty.txt"]).setup("fit")
+def test_empty_data_is_an_error_and_a_blank_file_beside_text_is_named(tmp_path, corpus) -> None:
+    """A whitespace-only file was called "empty"; beside others, it went without a word."""
+    (tmp_path / "blank.txt").write_text("   \n\t\n")
+    with pytest.raises(ValueError, match=r"no text in \[.*blank.txt'\]: the files are empty or"):
+        make_datamodule([tmp_path / "blank.txt"]).setup("fit")
+    with pytest.warns(UserWarning, match=r"data: \[.*blank.txt'\] hold no text \(empty or white"):
+        make_datamodule([corpus, tmp_path / "blank.txt"]).setup("fit")
 
 
 def test_too_little_data_is_an_error(tmp_path) -> None:
