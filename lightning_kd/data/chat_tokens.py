@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from jinja2 import TemplateSyntaxError
 from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
@@ -87,6 +88,11 @@ def render(tokenizer: PreTrainedTokenizerBase, messages: list[dict], where: str,
     """The chat template applied to ``messages`` (text), its errors pointed at the row."""
     try:
         return tokenizer.apply_chat_template(messages, tokenize=False, **kw)
+    except TemplateSyntaxError as err:  # no row renders: the template's fault, not the row's
+        raise DataError(
+            f"the chat template does not parse: {err.message} (its line {err.lineno}); fix "
+            "data.chat_template (or give one, where the tokenizer's own is at fault)"
+        ) from None
     except Exception as err:  # jinja2's TemplateError, or the template's own raise_exception
         roles = [message["role"] for message in messages]
         raise DataError(

@@ -15,6 +15,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import InterpolationResolutionError
 from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.data.text import TextDataModule
@@ -99,6 +100,7 @@ def build_distiller(cfg: DictConfig) -> tuple[Distiller, PreTrainedTokenizerBase
 def build_trainer(cfg: DictConfig) -> tuple[L.Trainer, TrainTimer]:
     """The Trainer of ``cfg.trainer`` with the configured callbacks and logger, and the timer
     whose seconds the summary reports."""
+    check_output_dir(cfg)
     strategy = cfg.trainer.get("strategy")
     check_accelerator(
         strategy.get("_target_") if isinstance(strategy, DictConfig) else strategy,
@@ -110,6 +112,19 @@ def build_trainer(cfg: DictConfig) -> tuple[L.Trainer, TrainTimer]:
     logger = [instantiate(c) for c in logger_configs(cfg).values()] or False
     trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=logger, **in_batches(cfg))
     return trainer, timer
+
+
+def check_output_dir(cfg: DictConfig) -> None:
+    """Refuse a config composed in Python without its run directory (``output_dir`` is Hydra's
+    run directory, which only a launch sets): OmegaConf said "HydraConfig was not set"."""
+    try:
+        cfg.output_dir  # noqa: B018  # resolving it is the check
+    except InterpolationResolutionError:
+        raise Refused(
+            "the config has no run directory (output_dir, which the command's Hydra sets): "
+            "compose it with compose_config(overrides, output_dir=DIR), DIR the directory the "
+            "run writes into"
+        ) from None
 
 
 def in_batches(cfg: DictConfig) -> dict[str, int]:

@@ -29,6 +29,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from lightning.pytorch.core.saving import save_hparams_to_yaml
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
@@ -130,8 +132,16 @@ def outputs_error(run_dir: Path, found: list[str]) -> str:
     return (
         f"run directory {run_dir} already holds a run's outputs ({', '.join(found)}); "
         f"{resume}start afresh there (overwrite=true removes {', '.join(REMOVED)}), or "
-        "choose another directory (hydra.run.dir=...)"
+        f"choose {another_directory()}"
     )
+
+
+def another_directory() -> str:
+    """How a run chooses another directory: ``hydra.run.dir``, which a ``-m`` sweep's job
+    does not read (its directory is ``hydra.sweep.dir``/``hydra.sweep.subdir``)."""
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        return "another sweep directory (hydra.sweep.dir=...: a -m launch reads no hydra.run.dir)"
+    return "another directory (hydra.run.dir=...)"
 
 
 def _lock(run_dir: Path) -> int:
@@ -141,7 +151,7 @@ def _lock(run_dir: Path) -> int:
     except LockHeld as held:
         raise RunDirError(
             f"run directory {run_dir} is in use by another run (pid {held.holder}); wait for it "
-            "to end, or give this run its own directory (hydra.run.dir=...)"
+            f"to end, or give this run {another_directory()}"
         ) from None
 
 

@@ -247,6 +247,11 @@ def test_multirun_sweep_gives_each_job_its_own_directory(tmp_path: Path) -> None
         assert (job / "checkpoints" / "last.ckpt").is_file()
         assert (job / "logs" / "metrics.csv").is_file()
     assert stray_run_dirs() == before, "nothing of the sweep lands in the working directory"
+    # launched again into its directory: refused with the key a sweep reads (it named
+    # hydra.run.dir, which a -m launch ignores)
+    again = run_cli(*result.args[2:])
+    assert again.returncode == 2
+    assert "another sweep directory (hydra.sweep.dir=...: a -m launch" in again.stderr
 
 
 def test_a_bad_value_in_any_job_of_a_sweep_is_refused_before_the_first_runs(tmp_path, capsys):

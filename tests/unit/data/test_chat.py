@@ -185,6 +185,13 @@ def test_a_template_that_cannot_render_the_roles_is_named() -> None:
         encode_chat(chat_tokenizer(strict), turns, "row")
 
 
+def test_a_template_that_does_not_parse_is_named_as_such() -> None:
+    """It was told as the row's roles being unrenderable, with "fix the row"."""
+    broken = "{% for m in messages %}{{ m.content }"
+    with pytest.raises(ValueError, match=r"^the chat template does not parse: unexpected '}'"):
+        encode_chat(chat_tokenizer(broken), TURNS, "row")
+
+
 def test_a_template_whose_turns_are_not_prefixes_is_refused() -> None:
     # Renders the last message differently from the same message mid-conversation.
     odd = "{% for m in messages %}{{ m['content'] }}{% if loop.last %}!{% endif %}{% endfor %}"

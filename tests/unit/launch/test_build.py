@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from lightning_kd.launch.build import build, with_precision
 from lightning_kd.launch.config import compose_config
 
@@ -42,3 +44,9 @@ def test_the_validation_interval_counts_optimizer_steps_with_accumulation(tmp_pa
         )
     )
     assert trainer.val_check_interval == 0.5
+
+
+def test_a_config_composed_without_its_run_directory_is_told_how_to_give_it() -> None:
+    """It failed with OmegaConf's "HydraConfig was not set", naming neither key nor fix."""
+    with pytest.raises(ValueError, match=r"compose_config\(overrides, output_dir=DIR\)"):
+        build(compose_config(["debug=smoke"]))
