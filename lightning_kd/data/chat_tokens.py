@@ -173,8 +173,13 @@ def encode_chat(
     tokens = torch.tensor(ids, dtype=torch.long)
     starts = torch.tensor(firsts, dtype=torch.long)
     answer = torch.zeros_like(tokens, dtype=torch.bool)
-    for first, last in spans:
-        answer |= (starts >= first) & (starts < last)
+    if bool((starts[1:] >= starts[:-1]).all()):  # in order: each span's tokens in log time
+        bounds = torch.tensor(spans, dtype=torch.long).reshape(-1, 2)
+        for lo, hi in torch.searchsorted(starts, bounds).tolist():
+            answer[lo:hi] = True
+    else:
+        for first, last in spans:
+            answer |= (starts >= first) & (starts < last)
     return ChatExample(tokens, tokens.masked_fill(~answer, IGNORE_INDEX))
 
 
