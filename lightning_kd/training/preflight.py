@@ -14,6 +14,8 @@ runs it (its captures armed), reading the captured widths.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.strategies import DeepSpeedStrategy, FSDPStrategy
@@ -43,17 +45,19 @@ def sample_ids(model: nn.Module, device: torch.device) -> torch.Tensor:
     return torch.arange(SAMPLE_TOKENS, device=device).remainder(vocab).unsqueeze(0)
 
 
-def captured_widths(module: LightningModule, role: str) -> dict[str, int]:
-    """Output width of each of ``role``'s captured modules in one step-like forward of it."""
+def captured_outputs(module: LightningModule, role: str) -> dict[str, torch.Tensor]:
+    """The first output of each of ``role``'s captured modules in one step-like forward of it;
+    the student's with autograd on, so that each says whether a trained parameter feeds it."""
     distiller = module.distiller
     capture = distiller.captures[role]
     model = getattr(distiller, role)
     ids = sample_ids(model, module.device)
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
     try:
-        with torch.no_grad():
+        # Validation runs its hooks under inference mode, where nothing would require grad.
+        with torch.inference_mode(False), torch.set_grad_enabled(role == "student"):
             distiller.run(role, batch)
-        return {path: outputs[0].shape[-1] for path, outputs in capture.records.items()}
+        return {path: outputs[0] for path, outputs in capture.records.items()}
     finally:
         capture.clear()
 
@@ -65,7 +69,9 @@ def check_features(module: LightningModule) -> None:
         return
     # A cached teacher's outputs were captured by the writer from the step's own forward.
     roles = tuple(role for role in ("student", "teacher") if role in distiller.captures)
-    widths = {role: captured_widths(module, role) for role in roles}
+    outputs = {role: captured_outputs(module, role) for role in roles}
+    widths = {role: {p: out.shape[-1] for p, out in outputs[role].items()} for role in roles}
+    warn_untrained(distiller.layer_pairs, outputs.get("student", {}))
     for pair, projector in zip(distiller.layer_pairs, distiller.projectors, strict=True):
         for role in roles:
             path = getattr(pair, role)
@@ -93,6 +99,25 @@ def check_features(module: LightningModule) -> None:
                 "match modules whose output is the residual stream (decoder layers, norms) or "
                 "a linear layer"
             )
+
+
+def warn_untrained(pairs: list, student_outputs: dict[str, torch.Tensor]) -> None:
+    """Warn of feature pairs whose student module no trained parameter feeds (the layers up to
+    it frozen, ``student.freeze_layers``, with the embeddings): the term is a constant that each
+    step computes for nothing (a projector alone would learn from it)."""
+    untrained = [
+        f"{pair.student} -> {pair.teacher}"
+        for pair in pairs
+        if pair.student in student_outputs and not student_outputs[pair.student].requires_grad
+    ]
+    if untrained:
+        warnings.warn(
+            f"distill.features: no trained parameter comes before the student's side of "
+            f"{', '.join(untrained)} (student.freeze_layers and frozen embeddings), so those "
+            "terms cannot move it and are computed each step for nothing; pair later student "
+            "layers, or freeze fewer",
+            stacklevel=2,
+        )
 
 
 def check_causal(module: LightningModule) -> None:

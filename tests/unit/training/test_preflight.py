@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
@@ -14,9 +15,10 @@ from lightning_kd.utils.refusal import Refused
 from tests.conftest import make_datamodule, make_module, make_trainer
 
 
-def fit(teacher, corpus: Path, block_size: int = 32, **distill) -> None:
+def fit(teacher, corpus: Path, block_size: int = 32, student=None, **distill) -> None:
     trainer = make_trainer(max_steps=1, callbacks=[Preflight()])
-    trainer.fit(make_module(teacher, **distill), make_datamodule([corpus], block_size=block_size))
+    module = make_module(teacher, student, **distill)
+    trainer.fit(module, make_datamodule([corpus], block_size=block_size))
 
 
 def test_a_feature_module_the_step_never_runs_is_refused(tiny_teacher, corpus: Path) -> None:
@@ -59,3 +61,18 @@ def test_a_causal_lm_whose_attention_reads_both_ways_is_refused(corpus: Path) ->
     teacher = TeacherSpec(path=None, config=bert, dtype="float32")
     with pytest.raises(Refused, match=r"the teacher \(BertLMHeadModel\) is not causal"):
         fit(teacher, corpus, chunked=False)
+
+
+def test_a_feature_pair_no_trained_parameter_feeds_is_said(tiny_teacher, corpus: Path) -> None:
+    """Its term was a constant computed each step for nothing, said nowhere (found in the
+    validation's inference mode too, where nothing requires grad)."""
+    pairs = [
+        {"student": "model.layers.0", "teacher": "model.layers.1"},
+        {"student": "model.layers.1", "teacher": "model.layers.3"},
+    ]
+    frozen = {"freeze_layers": 1, "freeze_embeddings": True}
+    with pytest.warns(UserWarning, match=r"side of model.layers.0 -> model.layers.1 \("):
+        fit(tiny_teacher, corpus, student=frozen, features=pairs)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="distill.features: no trained parameter")
+        fit(tiny_teacher, corpus, features=pairs)
