@@ -162,12 +162,8 @@ def cuts_inside_tokens(offsets: Sequence[tuple[int, int]], cuts: Sequence[int]) 
         reach.append(furthest)  # the furthest stop of this token and those before it
     if any(b < a for a, b in pairwise(starts)):  # never seen: the scan, to stay right
         return [cut for cut in cuts if any(lo < cut < hi for lo, hi in offsets)]
-    found = []
-    for cut in cuts:
-        before = bisect.bisect_left(starts, cut)  # tokens starting before the cut
-        if before and reach[before - 1] > cut:
-            found.append(cut)
-    return found
+    before = [bisect.bisect_left(starts, cut) for cut in cuts]  # tokens starting before each
+    return [cut for cut, n in zip(cuts, before, strict=True) if n and reach[n - 1] > cut]
 
 
 def contents(messages: list[dict]) -> list[str]:

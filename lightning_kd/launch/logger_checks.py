@@ -15,7 +15,7 @@ LOGGER_PACKAGES: dict[str, tuple[str, tuple[str, ...], str]] = {
 """Lightning logger class -> (its ``logger=`` option, modules any one of which it runs on, the
 pip package to install). Lightning itself would say so only once the models are built."""
 
-NEEDS_LOGGER = ("LearningRateMonitor", "DeviceStatsMonitor")
+NEEDS_LOGGER = ("LearningRateMonitor", "StepLearningRates", "DeviceStatsMonitor")
 """Callbacks that Lightning refuses to run without a logger."""
 
 

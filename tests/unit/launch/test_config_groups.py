@@ -132,7 +132,7 @@ def test_a_missing_logger_package_is_named_before_anything_loads(hydra_conf, mon
 
 def test_no_logger_asks_to_remove_the_callbacks_that_need_one(hydra_conf) -> None:
     (error,) = config_errors(compose_run("~logger"))
-    assert "callbacks.lr_monitor (LearningRateMonitor)" in error
+    assert "callbacks.lr_monitor (StepLearningRates)" in error
     assert "'~callbacks.lr_monitor'" in error
     assert config_errors(compose_run("~logger", "~callbacks.lr_monitor")) == []
 
