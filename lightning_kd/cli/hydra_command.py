@@ -88,7 +88,9 @@ def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
 def exit_refused(refused: Refused, outputs: str = "") -> NoReturn:
     """Print ``refused``'s message alone and exit 2, as every command does for refused input
     (with ``outputs``, what its run wrote, whose rerun needs ``overwrite=true``)."""
-    print(f"lightning-kd: {refused}{outputs}", file=sys.stderr)
+    # After output (a run's logs): on a line of its own, not after a progress bar's last
+    start = "\n" if outputs else ""
+    print(f"{start}lightning-kd: {refused}{outputs}", file=sys.stderr)
     raise SystemExit(REFUSED_EXIT) from None
 
 

@@ -57,7 +57,9 @@ def expand_files(patterns: list[str] | str, key: str = "data.files") -> list[Pat
         if pattern in EMBEDDED:
             files.append(EMBEDDED[pattern])
             continue
-        matches = sorted(glob.glob(str(Path(pattern).expanduser()))) if _is_glob(pattern) else []
+        # ``**``: any depth, as bash's globstar and datasets' data_files read it (it was ``*``)
+        expanded = str(Path(pattern).expanduser())
+        matches = sorted(glob.glob(expanded, recursive=True)) if _is_glob(pattern) else []
         if _is_glob(pattern) and not matches:
             raise MissingData(f"{key} pattern {pattern!r} matches no file")
         for name in matches or [pattern]:

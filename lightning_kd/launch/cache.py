@@ -29,7 +29,7 @@ from lightning_kd.distill.tokenizer_pairs import teacher_tokenizer_for
 from lightning_kd.launch.build import build_datamodule, with_precision
 from lightning_kd.launch.cache_k_checks import cache_k_errors
 from lightning_kd.launch.config import record_job
-from lightning_kd.launch.data_checks import dataset_errors
+from lightning_kd.launch.data_checks import dataset_errors, is_chat_data
 from lightning_kd.launch.entry import check_entry, teacher_length
 from lightning_kd.launch.paths import training_run_errors
 from lightning_kd.models.loading import TeacherSpec, load_teacher
@@ -144,6 +144,11 @@ def check_cache_entry(cfg: DictConfig) -> None:
     ]
     extra = dataset_errors(cfg) + (streamed if cfg.data.get("streaming") else [])
     extra += TEACHERS_LIST if cfg.get("teachers") else []
+    if is_chat_data(cfg.data):  # found by the writer once the teacher had loaded: a traceback
+        extra.append(
+            "data=chat: a teacher cache holds plain text blocks; train on chat data with the "
+            "teacher online (distill.teacher_cache=null)"
+        )
     if (task := cfg.teacher.get("task", "causal_lm")) != "causal_lm":
         extra.append(
             f"teacher.task={task}: only a causal LM's logits are cached; train with the "

@@ -45,8 +45,20 @@ def data_setting_errors(cfg: Mapping) -> list[str]:
     errors = setting_errors(source, data.get("files"), streaming, limit, data.get("num_workers"))
     if data.get("val_files") is not None:
         errors += val_files_errors(data["val_files"], source, streaming, is_chat_data(data))
-    errors += on_policy_errors(cfg, data)
+    errors += on_policy_errors(cfg, data) + (chat_cache_errors(cfg) if is_chat_data(data) else [])
     return errors + (stream_errors(cfg) if streaming else [])
+
+
+def chat_cache_errors(cfg: Mapping) -> list[str]:
+    """A teacher cache holds plain text blocks: chat data given one was refused only once the
+    teacher had loaded, as a traceback."""
+    cache = lookup(cfg, "distill.teacher_cache")
+    if cache in (None, "auto", ABSENT):
+        return []
+    return [
+        f"distill.teacher_cache={cache!r} with chat data: a teacher cache holds plain text "
+        "blocks; set distill.teacher_cache=null (auto keeps the teacher online for chat data)"
+    ]
 
 
 def is_chat_data(data: Mapping) -> bool:

@@ -33,7 +33,8 @@ def model_setting_errors(cfg: Mapping) -> list[str]:
         return errors
     teacher, student, distill = specs
     try:
-        listed_pairs(distill.features, distill.feature_loss, distill.feature_weight)
+        pairs = listed_pairs(distill.features, distill.feature_loss, distill.feature_weight)
+        errors += head_pair_errors(pairs or [], distill.chunked)
     except ValueError as error:
         errors.append(str(error))
     if distill.features:
@@ -55,6 +56,25 @@ def model_setting_errors(cfg: Mapping) -> list[str]:
         wrong = architecture_errors(source, teacher.task, "student.source")
         errors += wrong or depth_errors(student, source)
     return errors
+
+
+HEADS = ("lm_head", "embed_out")
+"""The output head's module name in Hugging Face's causal LMs (GPT-NeoX: ``embed_out``)."""
+
+
+def head_pair_errors(pairs: list, chunked: bool) -> list[str]:
+    """A feature pair on the output head, which the chunked step never runs (it applies the
+    head's weight itself): refused by the first batch's check, once both models had loaded."""
+    if not chunked:
+        return []
+    return [
+        f"distill.features: the {role} module {name!r} is the output head, which never runs in "
+        "the training step (the chunked loss applies its weight itself); match a module inside "
+        "the body (a decoder layer, the final norm), or set distill.chunked=false"
+        for pair in pairs
+        for role, name in (("student", pair.student), ("teacher", pair.teacher))
+        if name in HEADS
+    ]
 
 
 def built_specs(cfg: Mapping) -> tuple[list, list[str]]:

@@ -6,7 +6,8 @@ import signal
 
 import pytest
 
-from lightning_kd.cli.hydra_command import SECOND_CTRL_C, stoppable
+from lightning_kd.cli.hydra_command import SECOND_CTRL_C, exit_refused, stoppable
+from lightning_kd.utils.refusal import Refused
 from lightning_kd.utils.stopping import Interrupted
 
 
@@ -38,3 +39,13 @@ def test_a_stopped_rank_tells_it_only_on_rank_zero(capsys, monkeypatch, rank) ->
     assert exit_.value.code == 128 + signal.SIGINT
     told = "Run the same command again to continue" in capsys.readouterr().out
     assert told == (rank == "0")
+
+
+def test_a_refusal_after_the_run_wrote_starts_on_a_line_of_its_own(capsys) -> None:
+    """It was glued to the end of the validation's progress bar (same line, no newline)."""
+    with pytest.raises(SystemExit):
+        exit_refused(Refused("bad"), "\nRUN now holds this attempt's logs")
+    assert capsys.readouterr().err.startswith("\nlightning-kd: bad\nRUN now holds")
+    with pytest.raises(SystemExit):
+        exit_refused(Refused("bad"))
+    assert capsys.readouterr().err == "lightning-kd: bad\n"

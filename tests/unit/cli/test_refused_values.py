@@ -273,15 +273,22 @@ def test_the_cache_command_refuses_a_teachers_list(weightless, tmp_path, capsys)
 
 
 def test_cache_refuses_an_encoder_teacher_before_claiming(tmp_path, capsys) -> None:
-    """teacher.task=encoder was a ValueError traceback; a refusal for the config left the
-    directory's writer lock and record behind."""
-    for override in ("experiment=minilm", "cache.k=100000"):
+    """teacher.task=encoder and chat data were a ValueError traceback (chat data's once the
+    teacher had loaded); a refusal for the config left the directory's writer lock and record
+    behind. Training on chat data with a cache given is refused with the config too."""
+    cases = {
+        "experiment=minilm": "only a causal LM's logits are cached",
+        "cache.k=100000": "cache.k=",
+        "data=chat": "data=chat: a teacher cache holds plain text blocks",
+    }
+    for override, named in cases.items():
         run_dir = tmp_path / override.split("=")[0]
         argv = ["cache", "debug=smoke", override, f"hydra.run.dir={run_dir}"]
         if override == "experiment=minilm":
             argv = ["cache", override, f"hydra.run.dir={run_dir}"]
-        named = ["only a causal LM's logits are cached"] if "minilm" in override else ["cache.k="]
-        assert_refused(argv, named, capsys)
+        if override == "data=chat":
+            argv.insert(-1, "data.files=[chats.jsonl]")
+        assert_refused(argv, [named], capsys)
         assert not run_dir.exists() or not any(run_dir.iterdir()), list(run_dir.iterdir())
 
 

@@ -194,6 +194,20 @@ def test_glob_patterns_expand(tmp_path, corpus) -> None:
     assert sorted(p.name for p in dm.files) == ["corpus.txt", "more.txt"]
 
 
+def test_a_double_star_reads_every_depth(tmp_path) -> None:
+    """``dir/**/*.txt`` read one level down only (``**`` was ``*``): two thirds of this corpus
+    went unread, without a word."""
+    for name in ("top.txt", "a/mid.txt", "a/b/deep.txt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(f"text of {name}")
+    found = expand_files([str(tmp_path / "**" / "*.txt")])
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in found) == [
+        "a/b/deep.txt",
+        "a/mid.txt",
+        "top.txt",
+    ]
+
+
 def test_default_corpus_is_embedded() -> None:
     docs = list(read_documents(DEFAULT_CORPUS))
     assert len(docs) == 79 and sum(map(len, docs)) > 400_000

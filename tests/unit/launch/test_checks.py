@@ -157,3 +157,16 @@ def test_early_stopping_settings_are_checked() -> None:
         for e in errors
     ), errors
     assert any(e.startswith("callbacks.early_stopping.min_delta=-0.5") for e in errors), errors
+
+
+def test_chat_data_with_a_teacher_cache_is_refused_with_the_config() -> None:
+    """It was a ValueError traceback once the teacher had loaded and the data was read."""
+    chat = ["debug=smoke", "data=chat", "data.files=[c.jsonl]"]
+    cfg = compose_config([*chat, "distill.teacher_cache=/tmp/a_cache"], output_dir="/tmp/unused")
+    assert any(
+        e.startswith("distill.teacher_cache='/tmp/a_cache' with chat data: a teacher cache holds")
+        for e in config_errors(cfg)
+    )
+    for kept in ("null", "auto"):
+        cfg = compose_config([*chat, f"distill.teacher_cache={kept}"], output_dir="/tmp/unused")
+        assert not any("with chat data" in e for e in config_errors(cfg))

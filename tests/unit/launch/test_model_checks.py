@@ -27,6 +27,10 @@ PAIR = "{student: model.layers.0, teacher: model.layers.1"
         ("student.lora={r: 0}", "student.lora.r=0: an integer >= 1"),
         ("student.config={hidden_sise: 32}", "did you mean student.config.hidden_size?"),
         ("+teacher.config.n_layers=2", "teacher.config.n_layers: a llama config has no key"),
+        (  # refused at the first batch, once both models had loaded
+            "distill.features=[{student: lm_head, teacher: model.layers.1}]",
+            "the student module 'lm_head' is the output head, which never runs",
+        ),
     ],
 )
 def test_a_model_setting_the_run_would_refuse_is_refused_with_the_config(override, message):
@@ -78,3 +82,10 @@ def test_a_copied_students_depth_is_named_with_the_other_problems() -> None:
     errors = model_setting_errors(compose_config(overrides))
     assert len(errors) == 2 and "did you mean 'uniform'?" in errors[0], errors
     assert "student.num_layers=5 is larger than the teacher's 4 layers" in errors[1], errors
+
+
+def test_a_head_pair_runs_where_the_step_runs_the_head() -> None:
+    head = "distill.features=[{student: lm_head, teacher: lm_head}]"
+    assert (
+        model_setting_errors(compose_config(["debug=smoke", head, "distill.chunked=false"])) == []
+    )
