@@ -38,6 +38,7 @@ from lightning.pytorch.loggers.logger import rank_zero_experiment
 
 from lightning_kd.export.files import GGUF_KINDS, gguf_path
 from lightning_kd.training.checkpoints import LAST_NAME, RESUME
+from lightning_kd.training.samples import SAMPLES_NAME
 from lightning_kd.utils.atomic import replaced_whole
 from lightning_kd.utils.disk import disk_errors
 from lightning_kd.utils.locks import LockHeld, take_lock
@@ -53,6 +54,7 @@ OUTPUTS = (
     "summary.json",
     "summary.md",
     "importance.json",
+    SAMPLES_NAME,
     "teacher_cache",
     *(gguf_path(Path("student"), kind).name for kind in GGUF_KINDS),
 )

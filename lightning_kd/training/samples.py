@@ -6,6 +6,11 @@ are completed greedily by the student and by the teacher (up to ``max_new_tokens
 graph, outside the step's capture arming), and appended to ``RUN_DIR/samples.csv`` (step, prompt,
 student, teacher). ``run.py`` adds the last step's rows to ``summary.md``. Rank 0 alone generates:
 no collective runs inside ``generate`` of the unwrapped models.
+
+A resume drops the rows after its checkpoint's step (written again), and a prompt with
+``max_new_tokens`` beyond a model's positions is refused before the first step. A stop request
+(SIGTERM, Ctrl+C) ends the completions at the next token, unwritten: the run then stops as it does
+after any step.
 """
 
 from __future__ import annotations
@@ -15,8 +20,13 @@ from pathlib import Path
 
 import lightning as L
 from torch import Tensor, nn
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 from lightning_kd.generation.decoding import generate_in_eval, left_padded, prompt_tokens
+from lightning_kd.models.positions import max_positions, room_error
+from lightning_kd.utils.atomic import replaced_whole
+from lightning_kd.utils.refusal import Refused
+from lightning_kd.utils.stopping import STOP
 
 SAMPLES_NAME = "samples.csv"
 FIELDS = ("step", "prompt", "student", "teacher")
@@ -33,6 +43,20 @@ class CompletionSamples(L.Callback):
         self.every, self.count = every, prompts
         self.max_new_tokens, self.text_prompt = max_new_tokens, text_prompt
         self.last_step = -1
+
+    def on_train_start(self, trainer, module) -> None:
+        """Before the first step: each prompt has room for ``max_new_tokens`` in both models,
+        and a resume's ``samples.csv`` keeps the rows of the steps before its checkpoint."""
+        if not trainer.is_global_zero:
+            return
+        lengths = [len(prompt) for prompt in self.prompts(trainer.datamodule)]
+        for role in ("student", "teacher"):
+            model = getattr(module.distiller, role)
+            limit = max_positions(model.config) if model is not None else None
+            key = "callbacks.samples.max_new_tokens"
+            if error := room_error(key, self.max_new_tokens, lengths, limit, f"the {role}"):
+                raise Refused(error)
+        drop_rows_after(Path(trainer.default_root_dir) / SAMPLES_NAME, trainer.global_step)
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
@@ -55,6 +79,8 @@ class CompletionSamples(L.Callback):
             if distiller.teacher is not None
             else [""] * len(prompts)
         )
+        if STOP.requested:  # cut short: the run stops after this step, and a resume writes them
+            return
         path = Path(trainer.default_root_dir) / SAMPLES_NAME
         new = not path.exists()
         with open(path, "a", newline="", encoding="utf-8") as handle:
@@ -78,8 +104,32 @@ class CompletionSamples(L.Callback):
         device = next(model.parameters()).device
         left = left_padded([p.to(device) for p in prompts], pad, device)
         options = {"max_new_tokens": self.max_new_tokens, "do_sample": False, "pad_token_id": pad}
+        options["stopping_criteria"] = StoppingCriteriaList([StopRequested()])
         new = generate_in_eval(model, left, **options)
         return tokenizer.batch_decode(new, skip_special_tokens=True)
+
+
+class StopRequested(StoppingCriteria):
+    """Ends a generation at the next token once the process is asked to stop."""
+
+    def __call__(self, input_ids: Tensor, scores: Tensor, **kwargs) -> bool:
+        return STOP.requested
+
+
+def drop_rows_after(path: Path, step: int) -> None:
+    """Remove the rows of ``path`` written after ``step``: a resume from ``step`` writes them
+    again (a fresh run, at step 0, finds no file: ``overwrite=true`` removes it)."""
+    if not path.is_file():
+        return
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    kept = [row for row in rows if int(row["step"]) <= step]
+    if len(kept) == len(rows):
+        return
+    with replaced_whole(path) as temp, open(temp, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, FIELDS)
+        writer.writeheader()
+        writer.writerows(kept)
 
 
 def samples_markdown(run_dir: Path) -> str:

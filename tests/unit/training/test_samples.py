@@ -3,10 +3,25 @@
 from __future__ import annotations
 
 import csv
+import signal
 
 import pytest
+import torch
 
-from lightning_kd.training.samples import FIELDS, SAMPLES_NAME, CompletionSamples, samples_markdown
+from lightning_kd.launch.checks import config_errors
+from lightning_kd.launch.config import compose_config
+from lightning_kd.training.rundir import REMOVED
+from lightning_kd.training.samples import (
+    FIELDS,
+    SAMPLES_NAME,
+    CompletionSamples,
+    StopRequested,
+    drop_rows_after,
+    samples_markdown,
+)
+from lightning_kd.utils.refusal import Refused
+from lightning_kd.utils.stopping import STOP
+from tests.conftest import make_datamodule, make_module, make_trainer
 
 
 @pytest.mark.parametrize("setting", ["every", "prompts", "max_new_tokens", "text_prompt"])
@@ -25,3 +40,53 @@ def test_the_summary_shows_the_last_steps_rows_escaped(tmp_path) -> None:
     table = samples_markdown(tmp_path)
     assert "Completions at step 4" in table and "old" not in table
     assert "| Q\\|x ⏎ next | mine | theirs |" in table
+
+
+def test_bad_settings_are_refused_with_the_config() -> None:
+    """They were Hydra's raw instantiate error (exit 1), naming all four keys, after the run's
+    directory was claimed."""
+    cfg = compose_config(["debug=smoke", "+callbacks=samples"], output_dir="/tmp/unused")
+    assert config_errors(cfg) == []
+    cfg.callbacks.samples.every = 0
+    cfg.callbacks.samples.max_new_tokens = -3
+    errors = config_errors(cfg)
+    assert any(e.startswith("callbacks.samples.every=0: must be an integer >= 1") for e in errors)
+    assert any(e.startswith("callbacks.samples.max_new_tokens=-3") for e in errors)
+
+
+def test_completions_beyond_the_positions_are_refused_before_the_first_step(
+    tiny_teacher, corpus
+) -> None:
+    """100 000 new tokens past 128 positions generated for minutes once training had ended."""
+    trainer = make_trainer(max_steps=1, callbacks=[CompletionSamples(max_new_tokens=100_000)])
+    with pytest.raises(Refused, match=r"callbacks.samples.max_new_tokens=100000 .* the student"):
+        trainer.fit(make_module(tiny_teacher), make_datamodule([corpus]))
+
+
+def test_a_resume_drops_the_rows_after_its_checkpoint(tmp_path) -> None:
+    """They were written again after the rows the stopped run had left (step 30 twice)."""
+    path = tmp_path / SAMPLES_NAME
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(FIELDS)
+        writer.writerows([[step, "p", "s", "t"] for step in (10, 20, 30)])
+    drop_rows_after(path, 20)
+    with open(path, newline="") as handle:
+        assert [row["step"] for row in csv.DictReader(handle)] == ["10", "20"]
+    drop_rows_after(tmp_path / "absent.csv", 0)  # nothing to drop
+
+
+def test_a_stop_request_ends_a_generation_at_the_next_token() -> None:
+    """SIGTERM during the completions went unheard for minutes."""
+    stop = StopRequested()
+    assert not stop(torch.zeros(1, 1), torch.zeros(1, 1))
+    STOP.signum = signal.SIGTERM
+    try:
+        assert stop(torch.zeros(1, 1), torch.zeros(1, 1))
+    finally:
+        STOP.signum = None
+
+
+def test_overwrite_removes_the_samples_of_the_run_it_replaces() -> None:
+    """They were kept, and the new run appended to the old run's rows."""
+    assert SAMPLES_NAME in REMOVED
