@@ -54,7 +54,7 @@ def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
             return stoppable(task)(cfg)
         except Refused as refused:
             drop_empty_run_dir(started)
-            exit_refused(refused, started_outputs(started))
+            exit_refused(refused, started_outputs(started), own_line=run_logged())
         except (NonFiniteError, JoinError) as failed:  # each said whole: no traceback
             print(f"lightning-kd: {failed}", file=sys.stderr)
             raise SystemExit(1) from None
@@ -85,13 +85,22 @@ def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
         sys.argv = typed
 
 
-def exit_refused(refused: Refused, outputs: str = "") -> NoReturn:
+def exit_refused(refused: Refused, outputs: str = "", own_line: bool = False) -> NoReturn:
     """Print ``refused``'s message alone and exit 2, as every command does for refused input
-    (with ``outputs``, what its run wrote, whose rerun needs ``overwrite=true``)."""
-    # After output (a run's logs): on a line of its own, not after a progress bar's last
-    start = "\n" if outputs else ""
+    (with ``outputs``, what its run wrote, whose rerun needs ``overwrite=true``); ``own_line``:
+    after a progress bar, whose last line it continued."""
+    start = "\n" if own_line or outputs else ""
     print(f"{start}lightning-kd: {refused}{outputs}", file=sys.stderr)
     raise SystemExit(REFUSED_EXIT) from None
+
+
+def run_logged() -> bool:
+    """Whether this run's directory holds logs: Lightning had started, and may have drawn a
+    progress bar whose line a message would continue."""
+    try:
+        return (Path(HydraConfig.get().runtime.output_dir) / "logs").exists()
+    except ValueError:  # no Hydra run
+        return False
 
 
 def started_outputs(since: float) -> str:

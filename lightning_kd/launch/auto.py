@@ -84,7 +84,7 @@ def resolve_teacher_cache(
     run = Run(
         trainer.accumulate_grad_batches, trainer.get("limit_train_batches"), trainer.max_steps
     )
-    if error := epoch_problems(blocks, datamodule.batch_size, run)[0]:
+    if blocks and (error := epoch_problems(blocks, datamodule.batch_size, run)[0]):  # a stream: 0
         raise DataError(error)  # before a cache is written for a run that cannot start
     if cfg.distill.get("blockwise_passes") and blocks < datamodule.batch_size:
         # Found by the repair's sampler, once a cache for a run that cannot start was written;

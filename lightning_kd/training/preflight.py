@@ -45,17 +45,18 @@ def sample_ids(model: nn.Module, device: torch.device) -> torch.Tensor:
     return torch.arange(SAMPLE_TOKENS, device=device).remainder(vocab).unsqueeze(0)
 
 
-def captured_outputs(module: LightningModule, role: str) -> dict[str, torch.Tensor]:
+def captured_outputs(
+    module: LightningModule, role: str, grad: bool = False
+) -> dict[str, torch.Tensor]:
     """The first output of each of ``role``'s captured modules in one step-like forward of it;
-    the student's with autograd on, so that each says whether a trained parameter feeds it."""
+    with ``grad``, autograd on, so that each says whether a trained parameter feeds it."""
     distiller = module.distiller
     capture = distiller.captures[role]
     model = getattr(distiller, role)
     ids = sample_ids(model, module.device)
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
     try:
-        # Validation runs its hooks under inference mode, where nothing would require grad.
-        with torch.inference_mode(False), torch.set_grad_enabled(role == "student"):
+        with torch.set_grad_enabled(grad):
             distiller.run(role, batch)
         return {path: outputs[0] for path, outputs in capture.records.items()}
     finally:
@@ -71,7 +72,6 @@ def check_features(module: LightningModule) -> None:
     roles = tuple(role for role in ("student", "teacher") if role in distiller.captures)
     outputs = {role: captured_outputs(module, role) for role in roles}
     widths = {role: {p: out.shape[-1] for p, out in outputs[role].items()} for role in roles}
-    warn_untrained(distiller.layer_pairs, outputs.get("student", {}))
     for pair, projector in zip(distiller.layer_pairs, distiller.projectors, strict=True):
         for role in roles:
             path = getattr(pair, role)
@@ -101,14 +101,20 @@ def check_features(module: LightningModule) -> None:
             )
 
 
-def warn_untrained(pairs: list, student_outputs: dict[str, torch.Tensor]) -> None:
+def warn_untrained(module: LightningModule) -> None:
     """Warn of feature pairs whose student module no trained parameter feeds (the layers up to
     it frozen, ``student.freeze_layers``, with the embeddings): the term is a constant that each
-    step computes for nothing (a projector alone would learn from it)."""
+    step computes for nothing (a projector alone would learn from it). Run as training starts:
+    a validation's hooks run under inference mode, where nothing requires grad (and a forward
+    with grad there met the models' caches made in it)."""
+    distiller = module.distiller
+    if not distiller.layer_pairs or "student" not in distiller.captures:
+        return
+    outputs = captured_outputs(module, "student", grad=True)
     untrained = [
         f"{pair.student} -> {pair.teacher}"
-        for pair in pairs
-        if pair.student in student_outputs and not student_outputs[pair.student].requires_grad
+        for pair in distiller.layer_pairs
+        if pair.student in outputs and not outputs[pair.student].requires_grad
     ]
     if untrained:
         warnings.warn(
@@ -178,6 +184,10 @@ class Preflight(Callback):
 
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._check(trainer, pl_module)
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if not isinstance(trainer.strategy, FSDPStrategy | DeepSpeedStrategy):
+            warn_untrained(pl_module)
 
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._check(trainer, pl_module)

@@ -63,7 +63,7 @@ def test_a_refusal_after_the_run_wrote_its_logs_says_to_rerun_with_overwrite(
             run_hydra(refused_after_logging, ["debug=smoke", f"hydra.run.dir={run}"])
         assert exit_.value.code == 2
         err = capsys.readouterr().err
-        assert err.startswith("lightning-kd: row 300: content is null")
+        assert err.startswith("\nlightning-kd: row 300: content is null")  # its own line
         return err
 
     fresh = tmp_path / "fresh"
@@ -75,4 +75,4 @@ def test_a_refusal_after_the_run_wrote_its_logs_says_to_rerun_with_overwrite(
     (resumed / "checkpoints").mkdir(parents=True)
     (resumed / "checkpoints" / "last.ckpt").write_bytes(b"an earlier run's")
     os.utime(resumed / "checkpoints", (0, 0))
-    assert "overwrite" not in refused_in(resumed)
+    assert "overwrite" not in refused_in(resumed)  # (its checkpoint: a resume of that run)

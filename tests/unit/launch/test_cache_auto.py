@@ -183,6 +183,7 @@ def test_a_repair_the_data_cannot_batch_is_refused_before_auto_writes(tmp_path) 
     caches = tmp_path / "caches"
     smoke = ["debug=smoke", "distill.blockwise_passes=1", "data.max_train_examples=2"]
     cfg = compose_config([*smoke, f"cache.dir={caches}"], output_dir=tmp_path / "run")
-    with pytest.raises(ValueError, match="2 training blocks do not fill one global batch of 4"):
+    # (one process: the epoch's check, which names data.batch_size, finds it first)
+    with pytest.raises(ValueError, match="data.batch_size=4 but an epoch holds 2 training exam"):
         resolve_teacher_cache(cfg)
     assert not caches.exists()
