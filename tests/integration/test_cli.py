@@ -216,6 +216,10 @@ def test_bad_config_values_fail_with_a_clear_message(tmp_path: Path, capsys) -> 
         "debug=smoke trainer.accumulate_grad_batches=64 distill.teacher_cache=null": (
             "trainer.accumulate_grad_batches=64 but an epoch is 45 batch(es)"
         ),
+        # generated for minutes once training had ended, past the teacher's 512 positions
+        "debug=smoke +callbacks=samples callbacks.samples.max_new_tokens=100000": (
+            "callbacks.samples.max_new_tokens=100000 is longer than the teacher's 512 positions"
+        ),
     }
     for number, override in enumerate(cases):
         # A directory each: a run that failed after its logger started leaves logs/ behind.
