@@ -94,13 +94,19 @@ def exit_refused(refused: Refused, outputs: str = "", own_line: bool = False) ->
     raise SystemExit(REFUSED_EXIT) from None
 
 
+def run_directory() -> Path | None:
+    """This Hydra run's directory (None outside a Hydra run)."""
+    try:
+        return Path(HydraConfig.get().runtime.output_dir)
+    except ValueError:  # no Hydra run
+        return None
+
+
 def run_logged() -> bool:
     """Whether this run's directory holds logs: Lightning had started, and may have drawn a
     progress bar whose line a message would continue."""
-    try:
-        return (Path(HydraConfig.get().runtime.output_dir) / "logs").exists()
-    except ValueError:  # no Hydra run
-        return False
+    directory = run_directory()
+    return directory is not None and (directory / "logs").exists()
 
 
 def started_outputs(since: float) -> str:
@@ -108,9 +114,7 @@ def started_outputs(since: float) -> str:
     training, which a bad row stopped) would be refused again, for them, once the input is
     fixed: the advice to rerun with ``overwrite=true``; empty where it wrote none, or where the
     directory held outputs before it (a resume: overwrite would drop them)."""
-    try:
-        directory = Path(HydraConfig.get().runtime.output_dir)
-    except ValueError:  # no Hydra run
+    if (directory := run_directory()) is None:
         return ""
     found = previous_outputs(directory)
     if not found or any((directory / name).stat().st_mtime < since - 1 for name in found):
@@ -125,11 +129,9 @@ def drop_empty_run_dir(since: float) -> None:
     """Remove the run directory of a refused command if it is empty, and the empty parents made
     with it (``outputs/<date>``): Hydra makes them before the task checks anything, so each
     refused command left a trail of empty folders. Nothing made before ``since`` goes."""
-    try:
-        directory = Path(HydraConfig.get().runtime.output_dir).resolve()
-    except ValueError:  # no Hydra run
+    if (directory := run_directory()) is None:
         return
-    stop = Path.cwd().resolve()
+    directory, stop = directory.resolve(), Path.cwd().resolve()
     while directory != stop and directory.is_dir() and not any(directory.iterdir()):
         if directory.stat().st_ctime < since - 1:  # timestamps may be coarser than time()
             return

@@ -21,7 +21,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from lightning_kd.data.epochs import Run, epoch_problems
 from lightning_kd.data.errors import DataError
-from lightning_kd.data.loaders import repair_batch_error
 from lightning_kd.data.text import TextDataModule
 from lightning_kd.distill.teacher_entries import teacher_keys
 from lightning_kd.launch.build import build_datamodule, with_precision, with_values
@@ -84,12 +83,10 @@ def resolve_teacher_cache(
     run = Run(
         trainer.accumulate_grad_batches, trainer.get("limit_train_batches"), trainer.max_steps
     )
-    if blocks and (error := epoch_problems(blocks, datamodule.batch_size, run)[0]):  # a stream: 0
-        raise DataError(error)  # before a cache is written for a run that cannot start
-    if cfg.distill.get("blockwise_passes") and blocks < datamodule.batch_size:
-        # Found by the repair's sampler, once a cache for a run that cannot start was written;
-        # the sampler checks again with every rank's share.
-        raise DataError(repair_batch_error(blocks, datamodule.batch_size, 1))
+    # Before a cache is written for a run that cannot start (the block-wise repair's batch too:
+    # its sampler checks again with every rank's share). A stream has no blocks here: 0.
+    if blocks and (error := epoch_problems(blocks, datamodule.batch_size, run)[0]):
+        raise DataError(error)
     choice = choose(cfg, blocks)
     if choice.caches:
         choice = prepare(cfg, datamodule, tokenizer, choice, resuming)

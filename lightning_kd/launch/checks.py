@@ -90,12 +90,11 @@ RULES: dict[str, Number | CountOrFraction] = {
     "trainer.num_nodes": Number(low=1, integer=True, example="1"),
     "checkpoint.every": Number(low=1, integer=True, example="50"),
     "callbacks.early_stopping.patience": Number(low=0, integer=True, example="3"),
-    **{
-        f"callbacks.samples.{key}": Number(low=1, integer=True, example=example)
-        for key, example in (("every", "50"), ("prompts", "3"), ("max_new_tokens", "48"))
-    },
-    "callbacks.samples.text_prompt": Number(low=1, integer=True, example="32"),
     "callbacks.early_stopping.min_delta": Number(low=0, example="0.0"),
+    "callbacks.samples.every": Number(low=1, integer=True, example="50"),
+    "callbacks.samples.prompts": Number(low=1, integer=True, example="3"),
+    "callbacks.samples.max_new_tokens": Number(low=1, integer=True, example="48"),
+    "callbacks.samples.text_prompt": Number(low=1, integer=True, example="32"),
     "generate.max_new_tokens": Number(low=1, integer=True, example="256"),
     "generate.prefix_chars": Number(low=1, integer=True, example="128"),
     "generate.max_prompts": Number(low=1, integer=True, nullable=True, example="64"),

@@ -32,7 +32,6 @@ from lightning_kd.launch.harness_run import evaluate_run, harness_errors
 from lightning_kd.launch.model_checks import model_setting_errors
 from lightning_kd.launch.model_paths import model_path_errors
 from lightning_kd.launch.nodes import node_errors
-from lightning_kd.launch.rules import ABSENT, lookup
 from lightning_kd.launch.stop_report import stop_report
 from lightning_kd.launch.teacher_cache import drop_repair_states, given_cache
 from lightning_kd.launch.teacher_list import teacher_precisions
@@ -206,9 +205,9 @@ def run(cfg: DictConfig, command: Sequence[str] = COMMAND) -> float | None:
     extra = model_path_errors(cfg) + model_setting_errors(cfg) + nodes + dataset_errors(cfg)
     extra += tokenizer_pair_errors(cfg)  # tokenizers load only where it asks the cross path
     extra += cache_k_errors(cfg, "train")
-    lengths = [teacher_length(cfg, "data.block_size")]  # before a cache is written, as `cache`
-    if lookup(cfg, "callbacks.samples") not in (None, ABSENT):  # its prompts add to it later
-        lengths.append(teacher_length(cfg, "callbacks.samples.max_new_tokens"))
+    # Before a cache is written, as `cache`; a key the config lacks (no samples) is not compared.
+    lengths = [teacher_length(cfg, "data.block_size")]
+    lengths.append(teacher_length(cfg, "callbacks.samples.max_new_tokens"))  # prompts add later
     check_entry(cfg, lengths=lengths, extra=extra + harness_errors(cfg) + gguf_errors(cfg))
     output_dir = Path(cfg.output_dir)
     ckpt_path = resolve_ckpt_path(cfg.ckpt_path, output_dir / "checkpoints")
