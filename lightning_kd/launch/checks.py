@@ -28,7 +28,7 @@ from lightning_kd.launch.keys import unknown_setting_errors
 from lightning_kd.launch.logger_checks import logger_errors
 from lightning_kd.launch.package_checks import package_errors
 from lightning_kd.launch.paths import cache_root_errors, run_dir_errors
-from lightning_kd.launch.precision_checks import precision_errors
+from lightning_kd.launch.precision_checks import precision_errors, zero3_dtype_errors
 from lightning_kd.launch.rules import ABSENT, CountOrFraction, Number, lookup, value_errors
 from lightning_kd.launch.teacher_list import teachers_errors
 from lightning_kd.models.quantize import STRATEGIES, backend_errors
@@ -244,7 +244,7 @@ def _sharding_errors(cfg: Mapping) -> list[str]:
             "each forward of a sharded model needs every rank; use strategy=ddp, or drop "
             "+callbacks=samples (score the exported student with lightning-kd evaluate)"
         )
-    return errors
+    return errors + zero3_dtype_errors(cfg, lookup(cfg, "trainer.strategy"))
 
 
 def _repair_errors(cfg: Mapping) -> list[str]:

@@ -74,14 +74,7 @@ def _cast_teacher_errors(cfg: Mapping, precision: str) -> list[str]:
     """A ``teacher.dtype`` (or a ``teachers`` entry's ``dtype``) that ``precision`` would cast."""
     if (dtype := CAST_ALL.get(precision)) is None:
         return []
-    entries = lookup(cfg, "teachers")
-    entries = entries if isinstance(entries, Sequence) and not isinstance(entries, str) else []
-    found = {"teacher.dtype": lookup(cfg, "teacher.dtype")}
-    found |= {
-        f"teachers[{index}].dtype": entry.get("dtype")
-        for index, entry in enumerate(entries)
-        if isinstance(entry, Mapping)
-    }
+    found = teacher_dtypes(cfg)
     return [
         f"{key}={value} with trainer.precision={precision}: Lightning casts every module to "
         f"{dtype}, the teacher too; set {key}={dtype} (or auto), or keep the teacher in "
@@ -89,6 +82,45 @@ def _cast_teacher_errors(cfg: Mapping, precision: str) -> list[str]:
         for key, value in found.items()
         if value not in (None, ABSENT, "auto", dtype)
     ]
+
+
+def teacher_dtypes(cfg: Mapping) -> dict[str, Any]:
+    """``teacher.dtype`` and each ``teachers`` entry's ``dtype``, by the key that sets it."""
+    entries = lookup(cfg, "teachers")
+    entries = entries if isinstance(entries, Sequence) and not isinstance(entries, str) else []
+    found = {"teacher.dtype": lookup(cfg, "teacher.dtype")}
+    return found | {
+        f"teachers[{index}].dtype": entry.get("dtype")
+        for index, entry in enumerate(entries)
+        if isinstance(entry, Mapping)
+    }
+
+
+def zero3_dtype_errors(cfg: Mapping, strategy: Any) -> list[str]:
+    """float64 under DeepSpeed ZeRO-3 (``strategy``: ``trainer.strategy``, a name or a config).
+    Its ``zero.Init``, in which the models are built, casts every floating tensor to float32 (or
+    bf16 / fp16) and cannot hold float64: the run would record float64 and train float32."""
+    if not is_zero3(strategy):
+        return []
+    found = {"student.dtype": lookup(cfg, "student.dtype"), **teacher_dtypes(cfg)}
+    named = [f"{key}=float64" for key, value in found.items() if value == "float64"]
+    if str(lookup(cfg, "trainer.precision")) in ("64-true", "64"):
+        named.append(f"trainer.precision={lookup(cfg, 'trainer.precision')}")
+    return [
+        f"{setting} with strategy=deepspeed (ZeRO-3): DeepSpeed holds ZeRO-3 weights in float32, "
+        "bfloat16 or float16 only; use float32 there, or keep float64 with strategy=deepspeed_zero2"
+        ", strategy=fsdp or strategy=ddp"
+        for setting in named
+    ]
+
+
+def is_zero3(strategy: Any) -> bool:
+    """Whether ``trainer.strategy`` is DeepSpeed's stage 3: ``strategy=deepspeed``'s config (stage
+    3 unless it says otherwise) or a Lightning name (``deepspeed_stage_3``, ``..._offload``)."""
+    if isinstance(strategy, Mapping):
+        target = str(strategy.get("_target_", ""))
+        return "deepspeed" in target and strategy.get("stage", 3) == 3
+    return isinstance(strategy, str) and strategy.startswith("deepspeed_stage_3")
 
 
 def _on_cpu(accelerator: Any) -> bool:

@@ -41,7 +41,7 @@ from lightning_kd.training.checkpoints import (
     spec_changes,
 )
 from lightning_kd.training.finite import check_finite_loss
-from lightning_kd.training.metrics import ValidationMetrics, checked_monitors
+from lightning_kd.training.metrics import ValidationMetrics, checked_monitors, log_at_steps_done
 from lightning_kd.training.optim import optimizer_config
 from lightning_kd.training.repair import BlockwiseRepair
 from lightning_kd.training.strategies import ROLE, int8_teachers, loss_divisor, window_ends
@@ -228,8 +228,7 @@ class DistillationModule(LightningModule):
         check_finite_loss(self.trainer.global_step + 1, parts)
         self.log("train/loss", parts.pop("loss"), prog_bar=True, on_step=True, on_epoch=False)
         logged = {f"train/{name}": value for name, value in parts.items()}
-        sampler = self.distiller.on_policy
-        share = None if sampler is None else sampler.tally.take()
+        share = None if (sampler := self.distiller.on_policy) is None else sampler.tally.take()
         if share is not None:  # interleaved sampling: how much of the text was the student's
             logged["train/student_token_share"] = share
         self.log_dict(logged, on_step=True, on_epoch=False)
@@ -253,13 +252,14 @@ class DistillationModule(LightningModule):
     def on_validation_epoch_end(self) -> None:
         metrics = self.val_metrics.compute()
         self.val_metrics.reset()
-        # A sanity check sees too few batches to be the teacher's perplexity.
-        if "val/teacher_ppl" in metrics and not self.trainer.sanity_checking:
-            self.teacher_perplexity = float(metrics["val/teacher_ppl"])
         if self.trainer.sanity_checking:  # check_monitors_first: the names, before training
             checked_monitors(self.trainer.callbacks, metrics)
-        self.log_dict(metrics, prog_bar=True)
-        if self.trainer.state.fn == "fit" and not self.trainer.sanity_checking:
+        elif "val/teacher_ppl" in metrics:  # a sanity check sees too few batches to measure it
+            self.teacher_perplexity = float(metrics["val/teacher_ppl"])
+        fitting = self.trainer.state.fn == "fit"
+        self.log_dict(metrics, prog_bar=True, logger=not fitting)  # trainer.validate returns them
+        if fitting and not self.trainer.sanity_checking:
+            log_at_steps_done(self.trainer, metrics)
             values = {name: float(value) for name, value in metrics.items()}
             self.fit_validation = (self.trainer.global_step, values)
 

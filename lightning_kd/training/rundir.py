@@ -276,18 +276,27 @@ class ResumableCSVLogger(CSVLogger):
             self._experiment = _AppendingWriter(log_dir=self.log_dir)
         return self._experiment
 
-    def drop_rows_from(self, step: int) -> None:
-        """Remove rows logged at ``step`` or later: a resume from step ``step`` logs them again."""
+    def drop_rows_from(self, step: int, validated: bool = False) -> None:
+        """Remove rows logged at ``step`` or later: a resume from step ``step`` logs them again;
+        if ``validated``, that step's validation (which its checkpoint records) is kept."""
         path = Path(self.log_dir) / ExperimentWriter.NAME_METRICS_FILE
         if not path.is_file():
             return
         with open(path, newline="") as handle:
             reader = csv.DictReader(handle)
             fields, rows = reader.fieldnames or [], list(reader)
-        kept = [row for row in rows if not row.get("step") or int(row["step"]) < step]
+        kept = [row for row in rows if not row.get("step") or kept_row(row, step, validated)]
         temp = path.with_name(path.name + ".partial")
         with open(temp, "w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=fields)
             writer.writeheader()
             writer.writerows(kept)
         os.replace(temp, path)
+
+
+def kept_row(row: dict[str, str], step: int, validated: bool) -> bool:
+    """Whether a resume from ``step`` keeps ``row`` of metrics.csv: one logged before it, or its
+    validation, which a validation after the step's optimizer update logs at ``step`` itself."""
+    logged = int(row["step"])
+    validation = any(value for name, value in row.items() if name.startswith("val/"))
+    return logged < step or (logged == step and validated and validation)

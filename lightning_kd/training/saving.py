@@ -77,7 +77,8 @@ class LastCheckpoint(Checkpoint):
             self.saved_step = trainer.global_step
             for logger in trainer.loggers if trainer.is_global_zero else ():
                 if hasattr(logger, "drop_rows_from"):  # rows after the checkpoint come again
-                    logger.drop_rows_from(trainer.global_step)
+                    validated = pl_module.validation_at(trainer.global_step) is not None
+                    logger.drop_rows_from(trainer.global_step, validated)
         # In place already when the launch installed them for all its stages; a Trainer of the
         # user's own gets them for training.
         STOP.install()

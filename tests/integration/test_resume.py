@@ -202,14 +202,14 @@ def test_a_signal_at_a_validation_boundary_validates_then_stops(
     result = run_cli(*COMMON, send, f"hydra.run.dir={run_dir}")
     assert result.returncode == 128 + signal.SIGTERM, result.stderr[-3000:]
     assert "SIGTERM received: stopped after optimizer step 4" in result.stdout
-    # The validations after steps 2 and 4 (the logger files them under the step index before)
+    # The validations after steps 2 and 4, logged at the steps done
     assert val_steps(run_dir) == val_steps(uninterrupted)[:2], "step 4's ran before the stop"
     assert saved_step(run_dir) == 4
 
     resumed = run_printed(printed_command(result.stdout, "Resume with:\n"))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert_same_run(run_dir, uninterrupted)
-    assert val_steps(run_dir) == val_steps(uninterrupted) == [1, 3, 5, 7], "each once"
+    assert val_steps(run_dir) == val_steps(uninterrupted) == [2, 4, 6, 8], "each once"
 
 
 def test_a_signal_in_the_final_validation_keeps_the_run_resumable(tmp_path: Path) -> None:

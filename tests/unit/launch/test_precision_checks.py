@@ -5,6 +5,7 @@ from __future__ import annotations
 from omegaconf import OmegaConf
 
 from lightning_kd.launch.checks import config_errors
+from lightning_kd.launch.config import compose_config
 from lightning_kd.launch.precision_checks import precision_errors
 
 
@@ -43,3 +44,30 @@ def test_a_precision_lightning_does_not_have_is_refused_with_the_config() -> Non
     (error,) = config_errors({"trainer": {"precision": "bogus"}})
     assert error.startswith("trainer.precision=bogus: choose one of auto, bf16-mixed")
     assert config_errors({"trainer": {"precision": "auto"}}) == []
+
+
+def test_float64_under_deepspeed_zero3_is_refused() -> None:
+    """ZeRO-3's ``zero.Init``, in which the models are built, casts them to float32 and cannot
+    hold float64: a float64 student trained in float32 while the run recorded float64."""
+    zero3 = {"_target_": "lightning_kd.training.strategies.deepspeed", "stage": 3}
+    cfg = {"trainer": {"strategy": zero3}, "student": {"dtype": "float64"}}
+    cfg |= {"teacher": {"dtype": "float64"}}
+    errors = config_errors(cfg)
+    assert [error.split(" with ")[0] for error in errors] == [
+        "student.dtype=float64",
+        "teacher.dtype=float64",
+    ]
+    assert "in float32, bfloat16 or float16 only" in errors[0]
+    assert "keep float64 with strategy=deepspeed_zero2" in errors[0]
+    (error,) = config_errors({"trainer": {"strategy": "deepspeed_stage_3", "precision": "64-true"}})
+    assert error.startswith("trainer.precision=64-true with strategy=deepspeed (ZeRO-3)")
+    for strategy in ({**zero3, "stage": 2}, "ddp", "deepspeed_stage_2"):
+        assert config_errors({**cfg, "trainer": {"strategy": strategy}}) == []
+    assert config_errors({**cfg, "student": {"dtype": "float32"}, "teacher": {}}) == []
+
+
+def test_the_shipped_deepspeed_config_is_zero3_and_its_zero2_is_not() -> None:
+    float64 = ["student.dtype=float64", "distill.blockwise_passes=0"]
+    (error,) = config_errors(compose_config(["strategy=deepspeed", *float64]))
+    assert error.startswith("student.dtype=float64 with strategy=deepspeed (ZeRO-3)")
+    assert config_errors(compose_config(["strategy=deepspeed_zero2", *float64])) == []

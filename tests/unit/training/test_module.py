@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import warnings
 from pathlib import Path
 
@@ -245,6 +246,29 @@ def test_a_resume_at_the_last_validated_step_reuses_that_validation(
     resumed = make_module(tiny_teacher)
     make_trainer(tmp_path, max_steps=1).fit(resumed, dm, ckpt_path=path)  # nothing left to do
     assert resumed.validation_at(1) == {"val/ppl": 99.0} and resumed.validation_at(2) is None
+
+
+def test_every_validation_is_logged_at_the_optimizer_steps_done(
+    tiny_teacher, corpus, tmp_path
+) -> None:
+    """Lightning logged a validation inside fit at its last step's index (after 2 steps: 1) and
+    one by trainer.validate at the steps done: metrics.csv held two numberings."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    module, dm = make_module(tiny_teacher), make_datamodule([corpus])
+    logger = CSVLogger(tmp_path, name="", version="")
+    trainer = make_trainer(
+        max_steps=5, val_check_interval=2, limit_val_batches=1, logger=logger, log_every_n_steps=1
+    )
+    trainer.validate(module, dm, verbose=False)  # before training: 0 steps done
+    trainer.fit(module, dm)
+    after = trainer.validate(module, dm, verbose=False)[0]  # the final student's, at 5
+    logger.save()
+    with open(tmp_path / "metrics.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [int(row["step"]) for row in rows if row["val/ppl"]] == [0, 2, 4, 5]
+    assert [int(row["step"]) for row in rows if row["train/loss"]] == [0, 1, 2, 3, 4]
+    assert set(after) >= {"val/ppl", "val/kl"} and "step" not in after
 
 
 def test_full_depth_student_matches_teacher_metrics(tiny_teacher, corpus) -> None:

@@ -117,6 +117,25 @@ def test_a_further_rank_refuses_an_earlier_runs_outputs_as_rank_zero_does(
             pass
 
 
+def test_a_resume_keeps_the_validation_its_checkpoint_records(tmp_path: Path) -> None:
+    """A validation after step 4 is logged at 4, beside step 5's training row (also at 4): a
+    resume from step 4 logs the training row again, and the validation only if not recorded."""
+    for validated, kept in ((True, ["val/ppl"]), (False, [])):
+        first = ResumableCSVLogger(tmp_path / str(validated), name="logs", version="")
+        first.log_metrics({"train/loss": 3.0}, step=3)
+        first.log_metrics({"val/ppl": 9.0}, step=4)
+        first.log_metrics({"train/loss": 4.0}, step=4)
+        first.save()
+        ResumableCSVLogger(tmp_path / str(validated), name="logs", version="").drop_rows_from(
+            4, validated
+        )
+        with open(tmp_path / str(validated) / "logs" / "metrics.csv") as handle:
+            rows = list(csv.DictReader(handle))
+        at_four = [name for row in rows if row["step"] == "4" for name, v in row.items() if v]
+        assert [row["step"] for row in rows if row["train/loss"]] == ["3"]
+        assert [name for name in at_four if name != "step"] == kept
+
+
 def test_the_csv_logger_appends_and_drops_rows_a_resume_logs_again(tmp_path: Path) -> None:
     first = ResumableCSVLogger(tmp_path, name="logs", version="")
     for step in range(6):

@@ -11,7 +11,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from lightning_kd.distill.accumulation import Window
+from lightning_kd.distill.accumulation import TERMS, Window
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.generation.decoding import decodes_in_step
 from lightning_kd.losses.logits import IGNORE_INDEX
@@ -267,7 +267,8 @@ def on_policy_worker(rank: int, world_size: int, port: int, engine: str, top_k: 
             got = sharded.micro_batch(batch, index)
             torch.testing.assert_close(got, want, **tolerance, msg=f"micro-batch {index}")
             sums, expected = module.window.totals, reference.module.window.totals
-            assert sums[-1] == expected[-1], "the same completions: the same token counts"
+            tokens = TERMS.index("tokens")
+            assert sums[tokens] == expected[tokens], "the same completions: the same token counts"
             torch.testing.assert_close(sums, expected, **tolerance)
         reference.step()
         sharded.step()
