@@ -27,10 +27,10 @@ SEED = 1
 every optimizer step's window holds a sampled one and two hold a dataset one beside it."""
 
 
-def build(top_k: int | None) -> DistillationModule:
-    """An fp64 GPT-2 teacher and a 2-layer student copied from it (its copied embeddings and head
-    frozen, the default), the same on every call, sampling half the micro-batches (interleaved
-    with ``top_k``)."""
+def build(top_k: int | None, dtype: str = "float64") -> DistillationModule:
+    """A GPT-2 teacher and a 2-layer student copied from it (its copied embeddings and head
+    frozen, the default), both in ``dtype``, the same on every call, sampling half the
+    micro-batches (interleaved with ``top_k``)."""
     torch.manual_seed(0)
     distill = DistillConfig(
         on_policy=0.5,
@@ -40,8 +40,8 @@ def build(top_k: int | None) -> DistillationModule:
         compile=False,
     )
     module = DistillationModule(
-        teacher=TeacherSpec(path=None, config=dict(TINY_GPT2), dtype="float64"),
-        student=StudentSpec(num_layers=2, dtype="float64"),
+        teacher=TeacherSpec(path=None, config=dict(TINY_GPT2), dtype=dtype),
+        student=StudentSpec(num_layers=2, dtype=dtype),
         distill=distill,
         tokenizer=byte_tokenizer(),
     )
@@ -236,10 +236,13 @@ def written(module: DistillationModule, batch: dict[str, torch.Tensor], index: i
 
 
 # DeepSpeed has no fp64 path: it reduces gradients and keeps master weights in fp32 (its
-# communication_data_type takes fp16, bf16 or fp32), so its run equals the fp64 one to fp32's
-# precision; FSDP gathers and reduces the fp64 weights themselves.
+# communication_data_type takes fp16, bf16 or fp32), so its ZeRO-2 run equals the fp64 one to
+# fp32's precision; ZeRO-3 cannot hold fp64 weights at all (its zero.Init refuses float64), so
+# that run and its reference are fp32 throughout. FSDP gathers and reduces fp64 weights.
 TOLERANCES = {"fsdp": {"rtol": 1e-10, "atol": 1e-12}, "deepspeed": {"rtol": 1e-5, "atol": 1e-7}}
 TOLERANCES["deepspeed_zero2"] = TOLERANCES["deepspeed"]
+DTYPES = {"deepspeed": "float32"}
+"""The engines that run another dtype than fp64 (their reference with them)."""
 
 
 def on_policy_worker(rank: int, world_size: int, port: int, engine: str, top_k: int | None):
@@ -248,7 +251,8 @@ def on_policy_worker(rank: int, world_size: int, port: int, engine: str, top_k: 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank))
     os.environ.update(LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size))
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
-    reference, module = Unsharded(build(top_k)), build(top_k)
+    dtype = DTYPES.get(engine, "float64")
+    reference, module = Unsharded(build(top_k, dtype)), build(top_k, dtype)
     sharded = {
         "fsdp": lambda: UnderFSDP(module),
         "deepspeed": lambda: UnderDeepSpeed(module),
@@ -296,5 +300,5 @@ def test_mixed_on_policy_kd_under_sharding_equals_the_unsharded_run(engine: str,
     """λ = 0.5 on 2 gloo ranks under torch's FSDP (our wrap policy) or DeepSpeed ZeRO-3, plain
     or interleaved sampling: the ranks' completions end at different lengths, and every
     micro-batch's objective and the student after each of 3 accumulated optimizer steps are the
-    unsharded run's (fp64 for FSDP; DeepSpeed to its fp32 reduction)."""
+    unsharded run's (fp64 for FSDP; DeepSpeed to its fp32 reduction, ZeRO-3 in fp32)."""
     mp.spawn(on_policy_worker, args=(2, free_port(), engine, top_k), nprocs=2)
