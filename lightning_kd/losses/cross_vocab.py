@@ -148,6 +148,14 @@ class CrossTeacher:
         student_tail = torch.logsumexp(log_q.masked_fill(in_matched > 0, FLOOR), -1)
         student = torch.cat([student_top, student_tail.unsqueeze(-1)], -1)
         teacher = torch.cat([self.log_probs, self.tail.unsqueeze(-1)], -1).to(log_q.dtype)
+        # "Any other token" empty on one side alone (k covers the student's whole vocabulary, or
+        # the teacher's): a forward or reverse KL infinite for the bucketing, not the models;
+        # FLOOR made it ~1e4 x that mass, as value (and for reverse KL, gradient). Compared there
+        # on the matched tokens alone, each side renormalised (hybrid's ULD takes the rest).
+        empty = torch.stack([student_tail, self.tail.to(log_q.dtype)]) < FLOOR / 2
+        one_sided = (empty[0] != empty[1]).unsqueeze(-1)
+        student = torch.where(one_sided, on_matched(student), student)
+        teacher = torch.where(one_sided, on_matched(teacher), teacher)
         return divergence(student, teacher)
 
     def _unmatched(self, log_q: Tensor) -> Tensor:
@@ -158,11 +166,21 @@ class CrossTeacher:
         return sorted_l1(student, teacher)
 
 
+def on_matched(log_probs: Tensor) -> Tensor:
+    """Bucketed log-probabilities (``[..., k + 1]``, the last "any other token") conditioned on
+    the matched tokens: the last emptied, the rest renormalised."""
+    top = log_probs[..., :-1]
+    top = top - torch.logsumexp(top, -1, keepdim=True)
+    return torch.cat([top, torch.full_like(log_probs[..., -1:], FLOOR)], -1)
+
+
 def sorted_l1(student_probs: Tensor, teacher_top: Tensor) -> Tensor:
     """``Σ_i |sort(q)_i − sort(p)_i|`` over the k largest of each (k = ``teacher_top``'s width):
     ULD's Wasserstein-1 distance at unit transport cost, truncated to the top k. A student of
     fewer than k tokens is padded with zeros, as Boizard et al. pad the smaller vocabulary (it
-    was cut to the student's width, dropping the teacher's entries past it)."""
+    was cut to the student's width, dropping the teacher's entries past it). A student of more
+    than k tokens is cut to its top k like the teacher: this is the paper's ULD less the
+    student's mass past its top k, which gets no gradient here."""
     k = teacher_top.shape[-1]
     student_top = student_probs.topk(min(k, student_probs.shape[-1]), dim=-1).values
     student_top = F.pad(student_top, (0, k - student_top.shape[-1]))

@@ -114,3 +114,39 @@ def test_mixing_parameter_out_of_range(key: str, value: float) -> None:
     name = "jsd" if key == "beta" else "skew_kl"
     with pytest.raises(ValueError, match=f"distill.{key}"):
         get_divergence(name, **{key: value})
+
+
+@pytest.mark.parametrize("name", ["jsd", "skew_kl"])
+def test_a_token_both_rule_out_gives_the_gradient_without_it(name: str) -> None:
+    """A −inf logit in both (a masked vocabulary): the mixture's logaddexp(−inf, −inf) had a NaN
+    gradient, which made the whole row's gradient NaN though the value was right."""
+    torch.manual_seed(0)
+    student, teacher = torch.randn(2, 3, 8, dtype=torch.float64), torch.randn(2, 3, 8).double()
+    student[..., -1] = teacher[..., -1] = float("-inf")
+    divergence = get_divergence(name)
+    masked = student.clone().requires_grad_()
+    value = divergence(masked.log_softmax(-1), teacher.log_softmax(-1)).sum()
+    (gradient,) = torch.autograd.grad(value, masked)
+    kept = student[..., :-1].clone().requires_grad_()
+    expected = divergence(kept.log_softmax(-1), teacher[..., :-1].log_softmax(-1)).sum()
+    (expected_gradient,) = torch.autograd.grad(expected, kept)
+    torch.testing.assert_close(value, expected)
+    torch.testing.assert_close(gradient[..., :-1], expected_gradient)
+    assert torch.isfinite(gradient[..., :-1]).all()
+
+
+@pytest.mark.parametrize("name", ["forward_kl", "reverse_kl"])
+def test_the_closed_forms_keep_a_small_divergence_of_shifted_fp32_logits(name: str) -> None:
+    """A student near its teacher whose logits are all 300 higher (the same distribution): the
+    closed form subtracted numbers of the logits' size, and its fp32 value was 37 % off (forward
+    KL). From the log-probabilities it is a few percent off: what is left is the student's
+    log-sum-exp, rounded to fp32 at 300 (3e-5), beside a KL of 5e-5 a token."""
+    for seed in range(3):  # the old form: 0.7 %, 13 % and 34 % off
+        torch.manual_seed(seed)
+        teacher = torch.randn(64, 8192, dtype=torch.float64) * 3
+        student = teacher + 0.01 * torch.randn_like(teacher)
+        exact = DIVERGENCES[name](student.log_softmax(-1), teacher.log_softmax(-1)).sum()
+        shifted = [(student + 300).float(), teacher.float()]
+        lse = [logits.logsumexp(-1, keepdim=True) for logits in shifted]
+        value, _ = get_divergence(name).fused(*shifted, *lse)
+        assert abs(float(value.sum()) / float(exact) - 1) < 0.05, seed
