@@ -157,8 +157,7 @@ class Distiller(nn.Module):
         norm), or full logits where the task wants them.
 
         The teacher runs without a graph. Only this forward records captures: a forward
-        elsewhere, or activation checkpointing's re-forward in backward, finds them disarmed.
-        """
+        elsewhere, or activation checkpointing's re-forward in backward, finds them disarmed."""
         model = getattr(self, role)
         capture = self.captures.get(role)
         if capture is not None:
@@ -248,8 +247,9 @@ class Distiller(nn.Module):
                 metrics["features"] = (self.feature_sum(mask, cached), mask.sum())
         with gathered(heads):
             metrics |= self.task.metric_sums(student_out, teacher_out, batch, heads)
-            if (extra := self.extra_teachers) is not None:  # kl/<name>, agreement/<name>
-                own = (self.teacher_name, metrics)  # measured above, not again
+            if (extra := self.extra_teachers) is not None:  # kl/<name>, agreement/<name>, loss
+                weight = None if self.domains.named else self.teacher_weight
+                own = (self.teacher_name, metrics, weight)
                 metrics |= extra.evaluation_sums(self.task, student_out, batch, heads, own)
         return metrics | bits_per_byte(batch["labels"], self.token_lengths, metrics)
 

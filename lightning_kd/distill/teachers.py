@@ -166,16 +166,23 @@ class ExtraTeachers(nn.Module):
 
     @torch.no_grad()
     def evaluation_sums(
-        self, task, student_out: Tensor, batch, heads, main: tuple[str, dict]
+        self, task, student_out: Tensor, batch, heads, main: tuple[str, dict, float | None]
     ) -> dict:
         """Validation: each teacher's own KL from the student (T = 1, ``kl/<name>``) and top-1
-        agreement with it (``agreement/<name>``), as token sums and counts; ``heads`` are the
-        distiller's, ``main`` its own name and the metrics it already measured against it."""
-        name, measured = main
+        agreement with it (``agreement/<name>``), as token sums and counts, and the objective's
+        logit terms over all teachers (``loss``); ``heads`` are the distiller's, ``main`` its own
+        name, the metrics it measured against it (not measured again) and its weight (None:
+        teachers by domain, whose weights differ by row: no ``loss`` then)."""
+        name, measured, main_weight = main
         found = per_teacher(name, measured)
-        for name, teacher_out, theirs, _ in self.sides(task, batch, heads[0], "val"):
-            found |= per_teacher(name, task.metric_sums(student_out, teacher_out, batch, theirs))
-        return found
+        loss, tokens = measured.pop("loss")  # the main teacher's terms alone
+        loss = loss * (main_weight or 0.0)
+        sides = self.sides(task, batch, heads[0], "val")
+        for (name, teacher_out, theirs, _), weight in zip(sides, self.weights, strict=True):
+            metrics = task.metric_sums(student_out, teacher_out, batch, theirs)
+            found |= per_teacher(name, metrics)
+            loss = loss + weight * metrics["loss"][0]  # the weights sum to 1, so CE's stays
+        return found | ({} if main_weight is None else {"loss": (loss, tokens)})
 
 
 PER_TEACHER = ("kl", "agreement", "aligned")

@@ -32,7 +32,8 @@ class ValidationMetrics(nn.Module):
       another tokenizer: of the positions aligned with it)
     - ``aligned``: with a teacher of another tokenizer, the share of positions aligned with it
     - ``kl``: KL(teacher ‖ student) per token at T = 1
-    - ``loss``: the training objective's logit terms
+    - ``loss``: the training objective's logit terms (over every teacher at its weight; none
+      with teachers by domain, whose weights differ by row)
     - ``features``: the weighted feature-matching terms per token
     - ``embedding_cosine``: cosine of mean-pooled sentence embeddings (encoders), per example
     - ``kl/<name>``, ``agreement/<name>``: with several ``teachers``, each one's own (and
