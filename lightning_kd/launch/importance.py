@@ -20,7 +20,6 @@ import json
 import time
 from pathlib import Path
 
-import torch
 from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
@@ -31,6 +30,7 @@ from lightning_kd.models.layer_scores import Batch, Ranking, rank_layers
 from lightning_kd.models.loading import StudentSpec, load_teacher, load_tokenizer
 from lightning_kd.models.positions import spec_config
 from lightning_kd.models.student import check_num_layers
+from lightning_kd.training.checkpoint_files import load_local
 from lightning_kd.utils.atomic import atomic_write_bytes
 
 FILENAME = "importance.json"
@@ -118,7 +118,7 @@ def recorded_layers(ckpt_path: Path, output_dir: Path) -> list[int]:
     """The teacher layers the checkpoint's student was copied from (its hyper-parameters), or
     those of this run directory's ``importance.json``."""
     if ckpt_path.is_file():
-        checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True)
+        checkpoint = load_local(ckpt_path, "cpu", mmap=True)
         layers = checkpoint.get("hyper_parameters", {}).get("student", {}).get("layers")
         if isinstance(layers, list):
             return [int(i) for i in layers]

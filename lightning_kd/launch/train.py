@@ -36,6 +36,7 @@ from lightning_kd.launch.stop_report import stop_report
 from lightning_kd.launch.teacher_cache import drop_repair_states, given_cache
 from lightning_kd.launch.teacher_list import teacher_precisions
 from lightning_kd.launch.tokenizer_checks import tokenizer_pair_errors
+from lightning_kd.training.checkpoint_files import load_local
 from lightning_kd.training.checkpoints import resolve_ckpt_path
 from lightning_kd.training.finite import check_finite_model, strict_json
 from lightning_kd.training.joining import joining
@@ -243,7 +244,7 @@ def check_work_left(ckpt_path: Path, max_steps: int, output_dir: Path) -> None:
     with a run of no steps."""
     if not ckpt_path.is_file() or not (output_dir / "summary.json").is_file():
         return  # a DeepSpeed directory, or a run stopped before its end: resumable
-    step = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True)["global_step"]
+    step = load_local(ckpt_path, "cpu", mmap=True)["global_step"]
     if max_steps is not None and 0 <= max_steps <= step:
         raise RunDirError(
             f"the run in {output_dir} is finished (optimizer step {step} of "

@@ -14,13 +14,9 @@ reverse KL, autograd on the chunk's logits for every other divergence of
 
 Numerics: the head matmuls run in the ambient autocast dtype (bf16 under ``bf16-mixed``) like the
 model's own head would; the softmaxes and divergences run in fp32 (fp64 when the inputs are fp64);
-the head-weight gradient is accumulated in the matmul dtype — fp32 (fp64) without autocast; bf16
-under ``bf16-mixed``, where an in-place ``addmm_`` into a bf16 accumulator costs a fifth of
-converting each chunk's vocab-sized contribution to fp32. That costs precision, growing with the
-chunks a micro-batch takes: against fp64, the head-weight gradient's relative error was 2.7e-3
-for plain autocast, 5.2e-3 over 16 chunks and 1.1e-2 over 255 (probe 24; Liger accumulates in the
-weights' dtype, fp32 under fp32 master weights, and newer Liger takes an ``accum_dtype``). The
-hidden states' gradient, written per chunk, keeps plain autocast's error.
+the head-weight gradient is accumulated in the matmul dtype a few chunks at a time and then in the
+weights' (:class:`HeadGradient`): fp32 (fp64) throughout without autocast; under ``bf16-mixed``,
+in-place ``addmm_`` into bf16 for :attr:`HeadGradient.FLUSH` chunks, each such sum added to fp32.
 """
 
 from __future__ import annotations
@@ -35,6 +31,7 @@ from torch import Tensor
 from lightning_kd.losses.chunk_terms import chunk_autograd, chunk_fused
 from lightning_kd.losses.cross_spans import chunk_bounds
 from lightning_kd.losses.cross_vocab import CrossTeacher
+from lightning_kd.losses.head_gradient import HeadGradient
 from lightning_kd.losses.logits import (
     LogitObjective,
     LossSums,
@@ -168,9 +165,7 @@ class _ChunkedDistillation(torch.autograd.Function):
         grad_hidden = torch.zeros_like(student_hidden)
         # A frozen head (student.freeze_embeddings) needs no weight gradient: skipping it saves
         # one of the three vocab-sized matmuls of each chunk.
-        grad_weight = (
-            torch.zeros_like(student_weight, dtype=dtype) if student_weight.requires_grad else None
-        )
+        grad_weight = HeadGradient(student_weight, dtype) if student_weight.requires_grad else None
         trains_bias = student_bias is not None and student_bias.requires_grad
         grad_bias = torch.zeros_like(student_bias, dtype=accumulate) if trains_bias else None
         kd_total = torch.zeros((), dtype=accumulate, device=student_hidden.device)
@@ -183,13 +178,14 @@ class _ChunkedDistillation(torch.autograd.Function):
             )
             grad_hidden[start:stop] = grad_logits @ weight
             if grad_weight is not None:
-                grad_weight.addmm_(grad_logits.T, hidden)
+                grad_weight.add(grad_logits, hidden)
             if grad_bias is not None:
                 grad_bias += grad_logits.sum(0)
             kd_total += kd
             ce_total += ce
         # Attributes, not save_for_backward: backward drops its reference, so autograd can hand
         # the head's gradient buffer straight to ``.grad`` instead of copying a vocab-sized tensor.
+        grad_weight = None if grad_weight is None else grad_weight.total()
         ctx.gradients = (grad_hidden, grad_weight, grad_bias)
         ctx.weight_dtype = student_weight.dtype
         ctx.mark_non_differentiable(kd_total, ce_total)

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import pickle
 import re
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +26,9 @@ from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 from torch import nn
 
 from lightning_kd.models.lora import LoraSpec
+from lightning_kd.training.checkpoint_files import CheckpointError, check_whole, load_local
 from lightning_kd.utils.atomic import replaced_whole
 from lightning_kd.utils.disk import disk_errors
-from lightning_kd.utils.refusal import Refused
 
 LAST = "last"
 """``ckpt_path`` value meaning "this run directory's latest checkpoint"."""
@@ -39,10 +37,6 @@ LAST_NAME = "last.ckpt"
 RESUME = "resume with ckpt_path=last (the last checkpoint written whole is kept)"
 """What follows a checkpoint the disk had no room for (``utils/disk.py``)."""
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-
-
-class CheckpointError(Refused):
-    """A checkpoint path that is refused, missing, or a file that is not a whole checkpoint."""
 
 
 DEEPSPEED_TAG = "latest"
@@ -83,28 +77,6 @@ def resolve_ckpt_path(ckpt_path: str | None, checkpoint_dir: Path) -> Path | Non
     return path
 
 
-def check_whole(path: Path) -> None:
-    """Raise :class:`CheckpointError` unless ``path`` is a complete torch zip archive.
-
-    Cheap (reads the archive's directory at the end of the file, not the tensors): a file cut
-    short by a crash or a full disk has no directory there.
-    """
-    size = path.stat().st_size
-    if size == 0:
-        raise CheckpointError(
-            f"checkpoint {path} is empty (0 bytes): a write of it was interrupted; resume from "
-            "an earlier checkpoint or start afresh"
-        )
-    try:
-        with zipfile.ZipFile(path) as archive:
-            archive.namelist()
-    except (zipfile.BadZipFile, OSError) as err:
-        raise CheckpointError(
-            f"checkpoint {path} ({size} bytes) is truncated or corrupt ({err}); resume from an "
-            "earlier checkpoint or start afresh"
-        ) from None
-
-
 def atomic_torch_save(obj: Any, path: Path) -> None:
     """``torch.save`` to ``path`` so that a crash leaves the previous file or the whole new one."""
     # replaced_whole: a temporary file beside path, os.replace'd onto it (atomic within one
@@ -127,25 +99,6 @@ def _fsync_directory(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
-
-
-def load_local(path: Path, map_location: Any = None) -> dict[str, Any]:
-    """A checkpoint loaded with ``weights_only=True``; a bad file is a :class:`CheckpointError`."""
-    path = Path(path)
-    check_whole(path)
-    try:
-        return torch.load(path, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as err:
-        raise CheckpointError(
-            f"checkpoint {path} cannot be read with weights_only=True: it holds objects other "
-            f"than tensors and plain data, which could run code when unpickled ({err}). "
-            "Only checkpoints written by lightning-kd are resumed from"
-        ) from None
-    except (EOFError, RuntimeError, OSError, zipfile.BadZipFile) as err:
-        raise CheckpointError(
-            f"checkpoint {path} cannot be read ({type(err).__name__}: {err}); it is truncated "
-            "or corrupt: resume from an earlier checkpoint or start afresh"
-        ) from None
 
 
 class SafeCheckpointIO(TorchCheckpointIO):

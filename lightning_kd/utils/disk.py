@@ -1,4 +1,5 @@
-"""A full disk named as one: the path that could not be written, and what to do next.
+"""A full disk named as one (and a file too large for its file system or a file-size limit):
+the path that could not be written, and what to do next.
 
 A full disk reaches the package in several disguises: ``OSError`` ENOSPC with no path (a plain
 ``write``), torch's zip writer's ``RuntimeError`` ("PytorchStreamWriter failed writing file
@@ -20,6 +21,8 @@ from pathlib import Path
 
 FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
 """The errnos of a full disk, or of a quota reached."""
+TOO_LARGE = errno.EFBIG
+"""A file past the file system's largest (FAT32's 4 GiB) or a file-size limit (``ulimit -f``)."""
 NEARLY_FULL = 16 * 2**20
 """Free bytes under which a write that failed without saying why is put down to a full disk."""
 WRITE_FAILED = ("PytorchStreamWriter failed writing file", "file write failed")
@@ -55,7 +58,7 @@ def is_disk_full(error: BaseException, path: Path) -> bool:
 def full_disk_message(error: OSError) -> str | None:
     """What a command prints, alone, for ``error`` where it is a full disk (the message
     :func:`disk_errors` gave it names the path and the way on); None for any other error."""
-    if error.errno not in FULL_DISK:
+    if error.errno not in (*FULL_DISK, TOO_LARGE):
         return None
     return f"{error.strerror or error}" + (f" ({error.filename})" if error.filename else "")
 
@@ -81,6 +84,25 @@ def disk_errors(path: str | Path, then: str) -> Iterator[None]:
     try:
         yield
     except Exception as error:
+        if too_large(error):
+            raise OSError(
+                TOO_LARGE,
+                f"{path} is larger than its file system or a file-size limit (ulimit -f, a "
+                "scheduler's) allows: write the run to another file system (hydra.run.dir=DIR) "
+                f"or raise the limit, then {then}",
+            ) from error
         if not is_disk_full(error, Path(path)):
             raise
         raise OSError(errno.ENOSPC, f"no space left on {path}: free space and {then}") from error
+
+
+def too_large(error: BaseException) -> bool:
+    """Whether ``error`` is, or was raised while handling, an EFBIG (torch's zip writer says
+    "unexpected pos" over it as it closes)."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno == TOO_LARGE:
+            return True
+        error = error.__cause__ or error.__context__
+    return False

@@ -13,7 +13,7 @@ from safetensors import SafetensorError
 
 from lightning_kd.utils import disk
 from lightning_kd.utils.atomic import atomic_write_bytes
-from lightning_kd.utils.disk import disk_errors, is_disk_full
+from lightning_kd.utils.disk import disk_errors, full_disk_message, is_disk_full
 
 Usage = namedtuple("Usage", "total used free")
 STREAM_WRITER = RuntimeError(
@@ -95,3 +95,20 @@ def test_a_full_disk_ends_a_plain_command_with_its_message_alone(monkeypatch, ca
     assert main(["export", "run"]) == 1
     err = capsys.readouterr().err
     assert err == "lightning-kd export: no space left on /x.gguf: free space and export again\n"
+
+
+def test_a_file_too_large_for_its_file_system_is_named_with_the_way_on(tmp_path: Path) -> None:
+    """EFBIG (``ulimit -f``, a scheduler's file-size limit, FAT32's 4 GiB) fell through as a
+    double traceback, torch's "unexpected pos" over the OSError."""
+    path = tmp_path / "last.ckpt"
+    cause = while_handling(
+        RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 485056 vs 484948"),
+        OSError(errno.EFBIG, "File too large"),
+    )
+    with pytest.raises(OSError) as error, disk_errors(path, "resume with ckpt_path=last"):
+        raise cause
+    assert error.value.errno == errno.EFBIG
+    assert str(error.value).startswith(f"[Errno 27] {path} is larger than its file system or a ")
+    assert "(ulimit -f, a scheduler's)" in str(error.value)
+    assert str(error.value).endswith("then resume with ckpt_path=last")
+    assert full_disk_message(error.value) is not None  # a command prints it alone
