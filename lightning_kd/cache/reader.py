@@ -153,6 +153,8 @@ class TeacherCache:
             Shard(s["name"], s["split"], s["start"], s["blocks"]) for s in index["shards"]
         ]
         self.shard_blocks = self.layout["shard_blocks"]
+        self.verified: dict[Path, tuple[int, int, int]] = {}
+        """Each shard file's identity (inode, size, mtime) when :meth:`open` checked it."""
 
     @classmethod
     def open(cls, directory: str | Path, expect: CacheKey | None = None) -> TeacherCache:
@@ -173,7 +175,8 @@ class TeacherCache:
                     + f"\nUse the cache written for these settings, or {REBUILD}"
                 )
         for entry in index["shards"]:
-            verify_shard(directory, entry)
+            path = verify_shard(directory, entry)
+            cache.verified[path] = identity(path)
         return cache
 
     # Reading records is I/O, not compute: a bf16-mixed run on the CPU calls this under CPU
@@ -208,7 +211,16 @@ class TeacherCache:
 
     @lru_cache(maxsize=8)  # noqa: B019 (the cache lives as long as the TeacherCache)
     def _shard(self, split: str, number: int) -> dict[str, Tensor]:
-        return load_file(self.directory / Shard(f"{split}-{number:05d}", split, 0, 0).file)
+        # Read again whenever the LRU let it go: a cache rewritten meanwhile (overwrite=true)
+        # gave records of other settings, unchecked, or a FileNotFoundError mid-write.
+        path = self.directory / Shard(f"{split}-{number:05d}", split, 0, 0).file
+        if path in self.verified and identity(path) != self.verified[path]:
+            raise CacheError(
+                f"teacher cache shard {path} was rewritten or removed while this run read the "
+                "cache: its records now are not the ones checked against this run. Leave a "
+                "cache in use as it is (write another into a directory of its own), then resume"
+            )
+        return load_file(path)
 
 
 TRAINING_OUTPUTS = ("checkpoints", "logs", "student", "summary.json")
@@ -254,8 +266,19 @@ def read_index(directory: Path) -> dict[str, Any]:
     return index
 
 
-def verify_shard(directory: Path, entry: dict[str, Any]) -> None:
-    """Raise :class:`CacheError` unless the shard is present with its recorded size and sha256."""
+def identity(path: Path) -> tuple[int, int, int]:
+    """``(inode, size, mtime)`` of ``path``: another file (an ``os.replace``), or the same one
+    written again, differs; a missing one is ``(-1, -1, -1)``."""
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return (-1, -1, -1)
+    return (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+
+def verify_shard(directory: Path, entry: dict[str, Any]) -> Path:
+    """The shard's path; :class:`CacheError` unless it is present with its recorded size and
+    sha256."""
     path = directory / Shard(entry["name"], entry["split"], entry["start"], entry["blocks"]).file
     fix = (
         f"run the writer again on {directory} (it rewrites every shard that fails its checksum "
@@ -274,3 +297,4 @@ def verify_shard(directory: Path, entry: dict[str, Any]) -> None:
             f"teacher cache shard {path} fails its checksum (sha256 differs from the index's): "
             f"its bytes are corrupt; {fix}"
         )
+    return path

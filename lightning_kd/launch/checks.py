@@ -27,7 +27,7 @@ from lightning_kd.launch.device_checks import (
 from lightning_kd.launch.keys import unknown_setting_errors
 from lightning_kd.launch.logger_checks import logger_errors
 from lightning_kd.launch.package_checks import package_errors
-from lightning_kd.launch.paths import cache_root_errors, run_dir_errors
+from lightning_kd.launch.paths import cache_root_errors, run_dir_errors, run_subdirectory_errors
 from lightning_kd.launch.precision_checks import precision_errors, zero3_dtype_errors
 from lightning_kd.launch.rules import ABSENT, CountOrFraction, Number, lookup, value_errors
 from lightning_kd.launch.teacher_list import teachers_errors
@@ -141,7 +141,9 @@ def _output_dir_errors(cfg: Mapping) -> list[str]:
         run_dir = lookup(cfg, "output_dir")
     except OmegaConfBaseException:  # ${hydra:...} outside a launch: no directory to judge yet
         return []
-    return run_dir_errors(run_dir) if isinstance(run_dir, str) else []
+    if not isinstance(run_dir, str):
+        return []
+    return run_dir_errors(run_dir) or run_subdirectory_errors(run_dir)
 
 
 FLAGS = ("validate_before", "export_student", "overwrite", "resume_reset_optimizer")

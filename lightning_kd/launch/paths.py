@@ -28,6 +28,30 @@ def run_dir_errors(run_dir: str | Path, key: str = "hydra.run.dir") -> list[str]
     return out_dir_errors(key, path, sep="=")
 
 
+RUN_SUBDIRECTORIES = ("checkpoints", "logs", "student")
+"""The directories a training run writes into its run directory."""
+
+
+def run_subdirectory_errors(run_dir: str | Path, key: str = "hydra.run.dir") -> list[str]:
+    """Why a directory a run writes into, already in ``run_dir`` (a run resumed, or run again),
+    cannot take its files: a file by its name, or one not writable (another owner, a read-only
+    mount). Found at the first checkpoint, the steps since the last one were lost."""
+    errors = []
+    for name in RUN_SUBDIRECTORIES:
+        path = Path(run_dir) / name
+        if path.exists() and not path.is_dir():
+            errors.append(
+                f"{key}={run_dir}: {path} is a file where the run writes its {name}/ directory; "
+                "move it away"
+            )
+        elif path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
+            errors.append(
+                f"{key}={run_dir}: {path} is not writable (read-only, or no permission), and the "
+                f"run writes its {name} there; make it writable, or give another {key}"
+            )
+    return errors
+
+
 def out_dir_errors(option: str, out: Path, sep: str = " ") -> list[str]:
     """Why ``out`` cannot be the output directory ``option`` names (a file, or under one)."""
     blocking = _blocking_file(Path(out))

@@ -13,7 +13,7 @@ from lightning_kd.launch.config import config_options
 from lightning_kd.launch.nodes import launcher
 from lightning_kd.training.checkpoints import LAST_NAME
 from lightning_kd.training.finite import NonFiniteError
-from lightning_kd.training.rundir import restart_command, restart_extra, resume_command
+from lightning_kd.training.rerun import restart_command, restart_extra, resume_command
 from lightning_kd.utils.stopping import Interrupted
 
 

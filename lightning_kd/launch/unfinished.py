@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 
 from lightning_kd.launch.config import config_options
 from lightning_kd.training.checkpoints import LAST_NAME
-from lightning_kd.training.rundir import restart_command, resume_command
+from lightning_kd.training.rerun import restart_command, resume_command
 
 TRAIN = ("lightning-kd", "train")
 STUDENT = "student"

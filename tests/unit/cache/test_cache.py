@@ -73,6 +73,30 @@ def test_records_are_the_teachers_top_k_and_tail(written, teacher) -> None:
     assert stats["bytes_per_entry"] <= 6  # 2 (uint16 id) + 2 (fp16) + 4/k (fp32 tail) + headers
 
 
+def test_a_shard_rewritten_while_a_run_reads_the_cache_stops_it(written, teacher, tmp_path):
+    """A cache replaced under a run (``cache ... overwrite=true`` into its directory): the run
+    read the new records, written for other settings, unchecked, once the LRU had let the old
+    ones go (probe 23: exit 0, trained at another temperature), or died on a missing shard."""
+    directory = tmp_path / "cache"
+    shutil.copytree(written[0], directory)
+    datamodule = written[1]
+    cache = TeacherCache.open(directory, expect=expected(teacher, datamodule))
+    first = cache.records("train", [0])
+    cache._shard.cache_clear()  # as the LRU lets it go once more shards were read
+    assert torch.equal(cache.records("train", [0]).ids, first.ids)  # unchanged: read again
+    cache._shard.cache_clear()
+    shard = directory / "shards" / "train-00000.safetensors"
+    replacement = shard.with_suffix(".new")
+    shutil.copyfile(shard, replacement)
+    os.replace(replacement, shard)  # the same bytes, another file: as a writer replaces it
+    with pytest.raises(CacheError, match=rf"{shard} was rewritten or removed while this run"):
+        cache.records("train", [0])
+    cache._shard.cache_clear()
+    shard.unlink()
+    with pytest.raises(CacheError, match="Leave a cache in use as it is"):
+        cache.records("train", [0])
+
+
 def test_unpacked_documents_are_stored_padded(teacher, tmp_path: Path) -> None:
     """data.pack=false: one document per block, shorter than block_size; the positions past a
     block's last scored one hold zeros."""

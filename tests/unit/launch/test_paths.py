@@ -109,3 +109,27 @@ def test_a_cache_directory_that_cannot_be_written_is_refused_with_the_variable(
     ]
     monkeypatch.setenv("LIGHTNING_KD_CACHE", str(tmp_path / "fine"))
     assert cache_root_errors() == []
+
+
+def test_a_run_directory_whose_checkpoints_cannot_be_written_is_refused(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Found at the first checkpoint, after the steps since the last one (a raw double
+    traceback); a file named ``logs`` was a ``FileExistsError`` once the models had loaded,
+    one named ``checkpoints`` "has no checkpoint yet" (probe 23)."""
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "logs").write_text("hi\n")
+    real = paths.os.access
+    locked = run / "checkpoints"
+    monkeypatch.setattr(paths.os, "access", lambda p, mode: Path(p) != locked and real(p, mode))
+    errors = config_errors({"output_dir": str(run)})
+    assert errors == [
+        f"hydra.run.dir={run}: {locked} is not writable (read-only, or no permission), and the "
+        "run writes its checkpoints there; make it writable, or give another hydra.run.dir",
+        f"hydra.run.dir={run}: {run / 'logs'} is a file where the run writes its logs/ "
+        "directory; move it away",
+    ]
+    monkeypatch.setattr(paths.os, "access", real)
+    (run / "logs").unlink()
+    assert config_errors({"output_dir": str(run)}) == []

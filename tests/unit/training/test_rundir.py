@@ -17,7 +17,6 @@ from lightning_kd.training.rundir import (
     RunDirError,
     claim_run_dir,
     is_own_checkpoint,
-    resume_command,
 )
 
 
@@ -155,40 +154,6 @@ def test_the_csv_logger_appends_and_drops_rows_a_resume_logs_again(tmp_path: Pat
         ("4", "40.0"),
     ]
     assert rows[-1]["val/ppl"] == "9.0"
-
-
-def test_the_resume_command_keeps_the_overrides_and_names_the_directory() -> None:
-    command = resume_command(
-        ["python", "run.py"],
-        ["debug=smoke", "ckpt_path=old.ckpt", "overwrite=true", "data.files=[a b.txt]"],
-        Path("/runs/x"),
-    )
-    assert command == (
-        "python run.py debug=smoke 'data.files=[a b.txt]' hydra.run.dir=/runs/x ckpt_path=last"
-    )
-
-
-def test_the_resume_command_names_local_paths_absolute(tmp_path: Path, monkeypatch) -> None:
-    """It made the run directory absolute but left data.files relative: run from another
-    directory (a new shell, a requeued job), it was refused for a missing file."""
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "data").mkdir()
-    for name in ("a.txt", "b.txt"):
-        (tmp_path / "data" / name).write_text("text")
-    overrides = [
-        "data.files=[data/a.txt,data/*.txt]",
-        "data.val_files=data/b.txt",
-        "teacher.path=smollm2",  # a packaged teacher's name, no local path
-        "distill.teacher_cache=auto",
-        "data.text_field=data",  # not a path setting, though a folder of that name exists
-    ]
-    command = resume_command(["lightning-kd", "train"], overrides, tmp_path / "run")
-    here = tmp_path / "data"
-    assert command == (
-        f"lightning-kd train 'data.files=[{here}/a.txt,{here}/*.txt]' data.val_files={here}/b.txt "
-        f"teacher.path=smollm2 distill.teacher_cache=auto data.text_field=data "
-        f"hydra.run.dir={tmp_path / 'run'} ckpt_path=last"
-    )
 
 
 def test_a_full_disk_keeps_the_earlier_hparams_yaml(tmp_path: Path, monkeypatch) -> None:
