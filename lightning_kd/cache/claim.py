@@ -17,13 +17,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from lightning_kd.cache.format import INDEX_NAME, META_NAME, SHARD_DIR, CacheKey
+from lightning_kd.cache.format import INDEX_NAME, META_NAME, SHARD_DIR, WRITER_LOCK, CacheKey
 from lightning_kd.cache.reader import CacheError, mismatches
 from lightning_kd.cache.shard_files import write_json
 from lightning_kd.utils.locks import writer_lock
-
-WRITER_LOCK = ".writer.lock"
-"""The lock file a writer holds inside the cache directory (holding its pid)."""
 
 
 @contextmanager

@@ -58,6 +58,8 @@ FORMAT_VERSION = 2
 META_NAME = "meta.json"
 INDEX_NAME = "index.json"
 SHARD_DIR = "shards"
+WRITER_LOCK = ".writer.lock"
+"""The lock file a writer holds inside the cache directory (holding its pid)."""
 SPLITS = ("train", "val")
 LOG_PROB_DTYPE = torch.float16
 """fp16 keeps 11 significant bits down to ±65504: log-probs in [−20, 0] to within 0.008

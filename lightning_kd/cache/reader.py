@@ -19,10 +19,12 @@ from lightning_kd.cache.format import (
     FORMAT_VERSION,
     INDEX_NAME,
     SPLITS,
+    WRITER_LOCK,
     CacheKey,
     Shard,
 )
-from lightning_kd.cache.shard_files import sha256_file
+from lightning_kd.cache.shard_files import identity, sha256_file
+from lightning_kd.utils.locks import lock_holder
 from lightning_kd.utils.refusal import Refused
 
 REBUILD = (
@@ -243,14 +245,15 @@ def read_index(directory: Path) -> dict[str, Any]:
             "hydra.run.dir=DIR`) and pass distill.teacher_cache=DIR"
         )
     if not path.is_file():
-        partial = (directory / "meta.json").is_file()
+        if holder := lock_holder(directory / WRITER_LOCK):
+            raise CacheError(
+                f"{directory} holds no complete teacher cache yet: it is being written (pid "
+                f"{holder}); start this run once that writer has finished"
+            )
+        partial = ": its writer stopped before finishing; run it again to complete it"
         raise CacheError(
             f"{directory} holds no complete teacher cache (no {INDEX_NAME})"
-            + (
-                ": its writer stopped before finishing; run it again to complete it"
-                if partial
-                else ""
-            )
+            + (partial if (directory / "meta.json").is_file() else "")
             + f"; write one with `lightning-kd cache hydra.run.dir={directory} <this run's "
             "teacher=, data=, distill.temperature and cache.k overrides>`"
         )
@@ -266,19 +269,13 @@ def read_index(directory: Path) -> dict[str, Any]:
     return index
 
 
-def identity(path: Path) -> tuple[int, int, int]:
-    """``(inode, size, mtime)`` of ``path``: another file (an ``os.replace``), or the same one
-    written again, differs; a missing one is ``(-1, -1, -1)``."""
-    try:
-        stat = path.stat()
-    except FileNotFoundError:
-        return (-1, -1, -1)
-    return (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+_CHECKED: set[tuple[Path, tuple[int, int, int], str]] = set()
+"""Shard files whose sha256 was found right in this process, by identity: read once each."""
 
 
 def verify_shard(directory: Path, entry: dict[str, Any]) -> Path:
     """The shard's path; :class:`CacheError` unless it is present with its recorded size and
-    sha256."""
+    sha256 (read once per version of the file in a process: ``auto`` checks, then opens)."""
     path = directory / Shard(entry["name"], entry["split"], entry["start"], entry["blocks"]).file
     fix = (
         f"run the writer again on {directory} (it rewrites every shard that fails its checksum "
@@ -292,9 +289,11 @@ def verify_shard(directory: Path, entry: dict[str, Any]) -> Path:
             f"teacher cache shard {path} has {size} bytes, the index records {entry['bytes']}: "
             f"it is truncated or was replaced; {fix}"
         )
-    if sha256_file(path) != entry["sha256"]:
+    checked = (path, identity(path), entry["sha256"])
+    if checked not in _CHECKED and sha256_file(path) != entry["sha256"]:
         raise CacheError(
             f"teacher cache shard {path} fails its checksum (sha256 differs from the index's): "
             f"its bytes are corrupt; {fix}"
         )
+    _CHECKED.add(checked)
     return path

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import signal
 import sys
 from collections.abc import Sequence
 from importlib.metadata import version
@@ -61,6 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (Refused, UnreadableModel) as refused:  # the user's input, not a fault: the
         print(f"{PROG} {name}: {refused}", file=sys.stderr)  # message is the whole story
         return REFUSED_EXIT
+    except KeyboardInterrupt:  # Ctrl+C: the shell's convention, not a traceback
+        print(f"\n{PROG} {name}: stopped by Ctrl+C (SIGINT)", file=sys.stderr)
+        return 128 + signal.SIGINT
     except OSError as error:  # a full disk, said whole by its message (utils/disk.py)
         if (message := full_disk_message(error)) is None:
             raise

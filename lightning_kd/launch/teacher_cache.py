@@ -39,7 +39,7 @@ from lightning_kd.cache.format import (
     cache_key,
 )
 from lightning_kd.cache.narrow import without_features
-from lightning_kd.cache.reader import mismatches, read_index
+from lightning_kd.cache.reader import CacheError, mismatches, read_index, verify_shard
 from lightning_kd.cache.writer import write_cache
 from lightning_kd.launch.cache import cached_teacher, cross_path, fabric_for, report
 from lightning_kd.launch.online_reasons import AUTO, why_online
@@ -190,10 +190,20 @@ def lock_of(directory: Path) -> Path:
 
 
 def holds(directory: Path, key: CacheKey) -> bool:
-    """Whether ``directory`` holds a whole cache a run of ``key`` can read."""
+    """Whether ``directory`` holds a whole cache a run of ``key`` can read: its key, and every
+    shard as the index records it. A damaged shard was "found whole", then refused with advice
+    to run a writer that ``auto`` users never ran; the writer now rewrites it, keeping the rest."""
     if not (directory / INDEX_NAME).is_file():
         return False
-    return not mismatches(CacheKey(**read_index(directory)["key"]), key)
+    index = read_index(directory)
+    if mismatches(CacheKey(**index["key"]), key):
+        return False
+    try:
+        for entry in index["shards"]:
+            verify_shard(directory, entry)
+    except CacheError:
+        return False
+    return True
 
 
 def stale(directory: Path, key: CacheKey) -> bool:

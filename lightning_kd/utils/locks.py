@@ -71,3 +71,19 @@ def writer_lock(path: Path, what: str, fix: str) -> Iterator[None]:
         yield
     finally:
         os.close(_held.pop(path))  # releases the lock
+
+
+def lock_holder(path: Path) -> str | None:
+    """The pid another process holding the lock ``path`` wrote there, or None where nobody
+    else holds it (this process's own locks, or no lock file, are none)."""
+    path = Path(path).absolute()
+    if path in _held or not path.is_file():
+        return None
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return os.read(fd, 64).decode(errors="replace").strip() or "unknown"
+    finally:
+        os.close(fd)  # releases a lock taken just now
+    return None

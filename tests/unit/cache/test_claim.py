@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import re
 import signal
+from pathlib import Path
 
 import pytest
 
-from lightning_kd.cache import TeacherCache
-from lightning_kd.cache.claim import WRITER_LOCK
+from lightning_kd.cache import CacheError, TeacherCache
+from lightning_kd.cache.format import WRITER_LOCK
+from lightning_kd.cache.reader import read_index
 from lightning_kd.cache.writer import write_cache
 from lightning_kd.launch.cache import write
 from lightning_kd.launch.config import compose_config
@@ -49,3 +51,20 @@ def test_a_second_cache_writer_is_refused_until_the_first_ends(
     write_cache(teacher, datamodule.tokenizer, datamodule, SPEC, directory)
     assert free(lock)
     TeacherCache.open(directory)
+
+
+def test_a_cache_being_written_is_named_so_to_a_run_that_would_read_it(tmp_path: Path) -> None:
+    """A run started on a cache still being written was told its writer "stopped before
+    finishing; run it again", and running it again was refused as in use (probe 23)."""
+    directory = tmp_path / "cache"
+    directory.mkdir()
+    (directory / "meta.json").write_text("{}")
+    with held_by_another_process(directory / WRITER_LOCK) as holder:
+        with pytest.raises(CacheError) as error:
+            read_index(directory)
+        assert str(error.value) == (
+            f"{directory} holds no complete teacher cache yet: it is being written (pid "
+            f"{holder.pid}); start this run once that writer has finished"
+        )
+    with pytest.raises(CacheError, match="its writer stopped before finishing; run it again"):
+        read_index(directory)  # the writer gone, what it left is named as before

@@ -103,3 +103,17 @@ def test_the_help_lists_the_groups_of_your_own_config_directory_too(tmp_path) ->
         shown = hydra_help("train", "a run", [*argv, "--help"])
         assert re.search(r"^  experiment: +ce_only, cross_tokenizer, instruct, .*mine", shown, re.M)
         assert re.search(r"^  sweeps: +lr$", shown, re.M)
+
+
+def test_ctrl_c_in_a_plain_command_exits_130_with_one_line(monkeypatch, capsys) -> None:
+    """``evaluate`` (a command without Hydra) printed a KeyboardInterrupt traceback and exited
+    1, where train, cache and generate exit 130 with a line (probe 23)."""
+    import lightning_kd.cli.evaluate as evaluate
+    from lightning_kd.cli import main
+
+    def interrupted(argv) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(evaluate, "main", interrupted)
+    assert main(["evaluate", "run"]) == 130
+    assert capsys.readouterr().err == "\nlightning-kd evaluate: stopped by Ctrl+C (SIGINT)\n"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from lightning_kd.cache.claim import WRITER_LOCK
-from lightning_kd.cache.format import FORMAT_VERSION, INDEX_NAME, META_NAME, CacheKey
+from lightning_kd.cache import TeacherCache
+from lightning_kd.cache.format import FORMAT_VERSION, INDEX_NAME, META_NAME, WRITER_LOCK, CacheKey
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.launch.auto import resolve_teacher_cache
 from lightning_kd.launch.config import compose_config
@@ -140,7 +140,7 @@ def test_a_cache_missing_what_a_run_reads_is_written_anew_and_kept_when_asked(tm
     (directory / "shards").mkdir(parents=True)
     (directory / META_NAME).write_text(json.dumps({"key": less.as_dict()}))
     (directory / INDEX_NAME).write_text(
-        json.dumps({"format": FORMAT_VERSION, "key": less.as_dict()})
+        json.dumps({"format": FORMAT_VERSION, "key": less.as_dict(), "shards": []})
     )
     assert holds(directory, less) and not holds(directory, full) and stale(directory, full)
     written = CacheChoice(str(directory), "auto", caches=True, written_bytes=10)
@@ -175,6 +175,26 @@ def test_auto_takes_the_shared_caches_writer_lock_inside_its_own(tmp_path) -> No
     again, _ = resolve_teacher_cache(cfg)
     assert again.path == first.path and "written to the shared cache" in again.reason
     assert (directory / INDEX_NAME).is_file()
+
+
+def test_a_damaged_shard_of_the_shared_cache_is_rewritten_by_the_next_run(tmp_path) -> None:
+    """It was "found whole", then refused with advice to run a writer on the shared directory,
+    which auto users never ran; the same run failed the same way again (probe 23)."""
+    caches = tmp_path / "caches"
+    smoke = ["debug=smoke", "data.max_train_examples=8", f"cache.dir={caches}"]
+    cfg = compose_config(smoke, output_dir=tmp_path / "run")
+    first, _ = resolve_teacher_cache(cfg)
+    directory = Path(first.path)
+    shard = sorted((directory / "shards").glob("train-*.safetensors"))[0]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    again, _ = resolve_teacher_cache(cfg)
+    assert "written to the shared cache" in again.reason and "found whole" not in again.reason
+    assert 0 < again.written_bytes < first.written_bytes  # that shard alone
+    TeacherCache.open(directory)  # every shard whole again
+    third, _ = resolve_teacher_cache(cfg)
+    assert "found whole in the shared cache" in third.reason
 
 
 def test_a_repair_the_data_cannot_batch_is_refused_before_auto_writes(tmp_path) -> None:
