@@ -191,11 +191,29 @@ def claim_run_dir(run_dir: Path, resuming: bool, overwrite: bool) -> Iterator[No
         os.close(fd)  # releases the lock
 
 
+def set_aside_unreadable(path: Path) -> bool:
+    """Move ``metrics.csv`` aside (beside it, never removed) where it is no CSV this logger
+    wrote (a crash left it zero-filled, or another program wrote it): a resume appended its rows
+    under a header of NUL bytes. Whether it was moved."""
+    if not path.is_file():
+        return False
+    with open(path, "rb") as handle:
+        first = handle.readline(1 << 16)
+    header = first.decode("utf-8", errors="replace").strip().split(",")
+    if not first or (b"\0" not in first and "step" in header):
+        return False
+    aside = path.with_name(f"{path.name}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}")
+    os.replace(path, aside)
+    print(f"{path} is not a metrics file this logger wrote; moved to {aside}, a new one begins")
+    return True
+
+
 class _AppendingWriter(ExperimentWriter):
     """Lightning's CSV writer, minus deleting an existing ``metrics.csv`` at start, and with
     ``hparams.yaml`` replaced whole rather than rewritten in place."""
 
     def _check_log_dir_exists(self) -> None:
+        set_aside_unreadable(Path(self.metrics_file_path))
         if os.path.isfile(self.metrics_file_path):
             with open(self.metrics_file_path, newline="") as handle:
                 self.metrics_keys = sorted(csv.DictReader(handle).fieldnames or [])
@@ -228,7 +246,7 @@ class ResumableCSVLogger(CSVLogger):
         """Remove rows logged at ``step`` or later: a resume from step ``step`` logs them again;
         if ``validated``, that step's validation (which its checkpoint records) is kept."""
         path = Path(self.log_dir) / ExperimentWriter.NAME_METRICS_FILE
-        if not path.is_file():
+        if not path.is_file() or set_aside_unreadable(path):
             return
         with open(path, newline="") as handle:
             reader = csv.DictReader(handle)

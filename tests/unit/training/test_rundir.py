@@ -210,3 +210,21 @@ def test_rank_zero_is_found_under_every_launcher(environ, zero, monkeypatch) -> 
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
     assert rundir.is_rank_zero() is zero
+
+
+def test_a_zero_filled_log_is_set_aside_not_appended_to(tmp_path: Path, capsys) -> None:
+    """A crash can leave metrics.csv full of NUL bytes: a resume appended its rows under a
+    header of 45,480 NULs and one more column on every row (probe 23)."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "metrics.csv").write_bytes(b"\0" * 500)
+    logger = ResumableCSVLogger(tmp_path, name="logs", version="")
+    logger.drop_rows_from(4)
+    logger.log_metrics({"train/loss": 1.0}, step=4)
+    logger.save()
+    with open(logs / "metrics.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert rows == [{"step": "4", "train/loss": "1.0"}]
+    (aside,) = logs.glob("metrics.csv.unreadable-*")
+    assert aside.read_bytes() == b"\0" * 500  # kept, never removed
+    assert f"moved to {aside}, a new one begins" in capsys.readouterr().out
