@@ -58,11 +58,10 @@ def prompt_ids(tokenizer: PreTrainedTokenizerBase, prompts: list[list[dict]]) ->
     (what a model is asked to continue)."""
     ids = []
     for number, messages in enumerate(prompts):
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        check_calls_rendered(
-            tokenizer, messages, text, f"prompt {number}", add_generation_prompt=True
-        )
-        tokens, _ = chat_ids(tokenizer, text, messages, f"prompt {number}", generation_prompt=True)
+        where = f"prompt {number}"
+        text = render(tokenizer, messages, where, add_generation_prompt=True)  # errors named
+        check_calls_rendered(tokenizer, messages, text, where, add_generation_prompt=True)
+        tokens, _ = chat_ids(tokenizer, text, messages, where, generation_prompt=True)
         ids.append(torch.tensor(tokens))
     return ids
 

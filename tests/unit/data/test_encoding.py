@@ -271,3 +271,16 @@ def test_the_cuts_inside_tokens_are_those_a_scan_finds() -> None:
         cuts = sorted(rng.sample(range(at + 2), min(at + 2, 6)))
         scanned = [cut for cut in cuts if any(lo < cut < hi for lo, hi in offsets)]
         assert cuts_inside_tokens(offsets, cuts) == scanned
+
+
+def test_a_prompt_the_template_cannot_render_is_named() -> None:
+    """Prompts for generation went to apply_chat_template itself: its exception came out
+    unnamed, without the prompt's number or the fix."""
+    template = (
+        "{% for m in messages %}{% if m['role'] == 'tool' %}"
+        "{{ raise_exception('no tool role') }}{% endif %}{{ m['content'] }}{% endfor %}"
+    )
+    tokenizer = chatml_tokenizer(template)
+    prompts = [[{"role": "user", "content": "hi"}], [{"role": "tool", "content": "sunny"}]]
+    with pytest.raises(DataError, match=r"^prompt 1: the chat template cannot render roles"):
+        prompt_ids(tokenizer, prompts)
