@@ -60,6 +60,9 @@ INDEX_NAME = "index.json"
 SHARD_DIR = "shards"
 WRITER_LOCK = ".writer.lock"
 """The lock file a writer holds inside the cache directory (holding its pid)."""
+READERS_LOCK = ".readers.lock"
+"""The lock file every run reading the cache holds shared, while a run about to replace the
+directory (``drop_repair_states``) finds it."""
 SPLITS = ("train", "val")
 LOG_PROB_DTYPE = torch.float16
 """fp16 keeps 11 significant bits down to ±65504: log-probs in [−20, 0] to within 0.008

@@ -18,13 +18,14 @@ from lightning_kd.cache.format import (
     FEATURE_PREFIX,
     FORMAT_VERSION,
     INDEX_NAME,
+    READERS_LOCK,
     SPLITS,
     WRITER_LOCK,
     CacheKey,
     Shard,
 )
 from lightning_kd.cache.shard_files import identity, sha256_file
-from lightning_kd.utils.locks import lock_holder
+from lightning_kd.utils.locks import hold_shared, lock_holder
 from lightning_kd.utils.refusal import Refused
 
 REBUILD = (
@@ -155,8 +156,7 @@ class TeacherCache:
             Shard(s["name"], s["split"], s["start"], s["blocks"]) for s in index["shards"]
         ]
         self.shard_blocks = self.layout["shard_blocks"]
-        self.verified: dict[Path, tuple[int, int, int]] = {}
-        """Each shard file's identity (inode, size, mtime) when :meth:`open` checked it."""
+        self.verified: dict[Path, tuple[int, int, int]] = {}  # each shard's when open checked it
 
     @classmethod
     def open(cls, directory: str | Path, expect: CacheKey | None = None) -> TeacherCache:
@@ -176,6 +176,7 @@ class TeacherCache:
                     + "\n  ".join(found)
                     + f"\nUse the cache written for these settings, or {REBUILD}"
                 )
+        hold_shared(directory / READERS_LOCK)  # drop_repair_states leaves it as it is, then
         for entry in index["shards"]:
             path = verify_shard(directory, entry)
             cache.verified[path] = identity(path)

@@ -33,6 +33,7 @@ from omegaconf import DictConfig
 from lightning_kd.cache.format import (
     INDEX_NAME,
     META_NAME,
+    READERS_LOCK,
     SHARD_DIR,
     CacheKey,
     CacheSpec,
@@ -44,6 +45,7 @@ from lightning_kd.cache.writer import write_cache
 from lightning_kd.launch.cache import cached_teacher, cross_path, fabric_for, report
 from lightning_kd.launch.online_reasons import AUTO, why_online
 from lightning_kd.models.sources import cache_root
+from lightning_kd.utils.locks import in_use_elsewhere
 
 SHARED_DIRECTORY = "teacher_caches"
 """The shared cache directory's name under ``cache_root()`` (when ``cache.dir`` is null)."""
@@ -182,6 +184,7 @@ def prepare(
 
 
 FOUND = "found whole in the shared cache"
+IN_USE = "the repair's own hidden states kept: another run reads the cache"
 
 
 def lock_of(directory: Path) -> Path:
@@ -223,6 +226,8 @@ def drop_repair_states(choice: CacheChoice, training: set[str], keep: bool) -> C
         features = CacheKey(**read_index(directory)["key"]).features
         if set(features) <= training:
             return choice
+        if in_use_elsewhere(directory / READERS_LOCK):  # another run of the key reads them
+            return replace(choice, reason=f"{choice.reason}; {IN_USE}")
         smaller = directory.with_name(f"{directory.name}.without-repair-states")
         shutil.rmtree(smaller, ignore_errors=True)
         without_features(directory, smaller, tuple(training))

@@ -87,3 +87,41 @@ def lock_holder(path: Path) -> str | None:
     finally:
         os.close(fd)  # releases a lock taken just now
     return None
+
+
+_reading: dict[Path, int] = {}
+"""Shared locks this process holds on what it reads, by lock file (one each)."""
+
+
+def hold_shared(path: Path) -> None:
+    """Hold a shared ``flock`` on ``path`` (created if need be) until this process ends or
+    :func:`in_use_elsewhere` asks about it: readers of one thing together, which a process
+    about to replace that thing finds. Nothing held where the lock file cannot be written (a
+    read-only directory): a reader is never refused for it."""
+    path = Path(path).absolute()
+    if path in _reading:
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
+    except OSError:
+        return
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    _reading[path] = fd
+
+
+def in_use_elsewhere(path: Path) -> bool:
+    """Whether another process holds ``path`` shared (:func:`hold_shared`); this process's own
+    hold is let go first: it asks because it is done reading."""
+    path = Path(path).absolute()
+    if path in _reading:
+        os.close(_reading.pop(path))
+    if not path.is_file():
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False

@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from lightning_kd.cache import TeacherCache
-from lightning_kd.cache.format import FORMAT_VERSION, INDEX_NAME, META_NAME, WRITER_LOCK, CacheKey
+from lightning_kd.cache.format import (
+    FORMAT_VERSION,
+    INDEX_NAME,
+    META_NAME,
+    READERS_LOCK,
+    WRITER_LOCK,
+    CacheKey,
+)
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.launch.auto import resolve_teacher_cache
 from lightning_kd.launch.config import compose_config
@@ -23,7 +30,7 @@ from lightning_kd.launch.teacher_cache import (
 )
 from lightning_kd.utils.locks import WriterLocked
 from tests.integration.test_cli import command_here
-from tests.unit.utils.test_locks import held_by_another_process
+from tests.unit.utils.test_locks import held_by_another_process, read_by_another_process
 
 
 def test_the_default_run_caches_its_teacher(tmp_path: Path) -> None:
@@ -147,6 +154,20 @@ def test_a_cache_missing_what_a_run_reads_is_written_anew_and_kept_when_asked(tm
     assert drop_repair_states(written, {"a"}, keep=True) is written
     found = CacheChoice(str(directory), "auto", caches=True, written_bytes=0)
     assert drop_repair_states(found, set(), keep=False) is found  # another run's cache
+
+
+def test_the_repair_states_stay_while_another_run_reads_the_cache(tmp_path) -> None:
+    """Two auto runs of one key: the first to end dropped the repair's states from under the
+    second, which died with a KeyError in its repair (probe 23)."""
+    directory, full = tmp_path / "c", keys(("a", "b"))
+    (directory / "shards").mkdir(parents=True)
+    index = {"format": FORMAT_VERSION, "key": full.as_dict(), "shards": []}
+    (directory / INDEX_NAME).write_text(json.dumps(index))
+    written = CacheChoice(str(directory), "auto", caches=True, written_bytes=10)
+    with read_by_another_process(directory / READERS_LOCK):
+        kept = drop_repair_states(written, {"a"}, keep=False)
+    assert kept.reason.endswith("the repair's own hidden states kept: another run reads the cache")
+    assert json.loads((directory / INDEX_NAME).read_text())["key"]["features"] == ["a", "b"]
 
 
 def keys(features: tuple[str, ...]) -> CacheKey:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_kd.utils.locks import WriterLocked, writer_lock
+from lightning_kd.utils.locks import WriterLocked, hold_shared, in_use_elsewhere, writer_lock
 from tests.conftest import ROOT
 
 HOLD = """
@@ -73,3 +73,36 @@ def test_the_lock_is_reentrant_in_one_process_and_released_by_the_outermost(tmp_
             assert not free(lock)
         assert not free(lock)
     assert free(lock)
+
+
+READ = """
+import sys, time
+from pathlib import Path
+from lightning_kd.utils.locks import hold_shared
+hold_shared(Path(sys.argv[1]))
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+@contextmanager
+def read_by_another_process(path: Path) -> Iterator[subprocess.Popen]:
+    """A process holding ``path`` shared, as a run reading a cache does, until the block ends."""
+    reader = subprocess.Popen(
+        [sys.executable, "-c", READ, str(path)], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert reader.stdout.readline() == "held\n"
+        yield reader
+    finally:
+        reader.kill()
+        reader.wait()
+
+
+def test_a_reader_elsewhere_is_found_and_this_process_own_hold_is_not(tmp_path: Path) -> None:
+    path = tmp_path / ".readers.lock"
+    hold_shared(path)
+    assert not in_use_elsewhere(path)  # its own hold let go: it asks because it is done
+    with read_by_another_process(path):
+        assert in_use_elsewhere(path)
+    assert not in_use_elsewhere(path)  # the reader gone (its lock with it)
