@@ -61,7 +61,17 @@ def prepare(
 def check_earlier(directory: Path, meta: dict[str, Any], overwrite: bool) -> None:
     """Refuse to add shards to a directory that holds a cache written for other settings."""
     path = directory / META_NAME
-    if overwrite or not path.is_file():
+    if overwrite:
+        return
+    if not path.is_file():
+        # Shard receipts name no settings: without the record of the cache's, the writer kept
+        # shards of other settings (a T=1 cache relabelled T=2, every shard kept).
+        if any((directory / SHARD_DIR).glob("*.safetensors")):
+            raise CacheError(
+                f"{directory} holds cache shards but no {META_NAME}, the record of the settings "
+                "they were written for: they cannot be completed or reused. Pass overwrite=true "
+                "to replace them, or write this cache into another hydra.run.dir"
+            )
         return
     earlier = json.loads(path.read_text())
     if earlier == meta:

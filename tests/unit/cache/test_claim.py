@@ -68,3 +68,27 @@ def test_a_cache_being_written_is_named_so_to_a_run_that_would_read_it(tmp_path:
         )
     with pytest.raises(CacheError, match="its writer stopped before finishing; run it again"):
         read_index(directory)  # the writer gone, what it left is named as before
+
+
+def test_shards_without_the_record_of_their_settings_are_not_completed(
+    tiny_teacher, corpus, tmp_path
+) -> None:
+    """A cache that lost its meta.json, written again at T = 2: every T = 1 shard was kept
+    (receipts name no settings) under an index saying T = 2, and a T = 2 run trained on them
+    (probe 23)."""
+    from dataclasses import replace
+
+    teacher = load_teacher(tiny_teacher)
+    datamodule = make_datamodule([corpus])
+    datamodule.setup()
+    directory = tmp_path / "cache"
+    write_cache(teacher, datamodule.tokenizer, datamodule, SPEC, directory)
+    (directory / "meta.json").unlink()
+    hotter = replace(SPEC, temperature=2.0)
+    with pytest.raises(CacheError, match=r"holds cache shards but no meta.json, the record of"):
+        write_cache(teacher, datamodule.tokenizer, datamodule, hotter, directory)
+    stats = write_cache(
+        teacher, datamodule.tokenizer, datamodule, hotter, directory, overwrite=True
+    )
+    assert stats.shards_kept == 0
+    assert TeacherCache.open(directory).key.temperature == 2.0
