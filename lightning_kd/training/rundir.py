@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import csv
 import os
-import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,13 +36,14 @@ from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning_kd.export.files import GGUF_KINDS, gguf_path
 from lightning_kd.training.checkpoints import LAST_NAME, RESUME
 from lightning_kd.training.samples import SAMPLES_NAME
+from lightning_kd.training.set_aside import ASIDE, set_aside, settle
 from lightning_kd.utils.atomic import replaced_whole
 from lightning_kd.utils.disk import disk_errors
 from lightning_kd.utils.locks import LockHeld, take_lock
 from lightning_kd.utils.refusal import Refused
 
 LOCK_NAME = ".lock"
-HYDRA_OWN = (".hydra",)
+HYDRA_OWN = (".hydra", ASIDE)
 """Entries Hydra writes into a run directory before the task runs (plus ``*.log`` files)."""
 OUTPUTS = (
     "checkpoints",
@@ -176,17 +176,22 @@ def claim_run_dir(run_dir: Path, resuming: bool, overwrite: bool) -> Iterator[No
             f"{run_dir}; give one of the two"
         )
     fd = _lock(run_dir)
+    checkpoint = run_dir / "checkpoints" / LAST_NAME
     try:
+        settle(run_dir, checkpoint, succeeded=False)  # what a killed overwriting run left
         found = previous_outputs(run_dir)
         if found and overwrite:
             # The teacher cache is kept: keyed and checked when opened, it is what a run
             # interrupted before its first checkpoint had already paid for.
-            for name in (name for name in found if name in OUTPUTS and name != REUSABLE):
-                path = run_dir / name
-                shutil.rmtree(path) if path.is_dir() else path.unlink()
+            set_aside(run_dir, [name for name in found if name in OUTPUTS and name != REUSABLE])
         elif blocking_outputs(run_dir) and not resuming:
             raise RunDirError(outputs_error(run_dir, found))
-        yield
+        try:
+            yield
+        except BaseException:
+            settle(run_dir, checkpoint, succeeded=False)
+            raise
+        settle(run_dir, checkpoint, succeeded=True)
     finally:
         os.close(fd)  # releases the lock
 

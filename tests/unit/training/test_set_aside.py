@@ -1,0 +1,74 @@
+"""overwrite=true undone where the new run never wrote a checkpoint of its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lightning_kd.training.rundir import claim_run_dir
+from lightning_kd.training.set_aside import ASIDE, set_aside
+from lightning_kd.utils.refusal import Refused
+
+
+def finished_run(run_dir: Path) -> None:
+    for name in ("checkpoints", "student", "logs"):
+        (run_dir / name).mkdir(parents=True)
+    (run_dir / "checkpoints" / "last.ckpt").write_text("old checkpoint")
+    (run_dir / "student" / "model.safetensors").write_text("old student")
+    (run_dir / "logs" / "metrics.csv").write_text("step\n0\n")
+    (run_dir / "summary.json").write_text("{}")
+
+
+def contents(run_dir: Path) -> dict[str, str]:
+    return {
+        str(path.relative_to(run_dir)): path.read_text()
+        for path in sorted(run_dir.rglob("*"))
+        if path.is_file() and not path.name.startswith(".")
+    }
+
+
+def test_a_refused_overwrite_leaves_the_earlier_run_as_it_was(tmp_path: Path, capsys) -> None:
+    """A LoRA target the student lacks, refused once the models were built, had removed the
+    finished run's student, checkpoint and summary (probe 23)."""
+    run_dir = tmp_path / "run"
+    finished_run(run_dir)
+    before = contents(run_dir)
+    with pytest.raises(Refused), claim_run_dir(run_dir, resuming=False, overwrite=True):
+        assert not (run_dir / "student").exists()  # out of the way of the new run
+        (run_dir / "logs").mkdir()
+        (run_dir / "logs" / "metrics.csv").write_text("step\n")  # the new run's, partial
+        raise Refused("student.lora.target_modules: 'q_prj' matches no module")
+    assert contents(run_dir) == before and not (run_dir / ASIDE).exists()
+    assert "overwrite=true undone" in capsys.readouterr().out
+
+
+def test_an_overwrite_that_wrote_a_checkpoint_or_ended_well_removes_the_earlier_run(
+    tmp_path: Path,
+) -> None:
+    for fails in (True, False):
+        run_dir = tmp_path / str(fails)
+        finished_run(run_dir)
+        try:
+            with claim_run_dir(run_dir, resuming=False, overwrite=True):
+                (run_dir / "checkpoints").mkdir()
+                (run_dir / "checkpoints" / "last.ckpt").write_text("new checkpoint")
+                if fails:  # stopped after its first checkpoint: resumable, the old run gone
+                    raise RuntimeError("out of memory at step 60")
+        except RuntimeError:
+            assert fails
+        assert contents(run_dir) == {"checkpoints/last.ckpt": "new checkpoint"}
+        assert not (run_dir / ASIDE).exists()
+
+
+def test_a_killed_overwriting_run_is_settled_by_the_next_launch(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    finished_run(run_dir)
+    before = contents(run_dir)
+    set_aside(run_dir, ["checkpoints", "student", "logs", "summary.json"])  # then kill -9
+    (run_dir / "logs").mkdir()
+    (run_dir / "logs" / "metrics.csv").write_text("step\n")
+    refused = pytest.raises(Refused, match="already holds")  # put back, then refused as before
+    with refused, claim_run_dir(run_dir, resuming=False, overwrite=False):
+        pass
+    assert contents(run_dir) == before
