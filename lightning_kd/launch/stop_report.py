@@ -16,6 +16,10 @@ from lightning_kd.training.finite import NonFiniteError
 from lightning_kd.training.rerun import restart_command, restart_extra, resume_command
 from lightning_kd.utils.stopping import Interrupted
 
+APPLIED_ONCE = ("resume_reset_optimizer=", "resume_mismatch=")
+"""Settings of a resume that its own checkpoints then hold: kept in a later resume command, the
+optimizer was reset again at the stop's step (the student differed from an uninterrupted run)."""
+
 
 def stop_report(
     error: BaseException,
@@ -44,6 +48,8 @@ def stop_report(
     diverged = isinstance(error, NonFiniteError) and error.lower_rate
     diverged = diverged and isinstance(lr, int | float) and lr > 0
     last = Path(getattr(callback, "path", output_dir / "checkpoints" / LAST_NAME))
+    if getattr(callback, "wrote_own", False):  # applied already: a second reset is another run
+        overrides = [o for o in overrides if not o.startswith(APPLIED_ONCE)]
     if last.is_file():
         saved = getattr(callback, "saved_step", None)
         at = f" (optimizer step {saved})" if saved is not None else ""

@@ -51,7 +51,7 @@ from lightning_kd.training.samples import samples_markdown
 from lightning_kd.training.summary import RunSummary, disk_use, early_stop_reason
 from lightning_kd.utils.atomic import atomic_write_bytes
 from lightning_kd.utils.disk import disk_errors
-from lightning_kd.utils.stopping import STOP, Interrupted
+from lightning_kd.utils.stopping import STOP, Interrupted, as_interrupted
 
 COMMAND = ("lightning-kd", "train")
 """How a run from Python is named in its resume hint (the command line passes its own)."""
@@ -102,8 +102,8 @@ def train(
         after = validate_after(trainer, module, datamodule)
         STOP.check("after the final validation", detail=FINISHED_ON_RESUME)
     except BaseException as err:
-        report_stop(err, trainer, cfg, command)
-        raise
+        report_stop(stop := as_interrupted(err), trainer, cfg, command)
+        raise stop  # noqa: B904 (as_interrupted chained it)
     if cfg.export_student:
         export_student(module, output_dir / "student")
         export_gguf(cfg, output_dir / "student", FINISH_AGAIN)

@@ -61,6 +61,8 @@ class LastCheckpoint(Checkpoint):
         self._installed = False  # whether this callback installed the stop handlers
         self.started = False
         """Whether training started in this process (a failure before it has nothing to add)."""
+        self.start_step = 0
+        """The optimizer step training started from (a resume's checkpoint's)."""
         self._step_seen = 0
         self._at_boundary = False  # no micro-batch has run since the last optimizer step
         self._stopping = False  # a stop was agreed on: raise before the next batch
@@ -69,9 +71,15 @@ class LastCheckpoint(Checkpoint):
     def path(self) -> Path:
         return self.dirpath / LAST_NAME
 
+    @property
+    def wrote_own(self) -> bool:
+        """Whether this run wrote a checkpoint past the step it started from (a resume's
+        settings, ``resume_reset_optimizer`` among them, are then that checkpoint's own)."""
+        return self.saved_step is not None and self.saved_step > self.start_step
+
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self.started = True
-        self._step_seen = trainer.global_step
+        self._step_seen = self.start_step = trainer.global_step
         self._at_boundary = True
         if trainer.global_step > 0:  # resumed: that step's checkpoint exists already
             self.saved_step = trainer.global_step

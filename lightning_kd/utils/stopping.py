@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -45,6 +47,18 @@ class Interrupted(Exception):
         """The shell's convention for a process ended by a signal: 130 for SIGINT, 143 for
         SIGTERM."""
         return 128 + self.signum
+
+
+def as_interrupted(error: BaseException) -> BaseException:
+    """Lightning's ``SIGTERMException`` as the :class:`Interrupted` it is, ``error`` otherwise.
+    Lightning's own SIGTERM handler holds the signal while ``fit`` sets up (the run's takes over
+    at the first step), and its exception is a ``SystemExit`` of status 0: a preempted job was
+    read as finished by its scheduler, and not requeued."""
+    if not isinstance(error, SIGTERMException):
+        return error
+    stop = Interrupted(signal.SIGTERM, "as training started")
+    stop.__cause__ = error
+    return stop
 
 
 class StopRequest:

@@ -95,3 +95,31 @@ def test_a_second_ctrl_c_is_told_once(tmp_path: Path) -> None:
     report = stop_report(stop, saved_at(tmp_path, 7), tmp_path, ("lightning-kd", "train"))
     assert "stopped at once (a second SIGINT)" in report and "(optimizer step 7)" in report
     assert stop.reported
+
+
+def test_a_resume_that_reset_the_optimizer_is_resumed_without_resetting_it_again(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A run extended with resume_reset_optimizer=true, stopped after a checkpoint of its own:
+    the printed resume kept the flag, which reset the optimizer once more at the stop's step
+    (the student differed from an uninterrupted run's, probe 23). Stopped before one, its
+    resume reads the checkpoint it started from and must reset it still."""
+    overrides = ["debug=smoke", "resume_reset_optimizer=true", "resume_mismatch=warn"]
+    hydra = SimpleNamespace(
+        mode=RunMode.RUN,
+        overrides=SimpleNamespace(task=overrides),
+        runtime=SimpleNamespace(config_sources=[]),
+        job=SimpleNamespace(config_name="config"),
+    )
+    monkeypatch.setattr(HydraConfig, "initialized", staticmethod(lambda: True))
+    monkeypatch.setattr(HydraConfig, "get", staticmethod(lambda: hydra))
+    stop = Interrupted(signal.SIGTERM, "after optimizer step 46")
+    callback = saved_at(tmp_path, 46)
+    callback.wrote_own = True
+    report = stop_report(stop, callback, tmp_path, ("lightning-kd", "train"))
+    assert report.rstrip().endswith(
+        f"lightning-kd train debug=smoke hydra.run.dir={tmp_path} ckpt_path=last"
+    )
+    callback.wrote_own = False  # its last checkpoint is still the one it was resumed from
+    report = stop_report(Interrupted(signal.SIGTERM, "x"), callback, tmp_path, ("lightning-kd",))
+    assert "resume_reset_optimizer=true resume_mismatch=warn" in report

@@ -112,3 +112,19 @@ def test_a_signal_outside_the_blocked_part_is_left_to_the_stop_request() -> None
         time.sleep(0.2)  # the watcher thread reads the signal's byte too
         assert request.signum == signal.SIGTERM, "recorded for the next clean point"
     assert signal.set_wakeup_fd(-1) == -1, "the wakeup fd is put back"
+
+
+def test_lightnings_own_sigterm_exit_is_a_stop_with_its_exit_code() -> None:
+    """A SIGTERM while fit sets up reaches Lightning's handler, whose SIGTERMException is a
+    SystemExit of status 0: a preempted job exited 0, read as finished (probe 23)."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from lightning_kd.utils.stopping import as_interrupted
+
+    lightning = SIGTERMException()
+    stop = as_interrupted(lightning)
+    assert isinstance(stop, Interrupted) and stop.exit_code == 143
+    assert str(stop) == "SIGTERM received: stopped as training started"
+    assert stop.__cause__ is lightning
+    other = ValueError("x")
+    assert as_interrupted(other) is other
