@@ -49,7 +49,7 @@ from lightning_kd.training.rundir import (
 )
 from lightning_kd.training.samples import samples_markdown
 from lightning_kd.training.summary import RunSummary, disk_use, early_stop_reason
-from lightning_kd.utils.atomic import atomic_write_bytes
+from lightning_kd.utils.atomic import atomic_write_bytes, replaced_directory
 from lightning_kd.utils.disk import disk_errors
 from lightning_kd.utils.stopping import STOP, Interrupted, as_interrupted
 
@@ -173,11 +173,13 @@ def export_student(module, directory: Path) -> None:
             f"{directory} is a file, not the directory the student is exported to; move it "
             f"away and {FINISH_AGAIN}"
         )
-    with disk_errors(directory, FINISH_AGAIN):
-        module.export_student(str(directory))
-    # module.export_student writes on rank 0 only (rank_zero_only): only there is it checked.
-    if rank_zero_only.rank == 0 and not (directory / "config.json").is_file():
-        raise RuntimeError(f"exporting the student wrote no config.json into {directory}")
+    if rank_zero_only.rank != 0:  # module.export_student writes on rank 0 alone
+        return
+    # Whole or not at all: a half-written student/ (killed mid-export) was taken for a model.
+    with disk_errors(directory, FINISH_AGAIN), replaced_directory(directory) as temp:
+        module.export_student(str(temp))
+        if not (temp / "config.json").is_file():
+            raise RuntimeError(f"exporting the student wrote no config.json into {directory}")
 
 
 def write_summary(summary: RunSummary, output_dir: Path) -> None:

@@ -97,16 +97,10 @@ def previous_outputs(run_dir: Path) -> list[str]:
         entry.name
         for entry in run_dir.iterdir()
         if entry.name not in HYDRA_OWN
-        and not is_lock(entry.name)
+        and not entry.name.startswith(".")  # a lock, a leftover of an atomic write: no output
         and not entry.name.endswith(".log")
         and not (entry.is_dir() and not any(p.is_file() for p in entry.rglob("*")))
     )
-
-
-def is_lock(name: str) -> bool:
-    """A lock file (the run's ``.lock``, a cache writer's ``.writer.lock``, ...): an empty file
-    the kernel locks, no output; a refused ``cache`` was told its lock needed overwrite=true."""
-    return name.startswith(".") and name.endswith(".lock")
 
 
 def blocking_outputs(run_dir: Path) -> list[str]:

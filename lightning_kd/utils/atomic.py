@@ -69,6 +69,22 @@ def running(pid: int) -> bool:
 
 
 @contextmanager
+def replaced_directory(path: Path) -> Iterator[Path]:
+    """:func:`atomic_directory` where ``path`` may exist already (a student exported again):
+    the new one is renamed in, then the old one removed. A crash leaves the old directory or
+    the new one whole, at worst beside hidden leftovers the next writer removes."""
+    new, old = path.with_name(f".{path.name}.new"), path.with_name(f".{path.name}.old")
+    for leftover in (new, old):
+        shutil.rmtree(leftover, ignore_errors=True)
+    with atomic_directory(new) as temp:
+        yield temp
+    if path.exists():
+        os.rename(path, old)
+    os.rename(new, path)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+@contextmanager
 def atomic_directory(path: Path) -> Iterator[Path]:
     """A temporary directory beside ``path`` for the block to fill, renamed to ``path`` once the
     block ends (its files fsynced first), removed if the block raises: a reader never finds a

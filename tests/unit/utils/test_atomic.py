@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -76,3 +77,22 @@ def test_a_signal_mid_write_leaves_the_previous_file_and_no_leftover(tmp_path) -
     assert [p.name for p in tmp_path.iterdir()] == [target.name]
     assert target.read_bytes() == b"the previous export"
     assert signal.getsignal(signal.SIGTERM) == before  # the handler before is back
+
+
+def test_a_directory_is_replaced_whole_or_left_as_it_was(tmp_path: Path) -> None:
+    """The exported student was written in place: killed mid-export, student/ held a
+    config.json and no weights, which export and evaluate took for a model (probe 23)."""
+    from lightning_kd.utils.atomic import replaced_directory
+
+    target = tmp_path / "student"
+    target.mkdir()
+    (target / "config.json").write_text("old")
+    with pytest.raises(RuntimeError), replaced_directory(target) as temp:
+        (temp / "config.json").write_text("half")
+        raise RuntimeError("killed mid-export")
+    assert (target / "config.json").read_text() == "old"
+    with replaced_directory(target) as temp:
+        (temp / "config.json").write_text("new")
+        (temp / "model.safetensors").write_text("weights")
+    assert sorted(p.name for p in target.iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["student"]  # no leftover
