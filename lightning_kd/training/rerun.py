@@ -70,8 +70,17 @@ def anchored(override: str) -> str:
         return override
     listed = value.startswith("[") and value.endswith("]")
     items = [item.strip() for item in value[1:-1].split(",")] if listed else [value]
-    absolute = [hydra_text(os.path.abspath(item)) if is_local(item) else item for item in items]
+    absolute = [absolute_item(item) for item in items]
     return f"{key}={'[' + ','.join(absolute) + ']' if listed else absolute[0]}"
+
+
+def absolute_item(item: str) -> str:
+    """``item`` (a value as given, maybe in Hydra's quotes) made absolute where it names a
+    relative path that exists here; as given otherwise."""
+    bare = item
+    if len(item) >= 2 and item[0] == item[-1] and item[0] in "'\"":
+        bare = item[1:-1].replace("\\" + item[0], item[0])
+    return hydra_text(os.path.abspath(bare)) if is_local(bare) else item
 
 
 def is_local(item: str) -> bool:

@@ -262,6 +262,9 @@ class ResumableCSVLogger(CSVLogger):
 def kept_row(row: dict[str, str], step: int, validated: bool) -> bool:
     """Whether a resume from ``step`` keeps ``row`` of metrics.csv: one logged before it, or its
     validation, which a validation after the step's optimizer update logs at ``step`` itself."""
-    logged = int(row["step"])
+    try:  # "1.0" where a spreadsheet or pandas saved the file again
+        logged = float(row["step"])
+    except ValueError:  # no number: kept, as a row without a step is
+        return True
     validation = any(value for name, value in row.items() if name.startswith("val/"))
     return logged < step or (logged == step and validated and validation)

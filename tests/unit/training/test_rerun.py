@@ -58,3 +58,17 @@ def test_the_run_directory_is_written_as_hydra_reads_it(path: str) -> None:
     parsed = OverridesParser.create().parse_override(words[-2])
     assert parsed.key_or_group == "hydra.run.dir" and parsed.value() == path
     assert hydra_text("/runs/x") == "/runs/x"  # plain where Hydra reads it so
+
+
+def test_a_relative_path_in_hydras_quotes_is_made_absolute_too(tmp_path: Path, monkeypatch) -> None:
+    """Paths given in Hydra's quotes (needed for spaces or a non-ASCII letter) stayed relative:
+    the printed command was refused from another directory (probe 23)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my data").mkdir()
+    (tmp_path / "my data" / "notes ü.jsonl").write_text("{}")
+    overrides = ['data.files=["my data/notes ü.jsonl"]', "distill.teacher_cache='my data'"]
+    command = resume_command(["lightning-kd", "train"], overrides, tmp_path / "run")
+    files, cache = shlex.split(command)[2:4]
+    parser = OverridesParser.create()
+    assert parser.parse_override(files).value() == [str(tmp_path / "my data" / "notes ü.jsonl")]
+    assert parser.parse_override(cache).value() == str(tmp_path / "my data")

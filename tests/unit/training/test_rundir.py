@@ -228,3 +228,14 @@ def test_a_zero_filled_log_is_set_aside_not_appended_to(tmp_path: Path, capsys) 
     (aside,) = logs.glob("metrics.csv.unreadable-*")
     assert aside.read_bytes() == b"\0" * 500  # kept, never removed
     assert f"moved to {aside}, a new one begins" in capsys.readouterr().out
+
+
+def test_a_log_saved_again_by_a_spreadsheet_is_read_as_it_was_meant(tmp_path: Path) -> None:
+    """A step of "1.0" (pandas, a spreadsheet) stopped the resume with a raw ValueError, blamed
+    on training, the file not named (probe 23)."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "metrics.csv").write_text("step,train/loss\n0.0,1\n1.0,2\n5.0,3\nabc,4\n")
+    ResumableCSVLogger(tmp_path, name="logs", version="").drop_rows_from(4)
+    with open(logs / "metrics.csv", newline="") as handle:
+        assert [row["step"] for row in csv.DictReader(handle)] == ["0.0", "1.0", "abc"]
