@@ -67,7 +67,8 @@ def check(args: argparse.Namespace) -> list:
     limits = {
         name: lambda name=name: saved_positions(model_location(name, keys[name]))
         for name in names
-        if name.strip()  # an empty one is named alone (model_errors)
+        # An empty one, or a run that has not saved its student, is named alone (model_errors).
+        if name.strip() and unfinished_run_error(Path(name), keys[name]) is None
     }
     read, read_errors = read_inputs(args)
     judge = None if args.prompts is None else args.teacher

@@ -46,19 +46,26 @@ def unfinished_run_error(path: Path, key: str) -> str | None:
         return None  # a finished run: the model loader points at its student/
     else:
         what = f"{key} {path}: the run {run} has not saved its student"
+    finish, note = finishing_command(run)
     return (
         f"{what} (a run writes {student}/ when training ends; this one was stopped or is "
-        f"still running); finish it with `{finishing_command(run)}`, then give {student}"
+        f"still running); finish it with `{finish}`{note}, then give {student}"
     )
 
 
-def finishing_command(run: Path) -> str:
-    """The command that takes ``run`` to its end: a resume from its latest checkpoint, or, with
-    none saved, the run again in its directory."""
-    overrides = [str(item) for item in OmegaConf.load(run / ".hydra" / "overrides.yaml")]
-    command = [*TRAIN]
-    if (run / ".hydra" / "hydra.yaml").is_file():  # --config-dir DIR, as the run was launched
-        command += config_options(OmegaConf.load(run / ".hydra" / "hydra.yaml").hydra)
+def finishing_command(run: Path) -> tuple[str, str]:
+    """The command that takes ``run`` to its end (a resume from its latest checkpoint, or, with
+    none saved, the run again in its directory), and a note where its record cannot be read
+    (the command then asks for the run's own overrides: a damaged YAML was a traceback)."""
+    run = run.absolute()  # the command works from any directory, as a stop report's does
+    try:
+        overrides = [str(item) for item in OmegaConf.load(run / ".hydra" / "overrides.yaml")]
+        command = [*TRAIN]
+        if (run / ".hydra" / "hydra.yaml").is_file():  # --config-dir DIR, as it was launched
+            command += config_options(OmegaConf.load(run / ".hydra" / "hydra.yaml").hydra)
+    except Exception as err:  # YAML's errors, a mapping where a list was, ...
+        how = f"{' '.join(TRAIN)} <the run's own overrides> hydra.run.dir={run} ckpt_path=last"
+        return how, f" (its record {run / '.hydra'} cannot be read: {str(err).splitlines()[0]})"
     if (run / "checkpoints" / LAST_NAME).is_file():
-        return resume_command(command, overrides, run)
-    return restart_command(command, overrides, run)
+        return resume_command(command, overrides, run), ""
+    return restart_command(command, overrides, run), ""

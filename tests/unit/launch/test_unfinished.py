@@ -89,3 +89,15 @@ def test_a_run_launched_with_config_dir_is_finished_with_it(tmp_path) -> None:
     # The shipped configs' path is not repeated: it is wherever the package is installed.
     start = "`lightning-kd train --config-dir /home/me/my_conf --config-name mine experiment="
     assert start in error
+
+
+def test_a_run_whose_record_is_damaged_is_told_how_to_finish_it_all_the_same(tmp_path) -> None:
+    """A damaged .hydra/overrides.yaml made export and evaluate of the run a YAML traceback."""
+    run = stopped_run(tmp_path)
+    (run / ".hydra" / "overrides.yaml").write_text("- debug=smoke\n  : : [unclosed\n")
+    error = unfinished_run_error(run, "model")
+    assert error is not None and "has not saved its student" in error
+    assert (
+        f"finish it with `lightning-kd train <the run's own overrides> hydra.run.dir={run} "
+        f"ckpt_path=last` (its record {run / '.hydra'} cannot be read: " in error
+    )
