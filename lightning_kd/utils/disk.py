@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import re
+import resource
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -88,8 +89,8 @@ def disk_errors(path: str | Path, then: str) -> Iterator[None]:
             raise OSError(
                 TOO_LARGE,
                 f"{path} is larger than its file system or a file-size limit (ulimit -f, a "
-                "scheduler's) allows: write the run to another file system (hydra.run.dir=DIR) "
-                f"or raise the limit, then {then}",
+                "scheduler's) allows: write it to another file system, or raise the limit, then "
+                f"{then}",
             ) from error
         if not is_disk_full(error, Path(path)):
             raise
@@ -98,11 +99,15 @@ def disk_errors(path: str | Path, then: str) -> Iterator[None]:
 
 def too_large(error: BaseException) -> bool:
     """Whether ``error`` is, or was raised while handling, an EFBIG (torch's zip writer says
-    "unexpected pos" over it as it closes)."""
+    "unexpected pos" over it as it closes), or numpy's short write (no errno) under a file-size
+    limit (``ulimit -f``)."""
     seen: set[int] = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
         if isinstance(error, OSError) and error.errno == TOO_LARGE:
+            return True
+        short = isinstance(error, OSError) and SHORT_WRITE.search(str(error)) is not None
+        if short and resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY:
             return True
         error = error.__cause__ or error.__context__
     return False

@@ -112,3 +112,19 @@ def test_a_file_too_large_for_its_file_system_is_named_with_the_way_on(tmp_path:
     assert "(ulimit -f, a scheduler's)" in str(error.value)
     assert str(error.value).endswith("then resume with ckpt_path=last")
     assert full_disk_message(error.value) is not None  # a command prints it alone
+
+
+def test_numpys_short_write_under_a_file_size_limit_is_named_too_large(tmp_path, monkeypatch):
+    """The GGUF writer's numpy short write (no errno) under ``ulimit -f`` was a traceback."""
+    import resource
+
+    short = OSError("2048 requested and 112 written")
+    monkeypatch.setattr(disk.shutil, "disk_usage", lambda path: Usage(10**12, 0, 10**12))
+    monkeypatch.setattr(resource, "getrlimit", lambda kind: (50 * 512, resource.RLIM_INFINITY))
+    with pytest.raises(OSError) as error, disk_errors(tmp_path / "x.gguf", "export again"):
+        raise short
+    assert error.value.errno == errno.EFBIG and "file-size limit" in str(error.value)
+    monkeypatch.setattr(resource, "getrlimit", lambda kind: (resource.RLIM_INFINITY,) * 2)
+    with pytest.raises(OSError) as error, disk_errors(tmp_path / "x.gguf", "export again"):
+        raise short
+    assert error.value is short  # no limit and room on the disk: something else, unchanged
