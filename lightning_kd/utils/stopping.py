@@ -50,13 +50,17 @@ class Interrupted(Exception):
 
 
 def as_interrupted(error: BaseException) -> BaseException:
-    """Lightning's ``SIGTERMException`` as the :class:`Interrupted` it is, ``error`` otherwise.
+    """Lightning's ``SIGTERMException`` as the :class:`Interrupted` it is (and its ``exit(1)``
+    on a second Ctrl+C as the ``KeyboardInterrupt`` it is), ``error`` otherwise.
     Lightning's own SIGTERM handler holds the signal while ``fit`` sets up (the run's takes over
     at the first step), and its exception is a ``SystemExit`` of status 0: a preempted job was
     read as finished by its scheduler, and not requeued."""
-    if not isinstance(error, SIGTERMException):
+    if isinstance(error, SIGTERMException):
+        stop: BaseException = Interrupted(signal.SIGTERM, "as training started")
+    elif isinstance(error, SystemExit) and error.code == 1 and STOP.signum == signal.SIGINT:
+        stop = KeyboardInterrupt()  # a second Ctrl+C, which Lightning turns into exit(1)
+    else:
         return error
-    stop = Interrupted(signal.SIGTERM, "as training started")
     stop.__cause__ = error
     return stop
 
@@ -67,6 +71,7 @@ class StopRequest:
     def __init__(self) -> None:
         self.signum: int | None = None
         self._replaced: list[dict[int, object]] = []  # per install: the handlers it replaced
+        self._pid = os.getpid()  # the process that installed the handlers
 
     @property
     def requested(self) -> bool:
@@ -87,6 +92,7 @@ class StopRequest:
         if not self._replaced:  # the outermost install starts a new request
             self.signum = None
         self._replaced.append({signum: signal.signal(signum, self._handle) for signum in SIGNALS})
+        self._pid = os.getpid()
 
     def uninstall(self) -> None:
         """Put back the handlers the latest :meth:`install` replaced; the outermost ends the
@@ -98,6 +104,8 @@ class StopRequest:
             self.signum = None
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != self._pid:  # a DataLoader worker forked with it: the run stops them
+            return
         if self.signum is not None:
             if signum == signal.SIGINT:
                 raise KeyboardInterrupt  # a second Ctrl+C: stop now, what was saved stays

@@ -128,3 +128,23 @@ def test_lightnings_own_sigterm_exit_is_a_stop_with_its_exit_code() -> None:
     assert stop.__cause__ is lightning
     other = ValueError("x")
     assert as_interrupted(other) is other
+
+
+def test_a_worker_process_leaves_the_stop_to_the_run_and_a_second_ctrl_c_is_told_as_one(
+    capsys,
+) -> None:
+    """With data.num_workers=2 the notice was printed three times (each forked worker ran the
+    handler), and a second Ctrl+C, which Lightning turns into exit(1), was reported as
+    "training stopped: SystemExit: 1" (probe 23)."""
+    from lightning_kd.utils.stopping import as_interrupted
+
+    request = StopRequest()
+    with request.installed():
+        request._pid = -1  # as in a process forked after the install
+        request._handle(signal.SIGINT, None)
+        assert not request.requested and capsys.readouterr().err == ""
+    with STOP.installed():
+        STOP._handle(signal.SIGINT, None)
+        second = as_interrupted(SystemExit(1))
+        assert isinstance(second, KeyboardInterrupt)
+        assert as_interrupted(SystemExit(2)).code == 2  # another exit: as it is
