@@ -26,12 +26,17 @@ with writer_lock(Path(sys.argv[1]), "the output", "wait"):
 """
 
 
-@contextmanager
-def held_by_another_process(path: Path) -> Iterator[subprocess.Popen]:
+def held_by_another_process(path: Path):
     """A process holding the writer lock ``path`` until it is killed (at the latest when the
     block ends)."""
+    return another_process(HOLD, path)
+
+
+@contextmanager
+def another_process(script: str, path: Path) -> Iterator[subprocess.Popen]:
+    """A process running ``script`` on ``path``, once it printed "held", until the block ends."""
     holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD, str(path)], cwd=ROOT, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", script, str(path)], cwd=ROOT, stdout=subprocess.PIPE, text=True
     )
     try:
         assert holder.stdout.readline() == "held\n"
@@ -85,18 +90,9 @@ time.sleep(600)
 """
 
 
-@contextmanager
-def read_by_another_process(path: Path) -> Iterator[subprocess.Popen]:
+def read_by_another_process(path: Path):
     """A process holding ``path`` shared, as a run reading a cache does, until the block ends."""
-    reader = subprocess.Popen(
-        [sys.executable, "-c", READ, str(path)], cwd=ROOT, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert reader.stdout.readline() == "held\n"
-        yield reader
-    finally:
-        reader.kill()
-        reader.wait()
+    return another_process(READ, path)
 
 
 def test_a_reader_elsewhere_is_found_and_this_process_own_hold_is_not(tmp_path: Path) -> None:
