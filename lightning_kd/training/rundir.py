@@ -36,14 +36,14 @@ from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning_kd.export.files import GGUF_KINDS, gguf_path
 from lightning_kd.training.checkpoints import LAST_NAME, RESUME
 from lightning_kd.training.samples import SAMPLES_NAME
-from lightning_kd.training.set_aside import ASIDE, set_aside, settle
+from lightning_kd.training.set_aside import set_aside, settle
 from lightning_kd.utils.atomic import replaced_whole
 from lightning_kd.utils.disk import disk_errors
 from lightning_kd.utils.locks import LockHeld, take_lock
 from lightning_kd.utils.refusal import Refused
 
 LOCK_NAME = ".lock"
-HYDRA_OWN = (".hydra", ASIDE)
+HYDRA_OWN = (".hydra",)
 """Entries Hydra writes into a run directory before the task runs (plus ``*.log`` files)."""
 OUTPUTS = (
     "checkpoints",
