@@ -24,7 +24,8 @@ from lightning_kd.cache.format import (
     CacheKey,
     Shard,
 )
-from lightning_kd.cache.shard_files import identity, sha256_file
+from lightning_kd.cache.shard_files import sha256_file
+from lightning_kd.utils.files import current_identity
 from lightning_kd.utils.locks import hold_shared, lock_holder
 from lightning_kd.utils.refusal import Refused
 
@@ -156,7 +157,7 @@ class TeacherCache:
             Shard(s["name"], s["split"], s["start"], s["blocks"]) for s in index["shards"]
         ]
         self.shard_blocks = self.layout["shard_blocks"]
-        self.verified: dict[Path, tuple[int, int, int]] = {}  # each shard's when open checked it
+        self.verified: dict[Path, dict] = {}  # each shard's file_identity when open checked it
 
     @classmethod
     def open(cls, directory: str | Path, expect: CacheKey | None = None) -> TeacherCache:
@@ -178,8 +179,8 @@ class TeacherCache:
                 )
         hold_shared(directory / READERS_LOCK)  # drop_repair_states leaves it as it is, then
         for entry in index["shards"]:
-            path = verify_shard(directory, entry)
-            cache.verified[path] = identity(path)
+            path, found = verify_shard(directory, entry)
+            cache.verified[path] = found
         return cache
 
     # Reading records is I/O, not compute: a bf16-mixed run on the CPU calls this under CPU
@@ -217,7 +218,7 @@ class TeacherCache:
         # Read again whenever the LRU let it go: a cache rewritten meanwhile (overwrite=true)
         # gave records of other settings, unchecked, or a FileNotFoundError mid-write.
         path = self.directory / Shard(f"{split}-{number:05d}", split, 0, 0).file
-        if path in self.verified and identity(path) != self.verified[path]:
+        if path in self.verified and current_identity(path) != self.verified[path]:
             raise CacheError(
                 f"teacher cache shard {path} was rewritten or removed while this run read the "
                 "cache: its records now are not the ones checked against this run. Leave a "
@@ -270,31 +271,30 @@ def read_index(directory: Path) -> dict[str, Any]:
     return index
 
 
-_CHECKED: set[tuple[Path, tuple[int, int, int], str]] = set()
+_CHECKED: set[tuple[tuple, str]] = set()
 """Shard files whose sha256 was found right in this process, by identity: read once each."""
 
 
-def verify_shard(directory: Path, entry: dict[str, Any]) -> Path:
-    """The shard's path; :class:`CacheError` unless it is present with its recorded size and
+def verify_shard(directory: Path, entry: dict[str, Any]) -> tuple[Path, dict]:
+    """The shard's path and identity; :class:`CacheError` unless it has its recorded size and
     sha256 (read once per version of the file in a process: ``auto`` checks, then opens)."""
     path = directory / Shard(entry["name"], entry["split"], entry["start"], entry["blocks"]).file
     fix = (
         f"run the writer again on {directory} (it rewrites every shard that fails its checksum "
         "and keeps the rest)"
     )
-    if not path.is_file():
+    if (found := current_identity(path)) is None:
         raise CacheError(f"teacher cache shard {path} is missing; {fix}")
-    size = path.stat().st_size
-    if size != entry["bytes"]:
+    if (size := found["size"]) != entry["bytes"]:
         raise CacheError(
             f"teacher cache shard {path} has {size} bytes, the index records {entry['bytes']}: "
             f"it is truncated or was replaced; {fix}"
         )
-    checked = (path, identity(path), entry["sha256"])
+    checked = (tuple(found.values()), entry["sha256"])
     if checked not in _CHECKED and sha256_file(path) != entry["sha256"]:
         raise CacheError(
             f"teacher cache shard {path} fails its checksum (sha256 differs from the index's): "
             f"its bytes are corrupt; {fix}"
         )
     _CHECKED.add(checked)
-    return path
+    return path, found

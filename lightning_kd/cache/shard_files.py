@@ -99,13 +99,3 @@ class WriteStats:
             f"teacher forward {self.forward_seconds:.1f} s, top-k {self.top_k_seconds:.1f} s, "
             f"writing {self.write_seconds:.1f} s"
         )
-
-
-def identity(path: Path) -> tuple[int, int, int]:
-    """``(inode, size, mtime)`` of ``path``: another file (an ``os.replace``), or the same one
-    written again, differs; a missing one is ``(-1, -1, -1)``."""
-    try:
-        stat = path.stat()
-    except FileNotFoundError:
-        return (-1, -1, -1)
-    return (stat.st_ino, stat.st_size, stat.st_mtime_ns)

@@ -171,8 +171,9 @@ class ExtraTeachers(nn.Module):
         """Validation: each teacher's own KL from the student (T = 1, ``kl/<name>``) and top-1
         agreement with it (``agreement/<name>``), as token sums and counts, and the objective's
         logit terms over all teachers (``loss``); ``heads`` are the distiller's, ``main`` its own
-        name, the metrics it measured against it (not measured again) and its weight (None:
-        teachers by domain, whose weights differ by row: no ``loss`` then)."""
+        name, the metrics it measured against it (not measured again; their ``loss``, its own
+        terms alone, is taken out of them) and its weight (None: teachers by domain, whose
+        weights differ by row: no ``loss`` then)."""
         name, measured, main_weight = main
         found = per_teacher(name, measured)
         loss, tokens = measured.pop("loss")  # the main teacher's terms alone

@@ -232,12 +232,6 @@ def run(cfg: DictConfig, command: Sequence[str] = COMMAND) -> float | None:
             if is_rank_zero() and not getattr(stop, "reported", False):
                 print(stop_report(stop, None, output_dir, command), flush=True)
             sys.exit(128 + signal.SIGINT)
-        except SystemExit as exit_:
-            # Lightning ends a fit interrupted by KeyboardInterrupt with exit(1): the shell's
-            # convention for Ctrl+C is 130.
-            if exit_.code == 1 and STOP.signum == signal.SIGINT:
-                sys.exit(128 + signal.SIGINT)
-            raise
 
 
 def check_work_left(ckpt_path: Path, max_steps: int, output_dir: Path) -> None:

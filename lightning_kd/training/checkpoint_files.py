@@ -17,12 +17,13 @@ from typing import Any
 
 import torch
 
+from lightning_kd.utils.files import file_identity
 from lightning_kd.utils.refusal import Refused
 
 AFRESH = "resume from an earlier checkpoint or start afresh"
 
-_INTACT: set[tuple[str, int, int]] = set()
-"""``(path, size, mtime)`` of the files whose members' CRCs were checked in this process."""
+_INTACT: set[tuple] = set()
+"""The :func:`file_identity` of each file whose members' CRCs were checked in this process."""
 
 
 class CheckpointError(Refused):
@@ -38,7 +39,7 @@ def check_whole(path: Path) -> None:
         raise CheckpointError(
             f"checkpoint {path} is empty (0 bytes): a write of it was interrupted; {AFRESH}"
         )
-    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    key = tuple(file_identity(path).values())
     if key in _INTACT:
         return
     try:

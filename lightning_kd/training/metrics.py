@@ -132,12 +132,11 @@ def check_monitors_first(trainer) -> None:
         trainer.num_sanity_val_steps = max(trainer.num_sanity_val_steps, 1)
 
 
-def log_at_steps_done(trainer, metrics: dict[str, Tensor]) -> None:
-    """Give the ``metrics`` of a validation inside ``fit`` to ``trainer``'s loggers at the
+def log_at_steps_done(trainer, values: dict[str, float]) -> None:
+    """Give the ``values`` of a validation inside ``fit`` to ``trainer``'s loggers at the
     optimizer steps done, where Lightning logs a validation outside ``fit`` (``trainer.validate``)
     and lm-eval's scores are logged. Lightning logs one inside ``fit`` at the index of the last
     step, one less: metrics.csv held two numberings of the same steps."""
-    values = {name: float(value) for name, value in metrics.items()}
     for logger in trainer.loggers:  # each logger writes on rank 0 alone, as for Lightning's own
         logger.log_metrics(values | {"epoch": trainer.current_epoch}, step=trainer.global_step)
         logger.save()

@@ -259,8 +259,8 @@ class DistillationModule(LightningModule):
         fitting = self.trainer.state.fn == "fit"
         self.log_dict(metrics, prog_bar=True, logger=not fitting)  # trainer.validate returns them
         if fitting and not self.trainer.sanity_checking:
-            log_at_steps_done(self.trainer, metrics)
             values = {name: float(value) for name, value in metrics.items()}
+            log_at_steps_done(self.trainer, values)
             self.fit_validation = (self.trainer.global_step, values)
 
     def validation_at(self, step: int) -> dict[str, float] | None:

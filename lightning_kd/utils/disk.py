@@ -47,13 +47,16 @@ def is_disk_full(error: BaseException, path: Path) -> bool:
     """Whether ``error``, raised writing ``path``, is a full disk in any of its disguises, or
     raised while one was handled (torch's zip writer, closing a file the disk had no room for,
     says "unexpected pos 484416 vs 484308" over the ENOSPC)."""
+    return any(names_full_disk(raised, path) for raised in causes(error))
+
+
+def causes(error: BaseException) -> Iterator[BaseException]:
+    """``error``, then what it was raised from or while handling, and so on (each once)."""
     seen: set[int] = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
-        if names_full_disk(error, path):
-            return True
+        yield error
         error = error.__cause__ or error.__context__
-    return False
 
 
 def full_disk_message(error: OSError) -> str | None:
@@ -101,13 +104,10 @@ def too_large(error: BaseException) -> bool:
     """Whether ``error`` is, or was raised while handling, an EFBIG (torch's zip writer says
     "unexpected pos" over it as it closes), or numpy's short write (no errno) under a file-size
     limit (``ulimit -f``)."""
-    seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, OSError) and error.errno == TOO_LARGE:
+    limited = resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY
+    for raised in causes(error):
+        if isinstance(raised, OSError) and raised.errno == TOO_LARGE:
             return True
-        short = isinstance(error, OSError) and SHORT_WRITE.search(str(error)) is not None
-        if short and resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY:
+        if limited and isinstance(raised, OSError) and SHORT_WRITE.search(str(raised)):
             return True
-        error = error.__cause__ or error.__context__
     return False

@@ -44,6 +44,14 @@ def file_identity(path: Path) -> dict[str, str | int]:
     }
 
 
+def current_identity(path: Path) -> dict[str, str | int] | None:
+    """:func:`file_identity` of ``path``, None where it is gone."""
+    try:
+        return file_identity(path)
+    except FileNotFoundError:
+        return None
+
+
 def remembered_digest(path: Path, memo_dir: Path) -> str:
     """:func:`file_digest` of ``path``, from its record in ``memo_dir`` when the file's identity
     is the one recorded (else hashed and recorded). One record per path, written whole: two
