@@ -6,6 +6,11 @@ into. :func:`claim` holds an exclusive ``flock`` on ``DIR/.writer.lock`` for the
 (released by the kernel when the writer ends, ``kill -9`` included) and refuses a second writer
 at once, naming the holder's pid. :func:`prepare` refuses a directory holding a cache of other
 settings (teacher, tokenizer, data blocks, k, temperature, features, layout), naming each one.
+
+A writer that replaces a cache (``overwrite``) is refused while a training run reads it: readers
+hold ``DIR/.readers.lock`` shared. The two sides take their own lock before they look at the
+other's (the writer claims, then looks for readers; a reader holds shared, then looks for a
+writer), so of a writer and a reader starting together at least one finds the other.
 """
 
 from __future__ import annotations
@@ -17,16 +22,25 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from lightning_kd.cache.format import INDEX_NAME, META_NAME, SHARD_DIR, WRITER_LOCK, CacheKey
-from lightning_kd.cache.reader import CacheError, mismatches
+from lightning_kd.cache.format import (
+    INDEX_NAME,
+    META_NAME,
+    READERS_LOCK,
+    SHARD_DIR,
+    WRITER_LOCK,
+    CacheKey,
+)
+from lightning_kd.cache.key_mismatch import mismatches
+from lightning_kd.cache.reader import CacheError
 from lightning_kd.cache.shard_files import write_json
-from lightning_kd.utils.locks import writer_lock
+from lightning_kd.utils.locks import in_use_elsewhere, writer_lock
 
 
 @contextmanager
-def claim(directory: Path) -> Iterator[None]:
+def claim(directory: Path, replacing: bool = False) -> Iterator[None]:
     """Hold ``directory``'s writer lock for the block, or raise ``WriterLocked`` naming the
-    process that holds it. Re-entrant in one process: ``lightning-kd cache`` takes it before it
+    process that holds it; ``replacing`` (``overwrite``): or :class:`CacheError` while a run
+    reads the cache. Re-entrant in one process: ``lightning-kd cache`` takes it before it
     launches its ranks (a refused second writer fails before any rank starts), then
     :func:`~lightning_kd.cache.writer.write_cache` takes it again on rank 0."""
     with writer_lock(
@@ -36,6 +50,15 @@ def claim(directory: Path) -> Iterator[None]:
         "that writer stopped early), or write this cache into another directory "
         "(hydra.run.dir=...)",
     ):
+        if replacing and in_use_elsewhere(Path(directory) / READERS_LOCK):
+            # Replaced under it, the run would stop at its next shard read: refused before
+            # anything is removed.
+            raise CacheError(
+                f"{directory} holds a teacher cache that a training run is reading now: "
+                "overwrite=true would replace its shards under that run. Wait for the run to "
+                "end, or write this cache into another directory (hydra.run.dir=...; "
+                "cache.dir=... for distill.teacher_cache=auto)"
+            )
         yield
 
 

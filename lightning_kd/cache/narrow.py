@@ -80,7 +80,7 @@ def narrow_cache(
     cache = TeacherCache.open(source, cache_key(*args))
     spec = replace(spec, shard_blocks=cache.shard_blocks)  # the same shards, narrower
     key, meta = describe(teacher, tokenizer, datamodule, spec, cache.key.features, cross)
-    with claim(directory):
+    with claim(directory, overwrite):
         prepare(directory, meta, 0, lambda: None, overwrite)
         shards = plan_shards(key.splits, spec.shard_blocks)
         written = 0

@@ -3,7 +3,6 @@ of this run's teacher, tokenizer, data, block size, k, temperature and dtype."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from functools import lru_cache
 from pathlib import Path
@@ -19,24 +18,20 @@ from lightning_kd.cache.format import (
     FORMAT_VERSION,
     INDEX_NAME,
     READERS_LOCK,
-    SPLITS,
     WRITER_LOCK,
     CacheKey,
     Shard,
 )
+from lightning_kd.cache.key_mismatch import mismatches
 from lightning_kd.cache.shard_files import sha256_file
 from lightning_kd.utils.files import current_identity
-from lightning_kd.utils.locks import hold_shared, lock_holder
+from lightning_kd.utils.locks import hold_shared, let_go, lock_holder
 from lightning_kd.utils.refusal import Refused
 
 REBUILD = (
     "rebuild it for this run with `lightning-kd cache hydra.run.dir=<dir> <this run's "
     "teacher=, student.source (whose tokenizer the data is read with), data=, "
     "distill.temperature and cache.k overrides>`"
-)
-SPLIT_CAUSES = (
-    "another data.files, data.split_seed (data.seed, for a cache written before data.split_seed "
-    "existed), data.val_fraction, data.max_train_examples, data.block_size or data.pack"
 )
 
 
@@ -61,87 +56,6 @@ class Records(NamedTuple):
     """Teacher module path → its outputs ``[blocks, block_size, width]`` (bf16), where cached."""
     cross: dict[str, Tensor]
     """A cross-tokenizer cache's ``CROSS_NAMES`` (else empty)."""
-
-
-def mismatches(cache: CacheKey, run: CacheKey) -> list[str]:
-    """One line per field where the cache's key differs from the run's, naming both values."""
-    found = []
-    for field, value in dataclasses.asdict(cache).items():
-        if field == "splits":
-            continue
-        if field == "alignment" and cache.teacher_tokenizer != run.teacher_tokenizer:
-            continue  # one of them pairs no tokenisations: the teacher_tokenizer line says it
-        if field in EXPLAINED_FIELDS and value != getattr(run, field):
-            found.append(EXPLAINED_FIELDS[field](value, getattr(run, field)))
-            continue
-        if field == "features":  # a cache may hold more than a run uses, never less
-            lacking = sorted(set(run.features) - set(value))
-            if lacking:
-                found.append(
-                    f"features: the run maps teacher modules {lacking} the cache does not hold "
-                    f"(it holds {list(value)}); write it with cache.features=true and this "
-                    "run's distill.features"
-                )
-            continue
-        now = getattr(run, field)
-        if value != now:
-            found.append(f"{field}: the cache has {value!r}, this run {now!r}")
-    for split in SPLITS:
-        have, want = cache.splits.get(split), run.splits.get(split)
-        if have != want:
-            found.append(
-                f"data split {split!r}: the cache holds {_blocks(have)}, this run {_blocks(want)} "
-                f"({SPLIT_CAUSES})"
-            )
-    return found
-
-
-def _tokenizer(cache: str, run: str) -> str:
-    return (
-        f"tokenizer: the cache was written for a student reading another tokenizer (vocabulary "
-        f"digest {cache[:12]}, this run's {run[:12]}): its positions are that tokenizer's"
-    )
-
-
-def _teacher_tokenizer(cache: str, run: str) -> str:
-    def reads(digest: str) -> str:
-        return f"its own tokenizer ({digest[:12]})" if digest else "the student's tokens"
-
-    return (
-        f"teacher_tokenizer: the cache's teacher read {reads(cache)}, this run's reads {reads(run)}"
-    )
-
-
-def _teacher_weights(cache: str, run: str) -> str:
-    return (
-        f"teacher_weights: the cache's teacher computed with other weights (digest {cache}, "
-        f"this run's {run}): another teacher.path or teacher.gguf_file, another training of it, "
-        "another teacher.init_seed (a teacher.config teacher's random weights) or another "
-        "teacher.quantize (int8 weights compute other values than full-precision ones)"
-    )
-
-
-def _alignment(cache: int, run: int) -> str:
-    return (
-        f"alignment: the cache paired the two tokenisations' positions by rule {cache}, this "
-        f"version by rule {run} (data/alignment.py RULE): its aligned positions are not this "
-        "run's"
-    )
-
-
-EXPLAINED_FIELDS = {
-    "teacher_weights": _teacher_weights,
-    "tokenizer": _tokenizer,
-    "teacher_tokenizer": _teacher_tokenizer,
-    "alignment": _alignment,
-}
-"""Key fields with a mismatch line of their own (a digest alone means nothing to a reader)."""
-
-
-def _blocks(split: dict[str, Any] | None) -> str:
-    if split is None:
-        return "nothing"
-    return f"{split['blocks']} blocks with digest {split['digest'][:12]}"
 
 
 class TeacherCache:
@@ -177,7 +91,14 @@ class TeacherCache:
                     + "\n  ".join(found)
                     + f"\nUse the cache written for these settings, or {REBUILD}"
                 )
+        # Held before it looks for a writer, as a writer claims before it looks for readers
+        # (claim.py): of the two starting together, at least one finds the other.
         hold_shared(directory / READERS_LOCK)  # drop_repair_states leaves it as it is, then
+        try:
+            no_writer(directory, "holds a teacher cache")
+        except CacheError:
+            let_go(directory / READERS_LOCK)
+            raise
         for entry in index["shards"]:
             path, found = verify_shard(directory, entry)
             cache.verified[path] = found
@@ -237,6 +158,16 @@ def training_outputs(directory: Path) -> list[str]:
     return [name for name in TRAINING_OUTPUTS if (directory / name).exists()]
 
 
+def no_writer(directory: Path, state: str) -> None:
+    """A :class:`CacheError` while another process writes ``directory`` (``state``: what it
+    holds meanwhile)."""
+    if holder := lock_holder(directory / WRITER_LOCK):
+        raise CacheError(
+            f"{directory} {state}: it is being written (pid {holder}); start this run once "
+            "that writer has finished"
+        )
+
+
 def read_index(directory: Path) -> dict[str, Any]:
     """``index.json`` of a complete cache, or a :class:`CacheError` saying what is missing."""
     path = directory / INDEX_NAME
@@ -247,11 +178,7 @@ def read_index(directory: Path) -> dict[str, Any]:
             "hydra.run.dir=DIR`) and pass distill.teacher_cache=DIR"
         )
     if not path.is_file():
-        if holder := lock_holder(directory / WRITER_LOCK):
-            raise CacheError(
-                f"{directory} holds no complete teacher cache yet: it is being written (pid "
-                f"{holder}); start this run once that writer has finished"
-            )
+        no_writer(directory, "holds no complete teacher cache yet")
         partial = ": its writer stopped before finishing; run it again to complete it"
         raise CacheError(
             f"{directory} holds no complete teacher cache (no {INDEX_NAME})"

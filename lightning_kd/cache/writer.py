@@ -138,7 +138,7 @@ def write_cache(
     splits = {"train": datamodule.train_examples, "val": datamodule.val_examples}
     key, meta = describe(teacher, tokenizer, datamodule, spec, features, cross)
     # The ranks of one launch are one writer: rank 0 holds the lock for them all.
-    with claim(directory) if rank == 0 else nullcontext():
+    with claim(directory, overwrite) if rank == 0 else nullcontext():
         prepare(directory, meta, rank, barrier, overwrite)
         recorder = FeatureRecorder(teacher, list(key.features))
         if cross is None:  # the cross path checks the head on the teacher's own ids

@@ -92,7 +92,7 @@ def write(cfg: DictConfig) -> None:
     # Before the claim and record_job: a training run's directory keeps its own record.
     refuse(training_run_errors(directory, "cache"))
     check_cache_entry(cfg)  # before the claim: a refused cache leaves no lock, no record
-    with claim(directory) if is_rank_zero() else nullcontext():
+    with claim(directory, cfg.overwrite) if is_rank_zero() else nullcontext():
         if is_rank_zero():
             record_job(cfg, directory)  # once the directory is this writer's
         write_claimed(cfg, directory)

@@ -39,8 +39,9 @@ from lightning_kd.cache.format import (
     CacheSpec,
     cache_key,
 )
+from lightning_kd.cache.key_mismatch import mismatches
 from lightning_kd.cache.narrow import without_features
-from lightning_kd.cache.reader import CacheError, mismatches, read_index, verify_shard
+from lightning_kd.cache.reader import CacheError, read_index, verify_shard
 from lightning_kd.cache.writer import write_cache
 from lightning_kd.launch.cache import cached_teacher, cross_path, fabric_for, report
 from lightning_kd.launch.online_reasons import AUTO, why_online

@@ -109,12 +109,18 @@ def hold_shared(path: Path) -> None:
     _reading[path] = fd
 
 
+def let_go(path: Path) -> None:
+    """Let go of this process's shared hold on ``path`` (:func:`hold_shared`), if any."""
+    path = Path(path).absolute()
+    if path in _reading:
+        os.close(_reading.pop(path))
+
+
 def in_use_elsewhere(path: Path) -> bool:
     """Whether another process holds ``path`` shared (:func:`hold_shared`); this process's own
     hold is let go first: it asks because it is done reading."""
     path = Path(path).absolute()
-    if path in _reading:
-        os.close(_reading.pop(path))
+    let_go(path)
     if not path.is_file():
         return False
     fd = os.open(path, os.O_RDONLY)

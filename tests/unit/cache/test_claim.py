@@ -10,17 +10,17 @@ from pathlib import Path
 import pytest
 
 from lightning_kd.cache import CacheError, TeacherCache
-from lightning_kd.cache.format import WRITER_LOCK
+from lightning_kd.cache.format import READERS_LOCK, WRITER_LOCK
 from lightning_kd.cache.reader import read_index
 from lightning_kd.cache.writer import write_cache
 from lightning_kd.launch.cache import write
 from lightning_kd.launch.config import compose_config
 from lightning_kd.models.loading import load_teacher
-from lightning_kd.utils.locks import WriterLocked
+from lightning_kd.utils.locks import WriterLocked, in_use_elsewhere
 from lightning_kd.utils.refusal import Refused
 from tests.conftest import make_datamodule
 from tests.unit.cache.test_cache import SPEC
-from tests.unit.utils.test_locks import free, held_by_another_process
+from tests.unit.utils.test_locks import free, held_by_another_process, read_by_another_process
 
 
 def test_a_second_cache_writer_is_refused_until_the_first_ends(
@@ -92,3 +92,54 @@ def test_shards_without_the_record_of_their_settings_are_not_completed(
     )
     assert stats.shards_kept == 0
     assert TeacherCache.open(directory).key.temperature == 2.0
+
+
+def test_a_cache_a_run_reads_is_not_replaced_under_it(tiny_teacher, corpus, tmp_path) -> None:
+    """`lightning-kd cache overwrite=true` into a cache a training run read went ahead: the run
+    stopped at its next shard read, its cache gone (probe 23, F2). Now the writer is refused
+    before it removes anything, until the reader ends; completing the cache is not refused."""
+    teacher = load_teacher(tiny_teacher)
+    datamodule = make_datamodule([corpus])
+    datamodule.setup()
+    directory = tmp_path / "cache"
+    write_cache(teacher, datamodule.tokenizer, datamodule, SPEC, directory)
+    shards = {p.name: p.stat().st_mtime_ns for p in (directory / "shards").glob("*.safetensors")}
+    cfg = compose_config(
+        ["debug=smoke", f"data.files=[{corpus}]", "overwrite=true"], output_dir=directory
+    )
+    replace_it = f"{directory} holds a teacher cache that a training run is reading now"
+    with read_by_another_process(directory / READERS_LOCK):
+        with pytest.raises(CacheError, match=re.escape(replace_it)) as refused:
+            write_cache(teacher, datamodule.tokenizer, datamodule, SPEC, directory, overwrite=True)
+        assert "cache.dir=... for distill.teacher_cache=auto" in str(refused.value)
+        with pytest.raises(CacheError, match=re.escape(replace_it)):
+            write(cfg)  # the command, before its ranks start
+        kept = write_cache(teacher, datamodule.tokenizer, datamodule, SPEC, directory)
+        assert kept.shards_kept == len(shards)
+    assert {
+        p.name: p.stat().st_mtime_ns for p in (directory / "shards").glob("*.safetensors")
+    } == shards
+    TeacherCache.open(directory)
+    assert not in_use_elsewhere(directory / READERS_LOCK)  # this process's own hold let go
+    stats = write_cache(teacher, datamodule.tokenizer, datamodule, SPEC, directory, overwrite=True)
+    assert stats.shards_kept == 0
+
+
+def test_a_whole_cache_being_written_again_is_not_opened(tiny_teacher, corpus, tmp_path) -> None:
+    """A run starting while a writer holds a whole cache (about to replace or complete it) read
+    it, and stopped mid-training once the writer reached its shards; it is refused at once,
+    holding no reader's lock (which would refuse that writer's overwrite)."""
+    teacher = load_teacher(tiny_teacher)
+    datamodule = make_datamodule([corpus])
+    datamodule.setup()
+    directory = tmp_path / "cache"
+    write_cache(teacher, datamodule.tokenizer, datamodule, SPEC, directory)
+    with held_by_another_process(directory / WRITER_LOCK) as holder:
+        with pytest.raises(CacheError) as error:
+            TeacherCache.open(directory)
+        assert str(error.value) == (
+            f"{directory} holds a teacher cache: it is being written (pid {holder.pid}); start "
+            "this run once that writer has finished"
+        )
+        assert free(directory / READERS_LOCK)
+    TeacherCache.open(directory)

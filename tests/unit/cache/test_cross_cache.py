@@ -175,7 +175,7 @@ def test_a_same_tokenizer_cache_for_a_cross_tokenizer_teacher_is_called_another_
     import dataclasses
 
     from lightning_kd.cache.format import CacheKey
-    from lightning_kd.cache.reader import mismatches
+    from lightning_kd.cache.key_mismatch import mismatches
 
     directory = written(setup, tmp_path / "cache", k=8)
     run = CacheKey(**json.loads((directory / "index.json").read_text())["key"])
