@@ -38,12 +38,14 @@ class DistillConfig:
     reverse_kl): one fused kernel per chunk instead of a dozen passes, after a one-off compile
     (≈15 s on a CPU). Falls back to eager, with a warning, where compiling fails."""
     features: str | list[dict[str, Any]] | None = None
-    """Feature matching: ``uniform`` or a list of ``{student, teacher, loss, weight}`` module
-    pairs (paths on the unwrapped Hugging Face models)."""
+    """Feature matching: ``spans`` (each layer of a copied student against the last teacher
+    layer of the span it stands for; the commands' default), ``uniform`` (each against the teacher
+    layer it was copied from) or a list of ``{student, teacher, loss, weight}`` module pairs
+    (paths on the unwrapped Hugging Face models); None: logits only."""
     feature_loss: str = "cosine"
-    """Default loss of a pair (and the loss of ``uniform``): cosine | mse | l1."""
+    """Default loss of a pair (each pair of ``spans`` and ``uniform``): cosine | mse | l1."""
     feature_weight: float = 1.0
-    """Default weight of a pair (and of each ``uniform`` pair)."""
+    """Default weight of a pair (each pair of ``spans`` and ``uniform``)."""
     blockwise_passes: int = 0
     """Before end-to-end training, passes over the training blocks in which each layer of a
     student copied from the teacher learns alone to map the teacher's state entering the span of
@@ -59,9 +61,11 @@ class DistillConfig:
     once at the start — to build a copied student and check that the cache is its own (weights,
     tokenizer, data, block size, temperature; with ``distill.features``, the mapped teacher
     modules' outputs, written with ``cache.features=true``) — and released before training.
-    ``auto`` (``conf/distill/default.yaml``): ``run.py`` writes one into the run directory when the
-    run passes over its blocks often enough for it to pay (``cache/auto.py``); built from Python,
-    where no run directory exists, ``auto`` is the online teacher."""
+    ``auto`` (``conf/distill/default.yaml``): ``lightning-kd train`` finds or writes one in the
+    shared cache directory (``cache.dir``, else ``~/.cache/lightning_kd/teacher_caches``), keyed
+    by what the run reads, when the run passes over its blocks often enough for it to pay
+    (``launch/teacher_cache.py``); built from Python, without that resolution, ``auto`` is the
+    online teacher."""
     on_policy: float = 0.0
     """λ of on-policy / mixed KD (GKD): the probability that a training micro-batch's answers are
     replaced by the student's own sampled completions of its prompts (``on_policy.py``); 0: the
@@ -106,7 +110,7 @@ class DistillConfig:
     the student's text bytes (tokenizers that normalise text differently)."""
 
     def __post_init__(self) -> None:
-        if self.teacher_cache == "auto":  # unresolved: no run directory to cache into
+        if self.teacher_cache == "auto":  # unresolved: the command resolves it, not the object
             self.teacher_cache = None
         self._check_finite()
         get_divergence(self.divergence, beta=self.beta, skew=self.skew)  # raises on bad values

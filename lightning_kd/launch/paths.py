@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lightning_kd.models.sources import cache_root
-from lightning_kd.training.rundir import REMOVED, previous_outputs
+from lightning_kd.training.rundir import OUTPUTS, previous_outputs
 
 
 def run_dir_errors(run_dir: str | Path, key: str = "hydra.run.dir") -> list[str]:
@@ -135,7 +135,7 @@ def training_run_errors(directory: Path, command: str) -> list[str]:
     """A message when ``directory`` holds a training run's outputs (``lightning-kd train``'s
     checkpoints, logs, student, summary): ``command`` writing its own record there would replace
     that run's."""
-    found = [name for name in previous_outputs(Path(directory)) if name in REMOVED]
+    found = [name for name in previous_outputs(Path(directory)) if name in OUTPUTS]
     if not found:
         return []
     return [

@@ -15,7 +15,7 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from lightning_kd.training.rundir import blocking_outputs
+from lightning_kd.training.rundir import previous_outputs
 
 PLAIN = re.compile(r"[A-Za-z0-9_./\-+@%:*?|$ ]+")
 """What Hydra reads as one unquoted value (a space inside it included)."""
@@ -38,13 +38,13 @@ def resume_command(command: Sequence[str], overrides: list[str], run_dir: Path) 
 def restart_command(command: Sequence[str], overrides: list[str], run_dir: Path) -> str:
     """The command line that starts this run again in its directory, which holds no checkpoint:
     with ``overwrite=true`` where the directory holds outputs a new run would be refused for
-    (the teacher cache is kept and reused)."""
+    (the shared teacher cache, outside it, is reused)."""
     return rerun_command(command, overrides, run_dir, *restart_extra(run_dir))
 
 
 def restart_extra(run_dir: Path) -> list[str]:
     """``overwrite=true`` where ``run_dir`` holds outputs a new run would be refused for."""
-    return ["overwrite=true"] if blocking_outputs(run_dir) else []
+    return ["overwrite=true"] if previous_outputs(run_dir) else []
 
 
 def rerun_command(command: Sequence[str], overrides: list[str], run_dir: Path, *extra: str) -> str:

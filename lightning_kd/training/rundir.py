@@ -7,9 +7,8 @@ run's outputs, appended to (never truncated) by a resume.
 - A directory that holds another run's outputs is refused unless this run resumes
   (``ckpt_path=...``) or says ``overwrite=true`` (which removes those outputs, and only them).
   What Hydra itself writes into the directory before any code of ours runs (``.hydra/``,
-  ``*.log``) does not count, nor does a ``teacher_cache/`` alone (``distill.teacher_cache=auto``;
-  keyed and checked when opened, so a fresh run reuses or completes it: a run killed while writing
-  it has no checkpoint to resume from, and its shards are not lost).
+  ``*.log``) does not count; ``overwrite=true`` keeps what a run did not write (a teacher cache
+  written into the directory, notes).
 - Only rank 0 checks and locks: a DDP launch re-runs the script per rank into the same directory.
 - :class:`ResumableCSVLogger` appends to an existing ``metrics.csv``, dropping only the rows
   logged after the checkpoint a resume starts from (the resumed run logs those steps again), and
@@ -53,7 +52,6 @@ OUTPUTS = (
     "summary.md",
     "importance.json",
     SAMPLES_NAME,
-    "teacher_cache",
     *(gguf_path(Path("student"), kind).name for kind in GGUF_KINDS),
 )
 """What a run writes into its directory: what ``overwrite=true`` removes."""
@@ -61,11 +59,6 @@ OUTPUTS = (
 
 STARTED = time.time()
 """About when this process started (this module is imported as a command starts)."""
-REUSABLE = "teacher_cache"
-"""An output a fresh run may find and reuse (``cache.auto.DIRECTORY``; the cache writer checks
-that it is this run's): ``overwrite=true`` keeps it."""
-REMOVED = tuple(name for name in OUTPUTS if name != REUSABLE)
-"""What ``overwrite=true`` removes."""
 
 
 class RunDirError(Refused, RuntimeError):
@@ -103,11 +96,6 @@ def previous_outputs(run_dir: Path) -> list[str]:
     )
 
 
-def blocking_outputs(run_dir: Path) -> list[str]:
-    """The outputs in ``run_dir`` a fresh run is refused for (the teacher cache is reused)."""
-    return [name for name in previous_outputs(run_dir) if name != REUSABLE]
-
-
 def older(path: Path) -> bool:
     """Whether ``path`` was last changed before this process started (:data:`STARTED`): not
     written by this launch's rank 0. The other ranks refuse such outputs as rank 0 does, so
@@ -125,7 +113,7 @@ def outputs_error(run_dir: Path, found: list[str]) -> str:
     )
     return (
         f"run directory {run_dir} already holds a run's outputs ({', '.join(found)}); "
-        f"{resume}start afresh there (overwrite=true removes {', '.join(REMOVED)}), or "
+        f"{resume}start afresh there (overwrite=true removes {', '.join(OUTPUTS)}), or "
         f"choose {another_directory()}"
     )
 
@@ -159,7 +147,7 @@ def is_own_checkpoint(ckpt_path: Path | None, run_dir: Path) -> bool:
 def claim_run_dir(run_dir: Path, resuming: bool, overwrite: bool) -> Iterator[None]:
     """Hold ``run_dir`` for the duration of the block (see the module doc)."""
     if not is_rank_zero():
-        earlier = [name for name in blocking_outputs(run_dir) if older(run_dir / name)]
+        earlier = [name for name in previous_outputs(run_dir) if older(run_dir / name)]
         if earlier and not (resuming or overwrite):  # as rank 0 refuses (see older())
             raise RunDirError(outputs_error(run_dir, earlier))
         yield
@@ -175,10 +163,8 @@ def claim_run_dir(run_dir: Path, resuming: bool, overwrite: bool) -> Iterator[No
         settle(run_dir, checkpoint, succeeded=False)  # what a killed overwriting run left
         found = previous_outputs(run_dir)
         if found and overwrite:
-            # The teacher cache is kept: keyed and checked when opened, it is what a run
-            # interrupted before its first checkpoint had already paid for.
-            set_aside(run_dir, [name for name in found if name in OUTPUTS and name != REUSABLE])
-        elif blocking_outputs(run_dir) and not resuming:
+            set_aside(run_dir, [name for name in found if name in OUTPUTS])
+        elif found and not resuming:
             raise RunDirError(outputs_error(run_dir, found))
         try:
             yield

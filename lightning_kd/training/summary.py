@@ -105,8 +105,8 @@ class RunSummary:
     """With ``student.layers=importance``: the layer scores and the layers kept
     (``layer_scores.Ranking.as_dict``)."""
     teacher_cache: dict | None = None
-    """With ``distill.teacher_cache=auto``: the cache trained from (None: online) and why
-    (``cache.auto.CacheChoice.as_dict``)."""
+    """The teacher group's cache trained from, given (``distill.teacher_cache=DIR``) or found
+    by ``auto``, and why; None: online (``launch.teacher_cache.CacheChoice.as_dict``)."""
     entry_caches: dict[str, dict] = field(default_factory=dict)
     """``teachers`` entries with ``cache: auto``: each one's cache or online, and why, by name."""
     blockwise: dict | None = None

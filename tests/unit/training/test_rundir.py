@@ -58,18 +58,17 @@ def test_a_run_refused_before_it_logged_leaves_nothing_that_refuses_the_next(tmp
         pass
 
 
-def test_a_teacher_cache_is_reused_by_a_fresh_run_and_kept_by_overwrite(tmp_path) -> None:
-    (tmp_path / "teacher_cache").mkdir()  # what a run killed while writing its cache leaves
-    (tmp_path / "teacher_cache" / "shard_00000.safetensors").write_bytes(b"")
-    with claim_run_dir(tmp_path, resuming=False, overwrite=False):
-        assert (tmp_path / "teacher_cache").is_dir()
+def test_overwrite_removes_the_runs_outputs_and_keeps_what_it_did_not_write(tmp_path) -> None:
+    """A cache written into the run directory (`lightning-kd cache hydra.run.dir=RUN/cache`),
+    notes: a fresh run is refused for them as for any entry, and overwrite=true keeps them."""
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "index.json").write_text("{}")
     (tmp_path / "summary.json").write_text("{}")
-    refused = pytest.raises(RunDirError, match="summary.json, teacher_cache")
+    refused = pytest.raises(RunDirError, match=r"outputs \(cache, summary.json\)")
     with refused, claim_run_dir(tmp_path, resuming=False, overwrite=False):
         pass
     with claim_run_dir(tmp_path, resuming=False, overwrite=True):
-        # what a run interrupted before its first checkpoint had paid for
-        assert (tmp_path / "teacher_cache").is_dir()
+        assert (tmp_path / "cache" / "index.json").is_file()
         assert not (tmp_path / "summary.json").exists()
 
 

@@ -10,7 +10,7 @@ import torch
 
 from lightning_kd.launch.checks import config_errors
 from lightning_kd.launch.config import compose_config
-from lightning_kd.training.rundir import REMOVED
+from lightning_kd.training.rundir import OUTPUTS
 from lightning_kd.training.samples import (
     FIELDS,
     SAMPLES_NAME,
@@ -89,4 +89,4 @@ def test_a_stop_request_ends_a_generation_at_the_next_token() -> None:
 
 def test_overwrite_removes_the_samples_of_the_run_it_replaces() -> None:
     """They were kept, and the new run appended to the old run's rows."""
-    assert SAMPLES_NAME in REMOVED
+    assert SAMPLES_NAME in OUTPUTS
