@@ -129,6 +129,11 @@ def corpus(tmp_path: Path) -> Path:
     return path
 
 
+def checkpoints_activations(model: torch.nn.Module) -> bool:
+    """Whether any of the model's layers checkpoints its activations (either transformers API)."""
+    return any(getattr(module, "gradient_checkpointing", False) for module in model.modules())
+
+
 def make_datamodule(files: list[Path], **kwargs) -> TextDataModule:
     """A byte-tokenized data module over ``files`` (block 32, batch 4 unless overridden)."""
     options = {"block_size": 32, "batch_size": 4, "val_fraction": 0.2} | kwargs

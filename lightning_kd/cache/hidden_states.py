@@ -19,18 +19,13 @@ from lightning_kd.models.layer_pairs import configured_pairs, repair_pairs
 from lightning_kd.models.student import build_student
 
 
-def feature_paths(distill: Any, student_spec: Any, teacher: nn.Module, task: str) -> list[str]:
-    """The teacher modules whose outputs a run of ``distill`` reads for the student
-    ``student_spec`` builds: those ``distill.features`` maps (``uniform`` and ``spans`` depend on
-    which teacher layers the student copies) and those the block-wise repair reads."""
-    return mapped_paths(distill, student_spec, teacher, task)[0]
-
-
 def mapped_paths(
     distill: Any, student_spec: Any, teacher: nn.Module, task: str
 ) -> tuple[list[str], list[str]]:
-    """:func:`feature_paths`, and of those the ones ``distill.features`` maps (the rest only the
-    block-wise repair reads), from one student built."""
+    """The teacher modules whose outputs a run of ``distill`` reads for the student
+    ``student_spec`` builds — those ``distill.features`` maps (``uniform`` and ``spans`` depend on
+    which teacher layers the student copies) and those the block-wise repair reads — and of
+    those, the ones ``distill.features`` maps; from one student built."""
     if not distill.features and not distill.blockwise_passes:
         raise ValueError(
             "cache.features=true stores the teacher modules distill.features maps (and the "

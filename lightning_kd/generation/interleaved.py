@@ -1,12 +1,12 @@
 """Interleaved sampling (speculative KD, Xu et al., ICLR 2025): the student writes, the teacher
 vetoes.
 
-On-policy KD trains on the student's own samples; from a weak student they are word salad, and
-the teacher's distributions on word salad teach little (README, instruct tables). Speculative KD
-keeps the samples the student's — they follow its distribution wherever it agrees with the
-teacher — but at each position the student's sampled token must be among the teacher's
-``top_k`` most likely next tokens; where it is not, the teacher samples that token instead and
-both models continue from it. A token is therefore drawn from
+On-policy KD trains on the student's own samples; from a weak student they are word salad, and the
+teacher's distributions on word salad teach little (``docs/results.md#instruct``). Speculative KD
+keeps the samples the student's — they follow its distribution wherever it agrees with the teacher —
+but at each position the student's sampled token must be among the teacher's ``top_k`` most likely
+next tokens; where it is not, the teacher samples that token instead and both models continue from
+it. A token is therefore drawn from
 
     q(y) · 1[y ∈ K_t]  +  (1 − q(K_t)) · p(y)
 

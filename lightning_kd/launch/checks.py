@@ -1,13 +1,14 @@
 """Every numeric config value checked before anything loads: finite, of the right kind, in range.
 
-A bad value found here costs a second; found by the run, it costs a model load, or a whole run
-that trains on NaN. Each rule names its key, its allowed range and an example value, and
-:func:`check_config` reports every bad key at once, each with the value it got and the fix.
-Choices that would fail only after the models load are checked here too: a logger not installed
-or a callback that needs one (``logger_checks.py``), peft or torchao missing for ``student.lora``
-or an int8 teacher (``package_checks.py``), an int8 teacher where it cannot run, an objective
-whose every weight is 0. The rules themselves are ``rules.py``'s; the commands' own
-options are checked by the same rules, and every command runs both through ``entry.py``.
+A bad value found here costs a second; found by the run, it costs a model load, or a whole run that
+trains on NaN. Each rule names its key, its allowed range and an example value, and
+:func:`config_errors` lists every bad key at once (``entry.check_entry`` refuses them), each with
+the value it got and the fix. Choices that would fail only after the models load are checked here
+too: a logger not installed or a callback that needs one (``logger_checks.py``), peft or torchao
+missing for ``student.lora`` or an int8 teacher (``package_checks.py``), an int8 teacher where it
+cannot run, an objective whose every weight is 0. The rules themselves are ``rules.py``'s; the
+commands' own options are checked by the same rules, and every command runs both through
+``entry.py``.
 """
 
 from __future__ import annotations
@@ -32,11 +33,6 @@ from lightning_kd.launch.precision_checks import precision_errors, zero3_dtype_e
 from lightning_kd.launch.rules import ABSENT, CountOrFraction, Number, lookup, value_errors
 from lightning_kd.launch.teacher_list import teachers_errors
 from lightning_kd.models.quantize import STRATEGIES, backend_errors
-from lightning_kd.utils.refusal import refuse
-
-POSITIVE = Number(low=0, low_open=True)
-NON_NEGATIVE = Number(low=0)
-COUNT = Number(low=1, integer=True)
 
 RULES: dict[str, Number | CountOrFraction] = {
     # numpy's seed range: a seed outside it fails in numpy once the run directory is claimed.
@@ -289,9 +285,3 @@ def _validation_interval_errors(cfg: Mapping) -> list[str]:
         "(trainer.check_val_every_n_epoch=null); give a step count, e.g. "
         "trainer.val_check_interval=50"
     ]
-
-
-def check_config(cfg: Mapping) -> None:
-    """Raise :class:`~lightning_kd.utils.refusal.Refused` (a ``ValueError``) listing every config
-    value that is out of range."""
-    refuse(config_errors(cfg))

@@ -1,6 +1,6 @@
 """Forward hooks that capture named modules' outputs, with a lifecycle that cannot go wrong.
 
-The rules (see the README's "capture lifecycle"):
+The rules (``docs/features.md``, "The capture lifecycle"):
 
 1. Hooks are registered once per model (:class:`ModuleCapture`), not per step;
    :meth:`ModuleCapture.remove` takes every one of them off again, and

@@ -9,7 +9,7 @@ The output head stays in the teacher's dtype: the chunked loss multiplies hidden
 weight itself, and in tied models (SmolLM2) it *is* the input embedding, which quantizing the head
 as a Linear would untie into a second, int8 copy beside the full-precision embedding.
 
-Chosen over optimum-quanto's qint8 (README, "A teacher in int8"): the same memory and perplexity,
+Chosen over optimum-quanto's qint8 (``docs/int8-teacher.md``): the same memory and perplexity,
 but quanto's CPU int8 kernel refuses bf16 activations against fp32 scales, so the teacher would
 fail under ``bf16-mixed``; torchao's runs under autocast.
 

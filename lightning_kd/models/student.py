@@ -209,11 +209,6 @@ def enable_activation_checkpointing(model: PreTrainedModel) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
-def is_activation_checkpointing(model: PreTrainedModel) -> bool:
-    """Whether any of the model's layers checkpoints its activations (either transformers API)."""
-    return any(getattr(module, "gradient_checkpointing", False) for module in model.modules())
-
-
 # ----------------------------------------------------------------------------- vocabulary
 
 

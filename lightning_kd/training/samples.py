@@ -4,8 +4,9 @@ Every ``every`` optimizer steps (and after the last), the first ``prompts`` vali
 prompts — a chat row's turns before its first answer, a text block's first ``text_prompt`` tokens —
 are completed greedily by the student and by the teacher (up to ``max_new_tokens``, eval mode, no
 graph, outside the step's capture arming), and appended to ``RUN_DIR/samples.csv`` (step, prompt,
-student, teacher). ``run.py`` adds the last step's rows to ``summary.md``. Rank 0 alone generates:
-no collective runs inside ``generate`` of the unwrapped models.
+student, teacher). The run's summary (``launch/train.py``) adds the last step's rows to
+``summary.md``. Rank 0 alone generates: no collective runs inside ``generate`` of the unwrapped
+models.
 
 A resume drops the rows after its checkpoint's step (written again), and a prompt with
 ``max_new_tokens`` beyond a model's positions is refused before the first step. A stop request

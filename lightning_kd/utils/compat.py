@@ -1,8 +1,8 @@
 """Every use of Lightning's private API, in one place.
 
 Lightning offers no public way to do these five things, and each is private API that can change
-in any release. ``tests/test_compat.py`` checks each one against the installed Lightning and
-fails naming what moved; fix it here, and nothing else needs to change.
+in any release. ``tests/unit/utils/test_compat.py`` checks each one against the installed
+Lightning and fails naming what moved; fix it here, and nothing else needs to change.
 
 - :class:`FSDPStrategyWithWrapHook`: a hook just before FSDP wraps the LightningModule
   (``FSDPStrategy._setup_model``), when the models exist (``configure_model`` has run).

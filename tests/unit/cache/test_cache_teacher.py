@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from lightning_kd.cache import CacheMismatch, CacheSpec
-from lightning_kd.cache.hidden_states import feature_paths
+from lightning_kd.cache.hidden_states import mapped_paths
 from lightning_kd.cache.writer import write_cache
 from lightning_kd.data.batches import IndexedBlocks
 from lightning_kd.distill.distiller import Distiller
@@ -38,7 +38,7 @@ def write(directory: Path, corpus: Path, k: int, features: str | None = None, **
     datamodule.setup()
     paths = []
     if features:
-        paths = feature_paths(DistillConfig(features=features), STUDENT, teacher, "causal_lm")
+        paths = mapped_paths(DistillConfig(features=features), STUDENT, teacher, "causal_lm")[0]
     spec = CacheSpec(k=k, shard_blocks=4)
     write_cache(teacher, datamodule.tokenizer, datamodule, spec, directory, features=paths)
     return directory

@@ -16,10 +16,9 @@ from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.losses import IGNORE_INDEX
 from lightning_kd.losses.logits import LossSums
 from lightning_kd.models.loading import StudentSpec, TeacherSpec, byte_tokenizer
-from lightning_kd.models.student import is_activation_checkpointing
 from lightning_kd.training.module import DistillationModule
 from lightning_kd.training.optim import decay_groups
-from tests.conftest import TINY_GPT2, TINY_LLAMA, make_trainer
+from tests.conftest import TINY_GPT2, TINY_LLAMA, checkpoints_activations, make_trainer
 
 
 def padded_batches(count: int, seed: int = 0, rows: int = 3, length: int = 16) -> list[dict]:
@@ -214,7 +213,7 @@ def test_checkpointing_records_once_and_matches_gradients() -> None:
     torch.manual_seed(0)
     checkpointed_module = make(checkpointing=True, **distill)
     checkpointed = fit(checkpointed_module, batches, accumulate=2, callbacks=[CountFires()])
-    assert is_activation_checkpointing(checkpointed_module.student)
+    assert checkpoints_activations(checkpointed_module.student)
     # 4 armed forwards; recompute in backward fires again (self_attn at least), unrecorded.
     assert fired.count("model.layers.0.self_attn") > 4
     for got, want in zip(checkpointed, plain, strict=True):

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lightning_kd.cache.hidden_states import feature_paths
+from lightning_kd.cache.hidden_states import mapped_paths
 from lightning_kd.data.loaders import FullBatchShare, passes_over, sharded_loader
 from lightning_kd.distill.distiller import Distiller
 from lightning_kd.distill.objective import DistillConfig
@@ -201,13 +201,13 @@ def test_from_a_teacher_cache_the_repair_reads_the_cached_states(corpus, tmp_pat
 def test_a_cache_for_a_repaired_run_holds_the_span_ends(tiny_teacher) -> None:
     teacher = load_teacher(tiny_teacher)
     student = StudentSpec(num_layers=2)  # teacher layers 0 and 3: spans end at 2 and 3
-    paths = feature_paths(DistillConfig(blockwise_passes=1), student, teacher, "causal_lm")
+    paths = mapped_paths(DistillConfig(blockwise_passes=1), student, teacher, "causal_lm")[0]
     assert paths == ["model.layers.2", "model.layers.3"]
     both = DistillConfig(features="uniform", blockwise_passes=1)  # uniform: layers 0 and 3
-    paths = feature_paths(both, student, teacher, "causal_lm")
+    paths = mapped_paths(both, student, teacher, "causal_lm")[0]
     assert paths == ["model.layers.0", "model.layers.2", "model.layers.3"]
     with pytest.raises(ValueError, match="neither is set"):
-        feature_paths(DistillConfig(), student, teacher, "causal_lm")
+        mapped_paths(DistillConfig(), student, teacher, "causal_lm")[0]
 
 
 @pytest.mark.integration  # runs the command line (in this process)

@@ -6,8 +6,9 @@ import math
 
 import pytest
 
-from lightning_kd.launch.checks import check_config, config_errors
+from lightning_kd.launch.checks import config_errors
 from lightning_kd.launch.config import compose_config
+from lightning_kd.launch.entry import check_entry
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +55,7 @@ def test_a_bad_value_names_key_value_range_and_fix(default_cfg, key: str) -> Non
     section, name = key.split(".")
     cfg[section][name] = value
     with pytest.raises(ValueError) as error:
-        check_config(cfg)
+        check_entry(cfg)
     message = str(error.value)
     assert f"{key}={value!r}" in message and allowed in message, message
     assert f"e.g. {key}=" in message, message

@@ -19,14 +19,20 @@ from lightning_kd.models.loading import StudentSpec, TeacherSpec, byte_tokenizer
 from lightning_kd.models.lora import ADAPTER_DIR
 from lightning_kd.models.student import (
     build_student,
-    is_activation_checkpointing,
     student_from_teacher,
 )
 from lightning_kd.training.checkpoints import LAST_NAME
 from lightning_kd.training.module import DistillationModule
 from lightning_kd.training.saving import LastCheckpoint
 from lightning_kd.utils.refusal import Refused
-from tests.conftest import TINY_GPT2, TINY_LLAMA, make_datamodule, make_module, make_trainer
+from tests.conftest import (
+    TINY_GPT2,
+    TINY_LLAMA,
+    checkpoints_activations,
+    make_datamodule,
+    make_module,
+    make_trainer,
+)
 from tests.integration.test_cli import run_cli
 from tests.integration.test_resume import COMMON, assert_same_run
 from tests.unit.distill.test_accumulation import (
@@ -225,7 +231,7 @@ def test_hooks_on_lora_wrapped_modules_record_once_with_activation_checkpointing
     count_fires(module)
     probe = LifecycleProbe()
     checkpointed = fit(module, batches, accumulate=2, callbacks=[probe])
-    assert is_activation_checkpointing(module.student)
+    assert checkpoints_activations(module.student)
     assert probe.checked == 4 and len(fired) > 4  # re-forwards in backward, unrecorded
     assert module.trainer.callback_metrics["train/features"] > 0
     for got, want in zip(checkpointed, plain, strict=True):
