@@ -56,7 +56,6 @@ from lightning_kd.generation.decoding import (
     device_list,
     generate_in_eval,
     left_padded,
-    positions,
     prompt_tokens,
     stop_and_pad,
     until_eos,
@@ -64,6 +63,7 @@ from lightning_kd.generation.decoding import (
 )
 from lightning_kd.generation.interleaved import interleaved_sample
 from lightning_kd.losses.logits import IGNORE_INDEX
+from lightning_kd.models.positions import max_positions
 
 
 @dataclass
@@ -136,7 +136,8 @@ class OnPolicy:
         left = left_padded(prompts, self.pad_token_id, device)
         in_step = decodes_in_step(student, teacher if self.teacher_top_k is not None else None)
         width = widest(left["input_ids"].shape[1], device, in_step)
-        room = self.room(student, teacher) - width
+        limit = self.room(student, teacher)
+        room = self.max_new_tokens if limit is None else limit - width
         if room < 1:
             raise ValueError(
                 f"distill.on_policy: a prompt of {width} tokens leaves the student no position to "
@@ -186,11 +187,12 @@ class OnPolicy:
             **options,
         )
 
-    def room(self, student: nn.Module, teacher: nn.Module | None) -> int:
-        """The longest prompt + completion: the student's, and the teacher's when it writes."""
-        if self.teacher_top_k is None or teacher is None:
-            return positions(student)
-        return min(positions(student), positions(teacher))
+    def room(self, student: nn.Module, teacher: nn.Module | None) -> int | None:
+        """The longest prompt + completion: the student's, and the teacher's when it writes;
+        None where no model's config states a limit."""
+        writers = [student] if self.teacher_top_k is None or teacher is None else [student, teacher]
+        limits = [limit for model in writers if (limit := max_positions(model.config))]
+        return min(limits, default=None)
 
 
 def on_policy_for(distill, student: nn.Module, task: str) -> OnPolicy | None:

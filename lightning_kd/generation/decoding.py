@@ -106,12 +106,6 @@ def widest(width: int, device: torch.device, in_step: bool) -> int:
     return int(value)
 
 
-def positions(model: nn.Module) -> int:
-    """The longest sequence ``model`` takes (prompt + completion must fit)."""
-    config = model.config
-    return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", 0)
-
-
 def device_list(tensor: Tensor) -> list[int]:
     """The CUDA device whose RNG ``fork_rng`` must also save, if ``tensor`` is on one."""
     return [tensor.device.index or 0] if tensor.is_cuda else []

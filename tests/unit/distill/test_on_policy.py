@@ -207,3 +207,20 @@ def test_bad_on_policy_settings_are_refused() -> None:
     unprompted["labels"][0, 0] = 5
     with pytest.raises(ValueError, match=r"scored from its first token, so it has no prompt"):
         prompt_tokens(unprompted)
+
+
+def test_the_room_to_sample_in_is_the_writers_stated_limit_and_none_states_no_limit() -> None:
+    """A model whose config states no position limit (a state-space model) read as 0: on-policy
+    KD refused every prompt with "leaves the student no position; lower data.block_size"."""
+    from types import SimpleNamespace
+
+    def model(**config):
+        return SimpleNamespace(config=SimpleNamespace(**config))
+
+    sampler = OnPolicy(1.0, 4, 1.0, 0, None, 0)
+    assert sampler.room(model(), None) is None
+    assert sampler.room(model(max_position_embeddings=64), model(n_positions=16)) == 64
+    interleaved = OnPolicy(1.0, 4, 1.0, 0, None, 0, teacher_top_k=8)
+    assert interleaved.room(model(max_position_embeddings=64), model(n_positions=16)) == 16
+    assert interleaved.room(model(), model(n_positions=16)) == 16
+    assert interleaved.room(model(), model()) is None
