@@ -239,7 +239,7 @@ def byte_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def load_tokenizer(spec: TeacherSpec) -> PreTrainedTokenizerBase:
-    """The teacher's tokenizer: the data is tokenized with it and the student inherits it."""
+    """The tokenizer of the model ``spec`` names (a teacher, a ``student.source``), padding set."""
     if spec.config is not None:
         return byte_tokenizer()
     location = teacher_dir(spec.path, spec.gguf_file)

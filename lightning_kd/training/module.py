@@ -2,13 +2,10 @@
 
 The distiller owns the models and the step's math. This module builds it in ``configure_model``
 (where a strategy can wrap it), keeps the teacher out of the optimizer and the checkpoints (and a
-LoRA student's frozen base, rebuilt like the teacher: only adapters and projectors are saved), and
-makes accumulation exact: each micro-batch returns its per-token loss *sum*, and
-``on_before_optimizer_step`` (before clipping) divides the window's gradients once by its scored
-tokens over all ranks — a last partial window included.
-
-``save_hyperparameters`` keeps the specs as plain data: ``load_from_checkpoint(path)`` rebuilds
-the module, its teacher from ``teacher.path``, without the teacher in the file.
+LoRA student's frozen base, rebuilt like the teacher), and makes accumulation exact: each
+micro-batch returns its per-token loss *sum*, and ``on_before_optimizer_step`` (before clipping)
+divides the window's gradients once by its scored tokens over all ranks. ``save_hyperparameters``
+keeps the specs as plain data: ``load_from_checkpoint(path)`` rebuilds the teacher from its spec.
 """
 
 from __future__ import annotations
@@ -45,7 +42,7 @@ from lightning_kd.training.metrics import ValidationMetrics, checked_monitors, l
 from lightning_kd.training.optim import optimizer_config
 from lightning_kd.training.repair import BlockwiseRepair
 from lightning_kd.training.strategies import ROLE, int8_teachers, loss_divisor, window_ends
-from lightning_kd.utils.compat import exclude_from_ddp, silence_eval_mode_warning
+from lightning_kd.utils.compat import attached_trainer, exclude_from_ddp, silence_eval_mode_warning
 from lightning_kd.utils.plain_data import as_spec, plain_data
 from lightning_kd.utils.rng import float32_init, rng_state, set_rng_state
 
@@ -117,10 +114,11 @@ class DistillationModule(LightningModule):
             return
         if self.tokenizer is None:
             self.tokenizer = run_tokenizer(self.teacher_spec, self.student_spec)
+        trainer = attached_trainer(self)
         # teacher.dtype=auto follows the trainer's precision (bf16-mixed: a bf16 teacher).
-        precision = str(self._trainer.precision) if self._trainer is not None else None
+        precision = str(trainer.precision) if trainer is not None else None
         distill = self.distill
-        data = self._trainer.datamodule if self._trainer is not None else None
+        data = trainer.datamodule if trainer is not None else None
         if distill.teacher_cache is not None and data is None:
             # load_from_checkpoint (no trainer, no data to match a cache to): the teacher itself.
             distill = replace(distill, teacher_cache=None)
@@ -285,16 +283,18 @@ class DistillationModule(LightningModule):
         check_trainable_keys(
             state, own, self.rebuilt_student_keys, spec_changes(saved_student, self.hparams)
         )
-        if self._trainer is None:  # load_from_checkpoint: the models just built fill their keys
+        attached = attached_trainer(self) is not None
+        if not attached:  # load_from_checkpoint: the models just built fill their keys
             rebuilt = {k: v for k, v in own.items() if is_rebuilt(k, self.rebuilt_student_keys)}
             state.update(rebuilt)
         self.tokens_seen = checkpoint.get("tokens_seen", 0)
         self.before = dict(checkpoint.get("validation_before", {}))
         self.fit_validation = checkpoint.get("fit_validation")  # (step, metrics) or None
         # Put back at the first resumed batch: the loader's iterator draws first (as at step 0).
-        self.resumed_rng = checkpoint.get("rng") if self._trainer is not None else None
+        self.resumed_rng = checkpoint.get("rng") if attached else None
 
     @rank_zero_only
     def export_student(self, directory: str) -> None:
-        """Save the student (without projectors or training state) with the teacher's tokenizer."""
+        """Save the student (without projectors or training state) with the run's tokenizer
+        (the student's own where it has one, else the teacher's)."""
         self.distiller.export(directory, self.tokenizer)

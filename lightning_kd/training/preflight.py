@@ -1,15 +1,19 @@
 """Checks that need the built models, run once before the first validation or training batch.
 
-What they catch used to fail at step 1 (or later) with an error that named neither key nor fix:
+Left to the step, each fails at step 1 (or later) with an error that names neither key nor fix:
 
 - a sequence length (``data.block_size``) beyond a model's position embeddings;
 - a feature module the step never runs — the step calls each model's body (``base_model``) and
   the chunked loss applies the output head itself, so a hook on ``lm_head`` would never fire;
 - a projector whose widths were read off the module structure wrongly (``features.output_width``
-  guesses, e.g., the residual width for an MLP's inner activation).
+  guesses, e.g., the residual width for an MLP's inner activation);
+- a "causal" LM whose outputs at a position move with later tokens (an encoder loaded as one).
 
-The last two are found by one forward of each model on a 1 × 8 token batch, exactly as the step
-runs it (its captures armed), reading the captured widths.
+The feature and causality checks run each model forward on a 1 × 8 token batch, as the step runs
+it (its captures armed). As training starts, a warning names feature pairs that no trained
+parameter feeds (``student.freeze_layers``): their terms are constants computed for nothing.
+Under FSDP and DeepSpeed, whose root parameters are sharded outside the step, only the length is
+checked here; the first step's capture errors name a bad feature module.
 """
 
 from __future__ import annotations
@@ -164,7 +168,8 @@ def final_hidden_eval(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
 
 
 class Preflight(Callback):
-    """Runs the checks above once, before the first validation or training batch."""
+    """Runs the checks above once, before the first validation or training batch (the warning
+    of untrained pairs as each ``fit`` starts)."""
 
     def __init__(self) -> None:
         self.done = False

@@ -1,6 +1,6 @@
 """Every use of Lightning's private API, in one place.
 
-Lightning offers no public way to do these five things, and each is private API that can change
+Lightning offers no public way to do these six things, and each is private API that can change
 in any release. ``tests/unit/utils/test_compat.py`` checks each one against the installed
 Lightning and fails naming what moved; fix it here, and nothing else needs to change.
 
@@ -12,6 +12,8 @@ Lightning and fails naming what moved; fix it here, and nothing else needs to ch
   batch that just ended (``epoch_loop._should_check_val_fx``, ``_skip_next_val``).
 - :func:`silence_eval_mode_warning`: drop the start-of-training warning about modules in eval
   mode when it counts exactly the frozen teacher's (``_FitLoop._warn_if_modules_in_eval_mode``).
+- :func:`attached_trainer`: the trainer a LightningModule is attached to, or None
+  (``LightningModule._trainer``: the public ``trainer`` property raises where there is none).
 - :func:`exclude_from_ddp`: keep named parameters and buffers out of DDP's broadcast from rank 0
   and out of its reducer (``_ddp_params_and_buffers_to_ignore``, read by torch's DDP and by
   Lightning's own ``_sync_module_states`` outside ``fit``).
@@ -23,7 +25,7 @@ import re
 import warnings
 from collections.abc import Callable
 
-from lightning.pytorch import Trainer
+from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.strategies import FSDPStrategy
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from torch import nn
@@ -101,3 +103,9 @@ def exclude_from_ddp(module: nn.Module, names: list[str]) -> None:
     """Leave ``module``'s parameters and buffers called ``names`` out of DDP: not broadcast from
     rank 0 when DDP (or Lightning, outside ``fit``) syncs the ranks, not in the reducer."""
     setattr(module, DDP_IGNORE, sorted({*getattr(module, DDP_IGNORE, ()), *names}))
+
+
+def attached_trainer(module: LightningModule) -> Trainer | None:
+    """The trainer ``module`` is attached to; None in ``load_from_checkpoint`` or a loop of
+    one's own, where the public ``trainer`` property raises."""
+    return module._trainer

@@ -139,3 +139,13 @@ def test_ddp_and_lightnings_sync_leave_out_what_exclude_from_ddp_names() -> None
     compat.exclude_from_ddp(module, ["weight"])
     compat.exclude_from_ddp(module, ["bias"])
     assert getattr(module, compat.DDP_IGNORE) == ["bias", "weight"]
+
+
+def test_attached_trainer_is_none_until_a_trainer_holds_the_module(tmp_path) -> None:
+    module = BoringModel()
+    assert compat.attached_trainer(module) is None
+    with pytest.raises(RuntimeError, match="not attached to a `Trainer`"):
+        module.trainer  # noqa: B018 (the public property raises: why compat reads _trainer)
+    trainer = quiet_trainer(tmp_path, max_steps=1, limit_train_batches=1)
+    trainer.fit(module)
+    assert compat.attached_trainer(module) is trainer
