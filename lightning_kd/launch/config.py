@@ -30,6 +30,7 @@ from lightning.pytorch import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from lightning_kd.cache.format import CacheSpec
+from lightning_kd.data.chat import ChatDataModule
 from lightning_kd.data.text import TextDataModule
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.generation.teacher_completions import GenerateSpec
@@ -50,6 +51,10 @@ GROUP_TARGETS: dict[str, Callable[..., Any]] = {
     "generate": GenerateSpec,
 }
 """Config group → what its node instantiates; its keyword defaults are the group's defaults."""
+
+VARIANT_TARGETS: dict[tuple[str, str], Callable[..., Any]] = {("data", "chat_base"): ChatDataModule}
+"""Further ``<group>/<name>`` nodes: a subclass's defaults on top of its group's (``data=chat``
+builds a ``ChatDataModule``, which takes every ``TextDataModule`` argument too)."""
 
 
 def defaults_node(target: Callable[..., Any]) -> dict[str, Any]:
@@ -80,13 +85,16 @@ def config_node(node: dict[str, Any]) -> dict[str, Any]:
 
 
 def register_defaults() -> None:
-    """Store each group's defaults as ``<group>/base`` (idempotent: the same node each time), the
-    submitit launchers' as ``hydra/launcher/submitit_<kind>_base`` (``cluster.py``), and the
-    ``kd.*`` resolvers the YAML files use."""
+    """Store each group's defaults as ``<group>/base`` (and :data:`VARIANT_TARGETS`'s; idempotent:
+    the same node each time), the submitit launchers' as ``hydra/launcher/submitit_<kind>_base``
+    (``cluster.py``), and the ``kd.*`` resolvers the YAML files use."""
     OmegaConf.register_new_resolver("kd.on_default_corpus", on_default_corpus, replace=True)
     store = ConfigStore.instance()
     for group, target in GROUP_TARGETS.items():
         store.store(group=group, name="base", node=config_node(defaults_node(target)))
+    for (group, name), target in VARIANT_TARGETS.items():
+        node = defaults_node(GROUP_TARGETS[group]) | defaults_node(target)
+        store.store(group=group, name=name, node=config_node(node))
     register_launchers(store)
 
 

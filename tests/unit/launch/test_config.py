@@ -11,7 +11,13 @@ from hydra.utils import instantiate
 
 from lightning_kd.data.text import TextDataModule
 from lightning_kd.distill.objective import DistillConfig
-from lightning_kd.launch.config import CONF_DIR, GROUP_TARGETS, compose_config, defaults_node
+from lightning_kd.launch.config import (
+    CONF_DIR,
+    GROUP_TARGETS,
+    VARIANT_TARGETS,
+    compose_config,
+    defaults_node,
+)
 from lightning_kd.models.loading import StudentSpec, TeacherSpec, byte_tokenizer
 
 
@@ -45,11 +51,17 @@ def test_data_module_defaults_follow_files() -> None:
 @pytest.mark.parametrize("group", sorted(GROUP_TARGETS))
 def test_no_group_file_restates_a_default(group: str) -> None:
     """A YAML value equal to the code's default is a second copy that would drift: group files
-    hold only what differs (a teacher's path, a tiny config)."""
-    defaults = defaults_node(GROUP_TARGETS[group])
+    hold only what differs (a teacher's path, a tiny config). Each is judged against the node it
+    builds on: ``data/chat.yaml`` against ``ChatDataModule``'s defaults, which it restated."""
+    bases = {"base": defaults_node(GROUP_TARGETS[group])}
+    for (variant_group, name), target in VARIANT_TARGETS.items():
+        if variant_group == group:
+            bases[name] = bases["base"] | defaults_node(target)
     for path in sorted(Path(CONF_DIR, group).glob("*.yaml")):
         node = yaml.safe_load(path.read_text()) or {}
-        assert "base" in node.get("defaults", []), f"{path.name} must build on {group}/base"
+        found = [name for name in node.get("defaults", []) if name in bases]
+        assert len(found) == 1, f"{path.name} must build on one of {sorted(bases)}"
+        defaults = bases[found[0]]
         restated = [
             key for key, value in node.items() if key in defaults and defaults[key] == value
         ]
