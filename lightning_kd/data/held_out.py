@@ -23,7 +23,8 @@ import torch
 from lightning_kd.data.dataset_source import DatasetSource
 from lightning_kd.data.domains import members
 from lightning_kd.data.errors import DataError
-from lightning_kd.data.reading import data_file_digest, expand_files, prompt_lines
+from lightning_kd.data.reading import expand_files, prompt_lines
+from lightning_kd.models.sources import remembered_file_digest
 from lightning_kd.utils.refusal import refuse
 
 
@@ -131,7 +132,8 @@ def same_file(a: Path, b: Path) -> bool:
     """Whether two paths name one file, or two files of identical bytes."""
     if a.resolve() == b.resolve():
         return True
-    return a.stat().st_size == b.stat().st_size and data_file_digest(a) == data_file_digest(b)
+    digest = remembered_file_digest
+    return a.stat().st_size == b.stat().st_size and digest(a) == digest(b)
 
 
 def shared_files_errors(files: list[Path], val_files: list[Path]) -> list[str]:

@@ -28,7 +28,8 @@ from torch import Tensor
 
 from lightning_kd.data.dataset_files import local_files
 from lightning_kd.data.dataset_source import DatasetSource
-from lightning_kd.data.reading import EMBEDDED, data_file_digest
+from lightning_kd.data.reading import EMBEDDED
+from lightning_kd.models.sources import remembered_file_digest
 
 
 def examples_digest(examples: Iterable[Any]) -> str:
@@ -53,7 +54,7 @@ def example_tensors(example: Any) -> list[Tensor]:
 def files_record(files: Iterable[Path], names: Mapping[Path, str]) -> dict[str, str]:
     """``name → content digest`` for each file (``names`` gives the embedded corpora their
     short names, so a checkout and an installed wheel record the same thing)."""
-    return {names.get(path, str(path)): data_file_digest(path)[:20] for path in files}
+    return {names.get(path, str(path)): remembered_file_digest(path)[:20] for path in files}
 
 
 def source_record(source: DatasetSource) -> dict[str, Any]:
@@ -62,7 +63,7 @@ def source_record(source: DatasetSource) -> dict[str, Any]:
     record = {"path": source.path, "name": source.name, "split": source.split}
     record["val_split"] = source.val_split
     files = {
-        str(path): data_file_digest(path)[:20]
+        str(path): remembered_file_digest(path)[:20]
         for path in local_files(source.path, source.data_files)
     }
     record["data_files"] = files or source.data_files

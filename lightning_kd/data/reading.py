@@ -25,8 +25,7 @@ from pathlib import Path
 from typing import IO
 
 from lightning_kd.data.errors import DataError, MissingData
-from lightning_kd.models.sources import cache_root
-from lightning_kd.utils.files import remembered_digest
+from lightning_kd.models.sources import remembered_file_digest
 
 FORMATS = {".txt": "txt", ".jsonl": "jsonl", ".txt.gz": "txt", ".jsonl.gz": "jsonl"}
 """Suffix → format; a name must end with one of these."""
@@ -195,13 +194,6 @@ def _record_text(line: str, path: Path, number: int, text_field: str, key: str) 
     return text
 
 
-def data_file_digest(path: Path) -> str:
-    """The sha256 of a data file's bytes, remembered in ``cache_root()/file_digests`` while the
-    file is unchanged (path, size, mtime, inode): the duplicate check and the checkpoint's data
-    record hash each file once, and a large corpus is hashed once across runs."""
-    return remembered_digest(path, cache_root() / "file_digests")
-
-
 def unique_files(paths: list[Path]) -> list[Path]:
     """``paths`` without repeats of one file (same resolved path or identical bytes), warning
     about each repeat (overlapping globs, a copy under another name)."""
@@ -209,7 +201,7 @@ def unique_files(paths: list[Path]) -> list[Path]:
     kept = []
     for path in paths:
         resolved = path.resolve()
-        key = (path.stat().st_size, data_file_digest(path))
+        key = (path.stat().st_size, remembered_file_digest(path))
         first = seen.get(resolved) or seen.get(key)
         if first is not None:
             how = "the same file as" if first.resolve() == resolved else "identical in content to"

@@ -6,8 +6,9 @@ settings, seed or teacher other than the first run's, the file would hold two ge
 one name, and a sequence-KD run would train on both unawares. So the first write records them in
 ``completions.meta.json`` (written whole) and a resume whose settings differ is refused, each
 difference named. The teacher is told by the digests a checkpoint's provenance uses (its config,
-sampled weights, dtype; the tokenizer's vocabulary and chat template): its path alone may change,
-a moved copy being the same teacher, and is named only beside another difference.
+sampled weights, dtype; the tokenizer's vocabulary), and the chat template's digest: its path
+alone may change, a moved copy being the same teacher, and is named only beside another
+difference.
 
 Two generates into one output at once would interleave their rows: the writer holds an exclusive
 lock, ``.completions.jsonl.lock``, and a second is refused with the first one's pid.
@@ -15,7 +16,6 @@ lock, ``.completions.jsonl.lock``, and a second is refused with the first one's 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import warnings
 from collections.abc import Iterator
@@ -25,7 +25,12 @@ from typing import Any
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from lightning_kd.models.digests import config_digest, vocab_digest, weights_digest
+from lightning_kd.models.digests import (
+    chat_template_digest,
+    config_digest,
+    vocab_digest,
+    weights_digest,
+)
 from lightning_kd.utils.atomic import atomic_write_bytes
 from lightning_kd.utils.locks import writer_lock
 from lightning_kd.utils.refusal import Refused
@@ -68,7 +73,6 @@ def settings_record(
     """What a generation with the ``generate`` settings (a ``GenerateSpec`` as a dict) from
     ``seed`` by ``teacher`` (loaded from ``teacher_source``: its ``path`` and ``gguf_file``)
     produces, flat ``key → value``, as JSON reads it back."""
-    template = tokenizer.chat_template
     record = {
         "rows": ROWS_FORMAT,
         **{f"generate.{name}": generate[name] for name in DECODING},
@@ -78,9 +82,7 @@ def settings_record(
         "teacher.weights": weights_digest(teacher),
         "teacher.dtype": str(next(teacher.parameters()).dtype).removeprefix("torch."),
         "tokenizer.vocab": vocab_digest(tokenizer),
-        "tokenizer.chat_template": (
-            hashlib.sha256(template.encode()).hexdigest()[:16] if template else None
-        ),
+        "tokenizer.chat_template": chat_template_digest(tokenizer),
     }
     return json.loads(json.dumps(record))
 

@@ -61,6 +61,12 @@ def vocab_digest(tokenizer: Any) -> str:
     return _sha(json.dumps(sorted(tokenizer.get_vocab().items())).encode())
 
 
+def chat_template_digest(tokenizer: Any) -> str | None:
+    """A digest of the tokenizer's chat template (None: it has none)."""
+    template = tokenizer.chat_template
+    return _sha(template.encode()) if template else None
+
+
 def tokenizer_digest(tokenizer: Any) -> str:
     """A digest of everything that decides how ``tokenizer`` splits text: a fast tokenizer's
     whole definition (normalizer, pre-tokenizer, model and merges, added tokens), else its class,

@@ -103,11 +103,11 @@ def assembled(target: Path, digest: str, assemble: Callable[[Path], object], fix
     wrong file ever counts as done. A wrong digest is refused naming ``fix``."""
     from filelock import FileLock
 
-    if target.is_file() and gguf_digest(target) == digest:
+    if target.is_file() and remembered_file_digest(target) == digest:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(target) + ".lock"):
-        if target.is_file() and gguf_digest(target) == digest:
+        if target.is_file() and remembered_file_digest(target) == digest:
             return target
         log.info("assembling %s (once)", target)
         with replaced_whole(target) as temp, disk_errors(target, "run the command again"):
@@ -139,10 +139,11 @@ DIGEST_CHARS = 20
 """Hex digits of the GGUF's sha256 in its converted directory's name."""
 
 
-def gguf_digest(gguf: Path) -> str:
-    """sha256 of ``gguf``'s bytes, remembered in ``cache_root()/file_digests`` while the file is
-    unchanged: hashing SmolLM2's 98 MB took 3.5 s here, on every run it would cost as much."""
-    return remembered_digest(gguf, cache_root() / "file_digests")
+def remembered_file_digest(path: Path) -> str:
+    """sha256 of ``path``'s bytes (a GGUF, a data file), remembered in
+    ``cache_root()/file_digests`` while the file is unchanged (path, size, mtime, inode): hashing
+    SmolLM2's 98 MB GGUF took 3.5 s here, and a large corpus would cost as much on every run."""
+    return remembered_digest(path, cache_root() / "file_digests")
 
 
 def converted_dir(gguf: Path, digest: str) -> Path:
@@ -183,7 +184,7 @@ def convert_gguf(gguf: Path) -> Path:
     """
     from filelock import FileLock
 
-    digest = gguf_digest(gguf)
+    digest = remembered_file_digest(gguf)
     target = converted_dir(gguf, digest)
     if converted(target, digest):
         return target
@@ -247,7 +248,7 @@ def config_location(path: str, gguf_file: str | None = None) -> tuple[str, dict[
     gguf = None if path == MINILM else gguf_source(path, gguf_file)
     if gguf is None:
         return teacher_dir(path, gguf_file), {}
-    digest = gguf_digest(gguf)
+    digest = remembered_file_digest(gguf)
     target = converted_dir(gguf, digest)
     if converted(target, digest):
         return str(target), {}
