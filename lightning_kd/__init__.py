@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+from importlib.metadata import version
 
 # transformers imports torchao whenever it is installed (teacher.quantize uses it), and torchao's
 # wheel then logs a warning for each CUDA kernel a CPU-only torch cannot load: nothing to act on.
@@ -26,7 +27,7 @@ logging.getLogger("DeepSpeed").addFilter(
     lambda record: not str(record.msg).startswith("Setting accelerator to CPU")
 )
 
-__version__ = "0.1.0"
+__version__ = version("lightning-kd")
 
 _EXPORTS = {
     # the step as a plain nn.Module, and what it is built from

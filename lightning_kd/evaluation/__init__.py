@@ -1,2 +1,2 @@
-"""Measuring saved models: perplexity on held-out text, answers to held-out prompts judged by the
-teacher."""
+"""Measuring saved models: perplexity (and bits per byte) on held-out text, answers to held-out
+prompts judged by the teacher, and lm-eval's tasks (``harness.py``)."""

@@ -2,7 +2,7 @@
 
     lightning-kd generate generate.prompts=prompts.jsonl hydra.run.dir=gen
     lightning-kd train data=chat 'data.files=[gen/completions.jsonl]'      # train on them
-    lightning-kd generate experiment=instruct generate.prompts=train_split \
+    lightning-kd generate experiment=instruct generate.prompts=train_split \\
         hydra.run.dir=runs/instruct_teacher          # then experiment=instruct_seqkd
     lightning-kd generate generate.prompts=train_split hydra.run.dir=runs/teacher_text
         # data=text: the teacher continues the training documents (then experiment=seqkd_text)

@@ -1,12 +1,13 @@
 """One source for every default, and one way to compose the config.
 
-The defaults of the ``teacher``, ``student``, ``distill`` and ``data`` groups are those of the
-objects they build — the dataclasses :class:`~lightning_kd.models.loading.TeacherSpec`,
-:class:`~lightning_kd.models.loading.StudentSpec`,
-:class:`~lightning_kd.distill.objective.DistillConfig` and the signature of
-:class:`~lightning_kd.data.text.TextDataModule` — registered with Hydra's ``ConfigStore``
-as ``<group>/base``. The YAML files of ``conf/`` list ``base`` first and add only what differs
-(a teacher's path, the smoke test's tiny sizes), so a default cannot drift between the two.
+The defaults of the ``teacher``, ``student``, ``distill``, ``data``, ``cache`` and ``generate``
+groups are those of the objects they build (:data:`GROUP_TARGETS`: the dataclasses
+:class:`~lightning_kd.models.loading.TeacherSpec`, ``StudentSpec``,
+:class:`~lightning_kd.distill.objective.DistillConfig`, ``CacheSpec``, ``GenerateSpec`` and the
+signature of :class:`~lightning_kd.data.text.TextDataModule`) — registered with Hydra's
+``ConfigStore`` as ``<group>/base`` (``data/chat_base`` adds ``ChatDataModule``'s). The YAML
+files of ``conf/`` list their base first and add only what differs (a teacher's path, the smoke
+test's tiny sizes), so a default cannot drift between the two.
 
 :func:`compose_config` is what ``lightning-kd train <overrides>`` composes, without launching:
 the tests, the benchmark and the notebooks use it, so they run the configuration users run.

@@ -2,6 +2,7 @@
 
 ``train``, ``cache``, ``generate`` and ``importance`` read the composed config; ``evaluate``,
 ``bench`` and ``soak`` read options of their own; each runs its models at some sequence length.
+``export`` brings only its cross-checks (the saved model, the output path).
 :func:`check_entry` checks all of it at once — the config by ``checks.py``'s rules, the options by
 :data:`OPTIONS` (the same rules: each message names the option, its value, the allowed range and
 an example), the length against each model's position limit read from its config alone — and

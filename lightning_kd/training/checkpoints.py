@@ -123,8 +123,8 @@ class SafeCheckpointIO(TorchCheckpointIO):
 
 
 TEACHER_PREFIX = ("distiller.teacher.", "distiller.extra_teachers.", "distiller.repair_source.")
-"""Where the frozen teachers' weights sit in a DistillationModule's state dict (the main one,
-and the others of several)."""
+"""Where frozen models' weights sit in a DistillationModule's state dict, never checkpointed: the
+teacher, the others of several, and the model a ``student.source`` student's repair reads."""
 STUDENT_PREFIX = "distiller.student."
 
 
