@@ -71,8 +71,8 @@ class SoakProbe(Callback):
         for capture in module.distiller.captures.values():
             self.captures_retained += bool(capture.armed or capture.records)
         step = trainer.global_step
-        # From `warmup` itself: a baseline at a multiple of `every` only (warmup 10, every 100)
-        # was taken at the end alone, and the end compared with itself passed whatever RSS did.
+        # From `warmup` itself, whatever `every` is: the baseline comes before the end (a
+        # baseline taken at the end alone would compare the end with itself).
         if step != self._step and step >= self.warmup and (step - self.warmup) % self.every == 0:
             self._measure(step)
         self._step = step

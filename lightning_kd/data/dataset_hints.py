@@ -1,9 +1,9 @@
 """The fix for a ``data.dataset`` that cannot be opened, where its cause is a common one.
 
-``datasets`` reports these in its own terms, and the generic advice (set ``data.dataset.path``
-to a builder) pointed away from the cause: a glob that matches no file (``StopIteration``), a
-data file given as the path (the hub was asked for it), a ``datasets`` cache it cannot write
-(``HF_DATASETS_CACHE`` read-only), and a split of ``datasets``' slicing syntax.
+``datasets`` reports these common causes in its own terms, naming none of them: a glob that matches
+no file (``StopIteration``), a data file given as the path (the hub was asked for it), a
+``datasets`` cache it cannot write (``HF_DATASETS_CACHE`` read-only), and a split of ``datasets``'
+slicing syntax.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Data that cannot be read as given: refusals (``utils/refusal.py``) that name the file, the row
-or the setting, and the fix, so a command prints them alone and exits 2 — found while the data
-is read, after the config's checks, they were tracebacks."""
+or the setting, and the fix, so a command prints them alone and exits 2, though they are found
+while the data is read, after the config's checks."""
 
 from __future__ import annotations
 

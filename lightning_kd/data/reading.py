@@ -56,7 +56,7 @@ def expand_files(patterns: list[str] | str, key: str = "data.files") -> list[Pat
         if pattern in EMBEDDED:
             files.append(EMBEDDED[pattern])
             continue
-        # ``**``: any depth, as bash's globstar and datasets' data_files read it (it was ``*``)
+        # ``**``: any depth, as bash's globstar and datasets' data_files read it
         expanded = str(Path(pattern).expanduser())
         matches = sorted(glob.glob(expanded, recursive=True)) if _is_glob(pattern) else []
         if _is_glob(pattern) and not matches:

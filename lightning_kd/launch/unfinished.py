@@ -2,9 +2,9 @@
 its directory, its (missing) ``student/`` or one of its checkpoints.
 
 A run writes ``student/`` only when training ends; one stopped by Ctrl+C, a kill or a time limit
-holds ``checkpoints/last.ckpt`` instead, which is a Lightning checkpoint, not a model. Those
-commands said only that the path was missing or not a model directory; this says that the run
-did not finish and gives the command that finishes it (its own overrides, read from
+holds ``checkpoints/last.ckpt`` instead, which is a Lightning checkpoint, not a model. Rather
+than a path missing or not a model directory, those commands then say that the run did not
+finish and give the command that finishes it (its own overrides, read from
 ``.hydra/overrides.yaml``).
 """
 

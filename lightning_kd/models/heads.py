@@ -51,10 +51,11 @@ def final_hidden(model: nn.Module, batch: dict[str, Tensor], logits: bool) -> Te
 
 def positions(batch: dict[str, Tensor]) -> Tensor:
     """The batch's ``position_ids``, else each row's count of attended tokens before each
-    position: 0, 1, … from a row's first real token. A left-padded row's text otherwise sat at
-    positions 5, 6, … after 5 pads, which a model of absolute positions (GPT-2, OPT) reads as
-    other input (22 % off a probe's KD term); for rotary models only the differences count,
-    and a right-padded or packed row's positions are those the model takes by default."""
+    position: 0, 1, … from a row's first real token. A left-padded row's text would otherwise sit
+    at positions 5, 6, … after 5 pads, which a model of absolute positions (GPT-2, OPT) reads as
+    other input (its KD term 22 % off, measured on GPT-2); for rotary models only the
+    differences count, and a right-padded or packed row's positions are those the model takes
+    by default."""
     given = batch.get("position_ids")
     if given is not None:
         return given

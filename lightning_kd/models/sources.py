@@ -150,9 +150,7 @@ def converted_dir(gguf: Path, digest: str) -> Path:
     """Where the conversion of the GGUF ``gguf`` whose sha256 is ``digest`` lives.
 
     Keyed by content, not by name and size: another file of the same name and size (a
-    re-upload, a same-size fine-tune) must not be served the first one's weights. Directories
-    of older versions, named ``<stem>-<size>``, are no longer found: each GGUF is converted once
-    more, under its digest, and the old directory can be deleted.
+    re-upload, a same-size fine-tune) must not be served the first one's weights.
     """
     return cache_root() / f"{gguf.stem}-{digest[:DIGEST_CHARS]}"
 
