@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import version
 
-from lightning_kd.models.files import UnreadableModel
+from lightning_kd.models.unreadable import UnreadableModel
 from lightning_kd.utils.disk import full_disk_message
 from lightning_kd.utils.refusal import REFUSED_EXIT, Refused
 

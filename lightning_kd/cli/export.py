@@ -14,7 +14,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from lightning_kd.export.files import GGUF_KINDS, gguf_path
+from lightning_kd.export.gguf_names import GGUF_KINDS, gguf_path
 
 
 def parser() -> argparse.ArgumentParser:
@@ -36,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> Path:
     args = parser().parse_args(argv)
     # Imported once the arguments parse: `--help` and a mistyped option answer at once, not
     # after torch, transformers and Lightning have loaded (seconds).
-    from lightning_kd.launch.export_command import export_directory
+    from lightning_kd.launch.export import export_directory
 
     out = args.out if args.out is not None else gguf_path(args.directory, args.gguf)
     return export_directory(args.directory, args.gguf, out)

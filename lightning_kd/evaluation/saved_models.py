@@ -9,7 +9,6 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from lightning_kd.models.files import loaded_whole, readable
 from lightning_kd.models.names import shadowing_error
 from lightning_kd.models.sources import (
     PACKAGED,
@@ -18,6 +17,7 @@ from lightning_kd.models.sources import (
     is_gguf,
     teacher_dir,
 )
+from lightning_kd.models.unreadable import loaded_whole, readable
 from lightning_kd.utils.refusal import Refused
 
 

@@ -34,9 +34,9 @@ from gguf import (
 )
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PretrainedConfig
 
-from lightning_kd.export.files import GGUF_KINDS, gguf_path
+from lightning_kd.export.gguf_names import GGUF_KINDS, gguf_path
 from lightning_kd.export.gguf_vocab import GGUFFile, add_vocabulary, gguf_vocabulary
-from lightning_kd.models.files import loaded_whole, readable
+from lightning_kd.models.unreadable import loaded_whole, readable
 from lightning_kd.utils.atomic import replaced_whole
 from lightning_kd.utils.disk import disk_errors
 from lightning_kd.utils.refusal import refuse

@@ -28,8 +28,8 @@ from lightning_kd.evaluation.saved_models import load_tokenizer, model_location
 from lightning_kd.launch.entry import Length, check_entry
 from lightning_kd.launch.paths import out_file_errors
 from lightning_kd.launch.unfinished import unfinished_run_error
-from lightning_kd.models.files import saved_model_errors
 from lightning_kd.models.positions import saved_positions
+from lightning_kd.models.unreadable import saved_model_errors
 from lightning_kd.utils.atomic import atomic_write_bytes
 
 

@@ -1,92 +1,66 @@
-"""``export.gguf``: the run's student as a GGUF beside its Hugging Face export.
+"""The library half of ``lightning-kd export``: a saved model checked, then written as a GGUF.
 
-Checked before anything loads or trains (:func:`gguf_errors`: the student's architecture read
-from the config alone, the tokenizer it is exported with), written after the ``save_pretrained``
-export (:func:`export_gguf`) from that directory, as ``lightning-kd export`` converts one.
+Everything that can be known before the weights load is checked first, in one refusal: the
+directory (a ``save_pretrained`` one, not a training run that has not saved its student yet), its
+architecture and tokenizer, and the output file.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import sys
 from pathlib import Path
 
-from hydra.errors import InstantiationException
-from hydra.utils import instantiate
-from lightning.pytorch.utilities import rank_zero_only
-from transformers import AutoConfig, PretrainedConfig
-
-from lightning_kd.export.files import GGUF_KINDS, gguf_path
-from lightning_kd.export.gguf import architecture_errors, export_saved
-from lightning_kd.export.gguf_vocab import gguf_vocabulary
-from lightning_kd.launch.rules import lookup
-from lightning_kd.models.loading import StudentSpec, TeacherSpec
-from lightning_kd.models.sources import checked_model_path, teacher_dir
-from lightning_kd.models.student import run_tokenizer
-from lightning_kd.utils.refusal import Refused
-
-KEY = "export.gguf"
+from lightning_kd.export.gguf import export_saved, exported_here
+from lightning_kd.export.gguf_names import gguf_path
+from lightning_kd.launch.entry import check_entry
+from lightning_kd.launch.paths import out_file_errors
+from lightning_kd.launch.unfinished import unfinished_run_error
+from lightning_kd.models.sources import is_gguf
+from lightning_kd.models.unreadable import saved_model_errors
+from lightning_kd.utils.stopping import Interrupted, stopping_at_once
 
 
-def gguf_kind(cfg: Mapping) -> str | None:
-    """``export.gguf`` when it asks for a GGUF this package writes (None: off, absent or bad —
-    a bad value is ``checks.py``'s to refuse)."""
-    kind = lookup(cfg, KEY)
-    return kind if isinstance(kind, str) and kind in GGUF_KINDS else None
+def export_directory(directory: Path, kind: str, out: Path) -> Path:
+    """Write the saved model in ``directory`` as a GGUF of ``kind`` at ``out``; returns it."""
+    default = gguf_path(directory, kind)  # runs/kd/student: runs/kd/student.f16.gguf
 
+    def ours(path: Path) -> bool:
+        """An export's GGUF: marked so, or (written before the mark) where exports go."""
+        return exported_here(path) or (path.resolve() == default.resolve() and is_gguf(path))
 
-def gguf_errors(cfg: Mapping) -> list[str]:
-    """Why the student of ``cfg`` could not be written as a GGUF, found before the run trains:
-    its architecture (from configs, no weights) and the teacher's tokenizer it is saved with."""
-    if gguf_kind(cfg) is None or lookup(cfg, "export_student") is False:
-        return []
+    out_errors = out_file_errors("--out", out, default.name, ours=ours)
+    if out.suffix != ".gguf" and out.name and not out.is_dir():  # a directory: named above
+        # transformers' GGUF reader, and evaluate, find it by its suffix
+        out_errors.append(
+            f"--out {out}: name the file .gguf, e.g. --out {out.with_suffix('.gguf')}"
+        )
+    check_entry(extra=directory_errors(directory) + out_errors)
     try:
-        teacher = instantiate(cfg["teacher"], _convert_="all")
-        student = instantiate(cfg["student"], _convert_="all")
-        config = student_config(teacher, student)
-        errors = architecture_errors(config)
-        if not errors:
-            gguf_vocabulary(run_tokenizer(teacher, student), config.vocab_size, config)
-    except Refused as refused:
-        errors = [str(refused)]
-    except (ValueError, OSError, InstantiationException):
-        return []  # a bad teacher or student spec: refused by its own check, as without a GGUF
-    return [f"{KEY}={gguf_kind(cfg)}: {error} (or {KEY}=null: no GGUF)" for error in errors]
-
-
-def student_config(teacher: TeacherSpec, student: StudentSpec) -> PretrainedConfig:
-    """The config the run's student will have: ``student.path``'s, or the teacher's with
-    ``student.config``'s overrides (a copied student keeps the teacher's architecture)."""
-    if student.path is not None:
-        location = checked_model_path(student.path, "student.path")
-        return AutoConfig.from_pretrained(location, trust_remote_code=student.trust_remote_code)
-    if student.source is not None:
-        config = AutoConfig.from_pretrained(teacher_dir(student.source))
-        config.num_hidden_layers = len(student.layers or []) or student.num_layers
-        return config
-    if teacher.config is not None:
-        overrides = dict(teacher.config)
-        config = AutoConfig.for_model(overrides.pop("model_type"), **overrides)
-    else:
-        location = teacher_dir(teacher.path, teacher.gguf_file)
-        config = AutoConfig.from_pretrained(location, trust_remote_code=teacher.trust_remote_code)
-    for key, value in (student.config or {}).items():
-        setattr(config, key, value)
-    return config
-
-
-def export_gguf(cfg: Mapping, student_dir: Path, then: str) -> Path | None:
-    """Write ``export.gguf``'s GGUF of the exported student in ``student_dir`` (on rank 0, where
-    the export is written); ``then`` follows a full disk. Returns its path (None: not asked)."""
-    kind = gguf_kind(cfg)
-    if rank_zero_only.rank != 0:
-        return None
-    for other in GGUF_KINDS:  # a resumed run's earlier GGUF is of the student before it trained
-        stale = gguf_path(student_dir, other)
-        if other != kind and stale.is_file():
-            stale.unlink()
-            print(f"removed {stale}: the GGUF of the student before this run's last steps")
-    if kind is None:
-        return None
-    path = export_saved(student_dir, kind, then=then)
-    print(f"GGUF ({kind}) of the student: {path}")
+        with stopping_at_once("the export"):
+            path = export_saved(directory, kind, out)
+    except Interrupted as stop:
+        print(f"{stop}: nothing was written ({out} is as it was)", file=sys.stderr)
+        raise SystemExit(stop.exit_code) from None
+    print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MB)")
     return path
+
+
+def directory_errors(directory: Path) -> list[str]:
+    """Why ``directory`` is not a saved model to convert (missing, or no ``config.json``; a
+    training run that has not saved its student named with the command that finishes it)."""
+    unfinished = unfinished_run_error(directory, "the directory")
+    if unfinished is not None:
+        return [unfinished]
+    if (directory / "config.json").is_file():
+        return saved_model_errors(directory, "the directory", tokenizer=True)
+    what = (
+        "has no config.json"
+        if directory.is_dir()
+        else "is a file, not a directory"
+        if directory.exists()
+        else "does not exist"
+    )
+    return [
+        f"{directory} {what}: give a save_pretrained directory, e.g. a run's student/ "
+        "(lightning-kd export runs/kd/student --gguf q8_0)"
+    ]

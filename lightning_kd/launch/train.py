@@ -27,7 +27,7 @@ from lightning_kd.launch.cache_k_checks import cache_k_errors
 from lightning_kd.launch.config import JobRecord, record_job
 from lightning_kd.launch.data_checks import dataset_errors
 from lightning_kd.launch.entry import check_entry, teacher_length
-from lightning_kd.launch.export import export_gguf, gguf_errors
+from lightning_kd.launch.gguf_export import export_gguf, gguf_errors
 from lightning_kd.launch.harness_run import evaluate_run, harness_errors
 from lightning_kd.launch.model_checks import model_setting_errors
 from lightning_kd.launch.model_paths import model_path_errors

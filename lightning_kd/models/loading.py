@@ -25,13 +25,13 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from lightning_kd.models.files import loaded_whole, readable
 from lightning_kd.models.layer_config import layer_indices_error
 from lightning_kd.models.lora import LoraSpec
 from lightning_kd.models.model_config import config_from
 from lightning_kd.models.precision import AUTO, teacher_dtype_for
 from lightning_kd.models.quantize import check_quantize
 from lightning_kd.models.sources import SMOLLM2, teacher_dir
+from lightning_kd.models.unreadable import loaded_whole, readable
 from lightning_kd.utils.refusal import refuse
 
 IMPORTANCE = "importance"

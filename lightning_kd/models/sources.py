@@ -25,7 +25,7 @@ from pathlib import Path
 
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from lightning_kd.models.files import readable
+from lightning_kd.models.unreadable import readable
 from lightning_kd.utils.atomic import atomic_directory, replaced_whole
 from lightning_kd.utils.disk import disk_errors
 from lightning_kd.utils.files import file_digest, remembered_digest

@@ -20,7 +20,6 @@ try:  # transformers >= 5
 except ImportError:  # transformers 4.x
     from transformers.modeling_utils import no_init_weights
 
-from lightning_kd.models.files import loaded_whole, readable
 from lightning_kd.models.layer_config import pruned_config, unfitting_layers_error
 from lightning_kd.models.loading import (
     DTYPES,
@@ -33,6 +32,7 @@ from lightning_kd.models.loading import (
 )
 from lightning_kd.models.lora import apply_lora
 from lightning_kd.models.sources import checked_model_path
+from lightning_kd.models.unreadable import loaded_whole, readable
 from lightning_kd.utils.refusal import Refused
 
 

@@ -32,7 +32,7 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 
-from lightning_kd.export.files import GGUF_KINDS, gguf_path
+from lightning_kd.export.gguf_names import GGUF_KINDS, gguf_path
 from lightning_kd.training.checkpoints import LAST_NAME, RESUME
 from lightning_kd.training.samples import SAMPLES_NAME
 from lightning_kd.training.set_aside import set_aside, settle

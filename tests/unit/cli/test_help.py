@@ -73,7 +73,7 @@ def test_the_hydra_commands_help_lists_the_groups_hydra_composes_from() -> None:
     from hydra.core.global_hydra import GlobalHydra
 
     from lightning_kd.cli.hydra_help import hydra_help
-    from lightning_kd.launch.config import CONF_DIR, register_defaults
+    from lightning_kd.launch.config import CONF_DIR, VARIANT_TARGETS, register_defaults
     from lightning_kd.launch.config_dir import group_options
 
     register_defaults()
@@ -85,8 +85,9 @@ def test_the_hydra_commands_help_lists_the_groups_hydra_composes_from() -> None:
             known = set(loader.get_group_options(group))
             if group.startswith("hydra/"):  # Hydra's own options too (basic, its plugins')
                 assert set(options) <= known, group
-            else:  # all but the package's defaults node, which no override picks
-                assert set(options) == known - {"base"}, group
+            else:  # all but the package's defaults nodes, which no override picks
+                bases = {"base"} | {name for (g, name) in VARIANT_TARGETS if g == group}
+                assert set(options) == known - bases, group
     shown = hydra_help("train", "lightning-kd train: a run.")
     assert re.search(r"^  teacher: +gemma3_270m, minilm, smollm2, tiny_gpt2", shown, re.M)
     assert "hydra/job_logging" not in shown, "the package's own logging group is no choice"

@@ -16,8 +16,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from lightning_kd.cli import main
 from lightning_kd.evaluation.perplexity import documents_of, nll_sum, windows_of
-from lightning_kd.export.files import gguf_path
 from lightning_kd.export.gguf import architecture_errors, export_saved, exported_here, write_gguf
+from lightning_kd.export.gguf_names import gguf_path
 from lightning_kd.export.gguf_vocab import GGUFFile
 from lightning_kd.models.loading import byte_tokenizer, model_from_config
 from lightning_kd.utils.refusal import Refused

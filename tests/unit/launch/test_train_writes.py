@@ -10,7 +10,7 @@ import transformers.modeling_utils
 from omegaconf import OmegaConf
 from safetensors import SafetensorError
 
-from lightning_kd.launch.export import export_gguf
+from lightning_kd.launch.gguf_export import export_gguf
 from lightning_kd.launch.train import export_student
 from tests.conftest import make_module
 

@@ -12,8 +12,8 @@ from safetensors import SafetensorError
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from lightning_kd.evaluation.saved_models import load_model
-from lightning_kd.models.files import UnreadableModel
 from lightning_kd.models.loading import TeacherSpec, byte_tokenizer, load_teacher
+from lightning_kd.models.unreadable import UnreadableModel
 
 
 def saved_gpt2(path: Path) -> Path:
@@ -74,7 +74,7 @@ def test_a_checkpoint_without_weights_the_model_needs_is_refused_wherever_it_loa
     """The body of a GPT-2 saved without its LM head and with its head untied: loaded as a
     teacher, a student or an evaluated model, the head started at random (a log line said so)."""
     from lightning_kd.cli import main
-    from lightning_kd.models.files import IncompleteModel
+    from lightning_kd.models.unreadable import IncompleteModel
 
     config = GPT2Config(
         vocab_size=257, n_embd=16, n_layer=1, n_head=2, n_positions=32, tie_word_embeddings=False
