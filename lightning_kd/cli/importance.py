@@ -35,26 +35,10 @@ def main(argv: Sequence[str]) -> int:
         parser.error(f"--config-dir {missing[0]}: no such directory")
     # Imported once the arguments parse: `--help` and a mistyped flag answer at once, not after
     # torch, transformers and Lightning have loaded (seconds).
-    from lightning_kd.launch.build import with_precision, with_values
     from lightning_kd.launch.config import compose_config
-    from lightning_kd.launch.data_checks import dataset_errors
-    from lightning_kd.launch.entry import check_entry, teacher_length
-    from lightning_kd.launch.importance import score_config
-    from lightning_kd.launch.model_checks import model_setting_errors
+    from lightning_kd.launch.importance import run
 
-    cfg = compose_config(overrides, config_dirs=args.config_dir)
-    # The command ranks as student.layers=importance does: its settings are checked as such.
-    ranked = with_values(cfg, {"student.layers": "importance"})
-    extra = dataset_errors(cfg) + model_setting_errors(ranked)
-    check_entry(cfg, lengths=[teacher_length(cfg, "data.block_size")], extra=extra)
-    cfg, _ = with_precision(cfg)
-    if (mode := cfg.teacher.get("quantize")) is not None:  # as training builds its student
-        print(
-            f"teacher.quantize={mode} applies in training, once the student is built: the "
-            f"layers are ranked with the teacher at teacher.dtype={cfg.teacher.dtype}, as "
-            "student.layers=importance ranks them"
-        )
-    ranking = score_config(cfg)
+    ranking = run(compose_config(overrides, config_dirs=args.config_dir))
     print(ranking.table())
     print(
         f"\nkept by {ranking.by} ({len(ranking.kept)} layers, {ranking.tokens} calibration "

@@ -25,7 +25,10 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
 
 from lightning_kd.data.text import TextDataModule
-from lightning_kd.launch.build import build_datamodule
+from lightning_kd.launch.build import build_datamodule, with_precision, with_values
+from lightning_kd.launch.data_checks import dataset_errors
+from lightning_kd.launch.entry import check_entry, teacher_length
+from lightning_kd.launch.model_checks import model_setting_errors
 from lightning_kd.models.layer_scores import Batch, Ranking, rank_layers
 from lightning_kd.models.loading import StudentSpec, load_teacher, load_tokenizer
 from lightning_kd.models.positions import spec_config
@@ -77,6 +80,24 @@ def score_config(cfg: DictConfig) -> Ranking:
     check_count(spec, teacher.config.num_hidden_layers)
     datamodule = build_datamodule(cfg, load_tokenizer(teacher_spec))
     return rank_for_student(teacher, spec, calibration_batches(datamodule, spec.calibration_blocks))
+
+
+def run(cfg: DictConfig) -> Ranking:
+    """The library half of ``lightning-kd importance``: ``cfg`` checked as a run of
+    ``student.layers=importance`` is (before anything loads), its precision resolved, and the
+    teacher's layers ranked as that run would rank them."""
+    # The command ranks as student.layers=importance does: its settings are checked as such.
+    ranked = with_values(cfg, {"student.layers": "importance"})
+    extra = dataset_errors(cfg) + model_setting_errors(ranked)
+    check_entry(cfg, lengths=[teacher_length(cfg, "data.block_size")], extra=extra)
+    cfg, _ = with_precision(cfg)
+    if (mode := cfg.teacher.get("quantize")) is not None:  # as training builds its student
+        print(
+            f"teacher.quantize={mode} applies in training, once the student is built: the "
+            f"layers are ranked with the teacher at teacher.dtype={cfg.teacher.dtype}, as "
+            "student.layers=importance ranks them"
+        )
+    return score_config(cfg)
 
 
 def choose_layers(
