@@ -1,8 +1,9 @@
 """Write the teacher cache: the library half of ``lightning-kd cache hydra.run.dir=DIR``.
 
-The same config groups as ``run.py`` (``teacher=``, ``data=``, ``debug=smoke``, ...) plus
-``cache.*`` (``conf/cache/default.yaml``). ``strategy=ddp trainer.devices=N`` writes with N
-processes (Lightning Fabric's launcher; gloo on CPUs), each its own shards.
+What the command cannot write is refused before the directory is claimed; the directory is
+claimed (one writer, no reader while it replaces a cache) before any rank starts; the teacher
+is loaded as a training run of the config loads it, so that the cache's key is that run's; and
+the ranks Lightning Fabric launches write their own shards.
 """
 
 from __future__ import annotations
