@@ -82,13 +82,24 @@ def score_config(cfg: DictConfig) -> Ranking:
     return rank_for_student(teacher, spec, calibration_batches(datamodule, spec.calibration_blocks))
 
 
+SOURCE = (
+    "student.source={source}: lightning-kd importance ranks the teacher's layers, and a student "
+    "copied from student.source takes its layers from that model instead; drop student.source "
+    "to rank the teacher's layers for a student copied from the teacher"
+)
+"""The refusal of a ranking the run's student would not be built from."""
+
+
 def run(cfg: DictConfig) -> Ranking:
     """The library half of ``lightning-kd importance``: ``cfg`` checked as a run of
     ``student.layers=importance`` is (before anything loads), its precision resolved, and the
     teacher's layers ranked as that run would rank them."""
     # The command ranks as student.layers=importance does: its settings are checked as such.
     ranked = with_values(cfg, {"student.layers": "importance"})
-    extra = dataset_errors(cfg) + model_setting_errors(ranked)
+    source = cfg.student.get("source")
+    extra = dataset_errors(cfg) + (
+        [SOURCE.format(source=source)] if source is not None else model_setting_errors(ranked)
+    )
     check_entry(cfg, lengths=[teacher_length(cfg, "data.block_size")], extra=extra)
     cfg, _ = with_precision(cfg)
     if (mode := cfg.teacher.get("quantize")) is not None:  # as training builds its student

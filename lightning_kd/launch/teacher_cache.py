@@ -117,7 +117,10 @@ def training_passes(cfg: DictConfig, train_examples: int) -> float:
 
 def repair_passes(cfg: DictConfig, train_examples: int) -> float:
     """``distill.blockwise_passes`` in passes over the blocks: a repair pass reads at most as many
-    blocks as training does (``loaders.FullBatchShare``)."""
+    blocks as training does (``loaders.FullBatchShare``). None of the teacher's where the student
+    is copied from ``student.source``, whose own model the repair runs."""
+    if cfg.student.get("source") is not None:
+        return 0.0
     repair = cfg.distill.get("blockwise_passes") or 0
     return repair * min(1.0, training_passes(cfg, train_examples))
 

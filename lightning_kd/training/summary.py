@@ -11,6 +11,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 
 from lightning_kd.evaluation.harness import markdown as harness_markdown
 from lightning_kd.models.layer_scores import Ranking
+from lightning_kd.training.set_aside import ASIDE
 
 ROWS = (
     ("val/ppl", "student perplexity (val)", 2),
@@ -204,10 +205,14 @@ def early_stop_reason(trainer: Trainer) -> str | None:
 
 
 def tree_bytes(path: Path) -> int:
-    """Bytes of the files under ``path`` (a file's own size; 0 if it does not exist)."""
+    """Bytes of the files under ``path`` (a file's own size; 0 if it does not exist), but for an
+    earlier run's outputs that ``overwrite=true`` set aside there (removed once this run ends)."""
     if path.is_file():
         return path.stat().st_size
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
+    if not path.is_dir():
+        return 0
+    files = (p for p in path.rglob("*") if p.is_file() and ASIDE not in p.relative_to(path).parts)
+    return sum(p.stat().st_size for p in files)
 
 
 def disk_use(

@@ -348,6 +348,11 @@ IMPORTANCE = {
         ["student.calibration_blocks=0: must be an integer >= 1", "e.g."],
     ),
     "negative batch": ("data.batch_size=-1", ["data.batch_size=-1: must be an integer >= 1"]),
+    # It said to give student.layers, which changed nothing: the command ranks the teacher.
+    "a student copied from another model": (
+        "student.source=smollm2",
+        ["student.source=smollm2: lightning-kd importance ranks the teacher's layers", "drop"],
+    ),
 }
 
 

@@ -60,6 +60,11 @@ def test_a_run_over_its_data_about_once_keeps_the_teacher_online(tmp_path: Path)
     assert passes(repaired, int(few)) == pytest.approx(passes(cfg, int(few)) + 1)
     assert choose(repaired, int(few)).caches
     assert "(1.00 of them the block-wise repair's)" in choose(repaired, int(few)).line()
+    # A student copied from student.source is repaired against that model, not the teacher: a
+    # cache was written for 1.24 passes "of the repair's" that never read it (probe 26).
+    sourced = compose_config([*overrides, "student.source=smollm2"], output_dir=tmp_path)
+    assert passes(sourced, int(few)) == pytest.approx(passes(cfg, int(few)))
+    assert not choose(sourced, int(few)).caches
 
 
 def test_a_batch_larger_than_the_data_reads_each_block_once_a_batch(tmp_path: Path) -> None:

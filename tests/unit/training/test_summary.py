@@ -132,3 +132,14 @@ def test_a_teachers_entry_of_its_own_dtype_is_in_the_precision_row() -> None:
     assert precision["dtype[b]"] == "bfloat16" and "dtype[c]" not in precision
     row = RunSummary({}, precision=precision).markdown().split("| precision |  | ")[1]
     assert row.split(" |")[0] == "32-true, teacher float32, teachers[b] bfloat16"
+
+
+def test_the_run_directory_written_leaves_out_the_outputs_overwrite_set_aside(tmp_path) -> None:
+    """Measured before the set-aside outputs are removed, an overwriting run reported the run it
+    replaced as written too (2.6 MB for 1.3; probe 26)."""
+    (tmp_path / "student").mkdir()
+    (tmp_path / "student" / "model.safetensors").write_bytes(b"x" * 100)
+    (tmp_path / ".overwritten" / "student").mkdir(parents=True)
+    (tmp_path / ".overwritten" / "student" / "model.safetensors").write_bytes(b"x" * 100)
+    written = summary.disk_use(tmp_path)
+    assert written["run directory"]["bytes"] == written["student"]["bytes"] == 100
