@@ -114,9 +114,7 @@ class Distiller(nn.Module):
         lengths = cross.student_lengths if token_lengths is None and cross else token_lengths
         self.token_lengths: Tensor | None = lengths
 
-    # The distiller of specs, its models loaded: the teacher, the student from it or from
-    # student.source, the cross-tokenizer path, a cache, other teachers (assembly.py).
-    from_specs = classmethod(assemble)
+    from_specs = classmethod(assemble)  # specs → models loaded, its sides chosen (assembly.py)
 
     def replace_teacher(self, cache: CachedTeacher) -> None:
         """Drop the teacher (and its hooks) for ``cache``, which holds its outputs: from here on
@@ -242,15 +240,17 @@ class Distiller(nn.Module):
             if self.cross is not None:  # its own numbers on its own tokens
                 metrics = self.cross.teacher_sums()
             student_out = self.run("student", batch)
-            if self.layer_pairs:
-                mask = self.task.scored_mask(batch)
+            if self.layer_pairs:  # over the rows the main teacher teaches, as in training
+                mask = self.domains.main_rows(batch, self.task.scored_mask(batch))
                 metrics["features"] = (self.feature_sum(mask, cached), mask.sum())
         with gathered(heads):
             metrics |= self.task.metric_sums(student_out, teacher_out, batch, heads)
+            metrics |= self.domains.own_figures(self.task, student_out, teacher_out, batch, heads)
             if (extra := self.extra_teachers) is not None:  # kl/<name>, agreement/<name>, loss
-                weight = None if self.domains.named else self.teacher_weight
-                own = (self.teacher_name, metrics, weight)
-                metrics |= extra.evaluation_sums(self.task, student_out, batch, heads, own)
+                own = (self.teacher_name, metrics, self.teacher_weight)
+                metrics |= extra.evaluation_sums(
+                    self.task, student_out, batch, heads, own, self.domains
+                )
         return metrics | bits_per_byte(batch["labels"], self.token_lengths, metrics)
 
     def feature_sum(self, mask: Tensor, cached: dict[str, Tensor] | None = None) -> Tensor:

@@ -71,12 +71,33 @@ class DomainTeaching:
         taught = taught_mask(self.required(), batch_domains(batch), 0)
         return mask & taught.to(mask.device).unsqueeze(1)
 
+    def taught_batch(self, batch: dict, column: int) -> dict:
+        """``batch`` scored only on the rows teacher ``column`` teaches (its labels ignored on
+        the others): validation measures each teacher where it teaches, as training does."""
+        if not self.named:
+            return batch
+        taught = taught_mask(self.required(), batch_domains(batch), column)
+        rows = taught.to(batch["labels"].device).unsqueeze(1)
+        return batch | {"labels": batch["labels"].masked_fill(~rows, IGNORE_INDEX)}
+
+    def own_figures(self, task, student_out: Tensor, teacher_out, batch: dict, heads) -> dict:
+        """The main teacher's :data:`PER_TEACHER` figures over the rows it teaches (none to
+        replace without named domains; the student's own, its perplexity, stay over every row)."""
+        if not self.named:
+            return {}
+        sums = task.metric_sums(student_out, teacher_out, self.taught_batch(batch, 0), heads)
+        return {key: sums[key] for key in PER_TEACHER if key in sums}
+
     def required(self) -> Tensor:
         """The weights a training step of teachers by domain needs, or the refusal naming how to
         give them: without them every teacher taught every row."""
         if self.weights is None:
             raise Refused(DOMAINS_UNKNOWN)
         return self.weights
+
+
+PER_TEACHER = ("kl", "agreement", "aligned")
+"""The validation metrics logged per teacher (``aligned`` for one of another tokenizer)."""
 
 
 def untaught_domains(entries: Sequence, names: Sequence[str]) -> list[str]:

@@ -31,7 +31,7 @@ from lightning_kd.cache.reader import CacheError
 from lightning_kd.cache.teacher import CachedTeacher
 from lightning_kd.distill.cross_tokenizer import CrossTokenizer
 from lightning_kd.distill.objective import DistillConfig
-from lightning_kd.distill.teacher_domains import rows_of
+from lightning_kd.distill.teacher_domains import PER_TEACHER, DomainTeaching, rows_of
 from lightning_kd.distill.teacher_entries import TeacherEntry
 from lightning_kd.distill.tokenizer_pairs import teacher_tokenizer_for
 from lightning_kd.models.digests import config_digest, weights_digest
@@ -166,28 +166,33 @@ class ExtraTeachers(nn.Module):
 
     @torch.no_grad()
     def evaluation_sums(
-        self, task, student_out: Tensor, batch, heads, main: tuple[str, dict, float | None]
+        self,
+        task,
+        student_out: Tensor,
+        batch,
+        heads,
+        main: tuple[str, dict, float | None],
+        domains: DomainTeaching,
     ) -> dict:
         """Validation: each teacher's own KL from the student (T = 1, ``kl/<name>``) and top-1
-        agreement with it (``agreement/<name>``), as token sums and counts, and the objective's
-        logit terms over all teachers (``loss``); ``heads`` are the distiller's, ``main`` its own
-        name, the metrics it measured against it (not measured again; their ``loss``, its own
-        terms alone, is taken out of them) and its weight (None: teachers by domain, whose
-        weights differ by row: no ``loss`` then)."""
+        agreement with it (``agreement/<name>``), as token sums and counts over the rows it
+        teaches (``domains``), and the objective's logit terms over all teachers (``loss``);
+        ``heads`` are the distiller's, ``main`` its own name, the metrics it measured against it
+        (not measured again; their ``loss``, its own terms alone, is taken out of them) and its
+        weight (no ``loss`` with teachers by domain, whose weights differ by row)."""
         name, measured, main_weight = main
+        main_weight = None if domains.named else main_weight
         found = per_teacher(name, measured)
         loss, tokens = measured.pop("loss")  # the main teacher's terms alone
         loss = loss * (main_weight or 0.0)
         sides = self.sides(task, batch, heads[0], "val")
-        for (name, teacher_out, theirs, _), weight in zip(sides, self.weights, strict=True):
-            metrics = task.metric_sums(student_out, teacher_out, batch, theirs)
+        for column, (name, teacher_out, theirs, _) in enumerate(sides, start=1):
+            taught = domains.taught_batch(batch, column)
+            metrics = task.metric_sums(student_out, teacher_out, taught, theirs)
+            weight = self.weights[column - 1]
             found |= per_teacher(name, metrics)
             loss = loss + weight * metrics["loss"][0]  # the weights sum to 1, so CE's stays
         return found | ({} if main_weight is None else {"loss": (loss, tokens)})
-
-
-PER_TEACHER = ("kl", "agreement", "aligned")
-"""The validation metrics logged per teacher (``aligned`` for one of another tokenizer)."""
 
 
 def per_teacher(name: str, metrics: dict) -> dict:

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 from torchmetrics.aggregation import SumMetric
 
-from lightning_kd.distill.teachers import PER_TEACHER
+from lightning_kd.distill.teacher_domains import PER_TEACHER
 from lightning_kd.utils.refusal import refuse
 
 

@@ -24,6 +24,29 @@ ROWS = (
 """Validation metrics shown before/after: key, label, decimals."""
 
 
+TEACHER_ROWS = {
+    "val/agreement": "top-1 agreement with teachers[{}]",
+    "val/kl": "KL(teachers[{}] ‖ student) per token",
+}
+"""The rows shown per teacher where a run has several (``val/<key>/<name>``)."""
+
+
+def teacher_rows(after: dict[str, float]) -> list[tuple[str, str, int]]:
+    """One row per teacher of each :data:`TEACHER_ROWS` metric logged for several teachers,
+    labelled with its name (the unsuffixed metric is the main teacher's alone)."""
+    return [
+        (key, TEACHER_ROWS[base].format(key.removeprefix(base + "/")), 3)
+        for base in TEACHER_ROWS
+        for key in after
+        if key.startswith(base + "/")
+    ]
+
+
+def per_teacher(key: str, after: dict[str, float]) -> bool:
+    """Whether ``key`` is a :data:`TEACHER_ROWS` metric shown per teacher instead."""
+    return key in TEACHER_ROWS and any(name.startswith(key + "/") for name in after)
+
+
 class TrainTimer(Callback):
     """Wall time spent in training batches (validation, data loading and checkpoint writes
     excluded), for the summary's tokens/s; and on that clock, the throughput logged as
@@ -155,8 +178,8 @@ class RunSummary:
             rows.append(("teacher perplexity (val)", fmt(self.teacher_ppl, 2), ""))
         rows += [
             (label, fmt(self.before.get(key), digits), fmt(self.after.get(key), digits))
-            for key, label, digits in ROWS
-            if key in self.after
+            for key, label, digits in [*ROWS, *teacher_rows(self.after)]
+            if key in self.after and not per_teacher(key, self.after)
         ]
         rows += [
             ("optimizer steps", "", str(self.steps)),

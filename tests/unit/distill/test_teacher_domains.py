@@ -199,3 +199,27 @@ def test_the_validation_loss_is_the_objective_over_every_teacher() -> None:
     both.domains = known(entries(["code"], ["prose"], (0.5, 0.5)))
     metrics = both.evaluate(batch | {"domain": torch.tensor([0, 1])})
     assert "loss" not in metrics and {"kl/a", "kl/b"} <= set(metrics)
+
+
+def test_each_teachers_validation_figures_are_over_the_rows_it_teaches() -> None:
+    """kl/<name>, agreement/<name> and features were measured on every validation row, the
+    domains a teacher never teaches included (probe 26): now each over its own rows, as the
+    teacher alone on those rows measures them; the student's perplexity stays over every row."""
+    first, second, student = models()
+    config = DistillConfig(features="uniform", compile=False)
+    extra = ExtraTeachers(["b"], [0.5], [copy.deepcopy(second)], [None])
+    both = Distiller(first, copy.deepcopy(student), config, extra=extra, teacher_weight=("a", 0.5))
+    both.domains = known(entries(["code"], ["prose"], (0.5, 0.5)))
+    batch = batch_of(TEXT)
+    metrics = both.eval().evaluate(batch | {"domain": torch.tensor([0, 1])})
+    alone_a = Distiller(first, copy.deepcopy(student), config).eval().evaluate(only(batch, 0))
+    alone_b = Distiller(second, copy.deepcopy(student), config).eval().evaluate(only(batch, 1))
+    for name, alone in (("a", alone_a), ("b", alone_b)):
+        for key in ("kl", "agreement"):
+            torch.testing.assert_close(metrics[f"{key}/{name}"], alone[key], rtol=1e-10, atol=0)
+    torch.testing.assert_close(metrics["kl"], alone_a["kl"], rtol=1e-10, atol=0)
+    torch.testing.assert_close(metrics["features"], alone_a["features"], rtol=1e-10, atol=0)
+    every = Distiller(first, copy.deepcopy(student), config).eval().evaluate(batch)
+    torch.testing.assert_close(metrics["ppl"], every["ppl"], rtol=1e-10, atol=0)
+    code_only = both.evaluate(batch | {"domain": torch.tensor([0, 0])})  # b teaches none of it
+    assert float(code_only["kl/b"][1]) == 0

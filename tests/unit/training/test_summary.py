@@ -143,3 +143,18 @@ def test_the_run_directory_written_leaves_out_the_outputs_overwrite_set_aside(tm
     (tmp_path / ".overwritten" / "student" / "model.safetensors").write_bytes(b"x" * 100)
     written = summary.disk_use(tmp_path)
     assert written["run directory"]["bytes"] == written["student"]["bytes"] == 100
+
+
+def test_several_teachers_agreement_and_kl_are_shown_per_teacher_by_name() -> None:
+    """The unsuffixed rows were the main teacher's alone, unlabelled: a student three times as
+    far from the second teacher read as unchanged (probe 26)."""
+    before = {"val/kl": 0.005, "val/kl/sp": 0.005, "val/kl/bytes": 0.0013, "val/ppl": 9.0}
+    after = {"val/kl": 0.005, "val/kl/sp": 0.005, "val/kl/bytes": 0.0039, "val/ppl": 8.0}
+    report = RunSummary(
+        after=after, before=before, steps=1, train_tokens=1, train_seconds=1.0, wall_seconds=1.0
+    ).markdown()
+    assert "| KL(teachers[bytes] ‖ student) per token | 0.001 | 0.004 |" in report
+    assert "| KL(teachers[sp] ‖ student) per token | 0.005 | 0.005 |" in report
+    assert "| KL(teacher ‖ student) per token |" not in report
+    one = RunSummary(after={"val/kl": 0.1}, steps=1, train_tokens=1, train_seconds=1.0).markdown()
+    assert "| KL(teacher ‖ student) per token |" in one
