@@ -141,10 +141,13 @@ class CrossTokenizer:
         }
         width, limit = view.input_ids.shape[1], max_positions(teacher.config)
         if limit is not None and width > limit:  # learned positions: an IndexError in the embedding
+            ours = view.partner.shape[1]
             raise Refused(
-                f"the teacher reads a block as {width} of its tokens, beyond its {limit} positions "
-                f"(config max_position_embeddings): lower data.block_size to about "
-                f"{view.partner.shape[1] * limit // width}"
+                f"the teacher reads a row of {ours} student tokens as {width} of its own, beyond "
+                f"its {limit} positions (config max_position_embeddings): a row fits in about "
+                f"{ours * limit // width} student tokens of this text. Lower data.block_size, and "
+                "with on-policy KD distill.on_policy_tokens too (a row is then the prompt and "
+                "the student's sampled answer)"
             )
         if not self.head_checked:
             check_head(teacher, inputs, "teacher", "set distill.chunked=false")

@@ -40,9 +40,9 @@ def teacher_tokenizer_for(
     log.info(  # the run would otherwise say nothing of it until val/aligned is logged
         "tokenizers: the teacher's (%s, %d ids) is not the student's (%s, %d ids): "
         "cross-tokenizer distillation, distill.cross_loss=%s (docs/cross-tokenizer.md)",
-        teacher_tokenizer.name_or_path,
+        teacher_tokenizer.name_or_path or type(teacher_tokenizer).__name__,
         len(teacher_tokenizer),
-        tokenizer.name_or_path,
+        tokenizer.name_or_path or type(tokenizer).__name__,  # a byte tokenizer has no path
         len(tokenizer),
         distill.cross_loss,
     )

@@ -187,6 +187,19 @@ def task_errors(cfg: DictConfig) -> list[str]:
     ]
 
 
+def one_process_note(cfg: DictConfig) -> str | None:
+    """What ``generate`` says of a config asking for several processes: it runs one (a run's
+    ``strategy=ddp trainer.devices=N``, kept for ``train`` and ``cache``, would pass silently)."""
+    trainer = cfg.trainer
+    strategy, devices = trainer.get("strategy"), trainer.get("devices")
+    if strategy in (None, "auto") and devices in (None, 1, "1", "auto"):
+        return None
+    return (
+        f"generate: one process writes the completions (trainer.devices={devices} and "
+        "trainer.strategy apply to train and cache, not here)"
+    )
+
+
 def run_generate(cfg: DictConfig) -> Path:
     """Load the teacher as a run would (``teacher.quantize`` applied) and write its completions
     (a split of the data made as a run with these student settings makes it: with the student's
@@ -199,6 +212,8 @@ def run_generate(cfg: DictConfig) -> Path:
         lengths=[teacher_length(cfg, "generate.max_new_tokens")],
         extra=extra + (TEACHERS_LIST if cfg.get("teachers") else []),
     )
+    if note := one_process_note(cfg):
+        print(note, flush=True)
     cfg, _ = with_precision(cfg)
     teacher_spec = instantiate(cfg.teacher, _convert_="all")
     tokenizer = load_tokenizer(teacher_spec)
