@@ -73,6 +73,15 @@ def split_prompts(
     return [(where, document_prefix(text, spec.prefix_chars)) for where, text in documents]
 
 
+NO_DOCUMENT = (
+    "no training document is longer than generate.prefix_chars={chars} and free of held-out "
+    "text (a document part of which the validation split holds is never a prompt, and a .txt "
+    "file is one document); give more documents (a .jsonl file holds one a row), or lower "
+    "generate.prefix_chars"
+)
+"""Why ``data=text`` gave no prompt: the documents' lengths, or the held-out share of them."""
+
+
 def chat_prompts(cfg: DictConfig, spec: GenerateSpec) -> bool:
     """Whether ``generate.prompts`` names chat prompts (a file of them, or ``data=chat``'s
     split), rendered with a chat template, or text (``data=text``'s training documents)."""
@@ -113,9 +122,9 @@ def config_prompts(
     if spec.prompts in SPLITS:
         prompts = split_prompts(cfg, spec, tokenizer, SPLITS[spec.prompts])
         fix = (
-            f"the data's {SPLITS[spec.prompts]} split holds no conversation (data=chat) or no "
-            f"document longer than generate.prefix_chars={spec.prefix_chars} (data=text); add "
-            "data, or lower generate.prefix_chars"
+            f"the data's {SPLITS[spec.prompts]} split holds no conversation; add data"
+            if is_chat_data(cfg.data)
+            else NO_DOCUMENT.format(chars=spec.prefix_chars)
         )
     else:
         prompts = read_prompts(Path(spec.prompts).expanduser(), ChatFields())

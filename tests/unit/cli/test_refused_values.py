@@ -338,6 +338,21 @@ def test_generate_refuses_prompts_that_give_none(weightless, tmp_path, capsys) -
     )
 
 
+def test_generate_names_why_one_text_file_gives_no_prompt(weightless, tmp_path, capsys) -> None:
+    """One .txt file is one document, part of it held out: it is never a prompt. The refusal
+    said the documents were too short, and to lower generate.prefix_chars (probe 26)."""
+    text = tmp_path / "notes.txt"
+    text.write_text("A line of notes that runs on for a while. " * 40)
+    options = [f"data.files=[{text}]", "generate.prompts=train_split", "generate.max_new_tokens=4"]
+    argv = hydra_argv("generate", weightless, tmp_path / "g", *options)
+    named = [
+        "generate.prompts=train_split gives no prompt: no training document",
+        "a .txt file is one document",
+        "free of held-out text",
+    ]
+    assert_refused(argv, named, capsys)
+
+
 IMPORTANCE = {
     "block past positions": (
         "data.block_size=128",
