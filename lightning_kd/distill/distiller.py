@@ -84,7 +84,7 @@ class Distiller(nn.Module):
         self.task = make_task(
             task, self.objective, distill.chunked, distill.chunk_size, distill.compile
         )
-        self.on_policy = on_policy_for(distill, student, task)
+        self.on_policy = on_policy_for(distill, student, task, extra)
         self.draws = 0  # micro-batches numbered here when the caller does not number them
         self.layer_map = layer_map
         """``layer_map[j]``: the teacher layer student layer j was copied from (or None)."""

@@ -97,6 +97,8 @@ class OnPolicy:
     """Steps (``step`` of :meth:`replace`) trained on the dataset's answers alone first."""
     teacher_top_k: int | None = None
     """Interleaved sampling: the teacher's top k a student token must be in (None: off)."""
+    scorer_limits: tuple[int, ...] = ()
+    """The position limits of the other teachers that score a completion (``teachers``)."""
     tally: Tally = field(default_factory=Tally, compare=False)
     """Tokens written, and how many were the student's own, since the last :meth:`Tally.take`."""
 
@@ -188,16 +190,19 @@ class OnPolicy:
         )
 
     def room(self, student: nn.Module, teacher: nn.Module | None) -> int | None:
-        """The longest prompt + completion: the student's, and the teacher's when it writes;
-        None where no model's config states a limit."""
-        writers = [student] if self.teacher_top_k is None or teacher is None else [student, teacher]
-        limits = [limit for model in writers if (limit := max_positions(model.config))]
-        return min(limits, default=None)
+        """The longest prompt + completion: the student's, and every teacher's that scores it
+        (a teacher of another tokenizer counted in its own tokens, as if they were the
+        student's: its step refuses a row beyond them); None where no config states a limit."""
+        models = [student] if teacher is None else [student, teacher]
+        limits = [limit for model in models if (limit := max_positions(model.config))]
+        return min([*limits, *self.scorer_limits], default=None)
 
 
-def on_policy_for(distill, student: nn.Module, task: str) -> OnPolicy | None:
+def on_policy_for(distill, student: nn.Module, task: str, extra=None) -> OnPolicy | None:
     """The ``distill.on_policy`` sampler of ``student`` (None at λ = 0): its end-of-sequence
-    token ends a completion, its padding token (else that end token) pads the prompts."""
+    token ends a completion, its padding token (else that end token) pads the prompts; the
+    other teachers ``extra`` (``ExtraTeachers``) score its completions too, within their
+    positions (a teacher of fewer positions raised an IndexError, or scored past them)."""
     if distill.on_policy == 0:
         return None
     if task != "causal_lm":
@@ -212,4 +217,11 @@ def on_policy_for(distill, student: nn.Module, task: str) -> OnPolicy | None:
         pad,
         distill.on_policy_warmup,
         distill.on_policy_teacher_top_k,
+        scorer_limits(extra),
     )
+
+
+def scorer_limits(extra) -> tuple[int, ...]:
+    """The stated position limits of ``extra``'s teacher models (none for a cached one)."""
+    models = [] if extra is None else extra.models.values()
+    return tuple(limit for model in models if (limit := max_positions(model.config)))

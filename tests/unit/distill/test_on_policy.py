@@ -219,8 +219,33 @@ def test_the_room_to_sample_in_is_the_writers_stated_limit_and_none_states_no_li
 
     sampler = OnPolicy(1.0, 4, 1.0, 0, None, 0)
     assert sampler.room(model(), None) is None
-    assert sampler.room(model(max_position_embeddings=64), model(n_positions=16)) == 64
-    interleaved = OnPolicy(1.0, 4, 1.0, 0, None, 0, teacher_top_k=8)
-    assert interleaved.room(model(max_position_embeddings=64), model(n_positions=16)) == 16
-    assert interleaved.room(model(), model(n_positions=16)) == 16
-    assert interleaved.room(model(), model()) is None
+    assert sampler.room(model(), model()) is None
+    # The teacher scores the completion whether or not it writes it (interleaved): it counts.
+    assert sampler.room(model(max_position_embeddings=64), model(n_positions=16)) == 16
+    assert sampler.room(model(), model(n_positions=16)) == 16
+    others = OnPolicy(1.0, 4, 1.0, 0, None, 0, scorer_limits=(12,))
+    assert others.room(model(max_position_embeddings=64), model()) == 12
+
+
+@pytest.mark.parametrize("where", ["the teacher", "another teacher"])
+def test_completions_fit_every_teacher_that_scores_them(where: str) -> None:
+    """The student (128 positions) sampled as far as its own positions allowed: a teacher of
+    12 learned positions scoring the row raised an IndexError (probe 26); one of rotary
+    positions scored past them without a word."""
+    from lightning_kd.distill.teachers import ExtraTeachers
+    from lightning_kd.models.loading import model_from_config
+    from tests.conftest import TINY_GPT2
+
+    torch.manual_seed(0)
+    short = model_from_config({**TINY_GPT2, "n_positions": 12}, "causal_lm").eval()
+    roomy = model_from_config(dict(TINY_LLAMA), "causal_lm").eval()
+    student = model_from_config(dict(TINY_LLAMA), "causal_lm")
+    config = DistillConfig(on_policy=1.0, on_policy_tokens=20, compile=False)
+    if where == "the teacher":
+        model = Distiller(short, student, config)
+    else:
+        extra = ExtraTeachers(["short"], [0.5], [short], [None])
+        model = Distiller(roomy, student, config, extra=extra, teacher_weight=("roomy", 0.5))
+    sampled = model.on_policy.sample(model.student, chat_batch(), draw=3, teacher=model.teacher)
+    assert sampled["input_ids"].shape[1] <= 12
+    assert torch.isfinite(model(chat_batch(), draw=3)[0])
