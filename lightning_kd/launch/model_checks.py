@@ -52,7 +52,10 @@ def model_setting_errors(cfg: Mapping) -> list[str]:
         built, wrong = config_from(student.config, base, "student.config")
         return errors + (wrong or architecture_errors(built, teacher.task, "student.config"))
     if student.path is None:
-        source = base if student.source is None else spec_config(TeacherSpec(path=student.source))
+        try:
+            source = base if student.source is None else spec_config(TeacherSpec(student.source))
+        except (ValueError, OSError):  # refused by model_path_errors, with the rest
+            return errors
         wrong = architecture_errors(source, teacher.task, "student.source")
         errors += wrong or depth_errors(student, source)
     return errors

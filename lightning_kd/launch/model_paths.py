@@ -1,6 +1,7 @@
 """The models a run reads, checked before anything loads: a mistyped ``teacher.path``,
-``student.path`` or ``teachers[i].path`` is refused with the others, each naming its key, rather
-than as a traceback from deep inside the set-up (the first tokenizer to load)."""
+``student.path``, ``student.source`` or ``teachers[i].path``, or a packaged model whose packages
+are not installed, is refused with the others, each naming its key, rather than as a traceback
+from deep inside the set-up (the first tokenizer to load, maybe after another model loaded)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from lightning_kd.launch.rules import ABSENT, lookup
-from lightning_kd.models.sources import PACKAGED, checked_model_path
+from lightning_kd.models.packaged import PACKAGED, missing_error
+from lightning_kd.models.sources import checked_model_path
 
 
 def model_path_errors(cfg: Mapping) -> list[str]:
@@ -22,14 +24,23 @@ def model_path_errors(cfg: Mapping) -> list[str]:
     for index, entry in enumerate([] if teachers in (None, ABSENT) else teachers):
         if isinstance(entry, Mapping) and entry.get("path") is not None:
             paths.append((f"teachers[{index}]", entry["path"], entry.get("gguf_file")))
-    return [error for key, path, gguf in paths if (error := path_error(key, path, gguf))]
+    errors = [error for key, path, gguf in paths if (error := path_error(key, path, gguf))]
+    source = lookup(cfg, "student.source")  # its other paths are checked where it loads
+    if source in PACKAGED and (error := missing_error(source, "student.source")):
+        errors.append(error)
+    return errors
 
 
 def path_error(key: str, path: Any, gguf_file: Any = None) -> str | None:
-    """Why ``<key>.path`` (and its ``gguf_file``) cannot be read, or None. Packaged names and hub
-    ids (``org/name``) pass: their own loaders say what is missing."""
-    if path is None or path is ABSENT or path in PACKAGED:
+    """Why ``<key>.path`` (and its ``gguf_file``) cannot be read, or None: a packaged model
+    whose packages are missing (a student's is none to give), a local path that is not there
+    (hub ids, ``org/name``, pass: the hub says)."""
+    if path is None or path is ABSENT:
         return None
+    if path in PACKAGED:
+        if key == "student":
+            return STUDENT_PACKAGED.format(path=path)
+        return missing_error(path, f"{key}.path")
     if gguf_file is not None and gguf_file is not ABSENT:
         gguf = Path(str(path)).expanduser() / str(gguf_file)
         return None if gguf.is_file() else f"{key}.gguf_file: {gguf} does not exist"
@@ -38,3 +49,11 @@ def path_error(key: str, path: Any, gguf_file: Any = None) -> str | None:
     except FileNotFoundError as error:
         return str(error)
     return None
+
+
+STUDENT_PACKAGED = (
+    "student.path={path}: a packaged model is no saved student; copy its layers with "
+    "student.source={path} (student.num_layers=N, or every layer), or give student.path a saved "
+    "model's directory"
+)
+"""The refusal of ``student.path`` naming a packaged model (a teacher, or a source of layers)."""

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 from lightning_kd.distill.tokenizer_pairs import cross_refusal, crossed_tokenizer
 from lightning_kd.launch.model_checks import built_specs
+from lightning_kd.launch.model_paths import model_path_errors
 from lightning_kd.models.student import run_tokenizer
 
 UNREADABLE = (ValueError, OSError)
@@ -22,7 +23,7 @@ def tokenizer_pair_errors(cfg: Mapping) -> list[str]:
     entry's own model is asked only for the chunked loss, which the teachers' checks refuse
     already (features, the repair and interleaved sampling read the main teacher alone)."""
     specs, errors = built_specs(cfg)
-    if errors:  # named by the model checks
+    if errors or model_path_errors(cfg):  # named by the model and path checks
         return []
     teacher, student, distill = specs
     # The teacher's tokenizer is the run's unless the student has one of its own.

