@@ -87,7 +87,7 @@ def resolve_teacher_cache(
     # its sampler checks again with every rank's share). A stream has no blocks here: 0.
     if blocks and (error := epoch_problems(blocks, datamodule.batch_size, run)[0]):
         raise DataError(error)
-    choice = choose(cfg, blocks)
+    choice = choose(cfg, blocks, len(datamodule.val_examples or ()))
     if choice.caches:
         choice = prepare(cfg, datamodule, tokenizer, choice, resuming)
     if rank_zero_only.rank == 0:
@@ -130,7 +130,9 @@ class EntryCaches:
         keys = {f"teacher.{key}": value for key, value in teacher_keys(entry).items()}
         logits_only = {"distill.features": None, "distill.blockwise_passes": 0}
         cfg = with_values(self.cfg, keys | logits_only | {"cache.features": False})
-        choice = choose(cfg, len(self.datamodule.train_examples))
+        data = self.datamodule
+        shares = domain_shares(entry.get("domains"), data)
+        choice = choose(cfg, len(data.train_examples), len(data.val_examples or ()), shares)
         if choice.caches:
             choice = prepare(cfg, self.datamodule, tokenizer, choice, self.resuming)
         if rank_zero_only.rank == 0:
@@ -138,3 +140,13 @@ class EntryCaches:
                 f"teachers[{entry['name']}]: {choice.line().removeprefix('teacher: ')}", flush=True
             )
         return choice
+
+
+def domain_shares(domains: list[str] | None, data: TextDataModule) -> tuple[float, float]:
+    """The shares of the training and validation blocks of ``data`` whose domain is one of
+    ``domains`` (a ``teachers`` entry's): what the teacher reads of each split."""
+    if domains is None or data.domains is None:
+        return 1.0, 1.0
+    taught = data.domains.indices(domains, "teachers")
+    split = (data.train_domains or [], data.val_domains or [])
+    return tuple(sum(d in taught for d in part) / max(1, len(part)) for part in split)

@@ -22,6 +22,7 @@ online teacher: only a run resolves it.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -51,8 +52,8 @@ from lightning_kd.utils.locks import in_use_elsewhere
 SHARED_DIRECTORY = "teacher_caches"
 """The shared cache directory's name under ``cache_root()`` (when ``cache.dir`` is null)."""
 MIN_PASSES = 1.5
-"""Passes over the training blocks from which caching pays: it costs one teacher forward per
-block (and the top-k of its logits), online KD one per block per pass."""
+"""Teacher reads per block a cache would hold from which caching pays: it costs one teacher
+forward per block of both splits (and the top-k of its logits), online KD one per block read."""
 
 
 @dataclass(frozen=True)
@@ -125,8 +126,27 @@ def repair_passes(cfg: DictConfig, train_examples: int) -> float:
     return repair * min(1.0, training_passes(cfg, train_examples))
 
 
-def choose(cfg: DictConfig, train_examples: int) -> CacheChoice:
-    """Cache or online, for a run of ``cfg`` over ``train_examples`` blocks (writes nothing)."""
+def validation_reads(cfg: DictConfig, val_examples: int) -> float:
+    """The validation blocks the run's validations read, each of its ``val_examples`` blocks
+    as often as read: before training (``validate_before``), and every ``val_check_interval``
+    optimizer steps to the last (``trainer.limit_val_batches`` batches each, where set)."""
+    trainer = cfg.trainer
+    limit, per = trainer.get("limit_val_batches"), float(val_examples)
+    if isinstance(limit, int) and not isinstance(limit, bool):
+        per = min(per, limit * cfg.data.get("val_batch_size", cfg.data.batch_size))
+    elif isinstance(limit, float):
+        per *= limit
+    interval, steps = trainer.get("val_check_interval"), trainer.get("max_steps")
+    fits = math.ceil(steps / interval) if isinstance(interval, int) and (steps or 0) > 0 else 1
+    return per * (fits + bool(cfg.get("validate_before", True)))
+
+
+def choose(
+    cfg: DictConfig, train_examples: int, val_examples: int = 0, shares=(1.0, 1.0)
+) -> CacheChoice:
+    """Cache or online, for a run of ``cfg`` over ``train_examples`` and ``val_examples``
+    blocks, of which the teacher reads ``shares`` (a teacher of some data domains: theirs);
+    writes nothing. A cache holds every block of both splits."""
     reason = why_online(cfg)
     if reason is not None:
         distill = instantiate(cfg.distill, _convert_="all")
@@ -134,7 +154,13 @@ def choose(cfg: DictConfig, train_examples: int) -> CacheChoice:
     count, repair = passes(cfg, train_examples), repair_passes(cfg, train_examples)
     per = f"{count:.2f} passes over {train_examples} training blocks"
     per += f" ({repair:.2f} of them the block-wise repair's)" if repair else ""
-    if count < MIN_PASSES:
+    per += f", {shares[0]:.0%} of them its domains'" if shares[0] < 1 else ""
+    val = validation_reads(cfg, val_examples) * shares[1]
+    reads = count * train_examples * shares[0] + val
+    each = reads / max(1, train_examples + val_examples)
+    if val_examples:
+        per += f"; {each:.2f} teacher reads per block of both splits ({val:.0f} of validation)"
+    if each < MIN_PASSES:
         return CacheChoice(None, f"auto: {per}; a cache pays from {MIN_PASSES}")
     return CacheChoice(None, f"auto: {per}, one teacher forward per block", caches=True)
 

@@ -222,6 +222,7 @@ def test_the_command_line_caches_the_span_ends_and_repairs_from_them(tmp_path, c
         "distill.blockwise_passes=2",
         "distill.features=null",
         "data.max_train_examples=20",  # 6 steps of 4 read 24 blocks: repair passes read 20
+        "data.val_fraction=0.002",  # 22 validation blocks, read about twice each: a cache pays
         f"cache.dir={tmp_path / 'caches'}",
     ]
     result = command_here(capsys, "run", *overrides, f"hydra.run.dir={run_dir}")

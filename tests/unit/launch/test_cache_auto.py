@@ -27,6 +27,7 @@ from lightning_kd.launch.teacher_cache import (
     holds,
     passes,
     stale,
+    validation_reads,
 )
 from lightning_kd.utils.locks import WriterLocked
 from tests.integration.test_cli import command_here
@@ -104,7 +105,9 @@ def test_an_unresolved_auto_built_from_python_is_the_online_teacher() -> None:
 @pytest.mark.integration  # runs the command line (in this process)
 def test_auto_writes_the_cache_once_trains_from_it_and_a_resume_reuses_it(tmp_path, capsys) -> None:
     run_dir, caches = tmp_path / "run", tmp_path / "caches"
-    smoke = ["debug=smoke", "data.max_train_examples=8", f"cache.dir={caches}"]  # 3 passes
+    # 3 passes over 8 blocks, and validation reads each of its 22 blocks about twice: it pays.
+    smoke = ["debug=smoke", "data.max_train_examples=8", "data.val_fraction=0.002"]
+    smoke.append(f"cache.dir={caches}")
     # Feature matching too: the cache holds the mapped teacher layers and no teacher runs.
     smoke.append("distill.features=spans")
     first = command_here(capsys, "run", *smoke, f"hydra.run.dir={run_dir}")
@@ -187,7 +190,9 @@ def test_auto_takes_the_shared_caches_writer_lock_inside_its_own(tmp_path) -> No
     (inside it) are two files: auto writes under both, no deadlock; and while another writer
     (`lightning-kd cache` into that directory) holds the cache, auto is refused, its pid named."""
     caches = tmp_path / "caches"
-    smoke = ["debug=smoke", "data.max_train_examples=8", f"cache.dir={caches}"]  # 3 passes
+    # 3 passes over 8 blocks, and validation reads each of its 22 blocks about twice: it pays.
+    smoke = ["debug=smoke", "data.max_train_examples=8", "data.val_fraction=0.002"]
+    smoke.append(f"cache.dir={caches}")
     cfg = compose_config(smoke, output_dir=tmp_path / "run")
     first, _ = resolve_teacher_cache(cfg)
     directory = Path(first.path)
@@ -207,7 +212,8 @@ def test_a_damaged_shard_of_the_shared_cache_is_rewritten_by_the_next_run(tmp_pa
     """It was "found whole", then refused with advice to run a writer on the shared directory,
     which auto users never ran; the same run failed the same way again (probe 23)."""
     caches = tmp_path / "caches"
-    smoke = ["debug=smoke", "data.max_train_examples=8", f"cache.dir={caches}"]
+    smoke = ["debug=smoke", "data.max_train_examples=8", "data.val_fraction=0.002"]
+    smoke.append(f"cache.dir={caches}")
     cfg = compose_config(smoke, output_dir=tmp_path / "run")
     first, _ = resolve_teacher_cache(cfg)
     directory = Path(first.path)
@@ -228,8 +234,41 @@ def test_a_repair_the_data_cannot_batch_is_refused_before_auto_writes(tmp_path) 
     that could not start."""
     caches = tmp_path / "caches"
     smoke = ["debug=smoke", "distill.blockwise_passes=1", "data.max_train_examples=2"]
+    smoke.append("data.val_fraction=0.002")  # validation's blocks read about twice each
     cfg = compose_config([*smoke, f"cache.dir={caches}"], output_dir=tmp_path / "run")
     # (one process: the epoch's check, which names data.batch_size, finds it first)
     with pytest.raises(ValueError, match="data.batch_size=4 but an epoch holds 2 training exam"):
         resolve_teacher_cache(cfg)
     assert not caches.exists()
+
+
+def test_validation_blocks_count_as_written_and_as_often_as_read(tmp_path: Path) -> None:
+    """auto weighed training passes alone: debug=smoke over 12 training blocks cached its 541
+    validation blocks too, for a run reading 48 of them (11.5x the teacher forwards; probe 26)."""
+    smoke = compose_config(["debug=smoke", "data.max_train_examples=12"], output_dir=tmp_path)
+    assert validation_reads(smoke, 541) == 3 * 2 * 8  # before, at steps 3 and 6: 2 batches of 8
+    choice = choose(smoke, 12, 541)
+    assert not choice.caches
+    assert "2.00 passes over 12 training blocks; 0.13 teacher reads per block of both splits " in (
+        choice.reason
+    )
+    assert choose(smoke, 12, 20).caches  # (24 + 48) reads of 32 blocks
+    whole = compose_config([], output_dir=tmp_path)  # the default run: every block, 2 times
+    assert validation_reads(whole, 32) == 2 * 32
+    # A teacher of 10 % of the blocks (its data domains) reads 10 % of what the run reads.
+    assert choose(smoke, 12, 20).caches and not choose(smoke, 12, 20, (0.1, 0.1)).caches
+    assert ", 10% of them its domains'" in choose(smoke, 12, 20, (0.1, 0.1)).reason
+
+
+def test_an_entry_of_some_domains_reads_their_share_of_each_split() -> None:
+    from types import SimpleNamespace
+
+    from lightning_kd.data.domains import Domains
+    from lightning_kd.launch.auto import domain_shares
+
+    data = SimpleNamespace(
+        domains=Domains(("code", "prose"), {}), train_domains=[0, 1, 1, 1], val_domains=[0, 0]
+    )
+    assert domain_shares(["prose"], data) == (0.75, 0.0)
+    assert domain_shares(None, data) == (1.0, 1.0)
+    assert domain_shares(["code"], SimpleNamespace(domains=None)) == (1.0, 1.0)
