@@ -270,11 +270,20 @@ def tokenizer_names(
     names = []
     for name in models:
         vocab, view = tokenizers[name].get_vocab(), views[name]
-        same = next((first for first, v, w in seen if v == vocab and w.ids == view.ids), None)
+        same = next((first for first, v, w in seen if alike(v, vocab) and w.ids == view.ids), None)
         if same is None:
             seen.append((name, vocab, view))
         names.append(same or name)
     return names
+
+
+def alike(one: dict[str, int], other: dict[str, int]) -> bool:
+    """Whether two vocabularies map the same tokens to the same ids, but for tokens added past
+    the end of the smaller (transformers' GGUF reader adds ``<|endoftext|>`` to a byte-level
+    vocabulary that has none: an export read back is its source's tokenizer)."""
+    size = min(len(one), len(other))
+    kept = [{token: i for token, i in vocab.items() if i < size} for vocab in (one, other)]
+    return kept[0] == kept[1]
 
 
 def markdown(rows: list[dict]) -> str:
