@@ -165,14 +165,21 @@ def test_a_step_of_teachers_by_domain_without_the_datas_domains_is_refused() -> 
     assert torch.isfinite(both(batch)[0])
 
 
-def test_feature_matching_runs_on_the_main_teachers_rows_alone() -> None:
-    """The feature pairs are the main teacher's layers: a row of a domain another teacher
-    teaches does not learn from them (it did: every row matched the main teacher's states)."""
+def by_domain_with_features() -> tuple[Distiller, DistillConfig]:
+    """Teacher a (the main one, whose layers the features pair) teaches code, b prose."""
     first, second, student = models()
     config = DistillConfig(features="uniform", compile=False)
     extra = ExtraTeachers(["b"], [0.5], [copy.deepcopy(second)], [None])
     both = Distiller(first, copy.deepcopy(student), config, extra=extra, teacher_weight=("a", 0.5))
     both.domains = known(entries(["code"], ["prose"], (0.5, 0.5)))
+    return both, config
+
+
+def test_feature_matching_runs_on_the_main_teachers_rows_alone() -> None:
+    """The feature pairs are the main teacher's layers: a row of a domain another teacher
+    teaches does not learn from them (it did: every row matched the main teacher's states)."""
+    first, _, student = models()
+    both, config = by_domain_with_features()
     batch = batch_of(TEXT)
     mixed = step(both, batch | {"domain": torch.tensor([0, 1])})[1]
     prose = step(both, batch | {"domain": torch.tensor([1, 1])})[1]
@@ -206,10 +213,7 @@ def test_each_teachers_validation_figures_are_over_the_rows_it_teaches() -> None
     domains a teacher never teaches included (probe 26): now each over its own rows, as the
     teacher alone on those rows measures them; the student's perplexity stays over every row."""
     first, second, student = models()
-    config = DistillConfig(features="uniform", compile=False)
-    extra = ExtraTeachers(["b"], [0.5], [copy.deepcopy(second)], [None])
-    both = Distiller(first, copy.deepcopy(student), config, extra=extra, teacher_weight=("a", 0.5))
-    both.domains = known(entries(["code"], ["prose"], (0.5, 0.5)))
+    both, config = by_domain_with_features()
     batch = batch_of(TEXT)
     metrics = both.eval().evaluate(batch | {"domain": torch.tensor([0, 1])})
     alone_a = Distiller(first, copy.deepcopy(student), config).eval().evaluate(only(batch, 0))
