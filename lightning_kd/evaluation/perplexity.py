@@ -57,6 +57,7 @@ from lightning_kd.data.encoding import text_ids
 from lightning_kd.data.reading import expand_files, read_documents
 from lightning_kd.data.token_bytes import TokenBytes, token_bytes
 from lightning_kd.evaluation.saved_models import load_model, load_tokenizer
+from lightning_kd.evaluation.score_table import REWRITES, tokenizer_names
 from lightning_kd.losses.chunked import OutputHead, auto_chunk_size, matmul_dtype
 from lightning_kd.losses.logits import IGNORE_INDEX, scored_next_token
 from lightning_kd.models.heads import check_head, final_hidden, output_head
@@ -239,7 +240,8 @@ def score_documents(
     tokenizers = {name: load_tokenizer(name) for name in models}
     views = {name: windows_of(documents, tokenizers[name], block_size, name) for name in models}
     rows = []
-    for name, tokenizer in zip(models, tokenizer_names(models, tokenizers, views), strict=True):
+    ids = {name: view.ids for name, view in views.items()}
+    for name, tokenizer in zip(models, tokenizer_names(models, tokenizers, ids), strict=True):
         nll = nll_sum(load_model(name), views[name], batch_size)
         rows.append(row := score_row(name, tokenizer, nll, views[name]))
         print(
@@ -250,60 +252,3 @@ def score_documents(
         if views[name].rewritten:
             print(f"{name}: {REWRITES.format(views[name].rewritten, len(documents))}", flush=True)
     return rows
-
-
-REWRITES = (
-    "its tokenizer spells {} of the {} documents back as other text (it normalises or "
-    "lower-cases them, or reads characters as <unk>): its bits per byte are of that text, and "
-    "compare with no other row"
-)
-
-
-def tokenizer_names(
-    models: list[str], tokenizers: dict[str, PreTrainedTokenizerBase], views: dict[str, Windows]
-) -> list[str]:
-    """For each model, the first model listed whose tokenizer is the same here: the same
-    vocabulary, and the same ids for every document (a tokenizer that normalises or splits the
-    text otherwise was called the same for its vocabulary alone): the rows whose perplexities
-    compare."""
-    seen: list[tuple[str, dict, Windows]] = []
-    names = []
-    for name in models:
-        vocab, view = tokenizers[name].get_vocab(), views[name]
-        same = next((first for first, v, w in seen if alike(v, vocab) and w.ids == view.ids), None)
-        if same is None:
-            seen.append((name, vocab, view))
-        names.append(same or name)
-    return names
-
-
-def alike(one: dict[str, int], other: dict[str, int]) -> bool:
-    """Whether two vocabularies map the same tokens to the same ids, but for tokens added past
-    the end of the smaller (transformers' GGUF reader adds ``<|endoftext|>`` to a byte-level
-    vocabulary that has none: an export read back is its source's tokenizer)."""
-    size = min(len(one), len(other))
-    kept = [{token: i for token, i in vocab.items() if i < size} for vocab in (one, other)]
-    return kept[0] == kept[1]
-
-
-def markdown(rows: list[dict]) -> str:
-    """The rows as a markdown table, with a note on which columns compare which rows."""
-    lines = [
-        "| model | perplexity | bits per byte | tokenizer | tokens | bytes |",
-        "|---|---:|---:|---|---:|---:|",
-    ]
-    lines += [
-        f"| {row['model']} | {row['perplexity']:.2f} | {row['bits_per_byte']:.4f}"
-        f"{' †' if row.get('rewritten_documents') else ''} | "
-        f"{row['tokenizer']} | {row['tokens']} | {row['bytes']} |"
-        for row in rows
-    ]
-    note = (
-        "\nPerplexity is per token of a model's tokenizer: it compares only rows of the same "
-        "`tokenizer`. Bits per byte compares every row"
-    )
-    if any(row.get("rewritten_documents") for row in rows):
-        note += " but those marked †, whose tokenizer rewrites the text (see above)."
-    else:
-        note += "."
-    return "\n".join(lines) + "\n" + note

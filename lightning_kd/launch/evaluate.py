@@ -21,10 +21,11 @@ from lightning_kd.evaluation.harness import (
 )
 from lightning_kd.evaluation.harness import markdown as harness_markdown
 from lightning_kd.evaluation.judge import judge_prompts, read_prompt_file
-from lightning_kd.evaluation.perplexity import documents_of, markdown, score_documents
+from lightning_kd.evaluation.perplexity import documents_of, score_documents
 from lightning_kd.evaluation.prompts import Sampling
 from lightning_kd.evaluation.prompts import markdown as prompts_markdown
 from lightning_kd.evaluation.saved_models import load_tokenizer, model_location
+from lightning_kd.evaluation.score_table import markdown
 from lightning_kd.launch.entry import Length, check_entry
 from lightning_kd.launch.paths import out_file_errors
 from lightning_kd.launch.unfinished import unfinished_run_error

@@ -212,15 +212,13 @@ def test_a_gguf_export_read_back_with_a_token_added_past_the_end_is_its_sources(
     """transformers' GGUF reader adds <|endoftext|> (id 257) to the byte vocabulary: the export
     of a byte-level student was labelled another tokenizer than its source's, and the table
     said their perplexities did not compare (probe 26). Other ids for the text still split."""
-    from types import SimpleNamespace
-
-    from lightning_kd.evaluation.perplexity import tokenizer_names
+    from lightning_kd.evaluation.score_table import tokenizer_names
 
     source, export = byte_tokenizer(), byte_tokenizer()
     export.add_tokens(["<|endoftext|>"], special_tokens=True)
     assert export.convert_tokens_to_ids("<|endoftext|>") == len(source)
     tokenizers = {"source": source, "export": export}
-    same = {"source": SimpleNamespace(ids=[[1, 2, 3]]), "export": SimpleNamespace(ids=[[1, 2, 3]])}
+    same = {"source": [[1, 2, 3]], "export": [[1, 2, 3]]}
     assert tokenizer_names(["source", "export"], tokenizers, same) == ["source", "source"]
-    moved = same | {"export": SimpleNamespace(ids=[[1, 2, 4]])}
+    moved = same | {"export": [[1, 2, 4]]}
     assert tokenizer_names(["source", "export"], tokenizers, moved) == ["source", "export"]
