@@ -14,6 +14,7 @@ from lightning_kd.cache.teacher import CachedTeacher
 from lightning_kd.data.token_bytes import byte_lengths
 from lightning_kd.distill.cross_tokenizer import CrossTokenizer
 from lightning_kd.distill.objective import DistillConfig
+from lightning_kd.distill.on_policy import scorer_limits
 from lightning_kd.distill.teacher_domains import ON_POLICY_DOMAINS, DomainTeaching
 from lightning_kd.distill.teacher_entries import TeacherEntry
 from lightning_kd.distill.teachers import ExtraTeachers
@@ -72,6 +73,9 @@ def assemble(
         args = (teachers, distill, tokenizer, models.student, precision, data)
         distiller.extra_teachers = ExtraTeachers.load(*args)
         distiller.domains = teacher_domains(teachers, distill, data)
+        if (sampler := distiller.on_policy) is not None:  # the others score its completions too
+            limits = scorer_limits(distiller.extra_teachers)
+            distiller.on_policy = replace(sampler, scorer_limits=limits)
     return distiller
 
 

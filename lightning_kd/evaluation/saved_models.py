@@ -10,8 +10,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from lightning_kd.models.names import shadowing_error
+from lightning_kd.models.packaged import PACKAGED, missing_error
 from lightning_kd.models.sources import (
-    PACKAGED,
     checked_model_path,
     convert_gguf,
     is_gguf,
@@ -27,6 +27,8 @@ def model_location(name: str, key: str = "model") -> str:
     if error := shadowing_error(name, key):
         raise Refused(error)
     if name in PACKAGED:
+        if error := missing_error(name, key):
+            raise FileNotFoundError(error)
         return teacher_dir(name)
     path = Path(name).expanduser()
     if name.endswith(".gguf"):  # a GGUF export (export.gguf), compared with its source

@@ -26,6 +26,7 @@ from lightning_kd.launch.checks import config_errors
 from lightning_kd.launch.rules import Number, lookup, value_errors
 from lightning_kd.launch.teacher_list import config_entries
 from lightning_kd.models.loading import TeacherSpec
+from lightning_kd.models.packaged import PackageMissing
 from lightning_kd.models.positions import position_error, teacher_positions
 from lightning_kd.utils.refusal import refuse
 
@@ -87,7 +88,8 @@ class Length:
                 cause = error.__cause__ if isinstance(error, InstantiationException) else error
                 if not isinstance(cause, UNREADABLE):
                     raise
-                errors.append(str(cause))  # reported with the rest, not in their place
+                if not isinstance(cause, PackageMissing):  # the path checks name it, by key
+                    errors.append(str(cause))  # reported with the rest, not in their place
                 continue
             if error := position_error(self.key, self.tokens, limit, whose):
                 errors.append(error)

