@@ -126,19 +126,34 @@ def repair_passes(cfg: DictConfig, train_examples: int) -> float:
     return repair * min(1.0, training_passes(cfg, train_examples))
 
 
-def validation_reads(cfg: DictConfig, val_examples: int) -> float:
+def validation_reads(cfg: DictConfig, val_examples: int, train_examples: int) -> float:
     """The validation blocks the run's validations read, each of its ``val_examples`` blocks
-    as often as read: before training (``validate_before``), and every ``val_check_interval``
-    optimizer steps to the last (``trainer.limit_val_batches`` batches each, where set)."""
+    as often as read: before training (``validate_before``), every ``val_check_interval``
+    optimizer steps (a fraction: of an epoch's; none: once an epoch) and after the last step
+    (``trainer.limit_val_batches`` batches each, where set)."""
     trainer = cfg.trainer
     limit, per = trainer.get("limit_val_batches"), float(val_examples)
     if isinstance(limit, int) and not isinstance(limit, bool):
-        per = min(per, limit * cfg.data.get("val_batch_size", cfg.data.batch_size))
+        per = min(per, limit * (cfg.data.get("val_batch_size") or cfg.data.batch_size))
     elif isinstance(limit, float):
         per *= limit
-    interval, steps = trainer.get("val_check_interval"), trainer.get("max_steps")
-    fits = math.ceil(steps / interval) if isinstance(interval, int) and (steps or 0) > 0 else 1
-    return per * (fits + bool(cfg.get("validate_before", True)))
+    epoch = epoch_steps(cfg, train_examples)
+    steps, interval = trainer.max_steps, trainer.get("val_check_interval")
+    if steps in (None, -1):
+        steps = epoch * (trainer.get("max_epochs") or 1)
+    if isinstance(interval, bool) or not isinstance(interval, int | float) or interval <= 0:
+        interval = epoch
+    elif isinstance(interval, float):
+        interval = max(1.0, epoch * interval)
+    return per * (math.ceil(steps / interval) + bool(cfg.get("validate_before", True)))
+
+
+def epoch_steps(cfg: DictConfig, train_examples: int) -> int:
+    """The optimizer steps of an epoch over ``train_examples`` blocks (at least one)."""
+    batches = math.ceil(train_examples / max(1, cfg.data.batch_size))
+    if isinstance(limit := cfg.trainer.get("limit_train_batches"), int) and limit > 0:
+        batches = min(batches, limit)
+    return max(1, math.ceil(batches / (cfg.trainer.get("accumulate_grad_batches") or 1)))
 
 
 def choose(
@@ -155,7 +170,7 @@ def choose(
     per = f"{count:.2f} passes over {train_examples} training blocks"
     per += f" ({repair:.2f} of them the block-wise repair's)" if repair else ""
     per += f", {shares[0]:.0%} of them its domains'" if shares[0] < 1 else ""
-    val = validation_reads(cfg, val_examples) * shares[1]
+    val = validation_reads(cfg, val_examples, train_examples) * shares[1]
     reads = count * train_examples * shares[0] + val
     each = reads / max(1, train_examples + val_examples)
     if val_examples:

@@ -79,12 +79,17 @@ class ValidationMetrics(nn.Module):
         self.count_list[self.slot[name]].update(count)
 
     def compute(self) -> dict[str, Tensor]:
-        """Each updated metric's token mean over all ranks (``exp`` of it for perplexities)."""
+        """Each updated metric's token mean over all ranks (``exp`` of it for perplexities); a
+        metric of no token is left out (a teacher of data domains no validation row is of:
+        its KL read 0, as if the student matched it, and a monitor stopped the run on it)."""
         results = {}
         for name, total, count in zip(self.names, self.sum_list, self.count_list, strict=True):
             if not total.update_called:
                 continue
-            mean = (total.compute() / count.compute().clamp(min=1)).float()
+            tokens = count.compute()
+            if tokens == 0:
+                continue
+            mean = (total.compute() / tokens).float()
             results[f"val/{name}"] = mean.exp() if name.endswith("ppl") else mean
         return results
 
@@ -109,6 +114,13 @@ def monitored(callbacks: list) -> list[tuple[str, str]]:
     ]
 
 
+UNTAUGHT = (
+    "; a teacher's figures are logged over the validation rows of the data domains it teaches, "
+    "where there are some"
+)
+"""Why a ``val/<metric>/<teacher>`` may be missing though that teacher is in the run."""
+
+
 def checked_monitors(callbacks: list, metrics: dict[str, float]) -> dict[str, float]:
     """``metrics`` (a validation's), once every callback that monitors a validation metric
     monitors one it holds: a name it lacks stopped the run with a traceback at the first
@@ -116,6 +128,7 @@ def checked_monitors(callbacks: list, metrics: dict[str, float]) -> dict[str, fl
     wrong = [
         f"{name} monitors {monitor!r}, which validation does not log; "
         f"choose one of {sorted(metrics)} (callbacks.<name>.monitor=...)"
+        + (UNTAUGHT if monitor.count("/") == 2 else "")
         for name, monitor in monitored(callbacks)
         if monitor not in metrics
     ]

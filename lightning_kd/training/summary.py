@@ -11,7 +11,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 
 from lightning_kd.evaluation.harness import markdown as harness_markdown
 from lightning_kd.models.layer_scores import Ranking
-from lightning_kd.training.set_aside import ASIDE
+from lightning_kd.training.rundir import HYDRA_OWN, OUTPUTS
 
 ROWS = (
     ("val/ppl", "student perplexity (val)", 2),
@@ -228,14 +228,24 @@ def early_stop_reason(trainer: Trainer) -> str | None:
 
 
 def tree_bytes(path: Path) -> int:
-    """Bytes of the files under ``path`` (a file's own size; 0 if it does not exist), but for an
-    earlier run's outputs that ``overwrite=true`` set aside there (removed once this run ends)."""
+    """Bytes of the files under ``path`` (a file's own size; 0 if it does not exist)."""
     if path.is_file():
         return path.stat().st_size
-    if not path.is_dir():
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
+
+
+def run_bytes(run_dir: Path) -> int:
+    """Bytes of what a run writes into ``run_dir`` (``rundir.OUTPUTS``, Hydra's record and
+    logs): not an earlier run's outputs ``overwrite=true`` set aside there until this run ends,
+    nor files it found there (a user's notes, a cache written into the directory)."""
+    if not run_dir.is_dir():
         return 0
-    files = (p for p in path.rglob("*") if p.is_file() and ASIDE not in p.relative_to(path).parts)
-    return sum(p.stat().st_size for p in files)
+    ours = (*OUTPUTS, *HYDRA_OWN)
+    return sum(
+        tree_bytes(entry)
+        for entry in run_dir.iterdir()
+        if entry.name in ours or entry.name.endswith(".log")
+    )
 
 
 def disk_use(
@@ -244,7 +254,7 @@ def disk_use(
     """What a run wrote: its run directory (checkpoints, the exported student and its GGUFs
     named apart) and, where it wrote into a teacher cache, those bytes and its path (each
     ``teachers`` entry's too, by name; a cache it only read is not listed)."""
-    written = {"run directory": {"path": str(output_dir), "bytes": tree_bytes(output_dir)}}
+    written = {"run directory": {"path": str(output_dir), "bytes": run_bytes(output_dir)}}
     for part in ("checkpoints", "student"):
         if (output_dir / part).exists():
             written[part] = {"path": str(output_dir / part), "bytes": tree_bytes(output_dir / part)}

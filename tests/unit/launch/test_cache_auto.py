@@ -246,7 +246,7 @@ def test_validation_blocks_count_as_written_and_as_often_as_read(tmp_path: Path)
     """auto weighed training passes alone: debug=smoke over 12 training blocks cached its 541
     validation blocks too, for a run reading 48 of them (11.5x the teacher forwards; probe 26)."""
     smoke = compose_config(["debug=smoke", "data.max_train_examples=12"], output_dir=tmp_path)
-    assert validation_reads(smoke, 541) == 3 * 2 * 8  # before, at steps 3 and 6: 2 batches of 8
+    assert validation_reads(smoke, 541, 12) == 3 * 2 * 8  # before, at steps 3 and 6: 2 batches of 8
     choice = choose(smoke, 12, 541)
     assert not choice.caches
     assert "2.00 passes over 12 training blocks; 0.13 teacher reads per block of both splits " in (
@@ -254,7 +254,14 @@ def test_validation_blocks_count_as_written_and_as_often_as_read(tmp_path: Path)
     )
     assert choose(smoke, 12, 20).caches  # (24 + 48) reads of 32 blocks
     whole = compose_config([], output_dir=tmp_path)  # the default run: every block, 2 times
-    assert validation_reads(whole, 32) == 2 * 32
+    assert validation_reads(whole, 32, 180) == 2 * 32
+    # An epoch-bounded run validates every val_check_interval steps of its epochs (it was
+    # counted once, probe 27); data.val_batch_size=null is data.batch_size's.
+    epochs = ["trainer.max_steps=-1", "trainer.max_epochs=2", "trainer.val_check_interval=3"]
+    by_epoch = compose_config(["debug=smoke", *epochs, "data.val_batch_size=null"])
+    assert validation_reads(by_epoch, 541, 12) == (1 + 2) * 2 * 4  # 6 steps of 4 blocks
+    fraction = compose_config([*epochs[:2], "trainer.val_check_interval=0.5"])
+    assert validation_reads(fraction, 32, 180) == (1 + 4) * 32  # 2 an epoch of 90 steps
     # A teacher of 10 % of the blocks (its data domains) reads 10 % of what the run reads.
     assert choose(smoke, 12, 20).caches and not choose(smoke, 12, 20, (0.1, 0.1)).caches
     assert ", 10% of them its domains'" in choose(smoke, 12, 20, (0.1, 0.1)).reason

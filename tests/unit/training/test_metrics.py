@@ -28,11 +28,10 @@ def test_only_updated_metrics_are_computed_and_reset_clears_them() -> None:
     metrics = ValidationMetrics()
     assert metrics.compute() == {}
     metrics.update("agreement", torch.tensor(3.0), 4)
-    metrics.update("teacher_ppl", torch.tensor(0.0), 0)  # a batch with no scored tokens
+    metrics.update("teacher_ppl", torch.tensor(0.0), 0)  # no scored token: no figure
     values = metrics.compute()
-    assert set(values) == {"val/agreement", "val/teacher_ppl"}
+    assert set(values) == {"val/agreement"}  # a perplexity of 1.0 measured nothing
     assert values["val/agreement"].dtype == torch.float32
-    assert values["val/teacher_ppl"].item() == 1.0  # exp(0 / max(0, 1)): no division by zero
     metrics.reset()
     assert metrics.compute() == {}
 
@@ -89,3 +88,16 @@ def test_the_sums_stay_fp64_when_the_module_is_cast() -> None:
     assert metrics.count_list[0].sum_value.dtype == torch.float64
     assert float(metrics.count_list[0].sum_value) == 2000 * 256
     assert math.isclose(metrics.compute()["val/ppl"].item(), math.exp(5.5), rel_tol=1e-6)
+
+
+def test_a_teacher_measured_on_no_token_logs_nothing_and_a_monitor_on_it_is_refused() -> None:
+    """A teacher of data domains no validation row is of logged val/kl/<name> 0.0 (a count of
+    0 clamped to 1): perfect agreement, on which early stopping then stopped the run (probe 27)."""
+    metrics = ValidationMetrics(("tiny", "sp"))
+    metrics.update("kl/tiny", torch.tensor(2.0), 4)
+    metrics.update("kl/sp", torch.tensor(0.0), 0)
+    computed = metrics.compute()
+    assert set(computed) == {"val/kl/tiny"}
+    stop = EarlyStopping(monitor="val/kl/sp")
+    with pytest.raises(ValueError, match=r"monitors 'val/kl/sp'.*data domains it teaches"):
+        checked_monitors([stop], {k: float(v) for k, v in computed.items()})

@@ -134,15 +134,18 @@ def test_a_teachers_entry_of_its_own_dtype_is_in_the_precision_row() -> None:
     assert row.split(" |")[0] == "32-true, teacher float32, teachers[b] bfloat16"
 
 
-def test_the_run_directory_written_leaves_out_the_outputs_overwrite_set_aside(tmp_path) -> None:
+def test_the_run_directory_written_counts_what_the_run_wrote(tmp_path) -> None:
     """Measured before the set-aside outputs are removed, an overwriting run reported the run it
-    replaced as written too (2.6 MB for 1.3; probe 26)."""
+    replaced as written too (2.6 MB for 1.3; probe 26), and files it found there (a user's
+    notes, a cache written into the directory) as its own (probe 27)."""
     (tmp_path / "student").mkdir()
     (tmp_path / "student" / "model.safetensors").write_bytes(b"x" * 100)
+    (tmp_path / "train.log").write_bytes(b"x" * 10)
     (tmp_path / ".overwritten" / "student").mkdir(parents=True)
     (tmp_path / ".overwritten" / "student" / "model.safetensors").write_bytes(b"x" * 100)
+    (tmp_path / "notes.bin").write_bytes(b"x" * 1000)
     written = summary.disk_use(tmp_path)
-    assert written["run directory"]["bytes"] == written["student"]["bytes"] == 100
+    assert written["run directory"]["bytes"] == 110 and written["student"]["bytes"] == 100
 
 
 def test_several_teachers_agreement_and_kl_are_shown_per_teacher_by_name() -> None:
