@@ -9,19 +9,20 @@ nearest option and the group's options: those of the shipped configs and of each
 from __future__ import annotations
 
 import difflib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from lightning_kd.launch.config_dir import group_options
 
 
 def group_option_errors(
-    argv: Sequence[str], conf_dirs: Sequence[Path], stored: Sequence[str] = ()
+    argv: Sequence[str], conf_dirs: Sequence[Path], stored: Mapping[str, set[str]] | None = None
 ) -> list[str]:
     """One message per option of a ``group=option`` (``+group=[a,b]``) override in ``argv``
-    that no directory of ``conf_dirs`` holds (nor ``stored``, the groups whose defaults are
-    registered as ``<group>/base``)."""
-    groups: dict[str, set[str]] = {group: {"base"} for group in stored}
+    that no directory of ``conf_dirs`` holds, nor ``stored`` (each group's nodes registered in
+    code: ``<group>/base``, ``data/chat_base``), which the refusal does not offer."""
+    stored = stored or {}
+    groups: dict[str, set[str]] = {group: set() for group in stored}
     for conf in conf_dirs:
         for group, options in group_options(conf).items():
             groups.setdefault(group, set()).update(options)
@@ -32,7 +33,7 @@ def group_option_errors(
         if not equals or group.startswith("hydra/") or group not in groups:
             continue
         for option in listed(value):
-            if option not in groups[group]:
+            if option not in groups[group] | stored.get(group, set()):
                 errors.append(option_error(word, key, option, sorted(groups[group])))
     return errors
 

@@ -22,7 +22,7 @@ from lightning_kd.cli.hydra_help import config_dirs
 from lightning_kd.launch.checks import config_errors
 from lightning_kd.launch.cluster import launcher_errors, launcher_override_errors, submitit_kind
 from lightning_kd.launch.cluster_jobs import drop_placeholder, job_ends_told, sweep_dir_errors
-from lightning_kd.launch.config import CONF_DIR, GROUP_TARGETS, register_defaults
+from lightning_kd.launch.config import CONF_DIR, register_defaults, stored_nodes
 from lightning_kd.launch.keys import override_key_errors
 from lightning_kd.launch.paths import run_dir_errors
 from lightning_kd.launch.sweeps import in_process_ddp_errors, sweep_job_errors
@@ -72,7 +72,7 @@ def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
             + run_dir_override_errors(argv)
             + launcher_override_errors(argv)
             + override_key_errors(argv)
-            + group_option_errors(argv, [CONF_DIR, *config_dirs(argv)], list(GROUP_TARGETS))
+            + group_option_errors(argv, [CONF_DIR, *config_dirs(argv)], stored_nodes())
         )
     except Refused as refused:
         exit_refused(refused)

@@ -167,8 +167,10 @@ def documents_errors(dataset: DatasetSource, val_files: list[Path] | None) -> li
         return []
     which = "data.dataset" if dataset.given else "data.val_files"
     return [
-        f"the training documents of data=text are read from data.files (or the embedded corpus), "
-        f"not with {which}: write the documents to a .jsonl and name it in data.files"
+        f"the training documents of data=text (those of data.files no validation block holds a "
+        f"token of) are told apart only without {which}: drop {which} here (the split then "
+        "holds out part of data.files, whose other documents are prompts), or write the "
+        "documents one a row to a .jsonl named in data.files"
     ]
 
 

@@ -58,6 +58,14 @@ VARIANT_TARGETS: dict[tuple[str, str], Callable[..., Any]] = {("data", "chat_bas
 builds a ``ChatDataModule``, which takes every ``TextDataModule`` argument too)."""
 
 
+def stored_nodes() -> dict[str, set[str]]:
+    """Each group's nodes :func:`register_defaults` stores (``base``, and the variants')."""
+    nodes = {group: {"base"} for group in GROUP_TARGETS}
+    for group, name in VARIANT_TARGETS:
+        nodes[group].add(name)
+    return nodes
+
+
 def defaults_node(target: Callable[..., Any]) -> dict[str, Any]:
     """``{"_target_": ..., <keyword>: <default>, ...}`` for every keyword of ``target`` that has a
     default (arguments without one, like the data module's tokenizer, are passed by the caller)."""

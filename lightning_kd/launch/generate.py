@@ -77,8 +77,8 @@ def split_prompts(
 NO_DOCUMENT = (
     "no training document is longer than generate.prefix_chars={chars} and free of held-out "
     "text (a document part of which the validation split holds is never a prompt, and a .txt "
-    "file is one document); give more documents (a .jsonl file holds one a row), or lower "
-    "generate.prefix_chars"
+    "file is one document, part of it held out); write the documents one a row to a .jsonl "
+    "named in data.files, or lower generate.prefix_chars"
 )
 """Why ``data=text`` gave no prompt: the documents' lengths, or the held-out share of them."""
 
@@ -201,12 +201,15 @@ def one_process_note(cfg: DictConfig) -> str | None:
     """What ``generate`` says of a config asking for several processes: it runs one (a run's
     ``strategy=ddp trainer.devices=N``, kept for ``train`` and ``cache``, would pass silently)."""
     trainer = cfg.trainer
-    strategy, devices = trainer.get("strategy"), trainer.get("devices")
-    if strategy in (None, "auto") and devices in (None, 1, "1", "auto"):
+    asked = [] if trainer.get("strategy") in (None, "auto") else ["trainer.strategy"]
+    for key in ("devices", "num_nodes"):
+        if (value := trainer.get(key)) not in (None, 1, "1", "auto"):
+            asked.append(f"trainer.{key}={value}")
+    if not asked:
         return None
     return (
-        f"generate: one process writes the completions (trainer.devices={devices} and "
-        "trainer.strategy apply to train and cache, not here)"
+        f"generate: one process writes the completions ({', '.join(asked)}: for train and "
+        "cache, not here)"
     )
 
 

@@ -174,7 +174,9 @@ def choose(
     reads = count * train_examples * shares[0] + val
     each = reads / max(1, train_examples + val_examples)
     if val_examples:
-        per += f"; {each:.2f} teacher reads per block of both splits ({val:.0f} of validation)"
+        held = f"{train_examples} training, {val_examples} validation"
+        per += f"; {reads:.0f} teacher reads ({val:.0f} validation's) of the blocks a cache holds"
+        per += f" ({held}): {each:.2f} a block"
     if each < MIN_PASSES:
         return CacheChoice(None, f"auto: {per}; a cache pays from {MIN_PASSES}")
     return CacheChoice(None, f"auto: {per}, one teacher forward per block", caches=True)

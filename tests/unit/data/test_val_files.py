@@ -97,3 +97,12 @@ def test_rows_continuing_documents_this_split_holds_out_are_refused(tmp_path) ->
     resplit = make_datamodule([out], val_files=[str(documents)], split_seed=5)
     with pytest.raises(Refused, match=r"document\(s\) the rows of data\.files continue are held"):
         resplit.setup()
+
+
+def test_the_training_documents_with_val_files_are_refused_with_the_way_on(tmp_path) -> None:
+    """It said to name the documents in data.files, to a user who had (probe 27)."""
+    documents = write_texts(tmp_path / "docs.jsonl", ["One document of its own. " * 3] * 2)
+    other = write_texts(tmp_path / "val.jsonl", ["Held-out text, elsewhere. " * 3])
+    data = make_datamodule([documents], val_files=[str(other)])
+    with pytest.raises(Refused, match=r"told apart only without data.val_files: drop data.val"):
+        data.training_documents()

@@ -249,8 +249,9 @@ def test_validation_blocks_count_as_written_and_as_often_as_read(tmp_path: Path)
     assert validation_reads(smoke, 541, 12) == 3 * 2 * 8  # before, at steps 3 and 6: 2 batches of 8
     choice = choose(smoke, 12, 541)
     assert not choice.caches
-    assert "2.00 passes over 12 training blocks; 0.13 teacher reads per block of both splits " in (
-        choice.reason
+    assert choice.reason == (
+        "auto: 2.00 passes over 12 training blocks; 72 teacher reads (48 validation's) of the "
+        "blocks a cache holds (12 training, 541 validation): 0.13 a block; a cache pays from 1.5"
     )
     assert choose(smoke, 12, 20).caches  # (24 + 48) reads of 32 blocks
     whole = compose_config([], output_dir=tmp_path)  # the default run: every block, 2 times

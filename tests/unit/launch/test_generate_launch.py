@@ -11,6 +11,8 @@ def test_several_processes_asked_of_generate_are_named_as_not_used() -> None:
     assert one_process_note(compose_config(["debug=smoke"])) is None
     note = one_process_note(compose_config(["debug=smoke", "strategy=ddp", "trainer.devices=2"]))
     assert note == (
-        "generate: one process writes the completions (trainer.devices=2 and trainer.strategy "
-        "apply to train and cache, not here)"
+        "generate: one process writes the completions (trainer.strategy, trainer.devices=2: for "
+        "train and cache, not here)"
     )
+    nodes = one_process_note(compose_config(["debug=smoke", "trainer.num_nodes=2"]))
+    assert nodes is not None and "(trainer.num_nodes=2: for train and cache" in nodes
