@@ -14,17 +14,15 @@ from lightning_kd.models.loading import TeacherSpec, check_dtype
 from lightning_kd.models.positions import spec_config, teacher_positions
 from lightning_kd.models.precision import AUTO, probe_hardware, resolve_precision
 from lightning_kd.models.student import check_num_layers
-from lightning_kd.utils.refusal import refuse
 
 
 def prepare(args: argparse.Namespace) -> None:
     """Refuse bad options (all at once, each named as typed); resolve ``args.precision`` and
     ``args.teacher_dtype`` from the hardware, with ``args.precision_reason``."""
-    refuse(setting_errors(args))  # before the precision is resolved from them
+    check(args, setting_errors(args))  # before the precision is resolved from them
     choice = resolve_precision(args.precision, args.teacher_dtype, probe_hardware(args.device))
     args.precision, args.teacher_dtype = choice.precision, choice.teacher_dtype
     args.precision_reason = choice.reason
-    check(args)
 
 
 def setting_errors(args: argparse.Namespace) -> list[str]:
@@ -60,9 +58,10 @@ def depth_errors(args: argparse.Namespace) -> list[str]:
     return []
 
 
-def check(args: argparse.Namespace) -> None:
+def check(args: argparse.Namespace, extra: list[str] = ()) -> None:
     """The numbers every scenario uses, ``--seq`` against the teacher's positions, and ``--out``
-    (a directory, created if missing; not a file), before any child loads a model."""
+    (a directory, created if missing; not a file), before any child loads a model; refused
+    with the ``extra`` problems, all at once."""
     numbers = {
         "--student-layers": args.student_layers,
         "--batch": args.batch,
@@ -76,5 +75,5 @@ def check(args: argparse.Namespace) -> None:
         command="bench",
         options=numbers,
         lengths=[Length("--seq", args.seq, teacher)],
-        extra=out_dir_errors("--out", args.out) + depth_errors(args),
+        extra=[*extra, *out_dir_errors("--out", args.out), *depth_errors(args)],
     )

@@ -148,6 +148,10 @@ def teacher_keys(entry: Mapping[str, Any]) -> dict[str, Any]:
     return overrides
 
 
+NAME = re.compile(r"[A-Za-z0-9_.\-]+")
+"""What a teacher's name may hold (``qwen2.5`` included)."""
+
+
 def entries_errors(entries: list[TeacherEntry]) -> list[str]:
     """One main entry, distinct names, non-negative weights that sum to 1, causal LMs only, and
     no domains where one teacher teaches every row."""
@@ -160,6 +164,11 @@ def entries_errors(entries: list[TeacherEntry]) -> list[str]:
         )
     if len(set(names)) != len(names):
         errors.append(f"teachers: names {names} repeat; give each entry its own name")
+    if odd := [name for name in names if not NAME.fullmatch(str(name))]:
+        errors.append(
+            f"teachers: names {odd} hold other characters than letters, digits, '_', '-' and "
+            "'.'; a name is part of metric names (val/kl/<name>), table rows and CSV columns"
+        )
     weights = [entry.weight for entry in entries]
     if min(weights) < 0 or abs(sum(weights) - 1.0) > 1e-6:
         errors.append(

@@ -25,6 +25,13 @@ def test_a_list_that_reads_passes_and_one_that_does_not_is_named() -> None:
     assert error.startswith("teachers[0].cache: this entry is the teacher group's model")
 
 
+def test_a_name_that_would_break_a_metric_or_a_table_row_is_refused() -> None:
+    """'a|b' split the summary's table rows (probe 27); a dot stays (qwen2.5)."""
+    assert errors("teachers=[{name: a, weight: 0.5}, {name: qwen2.5, weight: 0.5, path: x}]") == []
+    (error,) = errors("teachers=[{name: a, weight: 0.5}, {name: 'a|b', weight: 0.5, path: x}]")
+    assert error.startswith("teachers: names ['a|b'] hold other characters than letters")
+
+
 def test_the_domains_an_entry_teaches_are_the_datas() -> None:
     domains = "data.domains={prose: [a.txt], code: [b.txt]}"
     assert errors(TWO % ", domains: [code]", domains) == []
