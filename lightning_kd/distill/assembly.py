@@ -70,13 +70,17 @@ def assemble(
     del teacher_model
     models.teacher = None
     if teachers:  # after the main teacher's release: cached teachers are never resident at once
-        args = (teachers, distill, tokenizer, models.student, precision, data)
-        distiller.extra_teachers = ExtraTeachers.load(*args)
-        distiller.domains = teacher_domains(teachers, distill, data)
-        if (sampler := distiller.on_policy) is not None:  # the others score its completions too
-            limits = scorer_limits(distiller.extra_teachers)
-            distiller.on_policy = replace(sampler, scorer_limits=limits)
+        extra = ExtraTeachers.load(teachers, distill, tokenizer, models.student, precision, data)
+        attach_teachers(distiller, extra, teacher_domains(teachers, distill, data))
     return distiller
+
+
+def attach_teachers(distiller, extra: ExtraTeachers, domains: DomainTeaching) -> None:
+    """Give ``distiller`` its other teachers and who teaches which rows; they score its
+    on-policy completions too, so the sampler's room is theirs as well."""
+    distiller.extra_teachers, distiller.domains = extra, domains
+    if (sampler := distiller.on_policy) is not None:
+        distiller.on_policy = replace(sampler, scorer_limits=scorer_limits(extra))
 
 
 def teacher_domains(teachers: list[TeacherEntry], distill: DistillConfig, data) -> DomainTeaching:
