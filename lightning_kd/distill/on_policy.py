@@ -202,7 +202,8 @@ def on_policy_for(distill, student: nn.Module, task: str, extra=None) -> OnPolic
     """The ``distill.on_policy`` sampler of ``student`` (None at λ = 0): its end-of-sequence
     token ends a completion, its padding token (else that end token) pads the prompts; the
     other teachers ``extra`` (``ExtraTeachers``) score its completions too, within their
-    positions (a teacher of fewer positions raised an IndexError, or scored past them)."""
+    positions (past them, a teacher of learned positions raises an IndexError, and one of
+    rotary positions scores text it was never trained at)."""
     if distill.on_policy == 0:
         return None
     if task != "causal_lm":

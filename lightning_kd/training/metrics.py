@@ -80,8 +80,8 @@ class ValidationMetrics(nn.Module):
 
     def compute(self) -> dict[str, Tensor]:
         """Each updated metric's token mean over all ranks (``exp`` of it for perplexities); a
-        metric of no token is left out (a teacher of data domains no validation row is of:
-        its KL read 0, as if the student matched it, and a monitor stopped the run on it)."""
+        metric of no token is left out (a teacher of data domains no validation row is of):
+        a mean over no token would read as a KL of 0, a perfect match, to a monitor too."""
         results = {}
         for name, total, count in zip(self.names, self.sum_list, self.count_list, strict=True):
             if not total.update_called:
