@@ -175,7 +175,9 @@ class RunSummary:
 
         rows = []
         if self.teacher_ppl is not None:
-            rows.append(("teacher perplexity (val)", fmt(self.teacher_ppl, 2), ""))
+            several = any(per_teacher(key, self.after) for key in TEACHER_ROWS)
+            whose = " of the teacher group's model" if several else ""  # not the others'
+            rows.append((f"teacher perplexity (val){whose}", fmt(self.teacher_ppl, 2), ""))
         rows += [
             (label, fmt(self.before.get(key), digits), fmt(self.after.get(key), digits))
             for key, label, digits in [*ROWS, *teacher_rows(self.after)]

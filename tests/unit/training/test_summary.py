@@ -154,8 +154,15 @@ def test_several_teachers_agreement_and_kl_are_shown_per_teacher_by_name() -> No
     before = {"val/kl": 0.005, "val/kl/sp": 0.005, "val/kl/bytes": 0.0013, "val/ppl": 9.0}
     after = {"val/kl": 0.005, "val/kl/sp": 0.005, "val/kl/bytes": 0.0039, "val/ppl": 8.0}
     report = RunSummary(
-        after=after, before=before, steps=1, train_tokens=1, train_seconds=1.0, wall_seconds=1.0
+        after=after,
+        before=before,
+        teacher_ppl=14.5,
+        steps=1,
+        train_tokens=1,
+        train_seconds=1.0,
+        wall_seconds=1.0,
     ).markdown()
+    assert "| teacher perplexity (val) of the teacher group's model | 14.50 |" in report
     assert "| KL(teachers[bytes] ‖ student) per token | 0.001 | 0.004 |" in report
     assert "| KL(teachers[sp] ‖ student) per token | 0.005 | 0.005 |" in report
     assert "| KL(teacher ‖ student) per token |" not in report
