@@ -102,12 +102,21 @@ def test_an_unresolved_auto_built_from_python_is_the_online_teacher() -> None:
     assert DistillConfig(teacher_cache="auto").teacher_cache is None
 
 
+def cached_smoke(caches: Path) -> list[str]:
+    """debug=smoke overrides of a run that auto caches into ``caches``: 3 passes over 8 training
+    blocks, and validation reads each of its 22 blocks about twice."""
+    return [
+        "debug=smoke",
+        "data.max_train_examples=8",
+        "data.val_fraction=0.002",
+        f"cache.dir={caches}",
+    ]
+
+
 @pytest.mark.integration  # runs the command line (in this process)
 def test_auto_writes_the_cache_once_trains_from_it_and_a_resume_reuses_it(tmp_path, capsys) -> None:
     run_dir, caches = tmp_path / "run", tmp_path / "caches"
-    # 3 passes over 8 blocks, and validation reads each of its 22 blocks about twice: it pays.
-    smoke = ["debug=smoke", "data.max_train_examples=8", "data.val_fraction=0.002"]
-    smoke.append(f"cache.dir={caches}")
+    smoke = cached_smoke(caches)
     # Feature matching too: the cache holds the mapped teacher layers and no teacher runs.
     smoke.append("distill.features=spans")
     first = command_here(capsys, "run", *smoke, f"hydra.run.dir={run_dir}")
@@ -190,9 +199,7 @@ def test_auto_takes_the_shared_caches_writer_lock_inside_its_own(tmp_path) -> No
     (inside it) are two files: auto writes under both, no deadlock; and while another writer
     (`lightning-kd cache` into that directory) holds the cache, auto is refused, its pid named."""
     caches = tmp_path / "caches"
-    # 3 passes over 8 blocks, and validation reads each of its 22 blocks about twice: it pays.
-    smoke = ["debug=smoke", "data.max_train_examples=8", "data.val_fraction=0.002"]
-    smoke.append(f"cache.dir={caches}")
+    smoke = cached_smoke(caches)
     cfg = compose_config(smoke, output_dir=tmp_path / "run")
     first, _ = resolve_teacher_cache(cfg)
     directory = Path(first.path)
@@ -212,8 +219,7 @@ def test_a_damaged_shard_of_the_shared_cache_is_rewritten_by_the_next_run(tmp_pa
     """It was "found whole", then refused with advice to run a writer on the shared directory,
     which auto users never ran; the same run failed the same way again (probe 23)."""
     caches = tmp_path / "caches"
-    smoke = ["debug=smoke", "data.max_train_examples=8", "data.val_fraction=0.002"]
-    smoke.append(f"cache.dir={caches}")
+    smoke = cached_smoke(caches)
     cfg = compose_config(smoke, output_dir=tmp_path / "run")
     first, _ = resolve_teacher_cache(cfg)
     directory = Path(first.path)
