@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -47,6 +46,7 @@ from lightning_kd.cache.writer import write_cache
 from lightning_kd.launch.cache import cached_teacher, cross_path, fabric_for, report
 from lightning_kd.launch.online_reasons import AUTO, why_online
 from lightning_kd.models.sources import cache_root
+from lightning_kd.utils.atomic import replaced_directory
 from lightning_kd.utils.locks import in_use_elsewhere
 
 SHARED_DIRECTORY = "teacher_caches"
@@ -275,13 +275,8 @@ def drop_repair_states(choice: CacheChoice, training: set[str], keep: bool) -> C
             return choice
         if in_use_elsewhere(directory / READERS_LOCK):  # another run of the key reads them
             return replace(choice, reason=f"{choice.reason}; {IN_USE}")
-        smaller = directory.with_name(f"{directory.name}.without-repair-states")
-        shutil.rmtree(smaller, ignore_errors=True)
-        without_features(directory, smaller, tuple(training))
-        old = directory.with_name(f"{directory.name}.old")
-        directory.rename(old)
-        smaller.rename(directory)
-        shutil.rmtree(old)
+        with replaced_directory(directory) as smaller:
+            without_features(directory, smaller, tuple(training))
     written = sum(p.stat().st_size for p in (directory / SHARD_DIR).glob("*.safetensors"))
     dropped = sorted(set(features) - training)
     reason = f"{choice.reason}; the repair's own hidden states {dropped} dropped after the run"
