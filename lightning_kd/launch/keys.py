@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from lightning_kd.distill.teacher_entries import ENTRY_KEYS
 from lightning_kd.launch.config import CONF_DIR, GROUP_TARGETS, compose_config
 from lightning_kd.launch.config_dir import CONFIG_DIR_FLAGS
-from lightning_kd.models.loading import TeacherSpec
+from lightning_kd.models.loading import StudentSpec, TeacherSpec
 
 HYDRA_KEYS = {"_target_", "_convert_", "_recursive_", "_partial_", "_args_"}
 """Keys ``hydra.utils.instantiate`` reads itself: never a setting of the object built."""
@@ -232,6 +232,8 @@ def _missing_message(word: str, key: str, keys: Sequence[str]) -> str:
     if parent is not None and parent not in keys:
         siblings = [k for k in keys if k.count(".") == key.count(".")]
     near = difflib.get_close_matches(key, siblings, n=1, cutoff=0.7)
+    if parent in keys and FREE_FORM.fullmatch(parent):
+        return _free_form_message(word, key, siblings)
     if near:
         return f"{word}: the config has no key {key}; did you mean {near[0]}?"
     return (
@@ -242,6 +244,33 @@ def _missing_message(word: str, key: str, keys: Sequence[str]) -> str:
 
 ENTRY = re.compile(r"teachers\.\d+\.\w+")
 """A key of one ``teachers`` entry (``teachers.1.cache``)."""
+
+
+def _free_form_message(word: str, key: str, siblings: Sequence[str]) -> str:
+    """``teacher.config.rope_theta=5000``: a key such a node may well take, or a typo of one it
+    lists (matched by name alone, as their shared prefix made any two look alike)."""
+    parent, name = key.rsplit(".", 1)
+    names = [k.rsplit(".", 1)[1] for k in siblings if _parent(k) == parent]
+    near = difflib.get_close_matches(name, names, n=1, cutoff=0.8)
+    guess = f"did you mean {parent}.{near[0]}? If not, " if near else ""
+    return (
+        f"{word}: {parent} lists only some of the keys it may take; {guess}add one it does "
+        f"not list with +{word} (a key it does not take is named when the run loads)"
+    )
+
+
+def _free_form_fields(spec: type) -> str:
+    """``spec``'s fields that hold a mapping of any keys (a model config, LoRA settings)."""
+    names = [f.name for f in dataclasses.fields(spec) if str(f.type).startswith("dict[str, Any]")]
+    return "|".join(names)
+
+
+FREE_FORM = re.compile(
+    rf"teacher\.({_free_form_fields(TeacherSpec)})|teachers\.\d+\.({_free_form_fields(TeacherSpec)})"
+    rf"|student\.({_free_form_fields(StudentSpec)})"
+)
+"""A node of any keys (``teacher.config``): one it does not list yet is no typo on its face
+(``teacher.config.rope_theta``), and the model's config class names a wrong one when it loads."""
 
 
 def entry_keys() -> list[str]:

@@ -128,3 +128,19 @@ def test_a_group_the_defaults_leave_unset_is_told_to_be_added_with_plus() -> Non
     assert error.startswith("callbacks=early_stopping: the config chooses no callbacks option")
     assert "add it with +callbacks=early_stopping" in error
     assert override_key_errors(["+callbacks=early_stopping"]) == []
+
+
+def test_a_key_a_model_config_does_not_list_is_added_with_a_plus() -> None:
+    """``teacher.config.rope_theta=5000`` was told "did you mean teacher.config.model_type?" (a
+    match of the shared prefix), when the fix is ``+teacher.config.rope_theta=5000``."""
+    (error,) = override_key_errors(["teacher=tiny_llama", "teacher.config.rope_theta=5000"])
+    assert error == (
+        "teacher.config.rope_theta=5000: teacher.config lists only some of the keys it may "
+        "take; add one it does not list with +teacher.config.rope_theta=5000 (a key it does "
+        "not take is named when the run loads)"
+    )
+    (typo,) = override_key_errors(["teacher=tiny_llama", "teacher.config.num_hidden_layer=2"])
+    assert "did you mean teacher.config.num_hidden_layers? If not, add one" in typo
+    (lora,) = override_key_errors(["student.lora.r=4"])
+    assert "add one it does not list with +student.lora.r=4" in lora
+    assert override_key_errors(["teacher=tiny_llama", "+teacher.config.rope_theta=5000"]) == []
