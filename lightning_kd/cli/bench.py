@@ -16,6 +16,13 @@ from lightning_kd.bench.checks import prepare
 from lightning_kd.bench.scenarios import SCENARIOS
 
 
+DEFAULTS = {"seq": 256, "warmup": 2, "repeats": 5, "loss_repeats": 3}
+"""Row length, untimed and timed steps per scenario, timed repeats of each loss sweep point."""
+
+QUICK = {"seq": 128, "warmup": 1, "repeats": 1, "loss_repeats": 1}
+"""``--quick``'s: a check that everything runs, not figures to quote. A value given wins."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The benchmark's options (the module docstring of ``bench/runner.py`` is its help)."""
     parser = argparse.ArgumentParser(
@@ -40,10 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--teacher-dtype", default="auto", help="as teacher.dtype (auto follows)")
     parser.add_argument("--student-layers", type=int, default=6)
     parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--seq", type=int, default=256)
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--loss-repeats", type=int, default=3)
+    for name, full in DEFAULTS.items():  # unset here: --quick picks its own where not given
+        parser.add_argument(
+            f"--{name.replace('_', '-')}",
+            type=int,
+            help=f"default {full}, {QUICK[name]} with --quick",
+        )
     parser.add_argument(
         "--bf16", action="store_true", help="short for --precision bf16-mixed (bf16 autocast)"
     )
@@ -66,8 +75,9 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.bf16:
         args.precision = "bf16-mixed"
-    if args.quick:  # a check that everything runs, not figures to quote
-        args.seq, args.warmup, args.repeats, args.loss_repeats = 128, 1, 1, 1
+    for name, value in (QUICK if args.quick else DEFAULTS).items():
+        if getattr(args, name) is None:  # `--quick --seq 512` times 512-token rows
+            setattr(args, name, value)
     if args.scenario is None and args.loss_tokens is None:
         if args.out is None:
             parser.error("--out DIR is required")

@@ -176,3 +176,11 @@ def test_out_is_required() -> None:
         [sys.executable, "-m", "lightning_kd", "bench"], cwd=ROOT, capture_output=True, text=True
     )
     assert result.returncode == 2 and "--out DIR is required" in result.stderr
+
+
+def test_quick_keeps_the_values_given() -> None:
+    """``--quick --seq 512`` timed 128-token rows: ``--quick`` replaced every value given."""
+    quick = parse(["--scenario", "floor", "--quick", "--seq", "512", "--repeats", "3"])
+    assert (quick.seq, quick.repeats, quick.warmup, quick.loss_repeats) == (512, 3, 1, 1)
+    full = parse(["--scenario", "floor"])
+    assert (full.seq, full.repeats, full.warmup, full.loss_repeats) == (256, 5, 2, 3)
