@@ -15,7 +15,6 @@ from lightning_kd.bench import runner
 from lightning_kd.bench.checks import prepare
 from lightning_kd.bench.scenarios import SCENARIOS
 
-
 DEFAULTS = {"seq": 256, "warmup": 2, "repeats": 5, "loss_repeats": 3}
 """Row length, untimed and timed steps per scenario, timed repeats of each loss sweep point."""
 
