@@ -26,6 +26,7 @@ from lightning_kd.launch.device_checks import (
     strategy_name_errors,
 )
 from lightning_kd.launch.keys import unknown_setting_errors
+from lightning_kd.launch.length_checks import run_length_errors
 from lightning_kd.launch.logger_checks import logger_errors
 from lightning_kd.launch.package_checks import package_errors
 from lightning_kd.launch.paths import cache_root_errors, run_dir_errors, run_subdirectory_errors
@@ -108,7 +109,7 @@ def config_errors(cfg: Mapping) -> list[str]:
     errors = value_errors({key: lookup(cfg, key) for key in RULES}, RULES)
     errors += _list_errors(cfg) + devices_errors(cfg) + accelerator_errors(cfg)
     errors += _encoder_errors(cfg) + strategy_name_errors(cfg)
-    errors += _validation_interval_errors(cfg)
+    errors += run_length_errors(cfg)
     errors += _weight_errors(cfg) + _quantize_errors(cfg) + logger_errors(cfg)
     errors += package_errors(cfg) + _sharding_errors(cfg) + _repair_errors(cfg) + _flag_errors(cfg)
     errors += data_setting_errors(cfg) + unknown_setting_errors(cfg) + teachers_errors(cfg)
@@ -271,17 +272,3 @@ def _list_errors(cfg: Mapping) -> list[str]:
     ):
         return [f"optimizer.betas={betas!r}: must be two numbers in [0, 1); e.g. [0.9, 0.95]"]
     return []
-
-
-def _validation_interval_errors(cfg: Mapping) -> list[str]:
-    """A fraction of an epoch needs epochs: Lightning's own error named a setting, never made,
-    that the trainer config sets (``check_val_every_n_epoch=None``: runs count steps)."""
-    interval = lookup(cfg, "trainer.val_check_interval")
-    by_epoch = lookup(cfg, "trainer.check_val_every_n_epoch") not in (None, ABSENT)
-    if not isinstance(interval, float) or by_epoch:
-        return []
-    return [
-        f"trainer.val_check_interval={interval} is a fraction of an epoch, and runs count steps "
-        "(trainer.check_val_every_n_epoch=null); give a step count, e.g. "
-        "trainer.val_check_interval=50"
-    ]

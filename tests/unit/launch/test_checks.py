@@ -135,17 +135,6 @@ def test_a_run_directory_with_a_tilde_is_refused_in_the_config() -> None:
     assert "Hydra does not expand '~'" in error
 
 
-def test_a_validation_interval_in_epochs_is_refused() -> None:
-    """Runs count steps (``check_val_every_n_epoch=null``): Lightning refused a fraction naming
-    that setting, which the user never made."""
-    trainer = {"val_check_interval": 0.5, "check_val_every_n_epoch": None}
-    (error,) = config_errors({"trainer": trainer})
-    assert error.startswith("trainer.val_check_interval=0.5 is a fraction of an epoch")
-    assert "give a step count, e.g. trainer.val_check_interval=50" in error
-    assert config_errors({"trainer": {**trainer, "check_val_every_n_epoch": 1}}) == []
-    assert config_errors({"trainer": {**trainer, "val_check_interval": 50}}) == []
-
-
 def test_early_stopping_settings_are_checked() -> None:
     """patience=-1 was taken without a word (and acted as 0)."""
     cfg = compose_config(["debug=smoke", "+callbacks=early_stopping"], output_dir="/tmp/unused")
