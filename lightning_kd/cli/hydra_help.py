@@ -65,6 +65,7 @@ def hydra_help(verb: str, doc: str, argv: Sequence[str] = ()) -> str:
             "  --config-dir DIR   your own configs, searched before the shipped ones",
             "  --hydra-help       Hydra's own flags",
             "",
-            "Every key with its default and allowed values: docs/config.md",
+            "--cfg job prints every key with its value; what each means: docs/config.md in",
+            "lightning-kd's repository, and the docstrings of the classes each group builds",
         ]
     )

@@ -40,10 +40,15 @@ def row_messages(record: dict, where: str, fields: ChatFields) -> list[dict[str,
             *as_messages(record[fields.completion], "assistant", where),
         ]
     else:
+        fix = (
+            "it holds 'text': read text rows with data=text (the default)"
+            if "text" in record
+            else "set data.messages_field (or data.prompt_field and data.completion_field) to "
+            "the keys holding the conversation"
+        )
         raise DataError(
             f"{where} has neither {fields.messages!r} nor {fields.prompt!r} and "
-            f"{fields.completion!r}; set data.messages_field (or data.prompt_field and "
-            "data.completion_field) to the keys holding the conversation"
+            f"{fields.completion!r}; {fix}"
         )
     messages = checked_messages(messages, where)
     unknown = sorted({m["role"] for m in messages} - set(ROLES))

@@ -18,6 +18,7 @@ from typing import Any
 from lightning_kd.data.dataset_files import csv_options, is_saved_folder, looks_empty
 from lightning_kd.data.dataset_hints import FILE_BUILDERS, open_hint, split_hint
 from lightning_kd.data.errors import DataError
+from lightning_kd.data.reading import is_conversation
 from lightning_kd.utils.refusal import Refused
 
 STREAM_SHARDS = 64
@@ -218,7 +219,18 @@ class Columns:
             return None
         wanted = " nor ".join(" and ".join(repr(c) for c in choice) for choice in self.choices)
         lacks = f"no column {wanted}" if len(self.choices) == 1 else f"neither column {wanted}"
-        return f"{where} has {lacks}; its columns: {columns}; set {self.setting}"
+        return (
+            f"{where} has {lacks}; its columns: {columns}; set {self.setting}{self.kind(columns)}"
+        )
+
+    def kind(self, columns: list[str]) -> str:
+        """The other data module's columns, where ``columns`` are those: the fix is the module."""
+        read = {column for choice in self.choices for column in choice}
+        if is_conversation(dict.fromkeys(columns)) and "messages" not in read:
+            return ", or read the conversations with data=chat"
+        if "text" in columns and "text" not in read:
+            return ", or read the texts with data=text (the default)"
+        return ""
 
 
 def empty_error(where: str) -> str:

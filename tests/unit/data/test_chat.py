@@ -13,6 +13,7 @@ from lightning_kd.data.batches import IndexedBlocks, Unscored, pad_for_ranks
 from lightning_kd.data.chat import ChatDataModule
 from lightning_kd.data.chat_tokens import encode_chat
 from lightning_kd.data.conversations import ChatFields, row_messages
+from lightning_kd.data.reading import read_documents
 from lightning_kd.losses.logits import IGNORE_INDEX, scored_mask
 from lightning_kd.models.loading import byte_tokenizer
 from tests.integration.test_cli import run_cli
@@ -214,6 +215,17 @@ def test_missing_template_and_missing_files_are_named(tmp_path) -> None:
     assert given.tokenizer.chat_template == CHATML
     with pytest.raises(FileNotFoundError, match=r"neither a Jinja template nor a file"):
         ChatDataModule(byte_tokenizer(), files=[str(rows)], chat_template="chatml.jinja")
+
+
+def test_rows_of_the_other_kind_are_told_to_take_the_other_data_module(tmp_path) -> None:
+    """A text file under data=chat (and a chat file under data=text) was told to set the field
+    names, when the fix is the data module."""
+    text_rows = write_rows(tmp_path / "t.jsonl", [{"text": "plain prose " * 20}] * 4)
+    with pytest.raises(ValueError, match=r"it holds 'text': read text rows with data=text"):
+        ChatDataModule(chat_tokenizer(), files=[str(text_rows)]).setup()
+    chat_rows = write_rows(tmp_path / "c.jsonl", conversations(4))
+    with pytest.raises(ValueError, match=r"it holds a conversation: read chat rows with data=chat"):
+        list(read_documents(chat_rows))
 
 
 def conversations(count: int) -> list[dict]:

@@ -313,6 +313,15 @@ def test_a_missing_column_names_the_columns_there_are(tmp_path, datasets_home) -
     either = r"has neither column 'messages' nor 'prompt' and 'completion'; its columns: "
     with pytest.raises(Refused, match=either + r"\['body', 'id'\]; set data.messages_field"):
         chat.setup()
+    # Rows of the other kind: the fix is the data module.
+    text_rows = write_parquet(tmp_path / "t.parquet", [{"text": "x" * 300}])
+    text_source = {"path": "parquet", "data_files": str(text_rows)}
+    with pytest.raises(Refused, match=r"or read the texts with data=text \(the default\)"):
+        ChatDataModule(chat_tokenizer(), dataset=text_source).setup()
+    chat_rows = write_parquet(tmp_path / "c.parquet", [{"prompt": "a", "completion": "b"}])
+    chat_source = {"path": "parquet", "data_files": str(chat_rows)}
+    with pytest.raises(Refused, match=r"or read the conversations with data=chat"):
+        TextDataModule(byte_tokenizer(), dataset=chat_source).setup()
 
 
 def test_a_missing_split_names_the_splits_there_are(tmp_path, datasets_home) -> None:
