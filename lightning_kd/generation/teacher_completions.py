@@ -53,7 +53,7 @@ from lightning_kd.data.chat_tokens import (
     turn_end_id,
 )
 from lightning_kd.data.conversations import ChatFields, as_messages, checked_messages, prompt_of
-from lightning_kd.data.errors import DataError
+from lightning_kd.data.errors import DataError, MissingData
 from lightning_kd.data.reading import read_records
 from lightning_kd.generation.completion_rows import Prompt, answer_row, completed_rows
 from lightning_kd.generation.completions_record import (
@@ -130,10 +130,19 @@ def prompt_messages(record: dict, where: str, fields: ChatFields) -> list[dict[s
     return prompt_of(messages)
 
 
+def prompts_file_error(path: Path) -> str:
+    """Why ``generate.prompts=path`` is refused, when ``path`` is no file."""
+    what = "is a directory" if path.is_dir() else "does not exist"
+    return (
+        f"generate.prompts={str(path)!r} {what}; give a .jsonl file of prompt rows ('prompt' or "
+        f"'messages'), or one of {', '.join(SPLITS)} for the run's own data"
+    )
+
+
 def read_prompts(path: Path, fields: ChatFields) -> list[tuple[int, list[dict]]]:
     """``(line, prompt messages)`` of every row of ``path``."""
     if not path.is_file():
-        raise FileNotFoundError(f"generate.prompts={str(path)!r} is not a file")
+        raise MissingData(prompts_file_error(path))
     return [
         (number, prompt_messages(record, f"{path}:{number}", fields))
         for number, record in read_records(path)

@@ -21,6 +21,7 @@ from lightning_kd.generation.teacher_completions import (
     GenerateSpec,
     Prompt,
     prompt_tokens,
+    prompts_file_error,
     read_prompts,
     use_chat_template,
     write_completions,
@@ -197,6 +198,16 @@ def task_errors(cfg: DictConfig) -> list[str]:
     ]
 
 
+def prompts_errors(cfg: DictConfig) -> list[str]:
+    """A prompt file that is not there, refused with the config: it was a traceback once the
+    precision was resolved and the teacher's tokenizer loaded."""
+    prompts = cfg.generate.get("prompts")
+    if not isinstance(prompts, str) or prompts in SPLITS:
+        return []
+    path = Path(prompts).expanduser()
+    return [] if path.is_file() else [prompts_file_error(path)]
+
+
 def one_process_note(cfg: DictConfig) -> str | None:
     """What ``generate`` says of a config asking for several processes: it runs one (a run's
     ``strategy=ddp trainer.devices=N``, kept for ``train`` and ``cache``, would pass silently)."""
@@ -220,7 +231,7 @@ def run_generate(cfg: DictConfig) -> Path:
     ``generate.max_new_tokens`` after it against the teacher's positions, checked before the
     teacher loads."""
     extra = training_run_errors(Path(cfg.output_dir), "generate") + task_errors(cfg)
-    extra += model_path_errors(cfg)
+    extra += model_path_errors(cfg) + prompts_errors(cfg)
     check_entry(
         cfg,
         lengths=[teacher_length(cfg, "generate.max_new_tokens")],

@@ -16,6 +16,7 @@ from transformers import GenerationConfig
 from lightning_kd.cli import main as cli_main
 from lightning_kd.data.chat import ChatDataModule
 from lightning_kd.data.conversations import ChatFields
+from lightning_kd.data.errors import MissingData
 from lightning_kd.generation.completion_rows import answer_row, completed_rows
 from lightning_kd.generation.completions_record import CompletionsMismatch, record_path
 from lightning_kd.generation.teacher_completions import GenerateSpec, complete, prompt_messages
@@ -188,7 +189,7 @@ def test_prompt_rows_and_settings_are_checked(teacher, tmp_path) -> None:
         prompt_messages({"messages": answered["messages"][1:]}, "r", fields)
     with pytest.raises(Refused, match=r"r has no messages: there is no prompt"):
         prompt_messages({"messages": []}, "r", fields)
-    with pytest.raises(FileNotFoundError, match=r"generate.prompts='.*none.jsonl' is not a file"):
+    with pytest.raises(MissingData, match=r"generate.prompts='.*none.jsonl' does not exist; give"):
         generate(config(tmp_path, tmp_path / "none.jsonl"), teacher, tokenizer())
     prompts = write_prompts(tmp_path / "p.jsonl", 1)
     missing = config(tmp_path, prompts, "generate.chat_template=none.jinja")
@@ -261,6 +262,11 @@ def test_the_command_follows_its_advice_to_completions(tmp_path, capsys) -> None
     assert cli_generate(tmp_path, "generate.chat_template=plain") == 2  # was a traceback, exit 1
     err = capsys.readouterr().err
     assert "generate.prompts=null: set generate.prompts=" in err and "Traceback" not in err
+    # A prompt file that is not there: refused with the config (a traceback after the precision).
+    assert cli_generate(tmp_path, f"generate.prompts={tmp_path / 'none.jsonl'}") == 2
+    printed = capsys.readouterr()
+    assert "none.jsonl' does not exist; give a .jsonl file" in printed.err
+    assert "Traceback" not in printed.err and "precision" not in printed.out
     settings = ["generate.max_prompts=1", "generate.max_new_tokens=2"]
     assert cli_generate(tmp_path, "generate.prompts=train_split", *settings) == 0
     assert len((tmp_path / "g" / "completions.jsonl").read_text().splitlines()) == 1
