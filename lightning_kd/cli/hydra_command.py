@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import ConfigCompositionException, OverrideParseException
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
@@ -22,7 +23,7 @@ from lightning_kd.cli.hydra_help import config_dirs
 from lightning_kd.launch.checks import config_errors
 from lightning_kd.launch.cluster import launcher_errors, launcher_override_errors, submitit_kind
 from lightning_kd.launch.cluster_jobs import drop_placeholder, job_ends_told, sweep_dir_errors
-from lightning_kd.launch.config import CONF_DIR, register_defaults, stored_nodes
+from lightning_kd.launch.config import CONF_DIR, compose_config, register_defaults, stored_nodes
 from lightning_kd.launch.keys import override_key_errors
 from lightning_kd.launch.paths import run_dir_errors
 from lightning_kd.launch.sweeps import in_process_ddp_errors, sweep_job_errors
@@ -68,11 +69,9 @@ def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
     try:
         refuse(
             flag_order_errors(argv)
-            + null_group_errors(argv)
             + run_dir_override_errors(argv)
             + launcher_override_errors(argv)
-            + override_key_errors(argv)
-            + group_option_errors(argv, [CONF_DIR, *config_dirs(argv)], stored_nodes())
+            + override_errors(argv)
         )
     except Refused as refused:
         exit_refused(refused)
@@ -83,6 +82,40 @@ def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
             return main(as_typed)()
     finally:
         sys.argv = typed
+
+
+def override_errors(argv: Sequence[str]) -> list[str]:
+    """The overrides of ``argv`` that compose no config: a group set to null, a mistyped key,
+    a group option that does not exist (Hydra's own refusals were tracebacks)."""
+    return (
+        null_group_errors(argv)
+        + override_key_errors(argv)
+        + group_option_errors(argv, [CONF_DIR, *config_dirs(argv)], stored_nodes())
+    )
+
+
+def composed(argv: Sequence[str]) -> DictConfig:
+    """The config the overrides and ``--config-dir`` flags of ``argv`` compose outside a Hydra
+    run (``lightning-kd importance``, which writes nothing), checked as a Hydra command's are;
+    a refusal exits 2 with its message, as theirs do."""
+    register_defaults()
+    overrides = [word for word in argv if is_override(word)]
+    try:
+        refuse(override_errors(argv))
+        return compose_config(overrides, config_dirs=[str(d) for d in config_dirs(argv)])
+    except Refused as refused:
+        exit_refused(refused)
+    except (ConfigCompositionException, OverrideParseException) as error:
+        message = str(error).strip()
+        if message.startswith("Ambiguous value"):  # a sweep's values: Hydra's advice is -m
+            message = f"{message.splitlines()[0]}: {ONE_CONFIG}"
+        exit_refused(Refused(message))
+
+
+ONE_CONFIG = (
+    "this command composes one config; give one value (a list: key=[a,b]; a string with "
+    "commas: key='a,b')"
+)
 
 
 def exit_refused(refused: Refused, outputs: str = "", own_line: bool = False) -> NoReturn:

@@ -34,9 +34,18 @@ def config_dirs(argv: Sequence[str]) -> list[Path]:
     return [directory for directory in found if directory.is_dir()]
 
 
-def hydra_help(verb: str, doc: str, argv: Sequence[str] = ()) -> str:
+HYDRA_FLAGS = [
+    "  -m                 a sweep over comma-separated values (seed=0,1); with",
+    "                     hydra/launcher=submitit_slurm, each job is a SLURM job",
+    "  --hydra-help       Hydra's own flags",
+]
+"""The flags of a command Hydra's main runs (``train``, ``cache``, ``generate``)."""
+
+
+def hydra_help(verb: str, doc: str, argv: Sequence[str] = (), hydra_run: bool = True) -> str:
     """The help of ``lightning-kd <verb>``, whose module doc is ``doc``: the shipped config
-    groups, with those of the config directories ``argv`` adds."""
+    groups, with those of the config directories ``argv`` adds; ``hydra_run``: whether it runs
+    through Hydra's main, with ``-m`` and ``--hydra-help`` (``importance`` composes one config)."""
     groups = group_options(shipped_config_dir())
     groups.pop("hydra/job_logging", None)  # the package's own: how the run's log is written
     for directory in config_dirs(argv):
@@ -49,8 +58,8 @@ def hydra_help(verb: str, doc: str, argv: Sequence[str] = ()) -> str:
     ]
     return "\n".join(
         [
-            f"usage: lightning-kd {verb} [group=option ...] [key=value ...] [-m] "
-            "[--config-dir DIR] [--cfg job]",
+            f"usage: lightning-kd {verb} [group=option ...] [key=value ...] "
+            f"{'[-m] ' if hydra_run else ''}[--config-dir DIR] [--cfg job]",
             "",
             textwrap.dedent(doc).strip().replace("``", ""),  # reST's literals, read as plain text
             "",
@@ -60,10 +69,9 @@ def hydra_help(verb: str, doc: str, argv: Sequence[str] = ()) -> str:
             "options:",
             "  key=value          any config key (data.block_size=256, trainer.max_steps=100)",
             "  --cfg job          print the config these overrides compose, and exit",
-            "  -m                 a sweep over comma-separated values (seed=0,1); with",
-            "                     hydra/launcher=submitit_slurm, each job is a SLURM job",
+            *(HYDRA_FLAGS[:2] if hydra_run else []),
             "  --config-dir DIR   your own configs, searched before the shipped ones",
-            "  --hydra-help       Hydra's own flags",
+            *(HYDRA_FLAGS[2:] if hydra_run else []),
             "",
             "--cfg job prints every key with its value; what each means: docs/config.md in",
             "lightning-kd's repository, and the docstrings of the classes each group builds",

@@ -12,33 +12,34 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
+from lightning_kd.cli.hydra_help import hydra_help, wants_help
+
 
 def main(argv: Sequence[str]) -> int:
     """Print the layer table ``lightning-kd train <argv>`` would choose from."""
-    parser = argparse.ArgumentParser(
-        prog="lightning-kd importance",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument(
-        "--config-dir",
-        "-cd",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="a directory of your own configs, searched first (as lightning-kd train takes it)",
-    )
+    if wants_help(argv):  # before torch and Lightning load (cli/hydra_help.py)
+        print(hydra_help("importance", __doc__, argv, hydra_run=False))
+        return 0
+    parser = argparse.ArgumentParser(prog="lightning-kd importance", add_help=False)
+    parser.add_argument("--config-dir", "-cd", action="append", default=[], metavar="DIR")
+    parser.add_argument("--cfg", choices=["job"])
     args, overrides = parser.parse_known_args(argv)
     if flags := [word for word in overrides if word.startswith("-")]:
-        parser.error(f"takes --config-dir and config overrides only, not {flags}")
+        parser.error(f"takes --config-dir, --cfg job and config overrides only, not {flags}")
     if missing := [d for d in args.config_dir if not Path(d).is_dir()]:
         parser.error(f"--config-dir {missing[0]}: no such directory")
-    # Imported once the arguments parse: `--help` and a mistyped flag answer at once, not after
-    # torch, transformers and Lightning have loaded (seconds).
-    from lightning_kd.launch.config import compose_config
+    # Imported once the arguments parse: a mistyped flag answers at once, not after torch,
+    # transformers and Lightning have loaded (seconds).
+    from omegaconf import OmegaConf
+
+    from lightning_kd.cli.hydra_command import composed
     from lightning_kd.launch.importance import run
 
-    ranking = run(compose_config(overrides, config_dirs=args.config_dir))
+    cfg = composed(argv)
+    if args.cfg is not None:
+        print(OmegaConf.to_yaml(cfg), end="")
+        return 0
+    ranking = run(cfg)
     print(ranking.table())
     print(
         f"\nkept by {ranking.by} ({len(ranking.kept)} layers, {ranking.tokens} calibration "

@@ -63,7 +63,8 @@ def test_importance_takes_a_config_dir_and_overrides_only(tmp_path: Path, capsys
         main(["importance", "--layers", "3"])
     assert exit_.value.code == 2
     assert (
-        "takes --config-dir and config overrides only, not ['--layers']" in capsys.readouterr().err
+        "takes --config-dir, --cfg job and config overrides only, not ['--layers']"
+        in capsys.readouterr().err
     )
     experiment = tmp_path / "my_conf" / "experiment" / "mine.yaml"
     experiment.parent.mkdir(parents=True)
@@ -72,6 +73,23 @@ def test_importance_takes_a_config_dir_and_overrides_only(tmp_path: Path, capsys
     assert main([*argv, "experiment=mine", "data.max_train_examples=16"]) == 0
     out = capsys.readouterr().out
     assert "kept by" in out and "(2 layers" in out  # the experiment of my_conf/ was composed
+
+
+def test_importance_checks_its_overrides_and_prints_its_config(capsys) -> None:
+    """A mistyped key, option or a sweep was Hydra's traceback (exit 1), and ``--cfg job``, which
+    the other config commands take, was refused as a flag."""
+    for override, said in [
+        ("distill.kdweight=1", "did you mean distill.kd_weight?"),
+        ("teacher=tiny_lama", "did you mean teacher=tiny_llama?"),
+        ("seed=0,1", "this command composes one config; give one value"),
+    ]:
+        with pytest.raises(SystemExit) as exit_:
+            main(["importance", "debug=smoke", override])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and said in err and "Traceback" not in err
+    assert main(["importance", "debug=smoke", "student.num_layers=3", "--cfg", "job"]) == 0
+    printed = capsys.readouterr().out
+    assert "num_layers: 3" in printed and "kept by" not in printed  # composed, nothing ranked
 
 
 def test_importance_says_an_int8_teacher_ranks_at_full_precision(capsys) -> None:
