@@ -29,6 +29,7 @@ from lightning_kd.launch.paths import run_dir_errors
 from lightning_kd.launch.sweeps import in_process_ddp_errors, sweep_job_errors
 from lightning_kd.training.finite import NonFiniteError
 from lightning_kd.training.joining import JoinError
+from lightning_kd.training.peers import PeerLost
 from lightning_kd.training.rundir import is_rank_zero, previous_outputs
 from lightning_kd.utils.disk import full_disk_message
 from lightning_kd.utils.refusal import REFUSED_EXIT, Refused, refuse
@@ -56,8 +57,9 @@ def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
         except Refused as refused:
             drop_empty_run_dir(started)
             exit_refused(refused, started_outputs(started), own_line=run_logged())
-        except (NonFiniteError, JoinError) as failed:  # each said whole: no traceback
-            print(f"lightning-kd: {failed}", file=sys.stderr)
+        except (NonFiniteError, JoinError, PeerLost) as failed:  # each said whole: no traceback
+            if not getattr(failed, "reported", False):  # a lost process: the stop report said it
+                print(f"lightning-kd: {failed}", file=sys.stderr)
             raise SystemExit(1) from None
         except OSError as error:  # a full disk is said whole by its message (utils/disk.py)
             if (message := full_disk_message(error)) is None:

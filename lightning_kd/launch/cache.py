@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.cache.claim import claim
-from lightning_kd.cache.format import INDEX_NAME
+from lightning_kd.cache.format import INDEX_NAME, CacheSpec
 from lightning_kd.cache.hidden_states import mapped_paths
 from lightning_kd.cache.narrow import narrow_cache
 from lightning_kd.cache.writer import write_cache
@@ -38,6 +38,7 @@ from lightning_kd.models.loading import TeacherSpec, load_teacher
 from lightning_kd.models.quantize import quantize_teacher
 from lightning_kd.models.student import run_tokenizer
 from lightning_kd.training.joining import joining
+from lightning_kd.training.peers import lost_told
 from lightning_kd.training.rundir import is_rank_zero
 from lightning_kd.utils.refusal import refuse
 
@@ -168,6 +169,26 @@ def write_claimed(cfg: DictConfig, directory: Path) -> None:
     crossing = cross_path(cfg, teacher_spec, tokenizer)
     spec = instantiate(cfg.cache, _convert_="all")
     fabric = launched(cfg)
+    with lost_told(fabric.global_rank, fabric.world_size, "the cache command", INCOMPLETE):
+        write_launched(cfg, fabric, teacher_spec, tokenizer, crossing, spec, directory)
+
+
+INCOMPLETE = (
+    f"the cache is incomplete (no {INDEX_NAME} yet: no run reads it); the same command keeps "
+    "its whole shards and writes the rest"
+)
+
+
+def write_launched(
+    cfg: DictConfig,
+    fabric: Fabric,
+    teacher_spec: TeacherSpec,
+    tokenizer: PreTrainedTokenizerBase,
+    crossing: CrossPath | None,
+    spec: CacheSpec,
+    directory: Path,
+) -> None:
+    """Write the cache of ``cfg`` into ``directory`` from each of ``fabric``'s processes."""
     datamodule = build_datamodule(cfg, tokenizer)
     datamodule.setup("fit")
     teacher, features, _ = cached_teacher(cfg, teacher_spec, spec)

@@ -13,6 +13,7 @@ from lightning_kd.launch.config import config_options
 from lightning_kd.launch.nodes import launcher
 from lightning_kd.training.checkpoints import LAST_NAME
 from lightning_kd.training.finite import NonFiniteError
+from lightning_kd.training.peers import PeerLost
 from lightning_kd.training.rerun import restart_command, restart_extra, resume_command
 from lightning_kd.utils.stopping import Interrupted
 
@@ -27,10 +28,12 @@ def stop_report(
     output_dir: Path,
     command: Sequence[str],
     lr: float | None = None,
+    rank: int = 0,
 ) -> str:
     """What a stopped run tells its user: why, what is kept, and the command that resumes it
     from its latest checkpoint — or, with none, starts it again without losing the teacher
-    cache. A run that diverged at learning rate ``lr`` is given a tenth of it."""
+    cache. A run that diverged at learning rate ``lr`` is given a tenth of it. Process
+    ``rank`` tells it (process 0 but where another was lost, ``training/peers.py``)."""
     # An error may recur where the run resumes (a bad row, a bug): its resume waits for a fix.
     resume_with = "Once its cause is fixed (or has passed), resume with"
     if isinstance(error, Interrupted):
@@ -39,6 +42,9 @@ def stop_report(
     elif isinstance(error, KeyboardInterrupt):
         why, resume_with = "stopped at once (a second SIGINT)", "Resume with"
         error.reported = True  # type: ignore[attr-defined]  # told once, with its step
+    elif isinstance(error, PeerLost):
+        why = f"training stopped: {error}"
+        error.reported = True
     else:
         why = f"training stopped: {type(error).__name__}: {error}".split("\n")[0]
     overrides = []
@@ -59,6 +65,13 @@ def stop_report(
         resume = job_rerun(command, overrides, output_dir, "ckpt_path=last")
         resume = resume or resume_command(command, overrides, output_dir)
         return f"\n{why}\nThe latest checkpoint is {last}{at}. {resume_with}{where()}:\n  {resume}"
+    if rank != 0:  # process 0 writes the checkpoints, on its own node's disk
+        resume = job_rerun(command, overrides, output_dir, "ckpt_path=last")
+        resume = resume or resume_command(command, overrides, output_dir)
+        return (
+            f"\n{why}\nProcess 0 writes the run's checkpoints, as {last} on its node: where "
+            f"it wrote one, {resume_with[0].lower()}{resume_with[1:]}{where()}:\n  {resume}"
+        )
     again = "Start again with"
     if diverged:
         overrides, again = lower_rate(overrides, lr), f"Start again with {RATE}, with"

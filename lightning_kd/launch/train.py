@@ -41,6 +41,7 @@ from lightning_kd.training.checkpoints import resolve_ckpt_path
 from lightning_kd.training.finite import check_finite_model, strict_json
 from lightning_kd.training.joining import joining
 from lightning_kd.training.metrics import check_monitors_first, checked_monitors
+from lightning_kd.training.peers import PeerLost, as_peer_lost
 from lightning_kd.training.rundir import (
     RunDirError,
     claim_run_dir,
@@ -102,8 +103,9 @@ def train(
         after = validate_after(trainer, module, datamodule)
         STOP.check("after the final validation", detail=FINISHED_ON_RESUME)
     except BaseException as err:
-        report_stop(stop := as_interrupted(err), trainer, cfg, command)
-        raise stop  # noqa: B904 (as_interrupted chained it)
+        stop = as_peer_lost(as_interrupted(err), trainer.global_rank, trainer.world_size)
+        report_stop(stop, trainer, cfg, command)
+        raise stop  # noqa: B904 (as_interrupted and as_peer_lost chained it)
     if cfg.export_student:
         export_student(module, output_dir / "student")
         export_gguf(cfg, output_dir / "student", FINISH_AGAIN)
@@ -129,10 +131,13 @@ def report_stop(err: BaseException, trainer: L.Trainer, cfg: DictConfig, command
     failure before training started (a refused resume, a bad model) has no way on to print:
     the command that failed would only fail again."""
     started = getattr(trainer.checkpoint_callback, "started", False)
-    if trainer.is_global_zero and (isinstance(err, Interrupted) or started):
+    # A lost process is told by every process left: on a node of its own, the only word there.
+    telling = trainer.is_global_zero or isinstance(err, PeerLost)
+    if telling and (isinstance(err, Interrupted) or started):
         lr = (cfg.get("optimizer") or {}).get("lr")  # a diverged run is given a tenth
         output_dir = Path(cfg.output_dir)
-        print(stop_report(err, trainer.checkpoint_callback, output_dir, command, lr))
+        callback, rank = trainer.checkpoint_callback, trainer.global_rank
+        print(stop_report(err, callback, output_dir, command, lr, rank), flush=True)
 
 
 def summarise(module, trainer: L.Trainer, resolved, before: dict, after: dict, timer):

@@ -11,6 +11,7 @@ from hydra.types import RunMode
 
 from lightning_kd.launch.stop_report import stop_report
 from lightning_kd.training.finite import NonFiniteError
+from lightning_kd.training.peers import as_peer_lost
 from lightning_kd.utils.stopping import Interrupted
 
 
@@ -123,3 +124,17 @@ def test_a_resume_that_reset_the_optimizer_is_resumed_without_resetting_it_again
     callback.wrote_own = False  # its last checkpoint is still the one it was resumed from
     report = stop_report(Interrupted(signal.SIGTERM, "x"), callback, tmp_path, ("lightning-kd",))
     assert "resume_reset_optimizer=true resume_mismatch=warn" in report
+
+
+def test_a_process_left_by_a_lost_one_points_at_process_0s_checkpoints(tmp_path: Path) -> None:
+    """On a node of its own, the process left was the only one to print, and printed a gloo
+    traceback: now the stop, where process 0 keeps the checkpoints, and the resume command."""
+    lost = as_peer_lost(RuntimeError("Read error: Connection reset by peer"), 1, 2)
+    nowhere = SimpleNamespace(path=tmp_path / "checkpoints" / "last.ckpt", saved_step=None)
+    report = stop_report(lost, nowhere, tmp_path, ("lightning-kd", "train"), rank=1)
+    assert "training stopped: process 1 of the run found another of its 2 processes" in report
+    assert "Process 0 writes the run's checkpoints, as " in report
+    assert "where it wrote one, once its cause is fixed (or has passed), resume with:" in report
+    assert report.rstrip().endswith("ckpt_path=last") and lost.reported
+    seen = stop_report(lost, saved_at(tmp_path, 4), tmp_path, ("lightning-kd", "train"), rank=1)
+    assert "The latest checkpoint is " in seen and "(optimizer step 4)" in seen  # a shared disk
