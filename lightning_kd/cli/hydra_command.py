@@ -59,7 +59,8 @@ def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
             exit_refused(refused, started_outputs(started), own_line=run_logged())
         except (NonFiniteError, JoinError, PeerLost) as failed:  # each said whole: no traceback
             if not getattr(failed, "reported", False):  # a lost process: the stop report said it
-                print(f"lightning-kd: {failed}", file=sys.stderr)
+                start = "\n" if isinstance(failed, PeerLost) else ""  # after a progress bar
+                print(f"{start}lightning-kd: {failed}", file=sys.stderr)
             raise SystemExit(1) from None
         except OSError as error:  # a full disk is said whole by its message (utils/disk.py)
             if (message := full_disk_message(error)) is None:
