@@ -10,7 +10,8 @@ over that run's.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from lightning_kd.models.sources import cache_root
@@ -98,11 +99,39 @@ def unwritable_errors(named: str, directory: Path) -> list[str]:
     nearest directory above it that does): a read-only file system or a directory without
     write permission, found now rather than after the work whose result it would hold."""
     existing = next((p for p in (directory, *directory.parents) if p.exists()), None)
-    if existing is None or os.access(existing, os.W_OK | os.X_OK):
+    if existing is None or writable(existing):
         return []
     return [
         f"{named}: {existing} is not writable (read-only, or no permission); give a path "
         "you can write to"
+    ]
+
+
+def writable(directory: Path) -> bool:
+    """Whether a directory can be made in ``directory``, tried: ``os.access`` says yes to root
+    everywhere, where /sys refuses (EPERM) and /proc has no such entry (ENOENT)."""
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return False
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".lightning-kd-", dir=directory))
+    except OSError:
+        return False
+    return True
+
+
+def default_run_dir_errors(argv: Sequence[str]) -> list[str]:
+    """A command without ``hydra.run.dir`` writes under ``./outputs``, which Hydra creates
+    before any task runs: in a directory that cannot take it, a traceback (exit 1)."""
+    makes_none = {"-m", "--multirun", "--cfg", "-c", "--info", "--hydra-help"}  # or a sweep's
+    if any(word in makes_none or word.startswith("hydra.run.dir=") for word in argv):
+        return []
+    here = Path.cwd()
+    if writable(here / "outputs" if (here / "outputs").is_dir() else here):
+        return []
+    return [
+        f"the run directory, outputs/<date>/<time> in the current directory {here}, cannot be "
+        "made there (read-only, or no permission); run from a directory you can write to, or "
+        "give one with hydra.run.dir=DIR"
     ]
 
 

@@ -133,3 +133,22 @@ def test_a_run_directory_whose_checkpoints_cannot_be_written_is_refused(
     monkeypatch.setattr(paths.os, "access", real)
     (run / "logs").unlink()
     assert config_errors({"output_dir": str(run)}) == []
+
+
+def test_a_run_directory_the_current_directory_cannot_take_is_refused(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """``lightning-kd train`` in a directory that cannot hold ``outputs/`` (read-only, another
+    owner's; /proc and /sys even for root, which ``os.access`` lets write anywhere) was Hydra's
+    traceback, exit 1: it makes the run directory before any task checks anything."""
+    assert not paths.writable(Path("/proc")) and paths.writable(tmp_path)
+    monkeypatch.chdir("/proc")
+    (error,) = paths.default_run_dir_errors(["debug=smoke"])
+    assert error.startswith("the run directory, outputs/<date>/<time> in the current directory")
+    assert "run from a directory you can write to, or give one with hydra.run.dir=DIR" in error
+    for given in (["hydra.run.dir=/tmp/x"], ["--cfg", "job"], ["-m", "seed=0,1"]):
+        assert paths.default_run_dir_errors(given) == [], given  # none made here
+    (named,) = run_dir_errors("/proc/kd_run")
+    assert named.startswith("hydra.run.dir=/proc/kd_run: /proc is not writable")
+    monkeypatch.chdir(tmp_path)
+    assert paths.default_run_dir_errors(["debug=smoke"]) == []
