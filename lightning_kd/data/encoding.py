@@ -33,7 +33,10 @@ def text_ids(
     tokens the tokenizer adds around a text (a BOS)."""
     if not texts:
         return []
-    return tokenizer(texts, add_special_tokens=special, split_special_tokens=True)["input_ids"]
+    # verbose=False: a document longer than the model's positions is cut into blocks next, so
+    # transformers' "will result in indexing errors" warning (MiniLM's 512) misled.
+    encoded = tokenizer(texts, add_special_tokens=special, split_special_tokens=True, verbose=False)
+    return encoded["input_ids"]
 
 
 def special_strings(tokenizer: PreTrainedTokenizerBase) -> set[str]:
@@ -125,7 +128,8 @@ def chat_ids(
     reads it (one call). Others are tokenised between the template's own markers, which is what
     the tokenizer does anyway (it cuts at special tokens first and tokenises the pieces between
     them alone), and at the cuts."""
-    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    # verbose=False: block_size, not the tokenizer's model_max_length, bounds what is read.
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
     ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
     quotes = quotes_of(tokenizer)
     quoting = [quotes.quoted(content) for content in contents(messages)]
