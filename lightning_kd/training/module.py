@@ -235,10 +235,9 @@ class DistillationModule(LightningModule):
     # ------------------------------------------------------------------------- validation
 
     def on_validation_start(self) -> None:
-        # The metrics' states are plain tensors, which only ``module.to`` moves. DeepSpeed ZeRO-3
-        # never calls it on models built in ``configure_model`` (its engine places the partitioned
-        # parameters itself), nor does FSDP (it moves only what it wraps): put them where the
-        # step's tensors are, or the first update fails on a GPU.
+        # The metrics' plain tensor states move only with ``module.to``, which neither ZeRO-3 (its
+        # engine places what ``configure_model`` built) nor FSDP (only what it wraps) calls: put
+        # them where the step's tensors are, or the first update fails on a GPU.
         self.val_metrics.to(self.trainer.strategy.root_device)
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
@@ -255,7 +254,8 @@ class DistillationModule(LightningModule):
         elif "val/teacher_ppl" in metrics:  # a sanity check sees too few batches to measure it
             self.teacher_perplexity = float(metrics["val/teacher_ppl"])
         fitting = self.trainer.state.fn == "fit"
-        self.log_dict(metrics, prog_bar=True, logger=not fitting)  # trainer.validate returns them
+        # Reduced already, alike on every rank: their max is each, bit for bit (unsynced: warned)
+        self.log_dict(metrics, prog_bar=True, logger=not fitting, sync_dist=True, reduce_fx="max")
         if fitting and not self.trainer.sanity_checking:
             values = {name: float(value) for name, value in metrics.items()}
             log_at_steps_done(self.trainer, values)
