@@ -56,7 +56,7 @@ def stop_report(
     last = Path(getattr(callback, "path", output_dir / "checkpoints" / LAST_NAME))
     if getattr(callback, "wrote_own", False):  # applied already: a second reset is another run
         overrides = [o for o in overrides if not o.startswith(APPLIED_ONCE)]
-    if last.is_file():
+    if last.is_file() or rank != 0:  # process 0 writes the checkpoints: unseen, maybe there
         saved = getattr(callback, "saved_step", None)
         at = f" (optimizer step {saved})" if saved is not None else ""
         if diverged:  # a resume alone keeps the checkpoint's optimizer, and its rate
@@ -64,14 +64,13 @@ def stop_report(
             resume_with = f"Resume with {RATE} and a fresh optimizer"
         resume = job_rerun(command, overrides, output_dir, "ckpt_path=last")
         resume = resume or resume_command(command, overrides, output_dir)
+        if not last.is_file():
+            kept = (
+                f"Process 0 writes the run's checkpoints, as {last} on its node: where it wrote one"
+            )
+            resume_with = f"{kept} wrote one, {resume_with[0].lower()}{resume_with[1:]}"
+            return f"\n{why}\n{resume_with}{where()}:\n  {resume}"
         return f"\n{why}\nThe latest checkpoint is {last}{at}. {resume_with}{where()}:\n  {resume}"
-    if rank != 0:  # process 0 writes the checkpoints, on its own node's disk
-        resume = job_rerun(command, overrides, output_dir, "ckpt_path=last")
-        resume = resume or resume_command(command, overrides, output_dir)
-        return (
-            f"\n{why}\nProcess 0 writes the run's checkpoints, as {last} on its node: where "
-            f"it wrote one, {resume_with[0].lower()}{resume_with[1:]}{where()}:\n  {resume}"
-        )
     again = "Start again with"
     if diverged:
         overrides, again = lower_rate(overrides, lr), f"Start again with {RATE}, with"
