@@ -65,9 +65,7 @@ def stop_report(
         resume = job_rerun(command, overrides, output_dir, "ckpt_path=last")
         resume = resume or resume_command(command, overrides, output_dir)
         if not last.is_file():
-            kept = (
-                f"Process 0 writes the run's checkpoints, as {last} on its node: where it wrote one"
-            )
+            kept = f"Process 0 writes the run's checkpoints, as {last} on its node: where it"
             resume_with = f"{kept} wrote one, {resume_with[0].lower()}{resume_with[1:]}"
             return f"\n{why}\n{resume_with}{where()}:\n  {resume}"
         return f"\n{why}\nThe latest checkpoint is {last}{at}. {resume_with}{where()}:\n  {resume}"
