@@ -33,8 +33,7 @@ def text_ids(
     tokens the tokenizer adds around a text (a BOS)."""
     if not texts:
         return []
-    # verbose=False: a document longer than the model's positions is cut into blocks next, so
-    # transformers' "will result in indexing errors" warning (MiniLM's 512) misled.
+    # verbose=False: cut into blocks next, so transformers' "indexing errors" warning misled.
     encoded = tokenizer(texts, add_special_tokens=special, split_special_tokens=True, verbose=False)
     return encoded["input_ids"]
 

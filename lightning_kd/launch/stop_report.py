@@ -34,19 +34,7 @@ def stop_report(
     from its latest checkpoint — or, with none, starts it again without losing the teacher
     cache. A run that diverged at learning rate ``lr`` is given a tenth of it. Process
     ``rank`` tells it (process 0 but where another was lost, ``training/peers.py``)."""
-    # An error may recur where the run resumes (a bad row, a bug): its resume waits for a fix.
-    resume_with = "Once its cause is fixed (or has passed), resume with"
-    if isinstance(error, Interrupted):
-        why, resume_with = str(error), "Resume with"
-        error.reported = True
-    elif isinstance(error, KeyboardInterrupt):
-        why, resume_with = "stopped at once (a second SIGINT)", "Resume with"
-        error.reported = True  # type: ignore[attr-defined]  # told once, with its step
-    elif isinstance(error, PeerLost):
-        why = f"training stopped: {error}"
-        error.reported = True
-    else:
-        why = f"training stopped: {type(error).__name__}: {error}".split("\n")[0]
+    why, resume_with = told(error)
     overrides = []
     if HydraConfig.initialized():  # --config-dir DIR: the run's experiment may live there
         hydra = HydraConfig.get()
@@ -78,6 +66,23 @@ def stop_report(
         f"\n{why}\nNo checkpoint was written: there is nothing to resume from. {again}"
         f"{where()}:\n  {restart}"
     )
+
+
+def told(error: BaseException) -> tuple[str, str]:
+    """Why the run stopped, and the words that lead its resume command; ``error`` marked as
+    told where the command would otherwise say it again."""
+    if isinstance(error, Interrupted):
+        error.reported = True
+        return str(error), "Resume with"
+    if isinstance(error, KeyboardInterrupt):
+        error.reported = True  # type: ignore[attr-defined]  # told once, with its step
+        return "stopped at once (a second SIGINT)", "Resume with"
+    # An error may recur where the run resumes (a bad row, a bug): its resume waits for a fix.
+    resume_with = "Once its cause is fixed (or has passed), resume with"
+    if isinstance(error, PeerLost):
+        error.reported = True
+        return f"training stopped: {error}", resume_with
+    return f"training stopped: {type(error).__name__}: {error}".split("\n")[0], resume_with
 
 
 RATE = "a tenth of the learning rate (lower it further if it diverges again)"
