@@ -60,6 +60,11 @@ OUTPUTS = (
 STARTED = time.time()
 """About when this process started (this module is imported as a command starts)."""
 
+LAUNCH = "LIGHTNING_KD_LAUNCH"
+"""``pid:start`` of a launching rank 0, which the processes Lightning starts from it (by running
+the command again) inherit with its environment: what it wrote before they started (the
+``importance.json`` of ``student.layers=importance``) is their launch's, not an earlier run's."""
+
 
 class RunDirError(Refused, RuntimeError):
     """A run directory in use by another run, or holding another run's outputs."""
@@ -97,10 +102,13 @@ def previous_outputs(run_dir: Path) -> list[str]:
 
 
 def older(path: Path) -> bool:
-    """Whether ``path`` was last changed before this process started (:data:`STARTED`): not
-    written by this launch's rank 0. The other ranks refuse such outputs as rank 0 does, so
-    that none waits for it in the process group's set-up until the launcher kills it."""
-    return path.stat().st_mtime < STARTED
+    """Whether ``path`` was last changed before this launch started (:data:`STARTED`, or that
+    of the rank 0 that started this process, :data:`LAUNCH`): not written by this launch's
+    rank 0. The other ranks refuse such outputs as rank 0 does, so that none waits for it in the
+    process group's set-up until the launcher kills it."""
+    pid, _, started = os.environ.get(LAUNCH, "").partition(":")
+    launched = float(started) if pid == str(os.getppid()) else STARTED  # else: not its child
+    return path.stat().st_mtime < launched
 
 
 def outputs_error(run_dir: Path, found: list[str]) -> str:
@@ -158,6 +166,7 @@ def claim_run_dir(run_dir: Path, resuming: bool, overwrite: bool) -> Iterator[No
             f"{run_dir}; give one of the two"
         )
     fd = _lock(run_dir)
+    os.environ[LAUNCH] = f"{os.getpid()}:{STARTED!r}"  # for the processes it starts (older())
     checkpoint = run_dir / "checkpoints" / LAST_NAME
     try:
         settle(run_dir, checkpoint, succeeded=False)  # what a killed overwriting run left

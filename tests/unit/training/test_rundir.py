@@ -13,6 +13,8 @@ import pytest
 
 from lightning_kd.training import rundir
 from lightning_kd.training.rundir import (
+    LAUNCH,
+    STARTED,
     ResumableCSVLogger,
     RunDirError,
     claim_run_dir,
@@ -113,6 +115,23 @@ def test_a_further_rank_refuses_an_earlier_runs_outputs_as_rank_zero_does(
     for resuming, overwrite in ((True, False), (False, True)):  # rank 0 decides these
         with claim_run_dir(tmp_path, resuming=resuming, overwrite=overwrite):
             pass
+
+
+def test_what_the_launching_rank_wrote_before_starting_the_others_is_their_launchs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``student.layers=importance`` on 2 processes: rank 0 wrote importance.json, then
+    Lightning started rank 1 by running the command again, and rank 1 refused it as an earlier
+    run's outputs, every time (exit 137). Its parent's start, handed down, is the launch's."""
+    (tmp_path / "importance.json").write_text("{}")
+    os.utime(tmp_path / "importance.json", (STARTED - 60, STARTED - 60))  # before this process
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv(LAUNCH, f"{os.getppid()}:{STARTED - 120!r}")  # started by a rank 0
+    with claim_run_dir(tmp_path, resuming=False, overwrite=False):
+        pass
+    monkeypatch.setenv(LAUNCH, f"{os.getppid() + 1}:{STARTED - 120!r}")  # another's: not read
+    with pytest.raises(RunDirError), claim_run_dir(tmp_path, resuming=False, overwrite=False):
+        pass
 
 
 def test_a_resume_keeps_the_validation_its_checkpoint_records(tmp_path: Path) -> None:
