@@ -25,6 +25,7 @@ from lightning_kd.launch.logger_checks import logger_configs
 from lightning_kd.models.precision import PrecisionChoice, probe_hardware, resolve_precision
 from lightning_kd.models.student import run_tokenizer
 from lightning_kd.training.module import DistillationModule
+from lightning_kd.training.same_config import SameConfig
 from lightning_kd.training.strategies import check_accelerator
 from lightning_kd.training.summary import TrainTimer
 from lightning_kd.utils.plain_data import plain_data
@@ -107,7 +108,8 @@ def build_trainer(cfg: DictConfig) -> tuple[L.Trainer, TrainTimer]:
         cfg.trainer.get("accelerator"),
     )
     timer = TrainTimer()
-    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()] + [timer]
+    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
+    callbacks += [timer, SameConfig(cfg)]  # SameConfig: every process given this config
     # The logger group's {name: config} (logger=[csv,tensorboard] for two); none with ~logger.
     logger = [instantiate(c) for c in logger_configs(cfg).values()] or False
     trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=logger, **in_batches(cfg))

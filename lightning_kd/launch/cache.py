@@ -40,7 +40,8 @@ from lightning_kd.models.student import run_tokenizer
 from lightning_kd.training.joining import joining
 from lightning_kd.training.peers import lost_told
 from lightning_kd.training.rundir import is_rank_zero
-from lightning_kd.utils.refusal import refuse
+from lightning_kd.training.same_config import flat_settings, same_config_error
+from lightning_kd.utils.refusal import Refused, refuse
 
 
 def fabric_for(cfg: DictConfig) -> Fabric:
@@ -169,6 +170,8 @@ def write_claimed(cfg: DictConfig, directory: Path) -> None:
     crossing = cross_path(cfg, teacher_spec, tokenizer)
     spec = instantiate(cfg.cache, _convert_="all")
     fabric = launched(cfg)
+    if error := same_config_error(flat_settings(cfg), fabric.world_size, "the cache command"):
+        raise Refused(error)
     with lost_told(fabric.global_rank, fabric.world_size, "the cache command", INCOMPLETE):
         write_launched(cfg, fabric, teacher_spec, tokenizer, crossing, spec, directory)
 

@@ -27,10 +27,13 @@ from tests.unit.utils.test_stopping import signalled_once_ready
 NODES = 2
 
 
-def torchrun_nodes(*overrides: str, port: int) -> list[subprocess.CompletedProcess]:
+def torchrun_nodes(
+    *overrides: str, port: int, own: tuple[tuple[str, ...], ...] = ((), ())
+) -> list[subprocess.CompletedProcess]:
     """``torchrun --nnodes=2 --nproc-per-node=1 --node-rank=i run.py ...`` for each node i, as
     each machine's user would type it, run side by side; each node in its own session (its
-    torchrun agent and the worker it starts), as on its own machine."""
+    torchrun agent and the worker it starts), as on its own machine. ``own``: each node's own
+    further overrides."""
     launches = [
         subprocess.Popen(
             [
@@ -45,6 +48,7 @@ def torchrun_nodes(*overrides: str, port: int) -> list[subprocess.CompletedProce
                 f"trainer.num_nodes={NODES}",
                 "trainer.devices=1",
                 *overrides,
+                *own[rank],
             ],
             cwd=ROOT,
             stdout=subprocess.PIPE,
@@ -123,6 +127,24 @@ def test_two_nodes_equal_one_process_and_resume_after_a_node_is_killed(tmp_path:
     for step, loss in got.items():
         assert loss == pytest.approx(expected[step], rel=1e-12), step
     assert_same_student(killed, two, rtol=1e-12)
+
+
+@pytest.mark.slow
+def test_nodes_given_different_settings_are_refused_before_the_first_step(tmp_path: Path) -> None:
+    """Another seed on one node trained overlapping shards to exit 0; other data files hung both
+    nodes in the first validation until they were killed."""
+    shared = ["debug=smoke", "export.gguf=null", "distill.teacher_cache=null"]
+    for own, named in [
+        (("seed=0",), ("seed=1",)),
+        ((), (f"data.files=[{documents(tmp_path / 'docs.jsonl')}]",)),
+    ]:
+        run = (f"hydra.run.dir={tmp_path / 'run'}", "overwrite=true")
+        nodes = torchrun_nodes(*shared, *run, port=free_port(), own=(own, named))
+        refused = "the processes of the run were given different settings: " + named[0][:4]
+        for node in nodes:
+            said = node.stdout + node.stderr
+            assert node.returncode != 0 and refused in said, said[-3000:]
+            assert "process 0 has" in said and "Start the same command" in said
 
 
 def srun_task_of_two(rank: int, port: int) -> dict[str, str]:

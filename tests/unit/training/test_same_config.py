@@ -1,0 +1,39 @@
+"""The processes of a run compare their configs before the first stage's collectives."""
+
+from __future__ import annotations
+
+from omegaconf import OmegaConf
+
+from lightning_kd.training.same_config import (
+    config_differences,
+    flat_settings,
+    same_config_error,
+)
+
+
+def test_settings_are_flat_and_resolved() -> None:
+    cfg = OmegaConf.create({"seed": 3, "data": {"seed": "${seed}", "files": ["a.txt", "b.txt"]}})
+    assert flat_settings(cfg) == {
+        "seed": "3",
+        "data.seed": "3",
+        "data.files": '["a.txt", "b.txt"]',
+    }
+
+
+def test_each_setting_a_process_does_not_share_with_process_0_is_named() -> None:
+    zero = {"seed": "0", "data.files": "null", "data.max_train_examples": "180"}
+    other = {"seed": "1", "data.files": '["c.txt"]', "data.max_train_examples": "180"}
+    assert config_differences([zero, dict(zero), other]) == [
+        "seed: process 0 has 0, process 2 1",
+        'data.files: process 0 has null, process 2 ["c.txt"]',
+    ]
+    assert config_differences([zero, dict(zero)]) == []
+    many = [{f"k{i}": "0" for i in range(7)}, {f"k{i}": "1" for i in range(7)}]
+    assert config_differences(many)[-1] == "and 3 more"
+    assert config_differences([zero, {**zero, "extra": "1"}]) == [
+        "extra: process 0 has (not set), process 1 1"
+    ]
+
+
+def test_one_process_compares_nothing() -> None:
+    assert same_config_error({"seed": "0"}, world_size=1, role="the run") is None
