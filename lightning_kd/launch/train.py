@@ -68,6 +68,9 @@ LIGHTNING_NOISE = (
     # A resume mid-epoch: the loaders skip what was trained themselves (data/loaders.py, the
     # stream's position), unseen by Lightning; the resume tests check every step's loss.
     r"You're resuming from a checkpoint that ended before the epoch ended",
+    # Validation sets are evened out across ranks with copies that score nothing (data/batches),
+    # so each example counts once, as the warning says a DistributedSampler would not ensure.
+    r"Using `DistributedSampler` with the dataloaders. During `trainer.validate\(\)`",
 )
 
 
