@@ -31,7 +31,14 @@ from lightning_kd.launch.logger_checks import logger_errors
 from lightning_kd.launch.package_checks import package_errors
 from lightning_kd.launch.paths import cache_root_errors, run_dir_errors, run_subdirectory_errors
 from lightning_kd.launch.precision_checks import precision_errors, zero3_dtype_errors
-from lightning_kd.launch.rules import ABSENT, CountOrFraction, Number, lookup, value_errors
+from lightning_kd.launch.rules import (
+    ABSENT,
+    CountOrFraction,
+    Number,
+    followed,
+    lookup,
+    value_errors,
+)
 from lightning_kd.launch.teacher_list import teachers_errors
 from lightning_kd.models.quantize import STRATEGIES, backend_errors
 
@@ -106,7 +113,11 @@ RULES: dict[str, Number | CountOrFraction] = {
 
 def config_errors(cfg: Mapping) -> list[str]:
     """One message per bad numeric value in ``cfg`` (empty when all are fine)."""
-    errors = value_errors({key: lookup(cfg, key) for key in RULES}, RULES)
+    values = {key: lookup(cfg, key) for key in RULES}
+    refused = {key for key in values if value_errors({key: values[key]}, RULES)}
+    errors = value_errors(
+        {k: v for k, v in values.items() if followed(cfg, k) not in refused}, RULES
+    )
     errors += _list_errors(cfg) + devices_errors(cfg) + accelerator_errors(cfg)
     errors += _encoder_errors(cfg) + strategy_name_errors(cfg)
     errors += run_length_errors(cfg)

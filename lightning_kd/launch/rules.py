@@ -8,9 +8,12 @@ the allowed range and an example.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
 
 ABSENT = object()
 """The value of a key a config does not have (skipped, not refused)."""
@@ -120,3 +123,15 @@ def lookup(cfg: Mapping, dotted: str) -> Any:
             return ABSENT
         node = node[part]
     return node
+
+
+def followed(cfg: Mapping, key: str) -> str | None:
+    """The key whose value ``key`` repeats (``cache.temperature: ${distill.temperature}``), or
+    None: a bad value is then refused once, by the key the user set."""
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent) if isinstance(cfg, DictConfig) and parent else None
+    if not isinstance(node, DictConfig) or leaf not in node:
+        return None
+    raw = node._get_node(leaf)._value()  # the text before interpolation
+    found = re.fullmatch(r"\$\{([\w.]+)\}", raw) if isinstance(raw, str) else None
+    return found.group(1) if found else None

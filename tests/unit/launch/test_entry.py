@@ -111,3 +111,8 @@ def test_a_wrong_type_is_said_once_by_its_rule_not_again_by_hydra() -> None:
     message = str(refused.value)
     assert "distill.temperature='hot': must be a finite number > 0" in message
     assert "Error in call to target" not in message and "TypeError" not in message
+    # cache.temperature repeats it (${distill.temperature}): refused once, where it was set.
+    assert "cache.temperature" not in message and message.count("refused") == 1
+    own = compose_config(["debug=smoke", "cache.temperature=-1"])  # set itself: its own line
+    with pytest.raises(Refused, match=r"cache.temperature=-1: must be a finite number > 0"):
+        check_entry(own)
