@@ -16,7 +16,7 @@ def unresolved(value: object) -> bool:
 
 def why_online(cfg: DictConfig) -> str | None:
     """Why ``cfg`` trains with the teacher online whatever its length, or None."""
-    distill, trainer = cfg.distill, cfg.trainer
+    distill = cfg.distill
     reasons = (
         (distill.kd_weight == 0, "distill.kd_weight=0: training uses no teacher logits"),
         (distill.get("on_policy", 0) > 0, "on-policy KD scores the student's own completions"),
@@ -24,10 +24,20 @@ def why_online(cfg: DictConfig) -> str | None:
         (cfg.teacher.get("task", "causal_lm") != "causal_lm", "only causal LM logits are cached"),
         (str(cfg.data.get("_target_", "")).endswith("ChatDataModule"), "chat data is not cached"),
         (cfg.data.get("streaming") is True, "a streamed corpus has no fixed blocks to cache"),
-        (
-            (trainer.get("devices") or 1) != 1 or trainer.get("strategy") not in (None, "auto"),
-            "several processes: write the cache first (lightning-kd cache "
-            "strategy=ddp trainer.devices=N hydra.run.dir=DIR) and pass distill.teacher_cache=DIR",
-        ),
     )
     return next((reason for applies, reason in reasons if applies), None)
+
+
+def several_processes(cfg: DictConfig) -> bool:
+    """Whether ``cfg`` trains on several processes: ``auto`` then reads a cache of its key
+    that is there, and writes none (each process would write its own)."""
+    trainer = cfg.trainer
+    return (trainer.get("devices") or 1) != 1 or trainer.get("strategy") not in (None, "auto")
+
+
+NOT_WRITTEN = (
+    "but several processes write no cache, and none of this run's key is in the shared "
+    "cache: the teacher stays online (write one first: lightning-kd cache strategy=ddp "
+    "trainer.devices=N hydra.run.dir=DIR, then distill.teacher_cache=DIR; or run once on one "
+    "process, which writes it there)"
+)

@@ -14,7 +14,8 @@ a file lock, so two runs never write the same cache at once.
 ``auto`` keeps the teacher online — and says why — where a cache saves nothing or cannot serve:
 fewer than :data:`MIN_PASSES` passes over the data, an objective without the teacher's logits,
 on-policy KD, the full-logit loss, a teacher that is not a causal LM, chat data, a streamed
-corpus, or several processes (write their cache first with ``lightning-kd cache strategy=ddp``).
+corpus. Several processes read a cache of their key that is there, and write none (write it first
+with ``lightning-kd cache strategy=ddp``, or with one process).
 Elsewhere (the notebooks, the benchmark, ``DistillConfig`` itself) an unresolved ``auto`` is the
 online teacher: only a run resolves it.
 """
@@ -44,7 +45,12 @@ from lightning_kd.cache.narrow import without_features
 from lightning_kd.cache.reader import CacheError, read_index, verify_shard
 from lightning_kd.cache.writer import write_cache
 from lightning_kd.launch.cache import cached_teacher, cross_path, fabric_for, report
-from lightning_kd.launch.online_reasons import AUTO, why_online
+from lightning_kd.launch.online_reasons import (
+    AUTO,
+    NOT_WRITTEN,
+    several_processes,
+    why_online,
+)
 from lightning_kd.models.sources import cache_root
 from lightning_kd.utils.atomic import replaced_directory
 from lightning_kd.utils.locks import in_use_elsewhere
@@ -191,8 +197,9 @@ def prepare(
     cfg: DictConfig, datamodule, tokenizer, choice: CacheChoice, resuming: bool = False
 ) -> CacheChoice:
     """``choice`` with its cache's path: the shared cache of this run's key, found holding what
-    the run reads or written (completed) now with one process; the teacher is released when
-    this returns. A resume reads no repair states (its checkpoint's student was repaired)."""
+    the run reads or written (completed) now with one process (several find it or train
+    online); the teacher is released when this returns. A resume reads no repair states (its
+    checkpoint's student was repaired)."""
     teacher_spec = instantiate(cfg.teacher, _convert_="all")
     spec = instantiate(cfg.cache, _convert_="all")
     crossing = cross_path(cfg, teacher_spec, tokenizer)
@@ -213,6 +220,8 @@ def prepare(
     with FileLock(lock_of(directory)):
         if holds(directory, key):
             return replace(choice, path=str(directory), reason=f"{choice.reason}; {FOUND}")
+        if several_processes(cfg):  # each would write its own: read one that is there only
+            return replace(choice, caches=False, reason=f"{choice.reason}; {NOT_WRITTEN}")
         stats = write_cache(
             teacher,
             tokenizer,

@@ -18,8 +18,11 @@ from lightning_kd.cache.format import (
 )
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.launch.auto import resolve_teacher_cache
+from lightning_kd.launch.build import with_precision, with_values
 from lightning_kd.launch.config import compose_config
+from lightning_kd.launch.online_reasons import NOT_WRITTEN
 from lightning_kd.launch.teacher_cache import (
+    FOUND,
     MIN_PASSES,
     CacheChoice,
     choose,
@@ -84,7 +87,6 @@ def test_a_batch_larger_than_the_data_reads_each_block_once_a_batch(tmp_path: Pa
         (["distill.chunked=false"], "distill.chunked=false"),
         (["teacher=minilm"], "only causal LM logits are cached"),
         (["data=chat", "data.files=[c.jsonl]"], "chat data is not cached"),
-        (["trainer.devices=2", "strategy=ddp"], "lightning-kd cache strategy=ddp"),
     ],
 )
 def test_what_a_cache_cannot_serve_keeps_the_teacher_online(overrides, reason, tmp_path) -> None:
@@ -111,6 +113,20 @@ def cached_smoke(caches: Path) -> list[str]:
         "data.val_fraction=0.002",
         f"cache.dir={caches}",
     ]
+
+
+def test_several_processes_read_a_cache_of_their_key_and_write_none(tmp_path) -> None:
+    """They kept the teacher online whatever the shared directory held: the same command on 1
+    and 2 processes trained different objectives (the cache's top k against the full teacher)."""
+    caches = tmp_path / "caches"
+    one = with_precision(compose_config(cached_smoke(caches), output_dir=tmp_path))[0]
+    two = with_values(one, {"trainer.devices": 2, "trainer.strategy": "ddp"})
+    online, _ = resolve_teacher_cache(two)
+    assert online.path is None and NOT_WRITTEN in online.reason
+    assert not list(caches.glob("*/index.json"))  # nothing written
+    written, _ = resolve_teacher_cache(one)
+    found, _ = resolve_teacher_cache(two)
+    assert found.path == written.path is not None and FOUND in found.reason
 
 
 @pytest.mark.integration  # runs the command line (in this process)
