@@ -112,7 +112,8 @@ def build_trainer(cfg: DictConfig) -> tuple[L.Trainer, TrainTimer]:
     callbacks += [timer, SameConfig(cfg)]  # SameConfig: every process given this config
     # The logger group's {name: config} (logger=[csv,tensorboard] for two); none with ~logger.
     logger = [instantiate(c) for c in logger_configs(cfg).values()] or False
-    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=logger, **in_batches(cfg))
+    settings = in_batches(cfg) | logged_steps(cfg)
+    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=logger, **settings)
     return trainer, timer
 
 
@@ -139,6 +140,15 @@ def in_batches(cfg: DictConfig) -> dict[str, int]:
     if isinstance(interval, bool) or not isinstance(interval, int) or accumulate == 1:
         return {}
     return {"val_check_interval": interval * accumulate}
+
+
+def logged_steps(cfg: DictConfig) -> dict[str, int]:
+    """``trainer.log_every_n_steps`` no longer than the run: a run of fewer optimizer steps
+    logged no training loss at all (4 steps at the default 5)."""
+    steps, every = cfg.trainer.get("max_steps"), cfg.trainer.get("log_every_n_steps")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (steps, every)):
+        return {}
+    return {"log_every_n_steps": steps} if 0 < steps < every else {}
 
 
 def build(

@@ -31,8 +31,8 @@ def why_online(cfg: DictConfig) -> str | None:
 def several_processes(cfg: DictConfig) -> bool:
     """Whether ``cfg`` trains on several processes: ``auto`` then reads a cache of its key
     that is there, and writes none (each process would write its own)."""
-    trainer = cfg.trainer
-    return (trainer.get("devices") or 1) != 1 or trainer.get("strategy") not in (None, "auto")
+    trainer = cfg.trainer  # devices=auto may be several: read only, as for several
+    return (trainer.get("devices") or 1) not in (1, "1") or (trainer.get("num_nodes") or 1) != 1
 
 
 NOT_WRITTEN = (

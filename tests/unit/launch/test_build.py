@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lightning_kd.launch.build import build, with_precision
+from lightning_kd.launch.build import build, logged_steps, with_precision
 from lightning_kd.launch.config import compose_config
 
 
@@ -50,3 +50,11 @@ def test_a_config_composed_without_its_run_directory_is_told_how_to_give_it() ->
     """It failed with OmegaConf's "HydraConfig was not set", naming neither key nor fix."""
     with pytest.raises(ValueError, match=r"compose_config\(overrides, output_dir=DIR\)"):
         build(compose_config(["debug=smoke"]))
+
+
+def test_a_run_shorter_than_the_logging_interval_logs_its_losses() -> None:
+    """trainer.max_steps=4 at the default log_every_n_steps=5 logged no training loss at all."""
+    short = compose_config(["trainer.max_steps=4"], output_dir="/tmp/unused")  # logs every 5
+    assert logged_steps(short) == {"log_every_n_steps": 4}
+    assert logged_steps(compose_config(["trainer.max_steps=40"])) == {}
+    assert logged_steps(compose_config(["trainer.max_steps=-1", "trainer.max_epochs=1"])) == {}
