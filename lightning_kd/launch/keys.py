@@ -158,7 +158,7 @@ def packaged_default_error(target: str) -> str | None:
         f"the {owner} option overrides /{group} in its defaults list, and its file lacks "
         f"'# @package _global_': the override lands under {owner} ({target}), which Hydra "
         f"refuses; make '# @package _global_' its file's first line, as in the shipped "
-        f"conf/{owner}/*.yaml"
+        f"{CONF_DIR / owner}/*.yaml"
     )
 
 
@@ -172,7 +172,7 @@ def global_group_errors(cfg: Mapping) -> list[str]:
             errors.append(
                 f"the {group} option's settings landed under {group} ({keys}), where nothing "
                 f"reads them; make '# @package _global_' its file's first line, as in the "
-                f"shipped conf/{group}/*.yaml"
+                f"shipped {CONF_DIR / group}/*.yaml"
             )
     return errors
 

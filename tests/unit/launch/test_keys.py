@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lightning_kd.launch.config import compose_config
+from lightning_kd.launch.config import CONF_DIR, compose_config
 from lightning_kd.launch.keys import override_key_errors, unknown_setting_errors
 
 
@@ -88,7 +88,7 @@ def test_an_experiment_file_that_overrides_a_group_without_its_package_line_is_n
         "the experiment option overrides /data in its defaults list, and its file lacks "
         "'# @package _global_': the override lands under experiment (data@experiment.data), "
         "which Hydra refuses; make '# @package _global_' its file's first line, as in the "
-        "shipped conf/experiment/*.yaml"
+        f"shipped {CONF_DIR / 'experiment'}/*.yaml"  # where the package is installed
     ]
 
 
