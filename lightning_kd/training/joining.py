@@ -17,6 +17,7 @@ from contextlib import contextmanager
 
 import torch.distributed as dist
 
+from lightning_kd.utils.compat import signal_started_processes
 from lightning_kd.utils.stopping import stopping_while_blocked
 
 
@@ -47,7 +48,10 @@ def joining(strategy, role: str = "the run") -> Iterator[None]:
             "anything was computed or written"
         )
 
-    with stopping_while_blocked(lambda: not joined(), said):
+    def hand_on(signum: int) -> None:  # to the processes it started: no orphan waits on
+        signal_started_processes(strategy, signum)
+
+    with stopping_while_blocked(lambda: not joined(), said, hand_on):
         try:
             yield
         except dist.DistError as error:
@@ -75,6 +79,11 @@ def join_failure(strategy, role: str, error: BaseException) -> str:
         "make trainer.num_nodes and trainer.devices the launcher's own counts (torchrun "
         "--nnodes and --nproc-per-node; SLURM --nodes and --ntasks-per-node)"
     )
+    if "EADDRINUSE" in str(error) or "ddress already in use" in str(error):
+        return (
+            f"process 0 of {role} could not listen at {address}: the port is in use on this "
+            f"machine (another run?); unset MASTER_PORT, or give a free one (torch: {first})"
+        )
     if strategy.global_rank == 0:
         return (
             f"the other processes of {role} never all joined process 0 at {address} "

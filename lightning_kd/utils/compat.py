@@ -109,3 +109,16 @@ def attached_trainer(module: LightningModule) -> Trainer | None:
     """The trainer ``module`` is attached to; None in ``load_from_checkpoint`` or a loop of
     one's own, where the public ``trainer`` property raises."""
     return module._trainer
+
+
+def signal_started_processes(strategy, signum: int) -> None:
+    """Hand ``signum`` to the processes ``strategy``'s launcher started (a DDP launch's further
+    ranks, run as the same command again): Lightning's Trainer launchers ``kill`` them, Fabric's
+    keeps them as ``procs``. Nothing for launchers that start none (torchrun, srun)."""
+    launcher = getattr(strategy, "launcher", None)
+    if callable(kill := getattr(launcher, "kill", None)):
+        kill(signum)
+        return
+    for process in getattr(launcher, "procs", None) or []:
+        if process.poll() is None:
+            process.send_signal(signum)

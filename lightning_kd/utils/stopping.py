@@ -156,7 +156,9 @@ def stopping_at_once(stage: str) -> Iterator[None]:
 
 @contextmanager
 def stopping_while_blocked(
-    blocked: Callable[[], bool], said: Callable[[int], str]
+    blocked: Callable[[], bool],
+    said: Callable[[int], str],
+    before_exit: Callable[[int], None] = lambda signum: None,
 ) -> Iterator[None]:
     """SIGINT and SIGTERM end the process at once, exiting 128 + the signal number after
     printing ``said(signum)``, whenever they come while ``blocked()``: for a main thread that
@@ -166,7 +168,8 @@ def stopping_while_blocked(
 
     The handlers' C half writes each signal's number to the wakeup fd even while the main thread
     is blocked; a watcher thread reads it. Outside the main thread (where no wakeup fd can be
-    set) the block runs unwatched."""
+    set) the block runs unwatched. ``before_exit(signum)`` runs first: the processes this one
+    started are handed the signal (an orphan would wait on for a store that is gone)."""
     read, write = os.pipe()
     os.set_blocking(write, False)  # the C handler must never block on a full pipe
     try:
@@ -182,6 +185,7 @@ def stopping_while_blocked(
                 if signum in SIGNALS and blocked():
                     sys.stdout.flush()  # os._exit drops what a buffer still holds
                     print(f"\n{said(signum)}", file=sys.stderr, flush=True)
+                    before_exit(signum)
                     os._exit(128 + signum)  # nothing to save: the block holds no clean point
 
     watcher = threading.Thread(target=watch, name="stop-while-blocked", daemon=True)

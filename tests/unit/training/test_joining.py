@@ -4,6 +4,7 @@ Lightning's own DDP strategy joining a real gloo process group, with a short tim
 from __future__ import annotations
 
 import signal
+import socket
 from datetime import timedelta
 
 import lightning as L
@@ -49,6 +50,21 @@ def test_a_rank_that_cannot_reach_rank_zero_is_told_to_check_node_zero(monkeypat
     assert message.startswith(f"process 1 of the run could not join process 0 at 127.0.0.1:{port}")
     assert "check that node 0 is started" in message and "not localhost" in message
     assert isinstance(refused.value.__cause__, dist.DistNetworkError)
+
+
+def test_a_port_in_use_is_named_as_such(monkeypatch) -> None:
+    """MASTER_PORT held by another run: process 0 could not listen, and was told the others
+    never joined and to fix trainer.num_nodes and trainer.devices."""
+    trainer = node_of_two(monkeypatch, rank=0)
+    port = trainer.strategy.cluster_environment.main_port
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", port))
+        held.listen()
+        with pytest.raises(JoinError) as refused, joining(trainer.strategy):
+            trainer.strategy.setup_environment()
+    message = str(refused.value)
+    assert message.startswith(f"process 0 of the run could not listen at 127.0.0.1:{port}")
+    assert "the port is in use on this machine (another run?); unset MASTER_PORT" in message
 
 
 def test_one_process_is_left_alone() -> None:

@@ -8,16 +8,21 @@ from __future__ import annotations
 
 import inspect
 import re
+import signal
+import subprocess
+import sys
 import warnings
 
 import pytest
 from lightning.pytorch import Trainer
 from lightning.pytorch.demos.boring_classes import BoringModel
-from lightning.pytorch.strategies import FSDPStrategy
+from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy
+from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from torch import nn
 
 from lightning_kd.utils import compat
+from lightning_kd.utils.compat import signal_started_processes
 
 
 def quiet_trainer(tmp_path, **kwargs) -> Trainer:
@@ -149,3 +154,15 @@ def test_attached_trainer_is_none_until_a_trainer_holds_the_module(tmp_path) -> 
     trainer = quiet_trainer(tmp_path, max_steps=1, limit_train_batches=1)
     trainer.fit(module)
     assert compat.attached_trainer(module) is trainer
+
+
+def test_the_processes_a_launcher_started_are_handed_the_signal() -> None:
+    """A SIGTERM to the launching process while rank 1 was still starting left rank 1 running
+    as an orphan (ppid 1), holding its models, waiting to join a store that was gone."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    strategy = DDPStrategy()
+    strategy._launcher = _SubprocessScriptLauncher(strategy.cluster_environment, 2, 1)
+    strategy.launcher.procs.append(child)  # as its _call_children_scripts records them
+    signal_started_processes(strategy, signal.SIGTERM)
+    assert child.wait(timeout=30) == -signal.SIGTERM
+    signal_started_processes(object(), signal.SIGTERM)  # torchrun, srun: none started here
