@@ -34,14 +34,11 @@ from omegaconf import DictConfig
 from lightning_kd.cache.format import (
     INDEX_NAME,
     META_NAME,
-    READERS_LOCK,
-    SHARD_DIR,
     CacheKey,
     CacheSpec,
     cache_key,
 )
 from lightning_kd.cache.key_mismatch import mismatches
-from lightning_kd.cache.narrow import without_features
 from lightning_kd.cache.reader import CacheError, read_index, verify_shard
 from lightning_kd.cache.writer import write_cache
 from lightning_kd.launch.cache import cached_teacher, cross_path, fabric_for, report
@@ -52,8 +49,6 @@ from lightning_kd.launch.online_reasons import (
     why_online,
 )
 from lightning_kd.models.sources import cache_root
-from lightning_kd.utils.atomic import replaced_directory
-from lightning_kd.utils.locks import in_use_elsewhere
 
 SHARED_DIRECTORY = "teacher_caches"
 """The shared cache directory's name under ``cache_root()`` (when ``cache.dir`` is null)."""
@@ -188,6 +183,18 @@ def choose(
     return CacheChoice(None, f"auto: {per}, one teacher forward per block", caches=True)
 
 
+def worth_looking(cfg: DictConfig, choice: CacheChoice) -> bool:
+    """Whether to look for (or write) the shared cache of ``cfg``'s key: where a cache pays,
+    and, where it would not, when the shared directory holds any cache (a sweep's earlier run
+    wrote one: reading it costs less than the teacher's forward, whatever the reads per block)."""
+    if choice.caches:
+        return True
+    if why_online(cfg) is not None:
+        return False
+    shared = shared_directory(instantiate(cfg.cache, _convert_="all"))
+    return any(shared.glob(f"*/{INDEX_NAME}"))
+
+
 def shared_directory(spec: CacheSpec) -> Path:
     """Where ``auto``'s caches live: ``cache.dir``, else ``cache_root()/teacher_caches``."""
     return Path(spec.dir).expanduser() if spec.dir else cache_root() / SHARED_DIRECTORY
@@ -220,6 +227,8 @@ def prepare(
     with FileLock(lock_of(directory)):
         if holds(directory, key):
             return replace(choice, path=str(directory), reason=f"{choice.reason}; {FOUND}")
+        if not choice.caches:  # one there is read, but writing one would not pay
+            return choice
         if several_processes(cfg):  # each would write its own: read one that is there only
             return replace(choice, caches=False, reason=f"{choice.reason}; {NOT_WRITTEN}")
         stats = write_cache(
@@ -240,7 +249,6 @@ def prepare(
 
 
 FOUND = "found whole in the shared cache"
-IN_USE = "the repair's own hidden states kept: another run reads the cache"
 
 
 def lock_of(directory: Path) -> Path:
@@ -270,23 +278,3 @@ def stale(directory: Path, key: CacheKey) -> bool:
     other hidden states than ``key``'s (its repair states dropped, say): written anew."""
     meta = directory / META_NAME
     return meta.is_file() and CacheKey(**json.loads(meta.read_text())["key"]) != key
-
-
-def drop_repair_states(choice: CacheChoice, training: set[str], keep: bool) -> CacheChoice:
-    """After the run: the cache this run wrote, rewritten without the hidden states only the
-    block-wise repair read (unless ``keep``); ``choice`` with what the run wrote there now."""
-    if keep or choice.path is None or not choice.written_bytes:
-        return choice
-    directory = Path(choice.path)
-    with FileLock(lock_of(directory)):
-        features = CacheKey(**read_index(directory)["key"]).features
-        if set(features) <= training:
-            return choice
-        if in_use_elsewhere(directory / READERS_LOCK):  # another run of the key reads them
-            return replace(choice, reason=f"{choice.reason}; {IN_USE}")
-        with replaced_directory(directory) as smaller:
-            without_features(directory, smaller, tuple(training))
-    written = sum(p.stat().st_size for p in (directory / SHARD_DIR).glob("*.safetensors"))
-    dropped = sorted(set(features) - training)
-    reason = f"{choice.reason}; the repair's own hidden states {dropped} dropped after the run"
-    return replace(choice, reason=reason, written_bytes=written)

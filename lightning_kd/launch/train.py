@@ -32,8 +32,9 @@ from lightning_kd.launch.harness_run import evaluate_run, harness_errors
 from lightning_kd.launch.model_checks import model_setting_errors
 from lightning_kd.launch.model_paths import model_path_errors
 from lightning_kd.launch.nodes import node_errors
+from lightning_kd.launch.repair_states import drop_repair_states
 from lightning_kd.launch.stop_report import stop_report
-from lightning_kd.launch.teacher_cache import drop_repair_states, given_cache
+from lightning_kd.launch.teacher_cache import given_cache
 from lightning_kd.launch.teacher_list import teacher_precisions
 from lightning_kd.launch.tokenizer_checks import tokenizer_pair_errors
 from lightning_kd.training.checkpoint_files import load_local

@@ -21,12 +21,12 @@ from lightning_kd.launch.auto import resolve_teacher_cache
 from lightning_kd.launch.build import with_precision, with_values
 from lightning_kd.launch.config import compose_config
 from lightning_kd.launch.online_reasons import NOT_WRITTEN
+from lightning_kd.launch.repair_states import drop_repair_states
 from lightning_kd.launch.teacher_cache import (
     FOUND,
     MIN_PASSES,
     CacheChoice,
     choose,
-    drop_repair_states,
     holds,
     passes,
     stale,
@@ -302,3 +302,18 @@ def test_an_entry_of_some_domains_reads_their_share_of_each_split() -> None:
     assert domain_shares(["prose"], data) == (0.75, 0.0)
     assert domain_shares(None, data) == (1.0, 1.0)
     assert domain_shares(["code"], SimpleNamespace(domains=None)) == (1.0, 1.0)
+
+
+def test_a_run_a_cache_would_not_pay_for_reads_one_that_is_there(tmp_path) -> None:
+    """distill.blockwise_passes=0 after the default run (1.06 reads a block, under 1.5) ran its
+    teacher online beside a whole cache of its key; nothing is written for such a run."""
+    caches = tmp_path / "caches"
+    once = ["trainer.max_steps=1", "trainer.limit_val_batches=1"]  # under MIN_PASSES reads
+    few = with_precision(compose_config([*cached_smoke(caches), *once], output_dir=tmp_path))[0]
+    alone, _ = resolve_teacher_cache(few)
+    assert alone.path is None and "a cache pays from" in alone.reason
+    assert not list(caches.glob("*/index.json"))  # nothing written for it
+    many = with_precision(compose_config(cached_smoke(caches), output_dir=tmp_path))[0]
+    written, _ = resolve_teacher_cache(many)
+    found, _ = resolve_teacher_cache(few)
+    assert found.path == written.path is not None and FOUND in found.reason
