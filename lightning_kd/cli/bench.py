@@ -14,6 +14,7 @@ import torch
 from lightning_kd.bench import runner
 from lightning_kd.bench.checks import prepare
 from lightning_kd.bench.scenarios import SCENARIOS
+from lightning_kd.cli.formatting import HelpFormatter
 
 DEFAULTS = {"seq": 256, "warmup": 2, "repeats": 5, "loss_repeats": 3}
 """Row length, untimed and timed steps per scenario, timed repeats of each loss sweep point."""
@@ -27,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lightning-kd bench",
         description=runner.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--out", type=Path, help="directory for bench.json, bench.md, bench.png")
     parser.add_argument(
@@ -44,13 +45,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="as trainer.precision: auto (from the hardware), 32-true, bf16-mixed, 16-mixed",
     )
     parser.add_argument("--teacher-dtype", default="auto", help="as teacher.dtype (auto follows)")
-    parser.add_argument("--student-layers", type=int, default=6)
-    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--student-layers", type=int, default=6, help="teacher layers copied")
+    parser.add_argument("--batch", type=int, default=4, help="rows a step")
     for name, full in DEFAULTS.items():  # unset here: --quick picks its own where not given
         parser.add_argument(
             f"--{name.replace('_', '-')}",
             type=int,
-            help=f"default {full}, {QUICK[name]} with --quick",
+            help=f"{full}; {QUICK[name]} with --quick%(default).0s",  # no "(default: None)"
         )
     parser.add_argument(
         "--bf16", action="store_true", help="short for --precision bf16-mixed (bf16 autocast)"

@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from lightning_kd.cli.formatting import HelpFormatter
+
 
 class Parser(argparse.ArgumentParser):
     """argparse's, saying why the models went missing where ``--files`` took them."""
@@ -42,7 +44,7 @@ def parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="lightning-kd evaluate",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("models", nargs="+", help="model directories, HF ids or smollm2")
     source = parser.add_mutually_exclusive_group(required=True)
@@ -69,17 +71,21 @@ def parser() -> argparse.ArgumentParser:
         help="with --lm-eval: the first N examples of each task only (a glance)",
     )
     parser.add_argument("--device", help="with --lm-eval: where the models run (cpu, cuda)")
-    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=256, help="with --prompts: the answers' length"
+    )
     parser.add_argument(
         "--samples", type=int, help="with --prompts: also K sampled completions per prompt"
     )
     parser.add_argument("--temperature", type=float, default=1.0, help="with --samples")
     parser.add_argument("--seed", type=int, default=0, help="with --samples")
-    parser.add_argument("--text-field", default="text")
+    parser.add_argument(
+        "--text-field", default="text", help="with --files: the key of .jsonl rows' text"
+    )
     parser.add_argument(
         "--block-size", type=int, default=256, help="with --files: the longest window scored"
     )
-    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--batch-size", type=int, default=8, help="rows scored at once")
     parser.add_argument(
         "--out",
         type=Path,

@@ -12,14 +12,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lightning_kd.bench.soak import MAX_GROWTH, out_errors, soak
+from lightning_kd.cli.formatting import HelpFormatter
 from lightning_kd.launch.entry import check_entry
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="lightning-kd soak", description=__doc__)
-    parser.add_argument("--steps", type=int, default=1000)
-    parser.add_argument("--warmup", type=int, default=100)
-    parser.add_argument("--out", type=Path, default=Path("soak"))
+    parser = argparse.ArgumentParser(
+        prog="lightning-kd soak", description=__doc__, formatter_class=HelpFormatter
+    )
+    parser.add_argument("--steps", type=int, default=1000, help="optimizer steps of the launch")
+    parser.add_argument(
+        "--warmup", type=int, default=100, help="steps before the memory baseline is taken"
+    )
+    parser.add_argument("--out", type=Path, default=Path("soak"), help="the report's directory")
     args = parser.parse_args(argv)
     check(args)
     try:
