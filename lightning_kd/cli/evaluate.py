@@ -53,10 +53,8 @@ def parser() -> argparse.ArgumentParser:
     )
     source.add_argument("--prompts", type=Path, help="prompt rows: answers judged by --teacher")
     source.add_argument("--lm-eval", metavar="TASKS", help="lm-eval tasks, comma-separated")
-    parser.add_argument(
-        "--teacher",
-        help="with --prompts: the judge; with --lm-eval: scored too, for the ratio (smollm2)",
-    )
+    judge = "with --prompts: the judge; with --lm-eval: scored too, for the ratio (smollm2)"
+    parser.add_argument("--teacher", help=judge)
     parser.add_argument(
         "--lm-eval-include",
         action="append",

@@ -359,7 +359,7 @@ def test_the_docs_snippet_reads_a_cache(written, teacher) -> None:
     directory, datamodule = written
     page = (ROOT / "docs" / "cache.md").read_text()
     snippet = page.split("## Reading a cache from Python")[1].split("```python")[1].split("```")[0]
-    snippet = snippet.replace('"caches/smollm2"', repr(str(directory))).replace("k=32", "k=8")
+    snippet = snippet.replace('"caches/smollm2"', repr(str(directory)))
     scope = {"teacher": teacher, "tokenizer": datamodule.tokenizer, "datamodule": datamodule}
     exec(snippet, scope)
     records = scope["records"]

@@ -98,7 +98,8 @@ def test_prompt_completion_rows_are_the_same_conversation() -> None:
     ("row", "message"),
     [
         ({"messages": [{"role": "user", "content": "hi"}]}, r"r has no assistant turn"),
-        ({"text": "plain"}, r"neither 'messages' nor 'prompt' and 'completion'.*messages_field"),
+        ({"body": "plain"}, r"neither 'messages' nor 'prompt' and 'completion'.*messages_field"),
+        ({"text": "plain"}, r"'completion'; it holds 'text': read text rows with data=text"),
         ({"messages": [{"role": "user"}]}, r"list of \{'role': str, 'content': str\}"),
         ({"prompt": 3, "completion": "x"}, r"a prompt or completion is a string or a list"),
         (
