@@ -43,7 +43,7 @@ from typing import Any
 
 import torch
 from tqdm import tqdm
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, StoppingCriteriaList
 
 from lightning_kd.data.chat_tokens import (
     PLAIN_NEXT_TURN,
@@ -61,7 +61,7 @@ from lightning_kd.generation.completions_record import (
     completions_lock,
     settings_record,
 )
-from lightning_kd.generation.decoding import generate_in_eval, left_padded
+from lightning_kd.generation.decoding import StopRequested, generate_in_eval, left_padded
 from lightning_kd.generation.text_continuations import continuations, end_tokens, text_prompt_ids
 from lightning_kd.utils.refusal import refuse
 from lightning_kd.utils.stopping import STOP
@@ -185,6 +185,7 @@ def complete(
         max_new_tokens=spec.max_new_tokens,
         do_sample=spec.do_sample,
         pad_token_id=tokenizer.pad_token_id,
+        stopping_criteria=StoppingCriteriaList([StopRequested()]),
         **options,
     )
     ends = options.get("eos_token_id") or end_tokens(teacher, tokenizer)
@@ -247,6 +248,8 @@ def append_completions(
             answers = complete(
                 teacher, tokenizer, [m for _, m in batch], spec, seed + start // spec.batch_size
             )
+            # Cut at the next token by a stop request: unwritten, generated whole again on rerun.
+            STOP.check("generating", detail=f"{max(start, done)} of {len(prompts)} answers kept")
             for offset, ((line, prompt), answer) in enumerate(zip(batch, answers, strict=True)):
                 if start + offset < done:
                     continue  # written before the run stopped, mid-batch

@@ -21,9 +21,14 @@ from pathlib import Path
 
 import lightning as L
 from torch import Tensor, nn
-from transformers import StoppingCriteria, StoppingCriteriaList
+from transformers import StoppingCriteriaList
 
-from lightning_kd.generation.decoding import generate_in_eval, left_padded, prompt_tokens
+from lightning_kd.generation.decoding import (
+    StopRequested,
+    generate_in_eval,
+    left_padded,
+    prompt_tokens,
+)
 from lightning_kd.models.positions import max_positions, room_error
 from lightning_kd.utils.atomic import replaced_whole
 from lightning_kd.utils.refusal import Refused
@@ -108,13 +113,6 @@ class CompletionSamples(L.Callback):
         options["stopping_criteria"] = StoppingCriteriaList([StopRequested()])
         new = generate_in_eval(model, left, **options)
         return tokenizer.batch_decode(new, skip_special_tokens=True)
-
-
-class StopRequested(StoppingCriteria):
-    """Ends a generation at the next token once the process is asked to stop."""
-
-    def __call__(self, input_ids: Tensor, scores: Tensor, **kwargs) -> bool:
-        return STOP.requested
 
 
 def drop_rows_after(path: Path, step: int) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,7 @@ from lightning_kd.launch.config import compose_config
 from lightning_kd.launch.generate import generate
 from lightning_kd.models.loading import TeacherSpec, byte_tokenizer, load_teacher
 from lightning_kd.utils.refusal import Refused
+from lightning_kd.utils.stopping import STOP, Interrupted
 from tests.conftest import ROOT, TINY_LLAMA
 from tests.unit.data.test_chat import CHATML
 
@@ -76,6 +78,33 @@ def test_a_stopped_run_resumes_to_the_uninterrupted_file(teacher, tmp_path, samp
     stopped.write_text("".join(lines[:4]) + lines[4][:10])  # mid-batch, a torn last row
     shutil.copy(record_path(whole), record_path(stopped))  # written before the first row
     resumed = generate(config(tmp_path / "b", prompts, *options), teacher, tokenizer())
+    assert resumed.read_text() == expected
+
+
+def test_a_stop_during_a_batch_ends_it_at_the_next_token_unwritten(teacher, tmp_path) -> None:
+    """SIGTERM decoded the whole batch on (2 min 37 s of 200-token answers on a CPU, past a
+    scheduler's grace): now the batch ends at the next token, is not written, and the rerun
+    generates it whole again, to the uninterrupted file."""
+    prompts = write_prompts(tmp_path / "p.jsonl", 7)
+    expected = generate(config(tmp_path / "a", prompts), teacher, tokenizer()).read_text()
+    calls = []
+
+    def stop_on_the_fourth_token(module, args) -> None:  # inside the second batch's decoding
+        calls.append(1)
+        if len(calls) == 10:
+            STOP.signum = signal.SIGTERM
+
+    hook = teacher.register_forward_pre_hook(stop_on_the_fourth_token)
+    try:
+        with pytest.raises(Interrupted, match="3 of 7 answers kept"):
+            generate(config(tmp_path / "b", prompts), teacher, tokenizer())
+    finally:
+        hook.remove()
+        STOP.signum = None
+    assert len(calls) == 10  # no token decoded after the request
+    written = (tmp_path / "b" / "completions.jsonl").read_text()
+    assert written == "".join(expected.splitlines(keepends=True)[:3])
+    resumed = generate(config(tmp_path / "b", prompts), teacher, tokenizer())
     assert resumed.read_text() == expected
 
 
