@@ -12,12 +12,14 @@ ended with exit 0. Each process's resolved settings are gathered and compared wi
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 
+from lightning_kd.training.rundir import LOCK_NAME
 from lightning_kd.utils.refusal import Refused
 
 SHOWN = 4
@@ -66,17 +68,36 @@ def same_config_error(settings: dict[str, str], world_size: int, role: str) -> s
     )
 
 
+def unshared_error(lock: Path, world_size: int) -> str | None:
+    """Why the run directory holding ``lock`` (process 0's, naming its pid) is not one every
+    process sees, or None: a node with the same path on its own disk trained, wrote nothing, and
+    was refused on resume (no checkpoint) while node 0 waited for it."""
+    seen = lock.read_text() if lock.is_file() else None
+    gathered: list[Any] = [None] * world_size
+    dist.all_gather_object(gathered, seen)
+    blind = [rank for rank, held in enumerate(gathered) if held != gathered[0]]
+    if not blind:
+        return None
+    return (
+        f"process(es) {', '.join(map(str, blind))} do not see process 0's run directory "
+        f"{lock.parent} (its {lock.name}): hydra.run.dir must be on a filesystem every node "
+        "shares; process 0 writes the checkpoints, and every process reads them on a resume"
+    )
+
+
 class SameConfig(L.Callback):
     """Compares the processes' configs once, in the first stage's set-up (the process group
-    exists, no collective of the step has run)."""
+    exists, no collective of the step has run), and that they see one run directory."""
 
     def __init__(self, cfg: DictConfig) -> None:
         self.settings = flat_settings(cfg)
+        self.lock = Path(cfg.output_dir) / LOCK_NAME
         self.checked = False
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if self.checked:
+        if self.checked or trainer.world_size <= 1 or not dist.is_initialized():
             return
         self.checked = True
-        if error := same_config_error(self.settings, trainer.world_size, "the run"):
+        error = same_config_error(self.settings, trainer.world_size, "the run")
+        if error or (error := unshared_error(self.lock, trainer.world_size)):
             raise Refused(error)
