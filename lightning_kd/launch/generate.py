@@ -208,9 +208,12 @@ def prompts_errors(cfg: DictConfig) -> list[str]:
     return [] if path.is_file() else [prompts_file_error(path)]
 
 
-def one_process_note(cfg: DictConfig) -> str | None:
-    """What ``generate`` says of a config asking for several processes: it runs one (a run's
-    ``strategy=ddp trainer.devices=N``, kept for ``train`` and ``cache``, would pass silently)."""
+def one_process_note(
+    cfg: DictConfig, doing: str = "generate: one process writes the completions"
+) -> str | None:
+    """What ``generate`` (or ``importance``: ``doing``) says of a config asking for several
+    processes: it runs one (a run's ``strategy=ddp trainer.devices=N``, kept for ``train`` and
+    ``cache``, would pass silently)."""
     trainer = cfg.trainer
     asked = [] if trainer.get("strategy") in (None, "auto") else ["trainer.strategy"]
     for key in ("devices", "num_nodes"):
@@ -218,10 +221,7 @@ def one_process_note(cfg: DictConfig) -> str | None:
             asked.append(f"trainer.{key}={value}")
     if not asked:
         return None
-    return (
-        f"generate: one process writes the completions ({', '.join(asked)}: for train and "
-        "cache, not here)"
-    )
+    return f"{doing} ({', '.join(asked)}: for train and cache, not here)"
 
 
 def run_generate(cfg: DictConfig) -> Path:

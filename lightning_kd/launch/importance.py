@@ -28,6 +28,7 @@ from lightning_kd.data.text import TextDataModule
 from lightning_kd.launch.build import build_datamodule, with_precision, with_values
 from lightning_kd.launch.data_checks import dataset_errors
 from lightning_kd.launch.entry import check_entry, teacher_length
+from lightning_kd.launch.generate import one_process_note
 from lightning_kd.launch.model_checks import model_setting_errors
 from lightning_kd.models.layer_scores import Batch, Ranking, rank_layers
 from lightning_kd.models.loading import StudentSpec, load_teacher, load_tokenizer
@@ -101,6 +102,8 @@ def run(cfg: DictConfig) -> Ranking:
         [SOURCE.format(source=source)] if source is not None else model_setting_errors(ranked)
     )
     check_entry(cfg, lengths=[teacher_length(cfg, "data.block_size")], extra=extra)
+    if note := one_process_note(cfg, "importance: one process ranks the layers"):
+        print(note, flush=True)
     cfg, _ = with_precision(cfg)
     if (mode := cfg.teacher.get("quantize")) is not None:  # as training builds its student
         print(

@@ -37,7 +37,8 @@ def several_processes(cfg: DictConfig) -> bool:
 
 NOT_WRITTEN = (
     "but several processes write no cache, and none of this run's key is in the shared "
-    "cache: the teacher stays online (write one first: lightning-kd cache strategy=ddp "
-    "trainer.devices=N hydra.run.dir=DIR, then distill.teacher_cache=DIR; or run once on one "
+    "cache: the teacher stays online (write one first with lightning-kd cache strategy=ddp "
+    "trainer.devices=N hydra.run.dir=DIR and this teacher's settings, then give DIR as its "
+    "cache: distill.teacher_cache=DIR, or its teachers entry's cache; or run once on one "
     "process, which writes it there)"
 )

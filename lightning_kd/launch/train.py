@@ -133,11 +133,11 @@ def train(
 def report_stop(err: BaseException, trainer: L.Trainer, cfg: DictConfig, command) -> None:
     """Print the stop report of a run that stopped in training (``launch/stop_report.py``). A
     failure before training started (a refused resume, a bad model) has no way on to print:
-    the command that failed would only fail again."""
+    the command that failed would only fail again; a process lost then has (start again)."""
     started = getattr(trainer.checkpoint_callback, "started", False)
     # A lost process is told by every process left: on a node of its own, the only word there.
     telling = trainer.is_global_zero or isinstance(err, PeerLost)
-    if telling and (isinstance(err, Interrupted) or started):
+    if telling and (isinstance(err, Interrupted | PeerLost) or started):  # a lost peer: anew
         lr = (cfg.get("optimizer") or {}).get("lr")  # a diverged run is given a tenth
         output_dir = Path(cfg.output_dir)
         callback, rank = trainer.checkpoint_callback, trainer.global_rank

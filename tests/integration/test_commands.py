@@ -90,6 +90,11 @@ def test_importance_checks_its_overrides_and_prints_its_config(capsys) -> None:
     assert main(["importance", "debug=smoke", "student.num_layers=3", "--cfg", "job"]) == 0
     printed = capsys.readouterr().out
     assert "num_layers: 3" in printed and "kept by" not in printed  # composed, nothing ranked
+    ddp = ["strategy=ddp", "trainer.devices=2", "data.max_train_examples=16"]
+    assert main(["importance", "debug=smoke", *ddp]) == 0  # one process, said: it was silent
+    assert "importance: one process ranks the layers (trainer.strategy, trainer.devices=2" in (
+        capsys.readouterr().out
+    )
 
 
 def test_importance_says_an_int8_teacher_ranks_at_full_precision(capsys) -> None:
