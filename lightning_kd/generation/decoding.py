@@ -11,10 +11,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 from torch.distributed import fsdp
-from transformers import StoppingCriteria
 
 from lightning_kd.losses.logits import IGNORE_INDEX
-from lightning_kd.utils.stopping import STOP
 
 
 def until_eos(tokens: Tensor, eos_token_id: int | None) -> Tensor:
@@ -182,11 +180,3 @@ def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
         yield model
     finally:
         model.train(was_training)
-
-
-class StopRequested(StoppingCriteria):
-    """Ends a generation at the next token once the process is asked to stop (SIGINT/SIGTERM):
-    a batch of long answers on a CPU decoded for minutes past a scheduler's grace period."""
-
-    def __call__(self, input_ids: Tensor, scores: Tensor, **kwargs) -> bool:
-        return STOP.requested

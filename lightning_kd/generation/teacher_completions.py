@@ -61,7 +61,8 @@ from lightning_kd.generation.completions_record import (
     completions_lock,
     settings_record,
 )
-from lightning_kd.generation.decoding import StopRequested, generate_in_eval, left_padded
+from lightning_kd.generation.decoding import generate_in_eval, left_padded
+from lightning_kd.generation.stop_request import StopRequested
 from lightning_kd.generation.text_continuations import continuations, end_tokens, text_prompt_ids
 from lightning_kd.utils.refusal import refuse
 from lightning_kd.utils.stopping import STOP

@@ -23,12 +23,8 @@ import lightning as L
 from torch import Tensor, nn
 from transformers import StoppingCriteriaList
 
-from lightning_kd.generation.decoding import (
-    StopRequested,
-    generate_in_eval,
-    left_padded,
-    prompt_tokens,
-)
+from lightning_kd.generation.decoding import generate_in_eval, left_padded, prompt_tokens
+from lightning_kd.generation.stop_request import StopRequested
 from lightning_kd.models.positions import max_positions, room_error
 from lightning_kd.utils.atomic import replaced_whole
 from lightning_kd.utils.refusal import Refused
