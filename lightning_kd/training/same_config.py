@@ -6,7 +6,9 @@ Given another ``data.files`` on one node, each node built its own split and its 
 validation batches, and the ranks waited for each other in the first validation until killed;
 given another ``seed`` (``seed=$SLURM_PROCID`` in a job script), each node shuffled the epoch its
 own way, so the ranks' shards overlapped (blocks trained twice an epoch, others never) and the run
-ended with exit 0. Each process's resolved settings are gathered and compared with process 0's.
+ended with exit 0. Each process's resolved settings are gathered and compared with process 0's,
+and each one's view of the run directory: the same path on each node's own disk trained, wrote
+nothing on the other nodes, and could not be resumed there.
 """
 
 from __future__ import annotations
