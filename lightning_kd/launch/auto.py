@@ -26,7 +26,7 @@ from lightning_kd.distill.teacher_entries import teacher_keys
 from lightning_kd.launch.build import build_datamodule, with_precision, with_values
 from lightning_kd.launch.importance import choose_layers
 from lightning_kd.launch.online_reasons import unresolved
-from lightning_kd.launch.teacher_cache import CacheChoice, choose, prepare, worth_looking
+from lightning_kd.launch.teacher_cache import CacheChoice, choose, prepare
 from lightning_kd.models.layer_scores import Ranking
 from lightning_kd.models.precision import PrecisionChoice
 from lightning_kd.models.student import run_tokenizer
@@ -88,7 +88,7 @@ def resolve_teacher_cache(
     if blocks and (error := epoch_problems(blocks, datamodule.batch_size, run)[0]):
         raise DataError(error)
     choice = choose(cfg, blocks, len(datamodule.val_examples or ()))
-    if worth_looking(cfg, choice):
+    if choice.caches:
         choice = prepare(cfg, datamodule, tokenizer, choice, resuming)
     if rank_zero_only.rank == 0:
         print(choice.line(), flush=True)
@@ -133,7 +133,7 @@ class EntryCaches:
         data = self.datamodule
         shares = domain_shares(entry.get("domains"), data)
         choice = choose(cfg, len(data.train_examples), len(data.val_examples or ()), shares)
-        if worth_looking(cfg, choice):
+        if choice.caches:
             choice = prepare(cfg, self.datamodule, tokenizer, choice, self.resuming)
         if rank_zero_only.rank == 0:
             print(

@@ -26,19 +26,3 @@ def why_online(cfg: DictConfig) -> str | None:
         (cfg.data.get("streaming") is True, "a streamed corpus has no fixed blocks to cache"),
     )
     return next((reason for applies, reason in reasons if applies), None)
-
-
-def several_processes(cfg: DictConfig) -> bool:
-    """Whether ``cfg`` trains on several processes: ``auto`` then reads a cache of its key
-    that is there, and writes none (each process would write its own)."""
-    trainer = cfg.trainer  # devices=auto may be several: read only, as for several
-    return (trainer.get("devices") or 1) not in (1, "1") or (trainer.get("num_nodes") or 1) != 1
-
-
-NOT_WRITTEN = (
-    "but several processes write no cache, and none of this run's key is in the shared "
-    "cache: the teacher stays online (write one first with lightning-kd cache strategy=ddp "
-    "trainer.devices=N hydra.run.dir=DIR and this teacher's settings, then give DIR as its "
-    "cache: distill.teacher_cache=DIR, or its teachers entry's cache; or run once on one "
-    "process, which writes it there)"
-)

@@ -14,8 +14,10 @@ a file lock, so two runs never write the same cache at once.
 ``auto`` keeps the teacher online — and says why — where a cache saves nothing or cannot serve:
 fewer than :data:`MIN_PASSES` passes over the data, an objective without the teacher's logits,
 on-policy KD, the full-logit loss, a teacher that is not a causal LM, chat data, a streamed
-corpus. Several processes read a cache of their key that is there, and write none (write it first
-with ``lightning-kd cache strategy=ddp``, or with one process).
+corpus. Several processes resolve it as one does: the first to take the key's lock writes the cache
+with one process (a DDP launch's rank 0, before it starts the others), and the rest find it whole.
+The choice reads the config alone, never what the shared directory holds: the same command
+trains the same objective on any machine.
 Elsewhere (the notebooks, the benchmark, ``DistillConfig`` itself) an unresolved ``auto`` is the
 online teacher: only a run resolves it.
 """
@@ -42,12 +44,7 @@ from lightning_kd.cache.key_mismatch import mismatches
 from lightning_kd.cache.reader import CacheError, read_index, verify_shard
 from lightning_kd.cache.writer import write_cache
 from lightning_kd.launch.cache import cached_teacher, cross_path, fabric_for, report
-from lightning_kd.launch.online_reasons import (
-    AUTO,
-    NOT_WRITTEN,
-    several_processes,
-    why_online,
-)
+from lightning_kd.launch.online_reasons import AUTO, why_online
 from lightning_kd.models.sources import cache_root
 
 SHARED_DIRECTORY = "teacher_caches"
@@ -183,18 +180,6 @@ def choose(
     return CacheChoice(None, f"auto: {per}, one teacher forward per block", caches=True)
 
 
-def worth_looking(cfg: DictConfig, choice: CacheChoice) -> bool:
-    """Whether to look for (or write) the shared cache of ``cfg``'s key: where a cache pays,
-    and, where it would not, when the shared directory holds any cache (a sweep's earlier run
-    wrote one: reading it costs less than the teacher's forward, whatever the reads per block)."""
-    if choice.caches:
-        return True
-    if why_online(cfg) is not None:
-        return False
-    shared = shared_directory(instantiate(cfg.cache, _convert_="all"))
-    return any(shared.glob(f"*/{INDEX_NAME}"))
-
-
 def shared_directory(spec: CacheSpec) -> Path:
     """Where ``auto``'s caches live: ``cache.dir``, else ``cache_root()/teacher_caches``."""
     return Path(spec.dir).expanduser() if spec.dir else cache_root() / SHARED_DIRECTORY
@@ -204,8 +189,9 @@ def prepare(
     cfg: DictConfig, datamodule, tokenizer, choice: CacheChoice, resuming: bool = False
 ) -> CacheChoice:
     """``choice`` with its cache's path: the shared cache of this run's key, found holding what
-    the run reads or written (completed) now with one process (several find it or train
-    online); the teacher is released when this returns. A resume reads no repair states (its
+    the run reads or written (completed) now with one process (of several, the first to take
+    the lock: the others wait for it, then find it whole); the teacher is released when this
+    returns. A resume reads no repair states (its
     checkpoint's student was repaired)."""
     teacher_spec = instantiate(cfg.teacher, _convert_="all")
     spec = instantiate(cfg.cache, _convert_="all")
@@ -227,10 +213,6 @@ def prepare(
     with FileLock(lock_of(directory)):
         if holds(directory, key):
             return replace(choice, path=str(directory), reason=f"{choice.reason}; {FOUND}")
-        if not choice.caches:  # one there is read, but writing one would not pay
-            return choice
-        if several_processes(cfg):  # each would write its own: read one that is there only
-            return replace(choice, caches=False, reason=f"{choice.reason}; {NOT_WRITTEN}")
         stats = write_cache(
             teacher,
             tokenizer,
