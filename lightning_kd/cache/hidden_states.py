@@ -8,6 +8,7 @@ armed around the forward, read and cleared right after, an output that did not a
 from __future__ import annotations
 
 from contextlib import nullcontext
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -32,7 +33,9 @@ def mapped_paths(
             "block-wise repair reads), and neither is set; set them as the training run will "
             "(e.g. distill.features=spans), or cache.features=false"
         )
-    models = build_student(student_spec, teacher, task)
+    # Without LoRA: its PeftModel's paths are not the ones distill.features names (the
+    # distiller runs the unwrapped model), and adapters change no path.
+    models = build_student(replace(student_spec, lora=None), teacher, task)
     mapped = configured_pairs(distill, models.student, teacher, models.layer_map)
     repaired = repair_pairs(distill, models.student, teacher, models.layer_map)
     every = sorted({pair.teacher for pair in mapped + repaired})

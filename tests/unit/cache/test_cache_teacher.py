@@ -250,3 +250,15 @@ def test_a_lora_student_trains_from_a_cache_as_it_does_online(corpus, tmp_path) 
     torch.testing.assert_close(cached, online, rtol=1e-4, atol=0)
     for got, want in zip(cached_grads, online_grads, strict=True):
         assert (got - want).norm() <= 1e-2 * want.norm() + 1e-8
+
+
+def test_the_modules_a_lora_student_maps_are_found_on_its_plain_model() -> None:
+    """A LoRA student with pairs naming its modules (``model.layers.1.mlp.up_proj``) was refused
+    before a cache was written: the paths were looked up on the PeftModel, where they are
+    ``base_model.model.model....``; the distiller runs the plain model, as the cache now does."""
+    pytest.importorskip("peft")
+    teacher = load_teacher(TEACHER, "32-true")
+    features = [{"student": "model.layers.1.mlp.up_proj", "teacher": "model.layers.3"}]
+    lora = StudentSpec(num_layers=2, lora={"r": 4, "alpha": 8})
+    paths = mapped_paths(DistillConfig(features=features), lora, teacher, "causal_lm")
+    assert paths == (["model.layers.3"], ["model.layers.3"])
