@@ -30,6 +30,17 @@ class ChatFields:
     completion: str = "completion"
 
 
+CHAT_HINT = "it holds a conversation: read chat rows with data=chat (answers scored)"
+
+
+def is_conversation(record: object) -> bool:
+    """A row of chat data (the keys ``data=chat`` reads by default), read as text by mistake."""
+    chat = ChatFields()
+    return isinstance(record, dict) and (
+        chat.messages in record or {chat.prompt, chat.completion} <= record.keys()
+    )
+
+
 def row_messages(record: dict, where: str, fields: ChatFields) -> list[dict[str, str]]:
     """The conversation of one row, checked: role/content strings, at least one assistant turn."""
     if fields.messages in record:

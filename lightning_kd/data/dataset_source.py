@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from lightning_kd.data.conversations import is_conversation
 from lightning_kd.data.dataset_files import csv_options, is_saved_folder, looks_empty
 from lightning_kd.data.dataset_hints import FILE_BUILDERS, open_hint, split_hint
 from lightning_kd.data.errors import DataError
-from lightning_kd.data.reading import is_conversation
 from lightning_kd.utils.refusal import Refused
 
 STREAM_SHARDS = 64

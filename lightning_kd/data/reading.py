@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from lightning_kd.data.conversations import CHAT_HINT, is_conversation
 from lightning_kd.data.errors import DataError, MissingData
 from lightning_kd.models.sources import remembered_file_digest
 
@@ -193,16 +194,6 @@ def _record_text(line: str, path: Path, number: int, text_field: str, key: str) 
             f"{key} to the key holding it"
         )
     return text
-
-
-CHAT_HINT = "it holds a conversation: read chat rows with data=chat (answers scored)"
-
-
-def is_conversation(record: object) -> bool:
-    """A row of chat data (the keys ``data=chat`` reads by default), read as text by mistake."""
-    return isinstance(record, dict) and (
-        "messages" in record or {"prompt", "completion"} <= record.keys()
-    )
 
 
 def unique_files(paths: list[Path]) -> list[Path]:

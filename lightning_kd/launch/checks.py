@@ -113,11 +113,9 @@ RULES: dict[str, Number | CountOrFraction] = {
 
 def config_errors(cfg: Mapping) -> list[str]:
     """One message per bad numeric value in ``cfg`` (empty when all are fine)."""
-    values = {key: lookup(cfg, key) for key in RULES}
-    refused = {key for key in values if value_errors({key: values[key]}, RULES)}
-    errors = value_errors(
-        {k: v for k, v in values.items() if followed(cfg, k) not in refused}, RULES
-    )
+    each = {key: value_errors({key: lookup(cfg, key)}, RULES) for key in RULES}
+    # A value that repeats a refused one (${distill.temperature}) is refused once, there.
+    errors = [e for key, found in each.items() if not each.get(followed(cfg, key)) for e in found]
     errors += _list_errors(cfg) + devices_errors(cfg) + accelerator_errors(cfg)
     errors += _encoder_errors(cfg) + strategy_name_errors(cfg)
     errors += run_length_errors(cfg)

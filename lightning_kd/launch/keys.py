@@ -231,9 +231,9 @@ def _missing_message(word: str, key: str, keys: Sequence[str]) -> str:
     siblings = [k for k in keys if _parent(k) == parent]
     if parent is not None and parent not in keys:
         siblings = [k for k in keys if k.count(".") == key.count(".")]
-    near = difflib.get_close_matches(key, siblings, n=1, cutoff=0.7)
     if parent in keys and FREE_FORM.fullmatch(parent):
         return _free_form_message(word, key, siblings)
+    near = difflib.get_close_matches(key, siblings, n=1, cutoff=0.7)
     if near:
         return f"{word}: the config has no key {key}; did you mean {near[0]}?"
     return (
@@ -266,7 +266,7 @@ def _free_form_fields(spec: type) -> str:
 
 
 FREE_FORM = re.compile(
-    rf"teacher\.({_free_form_fields(TeacherSpec)})|teachers\.\d+\.({_free_form_fields(TeacherSpec)})"
+    rf"(teacher|teachers\.\d+)\.({_free_form_fields(TeacherSpec)})"
     rf"|student\.({_free_form_fields(StudentSpec)})"
 )
 """A node of any keys (``teacher.config``): one it does not list yet is no typo on its face

@@ -191,8 +191,7 @@ def prepare(
     """``choice`` with its cache's path: the shared cache of this run's key, found holding what
     the run reads or written (completed) now with one process (of several, the first to take
     the lock: the others wait for it, then find it whole); the teacher is released when this
-    returns. A resume reads no repair states (its
-    checkpoint's student was repaired)."""
+    returns. A resume reads no repair states (its checkpoint's student was repaired)."""
     teacher_spec = instantiate(cfg.teacher, _convert_="all")
     spec = instantiate(cfg.cache, _convert_="all")
     crossing = cross_path(cfg, teacher_spec, tokenizer)

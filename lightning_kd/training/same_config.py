@@ -55,13 +55,23 @@ def config_differences(gathered: list[dict[str, str]]) -> list[str]:
     return found[:SHOWN] + ([f"and {len(found) - SHOWN} more"] if len(found) > SHOWN else [])
 
 
+def gather(mine: Any, world_size: int) -> list[Any]:
+    """Every process's ``mine``, by rank (a collective: every process calls it)."""
+    gathered: list[Any] = [None] * world_size
+    dist.all_gather_object(gathered, mine)
+    return gathered
+
+
 def same_config_error(settings: dict[str, str], world_size: int, role: str) -> str | None:
     """Why the processes of ``role`` cannot run together (gathered from all of them, so every
     process finds the same answer and none waits for the others), or None."""
     if world_size <= 1 or not dist.is_initialized():
         return None
-    gathered: list[Any] = [None] * world_size
-    dist.all_gather_object(gathered, settings)
+    return settings_error(gather(settings, world_size), role)
+
+
+def settings_error(gathered: list[dict[str, str]], role: str) -> str | None:
+    """Why processes of ``role`` given the ``gathered`` settings cannot run together, or None."""
     if not (found := config_differences(gathered)):
         return None
     return (
@@ -70,14 +80,17 @@ def same_config_error(settings: dict[str, str], world_size: int, role: str) -> s
     )
 
 
-def unshared_error(lock: Path, world_size: int) -> str | None:
+def lock_view(lock: Path) -> str | None:
+    """What this process reads in process 0's ``lock`` (its pid), or None where it sees none."""
+    return lock.read_text() if lock.is_file() else None
+
+
+def unshared_error(views: list[str | None], lock: Path) -> str | None:
     """Why the run directory holding ``lock`` (process 0's, naming its pid) is not one every
-    process sees, or None: a node with the same path on its own disk trained, wrote nothing, and
-    was refused on resume (no checkpoint) while node 0 waited for it."""
-    seen = lock.read_text() if lock.is_file() else None
-    gathered: list[Any] = [None] * world_size
-    dist.all_gather_object(gathered, seen)
-    blind = [rank for rank, held in enumerate(gathered) if held != gathered[0]]
+    process sees, given each process's :func:`lock_view` by rank, or None: a node with the same
+    path on its own disk trained, wrote nothing, and was refused on resume (no checkpoint) while
+    node 0 waited for it."""
+    blind = [rank for rank, held in enumerate(views) if held != views[0]]
     if not blind:
         return None
     return (
@@ -89,7 +102,8 @@ def unshared_error(lock: Path, world_size: int) -> str | None:
 
 class SameConfig(L.Callback):
     """Compares the processes' configs once, in the first stage's set-up (the process group
-    exists, no collective of the step has run), and that they see one run directory."""
+    exists, no collective of the step has run), and that they see one run directory: one
+    collective for both."""
 
     def __init__(self, cfg: DictConfig) -> None:
         self.settings = flat_settings(cfg)
@@ -100,6 +114,7 @@ class SameConfig(L.Callback):
         if self.checked or trainer.world_size <= 1 or not dist.is_initialized():
             return
         self.checked = True
-        error = same_config_error(self.settings, trainer.world_size, "the run")
-        if error or (error := unshared_error(self.lock, trainer.world_size)):
+        views = gather((self.settings, lock_view(self.lock)), trainer.world_size)
+        error = settings_error([settings for settings, _ in views], "the run")
+        if error or (error := unshared_error([seen for _, seen in views], self.lock)):
             raise Refused(error)

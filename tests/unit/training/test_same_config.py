@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import torch.distributed as dist
 from omegaconf import OmegaConf
 
 from lightning_kd.training.same_config import (
     config_differences,
     flat_settings,
+    lock_view,
     same_config_error,
     unshared_error,
 )
@@ -41,23 +41,12 @@ def test_one_process_compares_nothing() -> None:
     assert same_config_error({"seed": "0"}, world_size=1, role="the run") is None
 
 
-def test_a_process_that_does_not_see_process_0s_run_directory_is_named(
-    tmp_path, monkeypatch
-) -> None:
+def test_a_process_that_does_not_see_process_0s_run_directory_is_named(tmp_path) -> None:
     """The same hydra.run.dir on each node's own disk: node 1 trained and wrote nothing, and
     its resume was refused (no checkpoint) while node 0 waited for it in silence."""
     lock = tmp_path / ".lock"
     lock.write_text("4242")
-
-    def gathered_from(views):
-        def all_gather_object(out, mine):
-            out[:] = [mine, *views]
-
-        return all_gather_object
-
-    monkeypatch.setattr(dist, "all_gather_object", gathered_from(["4242", None, "17"]))
-    error = unshared_error(lock, world_size=4)
+    error = unshared_error([lock_view(lock), "4242", None, "17"], lock)
     assert error.startswith(f"process(es) 2, 3 do not see process 0's run directory {tmp_path}")
     assert "hydra.run.dir must be on a filesystem every node shares" in error
-    monkeypatch.setattr(dist, "all_gather_object", gathered_from(["4242"]))
-    assert unshared_error(lock, world_size=2) is None
+    assert unshared_error([lock_view(lock), "4242"], lock) is None
