@@ -30,7 +30,7 @@ from lightning_kd.launch.sweeps import in_process_ddp_errors, sweep_job_errors
 from lightning_kd.training.finite import NonFiniteError
 from lightning_kd.training.joining import JoinError
 from lightning_kd.training.peers import PeerLost
-from lightning_kd.training.rundir import is_rank_zero, previous_outputs
+from lightning_kd.training.rundir import is_rank_zero, previous_outputs, rank_prefix
 from lightning_kd.utils.disk import full_disk_message
 from lightning_kd.utils.refusal import REFUSED_EXIT, Refused, refuse
 from lightning_kd.utils.stopping import STOP, Interrupted
@@ -60,12 +60,12 @@ def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
         except (NonFiniteError, JoinError, PeerLost) as failed:  # each said whole: no traceback
             if not getattr(failed, "reported", False):  # a lost process: the stop report said it
                 start = "\n" if isinstance(failed, PeerLost) else ""  # after a progress bar
-                print(f"{start}lightning-kd: {failed}", file=sys.stderr)
+                print(f"{start}{rank_prefix()}lightning-kd: {failed}", file=sys.stderr)
             raise SystemExit(1) from None
         except OSError as error:  # a full disk is said whole by its message (utils/disk.py)
             if (message := full_disk_message(error)) is None:
                 raise
-            print(f"lightning-kd: {message}", file=sys.stderr)
+            print(f"{rank_prefix()}lightning-kd: {message}", file=sys.stderr)
             raise SystemExit(1) from None
 
     register_defaults()
@@ -125,9 +125,10 @@ ONE_CONFIG = (
 def exit_refused(refused: Refused, outputs: str = "", own_line: bool = False) -> NoReturn:
     """Print ``refused``'s message alone and exit 2, as every command does for refused input
     (with ``outputs``, what its run wrote, whose rerun needs ``overwrite=true``); ``own_line``:
-    after a progress bar, whose last line it continued."""
+    after a progress bar, whose last line it continued. A run's further processes say which
+    they are: each meets the refusal and prints it."""
     start = "\n" if own_line or outputs else ""
-    print(f"{start}lightning-kd: {refused}{outputs}", file=sys.stderr)
+    print(f"{start}{rank_prefix()}lightning-kd: {refused}{outputs}", file=sys.stderr)
     raise SystemExit(REFUSED_EXIT) from None
 
 

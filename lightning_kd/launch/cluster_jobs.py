@@ -119,6 +119,10 @@ def log_prefix(text: str) -> str | None:
     return found.group(1) if found else None
 
 
+REFUSAL_LINE = re.compile(r"^(\[[^\]]*rank \d+\] )?lightning-kd: ")
+"""A refusal's first line, a further process's (``[rank 1] lightning-kd: ...``) included."""
+
+
 def job_refusal(stderr_log: Path) -> str | None:
     """The refusal a job printed to its stderr log (``lightning-kd: ...`` and the lines indented
     under it), if it ended by refusing its run (exit 2: submitit sees no result, as for a job
@@ -127,10 +131,10 @@ def job_refusal(stderr_log: Path) -> str | None:
         lines = stderr_log.read_text(errors="replace").splitlines()
     except OSError:
         return None
-    starts = [i for i, line in enumerate(lines) if line.startswith("lightning-kd: ")]
+    starts = [i for i, line in enumerate(lines) if REFUSAL_LINE.match(line)]
     if not starts:
         return None
-    block = [lines[starts[-1]].removeprefix("lightning-kd: ")]
+    block = [REFUSAL_LINE.sub("", lines[starts[-1]], count=1)]
     block += [line for line in lines[starts[-1] + 1 :] if line.startswith("  ")]
     return "\n".join(block)
 

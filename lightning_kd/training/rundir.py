@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import torch.distributed as dist
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from lightning.pytorch.core.saving import save_hparams_to_yaml
@@ -78,12 +79,30 @@ under ``srun`` still wins with ``RANK``."""
 NODES = ("NODE_RANK", "GROUP_RANK")
 """A further node's processes (Lightning's launcher, torchrun), whatever their local rank."""
 
+GLOBAL_RANKS = ("RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
+"""Those of :data:`RANKS` that number a process among all the run's, not its node's."""
+
 
 def is_rank_zero() -> bool:
     """Whether this process is the launching one: a DDP launch re-runs the script per rank, and
     torchrun or ``srun`` start it once per rank on every node."""
     rank = next((os.environ[name] for name in RANKS if name in os.environ), "0")
     return rank == "0" and all(os.environ.get(name, "0") == "0" for name in NODES)
+
+
+def rank_prefix() -> str:
+    """``""`` in the launching process, ``"[rank r] "`` in the others of a run: every process
+    meets a refusal of the run's own input, so each prints it, and a line printed twice should
+    say why (a line one rank alone prints is not lost by keeping them all)."""
+    if is_rank_zero():
+        return ""
+    if dist.is_available() and dist.is_initialized():
+        return f"[rank {dist.get_rank()}] "
+    if (known := next((os.environ[n] for n in GLOBAL_RANKS if n in os.environ), None)) is not None:
+        return f"[rank {known}] "
+    node = next((os.environ[name] for name in NODES if name in os.environ), "0")
+    local = os.environ.get("LOCAL_RANK", "0")  # Lightning's launcher sets no global rank
+    return f"[rank {local}] " if node == "0" else f"[node {node}, local rank {local}] "
 
 
 def previous_outputs(run_dir: Path) -> list[str]:

@@ -49,3 +49,12 @@ def test_a_refusal_after_the_run_wrote_starts_on_a_line_of_its_own(capsys) -> No
     with pytest.raises(SystemExit):
         exit_refused(Refused("bad"))
     assert capsys.readouterr().err == "lightning-kd: bad\n"
+
+
+def test_a_further_process_prefixes_its_refusal(capsys, monkeypatch) -> None:
+    """Every process of a DDP run prints the refusal it meets; the second says which it is."""
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with pytest.raises(SystemExit) as exit_:
+        exit_refused(Refused("bad"))
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == "[rank 1] lightning-kd: bad\n"

@@ -15,6 +15,7 @@ from lightning_kd.cli.hydra_command import LaunchCheck, run_hydra
 from lightning_kd.launch.cluster_jobs import (
     job_end_message,
     job_ends_told,
+    job_refusal,
     job_rerun,
     launcher_errors_passed,
 )
@@ -116,6 +117,13 @@ def test_a_job_that_refused_its_run_is_told_by_its_refusal(tmp_path: Path) -> No
         raise UncompletedJobError(text)
     assert not (tmp_path / ".submitit" / "%j").exists()  # the unused placeholder goes
     assert job.is_dir()
+
+
+def test_a_further_tasks_refusal_is_read_from_its_log(tmp_path: Path) -> None:
+    """A task other than the first says which it is before the refusal's first line."""
+    log = tmp_path / "28521_1_log.err"
+    log.write_text("[rank 1] lightning-kd: 1 value is refused:\n  seed=-1: give a seed >= 0\n")
+    assert job_refusal(log) == "1 value is refused:\n  seed=-1: give a seed >= 0"
 
 
 def test_the_launching_command_ends_with_that_line(tmp_path, capsys, monkeypatch) -> None:

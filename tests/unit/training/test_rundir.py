@@ -230,6 +230,26 @@ def test_rank_zero_is_found_under_every_launcher(environ, zero, monkeypatch) -> 
     assert rundir.is_rank_zero() is zero
 
 
+@pytest.mark.parametrize(
+    ("environ", "prefix"),
+    [
+        ({}, ""),
+        ({"LOCAL_RANK": "1"}, "[rank 1] "),  # Lightning's DDP launcher, one node
+        ({"LOCAL_RANK": "1", "NODE_RANK": "2"}, "[node 2, local rank 1] "),
+        ({"RANK": "5", "LOCAL_RANK": "1", "GROUP_RANK": "2"}, "[rank 5] "),  # torchrun
+        ({"SLURM_PROCID": "3"}, "[rank 3] "),  # srun
+    ],
+)
+def test_a_further_process_says_which_it_is(environ, prefix, monkeypatch) -> None:
+    """Each process of a run meets a refusal of its input and prints it: the same line came
+    twice with nothing to say why (probe 29)."""
+    for name in (*rundir.RANKS, *rundir.NODES):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    assert rundir.rank_prefix() == prefix
+
+
 def test_a_zero_filled_log_is_set_aside_not_appended_to(tmp_path: Path, capsys) -> None:
     """A crash can leave metrics.csv full of NUL bytes: a resume appended its rows under a
     header of 45,480 NULs and one more column on every row (probe 23)."""
