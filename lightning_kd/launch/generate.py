@@ -32,6 +32,7 @@ from lightning_kd.launch.config import record_job
 from lightning_kd.launch.data_checks import is_chat_data
 from lightning_kd.launch.entry import check_entry, teacher_length
 from lightning_kd.launch.model_paths import model_path_errors
+from lightning_kd.launch.nodes import one_process_note
 from lightning_kd.launch.paths import training_run_errors
 from lightning_kd.models.loading import load_teacher, load_tokenizer
 from lightning_kd.models.positions import room_error, teacher_positions
@@ -206,22 +207,6 @@ def prompts_errors(cfg: DictConfig) -> list[str]:
         return []
     path = Path(prompts).expanduser()
     return [] if path.is_file() else [prompts_file_error(path)]
-
-
-def one_process_note(
-    cfg: DictConfig, doing: str = "generate: one process writes the completions"
-) -> str | None:
-    """What ``generate`` (or ``importance``: ``doing``) says of a config asking for several
-    processes: it runs one (a run's ``strategy=ddp trainer.devices=N``, kept for ``train`` and
-    ``cache``, would pass silently)."""
-    trainer = cfg.trainer
-    asked = [] if trainer.get("strategy") in (None, "auto") else ["trainer.strategy"]
-    for key in ("devices", "num_nodes"):
-        if (value := trainer.get(key)) not in (None, 1, "1", "auto"):
-            asked.append(f"trainer.{key}={value}")
-    if not asked:
-        return None
-    return f"{doing} ({', '.join(asked)}: for train and cache, not here)"
 
 
 def run_generate(cfg: DictConfig) -> Path:

@@ -28,8 +28,8 @@ from lightning_kd.data.text import TextDataModule
 from lightning_kd.launch.build import build_datamodule, with_precision, with_values
 from lightning_kd.launch.data_checks import dataset_errors
 from lightning_kd.launch.entry import check_entry, teacher_length
-from lightning_kd.launch.generate import one_process_note
 from lightning_kd.launch.model_checks import model_setting_errors
+from lightning_kd.launch.nodes import one_process_note
 from lightning_kd.models.layer_scores import Batch, Ranking, rank_layers
 from lightning_kd.models.loading import StudentSpec, load_teacher, load_tokenizer
 from lightning_kd.models.positions import spec_config

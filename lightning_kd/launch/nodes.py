@@ -12,6 +12,9 @@ config is read. Both are refused here, before any model loads, naming the launch
 Every node composes its own config, so the run directory must be one path every node sees:
 Hydra's default (``outputs/<date>/<time>``) differs from node to node and would split the run
 (each node resuming from its own ``checkpoints/``), so a multi-node run names it.
+
+The commands that run one process (``generate``, ``importance``) say so of a config that asks for
+several, which ``train`` and ``cache`` would start.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
+from omegaconf import DictConfig
 
 LAUNCH_DOC = "the docs' scale-out page, docs/scale-out.md#multi-node in the repository"
 
@@ -198,3 +202,19 @@ def _shared_dir_errors(found: Launcher, num_nodes: int) -> list[str]:
         f"({hydra.run.dir}): every node composes its own, from its own clock; name one that "
         "every node sees, the same on every node: hydra.run.dir=<shared path>"
     ]
+
+
+def one_process_note(
+    cfg: DictConfig, doing: str = "generate: one process writes the completions"
+) -> str | None:
+    """What ``generate`` (or ``importance``: ``doing``) says of a config asking for several
+    processes: it runs one (a run's ``strategy=ddp trainer.devices=N``, kept for ``train`` and
+    ``cache``, would pass silently)."""
+    trainer = cfg.trainer
+    asked = [] if trainer.get("strategy") in (None, "auto") else ["trainer.strategy"]
+    for key in ("devices", "num_nodes"):
+        if (value := trainer.get(key)) not in (None, 1, "1", "auto"):
+            asked.append(f"trainer.{key}={value}")
+    if not asked:
+        return None
+    return f"{doing} ({', '.join(asked)}: for train and cache, not here)"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lightning_kd.launch.nodes import Launcher, launcher, node_errors
+from lightning_kd.launch.config import compose_config
+from lightning_kd.launch.nodes import Launcher, launcher, node_errors, one_process_note
 
 TORCHRUN_2x1 = {
     "TORCHELASTIC_RUN_ID": "none",
@@ -95,3 +96,15 @@ def test_a_stray_rank_without_a_launcher_is_refused() -> None:
     child = {"LOCAL_RANK": "1", "NODE_RANK": "0", "WORLD_SIZE": "2"}
     assert node_errors(1, 2, child) == [] and node_errors(1, "auto", child) == []
     assert node_errors(1, 1, {"LOCAL_RANK": "0"}) == []
+
+
+def test_several_processes_asked_of_generate_are_named_as_not_used() -> None:
+    """`generate strategy=ddp trainer.devices=2` ran one process without a word (probe 26)."""
+    assert one_process_note(compose_config(["debug=smoke"])) is None
+    note = one_process_note(compose_config(["debug=smoke", "strategy=ddp", "trainer.devices=2"]))
+    assert note == (
+        "generate: one process writes the completions (trainer.strategy, trainer.devices=2: for "
+        "train and cache, not here)"
+    )
+    nodes = one_process_note(compose_config(["debug=smoke", "trainer.num_nodes=2"]))
+    assert nodes is not None and "(trainer.num_nodes=2: for train and cache" in nodes
