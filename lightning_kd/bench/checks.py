@@ -11,6 +11,7 @@ from lightning_kd.launch.entry import Length, check_entry
 from lightning_kd.launch.paths import out_dir_errors
 from lightning_kd.launch.precision_checks import choice_errors, fp16_autocast_errors
 from lightning_kd.models.loading import TeacherSpec, check_dtype
+from lightning_kd.models.packaged import PACKAGED, missing_error
 from lightning_kd.models.positions import spec_config, teacher_positions
 from lightning_kd.models.precision import AUTO, probe_hardware, resolve_precision
 from lightning_kd.models.student import check_num_layers
@@ -59,9 +60,9 @@ def depth_errors(args: argparse.Namespace) -> list[str]:
 
 
 def check(args: argparse.Namespace, extra: list[str] = ()) -> None:
-    """The numbers every scenario uses, ``--seq`` against the teacher's positions, and ``--out``
-    (a directory, created if missing; not a file), before any child loads a model; refused
-    with the ``extra`` problems, all at once."""
+    """The numbers every scenario uses, ``--seq`` against the teacher's positions, a packaged
+    teacher's packages, and ``--out`` (a directory, created if missing; not a file), before any
+    child loads a model; refused with the ``extra`` problems, all at once."""
     numbers = {
         "--student-layers": args.student_layers,
         "--batch": args.batch,
@@ -71,9 +72,11 @@ def check(args: argparse.Namespace, extra: list[str] = ()) -> None:
         "--loss-repeats": args.loss_repeats,
     }
     teacher = {f"--teacher {args.teacher}": lambda: teacher_positions(TeacherSpec(args.teacher))}
+    missing = missing_error(args.teacher, "--teacher") if args.teacher in PACKAGED else None
     check_entry(
         command="bench",
         options=numbers,
         lengths=[Length("--seq", args.seq, teacher)],
-        extra=[*extra, *out_dir_errors("--out", args.out), *depth_errors(args)],
+        extra=[*extra, *out_dir_errors("--out", args.out), *depth_errors(args)]
+        + ([missing] if missing else []),
     )

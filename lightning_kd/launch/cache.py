@@ -32,7 +32,6 @@ from lightning_kd.launch.cache_k_checks import cache_k_errors
 from lightning_kd.launch.config import record_job
 from lightning_kd.launch.data_checks import dataset_errors, is_chat_data
 from lightning_kd.launch.entry import check_entry, teacher_length
-from lightning_kd.launch.model_paths import model_path_errors
 from lightning_kd.launch.paths import training_run_errors
 from lightning_kd.models.loading import TeacherSpec, load_teacher
 from lightning_kd.models.quantize import quantize_teacher
@@ -146,7 +145,7 @@ def check_cache_entry(cfg: DictConfig) -> None:
     streamed = [
         "data.streaming=true: a stream has no fixed blocks to cache; set data.streaming=false"
     ]
-    extra = model_path_errors(cfg) + dataset_errors(cfg)
+    extra = dataset_errors(cfg)
     extra += streamed if cfg.data.get("streaming") else []
     extra += TEACHERS_LIST if cfg.get("teachers") else []
     if is_chat_data(cfg.data):  # found by the writer once the teacher had loaded: a traceback

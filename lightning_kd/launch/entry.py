@@ -23,6 +23,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
 from lightning_kd.launch.checks import config_errors
+from lightning_kd.launch.model_paths import model_path_errors
 from lightning_kd.launch.rules import Number, lookup, value_errors
 from lightning_kd.launch.teacher_list import config_entries
 from lightning_kd.models.loading import TeacherSpec
@@ -88,7 +89,7 @@ class Length:
                 cause = error.__cause__ if isinstance(error, InstantiationException) else error
                 if not isinstance(cause, UNREADABLE):
                     raise
-                if not isinstance(cause, PackageMissing):  # the path checks name it, by key
+                if not isinstance(cause, PackageMissing):  # check_entry names it, by key
                     errors.append(str(cause))  # reported with the rest, not in their place
                 continue
             if error := position_error(self.key, self.tokens, limit, whose):
@@ -134,9 +135,10 @@ def check_entry(
     extra: Sequence[str] = (),
 ) -> None:
     """Refuse, all at once, whatever a command would trip on after loading: ``cfg``'s config
-    values, ``options`` (``command``'s own, by :data:`OPTIONS`), each of ``lengths`` beyond a
-    model's positions, and the command's own cross-checks (``extra`` messages)."""
-    errors = [] if cfg is None else config_errors(cfg)
+    values and model paths (a packaged model's missing packages among them: :class:`Length`
+    leaves those to this check), ``options`` (``command``'s own, by :data:`OPTIONS`), each of
+    ``lengths`` beyond a model's positions, and the command's own cross-checks (``extra``)."""
+    errors = [] if cfg is None else config_errors(cfg) + model_path_errors(cfg)
     if command is not None:
         errors += value_errors(options or {}, OPTIONS[command])
     errors += [error for error in extra if not named_already(error, errors)]

@@ -31,7 +31,6 @@ from lightning_kd.launch.build import with_precision
 from lightning_kd.launch.config import record_job
 from lightning_kd.launch.data_checks import is_chat_data
 from lightning_kd.launch.entry import check_entry, teacher_length
-from lightning_kd.launch.model_paths import model_path_errors
 from lightning_kd.launch.nodes import one_process_note
 from lightning_kd.launch.paths import training_run_errors
 from lightning_kd.models.loading import load_teacher, load_tokenizer
@@ -216,7 +215,7 @@ def run_generate(cfg: DictConfig) -> Path:
     ``generate.max_new_tokens`` after it against the teacher's positions, checked before the
     teacher loads."""
     extra = training_run_errors(Path(cfg.output_dir), "generate") + task_errors(cfg)
-    extra += model_path_errors(cfg) + prompts_errors(cfg)
+    extra += prompts_errors(cfg)
     check_entry(
         cfg,
         lengths=[teacher_length(cfg, "generate.max_new_tokens")],

