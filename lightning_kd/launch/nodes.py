@@ -208,13 +208,29 @@ def one_process_note(
     cfg: DictConfig, doing: str = "generate: one process writes the completions"
 ) -> str | None:
     """What ``generate`` (or ``importance``: ``doing``) says of a config asking for several
-    processes: it runs one (a run's ``strategy=ddp trainer.devices=N``, kept for ``train`` and
-    ``cache``, would pass silently)."""
-    trainer = cfg.trainer
-    asked = [] if trainer.get("strategy") in (None, "auto") else ["trainer.strategy"]
-    for key in ("devices", "num_nodes"):
-        if (value := trainer.get(key)) not in (None, 1, "1", "auto"):
-            asked.append(f"trainer.{key}={value}")
-    if not asked:
+    processes (:func:`several_processes`): it runs one (a run's ``strategy=ddp
+    trainer.devices=N``, kept for ``train`` and ``cache``, would pass silently)."""
+    devices, num_nodes = cfg.trainer.get("devices", 1), cfg.trainer.get("num_nodes", 1)
+    if not several_processes(devices, num_nodes):
         return None
+    asked = [f"trainer.devices={devices}"] if several_processes(devices, 1) else []
+    asked += [f"trainer.num_nodes={num_nodes}"] if several_processes(1, num_nodes) else []
     return f"{doing} ({', '.join(asked)}: for train and cache, not here)"
+
+
+def several_processes(devices: object, num_nodes: object) -> bool:
+    """Whether ``trainer.devices`` / ``trainer.num_nodes`` ask for more than one process
+    (``auto`` and ``-1``: every accelerator here, several where there are several GPUs)."""
+    import torch
+
+    if isinstance(num_nodes, int) and num_nodes > 1:
+        return True
+    if isinstance(devices, str) and devices not in ("auto", "-1"):
+        return len([part for part in devices.split(",") if part.strip()]) > 1 or (
+            devices.strip().isdigit() and int(devices) > 1
+        )
+    if devices in ("auto", "-1", -1):
+        return torch.cuda.device_count() > 1
+    if isinstance(devices, int):
+        return devices > 1
+    return hasattr(devices, "__len__") and len(devices) > 1

@@ -9,6 +9,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig
 
 from lightning_kd.launch.checks import config_errors
+from lightning_kd.launch.nodes import several_processes
 
 
 def sweep_job_errors(cfg: DictConfig) -> list[str]:
@@ -50,24 +51,6 @@ def in_process_ddp_errors(cfg: DictConfig) -> list[str]:
                 "with hydra/launcher=submitit_slurm, where srun starts each job's processes"
             ]
     return []
-
-
-def several_processes(devices: object, num_nodes: object) -> bool:
-    """Whether ``trainer.devices`` / ``trainer.num_nodes`` ask for more than one process
-    (``auto`` and ``-1``: every accelerator here, several where there are several GPUs)."""
-    import torch
-
-    if isinstance(num_nodes, int) and num_nodes > 1:
-        return True
-    if isinstance(devices, str) and devices not in ("auto", "-1"):
-        return len([part for part in devices.split(",") if part.strip()]) > 1 or (
-            devices.strip().isdigit() and int(devices) > 1
-        )
-    if devices in ("auto", "-1", -1):
-        return torch.cuda.device_count() > 1
-    if isinstance(devices, int):
-        return devices > 1
-    return hasattr(devices, "__len__") and len(devices) > 1
 
 
 def split_arguments(task: list[str]) -> list[list[list[str]]]:

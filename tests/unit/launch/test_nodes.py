@@ -103,8 +103,17 @@ def test_several_processes_asked_of_generate_are_named_as_not_used() -> None:
     assert one_process_note(compose_config(["debug=smoke"])) is None
     note = one_process_note(compose_config(["debug=smoke", "strategy=ddp", "trainer.devices=2"]))
     assert note == (
-        "generate: one process writes the completions (trainer.strategy, trainer.devices=2: for "
-        "train and cache, not here)"
+        "generate: one process writes the completions (trainer.devices=2: for train and cache, "
+        "not here)"
     )
     nodes = one_process_note(compose_config(["debug=smoke", "trainer.num_nodes=2"]))
     assert nodes is not None and "(trainer.num_nodes=2: for train and cache" in nodes
+
+
+@pytest.mark.parametrize(
+    "overrides", [["strategy=ddp"], ["trainer.devices=[0]"], ["trainer.devices='0,'"]]
+)
+def test_one_process_asked_for_is_not_told_as_several(overrides) -> None:
+    """A strategy named on one device, or one device by index, asks for one process: the note
+    said it asked for what only train and cache do (probe 30)."""
+    assert one_process_note(compose_config(["debug=smoke", *overrides])) is None

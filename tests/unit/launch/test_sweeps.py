@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lightning_kd.launch.sweeps import several_processes
+from lightning_kd.launch.nodes import several_processes
 from tests.unit.launch.test_cluster import refused_lines
 
 pytestmark = pytest.mark.usefixtures("slurm_client")  # judged as on a login node
