@@ -68,12 +68,19 @@ def described(strategy) -> str:
     )
 
 
+def first_line(error: BaseException) -> str:
+    """What a torch error says first (its message's first line; its type's name for none):
+    quoted after a line of ours, without the C++ stack trace gloo and NCCL append."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 def join_failure(strategy, role: str, error: BaseException) -> str:
     """What a failed join means and what to check: rank 0 waited for processes that never
     came, or another rank never reached rank 0's address."""
     environment = strategy.cluster_environment
     address = f"{environment.main_address}:{environment.main_port}"
-    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    first = first_line(error)
     check = (
         "start the same command on every node, with the same MASTER_ADDR and MASTER_PORT, and "
         "make trainer.num_nodes and trainer.devices the launcher's own counts (torchrun "

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import torch.distributed as dist
+from lightning_kd.training.joining import JoinError, first_line
 
 PEER_MARKS = (
     "Connection reset by peer",
@@ -21,6 +21,7 @@ PEER_MARKS = (
     "Broken pipe",
     "NCCL communicator was aborted",
     "Watchdog caught collective operation timeout",
+    "remote process exited or there was a network error",
 )
 """What gloo's and NCCL's errors say when the other end of a collective is gone."""
 
@@ -36,19 +37,17 @@ def as_peer_lost(
     error: BaseException, rank: int, world_size: int, role: str = "the run"
 ) -> BaseException:
     """``error`` as the :class:`PeerLost` it is when a collective of a run of ``world_size``
-    processes found another process gone; ``error`` itself otherwise."""
-    if world_size <= 1 or isinstance(error, PeerLost):
+    processes found another process gone (its message says so: :data:`PEER_MARKS`); ``error``
+    itself otherwise: this process's own backend fault, or a join that failed (``JoinError``
+    says its own advice: no group had formed)."""
+    if world_size <= 1 or isinstance(error, PeerLost | JoinError):
         return error
-    found = isinstance(error, dist.DistError) or (
-        isinstance(error, RuntimeError) and any(mark in str(error) for mark in PEER_MARKS)
-    )
-    if not found:
+    if not (isinstance(error, RuntimeError) and any(mark in str(error) for mark in PEER_MARKS)):
         return error
-    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     lost = PeerLost(
         f"process {rank} of {role} found another of its {world_size} processes gone at a "
         f"collective: it stopped or died, and its own output (or its node's) says why "
-        f"(torch: {first})"
+        f"(torch: {first_line(error)})"
     )
     lost.__cause__ = error
     return lost
@@ -56,8 +55,8 @@ def as_peer_lost(
 
 @contextmanager
 def lost_told(rank: int, world_size: int, role: str, after: str) -> Iterator[None]:
-    """Run the block, a process found gone at a collective raised as :class:`PeerLost` that
-    ends with ``after``: what is kept, and how to go on."""
+    """Run the block; when a collective in it finds another process gone, raise a
+    :class:`PeerLost` whose message ends with ``after`` (what is kept, and how to go on)."""
     try:
         yield
     except BaseException as error:

@@ -5,11 +5,19 @@ from __future__ import annotations
 import pytest
 import torch.distributed as dist
 
+from lightning_kd.training.joining import JoinError
 from lightning_kd.training.peers import PeerLost, as_peer_lost, lost_told
 
 GLOO = (
     "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:17805: "
     "Connection reset by peer. This is typically caused by a remote worker hanging"
+)
+
+
+NCCL_REMOTE = (
+    "NCCL error in: /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3356, remote "
+    "process exited or there was a network error, NCCL version 2.21.5\nncclRemoteError: A call "
+    "failed possibly due to a network error or a remote process exiting prematurely."
 )
 
 
@@ -20,7 +28,7 @@ def test_a_collectives_lost_peer_is_named_with_the_rank_and_torchs_words() -> No
         "process 1 of the run found another of its 2 processes gone at a collective"
     )
     assert "Connection reset by peer" in str(lost)
-    nccl = as_peer_lost(dist.DistBackendError("NCCL error: remote process exited"), 3, 8)
+    nccl = as_peer_lost(dist.DistBackendError(NCCL_REMOTE), 3, 8)
     assert isinstance(nccl, PeerLost) and "of its 8 processes" in str(nccl)
 
 
@@ -31,6 +39,15 @@ def test_other_errors_and_one_process_are_left_as_they_are() -> None:
     assert as_peer_lost(alone, 0, 1) is alone
     lost = PeerLost("said")
     assert as_peer_lost(lost, 0, 2) is lost
+
+
+def test_this_processs_own_backend_fault_and_a_failed_join_are_not_a_lost_peer() -> None:
+    """Any DistError was told as another process gone, sending the user to the other nodes'
+    logs for a fault of this one; a join that failed lost its own advice (probe 30)."""
+    own = dist.DistBackendError("NCCL error in: ProcessGroupNCCL.cpp:1970, invalid usage")
+    assert as_peer_lost(own, 0, 2) is own
+    joined = JoinError("process 1 of the run could not join process 0: Connection reset by peer")
+    assert as_peer_lost(joined, 1, 2) is joined
 
 
 def test_a_block_ends_its_lost_peer_with_what_is_kept() -> None:
