@@ -22,7 +22,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 
 from lightning_kd.bench.measure import rss_mb
 from lightning_kd.launch.paths import out_dir_errors
-from lightning_kd.training.rundir import previous_outputs
+from lightning_kd.training.rundir import entries
 from lightning_kd.utils.refusal import refuse
 
 REPORT = "soak.json"
@@ -37,7 +37,7 @@ def out_errors(out: Path) -> list[str]:
     write (the soak's run starts afresh there, which would delete them)."""
     if errors := out_dir_errors("--out", out):
         return errors
-    found = previous_outputs(out)
+    found = entries(out)
     if not found or (out / MARKER).is_file():
         return []
     return [

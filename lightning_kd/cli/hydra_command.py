@@ -30,7 +30,7 @@ from lightning_kd.launch.sweeps import in_process_ddp_errors, sweep_job_errors
 from lightning_kd.training.finite import NonFiniteError
 from lightning_kd.training.joining import JoinError
 from lightning_kd.training.peers import PeerLost
-from lightning_kd.training.rundir import is_rank_zero, previous_outputs, rank_prefix
+from lightning_kd.training.rundir import is_rank_zero, rank_prefix, run_outputs
 from lightning_kd.utils.disk import full_disk_message
 from lightning_kd.utils.refusal import REFUSED_EXIT, Refused, refuse
 from lightning_kd.utils.stopping import STOP, Interrupted
@@ -154,7 +154,7 @@ def started_outputs(since: float) -> str:
     directory held outputs before it (a resume: overwrite would drop them)."""
     if (directory := run_directory()) is None:
         return ""
-    found = previous_outputs(directory)
+    found = run_outputs(directory)
     if not found or any((directory / name).stat().st_mtime < since - 1 for name in found):
         return ""
     return (

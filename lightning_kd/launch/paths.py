@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from lightning_kd.models.sources import cache_root
-from lightning_kd.training.rundir import OUTPUTS, previous_outputs
+from lightning_kd.training.rundir import run_outputs
 
 
 def run_dir_errors(run_dir: str | Path, key: str = "hydra.run.dir") -> list[str]:
@@ -164,7 +164,7 @@ def training_run_errors(directory: Path, command: str) -> list[str]:
     """A message when ``directory`` holds a training run's outputs (``lightning-kd train``'s
     checkpoints, logs, student, summary): ``command`` writing its own record there would replace
     that run's."""
-    found = [name for name in previous_outputs(Path(directory)) if name in OUTPUTS]
+    found = run_outputs(Path(directory))
     if not found:
         return []
     return [

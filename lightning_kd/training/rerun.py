@@ -15,7 +15,7 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from lightning_kd.training.rundir import previous_outputs
+from lightning_kd.training.rundir import run_outputs
 
 PLAIN = re.compile(r"[A-Za-z0-9_./\-+@%:*?|$ ]+")
 """What Hydra reads as one unquoted value (a space inside it included)."""
@@ -44,7 +44,7 @@ def restart_command(command: Sequence[str], overrides: list[str], run_dir: Path)
 
 def restart_extra(run_dir: Path) -> list[str]:
     """``overwrite=true`` where ``run_dir`` holds outputs a new run would be refused for."""
-    return ["overwrite=true"] if previous_outputs(run_dir) else []
+    return ["overwrite=true"] if run_outputs(run_dir) else []
 
 
 def rerun_command(command: Sequence[str], overrides: list[str], run_dir: Path, *extra: str) -> str:

@@ -7,8 +7,8 @@ run's outputs, appended to (never truncated) by a resume.
 - A directory that holds another run's outputs is refused unless this run resumes
   (``ckpt_path=...``) or says ``overwrite=true`` (which removes those outputs, and only them).
   What Hydra itself writes into the directory before any code of ours runs (``.hydra/``,
-  ``*.log``) does not count; ``overwrite=true`` keeps what a run did not write (a teacher cache
-  written into the directory, notes).
+  ``*.log``) does not count, nor does anything a run does not write (a teacher cache written
+  into the directory, notes): a run is not refused for them, and ``overwrite=true`` keeps them.
 - Only rank 0 checks and locks: a DDP launch re-runs the script per rank into the same directory.
 - :class:`ResumableCSVLogger` appends to an existing ``metrics.csv``, dropping only the rows
   logged after the checkpoint a resume starts from (the resumed run logs those steps again), and
@@ -105,7 +105,14 @@ def rank_prefix() -> str:
     return f"[rank {local}] " if node == "0" else f"[node {node}, local rank {local}] "
 
 
-def previous_outputs(run_dir: Path) -> list[str]:
+def run_outputs(run_dir: Path) -> list[str]:
+    """The :data:`OUTPUTS` a run wrote into ``run_dir``, sorted: what a new run there is
+    refused for, and what ``overwrite=true`` removes (a teacher cache or notes of the user's
+    are neither)."""
+    return [name for name in entries(run_dir) if name in OUTPUTS]
+
+
+def entries(run_dir: Path) -> list[str]:
     """Entries of ``run_dir`` other than Hydra's own files and lock files, sorted; a directory
     without a file in it (the ``logs/`` of a run refused before it logged anything) is none."""
     if not run_dir.is_dir():
@@ -174,7 +181,7 @@ def is_own_checkpoint(ckpt_path: Path | None, run_dir: Path) -> bool:
 def claim_run_dir(run_dir: Path, resuming: bool, overwrite: bool) -> Iterator[None]:
     """Hold ``run_dir`` for the duration of the block (see the module doc)."""
     if not is_rank_zero():
-        earlier = [name for name in previous_outputs(run_dir) if older(run_dir / name)]
+        earlier = [name for name in run_outputs(run_dir) if older(run_dir / name)]
         if earlier and not (resuming or overwrite):  # as rank 0 refuses (see older())
             raise RunDirError(outputs_error(run_dir, earlier))
         yield
@@ -189,9 +196,9 @@ def claim_run_dir(run_dir: Path, resuming: bool, overwrite: bool) -> Iterator[No
     checkpoint = run_dir / "checkpoints" / LAST_NAME
     try:
         settle(run_dir, checkpoint, succeeded=False)  # what a killed overwriting run left
-        found = previous_outputs(run_dir)
+        found = run_outputs(run_dir)
         if found and overwrite:
-            set_aside(run_dir, [name for name in found if name in OUTPUTS])
+            set_aside(run_dir, found)
         elif found and not resuming:
             raise RunDirError(outputs_error(run_dir, found))
         try:

@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from lightning_kd.training.rundir import previous_outputs
+from lightning_kd.training.rundir import run_outputs
 from tests.conftest import ROOT
 from tests.integration.test_cli import run_cli
 from tests.unit.training.test_ddp import common, documents
@@ -189,4 +189,4 @@ def test_a_node_waiting_for_one_that_never_joins_stops_at_once_on_a_signal(
         f"{name} received while process 0 waited for the other processes of the run to join "
         "(2 processes: trainer.num_nodes=2 x trainer.devices=1): stopped at once"
     ) in out
-    assert not previous_outputs(run_dir), "nothing was written: the same command starts again"
+    assert not run_outputs(run_dir), "nothing was written: the same command starts again"

@@ -33,7 +33,7 @@ def test_earlier_outputs_are_refused_unless_resuming_or_overwriting(tmp_path: Pa
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"")
     (tmp_path / "notes.txt").write_text("mine")
-    held = rf"{tmp_path} already holds .*checkpoints, notes.*resume that run \(ckpt_path=last\)"
+    held = rf"{tmp_path} already holds .*\(checkpoints\).*resume that run \(ckpt_path=last\)"
     refused = pytest.raises(RunDirError, match=held)
     with refused, claim_run_dir(tmp_path, resuming=False, overwrite=False):
         pass
@@ -62,15 +62,20 @@ def test_a_run_refused_before_it_logged_leaves_nothing_that_refuses_the_next(tmp
 
 def test_overwrite_removes_the_runs_outputs_and_keeps_what_it_did_not_write(tmp_path) -> None:
     """A cache written into the run directory (`lightning-kd cache hydra.run.dir=RUN/cache`),
-    notes: a fresh run is refused for them as for any entry, and overwrite=true keeps them."""
+    notes: no run's outputs, so a fresh run is not refused for them (it was, told they were a
+    run's outputs, with overwrite=true as the fix, which keeps them: probe 30), and
+    overwrite=true keeps them."""
     (tmp_path / "cache").mkdir()
     (tmp_path / "cache" / "index.json").write_text("{}")
-    (tmp_path / "summary.json").write_text("{}")
-    refused = pytest.raises(RunDirError, match=r"outputs \(cache, summary.json\)")
+    (tmp_path / "notes.txt").write_text("mine")
+    with claim_run_dir(tmp_path, resuming=False, overwrite=False):
+        (tmp_path / "summary.json").write_text("{}")
+    refused = pytest.raises(RunDirError, match=r"outputs \(summary.json\)")
     with refused, claim_run_dir(tmp_path, resuming=False, overwrite=False):
         pass
     with claim_run_dir(tmp_path, resuming=False, overwrite=True):
         assert (tmp_path / "cache" / "index.json").is_file()
+        assert (tmp_path / "notes.txt").read_text() == "mine"
         assert not (tmp_path / "summary.json").exists()
 
 
