@@ -52,10 +52,10 @@ def stop_report(
             resume_with = f"Resume with {RATE} and a fresh optimizer"
         resume = job_rerun(command, overrides, output_dir, "ckpt_path=last")
         resume = resume or resume_command(command, overrides, output_dir)
-        if not last.is_file():
-            kept = f"Process 0 writes the run's checkpoints, as {last} on its node: where it"
-            resume_with = f"{kept} wrote one, {resume_with[0].lower()}{resume_with[1:]}"
-            return f"\n{why}\n{resume_with}{where()}:\n  {resume}"
+        if not last.is_file():  # seen late on a network filesystem, or never written
+            restart = job_rerun(command, overrides, output_dir, *restart_extra(output_dir))
+            restart = restart or restart_command(command, overrides, output_dir)
+            return unseen_checkpoint(why, resume_with, last, resume, restart)
         return f"\n{why}\nThe latest checkpoint is {last}{at}. {resume_with}{where()}:\n  {resume}"
     again = "Start again with"
     if diverged:
@@ -65,6 +65,18 @@ def stop_report(
     return (
         f"\n{why}\nNo checkpoint was written: there is nothing to resume from. {again}"
         f"{where()}:\n  {restart}"
+    )
+
+
+def unseen_checkpoint(why: str, resume_with: str, last: Path, resume: str, restart: str) -> str:
+    """What a process other than 0 says where it sees no checkpoint: process 0 writes them, and
+    one it wrote may not show here yet; if it wrote none (lost before its first), only the
+    command that starts again works (a resume is refused for want of one)."""
+    resume_with = f"{resume_with[0].lower()}{resume_with[1:]}"
+    return (
+        f"\n{why}\nProcess 0 writes the run's checkpoints, as {last}; this process sees none. "
+        f"If it wrote one, {resume_with}{where()}:\n  {resume}\nIf it wrote none (lost before "
+        f"its first), there is nothing to resume from; start again with:\n  {restart}"
     )
 
 

@@ -134,7 +134,12 @@ def test_a_process_left_by_a_lost_one_points_at_process_0s_checkpoints(tmp_path:
     report = stop_report(lost, nowhere, tmp_path, ("lightning-kd", "train"), rank=1)
     assert "training stopped: process 1 of the run found another of its 2 processes" in report
     assert "Process 0 writes the run's checkpoints, as " in report
-    assert "where it wrote one, once its cause is fixed (or has passed), resume with:" in report
-    assert report.rstrip().endswith("ckpt_path=last") and lost.reported
+    assert "If it wrote one, once its cause is fixed (or has passed), resume with:" in report
+    resume, restart = [line.strip() for line in report.splitlines() if line.startswith("  ")]
+    assert resume.endswith("ckpt_path=last") and lost.reported
+    # Process 0 lost before its first checkpoint: the resume is refused, so the command that
+    # starts again is told too (it was told by process 0 alone: probe 30).
+    assert "If it wrote none (lost before its first), there is nothing to resume from" in report
+    assert "ckpt_path" not in restart and restart.startswith("lightning-kd train")
     seen = stop_report(lost, saved_at(tmp_path, 4), tmp_path, ("lightning-kd", "train"), rank=1)
     assert "The latest checkpoint is " in seen and "(optimizer step 4)" in seen  # a shared disk
