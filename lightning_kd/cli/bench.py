@@ -37,7 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="a check that everything runs: 128-token rows, warm-up on a short batch, one timed "
         "step, the loss sweep up to 2,048 tokens (minutes on a CPU)",
     )
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument(
+        "--device",
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        help="where the models run (cuda where there is one)",
+    )
     parser.add_argument("--teacher", default="smollm2", help="teacher.path of the models")
     parser.add_argument(
         "--precision",
@@ -51,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
         parser.add_argument(
             f"--{name.replace('_', '-')}",
             type=int,
-            help=f"{full}; {QUICK[name]} with --quick%(default).0s",  # no "(default: None)"
+            help=f"{full}; {QUICK[name]} with --quick",
         )
     parser.add_argument(
         "--bf16", action="store_true", help="short for --precision bf16-mixed (bf16 autocast)"

@@ -53,7 +53,7 @@ def parser() -> argparse.ArgumentParser:
     )
     source.add_argument("--prompts", type=Path, help="prompt rows: answers judged by --teacher")
     source.add_argument("--lm-eval", metavar="TASKS", help="lm-eval tasks, comma-separated")
-    judge = "with --prompts: the judge; with --lm-eval: scored too, for the ratio (smollm2)"
+    judge = "with --prompts: the judge; with --lm-eval: scored too, for the ratio (e.g. smollm2)"
     parser.add_argument("--teacher", help=judge)
     parser.add_argument(
         "--lm-eval-include",
@@ -97,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     options = parser()
     args = options.parse_args(argv)
     if args.prompts is not None and args.teacher is None:
-        options.error("--prompts needs --teacher: the model that judges the answers (smollm2)")
+        options.error("--prompts needs --teacher: the model that judges the answers (e.g. smollm2)")
     if args.prompts is None and args.samples is not None:
         options.error("--samples samples answers to --prompts: it has no meaning without it")
     lm_eval_only = args.lm_eval_include or args.lm_eval_limit is not None or args.device

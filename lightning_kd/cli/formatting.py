@@ -5,6 +5,15 @@ from __future__ import annotations
 
 import argparse
 
+UNSAID = (None, [], ())
+"""Defaults that say nothing (an option left out): no ``(default: None)``."""
+
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """The description kept as written; ``(default: X)`` after each option's help."""
+    """The description kept as written; ``(default: X)`` after the help of each option that
+    takes a value and has one by default (a flag's ``True`` for ``--no-compile`` misread)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.nargs == 0 or action.default in UNSAID or action.default is argparse.SUPPRESS:
+            return action.help  # a flag's help says what it does; its default is "not given"
+        return super()._get_help_string(action)

@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from lightning_kd.cli import main
+
 HEAVY = ("torch", "transformers", "lightning", "hydra")
 
 PROBE = """
@@ -118,3 +120,16 @@ def test_ctrl_c_in_a_plain_command_exits_130_with_one_line(monkeypatch, capsys) 
     monkeypatch.setattr(evaluate, "main", interrupted)
     assert main(["evaluate", "run"]) == 130
     assert capsys.readouterr().err == "\nlightning-kd evaluate: stopped by Ctrl+C (SIGINT)\n"
+
+
+@pytest.mark.parametrize("command", ["evaluate", "bench", "soak", "export"])
+def test_an_options_default_is_said_only_where_it_is_a_value(command, capsys) -> None:
+    """``(default: None)`` followed eight of evaluate's options (``--teacher ... (smollm2)
+    (default: None)``), and ``--no-compile`` read ``(default: True)`` (probe 30)."""
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    out = capsys.readouterr().out
+    assert "(default: None)" not in out and "(default: [])" not in out
+    assert "(default: True)" not in out and "(default: False)" not in out
+    if command == "evaluate":
+        assert "rows scored at once (default: 8)" in out
