@@ -25,7 +25,7 @@ from lightning_kd.launch.cluster import launcher_errors, launcher_override_error
 from lightning_kd.launch.cluster_jobs import drop_placeholder, job_ends_told, sweep_dir_errors
 from lightning_kd.launch.config import CONF_DIR, compose_config, register_defaults, stored_nodes
 from lightning_kd.launch.keys import override_key_errors
-from lightning_kd.launch.paths import default_run_dir_errors, run_dir_errors
+from lightning_kd.launch.paths import default_run_dir_errors, run_dir_errors, sets_run_dir
 from lightning_kd.launch.sweeps import in_process_ddp_errors, sweep_job_errors
 from lightning_kd.training.finite import NonFiniteError
 from lightning_kd.training.joining import JoinError
@@ -73,7 +73,7 @@ def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
         refuse(
             flag_order_errors(argv)
             + run_dir_override_errors(argv)
-            + default_run_dir_errors(argv)
+            + default_run_dir_errors(argv, own_configs=bool(config_dirs(argv)))
             + launcher_override_errors(argv)
             + override_errors(argv)
         )
@@ -240,7 +240,7 @@ def run_dir_override_errors(argv: Sequence[str]) -> list[str]:
     Hydra runs: it creates the directory before any task does (a file there is a raw
     ``FileExistsError``, ``~/x`` a directory named ``~``). The config check sees the same value
     again as ``output_dir``, for a notebook's composed config."""
-    words = [word for word in argv if word.startswith("hydra.run.dir=")]
+    words = [word for word in argv if sets_run_dir(word)]
     if not words:
         return []
     try:

@@ -59,7 +59,7 @@ def job_rerun(
         return None
     if not str(hydra.launcher.get("_target_", "")).startswith(PLUGIN):
         return None
-    kept = [word for word in hydra.overrides.hydra if not word.startswith(LAUNCH_ONLY)]
+    kept = [word for word in hydra.overrides.hydra if not word.lstrip("+").startswith(LAUNCH_ONLY)]
     task = [word for word in overrides if not word.startswith(RERUN_DROPPED)]
     subdir, text = str(hydra.sweep.subdir), str(output_dir)
     sweep_dir = text[: -len(subdir) - 1] if text.endswith(f"/{subdir}") else None

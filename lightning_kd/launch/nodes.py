@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 LAUNCH_DOC = "the docs' scale-out page, docs/scale-out.md#multi-node in the repository"
 
@@ -179,8 +179,8 @@ def _agreement_errors(found: Launcher, num_nodes: int, devices: object) -> list[
 
 
 def _shared_dir_errors(found: Launcher, num_nodes: int) -> list[str]:
-    """A run of several launched processes without a run directory named on the command line
-    (see the module doc). On one node too: each process composes ``outputs/<date>/<time>``
+    """A run of several launched processes whose run directory is made from the clock, Hydra's
+    default (see the module doc). On one node too: each process composes ``outputs/<date>/<time>``
     from the clock as it starts, a second apart now and then, which split the run (an empty
     stray directory; a sharded checkpoint in two). A sweep's directory is composed once, where
     the jobs are submitted."""
@@ -189,8 +189,8 @@ def _shared_dir_errors(found: Launcher, num_nodes: int) -> list[str]:
     hydra = HydraConfig.get()
     if hydra.mode != RunMode.RUN:
         return []
-    if any(override.startswith("hydra.run.dir=") for override in hydra.overrides.hydra):
-        return []
+    if "${now:" not in str(OmegaConf.to_container(hydra.run, resolve=False)["dir"]):
+        return []  # named: on the command line (hydra.run.dir=, ++hydra.run.dir=) or in a config
     if num_nodes == 1:
         return [
             f"{found.world_size} processes started by {found.name} with Hydra's default run "

@@ -119,11 +119,18 @@ def writable(directory: Path) -> bool:
     return True
 
 
-def default_run_dir_errors(argv: Sequence[str]) -> list[str]:
+def sets_run_dir(word: str) -> bool:
+    """Whether the command-line word ``word`` sets ``hydra.run.dir`` (``+``/``++`` too)."""
+    return word.lstrip("+").startswith("hydra.run.dir=")
+
+
+def default_run_dir_errors(argv: Sequence[str], own_configs: bool = False) -> list[str]:
     """A command without ``hydra.run.dir`` writes under ``./outputs``, which Hydra creates
-    before any task runs: in a directory that cannot take it, a traceback (exit 1)."""
+    before any task runs: in a directory that cannot take it, a traceback (exit 1). Configs of
+    the user's (``own_configs``: ``--config-dir``) may name one, unknown until Hydra composes
+    them: left to Hydra there."""
     makes_none = {"-m", "--multirun", "--cfg", "-c", "--info", "--hydra-help"}  # or a sweep's
-    if any(word in makes_none or word.startswith("hydra.run.dir=") for word in argv):
+    if own_configs or any(word in makes_none or sets_run_dir(word) for word in argv):
         return []
     here = Path.cwd()
     if writable(here / "outputs" if (here / "outputs").is_dir() else here):

@@ -117,3 +117,32 @@ def test_one_process_asked_for_is_not_told_as_several(overrides) -> None:
     """A strategy named on one device, or one device by index, asks for one process: the note
     said it asked for what only train and cache do (probe 30)."""
     assert one_process_note(compose_config(["debug=smoke", *overrides])) is None
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [([], False), (["hydra.run.dir=/shared/run"], True), (["++hydra.run.dir=/shared/run"], True)],
+)
+def test_a_shared_run_directory_is_found_however_it_is_named(overrides, named) -> None:
+    """Only a bare ``hydra.run.dir=`` word counted as naming one: ``++hydra.run.dir=`` or a
+    config's ``hydra: {run: {dir: ...}}`` was refused as Hydra's clock-made default (probe 30)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    from omegaconf import open_dict
+
+    from lightning_kd.launch.config import CONF_DIR, register_defaults
+
+    register_defaults()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=overrides, return_hydra_config=True)
+    with open_dict(cfg):
+        cfg.hydra.mode = RunMode.RUN
+    HydraConfig.instance().set_config(cfg)
+    try:
+        errors = node_errors(2, 1, TORCHRUN_2x1)
+    finally:
+        HydraConfig.instance().cfg = None
+    assert (errors == []) is named, errors
+    if not named:
+        assert "with Hydra's default run directory" in errors[0]

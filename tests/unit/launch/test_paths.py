@@ -146,8 +146,11 @@ def test_a_run_directory_the_current_directory_cannot_take_is_refused(
     (error,) = paths.default_run_dir_errors(["debug=smoke"])
     assert error.startswith("the run directory, outputs/<date>/<time> in the current directory")
     assert "run from a directory you can write to, or give one with hydra.run.dir=DIR" in error
-    for given in (["hydra.run.dir=/tmp/x"], ["--cfg", "job"], ["-m", "seed=0,1"]):
+    given_ways = (["hydra.run.dir=/tmp/x"], ["++hydra.run.dir=/tmp/x"], ["-m", "seed=0,1"])
+    for given in (*given_ways, ["--cfg", "job"]):
         assert paths.default_run_dir_errors(given) == [], given  # none made here
+    # Configs of one's own may name it (hydra: {run: {dir: ...}}): it was refused as unnamed.
+    assert paths.default_run_dir_errors(["experiment=mine"], own_configs=True) == []
     (named,) = run_dir_errors("/proc/kd_run")
     assert named.startswith("hydra.run.dir=/proc/kd_run: /proc is not writable")
     monkeypatch.chdir(tmp_path)
