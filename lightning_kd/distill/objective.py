@@ -63,9 +63,9 @@ class DistillConfig:
     modules' outputs, written with ``cache.features=true``) — and released before training.
     ``auto`` (``conf/distill/default.yaml``): ``lightning-kd train`` finds or writes one in the
     shared cache directory (``cache.dir``, else ``~/.cache/lightning_kd/teacher_caches``), keyed
-    by what the run reads, when the run passes over its blocks often enough for it to pay
-    (``launch/teacher_cache.py``); built from Python, without that resolution, ``auto`` is the
-    online teacher."""
+    by what the run reads, when the teacher would read each block a cache holds often enough
+    for it to pay (``launch/teacher_cache.py``); built from Python, without that resolution,
+    ``auto`` is the online teacher."""
     on_policy: float = 0.0
     """λ of on-policy / mixed KD (GKD): the probability that a training micro-batch's answers are
     replaced by the student's own sampled completions of its prompts (``on_policy.py``); 0: the

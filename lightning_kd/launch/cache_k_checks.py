@@ -59,7 +59,7 @@ class Cached:
 
 def caches_the_teacher(cfg: Mapping) -> bool:
     """Whether ``train`` may write the teacher group's cache (``auto``: unless the config alone
-    keeps it online; the passes over the data decide the rest)."""
+    keeps it online; the teacher's reads per block decide the rest)."""
     choice = lookup(cfg, "distill.teacher_cache")
     if choice in (None, ABSENT):
         return False

@@ -1,6 +1,6 @@
 """What ``distill.teacher_cache=auto`` can tell from a config alone: whether it is still
 ``auto``, and why a run keeps its teacher online whatever its length (``teacher_cache.py``
-weighs the rest: the passes over the data)."""
+weighs the rest: the teacher's reads per block)."""
 
 from __future__ import annotations
 

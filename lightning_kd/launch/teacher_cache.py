@@ -12,12 +12,12 @@ runs no teacher forward; an interrupted write is completed shard by shard. Write
 a file lock, so two runs never write the same cache at once.
 
 ``auto`` keeps the teacher online — and says why — where a cache saves nothing or cannot serve:
-fewer than :data:`MIN_PASSES` passes over the data, an objective without the teacher's logits,
-on-policy KD, the full-logit loss, a teacher that is not a causal LM, chat data, a streamed
-corpus. Several processes resolve it as one does: the first to take the key's lock writes the cache
-with one process (a DDP launch's rank 0, before it starts the others), and the rest find it whole.
-The choice reads the config alone, never what the shared directory holds: the same command
-trains the same objective on any machine.
+fewer than :data:`MIN_READS_PER_BLOCK` teacher reads per block a cache would hold, an objective
+without the teacher's logits, on-policy KD, the full-logit loss, a teacher that is not a causal
+LM, chat data, a streamed corpus. Several processes resolve it as one does: the first to take the
+key's lock writes the cache with one process (a DDP launch's rank 0, before it starts the
+others), and the rest find it whole. The choice reads the config alone, never what the shared
+directory holds: the same command trains the same objective on any machine.
 Elsewhere (the notebooks, the benchmark, ``DistillConfig`` itself) an unresolved ``auto`` is the
 online teacher: only a run resolves it.
 """
@@ -49,7 +49,7 @@ from lightning_kd.models.sources import cache_root
 
 SHARED_DIRECTORY = "teacher_caches"
 """The shared cache directory's name under ``cache_root()`` (when ``cache.dir`` is null)."""
-MIN_PASSES = 1.5
+MIN_READS_PER_BLOCK = 1.5
 """Teacher reads per block a cache would hold from which caching pays: it costs one teacher
 forward per block of both splits (and the top-k of its logits), online KD one per block read."""
 
@@ -111,7 +111,9 @@ def training_passes(cfg: DictConfig, train_examples: int) -> float:
     per_step = per_batch * (trainer.get("accumulate_grad_batches") or 1)
     if trainer.max_steps not in (None, -1):
         return trainer.max_steps * per_step / train_examples
-    return float(trainer.get("max_epochs") or 1)
+    # An epoch reads its batches' blocks: all of them, or trainer.limit_train_batches' share.
+    read = min(train_examples, epoch_batches(cfg, train_examples) * cfg.data.batch_size)
+    return (trainer.get("max_epochs") or 1) * read / train_examples
 
 
 def repair_passes(cfg: DictConfig, train_examples: int) -> float:
@@ -148,10 +150,18 @@ def validation_reads(cfg: DictConfig, val_examples: int, train_examples: int) ->
 
 def epoch_steps(cfg: DictConfig, train_examples: int) -> int:
     """The optimizer steps of an epoch over ``train_examples`` blocks (at least one)."""
-    batches = math.ceil(train_examples / max(1, cfg.data.batch_size))
-    if isinstance(limit := cfg.trainer.get("limit_train_batches"), int) and limit > 0:
-        batches = min(batches, limit)
+    batches = epoch_batches(cfg, train_examples)
     return max(1, math.ceil(batches / (cfg.trainer.get("accumulate_grad_batches") or 1)))
+
+
+def epoch_batches(cfg: DictConfig, train_examples: int) -> int:
+    """The batches an epoch over ``train_examples`` blocks reads: every one, or
+    ``trainer.limit_train_batches`` of them (a count, or a share of the epoch)."""
+    batches = math.ceil(train_examples / max(1, cfg.data.batch_size))
+    limit = cfg.trainer.get("limit_train_batches")
+    if isinstance(limit, bool) or not isinstance(limit, int | float) or limit <= 0:
+        return batches
+    return min(batches, limit) if isinstance(limit, int) else min(batches, int(batches * limit))
 
 
 def choose(
@@ -175,8 +185,8 @@ def choose(
         held = f"{train_examples} training, {val_examples} validation"
         per += f"; {reads:.0f} teacher reads ({val:.0f} validation's) of the blocks a cache holds"
         per += f" ({held}): {each:.2f} a block"
-    if each < MIN_PASSES:
-        return CacheChoice(None, f"auto: {per}; a cache pays from {MIN_PASSES}")
+    if each < MIN_READS_PER_BLOCK:
+        return CacheChoice(None, f"auto: {per}; a cache pays from {MIN_READS_PER_BLOCK}")
     return CacheChoice(None, f"auto: {per}, one teacher forward per block", caches=True)
 
 

@@ -23,7 +23,7 @@ from lightning_kd.launch.config import compose_config
 from lightning_kd.launch.repair_states import drop_repair_states
 from lightning_kd.launch.teacher_cache import (
     FOUND,
-    MIN_PASSES,
+    MIN_READS_PER_BLOCK,
     CacheChoice,
     choose,
     holds,
@@ -51,10 +51,10 @@ def test_the_default_run_caches_its_teacher(tmp_path: Path) -> None:
 def test_a_run_over_its_data_about_once_keeps_the_teacher_online(tmp_path: Path) -> None:
     overrides = ["data.max_train_examples=null", "distill.blockwise_passes=0"]
     cfg = compose_config(overrides, output_dir=tmp_path)
-    few = cfg.trainer.max_steps * cfg.data.batch_size / MIN_PASSES + 1  # just under MIN_PASSES
+    few = cfg.trainer.max_steps * cfg.data.batch_size / MIN_READS_PER_BLOCK + 1  # just under
     choice = choose(cfg, int(few))
     assert choice.path is None and not choice.caches
-    assert f"a cache pays from {MIN_PASSES}" in choice.reason
+    assert f"a cache pays from {MIN_READS_PER_BLOCK}" in choice.reason
     epochs = compose_config(["trainer.max_steps=-1", "trainer.max_epochs=3"], output_dir=tmp_path)
     assert passes(epochs, 10) == 3.0 + 5  # 3 epochs and the default run's 5 repair passes
     # The block-wise repair reads the teacher's states once per pass too: with it, a cache pays.
@@ -290,6 +290,18 @@ def test_validation_blocks_count_as_written_and_as_often_as_read(tmp_path: Path)
     assert ", 10% of them its domains'" in choose(smoke, 12, 20, (0.1, 0.1)).reason
 
 
+def test_an_epoch_bounded_run_counts_the_batches_it_is_limited_to() -> None:
+    """trainer.limit_train_batches was left out of an epoch-bounded run's passes: 2 epochs of
+    10 batches counted 2.00 passes and cached, where 20 steps counted 0.22 (probe 30)."""
+    no_repair = ["trainer.max_steps=-1", "trainer.max_epochs=2", "distill.blockwise_passes=0"]
+    limited = compose_config([*no_repair, "trainer.limit_train_batches=10"])
+    steps = compose_config(["trainer.max_steps=20", "distill.blockwise_passes=0"])
+    assert passes(limited, 180) == passes(steps, 180) == pytest.approx(20 * 2 / 180)
+    half = compose_config([*no_repair, "trainer.limit_train_batches=0.5"])  # 45 of 90 batches
+    assert passes(half, 180) == pytest.approx(2 * 45 * 2 / 180)
+    assert passes(compose_config(no_repair), 180) == 2.0
+
+
 def test_an_entry_of_some_domains_reads_their_share_of_each_split() -> None:
     from types import SimpleNamespace
 
@@ -309,7 +321,7 @@ def test_the_choice_reads_the_config_not_what_the_shared_directory_holds(tmp_pat
     for keeps its teacher online beside a whole cache of its key (give distill.teacher_cache=DIR
     to read that one), and writes none."""
     caches = tmp_path / "caches"
-    once = ["trainer.max_steps=1", "trainer.limit_val_batches=1"]  # under MIN_PASSES reads
+    once = ["trainer.max_steps=1", "trainer.limit_val_batches=1"]  # under MIN_READS_PER_BLOCK reads
     few = with_precision(compose_config([*cached_smoke(caches), *once], output_dir=tmp_path))[0]
     alone, _ = resolve_teacher_cache(few)
     assert alone.path is None and "a cache pays from" in alone.reason
