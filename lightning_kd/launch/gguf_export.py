@@ -36,7 +36,8 @@ def gguf_kind(cfg: Mapping) -> str | None:
 
 def gguf_errors(cfg: Mapping) -> list[str]:
     """Why the student of ``cfg`` could not be written as a GGUF, found before the run trains:
-    its architecture (from configs, no weights) and the teacher's tokenizer it is saved with."""
+    its architecture (from configs, no weights) and the run's tokenizer it is saved with (the
+    student's own where it has one: ``models.student.run_tokenizer``)."""
     if gguf_kind(cfg) is None or lookup(cfg, "export_student") is False:
         return []
     try:

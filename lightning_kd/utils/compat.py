@@ -1,6 +1,6 @@
 """Every use of Lightning's private API, in one place.
 
-Lightning offers no public way to do these six things, and each is private API that can change
+Lightning offers no public way to do these seven things, and each is private API that can change
 in any release. ``tests/unit/utils/test_compat.py`` checks each one against the installed
 Lightning and fails naming what moved; fix it here, and nothing else needs to change.
 
@@ -17,6 +17,8 @@ Lightning and fails naming what moved; fix it here, and nothing else needs to ch
 - :func:`exclude_from_ddp`: keep named parameters and buffers out of DDP's broadcast from rank 0
   and out of its reducer (``_ddp_params_and_buffers_to_ignore``, read by torch's DDP and by
   Lightning's own ``_sync_module_states`` outside ``fit``).
+- :func:`signal_started_processes`: hand a signal to the ranks a DDP launch started (``kill`` of
+  Lightning's ``_SubprocessScriptLauncher``, ``procs`` of Fabric's).
 """
 
 from __future__ import annotations

@@ -330,3 +330,11 @@ def test_the_choice_reads_the_config_not_what_the_shared_directory_holds(tmp_pat
     assert resolve_teacher_cache(many)[0].path is not None
     beside, _ = resolve_teacher_cache(few)
     assert beside.path is None and beside.reason == alone.reason
+
+
+def test_the_line_the_commands_page_quotes_is_the_default_runs() -> None:
+    """docs/commands.md quoted auto's line from before it counted the validations' reads."""
+    page = (Path(__file__).parents[3] / "docs" / "commands.md").read_text()
+    (line,) = [line for line in page.splitlines() if line.startswith("teacher: cached once in")]
+    reason = choose(compose_config([]), 180, 32).reason  # the default run's blocks
+    assert line.endswith(f"({reason}; written to the shared cache)")

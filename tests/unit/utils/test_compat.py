@@ -166,3 +166,20 @@ def test_the_processes_a_launcher_started_are_handed_the_signal() -> None:
     signal_started_processes(strategy, signal.SIGTERM)
     assert child.wait(timeout=30) == -signal.SIGTERM
     signal_started_processes(object(), signal.SIGTERM)  # torchrun, srun: none started here
+
+
+def test_the_processes_fabrics_launcher_started_are_handed_the_signal() -> None:
+    """``lightning-kd cache`` launches through Fabric, whose launcher has no ``kill``: its
+    children are read from ``procs``, as its ``_call_children_scripts`` records them."""
+    from lightning.fabric.strategies import DDPStrategy as FabricDDP
+    from lightning.fabric.strategies.launchers.subprocess_script import (
+        _SubprocessScriptLauncher as FabricLauncher,
+    )
+
+    assert not hasattr(FabricLauncher, "kill")
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    strategy = FabricDDP()
+    strategy._launcher = FabricLauncher(strategy.cluster_environment, 2, 1)
+    strategy.launcher.procs.append(child)
+    signal_started_processes(strategy, signal.SIGTERM)
+    assert child.wait(timeout=30) == -signal.SIGTERM
