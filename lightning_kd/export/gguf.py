@@ -8,7 +8,7 @@ and every norm in f32, the rest in the chosen type (a q8_0 tensor whose rows are
 32-value blocks in f16, as llama.cpp falls back). Tied embeddings are written once, as
 ``token_embd``; there is no ``output.weight`` then.
 
-Other architectures are refused by name before anything is written (:func:`architecture_errors`
+Other architectures are refused by name before anything is written (:func:`gguf_architecture_errors`
 reads a config alone, so a run refuses before it trains), and the file appears whole or not at
 all: it is written under a temporary name beside its target and renamed when complete.
 """
@@ -39,7 +39,7 @@ from lightning_kd.export.gguf_vocab import GGUFFile, add_vocabulary, gguf_vocabu
 from lightning_kd.models.unreadable import loaded_whole, readable
 from lightning_kd.utils.atomic import replaced_whole
 from lightning_kd.utils.disk import disk_errors
-from lightning_kd.utils.refusal import refuse
+from lightning_kd.utils.refusal import Refused, refuse
 
 GGUF_TYPES = dict(
     zip(
@@ -71,7 +71,7 @@ def type_errors(kind: object, key: str = "export.gguf") -> list[str]:
     return [f"{key}={kind!r}: choose one of {', '.join(GGUF_TYPES)} (or null: no GGUF)"]
 
 
-def architecture_errors(config: PretrainedConfig) -> list[str]:
+def gguf_architecture_errors(config: PretrainedConfig) -> list[str]:
     """One message for each part of ``config`` a Llama GGUF cannot express (none: writable)."""
     model_type = getattr(config, "model_type", None)
     if model_type not in ARCHITECTURES:
@@ -127,7 +127,7 @@ def write_gguf(
     ``kind`` (``f16`` or ``q8_0``), named ``name`` inside; returns ``path``. Whatever cannot be
     written is refused before the file is begun; a full disk is named with ``then``, the step
     after freeing space."""
-    refuse(type_errors(kind) + architecture_errors(model.config))
+    refuse(type_errors(kind) + gguf_architecture_errors(model.config))
     vocabulary = gguf_vocabulary(tokenizer, model.config.vocab_size, model.config)
     tensors = list(gguf_tensors(model, GGUF_TYPES[kind][0]))
     with replaced_whole(path) as temp, disk_errors(path, then):
@@ -229,9 +229,10 @@ def storage(name: str, data: np.ndarray, wanted: GGMLQuantizationType) -> GGMLQu
     return GGMLQuantizationType.F16 if data.shape[-1] % block else wanted
 
 
-def saved_config_errors(directory: Path) -> list[str]:
-    """:func:`architecture_errors` of the model saved in ``directory`` (its config alone), or
-    why its config cannot be read (not JSON, no ``model_type``)."""
+def saved_errors(directory: Path) -> list[str]:
+    """Why the model saved in ``directory`` cannot be written as a GGUF, from its config and
+    tokenizer alone (no weights): its architecture, or a tokenizer GGUF cannot express, or why
+    its config cannot be read (not JSON, no ``model_type``)."""
     try:
         config = AutoConfig.from_pretrained(directory)
     except (OSError, ValueError) as error:
@@ -240,7 +241,13 @@ def saved_config_errors(directory: Path) -> list[str]:
             f"{directory / 'config.json'} is no model config transformers can read ({reason}): "
             "save the model again (model.save_pretrained(path))"
         ]
-    return architecture_errors(config)
+    if errors := gguf_architecture_errors(config):
+        return errors
+    try:
+        gguf_vocabulary(AutoTokenizer.from_pretrained(directory), config.vocab_size, config)
+    except Refused as refused:
+        return [str(refused)]
+    return []
 
 
 def export_saved(directory: Path, kind: str, path: Path | None = None, then: str = AGAIN) -> Path:
@@ -248,10 +255,8 @@ def export_saved(directory: Path, kind: str, path: Path | None = None, then: str
     ``path`` or :func:`gguf_path`; its architecture and tokenizer are checked before the
     weights load."""
     directory = Path(directory)
-    refuse(type_errors(kind) + saved_config_errors(directory))
+    refuse(type_errors(kind) + saved_errors(directory))
     tokenizer = AutoTokenizer.from_pretrained(directory)
-    config = AutoConfig.from_pretrained(directory)
-    gguf_vocabulary(tokenizer, config.vocab_size, config)  # a tokenizer GGUF cannot express
     with readable(directory, str(directory)):
         model = loaded_whole(
             AutoModelForCausalLM.from_pretrained, directory, str(directory), dtype=torch.float32

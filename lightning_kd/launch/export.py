@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from lightning_kd.export.gguf import export_saved, exported_here
+from lightning_kd.export.gguf import export_saved, exported_here, saved_errors
 from lightning_kd.export.gguf_names import gguf_path
 from lightning_kd.launch.entry import check_entry
 from lightning_kd.launch.paths import out_file_errors
@@ -47,12 +47,15 @@ def export_directory(directory: Path, kind: str, out: Path) -> Path:
 
 def directory_errors(directory: Path) -> list[str]:
     """Why ``directory`` is not a saved model to convert (missing, or no ``config.json``; a
-    training run that has not saved its student named with the command that finishes it)."""
+    training run that has not saved its student named with the command that finishes it), or
+    one a GGUF cannot hold (its architecture or tokenizer)."""
     unfinished = unfinished_run_error(directory, "the directory")
     if unfinished is not None:
         return [unfinished]
     if (directory / "config.json").is_file():
-        return saved_model_errors(directory, "the directory", tokenizer=True)
+        return saved_model_errors(directory, "the directory", tokenizer=True) or saved_errors(
+            directory
+        )
     what = (
         "has no config.json"
         if directory.is_dir()

@@ -15,7 +15,7 @@ from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from transformers import AutoConfig, PretrainedConfig
 
-from lightning_kd.export.gguf import architecture_errors, export_saved
+from lightning_kd.export.gguf import export_saved, gguf_architecture_errors
 from lightning_kd.export.gguf_names import GGUF_KINDS, gguf_path
 from lightning_kd.export.gguf_vocab import gguf_vocabulary
 from lightning_kd.launch.rules import lookup
@@ -44,7 +44,7 @@ def gguf_errors(cfg: Mapping) -> list[str]:
         teacher = instantiate(cfg["teacher"], _convert_="all")
         student = instantiate(cfg["student"], _convert_="all")
         config = student_config(teacher, student)
-        errors = architecture_errors(config)
+        errors = gguf_architecture_errors(config)
         if not errors:
             gguf_vocabulary(run_tokenizer(teacher, student), config.vocab_size, config)
     except Refused as refused:

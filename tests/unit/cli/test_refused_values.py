@@ -710,6 +710,11 @@ EXPORT = {
         ["{model}", "--gguf", "q8_0"],
         ["the student is a gpt2 model (model_type='gpt2')", "convert_hf_to_gguf.py"],
     ),
+    # Both are known from the directory's config: they were refused one after the other.
+    "another architecture and an --out not named .gguf": (
+        ["{model}", "--gguf", "f16", "--out", "{model}.txt"],
+        ["the student is a gpt2 model (model_type='gpt2')", "--out {model}.txt: name the file"],
+    ),
     "no model there": (["{model}/nothing", "--gguf", "f16"], ["nothing does not exist"]),
     "a file, not the model's directory": (
         ["{model}/config.json", "--gguf", "f16"],

@@ -16,7 +16,12 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from lightning_kd.cli import main
 from lightning_kd.evaluation.perplexity import documents_of, nll_sum, windows_of
-from lightning_kd.export.gguf import architecture_errors, export_saved, exported_here, write_gguf
+from lightning_kd.export.gguf import (
+    export_saved,
+    exported_here,
+    gguf_architecture_errors,
+    write_gguf,
+)
 from lightning_kd.export.gguf_names import gguf_path
 from lightning_kd.export.gguf_vocab import GGUFFile
 from lightning_kd.models.loading import byte_tokenizer, model_from_config
@@ -183,7 +188,7 @@ def test_llama_variants_it_does_not_write_are_named() -> None:
     model = model_from_config({**TINY_LLAMA_CONFIG, "vocab_size": 257}, "causal_lm")
     model.config.hidden_act = "gelu"
     model.config.attention_bias = True
-    errors = architecture_errors(model.config)
+    errors = gguf_architecture_errors(model.config)
     assert len(errors) == 2
     assert "hidden_act is 'gelu'" in errors[1] and "attention_bias is True" in errors[0]
 
@@ -195,7 +200,7 @@ def test_a_rope_scaling_given_without_its_base_is_refused_not_a_crash() -> None:
     model = model_from_config(config, "causal_lm")
     model.config.rope_parameters = {"rope_type": "linear", "factor": 2.0}
     model.config.rope_theta = None
-    errors = architecture_errors(model.config)
+    errors = gguf_architecture_errors(model.config)
     assert any("linear" in error for error in errors), errors
 
 
