@@ -24,6 +24,8 @@ from importlib.util import find_spec
 import torch
 from torch import Tensor, nn
 
+from lightning_kd.utils.refusal import Refused
+
 MODES = ("int8",)
 """What ``teacher.quantize`` accepts (besides null: full precision)."""
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -94,17 +96,45 @@ def backend_errors(mode: str | None, accelerator: str | None, strategy: str | No
 
 def quantize_teacher(model: nn.Module, mode: str) -> nn.Module:
     """Quantize ``model``'s Linear weights in place (not its output head; see the module doc)
-    and return it, frozen and in eval mode."""
+    and return it, frozen and in eval mode. A Linear whose class computes its own matmul
+    (Falcon's ``input @ self.weight.T``, which torchao's int8 tensor does not run) stays in full
+    precision; a teacher with no Linear weight left to quantize (GPT-2's ``Conv1D`` blocks) is
+    refused, rather than run in full precision as if it were int8."""
     check_quantize(mode, "auto")
     config_class, quantize_ = _torchao()
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
 
     def in_blocks(module: nn.Module, name: str) -> bool:
-        return isinstance(module, nn.Linear) and module is not head
+        plain = not own_matmul(module)  # F.linear: what torchao's int8 tensor dispatches
+        return isinstance(module, nn.Linear) and plain and module is not head
 
     quantize_(model, config_class(), filter_fn=in_blocks)
+    if not any(is_quantized(parameter) for parameter in model.parameters()):
+        raise Refused(nothing_quantized(model, mode, head))
     release_file_mapping(model)
     return model.requires_grad_(False).eval()
+
+
+def nothing_quantized(model: nn.Module, mode: str, head: nn.Module | None) -> str:
+    """The refusal of a teacher none of whose block weights ``mode`` can quantize, naming the
+    layer classes it holds instead of plain ``nn.Linear``."""
+    kinds = sorted(
+        {
+            type(module).__name__
+            for module in model.modules()
+            if module is not head and (type(module).__name__ == "Conv1D" or own_matmul(module))
+        }
+    )
+    held = f" (its layers are {', '.join(kinds)})" if kinds else ""
+    return (
+        f"teacher.quantize={mode}: {type(model).__name__} has no nn.Linear weight torchao can "
+        f"quantize{held}, so the teacher would run in full precision; set teacher.quantize=null"
+    )
+
+
+def own_matmul(module: nn.Module) -> bool:
+    """Whether ``module`` is an ``nn.Linear`` whose class computes its own product."""
+    return isinstance(module, nn.Linear) and type(module).forward is not nn.Linear.forward
 
 
 def release_file_mapping(model: nn.Module) -> None:

@@ -23,6 +23,7 @@ from lightning_kd.training.provenance import Provenance, ProvenanceMismatch
 from lightning_kd.training.saving import LastCheckpoint
 from lightning_kd.training.summary import RunSummary
 from lightning_kd.utils.compat import DDP_IGNORE
+from lightning_kd.utils.refusal import Refused
 from tests.conftest import TINY_LLAMA, make_datamodule, make_module, make_trainer
 from tests.integration.test_cli import command_here, run_cli
 
@@ -65,6 +66,35 @@ def test_int8_teacher_holds_int8_block_weights_and_computes_like_fp32() -> None:
     ignored = getattr(module, DDP_IGNORE)
     assert "distiller.teacher.model.layers.0.self_attn.q_proj.weight" in ignored
     assert not any(name.startswith("distiller.student.") for name in ignored)
+
+
+def test_a_teacher_with_no_plain_linear_weight_is_refused_not_run_in_fp32() -> None:
+    """GPT-2's Conv1D blocks quantized nothing while the summary said int8 weights; Falcon's
+    Linear subclass multiplies ``input @ self.weight.T`` itself, which torchao's int8 tensor
+    does not run: a traceback once validating (probe 31). A plain Linear beside such a layer is
+    still quantized; the layer itself stays in full precision."""
+    from transformers import AutoModelForCausalLM, FalconConfig, GPT2Config
+
+    gpt2 = AutoModelForCausalLM.from_config(
+        GPT2Config(vocab_size=257, n_embd=32, n_layer=2, n_head=4)
+    )
+    with pytest.raises(
+        Refused, match=r"GPT2LMHeadModel has no nn.Linear .*\(its layers are Conv1D\)"
+    ):
+        quantize.quantize_teacher(gpt2, "int8")
+    small = {"vocab_size": 257, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4}
+    falcon = AutoModelForCausalLM.from_config(FalconConfig(**small))
+    with pytest.raises(Refused, match=r"\(its layers are FalconLinear\).*teacher.quantize=null"):
+        quantize.quantize_teacher(falcon, "int8")
+
+    class OwnMatmul(torch.nn.Linear):
+        def forward(self, x):
+            return x @ self.weight.T
+
+    mixed = torch.nn.Sequential(torch.nn.Linear(32, 32), OwnMatmul(32, 32))
+    quantize.quantize_teacher(mixed, "int8")
+    assert is_quantized(mixed[0].weight) and not is_quantized(mixed[1].weight)
+    assert mixed(torch.randn(2, 32)).shape == (2, 32)
 
 
 def test_a_teachers_entry_is_quantized_as_it_says_or_as_the_teacher_group_is() -> None:
