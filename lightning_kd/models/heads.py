@@ -13,17 +13,25 @@ import torch
 from torch import Tensor, nn
 
 from lightning_kd.losses.chunked import OutputHead, matmul_dtype
+from lightning_kd.utils.refusal import Refused
+
+SCALED_BY_MULTIPLYING = {"hyperclovax": "logits_scaling", "falcon_h1": "lm_head_multiplier"}
+"""Model types whose logits are their head's output times a config value (Granite's
+``logits_scaling`` divides: HyperCLOVA X's, of the same name, multiplies)."""
 
 
 def logit_transform(config) -> Callable[[Tensor], Tensor] | None:
     """What a model does to its head's raw output before returning logits, if anything.
 
     The chunked loss computes logits from hidden states itself, so it must repeat these steps:
-    soft-capping (Gemma 2/3), a constant scale (Cohere), a divisor (Granite).
+    soft-capping (Gemma 2/3), a constant scale (Cohere; HyperCLOVA X, Falcon-H1), a divisor
+    (Granite). :func:`check_head` catches a model that does something else.
     """
     cap = getattr(config, "final_logit_softcapping", None)
     scale = getattr(config, "logit_scale", None)
-    divisor = getattr(config, "logits_scaling", None)
+    if (key := SCALED_BY_MULTIPLYING.get(getattr(config, "model_type", None))) is not None:
+        scale = getattr(config, key, None)
+    divisor = getattr(config, "logits_scaling", None) if key is None else None
     if cap:
         return lambda logits: torch.tanh(logits / cap) * cap
     if scale is not None and scale != 1.0:
@@ -82,6 +90,11 @@ def largest_weight(model: nn.Module) -> float:
     return float(torch.stack(values).max()) if values else 0.0
 
 
+class HeadError(Refused, ValueError):
+    """A model whose logits the chunked loss cannot take as they are: refused (exit 2, the
+    message alone), and a ``ValueError`` to callers that fall back to the model's own logits."""
+
+
 def check_head(model: nn.Module, batch: dict[str, Tensor], role: str, fix: str) -> None:
     """The head applied to ``model``'s hidden states must give the model's own logits (on the
     first row's first 8 tokens of ``batch``): catches architectures that post-process logits in
@@ -99,14 +112,14 @@ def check_head(model: nn.Module, batch: dict[str, Tensor], role: str, fix: str) 
         model.train(was_training)
     largest = float(expected.abs().max()) if expected.numel() else 0.0
     if not math.isfinite(largest) or largest > DIVERGED_LOGIT:
-        raise ValueError(
+        raise HeadError(
             f"the {role} ({type(model).__name__}) gives logits as large as {largest:.3g} "
             f"(largest weight {largest_weight(model):.3g}): its weights have diverged, as a run "
             "does at too high a learning rate. Start from an earlier checkpoint or afresh, with "
             "a smaller optimizer.lr"
         )
     if not torch.allclose(got, expected, rtol=2e-2, atol=2e-2):
-        raise ValueError(
+        raise HeadError(
             f"the {role} ({type(model).__name__}) computes its logits in a way the chunked loss "
             f"does not reproduce (max difference {(got - expected).abs().max():.3g}); {fix}"
         )

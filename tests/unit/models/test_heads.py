@@ -12,7 +12,7 @@ from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from lightning_kd.losses.chunked import OutputHead
-from lightning_kd.models.heads import check_head, gathered, is_partitioned
+from lightning_kd.models.heads import check_head, gathered, is_partitioned, output_head
 from tests.conftest import TINY_LLAMA
 
 
@@ -55,3 +55,38 @@ def test_diverged_weights_are_named_as_such_not_blamed_on_the_head() -> None:
         check_head(model, batch, "student", "set distill.chunked=false")
     assert "distill.chunked" not in str(error.value)
     assert "smaller optimizer.lr" in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("model_type", "key"), [("hyperclovax", "logits_scaling"), ("granite", "logits_scaling")]
+)
+def test_a_logit_scale_is_applied_as_the_family_applies_it(model_type: str, key: str) -> None:
+    """HyperCLOVA X multiplies by its ``logits_scaling``, Granite divides by its own: both were
+    divided, a traceback at scale 1.5 and silently wrong teacher logits at 1.01 (probe 31)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    small = {"vocab_size": 257, "hidden_size": 64, "intermediate_size": 128}
+    small |= {"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2}
+    config = AutoConfig.for_model(model_type, **small, **{key: 1.5})
+    model = AutoModelForCausalLM.from_config(config).eval()
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    with torch.no_grad():
+        expected = model(**batch).logits
+        hidden = model.base_model(**batch).last_hidden_state
+        got = output_head(model).logits(hidden, torch.float32)
+    assert torch.allclose(got, expected, atol=1e-5)
+    check_head(model, batch, "teacher", "set distill.chunked=false")
+
+
+def test_a_head_the_chunked_loss_cannot_reproduce_is_a_refusal() -> None:
+    """It was a ValueError traceback, exit 1, in the validation before training; evaluate
+    still reads it as a ValueError, and scores such a model from its own logits."""
+    from lightning_kd.utils.refusal import Refused
+
+    model = LlamaForCausalLM(LlamaConfig(**TINY_LLAMA)).eval()
+    model.config.logit_scale = 3.0  # a scale the model's own forward does not apply
+    batch = {"input_ids": torch.tensor([[1, 2, 3, 4]]), "attention_mask": torch.ones(1, 4)}
+    with pytest.raises(Refused, match="does not reproduce .*; set distill.chunked=false") as error:
+        check_head(model, batch, "teacher", "set distill.chunked=false")
+    assert isinstance(error.value, ValueError)
