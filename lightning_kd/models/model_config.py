@@ -17,6 +17,8 @@ from typing import Any
 
 from transformers import CONFIG_MAPPING, PretrainedConfig
 
+from lightning_kd.models.layer_config import PER_LAYER
+
 SHARED_WITH_BASE = ("vocab_size", "bos_token_id", "eos_token_id", "pad_token_id")
 """What a config of another model type than its base keeps of it: the tokenizer's side."""
 
@@ -37,6 +39,7 @@ def config_from(
     values = {k: v for k, v in overrides.items() if k != "model_type"}
     if base is not None and base.model_type == model_type:
         values = without(base.to_dict(), config_class, values) | values
+        values = per_layer_derived(values, overrides)
     elif base is not None:
         values = {k: getattr(base, k) for k in SHARED_WITH_BASE if hasattr(base, k)} | values
     try:
@@ -58,6 +61,24 @@ def without(base: dict[str, Any], config_class: type, overrides: dict[str, Any])
         alone = safe_dict(config_class, {name: value})
         base = {k: v for k, v in base.items() if k == name or alone.get(k) == default.get(k)}
     return base
+
+
+def per_layer_derived(values: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` less the base's per-layer lists (:data:`PER_LAYER`: Gemma's and Qwen's
+    ``layer_types``) of another length than the ``num_hidden_layers`` the overrides give: the
+    class derives them for the new depth from its own pattern (``sliding_window_pattern``,
+    ``max_window_layers``), as for a model of that depth (the class refused the base's)."""
+    depth = overrides.get("num_hidden_layers")
+    if not isinstance(depth, int):
+        return values
+    return {
+        name: value
+        for name, value in values.items()
+        if name not in PER_LAYER
+        or name in overrides
+        or not isinstance(value, list)
+        or len(value) == depth
+    }
 
 
 def safe_dict(config_class: type, values: dict[str, Any]) -> dict[str, Any]:

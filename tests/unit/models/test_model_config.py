@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from transformers import GPT2Config, LlamaConfig
+from transformers import AutoConfig, GPT2Config, LlamaConfig
 
 from lightning_kd.models.loading import model_from_config
 from lightning_kd.models.model_config import config_from
@@ -57,3 +57,20 @@ def test_a_model_from_a_bad_config_is_refused_before_it_is_built() -> None:
         model_from_config({"hidden_size": 8}, "causal_lm")
     with pytest.raises(ValueError, match="teacher.config.n_layr: a gpt2 config has no key"):
         model_from_config({"model_type": "gpt2", "n_layr": 1}, "causal_lm")
+
+
+@pytest.mark.parametrize("model_type", ["gemma3_text", "qwen2", "smollm3"])
+def test_a_student_of_another_depth_gets_per_layer_lists_of_its_own(model_type: str) -> None:
+    """``student.config={num_hidden_layers: 2}`` over a teacher whose config lists a value per
+    layer (Gemma 3, Qwen 2/3, SmolLM3: every real checkpoint's) was refused: "must be equal to
+    the number of layer_types (6)" (probe 31). The class derives them for the new depth; a list
+    given with the depth is still checked."""
+    small = {"vocab_size": 257, "hidden_size": 64, "intermediate_size": 128}
+    small |= {"num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 2}
+    teacher = AutoConfig.for_model(model_type, **small)
+    assert len(teacher.layer_types) == 6
+    config, errors = config_from({"num_hidden_layers": 2}, teacher, "student.config")
+    assert errors == [] and config.num_hidden_layers == 2 and len(config.layer_types) == 2
+    wrong = {"num_hidden_layers": 2, "layer_types": ["full_attention"] * 3}
+    _, errors = config_from(wrong, teacher, "student.config")
+    assert errors and "layer_types" in errors[0]
