@@ -16,12 +16,13 @@ from transformers import PretrainedConfig
 
 from lightning_kd.launch.rules import lookup
 from lightning_kd.models.architecture import architecture_errors
+from lightning_kd.models.freezing import freeze_errors
 from lightning_kd.models.layer_config import check_index_scaling
 from lightning_kd.models.layer_pairs import listed_pairs, projector_errors
 from lightning_kd.models.loading import StudentSpec, TeacherSpec
 from lightning_kd.models.model_config import config_from
 from lightning_kd.models.positions import spec_config
-from lightning_kd.models.student import check_num_layers, freeze_errors, student_layer_indices
+from lightning_kd.models.student import check_num_layers, student_layer_indices
 
 GROUPS = ("teacher", "student", "distill")
 

@@ -20,10 +20,24 @@ from __future__ import annotations
 
 import copy
 
+from torch import nn
 from transformers import PretrainedConfig
 
 PER_LAYER = ("layer_types", "no_rope_layers")
 """Config lists with one entry per layer, in layer order."""
+
+
+def decoder_layers(model: nn.Module) -> tuple[str, nn.ModuleList]:
+    """The module path and the ``ModuleList`` of a transformer's repeated blocks.
+
+    Found as the first ``ModuleList`` whose length is ``config.num_hidden_layers``
+    (``model.layers`` in Llama/Qwen, ``encoder.layer`` in BERT, ``transformer.h`` in GPT-2).
+    """
+    count = model.config.num_hidden_layers
+    for name, module in model.named_modules():
+        if isinstance(module, nn.ModuleList) and len(module) == count:
+            return name, module
+    raise ValueError(f"{type(model).__name__} has no ModuleList of {count} decoder layers")
 
 
 def pruned_config(config: PretrainedConfig, indices: list[int]) -> PretrainedConfig:

@@ -22,7 +22,8 @@ from torch import nn
 
 from lightning_kd.losses.features import get_feature_loss
 from lightning_kd.models.capture import ModuleChoiceError, resolve_module
-from lightning_kd.models.student import decoder_layers, evenly_spaced
+from lightning_kd.models.layer_config import decoder_layers
+from lightning_kd.models.student import evenly_spaced
 from lightning_kd.utils.refusal import Refused, refuse
 
 UNIFORM = "uniform"

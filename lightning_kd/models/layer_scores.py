@@ -26,8 +26,9 @@ from transformers import PreTrainedModel
 
 from lightning_kd.losses.divergences import forward_kl
 from lightning_kd.models.capture import ModuleCapture
+from lightning_kd.models.layer_config import decoder_layers
 from lightning_kd.models.loading import IMPORTANCE_SCORES
-from lightning_kd.models.student import decoder_layers, student_from_teacher
+from lightning_kd.models.student import student_from_teacher
 from lightning_kd.utils.stopping import STOP
 
 SCORES = IMPORTANCE_SCORES

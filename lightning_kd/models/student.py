@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from torch import nn
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 try:  # transformers >= 5
@@ -20,7 +19,8 @@ try:  # transformers >= 5
 except ImportError:  # transformers 4.x
     from transformers.modeling_utils import no_init_weights
 
-from lightning_kd.models.layer_config import pruned_config, unfitting_layers_error
+from lightning_kd.models.freezing import freeze_embedding_side, freeze_first_layers
+from lightning_kd.models.layer_config import decoder_layers, pruned_config, unfitting_layers_error
 from lightning_kd.models.loading import (
     DTYPES,
     StudentSpec,
@@ -48,19 +48,6 @@ class Models:
     copied from (None if not)."""
     source: PreTrainedModel | None = None
     """``student.source``'s model, kept for the block-wise repair when asked (else None)."""
-
-
-def decoder_layers(model: nn.Module) -> tuple[str, nn.ModuleList]:
-    """The module path and the ``ModuleList`` of a transformer's repeated blocks.
-
-    Found as the first ``ModuleList`` whose length is ``config.num_hidden_layers``
-    (``model.layers`` in Llama/Qwen, ``encoder.layer`` in BERT, ``transformer.h`` in GPT-2).
-    """
-    count = model.config.num_hidden_layers
-    for name, module in model.named_modules():
-        if isinstance(module, nn.ModuleList) and len(module) == count:
-            return name, module
-    raise ValueError(f"{type(model).__name__} has no ModuleList of {count} decoder layers")
 
 
 def evenly_spaced(count: int, total: int) -> list[int]:
@@ -158,7 +145,7 @@ def build_student(
     student = student.to(DTYPES[spec.dtype])
     student.requires_grad_(True)
     if spec.frozen_embeddings:
-        freeze_embeddings(student)
+        freeze_embedding_side(student)
     if spec.freeze_layers:
         freeze_first_layers(student, spec.freeze_layers)
     student.train()  # from_pretrained returns eval mode: dropout and checkpointing would stay off
@@ -167,33 +154,6 @@ def build_student(
     if spec.lora is not None:
         student = apply_lora(student, spec.lora_spec)
     return Models(teacher=teacher, student=student, layer_map=layer_map, source=kept)
-
-
-def freeze_embeddings(model: PreTrainedModel) -> None:
-    """Stop gradients to the input embeddings and the output head (one matrix when tied)."""
-    for module in (model.get_input_embeddings(), model.get_output_embeddings()):
-        if module is not None:
-            module.requires_grad_(False)
-
-
-def freeze_errors(count: int, layers: int) -> list[str]:
-    """Why ``student.freeze_layers=count`` cannot apply to a student of ``layers`` layers: it
-    would freeze them all (empty when one stays trainable)."""
-    if count < layers:
-        return []
-    return [
-        f"student.freeze_layers={count} would freeze all {layers} of the student's layers; keep "
-        f"at least one trainable (0..{layers - 1})"
-    ]
-
-
-def freeze_first_layers(model: PreTrainedModel, count: int) -> None:
-    """Stop gradients to the first ``count`` decoder layers (refused unless one stays trainable)."""
-    _, blocks = decoder_layers(model)
-    if errors := freeze_errors(count, len(blocks)):
-        raise ValueError(errors[0])
-    for block in blocks[:count]:
-        block.requires_grad_(False)
 
 
 def enable_activation_checkpointing(model: PreTrainedModel) -> None:

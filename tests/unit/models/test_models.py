@@ -6,9 +6,16 @@ import importlib.util
 
 import pytest
 import torch
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+)
 
 from lightning_kd.models.heads import check_head
+from lightning_kd.models.layer_config import decoder_layers
 from lightning_kd.models.loading import (
     StudentSpec,
     TeacherSpec,
@@ -22,12 +29,7 @@ from lightning_kd.models.sources import (
     checked_model_path,
     smollm2_gguf,
 )
-from lightning_kd.models.student import (
-    build_student,
-    check_vocabularies,
-    decoder_layers,
-    evenly_spaced,
-)
+from lightning_kd.models.student import build_student, check_vocabularies, evenly_spaced
 from tests.conftest import TINY_LLAMA
 
 
@@ -81,6 +83,32 @@ def test_frozen_embeddings_keep_the_teachers_and_train_the_rest(tiny_teacher: Te
     model(input_ids=ids, labels=ids).loss.backward()
     assert model.get_input_embeddings().weight.grad is None
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+FAMILIES = {
+    "gpt2": {"n_embd": 32, "n_layer": 4, "n_head": 4},
+    "opt": {"hidden_size": 32, "word_embed_proj_dim": 16, "num_hidden_layers": 4}
+    | {"num_attention_heads": 4, "ffn_dim": 64},
+    "bloom": {"hidden_size": 32, "n_layer": 4, "n_head": 4},
+}
+
+
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_the_whole_embedding_side_is_frozen_in_every_family(model_type: str) -> None:
+    """Freezing the token embeddings alone left GPT-2's position table, OPT's project_in and
+    position table, BLOOM's embedding LayerNorm training: a frozen first layer's output then
+    needed a gradient, and autograd kept the graph through the frozen layers (probe 31)."""
+    config = AutoConfig.for_model(model_type, vocab_size=257, **FAMILIES[model_type])
+    teacher = AutoModelForCausalLM.from_config(config)
+    spec = StudentSpec(layers=[0, 1, 3], freeze_layers=1, freeze_embeddings=True)
+    model = build_student(spec, teacher, "causal_lm").student
+    _, layers = decoder_layers(model)
+    seen: list[bool] = []
+    layers[0].register_forward_hook(lambda module, args, out: seen.append(_grad_of(out)))
+    model(input_ids=torch.randint(0, 257, (1, 6)))
+    assert seen == [False]
+    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
+    assert not any(word in name for name in trainable for word in ("wpe", "embed", "project_in"))
 
 
 def test_frozen_first_layers_stay_the_teachers_and_cost_no_backward(tiny_teacher) -> None:

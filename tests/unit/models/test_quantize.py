@@ -14,9 +14,9 @@ from lightning_kd.launch.checks import config_errors
 from lightning_kd.launch.config import compose_config
 from lightning_kd.launch.teacher_list import teacher_precisions
 from lightning_kd.models import quantize
+from lightning_kd.models.layer_config import decoder_layers
 from lightning_kd.models.loading import TeacherSpec, load_teacher
 from lightning_kd.models.quantize import is_quantized, tensor_bytes
-from lightning_kd.models.student import decoder_layers
 from lightning_kd.training.module import DistillationModule
 from lightning_kd.training.provenance import KEY as PROVENANCE_KEY
 from lightning_kd.training.provenance import Provenance, ProvenanceMismatch
