@@ -5,7 +5,10 @@ decide everything per layer from the layer's weights, but some read it off the l
 the config, which the copy changes (teacher layer 3 becomes student layer 1):
 
 - per-layer lists (``layer_types``: sliding or full attention in Gemma, Qwen, Mistral;
-  ``no_rope_layers``: SmolLM3's layers without rotary positions) — taken at the kept indices;
+  ``no_rope_layers``: SmolLM3's layers without rotary positions; GPT-Neo's global or local
+  ``attention_layers``, with the ``attention_types`` it is expanded from) — taken at the kept
+  indices; one the config class derives itself (Mamba's, Jamba's read-only ``layer_types``) is
+  left to it, and a kept layer of another kind then fails to fit (below);
 - Qwen2-MoE / Qwen3-MoE choose sparse or dense MLPs by index (``decoder_sparse_step``,
   ``mlp_only_layers``) — rewritten as the dense layers' new indices, one step;
 - GPT-2's ``scale_attn_by_inverse_layer_idx`` scales attention by 1 / (index + 1) with nothing
@@ -47,8 +50,13 @@ def pruned_config(config: PretrainedConfig, indices: list[int]) -> PretrainedCon
     config = copy.deepcopy(config)
     for name in PER_LAYER:
         values = getattr(config, name, None)
-        if isinstance(values, list | tuple) and len(values) == config.num_hidden_layers:
+        derived = isinstance(getattr(type(config), name, None), property)  # Mamba's: read-only
+        per_layer = isinstance(values, list | tuple) and len(values) == config.num_hidden_layers
+        if per_layer and not derived:
             setattr(config, name, [values[i] for i in indices])
+    if isinstance(kinds := getattr(config, "attention_layers", None), list):  # GPT-Neo's
+        config.attention_types = [[[kinds[i]], 1] for i in indices]  # what a saved one reads
+        config.attention_layers = [kinds[i] for i in indices]
     if hasattr(config, "decoder_sparse_step") and hasattr(config, "mlp_only_layers"):
         dense = [not sparse_mlp(config, i) for i in indices]
         config.mlp_only_layers = [j for j, is_dense in enumerate(dense) if is_dense]

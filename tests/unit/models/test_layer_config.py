@@ -62,3 +62,38 @@ def test_layer_indices_that_are_not_integers_are_named(layers) -> None:
     with pytest.raises(ValueError, match=r"student.layers=.*: list teacher layer indices"):
         StudentSpec(layers=layers)
     StudentSpec(layers=[0, 3])
+
+
+@pytest.mark.parametrize("indices", [[0, 3], [0, 2], [1, 3]])
+def test_gpt_neo_layers_keep_their_global_or_local_attention(indices: list[int], tmp_path) -> None:
+    """GPT-Neo reads a layer's kind from ``attention_layers[index]``: [0, 2] (global, global)
+    ran as (global, local) silently, and saving the student failed for the list's length
+    (probe 31). The saved student is rebuilt from ``attention_types``."""
+    from transformers import GPTNeoConfig
+
+    config = GPTNeoConfig(
+        vocab_size=64, hidden_size=32, num_layers=4, num_heads=4, window_size=8,
+        attention_types=[[["global", "local"], 2]], max_position_embeddings=64,
+    )  # fmt: skip
+    teacher = AutoModelForCausalLM.from_config(config).eval()
+    student = student_from_teacher(teacher, indices).eval()
+    kinds = [config.attention_layers[i] for i in indices]
+    assert student.config.attention_layers == kinds
+    sliced = AutoModelForCausalLM.from_config(config).eval()
+    sliced.load_state_dict(teacher.state_dict())
+    sliced.transformer.h = torch.nn.ModuleList([sliced.transformer.h[i] for i in indices])
+    ids = torch.randint(0, 64, (1, 24))  # longer than the local window
+    with torch.no_grad():
+        expected = sliced(ids, use_cache=False).logits
+        assert torch.equal(student(ids, use_cache=False).logits, expected)
+    student.save_pretrained(tmp_path)
+    assert AutoModelForCausalLM.from_pretrained(tmp_path).config.attention_layers == kinds
+
+
+def test_a_per_layer_list_the_config_derives_is_left_to_it() -> None:
+    """Mamba's ``layer_types`` is a read-only property: setting it was an AttributeError."""
+    from transformers import MambaConfig
+
+    config = MambaConfig(vocab_size=64, hidden_size=32, state_size=8, num_hidden_layers=4)
+    student = student_from_teacher(AutoModelForCausalLM.from_config(config), [0, 3])
+    assert student.config.layer_types == config.layer_types[:2]  # one kind: derived alike
