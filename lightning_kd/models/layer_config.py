@@ -10,7 +10,9 @@ the config, which the copy changes (teacher layer 3 becomes student layer 1):
   indices; one the config class derives itself (Mamba's, Jamba's read-only ``layer_types``) is
   left to it, and a kept layer of another kind then fails to fit (below);
 - Qwen2-MoE / Qwen3-MoE choose sparse or dense MLPs by index (``decoder_sparse_step``,
-  ``mlp_only_layers``) — rewritten as the dense layers' new indices, one step;
+  ``mlp_only_layers``) — rewritten as the dense layers' new indices, one step; DeepSeek-V2/V3,
+  GLM-4-MoE and dots1 make their first ``first_k_dense_replace`` layers dense — rewritten as the
+  count of kept dense layers where they come first;
 - GPT-2's ``scale_attn_by_inverse_layer_idx`` scales attention by 1 / (index + 1) with nothing
   in the config to undo it — refused unless every kept layer keeps its index.
 
@@ -25,6 +27,8 @@ import copy
 
 from torch import nn
 from transformers import PretrainedConfig
+
+from lightning_kd.utils.refusal import Refused
 
 PER_LAYER = ("layer_types", "no_rope_layers")
 """Config lists with one entry per layer, in layer order."""
@@ -57,6 +61,10 @@ def pruned_config(config: PretrainedConfig, indices: list[int]) -> PretrainedCon
     if isinstance(kinds := getattr(config, "attention_layers", None), list):  # GPT-Neo's
         config.attention_types = [[[kinds[i]], 1] for i in indices]  # what a saved one reads
         config.attention_layers = [kinds[i] for i in indices]
+    if isinstance(dense_first := getattr(config, "first_k_dense_replace", None), int):
+        dense = [i < dense_first for i in indices]  # DeepSeek-V2/V3, GLM-4-MoE, dots1
+        if dense == sorted(dense, reverse=True):  # dense ones first: one count says it
+            config.first_k_dense_replace = sum(dense)
     if hasattr(config, "decoder_sparse_step") and hasattr(config, "mlp_only_layers"):
         dense = [not sparse_mlp(config, i) for i in indices]
         config.mlp_only_layers = [j for j, is_dense in enumerate(dense) if is_dense]
@@ -87,11 +95,15 @@ def check_index_scaling(config: PretrainedConfig, indices: list[int]) -> None:
         )
 
 
-def unfitting_layers_error(model: str, indices: list[int], error: Exception) -> ValueError:
+class UnfittingLayers(Refused, ValueError):
+    """Copied layers the student's config builds as other kinds: refused (exit 2)."""
+
+
+def unfitting_layers_error(model: str, indices: list[int], error: Exception) -> UnfittingLayers:
     """The refusal for copied layers the student's config builds otherwise (``error``: the
     strict ``load_state_dict``'s)."""
     first = str(error).splitlines()[1:2] or [str(error)]
-    return ValueError(
+    return UnfittingLayers(
         f"the teacher's layers {indices} do not fit a {model} built with {len(indices)} layers: "
         f"its config makes a layer's kind depend on its index (dense or mixture-of-experts, "
         f"e.g.), and the copies land at other indices ({first[0].strip()[:200]}). Choose layers "

@@ -97,3 +97,30 @@ def test_a_per_layer_list_the_config_derives_is_left_to_it() -> None:
     config = MambaConfig(vocab_size=64, hidden_size=32, state_size=8, num_hidden_layers=4)
     student = student_from_teacher(AutoModelForCausalLM.from_config(config), [0, 3])
     assert student.config.layer_types == config.layer_types[:2]  # one kind: derived alike
+
+
+@pytest.mark.parametrize(("indices", "fits"), [([0, 3], True), ([1, 2, 3], True), ([3, 0], False)])
+def test_deepseek_dense_first_layers_are_counted_again(indices: list[int], fits: bool) -> None:
+    """DeepSeek-V3 makes its first ``first_k_dense_replace`` layers dense: the default student
+    (first and last) never fit. Kept dense-first, the count is rewritten; otherwise it is a
+    refusal (exit 2) naming the layers, not a ValueError traceback (probe 31)."""
+    from transformers import DeepseekV3Config
+
+    from lightning_kd.utils.refusal import Refused
+
+    config = DeepseekV3Config(
+        vocab_size=64, hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
+        num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4, first_k_dense_replace=2,
+        n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1, q_lora_rank=16,
+        kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8,
+    )  # fmt: skip
+    teacher = AutoModelForCausalLM.from_config(config)
+    kinds = [type(layer.mlp).__name__ for layer in teacher.model.layers]
+    if not fits:
+        with pytest.raises(Refused, match=r"the teacher's layers \[3, 0\] do not fit"):
+            student_from_teacher(teacher, indices)
+        return
+    student = student_from_teacher(teacher, indices)
+    assert [type(layer.mlp).__name__ for layer in student.model.layers] == [
+        kinds[i] for i in indices
+    ]
