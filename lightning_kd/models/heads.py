@@ -49,12 +49,22 @@ def output_head(model: nn.Module) -> OutputHead:
 
 def final_hidden(model: nn.Module, batch: dict[str, Tensor], logits: bool) -> Tensor:
     """``model``'s full logits, or its body's final hidden states (no head, no logits)."""
-    called = model if logits else model.base_model
+    called = model if logits else body(model)
     inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
     if takes_positions(type(called)):
         inputs["position_ids"] = positions(batch)
     out = called(**inputs, use_cache=False)
     return out.logits if logits else out.last_hidden_state
+
+
+def body(model: nn.Module) -> nn.Module:
+    """``model`` without its head: its ``base_model``, or its ``model`` where the prefix names
+    an attribute it does not have (Llama 4's text model: ``language_model``, so ``base_model``
+    is the whole model, whose output has no hidden states)."""
+    found = model.base_model
+    if found is model and isinstance(inner := getattr(model, "model", None), nn.Module):
+        return inner
+    return found
 
 
 def positions(batch: dict[str, Tensor]) -> Tensor:

@@ -12,7 +12,7 @@ from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from lightning_kd.losses.chunked import OutputHead
-from lightning_kd.models.heads import check_head, gathered, is_partitioned, output_head
+from lightning_kd.models.heads import body, check_head, gathered, is_partitioned, output_head
 from tests.conftest import TINY_LLAMA
 
 
@@ -90,3 +90,20 @@ def test_a_head_the_chunked_loss_cannot_reproduce_is_a_refusal() -> None:
     with pytest.raises(Refused, match="does not reproduce .*; set distill.chunked=false") as error:
         check_head(model, batch, "teacher", "set distill.chunked=false")
     assert isinstance(error.value, ValueError)
+
+
+def test_the_body_of_a_model_whose_prefix_names_no_attribute_is_its_model() -> None:
+    """Llama 4's text model names its body ``language_model`` but holds it as ``model``, so
+    ``base_model`` was the whole model: no hidden states, an AttributeError in the first
+    validation (probe 31)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model(
+        "llama4_text", vocab_size=257, hidden_size=64, intermediate_size=128,
+        intermediate_size_mlp=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, num_local_experts=2, interleave_moe_layer_step=1, head_dim=16,
+    )  # fmt: skip
+    model = AutoModelForCausalLM.from_config(config).eval()
+    assert model.base_model is model and body(model) is model.model
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    check_head(model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, "teacher", "")
