@@ -24,6 +24,7 @@ traceback.
 from __future__ import annotations
 
 import copy
+import re
 
 from torch import nn
 from transformers import PretrainedConfig
@@ -99,14 +100,24 @@ class UnfittingLayers(Refused, ValueError):
     """Copied layers the student's config builds as other kinds: refused (exit 2)."""
 
 
-def unfitting_layers_error(model: str, indices: list[int], error: Exception) -> UnfittingLayers:
+def unfitting_layers_error(
+    model: str, indices: list[int], error: Exception, layers: str = ""
+) -> UnfittingLayers:
     """The refusal for copied layers the student's config builds otherwise (``error``: the
-    strict ``load_state_dict``'s)."""
-    first = str(error).splitlines()[1:2] or [str(error)]
+    strict ``load_state_dict``'s); ``layers``: the decoder layers' key prefix. A weight outside
+    them that the depth shapes (Gemma 4's per-layer input embeddings) fits no choice of layers."""
+    first = (str(error).splitlines()[1:2] or [str(error)])[0].strip()
+    names = re.findall(r'(?:for |")([\w.]+\.(?:weight|bias))', str(error))
+    if outside := [name for name in names if not name.startswith(layers)]:
+        return UnfittingLayers(
+            f"a {model} cannot be built with {len(indices)} of the teacher's layers: weights "
+            f"outside its decoder layers are shaped by its depth ({', '.join(outside[:3])}); "
+            "build the student from student.config or student.path"
+        )
     return UnfittingLayers(
         f"the teacher's layers {indices} do not fit a {model} built with {len(indices)} layers: "
         f"its config makes a layer's kind depend on its index (dense or mixture-of-experts, "
-        f"e.g.), and the copies land at other indices ({first[0].strip()[:200]}). Choose layers "
+        f"e.g.), and the copies land at other indices ({first[:200]}). Choose layers "
         "of the kinds the first ones have (student.layers=[...]), or build the student from "
         "student.config or student.path"
     )

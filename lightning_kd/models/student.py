@@ -109,7 +109,7 @@ def student_from_teacher(teacher: PreTrainedModel, indices: list[int]) -> PreTra
     try:
         student.load_state_dict(state, strict=True)  # copies: no storage shared with the teacher
     except RuntimeError as error:
-        raise unfitting_layers_error(type(teacher).__name__, indices, error) from error
+        raise unfitting_layers_error(type(teacher).__name__, indices, error, prefix) from error
     student.tie_weights()
     return student
 

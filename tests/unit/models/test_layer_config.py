@@ -124,3 +124,21 @@ def test_deepseek_dense_first_layers_are_counted_again(indices: list[int], fits:
     assert [type(layer.mlp).__name__ for layer in student.model.layers] == [
         kinds[i] for i in indices
     ]
+
+
+def test_a_family_whose_depth_shapes_weights_outside_its_layers_is_refused_as_such() -> None:
+    """Gemma 4's per-layer input embeddings are as wide as its depth: no choice of layers fits,
+    so the advice to choose others could not work (probe 31)."""
+    from transformers import AutoConfig
+
+    from lightning_kd.utils.refusal import Refused
+
+    config = AutoConfig.for_model(
+        "gemma4_text", vocab_size=64, vocab_size_per_layer_input=64, hidden_size=32,
+        hidden_size_per_layer_input=8, intermediate_size=64, num_hidden_layers=6,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+    )  # fmt: skip
+    teacher = AutoModelForCausalLM.from_config(config)
+    with pytest.raises(Refused, match="cannot be built with 2 of the teacher's layers") as error:
+        student_from_teacher(teacher, [0, 1])
+    assert "embed_tokens_per_layer" in str(error.value) and "student.config" in str(error.value)
