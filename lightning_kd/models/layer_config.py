@@ -13,8 +13,9 @@ the config, which the copy changes (teacher layer 3 becomes student layer 1):
   ``mlp_only_layers``) — rewritten as the dense layers' new indices, one step; DeepSeek-V2/V3,
   GLM-4-MoE and dots1 make their first ``first_k_dense_replace`` layers dense — rewritten as the
   count of kept dense layers where they come first;
-- GPT-2's ``scale_attn_by_inverse_layer_idx`` scales attention by 1 / (index + 1) with nothing
-  in the config to undo it — refused unless every kept layer keeps its index.
+- GPT-2's ``scale_attn_by_inverse_layer_idx`` scales attention by 1 / (index + 1), DiffLlama
+  initialises its λ from the index, with nothing in the config to undo it — refused unless every
+  kept layer keeps its index.
 
 A kind of layer that still differs shows as the copied weights not fitting the student built from
 the config (a MoE scheme of another family): refused naming the layers, not a ``load_state_dict``
@@ -81,23 +82,37 @@ def sparse_mlp(config: PretrainedConfig, index: int) -> bool:
     return index not in config.mlp_only_layers and experts > 0 and (index + 1) % step == 0
 
 
+class UnfittingLayers(Refused, ValueError):
+    """Copied layers the student's config builds as other kinds: refused (exit 2)."""
+
+
+INDEXED = {
+    "diffllama": "each layer's differential-attention λ is initialised from its index "
+    "(lambda_init, held by no weight or config entry)",
+}
+"""Model types whose layers compute with a value of their index that nothing copies."""
+
+
 def check_index_scaling(config: PretrainedConfig, indices: list[int]) -> None:
-    """Refuse GPT-2's attention scaled by its layer's index where a kept layer moves."""
-    if not getattr(config, "scale_attn_by_inverse_layer_idx", False):
+    """Refuse a layer that computes with its own index (GPT-2's attention scaled by
+    1 / (index + 1), DiffLlama's λ) where a kept layer moves."""
+    if getattr(config, "scale_attn_by_inverse_layer_idx", False):
+        what = (
+            "the teacher scales each layer's attention by 1 / (layer index + 1) "
+            "(scale_attn_by_inverse_layer_idx=true)"
+        )
+    elif (why := INDEXED.get(getattr(config, "model_type", None))) is not None:
+        what = f"in the teacher ({config.model_type}) {why}"
+    else:
         return
     moved = [(i, j) for j, i in enumerate(indices) if i != j]
     if moved:
-        raise ValueError(
-            "the teacher scales each layer's attention by 1 / (layer index + 1) "
-            "(scale_attn_by_inverse_layer_idx=true), and a copied layer would take another index "
-            f"(teacher layer {moved[0][0]} as student layer {moved[0][1]}), so it would compute "
-            "something else: keep the first layers (student.layers=[0, 1, ...]), or build the "
-            "student from student.config or student.path"
+        raise UnfittingLayers(
+            f"{what}, and a copied layer would take another index (teacher layer "
+            f"{moved[0][0]} as student layer {moved[0][1]}), so it would compute something "
+            "else: keep the first layers (student.layers=[0, 1, ...]), or build the student "
+            "from student.config or student.path"
         )
-
-
-class UnfittingLayers(Refused, ValueError):
-    """Copied layers the student's config builds as other kinds: refused (exit 2)."""
 
 
 def unfitting_layers_error(

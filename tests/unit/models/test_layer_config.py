@@ -56,6 +56,17 @@ def test_gpt2_attention_scaled_by_the_layer_index_refuses_a_moved_layer() -> Non
     assert pruned_config(config, [0, 1]).num_hidden_layers == 2  # the first layers keep theirs
 
 
+def test_diffllama_layers_initialised_from_their_index_refuse_a_moved_layer() -> None:
+    """DiffLlama's λ comes from the layer's index: a copied layer computed something else, with
+    equal weights, silently (0.13 off the teacher's logits with layers [0, 3]; probe 31)."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model("diffllama", num_hidden_layers=4, intermediate_size=64, **SMALL)
+    with pytest.raises(ValueError, match=r"λ is initialised from its index.*layer 3 as student"):
+        pruned_config(config, [0, 3])
+    assert pruned_config(config, [0, 1]).num_hidden_layers == 2
+
+
 @pytest.mark.parametrize("layers", [[], [0.5], [True, 2], ["0"]])
 def test_layer_indices_that_are_not_integers_are_named(layers) -> None:
     """[0.5] reached range() as a raw TypeError from Distiller.from_specs."""
