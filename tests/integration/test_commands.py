@@ -92,7 +92,7 @@ def test_importance_checks_its_overrides_and_prints_its_config(capsys) -> None:
     assert "num_layers: 3" in printed and "kept by" not in printed  # composed, nothing ranked
     ddp = ["strategy=ddp", "trainer.devices=2", "data.max_train_examples=16"]
     assert main(["importance", "debug=smoke", *ddp]) == 0  # one process, said: it was silent
-    assert "importance: one process ranks the layers (trainer.strategy, trainer.devices=2" in (
+    assert "importance: one process ranks the layers (trainer.devices=2: for train and cache" in (
         capsys.readouterr().out
     )
 
