@@ -56,7 +56,8 @@ def pruned_config(config: PretrainedConfig, indices: list[int]) -> PretrainedCon
     config = copy.deepcopy(config)
     for name in PER_LAYER:
         values = getattr(config, name, None)
-        derived = isinstance(getattr(type(config), name, None), property)  # Mamba's: read-only
+        held = type(config).attribute_map.get(name, name)  # FalconH1's: layers_block_type
+        derived = isinstance(getattr(type(config), held, None), property)  # Mamba's: read-only
         per_layer = isinstance(values, list | tuple) and len(values) == config.num_hidden_layers
         if per_layer and not derived:
             setattr(config, name, [values[i] for i in indices])
