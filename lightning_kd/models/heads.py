@@ -24,10 +24,11 @@ def logit_transform(config) -> Callable[[Tensor], Tensor] | None:
     """What a model does to its head's raw output before returning logits, if anything.
 
     The chunked loss computes logits from hidden states itself, so it must repeat these steps:
-    soft-capping (Gemma 2/3), a constant scale (Cohere; HyperCLOVA X, Falcon-H1), a divisor
-    (Granite). :func:`check_head` catches a model that does something else.
+    soft-capping (Gemma 2/3, RecurrentGemma), a constant scale (Cohere; HyperCLOVA X,
+    Falcon-H1), a divisor (Granite). :func:`check_head` catches a model that does something
+    else.
     """
-    cap = getattr(config, "final_logit_softcapping", None)
+    cap = getattr(config, "final_logit_softcapping", getattr(config, "logits_soft_cap", None))
     scale = getattr(config, "logit_scale", None)
     if (key := SCALED_BY_MULTIPLYING.get(getattr(config, "model_type", None))) is not None:
         scale = getattr(config, key, None)
