@@ -30,16 +30,13 @@ def embedding_side(model: PreTrainedModel) -> list[nn.Module]:
     decoder layer (the input embeddings always among them)."""
     _, blocks = decoder_layers(model)
     ran: list[nn.Module] = []
-    reached = False
 
     def record(module: nn.Module, args) -> None:
-        if not reached and any(True for _ in module.parameters(recurse=False)):
+        if any(True for _ in module.parameters(recurse=False)):
             ran.append(module)
 
     def stop(module: nn.Module, args) -> None:
-        nonlocal reached
-        reached = True
-        raise FirstLayerReached
+        raise FirstLayerReached  # what runs past it is not the embedding side
 
     owners = [m for m in model.modules() if not any(m is b for b in blocks)]
     hooks = [module.register_forward_pre_hook(record) for module in owners]
