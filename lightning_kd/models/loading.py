@@ -109,8 +109,9 @@ class StudentSpec:
     activation_checkpointing: bool = False
     """Recompute the student's decoder layers in backward (non-reentrant) to save memory."""
     freeze_embeddings: bool | None = None
-    """Keep the token embeddings and the output head as they are: only the blocks and norms
-    train. Saves the head's weight gradient — a vocab-sized matmul per token — and keeps the rows
+    """Keep the embedding side (the token embeddings, and whatever else the body runs before
+    its first layer: GPT-2's position table, ``models/freezing.py``) and the output head as they
+    are: only the blocks and norms train. Saves the head's weight gradient — a vocab-sized matmul per token — and keeps the rows
     of tokens the corpus never shows intact. None (the default): frozen when they are copied from
     the teacher, trained for a pretrained (``path``) or random (``config``) student."""
     freeze_layers: int = 0
