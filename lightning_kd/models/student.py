@@ -19,6 +19,7 @@ try:  # transformers >= 5
 except ImportError:  # transformers 4.x
     from transformers.modeling_utils import no_init_weights
 
+from lightning_kd.models.copy_check import check_copied_layers
 from lightning_kd.models.freezing import freeze_embedding_side, freeze_first_layers
 from lightning_kd.models.layer_config import decoder_layers, pruned_config, unfitting_layers_error
 from lightning_kd.models.loading import (
@@ -138,10 +139,12 @@ def build_student(
         source = load_teacher(TeacherSpec(path=spec.source, dtype="float32", task=task))
         layer_map = student_layer_indices(spec, source.config.num_hidden_layers)
         student = student_from_teacher(source, layer_map)
+        check_copied_layers(source, student, layer_map)
         kept = source if keep_source else None
     else:
         layer_map = student_layer_indices(spec, teacher.config.num_hidden_layers)
         student = student_from_teacher(teacher, layer_map)
+        check_copied_layers(teacher, student, layer_map)
     student = student.to(DTYPES[spec.dtype])
     student.requires_grad_(True)
     if spec.frozen_embeddings:

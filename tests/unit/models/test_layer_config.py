@@ -153,3 +153,28 @@ def test_a_family_whose_depth_shapes_weights_outside_its_layers_is_refused_as_su
     with pytest.raises(Refused, match="cannot be built with 2 of the teacher's layers") as error:
         student_from_teacher(teacher, [0, 1])
     assert "embed_tokens_per_layer" in str(error.value) and "student.config" in str(error.value)
+
+
+def test_a_copied_layer_that_computes_otherwise_is_refused_by_its_update(monkeypatch) -> None:
+    """The check behind the families named above: DiffLlama's λ, taken off the named list,
+    is still found, since each student layer handed its source layer's input updates it
+    otherwise; the same layers at their own indices pass (probe 31)."""
+    from transformers import AutoConfig
+
+    from lightning_kd.models import layer_config
+    from lightning_kd.models.copy_check import check_copied_layers
+    from lightning_kd.utils.refusal import Refused
+
+    monkeypatch.setattr(layer_config, "INDEXED", {})
+    config = AutoConfig.for_model("diffllama", num_hidden_layers=4, intermediate_size=64, **SMALL)
+    torch.manual_seed(0)
+    teacher = AutoModelForCausalLM.from_config(config).eval()
+    check_copied_layers(teacher, student_from_teacher(teacher, [0, 1]), [0, 1])
+    moved = student_from_teacher(teacher, [0, 3])
+    with pytest.raises(Refused, match="teacher layer 3, copied as student layer 1, computes"):
+        check_copied_layers(teacher, moved, [0, 3])
+    for dtype in (torch.float32, torch.bfloat16):  # a plain family passes, bf16's rounding too
+        llama = AutoModelForCausalLM.from_config(
+            AutoConfig.for_model("llama", num_hidden_layers=4, intermediate_size=64, **SMALL)
+        ).to(dtype)
+        check_copied_layers(llama, student_from_teacher(llama, [3, 0]), [3, 0])
