@@ -109,12 +109,10 @@ class StudentSpec:
     activation_checkpointing: bool = False
     """Recompute the student's decoder layers in backward (non-reentrant) to save memory."""
     freeze_embeddings: bool | None = None
-    """Keep the embedding side (the token embeddings, and whatever else the body runs before
-    its first layer: GPT-2's position table, ``models/freezing.py``) and the output head as they
-    are: only the blocks and norms train. Saves the head's weight gradient — a vocab-sized
-    matmul per token — and keeps the rows of tokens the corpus never shows intact. None (the
-    default): frozen when they are copied from the teacher, trained for a pretrained
-    (``path``) or random (``config``) student."""
+    """Keep the embedding side (what the body runs before its first layer: ``models/freezing``)
+    and the output head as they are: only the blocks and norms train. Saves the head's weight
+    gradient and keeps the rows of tokens the corpus never shows intact. None (the default):
+    frozen when copied from the teacher, trained for a ``path`` or ``config`` student."""
     freeze_layers: int = 0
     """Keep the first this many student layers as built: with the embeddings frozen too they cost
     a forward and no backward (``student.layers=[0,1,2,3,...] student.freeze_layers=4``)."""
