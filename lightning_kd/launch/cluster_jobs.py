@@ -119,8 +119,8 @@ def log_prefix(text: str) -> str | None:
     return found.group(1) if found else None
 
 
-REFUSAL_LINE = re.compile(r"^(\[[^\]]*rank \d+\] )?lightning-kd: ")
-"""A refusal's first line, a further process's (``[rank 1] lightning-kd: ...``) included."""
+REFUSAL_LINE = re.compile(r"^(\[[^\]]*rank: \d+\] )?lightning-kd: ")
+"""A refusal's first line, a further process's (``[rank: 1] lightning-kd: ...``) included."""
 
 
 def job_refusal(stderr_log: Path) -> str | None:

@@ -91,18 +91,18 @@ def is_rank_zero() -> bool:
 
 
 def rank_prefix() -> str:
-    """``""`` in the launching process, ``"[rank r] "`` in the others of a run: every process
-    meets a refusal of the run's own input, so each prints it, and a line printed twice should
-    say why (a line one rank alone prints is not lost by keeping them all)."""
+    """``""`` in the launching process, ``"[rank: r] "`` (as Lightning marks its lines) in the
+    others of a run: every process meets a refusal of the run's own input, so each prints it,
+    and a line printed twice should say why (a line only one rank prints is kept too)."""
     if is_rank_zero():
         return ""
     if dist.is_available() and dist.is_initialized():
-        return f"[rank {dist.get_rank()}] "
+        return f"[rank: {dist.get_rank()}] "
     if (known := next((os.environ[n] for n in GLOBAL_RANKS if n in os.environ), None)) is not None:
-        return f"[rank {known}] "
+        return f"[rank: {known}] "
     node = next((os.environ[name] for name in NODES if name in os.environ), "0")
     local = os.environ.get("LOCAL_RANK", "0")  # Lightning's launcher sets no global rank
-    return f"[rank {local}] " if node == "0" else f"[node {node}, local rank {local}] "
+    return f"[rank: {local}] " if node == "0" else f"[node: {node}, local rank: {local}] "
 
 
 def run_outputs(run_dir: Path) -> list[str]:

@@ -57,4 +57,4 @@ def test_a_further_process_prefixes_its_refusal(capsys, monkeypatch) -> None:
     with pytest.raises(SystemExit) as exit_:
         exit_refused(Refused("bad"))
     assert exit_.value.code == 2
-    assert capsys.readouterr().err == "[rank 1] lightning-kd: bad\n"
+    assert capsys.readouterr().err == "[rank: 1] lightning-kd: bad\n"

@@ -122,7 +122,7 @@ def test_a_job_that_refused_its_run_is_told_by_its_refusal(tmp_path: Path) -> No
 def test_a_further_tasks_refusal_is_read_from_its_log(tmp_path: Path) -> None:
     """A task other than the first says which it is before the refusal's first line."""
     log = tmp_path / "28521_1_log.err"
-    log.write_text("[rank 1] lightning-kd: 1 value is refused:\n  seed=-1: give a seed >= 0\n")
+    log.write_text("[rank: 1] lightning-kd: 1 value is refused:\n  seed=-1: give a seed >= 0\n")
     assert job_refusal(log) == "1 value is refused:\n  seed=-1: give a seed >= 0"
 
 

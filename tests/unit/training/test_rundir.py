@@ -239,10 +239,10 @@ def test_rank_zero_is_found_under_every_launcher(environ, zero, monkeypatch) -> 
     ("environ", "prefix"),
     [
         ({}, ""),
-        ({"LOCAL_RANK": "1"}, "[rank 1] "),  # Lightning's DDP launcher, one node
-        ({"LOCAL_RANK": "1", "NODE_RANK": "2"}, "[node 2, local rank 1] "),
-        ({"RANK": "5", "LOCAL_RANK": "1", "GROUP_RANK": "2"}, "[rank 5] "),  # torchrun
-        ({"SLURM_PROCID": "3"}, "[rank 3] "),  # srun
+        ({"LOCAL_RANK": "1"}, "[rank: 1] "),  # Lightning's DDP launcher, one node
+        ({"LOCAL_RANK": "1", "NODE_RANK": "2"}, "[node: 2, local rank: 1] "),
+        ({"RANK": "5", "LOCAL_RANK": "1", "GROUP_RANK": "2"}, "[rank: 5] "),  # torchrun
+        ({"SLURM_PROCID": "3"}, "[rank: 3] "),  # srun
     ],
 )
 def test_a_further_process_says_which_it_is(environ, prefix, monkeypatch) -> None:
