@@ -16,8 +16,10 @@ all: it is written under a temporary name beside its target and renamed when com
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -241,10 +243,17 @@ def saved_errors(directory: Path) -> list[str]:
             f"{directory / 'config.json'} is no model config transformers can read ({reason}): "
             "save the model again (model.save_pretrained(path))"
         ]
+    return writable_errors(config, lambda: AutoTokenizer.from_pretrained(directory))
+
+
+def writable_errors(config: PretrainedConfig, tokenizer: Callable[[], Any]) -> list[str]:
+    """Why a model of ``config`` cannot be written as a GGUF: its architecture's parts, else
+    what its tokenizer (``tokenizer()``, loaded only for a writable architecture) holds that a
+    GGUF vocabulary cannot express."""
     if errors := gguf_architecture_errors(config):
         return errors
     try:
-        gguf_vocabulary(AutoTokenizer.from_pretrained(directory), config.vocab_size, config)
+        gguf_vocabulary(tokenizer(), config.vocab_size, config)
     except Refused as refused:
         return [str(refused)]
     return []

@@ -15,9 +15,8 @@ from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from transformers import AutoConfig, PretrainedConfig
 
-from lightning_kd.export.gguf import export_saved, gguf_architecture_errors
+from lightning_kd.export.gguf import export_saved, writable_errors
 from lightning_kd.export.gguf_names import GGUF_KINDS, gguf_path
-from lightning_kd.export.gguf_vocab import gguf_vocabulary
 from lightning_kd.launch.rules import lookup
 from lightning_kd.models.loading import StudentSpec, TeacherSpec
 from lightning_kd.models.sources import checked_model_path, teacher_dir
@@ -44,9 +43,7 @@ def gguf_errors(cfg: Mapping) -> list[str]:
         teacher = instantiate(cfg["teacher"], _convert_="all")
         student = instantiate(cfg["student"], _convert_="all")
         config = student_config(teacher, student)
-        errors = gguf_architecture_errors(config)
-        if not errors:
-            gguf_vocabulary(run_tokenizer(teacher, student), config.vocab_size, config)
+        errors = writable_errors(config, lambda: run_tokenizer(teacher, student))
     except Refused as refused:
         errors = [str(refused)]
     except (ValueError, OSError, InstantiationException):
