@@ -53,19 +53,24 @@ def stop_report(
         resume = job_rerun(command, overrides, output_dir, "ckpt_path=last")
         resume = resume or resume_command(command, overrides, output_dir)
         if not last.is_file():  # seen late on a network filesystem, or never written
-            restart = job_rerun(command, overrides, output_dir, *restart_extra(output_dir))
-            restart = restart or restart_command(command, overrides, output_dir)
+            restart = started_again(command, overrides, output_dir)
             return unseen_checkpoint(why, resume_with, last, resume, restart)
         return f"\n{why}\nThe latest checkpoint is {last}{at}. {resume_with}{where()}:\n  {resume}"
     again = "Start again with"
     if diverged:
         overrides, again = lower_rate(overrides, lr), f"Start again with {RATE}, with"
-    restart = job_rerun(command, overrides, output_dir, *restart_extra(output_dir))
-    restart = restart or restart_command(command, overrides, output_dir)
+    restart = started_again(command, overrides, output_dir)
     return (
         f"\n{why}\nNo checkpoint was written: there is nothing to resume from. {again}"
         f"{where()}:\n  {restart}"
     )
+
+
+def started_again(command: Sequence[str], overrides: list[str], output_dir: Path) -> str:
+    """The command that starts the run again in ``output_dir``: a cluster job's own
+    resubmission where it was one, else the shell's."""
+    again = job_rerun(command, overrides, output_dir, *restart_extra(output_dir))
+    return again or restart_command(command, overrides, output_dir)
 
 
 def unseen_checkpoint(why: str, resume_with: str, last: Path, resume: str, restart: str) -> str:

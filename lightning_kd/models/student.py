@@ -137,14 +137,10 @@ def build_student(
         student.config.use_cache = True  # not the loaded teacher's false: an exported model
     elif spec.source is not None:
         source = load_teacher(TeacherSpec(path=spec.source, dtype="float32", task=task))
-        layer_map = student_layer_indices(spec, source.config.num_hidden_layers)
-        student = student_from_teacher(source, layer_map)
-        check_copied_layers(source, student, layer_map)
+        layer_map, student = copied_student(spec, source)
         kept = source if keep_source else None
     else:
-        layer_map = student_layer_indices(spec, teacher.config.num_hidden_layers)
-        student = student_from_teacher(teacher, layer_map)
-        check_copied_layers(teacher, student, layer_map)
+        layer_map, student = copied_student(spec, teacher)
     student = student.to(DTYPES[spec.dtype])
     student.requires_grad_(True)
     if spec.frozen_embeddings:
@@ -157,6 +153,15 @@ def build_student(
     if spec.lora is not None:
         student = apply_lora(student, spec.lora_spec)
     return Models(teacher=teacher, student=student, layer_map=layer_map, source=kept)
+
+
+def copied_student(spec: StudentSpec, source: PreTrainedModel) -> tuple[list[int], PreTrainedModel]:
+    """The layers of ``source`` that ``spec`` keeps, and the student copied from them, each
+    checked to compute what it computed in ``source``."""
+    layer_map = student_layer_indices(spec, source.config.num_hidden_layers)
+    student = student_from_teacher(source, layer_map)
+    check_copied_layers(source, student, layer_map)
+    return layer_map, student
 
 
 def enable_activation_checkpointing(model: PreTrainedModel) -> None:
