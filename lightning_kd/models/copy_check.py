@@ -41,7 +41,7 @@ def check_copied_layers(source: nn.Module, student: nn.Module, indices: list[int
     relative, rounding = TOLERANCE.get(dtype, 5e-2), 2 * torch.finfo(dtype).eps
     for j, i in enumerate(indices):
         entered, left = seen[id(source_blocks[i])]
-        expected, update = left - entered, got[id(student_blocks[j])][1] - inputs[j].float()
+        expected, update = left - entered, got[id(student_blocks[j])][1] - inputs[j]
         allowed = relative * expected.norm() + rounding * entered.norm()
         if (update - expected).norm() > allowed:
             difference = float((update - expected).norm() / expected.norm().clamp_min(1e-12))
@@ -60,7 +60,8 @@ def run_recording(
     """Run ``model`` on ``ids`` in eval mode, without gradients, and return each of ``blocks``'
     (hidden-state input, output) in fp32, by ``id``; with ``inputs``, block k is handed
     ``inputs[k]`` in place of what the layers before it gave."""
-    seen: dict[int, tuple[Tensor, Tensor]] = {}
+    entered: dict[int, Tensor] = {}
+    left: dict[int, Tensor] = {}
 
     def enter(k: int):
         def hook(block: nn.Module, args: tuple, kwargs: dict):
@@ -68,14 +69,13 @@ def run_recording(
             if inputs is not None:
                 hidden = inputs[k].to(hidden.dtype)
                 args, kwargs = replaced(args, kwargs, hidden)
-            seen[id(block)] = (hidden.float(), hidden.float())
+            entered[id(block)] = hidden.float()
             return args, kwargs
 
         return hook
 
     def leave(block: nn.Module, args: tuple, kwargs: dict, output) -> None:
-        out = output[0] if isinstance(output, tuple | list) else output
-        seen[id(block)] = (seen[id(block)][0], out.float())
+        left[id(block)] = (output[0] if isinstance(output, tuple | list) else output).float()
 
     hooks = [b.register_forward_pre_hook(enter(k), with_kwargs=True) for k, b in enumerate(blocks)]
     hooks += [b.register_forward_hook(leave, with_kwargs=True) for b in blocks]
@@ -87,7 +87,7 @@ def run_recording(
         model.train(was_training)
         for hook in hooks:
             hook.remove()
-    return seen
+    return {key: (entered[key], left[key]) for key in entered}
 
 
 def replaced(args: tuple, kwargs: dict, hidden: Tensor) -> tuple[tuple, dict]:
