@@ -4,9 +4,10 @@ Every ``every`` optimizer steps (and after the last), the first ``prompts`` vali
 prompts — a chat row's turns before its first answer, a text block's first ``text_prompt`` tokens —
 are completed greedily by the student and by the teacher (up to ``max_new_tokens``, eval mode, no
 graph, outside the step's capture arming), and appended to ``RUN_DIR/samples.csv`` (step, prompt,
-student, teacher). The run's summary (``launch/train.py``) adds the last step's rows to
-``summary.md``. Rank 0 alone generates: no collective runs inside ``generate`` of the unwrapped
-models.
+student, teacher). A teacher with another tokenizer reads its own tokens of each prompt, as in a
+step, and its tokenizer spells its answer. The run's summary (``launch/train.py``) adds the last
+step's rows to ``summary.md``. Rank 0 alone generates: no collective runs inside ``generate`` of
+the unwrapped models.
 
 A resume drops the rows after its checkpoint's step (written again), and a prompt with
 ``max_new_tokens`` beyond a model's positions is refused before the first step. A stop request
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 from torch import Tensor, nn
@@ -51,10 +53,16 @@ class CompletionSamples(L.Callback):
         and a resume's ``samples.csv`` keeps the rows of the steps before its checkpoint."""
         if not trainer.is_global_zero:
             return
-        lengths = [len(prompt) for prompt in self.prompts(trainer.datamodule)]
-        for role in ("student", "teacher"):
-            model = getattr(module.distiller, role)
+        prompts = self.prompts(trainer.datamodule)
+        distiller = module.distiller
+        readings = {
+            "student": prompts,
+            "teacher": teacher_reading(distiller, prompts, module.tokenizer)[0],
+        }
+        for role, read in readings.items():
+            model = getattr(distiller, role)
             limit = max_positions(model.config) if model is not None else None
+            lengths = [len(prompt) for prompt in read]
             key = "callbacks.samples.max_new_tokens"
             if error := room_error(key, self.max_new_tokens, lengths, limit, f"the {role}"):
                 raise Refused(error)
@@ -77,7 +85,7 @@ class CompletionSamples(L.Callback):
         distiller, tokenizer = module.distiller, module.tokenizer
         student = self.complete(distiller.student, prompts, tokenizer)
         teacher = (
-            self.complete(distiller.teacher, prompts, tokenizer)
+            self.complete(distiller.teacher, *teacher_reading(distiller, prompts, tokenizer))
             if distiller.teacher is not None
             else [""] * len(prompts)
         )
@@ -109,6 +117,17 @@ class CompletionSamples(L.Callback):
         options["stopping_criteria"] = StoppingCriteriaList([StopRequested()])
         new = generate_in_eval(model, left, **options)
         return tokenizer.batch_decode(new, skip_special_tokens=True)
+
+
+def teacher_reading(distiller, prompts: list[Tensor], tokenizer) -> tuple[list[Tensor], Any]:
+    """``prompts`` as the teacher reads them, and the tokenizer that spells its answers: the
+    student's, or for a teacher with another tokenizer, its re-tokenisation of each prompt, as
+    in a step (its BOS, its ids for the text; they were the student's ids, read as its own)."""
+    if distiller.cross is None:
+        return prompts, tokenizer
+    aligner = distiller.cross.aligner
+    rows = [aligner.view(prompt.cpu().unsqueeze(0)).input_ids[0] for prompt in prompts]
+    return rows, aligner.teacher_tokenizer
 
 
 def drop_rows_after(path: Path, step: int) -> None:

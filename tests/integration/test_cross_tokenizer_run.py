@@ -8,17 +8,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from lightning_kd.models.loading import byte_tokenizer, model_from_config
 from tests.conftest import TEXT, TINY_LLAMA, sentencepiece_tokenizer
 from tests.integration.test_cli import run_in_process
 
 
-def save_model(directory: Path, tokenizer, seed: int) -> Path:
-    """A tiny Llama sized for ``tokenizer``, saved with it (a teacher.path / student.source)."""
+def save_model(directory: Path, tokenizer, seed: int, **config) -> Path:
+    """A tiny Llama sized for ``tokenizer`` (``config`` over it), saved with it (a teacher.path /
+    student.source)."""
     torch.manual_seed(seed)
-    model = model_from_config({**TINY_LLAMA, "vocab_size": len(tokenizer)}, "causal_lm")
+    config = {**TINY_LLAMA, "vocab_size": len(tokenizer), **config}
+    model = model_from_config(config, "causal_lm")
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
@@ -65,6 +67,34 @@ def test_a_teacher_with_another_tokenizer_trains_the_student_and_reports_bits_pe
     saved = AutoTokenizer.from_pretrained(run_dir / "student")
     assert saved.get_vocab() == byte_tokenizer().get_vocab()
     assert "teacher: online (auto: " in output
+
+
+def test_the_samples_teacher_reads_its_own_tokens_of_the_prompt(models, tmp_path, capsys):
+    """+callbacks=samples gave a teacher with another tokenizer the student's ids as its own,
+    and spelled its answer with the student's tokenizer: the column was noise."""
+    _, student, _ = models
+    # Untied: a tiny tied model repeats the prompt's last token, whatever tokenizer reads it.
+    untied = {"tie_word_embeddings": False}
+    teacher = save_model(tmp_path / "untied", sentencepiece_tokenizer(), 2, **untied)
+    corpus = tmp_path / "ascii.txt"  # whole characters in every 32-byte prompt
+    corpus.write_text(TEXT)
+    run_dir = tmp_path / "samples"
+    samples = ["+callbacks=samples", "callbacks.samples.prompts=2"]
+    samples += ["callbacks.samples.max_new_tokens=6", "trainer.max_steps=1"]
+    argv = [*overrides(teacher, student, corpus, run_dir), *samples]
+    code, output = run_in_process(argv, capsys)
+    assert code in (None, 0), output[-3000:]
+    with open(run_dir / "samples.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 2
+    model = AutoModelForCausalLM.from_pretrained(teacher, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(teacher)
+    for row in rows:
+        ids = tokenizer(row["prompt"], return_tensors="pt")["input_ids"]  # its BOS, its pieces
+        assert ids[0, 0] == tokenizer.bos_token_id
+        with torch.no_grad():
+            new = model.generate(ids, max_new_tokens=6, do_sample=False)[0, ids.shape[1] :]
+        assert row["teacher"] == tokenizer.decode(new, skip_special_tokens=True)
 
 
 def test_what_the_cross_tokenizer_path_cannot_serve_is_refused_before_step_0(
