@@ -17,6 +17,7 @@ ROWS = (
     ("val/ppl", "student perplexity (val)", 2),
     ("val/bpb", "student bits per byte (val)", 4),
     ("val/agreement", "top-1 agreement with teacher", 3),
+    ("val/aligned", "student positions aligned with the teacher (val)", 3),
     ("val/kl", "KL(teacher ‖ student) per token", 3),
     ("val/features", "feature loss (val)", 4),
     ("val/embedding_cosine", "embedding cosine to teacher (val)", 4),
@@ -27,6 +28,7 @@ ROWS = (
 TEACHER_ROWS = {
     "val/agreement": "top-1 agreement with teachers[{}]",
     "val/kl": "KL(teachers[{}] ‖ student) per token",
+    "val/aligned": "student positions aligned with teachers[{}] (val)",
 }
 """The rows shown per teacher where a run has several (``val/<key>/<name>``)."""
 
@@ -174,10 +176,16 @@ class RunSummary:
             return "—" if value is None else f"{value:.{digits}f}"
 
         rows = []
+        several = any(per_teacher(key, self.after) for key in TEACHER_ROWS)
+        whose = " of the teacher group's model" if several else ""  # not the others'
         if self.teacher_ppl is not None:
-            several = any(per_teacher(key, self.after) for key in TEACHER_ROWS)
-            whose = " of the teacher group's model" if several else ""  # not the others'
             rows.append((f"teacher perplexity (val){whose}", fmt(self.teacher_ppl, 2), ""))
+        # Comparable across tokenizers, and the one teacher figure a teacher of another
+        # tokenizer than the student's has: it has no perplexity of the student's tokens.
+        if (
+            bpb := self.after.get("val/teacher_bpb", self.before.get("val/teacher_bpb"))
+        ) is not None:
+            rows.append((f"teacher bits per byte (val){whose}", fmt(bpb, 4), ""))
         rows += [
             (label, fmt(self.before.get(key), digits), fmt(self.after.get(key), digits))
             for key, label, digits in [*ROWS, *teacher_rows(self.after)]

@@ -168,3 +168,20 @@ def test_several_teachers_agreement_and_kl_are_shown_per_teacher_by_name() -> No
     assert "| KL(teacher ‖ student) per token |" not in report
     one = RunSummary(after={"val/kl": 0.1}, steps=1, train_tokens=1, train_seconds=1.0).markdown()
     assert "| KL(teacher ‖ student) per token |" in one
+
+
+def test_a_teacher_of_another_tokenizer_is_shown_by_bits_per_byte_and_aligned_share() -> None:
+    """A cross-tokenizer run logged val/teacher_bpb and val/aligned, and its summary showed
+    neither: no teacher figure at all, since that teacher has no perplexity of the student's
+    tokens (probe 32)."""
+    before = {"val/bpb": 3.5, "val/teacher_bpb": 0.981, "val/aligned": 0.911}
+    after = {"val/bpb": 3.1, "val/teacher_bpb": 0.981, "val/aligned": 0.911}
+    report = RunSummary(
+        after=after, before=before, steps=1, train_tokens=1, train_seconds=1.0
+    ).markdown()
+    assert "| teacher bits per byte (val) | 0.9810 |  |" in report
+    assert "| student positions aligned with the teacher (val) | 0.911 | 0.911 |" in report
+    assert "perplexity (val)" not in report  # the student's tokens only: none was logged
+    two = {"val/aligned/gemma": 0.9, "val/kl/gemma": 0.3, "val/kl/smol": 0.1, "val/kl": 0.1}
+    report = RunSummary(after=two, steps=1, train_tokens=1, train_seconds=1.0).markdown()
+    assert "| student positions aligned with teachers[gemma] (val) | — | 0.900 |" in report
