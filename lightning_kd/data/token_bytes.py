@@ -28,6 +28,7 @@ from functools import cache
 import torch
 from torch import Tensor
 from transformers import PreTrainedTokenizerBase
+from transformers.convert_slow_tokenizer import SLOW_TO_FAST_CONVERTERS
 
 from lightning_kd.data.errors import DataError
 
@@ -57,13 +58,23 @@ def byte_alphabet() -> dict[str, int]:
 def check_fast(tokenizer: PreTrainedTokenizerBase, role: str) -> None:
     """Refuse a tokenizer without the ``tokenizers`` backend: no vocabulary-to-bytes table, no
     offsets to align by."""
-    if not getattr(tokenizer, "is_fast", False):
+    if getattr(tokenizer, "is_fast", False):
+        return
+    name = type(tokenizer).__name__
+    slow = (
+        f"the {role}'s tokenizer ({name}) is a slow (Python) tokenizer: cross-tokenizer "
+        "distillation aligns token offsets, which only fast tokenizers give. "
+    )
+    if name not in SLOW_TO_FAST_CONVERTERS:  # use_fast=True would load the same slow one
         raise DataError(
-            f"the {role}'s tokenizer ({type(tokenizer).__name__}) is a slow (Python) tokenizer: "
-            "cross-tokenizer distillation aligns token offsets, which only fast tokenizers give. "
-            "Save a fast one beside the model (AutoTokenizer.from_pretrained(path, use_fast=True)"
-            ".save_pretrained(path); it needs the tokenizers package) or use a model that has one"
+            slow + f"transformers has no fast version of {name} to convert it to: use a model "
+            "whose tokenizer is a fast (tokenizers) one, a byte-level BPE or SentencePiece"
         )
+    raise DataError(
+        slow + "Save a fast one beside the model (AutoTokenizer.from_pretrained(path, "
+        "use_fast=True).save_pretrained(path); it needs the tokenizers package) or use a model "
+        "that has one"
+    )
 
 
 def decoder_kind(tokenizer: PreTrainedTokenizerBase) -> str:

@@ -198,11 +198,20 @@ def test_masked_labels_and_padding_are_not_paired():
 
 
 def test_a_slow_tokenizer_is_refused_with_the_fix():
-    class Slow:
+    """A class transformers converts (transformers 4's slow LlamaTokenizer) is told to save its
+    fast version; one it cannot convert (ByT5, Python alone) was told the same, and that fix
+    loaded the same slow tokenizer again (probe 32)."""
+    from transformers import ByT5Tokenizer
+
+    class LlamaTokenizer:  # transformers 4's slow one: a converter makes the fast one
         is_fast = False
 
     with pytest.raises(ValueError, match=r"slow .*use_fast=True"):
-        check_fast(Slow(), "teacher")
+        check_fast(LlamaTokenizer(), "teacher")
+    no_fast = r"\(ByT5Tokenizer\) is a slow .*transformers has no fast version of ByT5Tokenizer"
+    with pytest.raises(ValueError, match=no_fast) as refused:
+        check_fast(ByT5Tokenizer(), "teacher")
+    assert "use_fast" not in str(refused.value)
 
 
 def wordpiece_tokenizer():
