@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from lightning_kd.evaluation.saved_models import model_location
+from lightning_kd.utils.refusal import first_line
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 """The package's own lm-eval tasks, held-out text no training corpus of it holds."""
@@ -107,6 +108,30 @@ def task_errors(
                 f"{key}: lm-eval has no task {name!r} ({hint}); the package's own: "
                 "kd_heldout_choice, kd_heldout_prose (both: kd_heldout)"
             )
+    return errors or task_data_errors(tasks, include, key, include_key)
+
+
+def task_data_errors(
+    tasks: Sequence[str], include: Sequence[str], key: str, include_key: str
+) -> list[str]:
+    """Each of ``tasks`` whose data lm-eval cannot load here (a hub dataset with no network, a
+    file of a task of one's own gone), found by building the tasks once before any model loads:
+    it was a ``ConnectionError`` traceback after the models had loaded (after training, in a
+    run). lm-eval builds them again for each model, from the datasets cache."""
+    logging.getLogger("lm_eval.api.task").addFilter(custom_dataset_advice)
+    manager = task_manager(include, tasks)
+    errors = []
+    for name in tasks:
+        try:
+            manager.load([name])
+        except OSError as error:  # ConnectionError, FileNotFoundError (datasets' not found)
+            errors.append(
+                f"{key}: lm-eval cannot load the data of task {name!r} here "
+                f"({type(error).__name__}: {first_line(error)}). A task read from the Hugging "
+                "Face hub needs the network once (the datasets cache keeps it; then "
+                "HF_DATASETS_OFFLINE=1 reads it offline); without it, use a task of local files "
+                f"({include_key}=DIR, or the package's kd_heldout)"
+            )
     return errors
 
 
@@ -154,8 +179,9 @@ def custom_dataset_advice(record: logging.LogRecord) -> bool:
 
 def scores(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | None]]:
     """lm-eval's ``results`` (``{task: {"acc,none": ..., "acc_stderr,none": ...}}``) keyed by
-    metric alone (``acc``, ``acc_stderr``; ``exact_match_strict-match`` for another filter than
-    ``none``); a stderr lm-eval did not compute ("N/A") is None."""
+    metric alone (``acc``, ``acc_stderr``; ``exact_match_strict-match`` and
+    ``exact_match_strict-match_stderr`` for another filter than ``none``); a stderr lm-eval did
+    not compute ("N/A") is None."""
     table = {}
     for task, entries in results.items():
         table[task] = {}
@@ -163,9 +189,18 @@ def scores(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | No
             metric, comma, kept = name.partition(",")
             if not comma:
                 continue  # alias, name, sample_len
-            key = metric if kept == "none" else f"{metric}_{kept}"
+            key = metric if kept == "none" else filtered(metric, kept)
             table[task][key] = float(value) if isinstance(value, int | float) else None
     return table
+
+
+def filtered(metric: str, kept: str) -> str:
+    """The key of ``metric`` under lm-eval's filter ``kept``, its stderr's ending in ``_stderr``
+    as every stderr does (``exact_match_strict-match_stderr``): the table reads a stderr by that
+    ending (``exact_match_stderr_strict-match`` was shown as a score of its own)."""
+    if metric.endswith("_stderr"):
+        return f"{metric.removesuffix('_stderr')}_{kept}_stderr"
+    return f"{metric}_{kept}"
 
 
 def score_models(models: Sequence[str], harness: Harness, teacher: str | None = None) -> list[dict]:

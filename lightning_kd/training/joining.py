@@ -18,6 +18,7 @@ from contextlib import contextmanager
 import torch.distributed as dist
 
 from lightning_kd.utils.compat import signal_started_processes
+from lightning_kd.utils.refusal import first_line
 from lightning_kd.utils.stopping import stopping_while_blocked
 
 
@@ -66,13 +67,6 @@ def described(strategy) -> str:
     return (
         f"{strategy.world_size} processes: trainer.num_nodes={nodes} x trainer.devices={per_node}"
     )
-
-
-def first_line(error: BaseException) -> str:
-    """What a torch error says first (its message's first line; its type's name for none):
-    quoted after a line of ours, without the C++ stack trace gloo and NCCL append."""
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 def join_failure(strategy, role: str, error: BaseException) -> str:

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from lightning_kd.training.joining import JoinError, first_line
+from lightning_kd.training.joining import JoinError
+from lightning_kd.utils.refusal import first_line
 
 PEER_MARKS = (
     "Connection reset by peer",

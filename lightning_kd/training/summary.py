@@ -103,6 +103,11 @@ class TrainTimer(Callback):
             pl_module.log_dict(rates, on_step=True, on_epoch=False)
 
 
+def fixed(value: float | None, digits: int) -> str:
+    """``value`` to ``digits`` decimals: ``—`` where the run did not measure it."""
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
 def rate(value: float | None) -> str:
     """A throughput for the table: ``—`` when nothing was timed (a resume with no steps left)."""
     return "—" if value is None else f"{value:.0f}"
@@ -169,28 +174,27 @@ class RunSummary:
         )
         return f"{self.precision['trainer.precision']}, {teacher}"
 
-    def markdown(self) -> str:
-        """The summary as a markdown table (also what the console shows)."""
-
-        def fmt(value: float | None, digits: int) -> str:
-            return "—" if value is None else f"{value:.{digits}f}"
-
+    def metric_rows(self) -> list[tuple[str, str, str]]:
+        """The validation rows: the teacher's figures, then each metric before and after."""
         rows = []
         several = any(per_teacher(key, self.after) for key in TEACHER_ROWS)
         whose = " of the teacher group's model" if several else ""  # not the others'
         if self.teacher_ppl is not None:
-            rows.append((f"teacher perplexity (val){whose}", fmt(self.teacher_ppl, 2), ""))
+            rows.append((f"teacher perplexity (val){whose}", fixed(self.teacher_ppl, 2), ""))
         # Comparable across tokenizers, and the one teacher figure a teacher of another
         # tokenizer than the student's has: it has no perplexity of the student's tokens.
-        if (
-            bpb := self.after.get("val/teacher_bpb", self.before.get("val/teacher_bpb"))
-        ) is not None:
-            rows.append((f"teacher bits per byte (val){whose}", fmt(bpb, 4), ""))
-        rows += [
-            (label, fmt(self.before.get(key), digits), fmt(self.after.get(key), digits))
+        bpb = self.after.get("val/teacher_bpb", self.before.get("val/teacher_bpb"))
+        if bpb is not None:
+            rows.append((f"teacher bits per byte (val){whose}", fixed(bpb, 4), ""))
+        return rows + [
+            (label, fixed(self.before.get(key), digits), fixed(self.after.get(key), digits))
             for key, label, digits in [*ROWS, *teacher_rows(self.after)]
             if key in self.after and not per_teacher(key, self.after)
         ]
+
+    def markdown(self) -> str:
+        """The summary as a markdown table (also what the console shows)."""
+        rows = self.metric_rows()
         rows += [
             ("optimizer steps", "", str(self.steps)),
             *([("stopped early", "", self.stopped_early)] if self.stopped_early else []),

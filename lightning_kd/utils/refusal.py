@@ -41,3 +41,11 @@ def said_once(errors: Sequence[str]) -> list[str]:
         setting = re.match(r"[\w.+~\[\]-]+=[^\s:;,]+(?=[:;]|$)", error)
         kept.setdefault(setting.group() if setting else error, error)
     return list(kept.values())
+
+
+def first_line(error: BaseException) -> str:
+    """What an error says first (its message's first line; its type's name for none): quoted
+    after a line of ours, without the stack trace a C++ error (gloo, NCCL) or a retrying
+    download appends."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

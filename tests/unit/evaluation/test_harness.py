@@ -48,18 +48,24 @@ def test_results_are_keyed_by_metric_and_an_uncomputed_stderr_is_none() -> None:
             "acc_stderr,none": 0.1,
         },
         "kd_heldout_prose": {"word_perplexity,none": 80.0, "word_perplexity_stderr,none": "N/A"},
-        "gsm8k": {"exact_match,strict-match": 0.25},
+        "gsm8k": {"exact_match,strict-match": 0.25, "exact_match_stderr,strict-match": 0.05},
     }
+    # A filtered stderr ends in _stderr as every stderr does: it was read as a score of its own
+    # (exact_match_stderr_strict-match), its stderr column empty (probe 33).
     assert scores(results) == {
         "kd_heldout_choice": {"acc": 0.5, "acc_stderr": 0.1},
         "kd_heldout_prose": {"word_perplexity": 80.0, "word_perplexity_stderr": None},
-        "gsm8k": {"exact_match_strict-match": 0.25},
+        "gsm8k": {"exact_match_strict-match": 0.25, "exact_match_strict-match_stderr": 0.05},
     }
+    rows = [{"model": "m", "teacher": False, "scores": scores(results)}]
+    assert "| gsm8k | exact_match_strict-match | m | 0.2500 | 0.0500 |" in markdown(rows)
+    assert "stderr_strict" not in markdown(rows)
     assert logged_metrics(scores(results), prefix="teacher_") == {
         "lm_eval/kd_heldout_choice/teacher_acc": 0.5,
         "lm_eval/kd_heldout_choice/teacher_acc_stderr": 0.1,
         "lm_eval/kd_heldout_prose/teacher_word_perplexity": 80.0,
         "lm_eval/gsm8k/teacher_exact_match_strict-match": 0.25,
+        "lm_eval/gsm8k/teacher_exact_match_strict-match_stderr": 0.05,
     }
 
 
@@ -158,3 +164,33 @@ def test_a_missing_include_directory_and_a_missing_lm_eval_are_named(
     )
     with pytest.raises(ModuleNotFoundError, match=r"lightning-kd\[eval\]"):
         harness.task_manager([], ["kd_heldout"])
+
+
+def test_a_task_whose_data_cannot_be_loaded_is_named_before_any_model_loads(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A hub task with no network was a ConnectionError traceback after the models had loaded
+    (in a run: after training), lm-eval's retries first (probe 33)."""
+    (tmp_path / "gone.yaml").write_text(
+        "task: kd_gone\n"
+        "dataset_path: json\n"
+        f"dataset_kwargs:\n  data_files:\n    test: {tmp_path / 'absent.jsonl'}\n"
+        "output_type: loglikelihood_rolling\ntest_split: test\n"
+        "doc_to_text: ''\ndoc_to_target: '{{text}}'\n"
+        "metric_list:\n  - metric: word_perplexity\n"
+    )
+    (error,) = task_errors(["kd_heldout", "kd_gone"], [str(tmp_path)], "--lm-eval", "--inc")
+    assert error.startswith("--lm-eval: lm-eval cannot load the data of task 'kd_gone' here (")
+    assert "FileNotFoundError" in error and "--inc=DIR" in error
+
+    def offline(manager, names):
+        raise ConnectionError(
+            "Couldn't reach 'allenai/ai2_arc' on the Hub (LocalEntryNotFoundError)"
+        )
+
+    monkeypatch.setattr("lm_eval.tasks.TaskManager.load", offline)
+    (error,) = task_errors(["kd_heldout_choice"], [], "lm_eval.tasks", "lm_eval.include")
+    assert (
+        "task 'kd_heldout_choice' here (ConnectionError: Couldn't reach 'allenai/ai2_arc'" in error
+    )
+    assert "HF_DATASETS_OFFLINE=1" in error and "lm_eval.include=DIR" in error
