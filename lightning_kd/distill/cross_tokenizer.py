@@ -20,6 +20,7 @@ from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.data.alignment import Aligner, TeacherView
 from lightning_kd.data.vocab_maps import first_token_map, vocabulary_map
+from lightning_kd.distill.spelled_share import SpelledShare
 from lightning_kd.losses.chunked import CHUNK_ELEMENTS, OutputHead, matmul_dtype
 from lightning_kd.losses.cross_spans import span_grid, teacher_spans_at
 from lightning_kd.losses.cross_top import TeacherSide, TeacherTop, teacher_top
@@ -53,9 +54,9 @@ class CrossTokenizer:
         self.student_vocab, self.teacher_vocab = student_vocab, teacher_vocab
         self.student_lengths = self.aligner.student.lengths(student_vocab)
         self.top_k = min(top_k, teacher_vocab)
-        self.loss, self.uld_weight, self.min_aligned = loss, uld_weight, min_aligned
+        self.loss, self.uld_weight = loss, uld_weight
         self.span_weight = span_weight
-        self.checked = False
+        self.spelled = SpelledShare(min_aligned)
         self.head_checked = False
         self.kept: MetricSums | None = None
         """A validation batch's teacher sums, until :meth:`teacher_sums` reads them."""
@@ -110,26 +111,13 @@ class CrossTokenizer:
             return twins(self.mapping, self.student_vocab)
 
     def view(self, batch: dict[str, Tensor]) -> TeacherView:
-        """The teacher's tokenisation of ``batch``, checked once for how much text it spells
-        back (the first batch a run sees: before step 0)."""
+        """The teacher's tokenisation of ``batch``, counted for how much text it spells back
+        (the first batch a run sees is judged before step 0: ``spelled_share.py``)."""
         view = self.aligner.view(
             batch["input_ids"].cpu(), batch.get("attention_mask"), batch["labels"].cpu()
         )
-        if not self.checked:
-            self.check(view)
-            self.checked = True
+        self.spelled.add(view)
         return view
-
-    def check(self, view: TeacherView) -> None:
-        """Refuse a pair of tokenizers whose texts disagree beyond normalisation."""
-        if view.share < self.min_aligned:
-            raise Refused(
-                f"the teacher's tokenizer spells back {view.share:.1%} of the student's text "
-                f"(distill.cross_min_aligned={self.min_aligned}): the two tokenizers normalise "
-                "the text differently (case, Unicode forms, whitespace), so too few positions can "
-                "be aligned. Use a teacher whose tokenizer keeps the text as it is, or lower "
-                "distill.cross_min_aligned if that share is what you expect"
-            )
 
     @torch.no_grad()
     def teacher_hidden(self, teacher: nn.Module, view: TeacherView, device) -> Tensor:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -147,6 +149,28 @@ def test_a_teacher_that_rewrites_most_of_the_text_is_refused():
     # a Refused: the command prints the message alone (it was a traceback, exit 1)
     with pytest.raises(Refused, match=r"spells back .*% of the student's text.*cross_min"):
         cross.view({"input_ids": ids, "labels": ids})
+
+
+def test_a_teacher_that_rewrites_the_text_after_a_first_batch_it_spells_is_warned_about():
+    """A lower-casing teacher passed on a lower-case first batch, then trained silently on
+    upper-case text it spelled 3 % of (probe 32): the share of every batch read is watched."""
+    from lightning_kd.distill.cross_tokenizer import CrossTokenizer
+
+    lower = sentencepiece_tokenizer(normalizers.Lowercase())
+    cross = CrossTokenizer(byte_tokenizer(), lower, 257, len(lower))
+    first = student_batch("the quick brown fox jumps over the lazy dog")
+    shouting = student_batch("THE QUICK BROWN FOX JUMPS OVER THE LAZY DOG, TWICE OVER")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cross.view({"input_ids": first, "labels": first})  # passes: all of it spelled back
+    with pytest.warns(
+        UserWarning, match=r"spelled back \d+\.\d% .* over the 2 batches .*cross_min"
+    ):
+        cross.view({"input_ids": shouting, "labels": shouting})
+    assert cross.spelled.share < 0.9
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once
+        cross.view({"input_ids": shouting, "labels": shouting})
 
 
 def test_whitespace_runs_and_newlines_round_trip():
