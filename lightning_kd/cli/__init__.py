@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from importlib.metadata import version
 
 from lightning_kd.models.unreadable import UnreadableModel
+from lightning_kd.utils import starting
 from lightning_kd.utils.disk import full_disk_message
 from lightning_kd.utils.refusal import REFUSED_EXIT, Refused
 
@@ -55,9 +56,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         hint = f"; did you mean {near[0]!r}?" if near else ""
         print(f"{usage()}\n\n{PROG}: unknown command {name!r}{hint}", file=sys.stderr)
         return 2
-    # Imported on demand: `lightning-kd evaluate --help` need not load Lightning and Hydra.
-    command = importlib.import_module(f"lightning_kd.cli.{name}")
+    starting.begin(f"{PROG} {name}")  # until the command's own stop request takes over
     try:
+        # Imported on demand: `lightning-kd evaluate --help` need not load Lightning and Hydra.
+        command = importlib.import_module(f"lightning_kd.cli.{name}")
         status = command.main(rest)
     except (Refused, UnreadableModel) as refused:  # the user's input, not a fault: the
         print(f"{PROG} {name}: {refused}", file=sys.stderr)  # message is the whole story
@@ -70,4 +72,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"{PROG} {name}: {message}", file=sys.stderr)
         return 1
+    finally:
+        starting.end()
     return status if isinstance(status, int) else 0

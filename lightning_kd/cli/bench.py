@@ -15,6 +15,7 @@ from lightning_kd.bench import runner
 from lightning_kd.bench.checks import prepare
 from lightning_kd.bench.scenarios import SCENARIOS
 from lightning_kd.cli.formatting import HelpFormatter
+from lightning_kd.utils import starting
 
 DEFAULTS = {"seq": 256, "warmup": 2, "repeats": 5, "loss_repeats": 3}
 """Row length, untimed and timed steps per scenario, timed repeats of each loss sweep point."""
@@ -91,4 +92,5 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> dict | None:
     """Run the benchmark (or, with the hidden ``--scenario``/``--loss-tokens``, one child)."""
+    starting.end()  # imported: a Ctrl+C is a KeyboardInterrupt again (utils/starting.py)
     return runner.run(parse(argv))

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from lightning_kd.cli.formatting import HelpFormatter
+from lightning_kd.utils import starting
 
 
 class Parser(argparse.ArgumentParser):
@@ -107,4 +108,5 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     # after torch, transformers and Lightning have loaded (seconds).
     from lightning_kd.launch.evaluate import evaluate
 
+    starting.end()  # imported: a Ctrl+C is a KeyboardInterrupt again (utils/starting.py)
     return evaluate(args)

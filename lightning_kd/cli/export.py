@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lightning_kd.export.gguf_names import GGUF_KINDS, gguf_path
+from lightning_kd.utils import starting
 
 
 def parser() -> argparse.ArgumentParser:
@@ -38,5 +39,6 @@ def main(argv: Sequence[str] | None = None) -> Path:
     # after torch, transformers and Lightning have loaded (seconds).
     from lightning_kd.launch.export import export_directory
 
+    starting.end()  # imported: a Ctrl+C is a KeyboardInterrupt again (utils/starting.py)
     out = args.out if args.out is not None else gguf_path(args.directory, args.gguf)
     return export_directory(args.directory, args.gguf, out)

@@ -14,9 +14,11 @@ from pathlib import Path
 from lightning_kd.bench.soak import MAX_GROWTH, out_errors, soak
 from lightning_kd.cli.formatting import HelpFormatter
 from lightning_kd.launch.entry import check_entry
+from lightning_kd.utils import starting
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    starting.end()  # imported: a Ctrl+C is a KeyboardInterrupt again (utils/starting.py)
     parser = argparse.ArgumentParser(
         prog="lightning-kd soak", description=__doc__, formatter_class=HelpFormatter
     )

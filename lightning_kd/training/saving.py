@@ -91,6 +91,10 @@ class LastCheckpoint(Checkpoint):
         # user's own gets them for training.
         STOP.install()
         self._installed = True
+        # Asked while the models loaded or fit set up: stopped before a step that would only
+        # have been saved (with a compile of the loss first), and nothing trained is lost.
+        if agreed(trainer)(STOP.requested):
+            raise Interrupted(STOP.signum or signal.SIGTERM, "as training started")
 
     def on_train_batch_start(self, trainer: Trainer, *args) -> None:
         # Raised here, not right after the save: Lightning logs the step's metrics after

@@ -30,6 +30,8 @@ from types import FrameType
 
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from lightning_kd.utils import starting
+
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -91,6 +93,7 @@ class StopRequest:
     def install(self) -> None:
         if not self._replaced:  # the outermost install starts a new request
             self.signum = None
+            starting.end()  # the command is under way: its stops are this request's
         self._replaced.append({signum: signal.signal(signum, self._handle) for signum in SIGNALS})
         self._pid = os.getpid()
 

@@ -98,3 +98,19 @@ def test_a_validation_inside_an_accumulation_window_saves_nothing(
         val_check_interval=6,
     )
     assert batches.at_save and all(count % 4 == 0 for count in batches.at_save), batches.at_save
+
+
+def test_a_stop_asked_before_the_first_step_stops_before_it(tiny_teacher, corpus, tmp_path) -> None:
+    """SIGTERM while the models loaded was honoured only after a whole first step (a compile of
+    the loss, then a checkpoint written), 20 s past a `docker stop`'s grace (probe 33)."""
+    import os
+    import signal
+
+    from lightning_kd.utils.stopping import STOP, Interrupted
+
+    record = Record()
+    with STOP.installed():
+        os.kill(os.getpid(), signal.SIGTERM)  # as the launch's handlers record it, models loading
+        with pytest.raises(Interrupted, match=r"^SIGTERM received: stopped as training started$"):
+            fit(tmp_path, tiny_teacher, corpus, record)
+    assert record.steps == [] and not (tmp_path / "checkpoints" / "last.ckpt").exists()
