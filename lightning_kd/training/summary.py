@@ -151,6 +151,13 @@ class RunSummary:
     written: dict[str, dict] = field(default_factory=dict)
     """What the run left on disk: ``{what: {"path": ..., "bytes": ...}}`` (:func:`disk_use`)."""
 
+    def __post_init__(self) -> None:
+        # A resume that reuses the validation its checkpoint records (stopped after training's
+        # last step) validates nothing: the teacher's perplexity is that validation's.
+        if self.teacher_ppl is None:
+            found = self.after.get("val/teacher_ppl", self.before.get("val/teacher_ppl"))
+            self.teacher_ppl = None if found is None else float(found)
+
     @property
     def tokens_per_second(self) -> float | None:
         """Training throughput of this process (None when it trained no step)."""

@@ -185,3 +185,12 @@ def test_a_teacher_of_another_tokenizer_is_shown_by_bits_per_byte_and_aligned_sh
     two = {"val/aligned/gemma": 0.9, "val/kl/gemma": 0.3, "val/kl/smol": 0.1, "val/kl": 0.1}
     report = RunSummary(after=two, steps=1, train_tokens=1, train_seconds=1.0).markdown()
     assert "| student positions aligned with teachers[gemma] (val) | — | 0.900 |" in report
+
+
+def test_a_resume_that_reuses_its_final_validation_keeps_the_teachers_perplexity() -> None:
+    """Stopped during the export and resumed, the run validated nothing and its summary had
+    "teacher_ppl": null and no teacher row, though the reused validation held it (probe 33)."""
+    after = {"val/ppl": 58.0, "val/teacher_ppl": 14.539}
+    summary = RunSummary(after=after, steps=6, train_tokens=1, train_seconds=0.0)
+    assert summary.as_dict()["teacher_ppl"] == 14.539
+    assert "| teacher perplexity (val) | 14.54 |" in summary.markdown()
