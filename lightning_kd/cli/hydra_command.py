@@ -24,6 +24,7 @@ from lightning_kd.launch.checks import config_errors
 from lightning_kd.launch.cluster import launcher_errors, launcher_override_errors, submitit_kind
 from lightning_kd.launch.cluster_jobs import drop_placeholder, job_ends_told, sweep_dir_errors
 from lightning_kd.launch.config import CONF_DIR, compose_config, register_defaults, stored_nodes
+from lightning_kd.launch.harness_run import ScoringFailed
 from lightning_kd.launch.keys import override_key_errors
 from lightning_kd.launch.paths import default_run_dir_errors, run_dir_errors, sets_run_dir
 from lightning_kd.launch.sweeps import in_process_ddp_errors, sweep_job_errors
@@ -57,7 +58,7 @@ def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
         except Refused as refused:
             drop_empty_run_dir(started)
             exit_refused(refused, started_outputs(started), own_line=run_logged())
-        except (NonFiniteError, JoinError, PeerLost) as failed:  # each said whole: no traceback
+        except (NonFiniteError, JoinError, PeerLost, ScoringFailed) as failed:  # said whole
             if not getattr(failed, "reported", False):  # a lost process: the stop report said it
                 start = "\n" if isinstance(failed, PeerLost) else ""  # after a progress bar
                 print(f"{start}{rank_prefix()}lightning-kd: {failed}", file=sys.stderr)

@@ -70,6 +70,11 @@ def harness_errors(cfg: Mapping) -> list[str]:
     return errors + task_errors(harness.tasks, harness.include, "lm_eval.tasks", "lm_eval.include")
 
 
+class ScoringFailed(RuntimeError):
+    """``lm_eval.tasks`` failed once the run had trained and written its student: said whole,
+    exit 1 (its cause was a traceback under Hydra's)."""
+
+
 def teacher_name(cfg: Mapping) -> str | None:
     """The teacher as ``evaluate`` names a model (``smollm2``, a directory, a hub id), or None
     when ``lm_eval.teacher`` is off."""
@@ -93,7 +98,7 @@ def evaluate_run(cfg: Mapping, student_dir: Path, trainer) -> list[dict] | None:
         rows = score_models([str(student_dir)], harness, teacher)
     except Exception as error:  # the run is trained and exported: say how to score it again
         again = f"lightning-kd evaluate --lm-eval {','.join(harness.tasks)} -- {student_dir}"
-        raise RuntimeError(
+        raise ScoringFailed(
             f"lm_eval.tasks failed after training ({type(error).__name__}: {error}); the student "
             f"and the summary are written: score it again with `{again}`"
         ) from error
