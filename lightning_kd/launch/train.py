@@ -23,6 +23,7 @@ from omegaconf import DictConfig
 
 from lightning_kd.launch.auto import resolve
 from lightning_kd.launch.build import build
+from lightning_kd.launch.cache_dtype_checks import cache_dtype_errors
 from lightning_kd.launch.cache_k_checks import cache_k_errors
 from lightning_kd.launch.config import JobRecord, record_job
 from lightning_kd.launch.data_checks import dataset_errors
@@ -215,7 +216,7 @@ def run(cfg: DictConfig, command: Sequence[str] = COMMAND) -> float | None:
     nodes = node_errors(cfg.trainer.get("num_nodes", 1), cfg.trainer.devices)
     extra = model_setting_errors(cfg) + nodes + dataset_errors(cfg)
     extra += tokenizer_pair_errors(cfg)  # tokenizers load only where it asks the cross path
-    extra += cache_k_errors(cfg, "train")
+    extra += cache_k_errors(cfg, "train") + cache_dtype_errors(cfg)
     # Before a cache is written, as `cache`; a key the config lacks (no samples) is not compared.
     lengths = [teacher_length(cfg, "data.block_size")]
     lengths.append(teacher_length(cfg, "callbacks.samples.max_new_tokens"))  # prompts add later

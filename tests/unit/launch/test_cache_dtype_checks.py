@@ -1,0 +1,49 @@
+"""An explicit teacher dtype against the dtype a named cache was written in (probe 32)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lightning_kd.cache.format import FORMAT_VERSION, INDEX_NAME
+from lightning_kd.launch.cache_dtype_checks import cache_dtype_errors
+from lightning_kd.launch.config import compose_config
+from tests.integration.test_cli import run_in_process
+
+
+def bf16_cache(directory: Path) -> Path:
+    """A directory whose index says its teacher was loaded in bfloat16 (all the check reads)."""
+    directory.mkdir()
+    index = {"format": FORMAT_VERSION, "key": {"teacher_dtype": "bfloat16"}, "shards": []}
+    (directory / INDEX_NAME).write_text(json.dumps(index))
+    return directory
+
+
+def test_an_explicit_dtype_unlike_the_caches_is_refused_with_both_fixes(tmp_path) -> None:
+    """teacher.dtype=float32 over a bfloat16 cache trained from bfloat16 logits while the
+    summary said "teacher float32"."""
+    cache = bf16_cache(tmp_path / "cache")
+    given = ["debug=smoke", f"distill.teacher_cache={cache}"]
+    (error,) = cache_dtype_errors(compose_config([*given, "teacher.dtype=float32"]))
+    assert error.startswith(f"teacher.dtype=float32, but the teacher cache {cache} was written")
+    assert "set teacher.dtype=bfloat16 (or auto)" in error and "teacher.dtype=float32)" in error
+    for alike in ("teacher.dtype=bfloat16", "teacher.dtype=auto"):
+        assert cache_dtype_errors(compose_config([*given, alike])) == []
+    online = ["debug=smoke", "teacher.dtype=float32", "distill.teacher_cache=null"]
+    assert cache_dtype_errors(compose_config(online)) == []
+
+
+def test_a_teachers_entry_is_held_to_its_own_cache(tmp_path) -> None:
+    cache = bf16_cache(tmp_path / "entry")
+    entry = f"{{name: other, weight: 0.5, config: {{model_type: llama}}, cache: '{cache}'"
+    teachers = f"teachers=[{{name: tiny, weight: 0.5}}, {entry}, dtype: float32}}]"
+    (error,) = cache_dtype_errors(compose_config(["debug=smoke", teachers]))
+    assert error.startswith(f"teachers.1.dtype=float32, but the teacher cache {cache}")
+
+
+def test_a_run_is_refused_before_anything_loads(tmp_path, capsys) -> None:
+    cache = bf16_cache(tmp_path / "cache")
+    argv = ["train", "debug=smoke", "teacher.dtype=float32", f"distill.teacher_cache={cache}"]
+    code, output = run_in_process([*argv, f"hydra.run.dir={tmp_path / 'run'}"], capsys)
+    assert code == 2 and "teacher.dtype=float32, but the teacher cache" in output
+    assert "Traceback" not in output
