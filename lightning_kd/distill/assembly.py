@@ -91,7 +91,7 @@ def teacher_domains(teachers: list[TeacherEntry], distill: DistillConfig, data) 
     if found.named and distill.on_policy:
         raise Refused(ON_POLICY_DOMAINS)
     if data is not None:
-        found.know(getattr(data, "domains", None))
+        found.know_data(data)
     return found
 
 

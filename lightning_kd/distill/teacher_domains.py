@@ -62,6 +62,32 @@ class DomainTeaching:
         """Learn the data's ``domains`` (the data module's ``Domains``, or None)."""
         self.weights = domain_weights(self.entries, domains)
 
+    def know_data(self, data) -> None:
+        """Learn the domains of the set-up data module ``data``, and refuse a teacher that no
+        training block would teach from (its domains' rows all cut by ``data.max_train_examples``,
+        or too short for a block): it loaded and logged ``train/kd/<name>`` 0.0, a perfect
+        match, at every step. A stream's blocks are not known ahead."""
+        domains = getattr(data, "domains", None)
+        self.know(domains)
+        kept = getattr(data, "train_domains", None)
+        if self.weights is None or domains is None or kept is None:
+            return
+        counts = torch.bincount(torch.tensor(kept, dtype=torch.long), minlength=len(domains.names))
+        idle = [
+            f"teachers[{index}] ({entry.name}) teaches {list(entry.domains)}"
+            for index, entry in enumerate(self.entries)
+            if entry.weight > 0
+            and entry.domains is not None
+            and counts[list(domains.indices(entry.domains, entry.name))].sum() == 0
+        ]
+        if idle:
+            raise Refused(
+                f"{'; '.join(idle)}, of which none of the run's {len(kept)} training blocks is: "
+                "it would teach nothing. Give those domains more text (a block is "
+                "data.block_size tokens), raise data.max_train_examples if it cut them, or drop "
+                "the entry"
+            )
+
     def main_rows(self, batch: dict, mask: Tensor) -> Tensor:
         """``mask`` (``[batch, seq]``, the positions feature matching scores) kept only on the rows
         of the domains the main teacher teaches: the feature pairs are its layers, so another

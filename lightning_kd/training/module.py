@@ -172,7 +172,7 @@ class DistillationModule(LightningModule):
         silence_eval_mode_warning(self.trainer, teacher_modules)
         self.window.reset()
         if (domains := self.distiller.domains).named and domains.weights is None:
-            domains.know(getattr(self.trainer.datamodule, "domains", None))  # built without it
+            domains.know_data(self.trainer.datamodule)  # built without it
 
     def configure_callbacks(self) -> list[Callback]:
         """The block-wise repair is a stage of its own that runs before the first step

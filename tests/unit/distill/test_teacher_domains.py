@@ -227,3 +227,16 @@ def test_each_teachers_validation_figures_are_over_the_rows_it_teaches() -> None
     torch.testing.assert_close(metrics["ppl"], every["ppl"], rtol=1e-10, atol=0)
     code_only = both.evaluate(batch | {"domain": torch.tensor([0, 0])})  # b teaches none of it
     assert float(code_only["kl/b"][1]) == 0
+
+
+def test_a_teacher_whose_domains_have_no_training_block_is_refused() -> None:
+    """data.max_train_examples kept only prose blocks: the code teacher loaded, taught nothing,
+    and logged train/kd/<name> 0.0 at every step (probe 32)."""
+    from types import SimpleNamespace
+
+    teaching = DomainTeaching(tuple(entries(["prose"], ["code"])))
+    with pytest.raises(Refused, match=r"^teachers\[1\] \(b\) teaches \['code'\], of which none of"):
+        teaching.know_data(SimpleNamespace(domains=DOMAINS, train_domains=[1, 1, 1]))
+    teaching.know_data(SimpleNamespace(domains=DOMAINS, train_domains=[1, 0, 1]))  # both taught
+    assert teaching.weights is not None
+    teaching.know_data(SimpleNamespace(domains=DOMAINS, train_domains=None))  # a stream: unknown
