@@ -12,6 +12,8 @@ import argparse
 import json
 from pathlib import Path
 
+from transformers import AutoConfig
+
 from lightning_kd.evaluation.harness import (
     Harness,
     device_errors,
@@ -32,6 +34,7 @@ from lightning_kd.launch.unfinished import unfinished_run_error
 from lightning_kd.models.positions import saved_positions
 from lightning_kd.models.unreadable import saved_model_errors
 from lightning_kd.utils.atomic import atomic_write_bytes
+from lightning_kd.utils.refusal import first_line
 
 
 def evaluate(args: argparse.Namespace) -> list[dict]:
@@ -142,6 +145,7 @@ def lm_eval(args: argparse.Namespace) -> list[dict]:
         options=numbers,
         extra=out_file_errors("--out", args.out, ours=is_record)
         + model_errors(args.models, args.teacher)
+        + hub_model_errors([*args.models, *([args.teacher] if args.teacher else [])])
         + task_errors(harness.tasks, harness.include, "--lm-eval", "--lm-eval-include")
         + device_errors(harness.device, "--device"),
     )
@@ -175,6 +179,25 @@ def model_errors(models: list[str], teacher: str | None) -> list[str]:
             continue
         if location.is_dir():  # a hub id is for from_pretrained to find
             errors += saved_model_errors(location, key, tokenizer=True)
+    return errors
+
+
+def hub_model_errors(names: list[str]) -> list[str]:
+    """Each model named by a Hugging Face id whose config cannot be had here (no network and
+    not in the cache, no such id): lm-eval met it only when it loaded the model, a traceback
+    after the teacher's whole pass (``--files`` reads each config for its positions first)."""
+    errors = []
+    for name in names:
+        try:
+            location = model_location(name)
+        except (OSError, ValueError):
+            continue  # model_errors names it
+        if not name.strip() or Path(location).is_dir():
+            continue
+        try:
+            AutoConfig.from_pretrained(location)
+        except (OSError, ValueError) as error:
+            errors.append(f"model {name}: {first_line(error)}")
     return errors
 
 

@@ -133,3 +133,22 @@ def test_lm_eval_scores_each_model_beside_the_teacher(tmp_path, capsys, monkeypa
     ratio = f"{student['acc'] / teacher['acc']:.3f}" if teacher["acc"] else "—"
     line = f"| kd_heldout_choice | acc | {tmp_path / 'student'} | {student['acc']:.4f} | "
     assert f"{line}{student['acc_stderr']:.4f} | {ratio} |" in table
+
+
+def test_lm_eval_of_a_hub_id_out_of_reach_is_refused_before_any_model_loads(
+    tmp_path, monkeypatch
+) -> None:
+    """lm-eval met an unreachable id only when loading it: a traceback after the teacher's whole
+    pass (`--files` refused it up front; probe 33)."""
+    from lightning_kd.launch import evaluate
+    from lightning_kd.utils.refusal import Refused
+
+    def unreachable(location, *args, **kwargs):
+        raise OSError(f"We couldn't connect to 'https://huggingface.co' to load {location}.\nmore")
+
+    monkeypatch.setattr(evaluate.AutoConfig, "from_pretrained", unreachable)
+    monkeypatch.setattr(evaluate, "score_models", lambda *args: pytest.fail("scored"))
+    save_tiny(tmp_path / "student", 1)
+    argv = ["--lm-eval", "kd_heldout_choice", "--", str(tmp_path / "student"), "org/absent"]
+    with pytest.raises(Refused, match=r"model org/absent: We couldn't connect to .* org/absent\.$"):
+        main(argv)
