@@ -34,8 +34,16 @@ LAST = "last"
 """``ckpt_path`` value meaning "this run directory's latest checkpoint"."""
 LAST_NAME = "last.ckpt"
 
-RESUME = "resume with ckpt_path=last (the last checkpoint written whole is kept)"
+RESUME = (
+    "resume with ckpt_path=last (the last checkpoint written whole is kept; a checkpoint is "
+    "written beside the one it replaces, so the disk needs room for two)"
+)
 """What follows a checkpoint the disk had no room for (``utils/disk.py``)."""
+START_AGAIN = (
+    "start the run again (overwrite=true): no checkpoint was written whole before this one, "
+    "so there is none to resume from"
+)
+"""What follows the first checkpoint the disk had no room for: ``ckpt_path=last`` is refused."""
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
@@ -81,7 +89,8 @@ def atomic_torch_save(obj: Any, path: Path) -> None:
     """``torch.save`` to ``path`` so that a crash leaves the previous file or the whole new one."""
     # replaced_whole: a temporary file beside path, os.replace'd onto it (atomic within one
     # filesystem), removed on failure; the disk is judged before it goes (full while it is there).
-    with replaced_whole(path) as temp, disk_errors(path, RESUME), open(temp, "wb") as handle:
+    then = RESUME if path.is_file() else START_AGAIN
+    with replaced_whole(path) as temp, disk_errors(path, then), open(temp, "wb") as handle:
         torch.save(obj, handle)
         handle.flush()
         os.fsync(handle.fileno())

@@ -102,6 +102,19 @@ def test_a_checkpoint_the_disk_has_no_room_for_keeps_the_last_one(tmp_path, monk
     assert sorted(p.name for p in path.parent.iterdir()) == ["last.ckpt"]
 
 
+def test_the_first_checkpoint_the_disk_has_no_room_for_says_start_again(tmp_path, monkeypatch):
+    """It said "resume with ckpt_path=last", which is refused where no checkpoint exists
+    (probe 33)."""
+
+    def full_disk(obj, handle) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    path = tmp_path / "checkpoints" / "last.ckpt"
+    with pytest.raises(OSError, match=r"free space and start the run again \(overwrite=true\)"):
+        atomic_torch_save({"global_step": 8}, path)
+
+
 def test_a_directory_is_not_taken_for_a_checkpoint(saved: Path, tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match=r"is a directory, not a checkpoint") as error:
         resolve_ckpt_path(str(saved.parent), tmp_path)
