@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import difflib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
@@ -203,11 +203,19 @@ def filtered(metric: str, kept: str) -> str:
     return f"{metric}_{kept}"
 
 
-def score_models(models: Sequence[str], harness: Harness, teacher: str | None = None) -> list[dict]:
-    """A row per model (``teacher`` first, marked), each with its :func:`run_tasks` scores."""
+def score_models(
+    models: Sequence[str],
+    harness: Harness,
+    teacher: str | None = None,
+    before_each: Callable[[], None] | None = None,
+) -> list[dict]:
+    """A row per model (``teacher`` first, marked), each with its :func:`run_tasks` scores;
+    ``before_each`` is called before each model (a run's stop request raises there)."""
     named = ([(teacher, True)] if teacher is not None else []) + [(m, False) for m in models]
     rows = []
     for name, is_teacher in named:
+        if before_each is not None:
+            before_each()
         rows.append({"model": name, "teacher": is_teacher, "scores": run_tasks(name, harness)})
         print(f"{name}: lm-eval {', '.join(harness.tasks)} done", flush=True)
     return rows

@@ -19,6 +19,7 @@ from lightning_kd.evaluation.harness import (
 )
 from lightning_kd.launch.rules import ABSENT, lookup
 from lightning_kd.models.sources import teacher_dir
+from lightning_kd.utils.stopping import STOP, Interrupted
 
 DEFAULTS = {"include": [], "teacher": True, "batch_size": 8, "limit": None, "device": "cpu"}
 """The ``lm_eval`` node's keys beside ``tasks`` where a config leaves them out (conf/config.yaml
@@ -75,6 +76,18 @@ class ScoringFailed(RuntimeError):
     exit 1 (its cause was a traceback under Hydra's)."""
 
 
+def stop_between(kept: str) -> None:
+    """A stop asked for during lm-eval ends it before the next model (each model's pass runs
+    whole: lm-eval has no clean point inside it), said here with ``kept``. It was acknowledged,
+    then every model was scored and the run exited 0, past a preemption's grace."""
+    try:
+        STOP.check("during lm_eval.tasks", detail=kept)
+    except Interrupted as stop:
+        print(f"\n{stop}", flush=True)
+        stop.reported = True
+        raise
+
+
 def teacher_name(cfg: Mapping) -> str | None:
     """The teacher as ``evaluate`` names a model (``smollm2``, a directory, a hub id), or None
     when ``lm_eval.teacher`` is off."""
@@ -94,10 +107,14 @@ def evaluate_run(cfg: Mapping, student_dir: Path, trainer) -> list[dict] | None:
     if harness is None:
         return None
     teacher = teacher_name(cfg)
+    again = f"lightning-kd evaluate --lm-eval {','.join(harness.tasks)}"
+    again += f"{f' --teacher {teacher}' if teacher is not None else ''} -- {student_dir}"
+    kept = f"the student and the summary are written; score them with `{again}`"
     try:
-        rows = score_models([str(student_dir)], harness, teacher)
+        rows = score_models([str(student_dir)], harness, teacher, lambda: stop_between(kept))
+    except Interrupted:
+        raise
     except Exception as error:  # the run is trained and exported: say how to score it again
-        again = f"lightning-kd evaluate --lm-eval {','.join(harness.tasks)} -- {student_dir}"
         raise ScoringFailed(
             f"lm_eval.tasks failed after training ({type(error).__name__}: {error}); the student "
             f"and the summary are written: score it again with `{again}`"

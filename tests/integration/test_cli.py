@@ -197,6 +197,35 @@ def test_lm_eval_failing_after_training_leaves_the_summary(tmp_path, capsys, mon
     assert json.loads((run / "summary.json").read_text())["steps"] == 1
 
 
+def test_a_stop_during_lm_eval_after_training_ends_it_before_the_next_model(
+    tmp_path, capsys, monkeypatch
+):
+    """SIGTERM in the teacher's lm-eval pass was acknowledged, then the student was scored too
+    and the run exited 0, past a preemption's grace (probe 33)."""
+    import os
+    import signal
+
+    def signalled(model, harness):
+        os.kill(os.getpid(), signal.SIGTERM)  # while this model's pass runs
+        return {"kd_heldout_choice": {"acc": 0.5}}
+
+    from lightning_kd.models.loading import byte_tokenizer
+    from tests.integration.test_cross_tokenizer_run import save_model
+
+    monkeypatch.setattr("lightning_kd.evaluation.harness.run_tasks", signalled)
+    teacher = save_model(tmp_path / "teacher", byte_tokenizer(), 0)  # a path lm-eval scores
+    run = tmp_path / "run"
+    argv = ["train", "debug=smoke", "trainer.max_steps=1", "validate_before=false"]
+    argv += [f"teacher.path={teacher}", "teacher.config=null", "teacher.dtype=float32"]
+    argv += ["lm_eval.tasks=[kd_heldout_choice]", "lm_eval.teacher=true", f"hydra.run.dir={run}"]
+    code, output = run_in_process(argv, capsys)
+    assert code == 143, output[-2000:]
+    assert "SIGTERM received: stopped during lm_eval.tasks (the student and the summary" in output
+    assert "--teacher " in output and f"-- {run / 'student'}`)" in output
+    assert "Resume with" not in output and output.count("stopped during lm_eval") == 1
+    assert json.loads((run / "summary.json").read_text())["steps"] == 1
+
+
 def test_bad_config_values_fail_with_a_clear_message(tmp_path: Path, capsys) -> None:
     """Run in this process (``lightning-kd train`` as the CLI runs it): a process start-up each
     cost more than the runs themselves."""
