@@ -218,8 +218,9 @@ def teacher_source(
     # An unresolved auto (outside a run: notebooks, the benchmark) is the online teacher.
     cached = entry.cache not in (None, "auto") and data is not None
     spec = entry.spec
+    source = tokenizer.name_or_path if teacher_tokenizer and tokenizer else None  # to name
     if cached:  # loaded as its cache's writer loaded it, for the weights digest
-        with entry_cache_errors(entry):
+        with entry_cache_errors(entry, source):
             spec = replace(spec, dtype=CachedTeacher.stored_dtype(entry.cache))
     model = load_teacher(spec, precision)
     if spec.quantize is not None:  # before its cache opens: the writer's digest is of int8 weights
@@ -232,7 +233,7 @@ def teacher_source(
     if not cached:
         return model, cross
     args = (entry.cache, model, tokenizer, data, distill.temperature, (), cross)
-    with entry_cache_errors(entry):
+    with entry_cache_errors(entry, source):
         cache = CachedTeacher.for_run(*args)
     del model
     gc.collect()
@@ -252,10 +253,10 @@ def check_entry_vocabulary(entry: TeacherEntry, model: nn.Module, needed: int) -
 
 
 @contextmanager
-def entry_cache_errors(entry: TeacherEntry) -> Iterator[None]:
-    """A cache refusal of a ``teachers`` entry, naming the entry and how to write *its* cache:
-    the reader's own advice speaks of the run's ``teacher=`` (the main teacher's), and
-    following it wrote the wrong teacher's cache."""
+def entry_cache_errors(entry: TeacherEntry, source: str | None = None) -> Iterator[None]:
+    """A cache refusal of a ``teachers`` entry, naming the entry and how to write *its* cache
+    (the reader's advice wrote the main teacher's), with ``source``, the student tokenizer's
+    model where the entry reads another (``student.source``: else, a cache of the entry's)."""
     try:
         yield
     except CacheError as error:
@@ -263,10 +264,11 @@ def entry_cache_errors(entry: TeacherEntry) -> Iterator[None]:
         for advice in ("write one with `", "\nUse the cache written for", "rebuild it for"):
             found = found.split(advice)[0].rstrip("; :")
         model = " ".join(shlex.quote(item) for item in teacher_overrides(entry.spec))
+        student = f" {shlex.quote('student.source=' + source)}" if source else ""
         raise type(error)(
             f"teachers entry {entry.name!r} (cache {entry.cache}): {found}\nWrite this entry's "
-            f"cache with `lightning-kd cache {model} hydra.run.dir={entry.cache} overwrite=true "
-            "<the run's student.source, data=, distill.temperature and cache.k overrides>`, or "
+            f"cache with `lightning-kd cache {model}{student} hydra.run.dir={entry.cache} "
+            "overwrite=true <the run's data=, distill.temperature and cache.k overrides>`, or "
             "set its cache to auto or null (online)"
         ) from None
 

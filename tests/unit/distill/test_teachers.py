@@ -294,6 +294,7 @@ def test_an_entrys_cache_refusal_names_the_entry_and_how_to_write_its_cache(corp
     written = "`lightning-kd cache teacher.path=smollm2 teacher.config=null teacher.gguf_file=null"
     assert written in message and "this run's teacher=" not in message
     assert f"teacher.init_seed=0 hydra.run.dir={empty} overwrite=true <the run's" in message
+    assert "student.source" not in message  # the entry reads the run's tokens: a cache of them
     int8 = replace(entry, spec=replace(entry.spec, quantize="int8"))  # written as it runs
     with pytest.raises(CacheError, match=r"teacher.quantize=int8 teacher.task"):
         teacher_source(int8, config, datamodule.tokenizer, None, "32-true", datamodule)
@@ -341,3 +342,32 @@ def test_an_entry_of_fewer_rows_than_the_runs_tokens_is_refused_by_name(corpus) 
     rows = r"teachers entry 'b': its vocabulary has 200 rows but the run's tokenizer has 257"
     with pytest.raises(Refused, match=rows):
         teacher_source(entry, config, datamodule.tokenizer, None, "32-true", None)
+
+
+def test_an_entry_of_another_tokenizer_is_told_to_write_its_cache_for_the_students(tmp_path):
+    """The command written for an entry of another tokenizer lacked student.source: followed,
+    it wrote a cache of the entry's own tokenizer, refused again with the same command
+    (probe 32)."""
+    from transformers import AutoTokenizer
+
+    from lightning_kd.cache.reader import CacheError
+    from lightning_kd.distill.teachers import teacher_source
+    from lightning_kd.models.loading import byte_tokenizer
+
+    byte_tokenizer().save_pretrained(tmp_path / "student")
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "student")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    entry = teacher_entries(
+        [
+            {"name": "main", "weight": 0.5},
+            {"name": "second", "weight": 0.5, "path": "smollm2", "cache": str(empty)},
+        ],
+        TeacherSpec(path=None, config=dict(TINY_LLAMA)),
+    )[1]
+    config = DistillConfig(features=None, compile=False)
+    with pytest.raises(CacheError) as refused:
+        teacher_source(entry, config, tokenizer, None, "32-true", object())
+    assert f"teacher.init_seed=0 student.source={tmp_path / 'student'} hydra.run.dir=" in str(
+        refused.value
+    )
