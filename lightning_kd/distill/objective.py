@@ -188,12 +188,17 @@ class DistillConfig:
             )
         if self.cross_loss not in LOSSES:
             raise ValueError(f"distill.cross_loss={self.cross_loss!r}; choose one of {LOSSES}")
-        if self.cross_top_k < 1 or self.cross_uld_weight < 0 or self.cross_span_weight < 0:
-            raise ValueError(
-                f"distill.cross_top_k={self.cross_top_k} must be >= 1, and "
-                f"distill.cross_uld_weight={self.cross_uld_weight} and "
-                f"distill.cross_span_weight={self.cross_span_weight} >= 0"
+        bad = [f"distill.cross_top_k={self.cross_top_k} must be >= 1"] * (self.cross_top_k < 1)
+        bad += [
+            f"distill.{key}={value} must be >= 0"
+            for key, value in (
+                ("cross_uld_weight", self.cross_uld_weight),
+                ("cross_span_weight", self.cross_span_weight),
             )
+            if value < 0
+        ]
+        if bad:  # each bad one alone: the valid ones read as refused (probe 32)
+            raise ValueError("; ".join(bad))
         if not 0.0 <= self.cross_min_aligned <= 1.0:
             raise ValueError(
                 f"distill.cross_min_aligned={self.cross_min_aligned}: a share, in [0, 1]"

@@ -159,8 +159,22 @@ def test_chunks_keep_spans_whole_so_the_step_does_not_depend_on_the_chunk_size()
 
 
 def test_a_negative_span_weight_is_refused():
-    with pytest.raises(ValueError, match=r"distill.cross_span_weight=-0.5 >= 0"):
+    with pytest.raises(ValueError, match=r"^distill.cross_span_weight=-0.5 must be >= 0$"):
         DistillConfig(cross_span_weight=-0.5)
+
+
+def test_each_bad_cross_setting_is_named_alone_with_the_config() -> None:
+    """One sentence named all three keys, the valid ones as if refused (probe 32)."""
+    from lightning_kd.launch.checks import config_errors
+    from lightning_kd.launch.config import compose_config
+
+    with pytest.raises(ValueError, match=r"^distill.cross_uld_weight=-1 must be >= 0$"):
+        DistillConfig(cross_uld_weight=-1)
+    cfg = compose_config(["debug=smoke", "distill.cross_uld_weight=-1", "distill.cross_top_k=0"])
+    errors = config_errors(cfg)
+    assert any(e.startswith("distill.cross_uld_weight=-1: must be") for e in errors)
+    assert any(e.startswith("distill.cross_top_k=0: must be an integer >= 1") for e in errors)
+    assert not any("cross_span_weight" in e for e in errors)
 
 
 def test_the_teachers_end_means_a_turns_end_or_a_documents_by_what_the_student_reads_next():
