@@ -153,8 +153,8 @@ NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 
 
 def entries_errors(entries: list[TeacherEntry]) -> list[str]:
-    """One main entry, distinct names, non-negative weights that sum to 1, causal LMs only, and
-    no domains where one teacher teaches every row."""
+    """One main entry, distinct names and models, non-negative weights that sum to 1, causal LMs
+    only, and no domains where one teacher teaches every row."""
     errors = []
     names = [entry.name for entry in entries]
     if sum(entry.main for entry in entries) != 1:
@@ -176,6 +176,15 @@ def entries_errors(entries: list[TeacherEntry]) -> list[str]:
         )
     if any(entry.spec.task != "causal_lm" for entry in entries):
         errors.append("teachers: several teachers distil causal LMs' logits only")
+    errors += [
+        f"teachers: {first.name} and {second.name} are the same model with the same teacher keys"
+        f"{' and domains' if first.domains is not None else ''}: one teacher's objective at "
+        f"twice its memory and compute; merge them into one entry of weight "
+        f"{first.weight + second.weight:g}"
+        for at, first in enumerate(entries)
+        for second in entries[at + 1 :]
+        if first.spec == second.spec and first.domains == second.domains
+    ]
     if len(entries) == 1 and entries[0].domains is not None:
         errors.append(
             "teachers: one entry with domains; a single teacher teaches every row, so drop its "

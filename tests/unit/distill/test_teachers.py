@@ -53,6 +53,14 @@ def test_entries_inherit_the_teacher_group_and_name_the_main_one():
             "exactly once",
         ),
         ([{"name": "a", "weight": 0.5}, {"name": "a", "weight": 0.5, "path": "x"}], "repeat"),
+        (  # one teacher's objective at twice the cost (probe 32)
+            [
+                {"name": "a", "weight": 0.25},
+                {"name": "b", "weight": 0.25, "path": "x"},
+                {"name": "c", "weight": 0.5, "path": "x"},
+            ],
+            r"teachers: b and c are the same model with the same teacher keys: .* weight 0.75$",
+        ),
         ([{"name": "a", "weight": 1.0, "paht": "x"}], "takes no key 'paht'; did you mean path"),
         ([{"weight": 1.0}], r"teachers\[0\] has no name: each entry needs a name and a weight"),
         ({"name": "a", "weight": 1.0}, "give a list of entries"),
