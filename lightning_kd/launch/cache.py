@@ -133,8 +133,11 @@ class CrossPath:
 
 TEACHERS_LIST = [
     "teachers is set, and lightning-kd cache writes one teacher's cache, the teacher group's; "
-    "add teachers=null to write that one (a run reads it as distill.teacher_cache=DIR), and let "
-    "the run write each entry's own (teachers.N.cache=auto)"
+    "add teachers=null to write that one (a run reads it as distill.teacher_cache=DIR). Write an "
+    "entry's own with the entry's model as the teacher and the run's student tokenizer as "
+    "student.source (lightning-kd cache teacher.path=<the entry's path> student.source=<the "
+    "teacher group's path> hydra.run.dir=DIR; a run reads it as teachers.N.cache=DIR), or let "
+    "the run decide (teachers.N.cache=auto: written where a cache pays, else online)"
 ]
 """Why a ``teachers`` list is refused: cached here, all but one of its teachers went unwritten."""
 
