@@ -80,3 +80,14 @@ def tokenizer_digest(tokenizer: Any) -> str:
         return _sha(json.dumps(definition, sort_keys=True).encode())
     special = json.dumps(tokenizer.special_tokens_map, sort_keys=True, default=str)
     return _sha(f"{type(tokenizer).__name__}:{vocab_digest(tokenizer)}:{special}".encode())
+
+
+def splitting(tokenizer: Any) -> dict | None:
+    """What decides how a fast ``tokenizer`` cuts text into its ids: its normalizer, its
+    pre-tokenizer and its model (vocabulary and merges); None for a slow one. Its post-processor
+    (a BOS it adds) and decoder change no id of a text."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return None
+    definition = json.loads(backend.to_str())
+    return {key: definition.get(key) for key in ("normalizer", "pre_tokenizer", "model")}

@@ -20,6 +20,7 @@ except ImportError:  # transformers 4.x
     from transformers.modeling_utils import no_init_weights
 
 from lightning_kd.models.copy_check import check_copied_layers
+from lightning_kd.models.digests import splitting
 from lightning_kd.models.freezing import freeze_embedding_side, freeze_first_layers
 from lightning_kd.models.layer_config import decoder_layers, pruned_config, unfitting_layers_error
 from lightning_kd.models.loading import (
@@ -201,8 +202,16 @@ def run_tokenizer(teacher: TeacherSpec, student: StudentSpec) -> PreTrainedToken
 
 
 def same_tokenizer(a: PreTrainedTokenizerBase, b: PreTrainedTokenizerBase) -> bool:
-    """Whether two tokenizers map every string to the same ids (the same vocabulary)."""
-    return a is b or a.get_vocab() == b.get_vocab()
+    """Whether two tokenizers map every string to the same ids: the same vocabulary, split the
+    same way (:func:`~lightning_kd.models.digests.splitting`). A vocabulary alike under another
+    normalizer (a lower-casing one) split the text otherwise, and read the student's ids as its
+    own: "Hello World" as ids its own tokenizer gives "hello world" no more."""
+    if a is b:
+        return True
+    if a.get_vocab() != b.get_vocab():
+        return False
+    mine, theirs = splitting(a), splitting(b)
+    return mine is None or theirs is None or mine == theirs  # a slow one: its vocabulary alone
 
 
 def check_vocabularies(
