@@ -67,11 +67,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl+C: the shell's convention, not a traceback
         print(f"\n{PROG} {name}: stopped by Ctrl+C (SIGINT)", file=sys.stderr)
         return 128 + signal.SIGINT
+    except starting.Terminated:  # SIGTERM where no stage took it (utils/starting.py)
+        print(f"\n{PROG} {name}: stopped by SIGTERM", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except OSError as error:  # a full disk, said whole by its message (utils/disk.py)
         if (message := full_disk_message(error)) is None:
             raise
         print(f"{PROG} {name}: {message}", file=sys.stderr)
         return 1
     finally:
-        starting.end()
+        starting.finish()
     return status if isinstance(status, int) else 0

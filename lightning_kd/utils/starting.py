@@ -1,13 +1,17 @@
-"""Ctrl+C or SIGTERM while a command starts: one line and the shell's exit status.
+"""Ctrl+C or SIGTERM while a command starts, and SIGTERM in a command without stages.
 
 A command spends its first seconds importing torch, Lightning and transformers. Python's default
 SIGINT handler raises ``KeyboardInterrupt`` wherever the main thread is, inside the import of a C
 extension too, which then fails its initialisation ("ImportError: initialization failed"), and
 the interpreter aborts while finalising it: a chained traceback of a hundred lines, "Fatal
 Python error" and exit 134, for the commonest Ctrl+C there is (a wrong override noticed). Until
-the command installs its own stop request (``utils/stopping.py``, before it writes anything) or
-returns, a signal ends the process at once, with the line the command prints for a Ctrl+C and
-128 + the signal number. Nothing is written before then: nothing needs cleaning up.
+the command has imported what it needs (:func:`end`, or its stop request of
+``utils/stopping.py``, installed before it writes anything), a signal ends the process at once,
+with one line and 128 + the signal number. Nothing is written before then.
+
+After it, SIGINT is Python's ``KeyboardInterrupt`` again and SIGTERM raises :class:`Terminated`,
+which the command line says in one line, as it says a Ctrl+C (Python's default for SIGTERM ended
+``evaluate`` with exit 143 and not a word). :func:`finish` puts back the handlers found.
 """
 
 from __future__ import annotations
@@ -20,8 +24,13 @@ from types import FrameType
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-_replaced: dict[int, object] = {}
+_found: dict[int, object] = {}
 _said = ""
+
+
+class Terminated(BaseException):
+    """SIGTERM in a command without stages (``evaluate``, ``export``, ``bench``): it stops there,
+    as Ctrl+C's ``KeyboardInterrupt`` does."""
 
 
 def begin(said: str) -> None:
@@ -29,17 +38,27 @@ def begin(said: str) -> None:
     until :func:`end`. Only the main thread can set handlers: elsewhere (a command called from a
     thread) nothing changes."""
     global _said
-    if threading.current_thread() is not threading.main_thread() or _replaced:
+    if threading.current_thread() is not threading.main_thread() or _found:
         return
     _said = said
-    _replaced.update({number: signal.signal(number, _stop) for number in SIGNALS})
+    _found.update({number: signal.signal(number, _stop) for number in SIGNALS})
 
 
 def end() -> None:
-    """Put back the handlers :func:`begin` replaced (the command's own take over)."""
-    for number, handler in _replaced.items():
+    """The command has imported what it needs: Ctrl+C is a ``KeyboardInterrupt`` again, and
+    SIGTERM (where Python's default was in place) a :class:`Terminated`."""
+    if not _found:
+        return
+    signal.signal(signal.SIGINT, _found[signal.SIGINT])
+    default = _found[signal.SIGTERM] in (signal.SIG_DFL, None)
+    signal.signal(signal.SIGTERM, _terminate if default else _found[signal.SIGTERM])
+
+
+def finish() -> None:
+    """Put back the handlers :func:`begin` found (the command has returned)."""
+    for number, handler in _found.items():
         signal.signal(number, handler)
-    _replaced.clear()
+    _found.clear()
 
 
 def _stop(signum: int, frame: FrameType | None) -> None:
@@ -47,3 +66,7 @@ def _stop(signum: int, frame: FrameType | None) -> None:
     print(f"\n{_said}: stopped by {how} while starting, before any work", file=sys.stderr)
     sys.stderr.flush()
     os._exit(128 + signum)  # no unwinding through a half-imported extension
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise Terminated

@@ -46,6 +46,23 @@ def test_the_commands_own_stop_request_takes_over_and_the_handlers_are_put_back(
     request = StopRequest()
     with request.installed():
         assert signal.getsignal(signal.SIGINT) == request._handle
+    assert signal.getsignal(signal.SIGINT) is before[signal.SIGINT]  # a KeyboardInterrupt again
+    starting.finish()
+    assert {number: signal.getsignal(number) for number in starting.SIGNALS} == before
+
+
+def test_sigterm_in_a_command_without_stages_is_said_in_one_line(tmp_path, capsys, monkeypatch):
+    """`evaluate` ended by SIGTERM exited 143 without a word (probe 33)."""
+    import os
+
+    def terminated(*args):
+        os.kill(os.getpid(), signal.SIGTERM)
+        pytest.fail("SIGTERM did not stop the command")
+
+    monkeypatch.setattr("lightning_kd.launch.export.export_directory", terminated)
+    before = {number: signal.getsignal(number) for number in starting.SIGNALS}
+    assert main(["export", str(tmp_path), "--gguf", "f16"]) == 143
+    assert capsys.readouterr().err.strip() == "lightning-kd export: stopped by SIGTERM"
     assert {number: signal.getsignal(number) for number in starting.SIGNALS} == before
 
 
