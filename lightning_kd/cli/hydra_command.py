@@ -4,6 +4,7 @@ the command line given as a list rather than read from ``sys.argv``."""
 from __future__ import annotations
 
 import functools
+import shlex
 import signal
 import sys
 import time
@@ -31,6 +32,7 @@ from lightning_kd.launch.sweeps import in_process_ddp_errors, sweep_job_errors
 from lightning_kd.training.finite import NonFiniteError
 from lightning_kd.training.joining import JoinError
 from lightning_kd.training.peers import PeerLost
+from lightning_kd.training.rerun import hydra_text
 from lightning_kd.training.rundir import is_rank_zero, rank_prefix, run_outputs
 from lightning_kd.utils.disk import full_disk_message
 from lightning_kd.utils.refusal import REFUSED_EXIT, Refused, refuse
@@ -246,8 +248,10 @@ def run_dir_override_errors(argv: Sequence[str]) -> list[str]:
         return []
     try:
         (override,) = OverridesParser.create().parse_overrides(words[-1:])
-    except Exception:  # Hydra names a malformed override itself, when it parses
-        return []
+    except Exception:  # Hydra's lexer error, exit 1, with no fix (probe 33)
+        key, _, value = words[-1].partition("=")
+        quoted = shlex.quote(f"{key}={hydra_text(value)}")
+        return [f"{words[-1]}: Hydra's override grammar cannot read it; quote it: {quoted}"]
     value = override.value()
     if isinstance(value, str) and "${" not in value:  # an interpolation is Hydra's to resolve
         return run_dir_errors(value)

@@ -58,3 +58,19 @@ def test_a_further_process_prefixes_its_refusal(capsys, monkeypatch) -> None:
         exit_refused(Refused("bad"))
     assert exit_.value.code == 2
     assert capsys.readouterr().err == "[rank: 1] lightning-kd: bad\n"
+
+
+def test_a_run_directory_hydra_cannot_read_unquoted_is_refused_with_its_quoted_form(
+    tmp_path, capsys
+) -> None:
+    """Hydra's lexer error, exit 1, with no fix (probe 33); the quoted form runs."""
+    from lightning_kd.cli import main
+
+    given = f"hydra.run.dir={tmp_path}/spa ce ü,x=1"
+    with pytest.raises(SystemExit) as refused:
+        main(["train", "debug=smoke", given])
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    quoted = f"'hydra.run.dir=\"{tmp_path}/spa ce ü,x=1\"'"
+    assert f"{given}: Hydra's override grammar cannot read it; quote it: {quoted}" in err
+    assert "LexerNoViableAltException" not in err
