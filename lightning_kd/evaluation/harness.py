@@ -108,7 +108,32 @@ def task_errors(
                 f"{key}: lm-eval has no task {name!r} ({hint}); the package's own: "
                 "kd_heldout_choice, kd_heldout_prose (both: kd_heldout)"
             )
-    return errors or task_data_errors(tasks, include, key, include_key)
+    if errors:  # lm-eval's index skips a YAML that does not parse, without a word
+        return errors + unreadable_yaml_errors(include, include_key)
+    return task_data_errors(tasks, include, key, include_key)
+
+
+def unreadable_yaml_errors(include: Sequence[str], include_key: str) -> list[str]:
+    """Each task YAML of the ``include`` directories that does not parse (its task was said
+    unknown, the user sent to `lm_eval ls tasks` and not to the line of their file)."""
+    import yaml
+
+    class Tagged(yaml.SafeLoader):  # lm-eval's !function and the like: read, not run
+        pass
+
+    Tagged.add_multi_constructor("!", lambda loader, suffix, node: None)
+    errors = []
+    for path in sorted(p for directory in include for p in Path(directory).rglob("*.yaml")):
+        try:
+            yaml.load(path.read_text(encoding="utf-8"), Loader=Tagged)  # a SafeLoader
+        except (yaml.YAMLError, UnicodeDecodeError) as error:
+            where = getattr(error, "problem_mark", None)
+            line = f" line {where.line + 1}" if where is not None else ""
+            errors.append(
+                f"{include_key}: {path}{line} does not parse as YAML, so lm-eval skips its task "
+                f"({first_line(error)})"
+            )
+    return errors
 
 
 def task_data_errors(

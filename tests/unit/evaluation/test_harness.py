@@ -194,3 +194,15 @@ def test_a_task_whose_data_cannot_be_loaded_is_named_before_any_model_loads(
         "task 'kd_heldout_choice' here (ConnectionError: Couldn't reach 'allenai/ai2_arc'" in error
     )
     assert "HF_DATASETS_OFFLINE=1" in error and "lm_eval.include=DIR" in error
+
+
+def test_a_task_yaml_that_does_not_parse_is_named_with_its_line(tmp_path) -> None:
+    """Its task was said unknown, with `lm_eval ls tasks` as the way on (probe 33)."""
+    (tmp_path / "broken.yaml").write_text("task: broken\ndataset_path: json\n  bad: [indent\n")
+    (tmp_path / "fine.yaml").write_text("task: fine\ncustom_dataset: !function files.beside\n")
+    errors = task_errors(["broken"], [str(tmp_path)], "--lm-eval", "--lm-eval-include")
+    assert errors[0].startswith("--lm-eval: lm-eval has no task 'broken'")
+    assert errors[1:] == [
+        f"--lm-eval-include: {tmp_path / 'broken.yaml'} line 3 does not parse as YAML, so "
+        "lm-eval skips its task (mapping values are not allowed here)"
+    ]
