@@ -229,6 +229,8 @@ class Columns:
         if is_conversation(dict.fromkeys(columns)) and "messages" not in read:
             return ", or read the conversations with data=chat"
         if "text" in columns and "text" not in read:
+            if self.setting == "data.text_field":  # the text module already: name its column
+                return "=text, the column of text there"
             return ", or read the texts with data=text (the default)"
         return ""
 

@@ -322,6 +322,9 @@ def test_a_missing_column_names_the_columns_there_are(tmp_path, datasets_home) -
     chat_source = {"path": "parquet", "data_files": str(chat_rows)}
     with pytest.raises(Refused, match=r"or read the conversations with data=chat"):
         TextDataModule(byte_tokenizer(), dataset=chat_source).setup()
+    # data=text told to read the texts with data=text, as it did (probe 33): its column's name
+    with pytest.raises(Refused, match=r"its columns: \['text'\]; set data.text_field=text, the"):
+        TextDataModule(byte_tokenizer(), dataset=text_source, text_field="body").setup()
 
 
 def test_a_missing_split_names_the_splits_there_are(tmp_path, datasets_home) -> None:
