@@ -269,14 +269,8 @@ def test_cached_teachers_are_never_resident_at_once(corpus, tmp_path, monkeypatc
     assert torch.isfinite(objective) and set(sums.teachers) == {"main", "second"}
 
 
-def test_an_entrys_cache_refusal_names_the_entry_and_how_to_write_its_cache(corpus, tmp_path):
-    """The reader's advice spoke of the run's ``teacher=`` (the main teacher): following it
-    wrote the main teacher's cache for the entry."""
-    from lightning_kd.cache.reader import CacheError
-    from lightning_kd.distill.teachers import teacher_source
-
-    datamodule = make_datamodule([corpus])
-    datamodule.setup()
+def smollm2_entry_of_an_empty_cache(tmp_path):
+    """A second ``teachers`` entry, SmolLM2, whose cache directory holds nothing yet."""
     empty = tmp_path / "empty"
     empty.mkdir()
     entry = teacher_entries(
@@ -286,6 +280,18 @@ def test_an_entrys_cache_refusal_names_the_entry_and_how_to_write_its_cache(corp
         ],
         TeacherSpec(path=None, config=dict(TINY_LLAMA)),
     )[1]
+    return entry, empty
+
+
+def test_an_entrys_cache_refusal_names_the_entry_and_how_to_write_its_cache(corpus, tmp_path):
+    """The reader's advice spoke of the run's ``teacher=`` (the main teacher): following it
+    wrote the main teacher's cache for the entry."""
+    from lightning_kd.cache.reader import CacheError
+    from lightning_kd.distill.teachers import teacher_source
+
+    datamodule = make_datamodule([corpus])
+    datamodule.setup()
+    entry, empty = smollm2_entry_of_an_empty_cache(tmp_path)
     config = DistillConfig(features=None, compile=False)
     with pytest.raises(CacheError) as refused:
         teacher_source(entry, config, datamodule.tokenizer, None, "32-true", datamodule)
@@ -356,15 +362,7 @@ def test_an_entry_of_another_tokenizer_is_told_to_write_its_cache_for_the_studen
 
     byte_tokenizer().save_pretrained(tmp_path / "student")
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "student")
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    entry = teacher_entries(
-        [
-            {"name": "main", "weight": 0.5},
-            {"name": "second", "weight": 0.5, "path": "smollm2", "cache": str(empty)},
-        ],
-        TeacherSpec(path=None, config=dict(TINY_LLAMA)),
-    )[1]
+    entry, _ = smollm2_entry_of_an_empty_cache(tmp_path)
     config = DistillConfig(features=None, compile=False)
     with pytest.raises(CacheError) as refused:
         teacher_source(entry, config, tokenizer, None, "32-true", object())
