@@ -188,14 +188,14 @@ class DistillConfig:
             )
         if self.cross_loss not in LOSSES:
             raise ValueError(f"distill.cross_loss={self.cross_loss!r}; choose one of {LOSSES}")
-        bad = [f"distill.cross_top_k={self.cross_top_k} must be >= 1"] * (self.cross_top_k < 1)
-        bad += [
-            f"distill.{key}={value} must be >= 0"
-            for key, value in (
-                ("cross_uld_weight", self.cross_uld_weight),
-                ("cross_span_weight", self.cross_span_weight),
+        bad = [
+            f"distill.{key}={value} must be >= {low}"
+            for key, value, low in (
+                ("cross_top_k", self.cross_top_k, 1),
+                ("cross_uld_weight", self.cross_uld_weight, 0),
+                ("cross_span_weight", self.cross_span_weight, 0),
             )
-            if value < 0
+            if value < low
         ]
         if bad:  # each bad one alone: the valid ones read as refused (probe 32)
             raise ValueError("; ".join(bad))

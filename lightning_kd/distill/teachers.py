@@ -218,7 +218,7 @@ def teacher_source(
     # An unresolved auto (outside a run: notebooks, the benchmark) is the online teacher.
     cached = entry.cache not in (None, "auto") and data is not None
     spec = entry.spec
-    source = tokenizer.name_or_path if teacher_tokenizer and tokenizer else None  # to name
+    source = None if teacher_tokenizer is None else tokenizer.name_or_path  # the student's
     if cached:  # loaded as its cache's writer loaded it, for the weights digest
         with entry_cache_errors(entry, source):
             spec = replace(spec, dtype=CachedTeacher.stored_dtype(entry.cache))

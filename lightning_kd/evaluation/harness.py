@@ -99,7 +99,8 @@ def task_errors(
     ]
     if errors:
         return errors
-    known = task_manager(include, tasks).all_tasks
+    manager = task_manager(include, tasks)  # lm-eval's own index takes seconds: built once
+    known = manager.all_tasks
     for name in tasks:
         if name not in known:
             near = difflib.get_close_matches(name, known, n=3)
@@ -110,7 +111,7 @@ def task_errors(
             )
     if errors:  # lm-eval's index skips a YAML that does not parse, without a word
         return errors + unreadable_yaml_errors(include, include_key)
-    return task_data_errors(tasks, include, key, include_key)
+    return task_data_errors(tasks, manager, key, include_key)
 
 
 def unreadable_yaml_errors(include: Sequence[str], include_key: str) -> list[str]:
@@ -136,15 +137,13 @@ def unreadable_yaml_errors(include: Sequence[str], include_key: str) -> list[str
     return errors
 
 
-def task_data_errors(
-    tasks: Sequence[str], include: Sequence[str], key: str, include_key: str
-) -> list[str]:
+def task_data_errors(tasks: Sequence[str], manager: Any, key: str, include_key: str) -> list[str]:
     """Each of ``tasks`` whose data lm-eval cannot load here (a hub dataset with no network, a
     file of a task of one's own gone), found by building the tasks once before any model loads:
     it was a ``ConnectionError`` traceback after the models had loaded (after training, in a
-    run). lm-eval builds them again for each model, from the datasets cache."""
+    run), through ``manager`` (:func:`task_manager`'s). lm-eval builds them again for each
+    model, from the datasets cache."""
     logging.getLogger("lm_eval.api.task").addFilter(custom_dataset_advice)
-    manager = task_manager(include, tasks)
     errors = []
     for name in tasks:
         try:

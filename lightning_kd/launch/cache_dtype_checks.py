@@ -26,14 +26,10 @@ def cache_dtype_errors(cfg: Mapping) -> list[str]:
     """Each explicit teacher dtype (the group's, a ``teachers`` entry's own) unlike that of the
     directory it trains from (``distill.teacher_cache``, the entry's ``cache``)."""
     pairs = [("teacher.dtype", lookup(cfg, "teacher.dtype"), lookup(cfg, "distill.teacher_cache"))]
-    entries, _ = config_entries(cfg)
-    listed = lookup(cfg, "teachers")
-    for index, entry in enumerate(entries):
-        given = listed[index] if index < len(listed) else None
-        own = given.get("dtype") if isinstance(given, Mapping) else None
+    entries, errors = config_entries(cfg)  # an entry that does not read: named elsewhere
+    for index, entry in enumerate([] if errors else entries):
         if not entry.main:  # the main entry's cache is distill.teacher_cache, above
-            dtype = own if own is not None else lookup(cfg, "teacher.dtype")
-            pairs.append((f"teachers.{index}.dtype", dtype, entry.cache))
+            pairs.append((f"teachers.{index}.dtype", entry.spec.dtype, entry.cache))
     return [error for key, dtype, cache in pairs if (error := dtype_error(key, dtype, cache))]
 
 
