@@ -12,6 +12,7 @@ and the share of the student's positions that had a teacher partner.
 from __future__ import annotations
 
 import math
+import warnings
 from functools import cached_property
 
 import torch
@@ -54,6 +55,12 @@ class CrossTokenizer:
         self.student_vocab, self.teacher_vocab = student_vocab, teacher_vocab
         self.student_lengths = self.aligner.student.lengths(student_vocab)
         self.top_k = min(top_k, teacher_vocab)
+        if top_k > teacher_vocab:  # the whole distribution is what asking for more can mean
+            warnings.warn(
+                f"distill.cross_top_k={top_k} is more than the teacher's {teacher_vocab}-token "
+                f"vocabulary: its whole distribution is kept ({teacher_vocab} a position)",
+                stacklevel=2,
+            )
         self.loss, self.uld_weight = loss, uld_weight
         self.span_weight = span_weight
         self.spelled = SpelledShare(min_aligned)

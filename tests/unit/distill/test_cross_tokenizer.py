@@ -226,3 +226,10 @@ def test_a_block_the_teacher_reads_beyond_its_positions_is_refused() -> None:
     with pytest.raises(Refused, match=fits + r".*data.block_size.*distill.on_policy_tokens"):
         distiller(batch_of(TEXT))
     assert torch.isfinite(distiller(batch_of(TEXT, length=16))[0])
+
+
+def test_a_top_k_past_the_teachers_vocabulary_keeps_it_whole_and_says_so() -> None:
+    tokenizer = byte_tokenizer()
+    with pytest.warns(UserWarning, match=r"cross_top_k=300 is more than the teacher's 257-token"):
+        cross = CrossTokenizer(tokenizer, tokenizer, 257, 257, top_k=300)
+    assert cross.top_k == 257
