@@ -198,6 +198,18 @@ def read_index(directory: Path) -> dict[str, Any]:
     return index
 
 
+def written_dtype(directory: object) -> str | None:
+    """The teacher dtype the complete cache in ``directory`` was written with (None: not a
+    cache directory, or one that does not read, which :func:`read_index` names where it is
+    opened)."""
+    if not isinstance(directory, str | Path) or not (Path(directory) / INDEX_NAME).is_file():
+        return None
+    try:
+        return read_index(Path(directory))["key"]["teacher_dtype"]
+    except (CacheError, KeyError, TypeError, OSError, ValueError):
+        return None
+
+
 _CHECKED: set[tuple[tuple, str]] = set()
 """Shard files whose sha256 was found right in this process, by identity: read once each."""
 

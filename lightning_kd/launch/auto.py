@@ -52,7 +52,7 @@ class Resolved:
 def resolve(cfg: DictConfig, ckpt_path: Path | None = None) -> Resolved:
     """Resolve every ``auto`` setting of ``cfg`` (a resume from ``ckpt_path`` keeps the layers
     its student was built from); the teacher cache is found or written here."""
-    cfg, precision = with_precision(cfg)
+    cfg, precision = with_precision(cfg, training=True)
     resolved = Resolved(cfg, precision)
     if (chosen := choose_layers(cfg, ckpt_path)) is not None:
         layers, resolved.ranking = chosen

@@ -8,6 +8,7 @@ plain arguments.
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Any
 
 import lightning as L
@@ -18,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError
 from transformers import PreTrainedTokenizerBase
 
+from lightning_kd.cache.reader import written_dtype
 from lightning_kd.data.text import TextDataModule
 from lightning_kd.distill.distiller import Distiller
 from lightning_kd.distill.teacher_entries import teacher_entries
@@ -40,14 +42,22 @@ def with_values(cfg: DictConfig, values: dict[str, Any]) -> DictConfig:
     return cfg
 
 
-def with_precision(cfg: DictConfig, announce: bool = True) -> tuple[DictConfig, PrecisionChoice]:
+def with_precision(
+    cfg: DictConfig, announce: bool = True, training: bool = False
+) -> tuple[DictConfig, PrecisionChoice]:
     """``cfg`` with ``trainer.precision`` and ``teacher.dtype`` concrete, and the choice (said
-    once, on rank 0)."""
+    once, on rank 0); ``training`` from a teacher cache directory, an ``auto`` teacher dtype is
+    the cache's."""
     choice = resolve_precision(
         cfg.trainer.get("precision"),
         cfg.teacher.get("dtype"),
         probe_hardware(cfg.trainer.get("accelerator")),
     )
+    cache = cfg.distill.get("teacher_cache") if training else None
+    stored = written_dtype(cache) if cfg.teacher.get("dtype") in (None, "auto") else None
+    if stored not in (None, choice.teacher_dtype):  # the teacher loads as its writer loaded it
+        reason = f"{choice.reason}; teacher.dtype as the teacher cache {cache} was written"
+        choice = replace(choice, teacher_dtype=stored, reason=reason)
     if announce and rank_zero_only.rank == 0:
         print(choice.line(), flush=True)
     values = {"trainer.precision": choice.precision, "teacher.dtype": choice.teacher_dtype}
@@ -162,7 +172,7 @@ def build(
     composed in Python builds as the command would run it (Lightning refused ``auto``).
     """
     if "auto" in (cfg.trainer.get("precision"), cfg.teacher.get("dtype")):
-        cfg, _ = with_precision(cfg)
+        cfg, _ = with_precision(cfg, training=True)
     module = build_module(cfg, datamodule.tokenizer if datamodule is not None else None)
     datamodule = datamodule if datamodule is not None else build_datamodule(cfg, module.tokenizer)
     trainer, timer = build_trainer(cfg)

@@ -12,10 +12,8 @@ writes the cache of the run's own dtype.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 
-from lightning_kd.cache.format import INDEX_NAME
-from lightning_kd.cache.reader import CacheError, read_index
+from lightning_kd.cache.reader import written_dtype
 from lightning_kd.launch.rules import ABSENT, lookup
 from lightning_kd.launch.teacher_list import config_entries
 
@@ -35,13 +33,7 @@ def cache_dtype_errors(cfg: Mapping) -> list[str]:
 
 def dtype_error(key: str, dtype: object, cache: object) -> str | None:
     """Why ``key``'s ``dtype`` cannot train from ``cache`` (None: unset, no directory, or alike)."""
-    if dtype in UNSET or cache in UNSET or not (Path(str(cache)) / INDEX_NAME).is_file():
-        return None
-    try:
-        stored = read_index(Path(str(cache)))["key"]["teacher_dtype"]
-    except (CacheError, KeyError, OSError, ValueError):
-        return None  # the cache's own checks name it
-    if stored == dtype:
+    if dtype in UNSET or (stored := written_dtype(cache)) is None or stored == dtype:
         return None
     return (
         f"{key}={dtype}, but the teacher cache {cache} was written with the teacher in {stored}, "

@@ -11,6 +11,7 @@ from typing import Any
 
 from hydra.utils import instantiate
 
+from lightning_kd.cache.reader import written_dtype
 from lightning_kd.distill.teacher_domains import (
     NO_DATA_DOMAINS,
     ON_POLICY_DOMAINS,
@@ -111,6 +112,7 @@ def teacher_precisions(cfg: Mapping, entries: Sequence[TeacherEntry] | None) -> 
     for entry in (entry for entry in entries or () if not entry.main):
         if entry.spec.quantize != mode:
             found[f"quantize[{entry.name}]"] = entry.spec.quantize or "full-precision"
-        if entry.spec.dtype not in ("auto", dtype):
-            found[f"dtype[{entry.name}]"] = entry.spec.dtype
+        held = written_dtype(entry.cache) if entry.spec.dtype == "auto" else entry.spec.dtype
+        if held not in (None, "auto", dtype):  # auto over a cache: loaded as its writer did
+            found[f"dtype[{entry.name}]"] = held
     return found

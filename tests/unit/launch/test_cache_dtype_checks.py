@@ -47,3 +47,36 @@ def test_a_run_is_refused_before_anything_loads(tmp_path, capsys) -> None:
     code, output = run_in_process([*argv, f"hydra.run.dir={tmp_path / 'run'}"], capsys)
     assert code == 2 and "teacher.dtype=float32, but the teacher cache" in output
     assert "Traceback" not in output
+
+
+def test_an_auto_dtype_over_a_cache_is_said_as_the_caches(tmp_path) -> None:
+    """teacher.dtype=auto trains from the teacher its cache was written by: the precision line
+    and the summary named the dtype auto picks for this machine instead (probe 32)."""
+    from lightning_kd.launch.build import with_precision
+
+    cache = bf16_cache(tmp_path / "cache")
+    given = ["debug=smoke", "trainer.precision=32-true", "teacher.dtype=auto"]
+    cfg = compose_config([*given, f"distill.teacher_cache={cache}"])
+    trained, choice = with_precision(cfg, announce=False, training=True)
+    assert choice.teacher_dtype == trained.teacher.dtype == "bfloat16"
+    assert choice.line().endswith(f"teacher.dtype as the teacher cache {cache} was written)")
+    assert with_precision(cfg, announce=False)[1].teacher_dtype == "float32", "cache: its own"
+    online = compose_config([*given, "distill.teacher_cache=null"])
+    assert with_precision(online, announce=False, training=True)[1].teacher_dtype == "float32"
+
+
+def test_an_auto_entry_over_a_cache_of_another_dtype_is_in_the_precision_row(tmp_path) -> None:
+    from lightning_kd.distill.teacher_entries import teacher_entries
+    from lightning_kd.launch.teacher_list import teacher_precisions
+    from lightning_kd.models.loading import TeacherSpec
+    from tests.conftest import TINY_LLAMA
+
+    cache = bf16_cache(tmp_path / "entry")
+    cfg = compose_config(["debug=smoke", "teacher.dtype=float32"])
+    other = {**TINY_LLAMA, "num_hidden_layers": 3}
+    listed = [
+        {"name": "main", "weight": 0.5},
+        {"name": "b", "weight": 0.5, "config": other, "cache": str(cache)},
+    ]
+    entries = teacher_entries(listed, TeacherSpec(path=None, config=dict(TINY_LLAMA)))
+    assert teacher_precisions(cfg, entries) == {"dtype[b]": "bfloat16"}
