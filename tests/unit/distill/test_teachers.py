@@ -287,7 +287,7 @@ def test_an_entrys_cache_refusal_names_the_entry_and_how_to_write_its_cache(corp
     """The reader's advice spoke of the run's ``teacher=`` (the main teacher): following it
     wrote the main teacher's cache for the entry."""
     from lightning_kd.cache.reader import CacheError
-    from lightning_kd.distill.teachers import teacher_source
+    from lightning_kd.distill.teacher_sources import teacher_source
 
     datamodule = make_datamodule([corpus])
     datamodule.setup()
@@ -326,7 +326,7 @@ def test_an_entrys_overrides_compose_into_that_teacher(spec) -> None:
     """What the entry's cache command says is what Hydra composes back into the entry."""
     from hydra.utils import instantiate
 
-    from lightning_kd.distill.teachers import teacher_overrides
+    from lightning_kd.distill.teacher_sources import teacher_overrides
     from lightning_kd.launch.config import compose_config
 
     cfg = compose_config(["debug=smoke", *teacher_overrides(spec)])
@@ -335,7 +335,7 @@ def test_an_entrys_overrides_compose_into_that_teacher(spec) -> None:
 
 def test_an_entry_of_fewer_rows_than_the_runs_tokens_is_refused_by_name(corpus) -> None:
     """It trained until the validation before training hit an embedding's IndexError."""
-    from lightning_kd.distill.teachers import teacher_source
+    from lightning_kd.distill.teacher_sources import teacher_source
     from lightning_kd.utils.refusal import Refused
 
     datamodule = make_datamodule([corpus])
@@ -357,7 +357,7 @@ def test_an_entry_of_another_tokenizer_is_told_to_write_its_cache_for_the_studen
     from transformers import AutoTokenizer
 
     from lightning_kd.cache.reader import CacheError
-    from lightning_kd.distill.teachers import teacher_source
+    from lightning_kd.distill.teacher_sources import teacher_source
     from lightning_kd.models.loading import byte_tokenizer
 
     byte_tokenizer().save_pretrained(tmp_path / "student")
