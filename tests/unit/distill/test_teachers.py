@@ -13,7 +13,7 @@ import torch
 from lightning_kd.cache import CacheSpec
 from lightning_kd.cache.teacher import CachedTeacher
 from lightning_kd.cache.writer import write_cache
-from lightning_kd.distill import assembly, teachers
+from lightning_kd.distill import assembly, teacher_sources
 from lightning_kd.distill.accumulation import Window
 from lightning_kd.distill.cross_tokenizer import CrossTokenizer
 from lightning_kd.distill.distiller import Distiller
@@ -243,7 +243,7 @@ def test_cached_teachers_are_never_resident_at_once(corpus, tmp_path, monkeypatc
         return model
 
     monkeypatch.setattr(assembly, "load_teacher", load_one_at_a_time)
-    monkeypatch.setattr(teachers, "load_teacher", load_one_at_a_time)
+    monkeypatch.setattr(teacher_sources, "load_teacher", load_one_at_a_time)
     main = TeacherSpec(path=None, config=dict(TINY_LLAMA))
     entries = teacher_entries(
         [
