@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from lightning_kd.cache.format import cache_key
 from lightning_kd.cache.reader import CacheMismatch, TeacherCache, read_index
 from lightning_kd.losses.cross_top import TeacherSide, TeacherTop
+from lightning_kd.losses.logits import IGNORE_INDEX
 from lightning_kd.losses.topk import TopKTeacher
 
 SHARE_BLOCKS = 8
@@ -167,7 +168,10 @@ class CachedTeacher:
                 records.cross["teacher_bytes"].to(device),
                 take(records.cross["span"]) if "span" in records.cross else None,
             )
-            real = (batch["block_index"] >= 0).to(device) if split == "val" else None
+            real = None
+            if split == "val":  # blocks, not the padding rows, whose text some teacher scores
+                scored = (batch["labels"] != IGNORE_INDEX).any(-1).cpu()
+                real = ((batch["block_index"] >= 0) & scored).to(device)
             return self.cross.cached_records(stored, batch["labels"], real), {}
 
         top_k = TopKTeacher(

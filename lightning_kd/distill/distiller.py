@@ -249,7 +249,7 @@ class Distiller(nn.Module):
             if (extra := self.extra_teachers) is not None:  # kl/<name>, agreement/<name>, loss
                 own = (self.teacher_name, metrics, self.teacher_weight)
                 metrics |= extra.evaluation_sums(
-                    self.task, student_out, batch, heads, own, self.domains
+                    self.task, student_out, batch, heads, own, self.domains, self.token_lengths
                 )
         return metrics | bits_per_byte(batch["labels"], self.token_lengths, metrics)
 

@@ -23,6 +23,7 @@ from transformers import PreTrainedTokenizerBase
 from lightning_kd.cache.teacher import CachedTeacher
 from lightning_kd.distill.cross_tokenizer import CrossTokenizer
 from lightning_kd.distill.objective import DistillConfig
+from lightning_kd.distill.tasks import bits_per_byte
 from lightning_kd.distill.teacher_domains import PER_TEACHER, DomainTeaching, rows_of
 from lightning_kd.distill.teacher_entries import TeacherEntry
 from lightning_kd.distill.teacher_sources import teacher_source
@@ -114,8 +115,8 @@ class ExtraTeachers(nn.Module):
         if name in self.caches:
             return self.caches[name].records(batch, split)[0]
         model = self.model(index)
-        if cross is not None:
-            return cross.records(model, output_head(model), batch, temperature)
+        if cross is not None:  # validation keeps its bits per byte (teacher_bits)
+            return cross.records(model, output_head(model), batch, temperature, split == "val")
         return final_hidden(model, batch, logits=False)
 
     def sides(
@@ -131,10 +132,14 @@ class ExtraTeachers(nn.Module):
             if ran_on is None or len(ran_on):
                 own = batch if ran_on is None else rows_of(batch, ran_on)
                 teacher_out = self.output(index, own, task.objective.temperature, split)
-            runs_head = self.model(index) is not None and self.crosses[index] is None
-            head = output_head(self.model(index)) if runs_head else None
-            found.append((name, teacher_out, (student_head, head), ran_on))
+            found.append((name, teacher_out, self.head_pair(index, student_head), ran_on))
         return found
+
+    def head_pair(self, index: int, student_head) -> tuple:
+        """The (student, teacher) heads of teacher ``index``'s term (no teacher head for
+        records: its cache's, or its top k across tokenizers)."""
+        runs_head = self.model(index) is not None and self.crosses[index] is None
+        return student_head, output_head(self.model(index)) if runs_head else None
 
     def terms(self, task, student_out: Tensor, batch: dict[str, Tensor], student_head) -> tuple:
         """Σ of each extra teacher's weighted divergence term (differentiable, no CE) and each
@@ -162,26 +167,40 @@ class ExtraTeachers(nn.Module):
         heads,
         main: tuple[str, dict, float | None],
         domains: DomainTeaching,
+        lengths: Tensor | None = None,
     ) -> dict:
-        """Validation: each teacher's own KL from the student (T = 1, ``kl/<name>``) and top-1
-        agreement with it (``agreement/<name>``), as token sums and counts over the rows it
-        teaches (``domains``), and the objective's logit terms over all teachers (``loss``);
-        ``heads`` are the distiller's, ``main`` its own name, the metrics it measured against it
-        (not measured again; their ``loss``, its own terms alone, is taken out of them) and its
-        weight (no ``loss`` with teachers by domain, whose weights differ by row)."""
+        """Validation: each teacher's own KL from the student (T = 1, ``kl/<name>``), top-1
+        agreement with it (``agreement/<name>``) and, given the bytes of each student id
+        (``lengths``; its own tokens' across tokenizers), its bits per byte
+        (``teacher_bpb/<name>``), as sums and counts over the rows it teaches (``domains``), and
+        the objective's logit terms over all teachers (``loss``); ``heads`` are the
+        distiller's, ``main`` its own name, the metrics it measured against it (not measured
+        again; their ``loss``, its own terms alone, is taken out of them) and its weight (no
+        ``loss`` with teachers by domain, whose weights differ by row)."""
         name, measured, main_weight = main
         main_weight = None if domains.named else main_weight
         found = per_teacher(name, measured)
         loss, tokens = measured.pop("loss")  # the main teacher's terms alone
         loss = loss * (main_weight or 0.0)
-        sides = self.sides(task, batch, heads[0], "val")
-        for column, (name, teacher_out, theirs, _) in enumerate(sides, start=1):
-            taught = domains.taught_batch(batch, column)
+        for index, name in enumerate(self.names):
+            taught = domains.taught_batch(batch, index + 1)
+            teacher_out = self.output(index, taught, task.objective.temperature, "val")
+            theirs = self.head_pair(index, heads[0])
             metrics = task.metric_sums(student_out, teacher_out, taught, theirs)
-            weight = self.weights[column - 1]
-            found |= per_teacher(name, metrics)
-            loss = loss + weight * metrics["loss"][0]  # the weights sum to 1, so CE's stays
+            found |= per_teacher(name, metrics) | self.teacher_bits(index, taught, metrics, lengths)
+            loss = loss + self.weights[index] * metrics["loss"][0]  # CE's weight stays: Σ w = 1
         return found | ({} if main_weight is None else {"loss": (loss, tokens)})
+
+    def teacher_bits(self, index: int, batch: dict, metrics: dict, lengths) -> dict:
+        """Teacher ``index``'s bits per byte of ``batch``'s scored text, as ``teacher_bpb/<name>``:
+        over its own tokens across tokenizers, else from its perplexity's sums."""
+        cross = self.crosses[index]
+        if cross is not None:
+            sums = cross.teacher_sums() if cross.kept is not None else {}
+        else:
+            sums = bits_per_byte(batch["labels"], lengths, metrics)
+        bits = sums.get("teacher_bpb")
+        return {} if bits is None else {f"teacher_bpb/{self.names[index]}": bits}
 
 
 def per_teacher(name: str, metrics: dict) -> dict:

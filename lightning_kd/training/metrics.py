@@ -37,7 +37,8 @@ class ValidationMetrics(nn.Module):
     - ``features``: the weighted feature-matching terms per token
     - ``embedding_cosine``: cosine of mean-pooled sentence embeddings (encoders), per example
     - ``kl/<name>``, ``agreement/<name>``: with several ``teachers``, each one's own (and
-      ``aligned/<name>`` for one of another tokenizer)
+      ``aligned/<name>`` for one of another tokenizer); ``teacher_bpb/<name>`` for each
+      teacher but the teacher group's (whose is ``teacher_bpb``)
 
     A metric nobody updated in an epoch is left out of :meth:`compute`.
     """
@@ -57,7 +58,8 @@ class ValidationMetrics(nn.Module):
 
     def __init__(self, teachers: tuple[str, ...] = ()) -> None:
         super().__init__()
-        per_teacher = [f"{key}/{name}" for name in teachers for key in PER_TEACHER]
+        keys = (*PER_TEACHER, "teacher_bpb")  # the other teachers' bits per byte (teachers.py)
+        per_teacher = [f"{key}/{name}" for name in teachers for key in keys]
         self.names = (*self.NAMES, *per_teacher)
         # By position: a module's name may not hold a dot, a teacher's may (kl/qwen2.5).
         self.slot = {name: index for index, name in enumerate(self.names)}

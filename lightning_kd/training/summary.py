@@ -193,6 +193,11 @@ class RunSummary:
         bpb = self.after.get("val/teacher_bpb", self.before.get("val/teacher_bpb"))
         if bpb is not None:
             rows.append((f"teacher bits per byte (val){whose}", fixed(bpb, 4), ""))
+        rows += [  # the other teachers' (teachers.py: over the validation rows each teaches)
+            (f"teachers[{key.split('/', 2)[2]}] bits per byte (val)", fixed(value, 4), "")
+            for key, value in {**self.before, **self.after}.items()
+            if key.startswith("val/teacher_bpb/")
+        ]
         return rows + [
             (label, fixed(self.before.get(key), digits), fixed(self.after.get(key), digits))
             for key, label, digits in [*ROWS, *teacher_rows(self.after)]

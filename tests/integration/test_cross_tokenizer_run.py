@@ -132,6 +132,9 @@ def test_two_teachers_with_two_tokenizers_log_each_divergence(models, tmp_path: 
     # The share of positions aligned with the teacher of another tokenizer, as val/aligned is
     # for a run with that teacher alone; the teacher of the student's tokens has none.
     assert 0.3 < after["val/aligned/sentencepiece"] < 1 and "val/aligned/tiny" not in after
+    # The second teacher's bits per byte, over its own tokens, beside the teacher group's.
+    assert after["val/teacher_bpb/sentencepiece"] > 0 and after["val/teacher_bpb"] > 0
+    assert "| teachers[sentencepiece] bits per byte (val) |" in output
 
 
 def test_each_teacher_teaches_its_own_data_domain(models, tmp_path: Path, capsys):

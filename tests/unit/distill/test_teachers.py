@@ -13,6 +13,7 @@ import torch
 from lightning_kd.cache import CacheSpec
 from lightning_kd.cache.teacher import CachedTeacher
 from lightning_kd.cache.writer import write_cache
+from lightning_kd.data.token_bytes import byte_lengths
 from lightning_kd.distill import assembly, teacher_sources
 from lightning_kd.distill.accumulation import Window
 from lightning_kd.distill.cross_tokenizer import CrossTokenizer
@@ -28,6 +29,7 @@ from lightning_kd.models.loading import (
     model_from_config,
 )
 from lightning_kd.models.student import student_from_teacher
+from lightning_kd.training.metrics import ValidationMetrics
 from tests.conftest import TEXT, TINY_GPT2, TINY_LLAMA, make_datamodule
 from tests.unit.distill.test_cross_tokenizer import batch_of
 
@@ -159,6 +161,27 @@ def test_two_copies_of_one_teacher_are_that_teacher(cross):
             metrics[f"{key}/main"][0], metrics[f"{key}/copy.2"][0], rtol=1e-10, atol=0
         )
     torch.testing.assert_close(metrics["kl/main"][0], metrics["kl"][0], rtol=1e-10, atol=0)
+
+
+@pytest.mark.parametrize("cross", [False, True])
+def test_each_other_teacher_has_its_bits_per_byte(cross):
+    """val/teacher_bpb was the teacher group's alone: a second teacher's was not logged. The
+    same teacher again (through either path) has the same bits per byte, over the same bytes."""
+    teacher, student = models()
+    tokenizer = byte_tokenizer()
+    crosses = [CrossTokenizer(tokenizer, tokenizer, 257, 257, top_k=257) if cross else None]
+    extra = ExtraTeachers(["copy"], [0.5], [copy.deepcopy(teacher)], crosses)
+    lengths = byte_lengths(tokenizer, student)
+    config = DistillConfig(compile=False, cross_top_k=257)
+    both = Distiller(teacher, student, config, extra=extra, token_lengths=lengths)
+    metrics = both.eval().evaluate(batch_of(TEXT))
+    assert "teacher_bpb/teacher" not in metrics, "the teacher group's is val/teacher_bpb"
+    for part in (0, 1):
+        torch.testing.assert_close(
+            metrics["teacher_bpb/copy"][part], metrics["teacher_bpb"][part], rtol=1e-9, atol=0
+        )
+    names = ValidationMetrics(("teacher", "copy")).names
+    assert "teacher_bpb/copy" in names
 
 
 def test_a_teacher_of_weight_0_is_not_run_in_training():
