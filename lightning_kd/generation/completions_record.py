@@ -40,6 +40,14 @@ DECODING = ("max_new_tokens", "do_sample", "temperature", "top_p", "batch_size")
 ``seed + i``, and sets how prompts are padded together). ``prompts`` is checked row by row."""
 LOCATION = ("teacher.path", "teacher.gguf_file")
 """Where the teacher was loaded from: a difference counts only beside one in what it is."""
+SPLIT_TOKENIZER = "prompts.split_tokenizer"
+"""The vocabulary digest of the tokenizer that cut the data split the prompts are of (the
+student's own, ``student.source``'s, where it has one): another cuts other prompts. Compared
+where the file records it (files begun before it was recorded do not)."""
+SPLIT_HINT = (
+    " (the training split the prompts are of is cut with the student's own tokenizer, "
+    "student.source's where it has one: give the student settings the file was begun with)"
+)
 
 
 class CompletionsMismatch(Refused):
@@ -91,11 +99,13 @@ def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """``key: the file's value, this run's value`` for each setting that differs (the teacher's
     path and GGUF file only where something else of the teacher differs too)."""
     recorded = {"rows": 1} | recorded  # a record without it: the first format
+    hints = {"rows": OLDER_ROWS, SPLIT_TOKENIZER: SPLIT_HINT}
     found = [
-        f"{key}: the file's {recorded.get(key)!r}, this run's {value!r}"
-        + (OLDER_ROWS if key == "rows" else "")
+        f"{key}: the file's {recorded.get(key)!r}, this run's {value!r}" + hints.get(key, "")
         for key, value in current.items()
-        if key not in LOCATION and recorded.get(key) != value
+        if key not in LOCATION
+        and recorded.get(key) != value
+        and (key != SPLIT_TOKENIZER or key in recorded)
     ]
     if any(line.startswith("teacher.") for line in found):
         found += [

@@ -57,6 +57,7 @@ from lightning_kd.data.errors import DataError, MissingData
 from lightning_kd.data.reading import read_records
 from lightning_kd.generation.completion_rows import Prompt, answer_row, completed_rows
 from lightning_kd.generation.completions_record import (
+    SPLIT_TOKENIZER,
     check_record,
     completions_lock,
     settings_record,
@@ -64,6 +65,7 @@ from lightning_kd.generation.completions_record import (
 from lightning_kd.generation.decoding import generate_in_eval, left_padded
 from lightning_kd.generation.stop_request import StopRequested
 from lightning_kd.generation.text_continuations import continuations, end_tokens, text_prompt_ids
+from lightning_kd.models.digests import vocab_digest
 from lightning_kd.utils.refusal import refuse
 from lightning_kd.utils.stopping import STOP
 
@@ -209,14 +211,18 @@ def write_completions(
     seed: int,
     overwrite: bool = False,
     teacher_source: dict[str, Any] | None = None,
+    split_tokenizer: PreTrainedTokenizerBase | None = None,
 ) -> Path:
     """Write (or finish writing) ``out`` with the teacher's answers to ``prompts`` (``(where,
     messages or text)`` pairs), batch ``i`` sampled from ``seed + i``; ``teacher_source`` says
-    where the teacher was loaded from (its ``path``, ``gguf_file``), recorded with the settings
+    where the teacher was loaded from (its ``path``, ``gguf_file``), and ``split_tokenizer``
+    what cut the data split the prompts are of, recorded with the settings
     (``completions_record.py``). A resume with other settings, or while another process writes
     ``out``, is refused."""
     out.parent.mkdir(parents=True, exist_ok=True)
     record = settings_record(teacher, tokenizer, asdict(spec), seed, teacher_source or {})
+    if split_tokenizer is not None:  # another one cuts other prompts: named, not "another prompt"
+        record[SPLIT_TOKENIZER] = vocab_digest(split_tokenizer)
     if prompts and isinstance(prompts[0][1], str):
         # A shorter prefix is a start of the longer one: the rows alone would not tell them apart.
         record["generate.prefix_chars"] = spec.prefix_chars

@@ -162,17 +162,27 @@ def generate(
     teacher's with its ``tokenizer``, a split of the data made with ``data_tokenizer`` (the
     run's; default ``tokenizer``)."""
     spec, prompts = prepared(cfg, tokenizer, data_tokenizer)
-    return answer(cfg, teacher, tokenizer, spec, prompts)
+    return answer(cfg, teacher, tokenizer, spec, prompts, data_tokenizer)
 
 
-def answer(cfg: DictConfig, teacher, tokenizer, spec: GenerateSpec, prompts: list) -> Path:
+def answer(
+    cfg: DictConfig,
+    teacher,
+    tokenizer,
+    spec: GenerateSpec,
+    prompts: list,
+    data_tokenizer: PreTrainedTokenizerBase | None = None,
+) -> Path:
     """The completions of ``prompts`` into ``output_dir/completions.jsonl``, and a line on
-    those ``generate.max_new_tokens`` cut off."""
+    those ``generate.max_new_tokens`` cut off; a split's are recorded as cut by
+    ``data_tokenizer`` (default ``tokenizer``)."""
     out = Path(cfg.output_dir) / OUTPUT_NAME
     overwrite = bool(cfg.get("overwrite"))
     # quantize too: a resume with it changed is named by it, not by the weights' digest alone
     source = {key: cfg.teacher.get(key) for key in ("path", "gguf_file", "quantize")}
-    write_completions(teacher, tokenizer, prompts, spec, out, cfg.seed, overwrite, source)
+    split = (data_tokenizer or tokenizer) if spec.prompts in SPLITS else None
+    args = (teacher, tokenizer, prompts, spec, out, cfg.seed, overwrite, source, split)
+    write_completions(*args)
     if report := cut_report(out, spec.max_new_tokens):
         print(report, flush=True)
     return out
@@ -240,7 +250,7 @@ def run_generate(cfg: DictConfig) -> Path:
     if teacher_spec.quantize is not None:
         quantize_teacher(teacher, teacher_spec.quantize)
     teacher.to("cuda" if torch.cuda.is_available() else "cpu")
-    written = answer(cfg, teacher, tokenizer, spec, prompts)
+    written = answer(cfg, teacher, tokenizer, spec, prompts, data_tokenizer)
     # Recorded once written: a generate refused for an output another one holds leaves it be.
     record_job(cfg, Path(cfg.output_dir))
     return written

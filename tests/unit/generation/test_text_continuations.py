@@ -200,3 +200,21 @@ def test_a_base_teacher_is_told_to_set_a_chat_template_or_given_plain(teacher, t
     data.setup()  # the answers are text, encoded with the student's tokenizer
     decoded = [student.decode(example.tokens) for example in data.train_examples]
     assert all(answer in text for answer, text in zip(answers, decoded, strict=True))
+
+
+def test_a_resume_whose_split_another_tokenizer_cuts_names_it(teacher, tmp_path) -> None:
+    """The split's prompts are cut with the student's tokenizer (student.source's): continued
+    without student.source, the resume was refused as answering "another prompt", with
+    overwrite=true as the advice, which would have thrown the answers away (probe 32)."""
+    documents = write_documents(tmp_path / "docs.jsonl")
+    cfg = config(tmp_path / "g", documents)
+    out = generate(cfg, teacher, byte_tokenizer(), data_tokenizer=byte_tokenizer())
+    first = out.read_text().splitlines(keepends=True)[0]
+    out.write_text(first)  # as a run stopped after one row leaves it
+    with pytest.raises(CompletionsMismatch) as error:
+        generate(cfg, teacher, byte_tokenizer(), data_tokenizer=sentencepiece_tokenizer())
+    message = str(error.value)
+    assert "prompts.split_tokenizer: the file's" in message and "student.source" in message
+    assert "another prompt" not in message
+    generate(cfg, teacher, byte_tokenizer(), data_tokenizer=byte_tokenizer())  # as begun: goes on
+    assert out.read_text().startswith(first) and len(rows(out)) > 1
