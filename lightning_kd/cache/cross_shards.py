@@ -70,6 +70,7 @@ def cross_shard_records(
     vocab = teacher.get_output_embeddings().weight.shape[0]
     head = output_head(teacher)
     out = _empty_records(blocks, block_size - 1, spec.k)
+    stats.cross = True
     for first in range(0, len(blocks), spec.batch_size):
         batch = collate(blocks[first : first + spec.batch_size])
         batch = {key: value.to(device) for key, value in batch.items()}

@@ -89,13 +89,17 @@ class WriteStats:
     shards_written: int = 0
     shards_kept: int = 0
     bytes_written: int = 0
+    cross: bool = False
+    """A teacher of another tokenizer: its alignment, forward and top k are timed as one."""
 
     def line(self, rank: int) -> str:
         total = self.forward_seconds + self.top_k_seconds + self.write_seconds
         rate = self.tokens / total if total else 0.0
+        teacher = f"teacher forward {self.forward_seconds:.1f} s, top-k {self.top_k_seconds:.1f} s"
+        if self.cross:  # one pass of the cross-tokenizer path (distill/cross_tokenizer.py)
+            teacher = f"teacher alignment, forward and top-k {self.forward_seconds:.1f} s"
         return (
             f"cache rank {rank}: {self.shards_written} shards written, {self.shards_kept} kept "
             f"from an earlier run; {self.tokens} tokens in {total:.1f} s ({rate:.0f} tok/s): "
-            f"teacher forward {self.forward_seconds:.1f} s, top-k {self.top_k_seconds:.1f} s, "
-            f"writing {self.write_seconds:.1f} s"
+            f"{teacher}, writing {self.write_seconds:.1f} s"
         )

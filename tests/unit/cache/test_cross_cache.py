@@ -208,3 +208,13 @@ def test_a_run_from_the_cache_holds_the_teacher_to_its_own_floor_on_the_text(cor
     assert CachedTeacher.for_run(*run, cross(0.5)) is not None
     with pytest.raises(Refused, match=r"spells back \d+\.\d% .*distill.cross_min_aligned=0.99"):
         CachedTeacher.for_run(*run, cross(0.99))
+
+
+def test_the_write_report_times_the_cross_tokenizer_pass_as_one(setup, tmp_path) -> None:
+    """Alignment, forward and the top k of the teacher's vocabulary run as one pass: the report
+    counted them all as "teacher forward" beside a "top-k 0.0 s" (probe 32)."""
+    teacher, datamodule, cross = setup
+    spec = CacheSpec(k=16, shard_blocks=4)
+    stats = write_cache(teacher, datamodule.tokenizer, datamodule, spec, tmp_path, cross=cross)
+    line = stats.line(0)
+    assert "teacher alignment, forward and top-k" in line and "top-k 0.0 s" not in line
