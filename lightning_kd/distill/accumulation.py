@@ -25,10 +25,14 @@ completion's, which ``ce`` reports too), for ``loss``."""
 class Window:
     """Detached token sums of the micro-batches since the last optimizer step."""
 
-    def __init__(self) -> None:
+    def __init__(self, span: bool = False) -> None:
         self.totals: Tensor | None = None
         self.teachers: tuple[str, ...] = ()
         """With several teachers, their names: each one's divergence is summed after TERMS."""
+        self.span = span
+        """Whether the span term (``distill.cross_span_weight``) is summed apart, after TERMS
+        and before the teachers (``train/span``): set by the config, not by the batches seen,
+        so every rank sums the same terms (a batch without a span adds 0)."""
 
     def reset(self) -> None:
         self.totals = None
@@ -38,8 +42,10 @@ class Window:
         features = sums.features if sums.features is not None else torch.zeros_like(sums.kd)
         teachers = sums.teachers or {}
         self.teachers = tuple(teachers)
+        span = [sums.span if sums.span is not None else torch.zeros_like(sums.kd)][: self.span]
         trained = sums.ce if sums.ce_trained else torch.zeros_like(sums.ce)
-        parts = [sums.kd, sums.ce, features, sums.tokens.to(sums.kd), trained, *teachers.values()]
+        parts = [sums.kd, sums.ce, features, sums.tokens.to(sums.kd), trained, *span]
+        parts += teachers.values()
         values = torch.stack([part.to(sums.kd) for part in parts]).detach().to(torch.float64)
         self.totals = values if self.totals is None else self.totals + values
 
@@ -51,7 +57,7 @@ class Window:
         totals = self.totals.clone()
         if strategy is not None:
             totals = strategy.reduce(totals, reduce_op="sum")
-        names = (*TERMS, *(f"kd/{name}" for name in self.teachers))
+        names = (*TERMS, *["span"][: self.span], *(f"kd/{name}" for name in self.teachers))
         return dict(zip(names, totals, strict=True))
 
     @staticmethod

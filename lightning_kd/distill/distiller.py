@@ -41,7 +41,7 @@ from lightning_kd.distill.teacher_domains import DomainTeaching, domain_terms, e
 from lightning_kd.distill.teachers import ExtraTeachers
 from lightning_kd.losses.chunked import OutputHead
 from lightning_kd.losses.features import get_feature_loss, masked_feature_sum
-from lightning_kd.losses.logits import LossSums
+from lightning_kd.losses.logits import LossSums, weighted_sum
 from lightning_kd.losses.topk import TopKTeacher
 from lightning_kd.models.capture import ModuleCapture, capture_step
 from lightning_kd.models.heads import check_head, final_hidden, gathered, output_head
@@ -192,9 +192,8 @@ class Distiller(nn.Module):
         with_teacher = self.uses_teacher_in_training
         heads = self.heads(batch, ROLES if with_teacher else ("student",))
         with capture_step(*self.captures.values()):
-            teacher_out, cached = (
-                self.teacher_output(batch, "train") if with_teacher else (None, None)
-            )
+            none = (None, None)  # a CE-only step runs no teacher
+            teacher_out, cached = self.teacher_output(batch, "train") if with_teacher else none
             student_out = self.run("student", batch)
             with gathered(heads):
                 if self.domains.named and with_teacher:
@@ -221,13 +220,14 @@ class Distiller(nn.Module):
         return domain_terms(self.task, weights, student_out, sides, batch, True)
 
     def extra_terms(self, sums: LossSums, student_out, batch, heads: Heads) -> Tensor:
-        """The other teachers' weighted terms; ``sums.kd`` becomes the weighted sum of every
-        teacher's divergence, ``sums.teachers`` holds each one's own."""
+        """The other teachers' weighted terms; ``sums.kd`` (``.span``) becomes the weighted sum
+        of every teacher's divergence (span term), ``sums.teachers`` holds each one's own."""
         extra = self.extra_teachers
-        objective, kd = extra.terms(self.task, student_out, batch, heads[0])
+        objective, kd, span = extra.terms(self.task, student_out, batch, heads[0])
         sums.teachers = {self.teacher_name: sums.kd, **kd}
         weighted = [w * kd[name] for name, w in zip(extra.names, extra.weights, strict=True) if w]
         sums.kd = self.teacher_weight * sums.kd + sum(weighted)
+        sums.span = weighted_sum([(self.teacher_weight, sums.span), (1.0, span)])
         return objective
 
     @torch.no_grad()

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from lightning_kd.losses.logits import IGNORE_INDEX, LossSums
+from lightning_kd.losses.logits import IGNORE_INDEX, LossSums, weighted_sum
 from lightning_kd.utils.refusal import Refused
 
 NO_DATA_DOMAINS = (
@@ -239,7 +239,7 @@ def domain_terms(
 def combined(parts: list[tuple], names: list[str]) -> LossSums:
     """One step's parts from each (domain, teacher) term's: ``kd`` their weighted sum, ``ce`` and
     ``tokens`` the main terms' (one per domain), each teacher's own divergence over the rows it
-    teaches, by name."""
+    teaches, by name, and the weighted span terms where there are some."""
     main = [sums for _, is_main, _, sums in parts if is_main]
     zero = main[0].kd * 0
     teachers = dict.fromkeys(names, zero)
@@ -250,4 +250,5 @@ def combined(parts: list[tuple], names: list[str]) -> LossSums:
             kd = kd + weight * sums.kd
     ce = sum((sums.ce for sums in main), main[0].ce * 0)
     tokens = sum((sums.tokens for sums in main), main[0].tokens * 0)
-    return LossSums(kd=kd, ce=ce, tokens=tokens, teachers=teachers)
+    span = weighted_sum([(weight, sums.span) for _, _, weight, sums in parts if weight > 0])
+    return LossSums(kd=kd, ce=ce, tokens=tokens, teachers=teachers, span=span)

@@ -142,10 +142,11 @@ class ExtraTeachers(nn.Module):
         return student_head, output_head(self.model(index)) if runs_head else None
 
     def terms(self, task, student_out: Tensor, batch: dict[str, Tensor], student_head) -> tuple:
-        """Σ of each extra teacher's weighted divergence term (differentiable, no CE) and each
-        one's own divergence sum, by name. A teacher of weight 0 is not run: it adds nothing to
-        the loss, and is there for its validation figures (``kl/<name>``)."""
-        total, kd = student_out.new_zeros(()), {}
+        """Σ of each extra teacher's weighted divergence term (differentiable, no CE), each
+        one's own divergence sum, by name, and the weighted sum of their span terms (None: no
+        span term). A teacher of weight 0 is not run: it adds nothing to the loss, and is there
+        for its validation figures (``kl/<name>``)."""
+        total, kd, spans = student_out.new_zeros(()), {}, []
         nothing = torch.zeros(0, dtype=torch.long)  # rows to run on: none
         rows = [nothing if weight == 0 else None for weight in self.weights]
         sides = self.sides(task, batch, student_head, rows=rows)
@@ -156,7 +157,8 @@ class ExtraTeachers(nn.Module):
                 student_out, teacher_out, batch, heads, ce=False, kd_scale=weight
             )
             total, kd[name] = total + value, sums.kd
-        return total, kd
+            spans += [] if sums.span is None else [weight * sums.span]
+        return total, kd, sum(spans) if spans else None
 
     @torch.no_grad()
     def evaluation_sums(

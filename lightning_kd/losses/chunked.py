@@ -105,10 +105,11 @@ def _chunk_gradient(
     head: OutputHead,
     teacher_head: OutputHead | None,
     options: ChunkedLoss,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """One chunk's KD and CE sums and the objective's gradient w.r.t. its raw student logits
-    (``hidden`` and the heads already in the matmul dtype). ``teacher``: the teacher's hidden
-    states, a cached teacher's top-k records, or None (CE only)."""
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    """One chunk's KD and CE sums, the objective's gradient w.r.t. its raw student logits
+    (``hidden`` and the heads already in the matmul dtype) and the span term's part of KD (None
+    without one). ``teacher``: the teacher's hidden states, a cached teacher's top-k records, or
+    None (CE only)."""
     dtype = hidden.dtype
     with torch.no_grad():
         logits = head.logits(hidden, dtype)
@@ -131,7 +132,18 @@ def _chunk_gradient(
         with torch.enable_grad():
             raw = F.linear(hidden, head.weight, head.bias).requires_grad_()
             (grad,) = torch.autograd.grad(head.transform(raw), raw, grad)
-    return kd, ce, grad.to(dtype)
+    return kd, ce, grad.to(dtype), span_part(logits, teacher, targets)
+
+
+@torch.no_grad()
+def span_part(logits: Tensor, teacher: object, targets: Tensor) -> Tensor | None:
+    """The span term inside a chunk's KD, for its own report (None without one): computed as
+    :func:`~lightning_kd.losses.chunk_terms.chunk_autograd` computes it, one more
+    cross-entropy of the chunk, only where the term is on."""
+    if not isinstance(teacher, CrossTeacher) or teacher.span is None or not teacher.span_weight:
+        return None
+    nll = F.cross_entropy(logits.to(math_dtype(logits.dtype)), targets, reduction="none")
+    return teacher.span_divergence(-nll)
 
 
 def _bounds(total: int, size: int, teacher) -> list[tuple[int, int]]:
@@ -153,7 +165,7 @@ class _ChunkedDistillation(torch.autograd.Function):
         heads: tuple[OutputHead, OutputHead | None],
         targets: Tensor,
         options: ChunkedLoss,
-    ) -> tuple[Tensor, Tensor, Tensor]:
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         # The weight and bias come in as inputs (as well as inside the head) so that autograd
         # routes their gradients; the head supplies the transform.
         objective = options.objective
@@ -169,13 +181,15 @@ class _ChunkedDistillation(torch.autograd.Function):
         trains_bias = student_bias is not None and student_bias.requires_grad
         grad_bias = torch.zeros_like(student_bias, dtype=accumulate) if trains_bias else None
         kd_total = torch.zeros((), dtype=accumulate, device=student_hidden.device)
-        ce_total = torch.zeros_like(kd_total)
+        ce_total, span_total = torch.zeros_like(kd_total), torch.zeros_like(kd_total)
         for start, stop in _bounds(student_hidden.shape[0], options.chunk_size, teacher_hidden):
             hidden = student_hidden[start:stop].detach().to(dtype)
             teacher_chunk = None if teacher_hidden is None else teacher_hidden[start:stop]
-            kd, ce, grad_logits = _chunk_gradient(
+            kd, ce, grad_logits, span = _chunk_gradient(
                 hidden, teacher_chunk, targets[start:stop], head, teacher_head, options
             )
+            if span is not None:
+                span_total += span
             grad_hidden[start:stop] = grad_logits @ weight
             if grad_weight is not None:
                 grad_weight.add(grad_logits, hidden)
@@ -188,8 +202,8 @@ class _ChunkedDistillation(torch.autograd.Function):
         grad_weight = None if grad_weight is None else grad_weight.total()
         ctx.gradients = (grad_hidden, grad_weight, grad_bias)
         ctx.weight_dtype = student_weight.dtype
-        ctx.mark_non_differentiable(kd_total, ce_total)
-        return objective.combine(kd_total, ce_total), kd_total, ce_total
+        ctx.mark_non_differentiable(kd_total, ce_total, span_total)
+        return objective.combine(kd_total, ce_total), kd_total, ce_total, span_total
 
     @staticmethod
     def backward(ctx, grad_objective: Tensor, *_unused: Tensor):
@@ -237,7 +251,8 @@ def chunked_distillation_sums(
         chunk_size = auto_chunk_size(student_head.weight.shape[0], max(1, targets.numel()))
     if chunk_size < 1:
         raise ValueError(f"distill.chunk_size={chunk_size}; use a positive number or auto")
-    value, kd, ce = _ChunkedDistillation.apply(
+    spans = isinstance(teacher_hidden, CrossTeacher) and bool(teacher_hidden.span_weight)
+    value, kd, ce, span = _ChunkedDistillation.apply(
         student_hidden,
         student_head.weight,
         student_head.bias,
@@ -246,7 +261,7 @@ def chunked_distillation_sums(
         targets,
         ChunkedLoss(objective, chunk_size, compile),
     )
-    return value, LossSums(kd=kd, ce=ce, tokens=tokens)
+    return value, LossSums(kd=kd, ce=ce, tokens=tokens, span=span if spans else None)
 
 
 @torch.no_grad()

@@ -62,9 +62,19 @@ class LossSums:
     teachers: dict[str, Tensor] | None = None
     """With several teachers: each one's own (unweighted) divergence sum, by name; ``kd`` is
     then their weighted sum."""
+    span: Tensor | None = None
+    """With a span-level term (``distill.cross_span_weight``): its weighted sum, a part of
+    ``kd`` reported on its own (``train/span``)."""
     ce_trained: bool = True
     """Whether ``ce`` entered the objective (not on the student's own sampled completions, whose
     CE is reported but not trained: ``distill/on_policy.py``)."""
+
+
+def weighted_sum(terms: list[tuple[float, Tensor | None]]) -> Tensor | None:
+    """Σ weight · value over the ``(weight, value)`` pairs with a value (None: none has one):
+    a part of ``kd`` that only some terms have, as ``kd`` weighs them."""
+    given = [weight * value for weight, value in terms if value is not None]
+    return sum(given[1:], given[0]) if given else None
 
 
 def math_dtype(dtype: torch.dtype) -> torch.dtype:

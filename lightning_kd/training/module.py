@@ -75,7 +75,7 @@ class DistillationModule(LightningModule):
         self.strict_loading = False  # checkpoints omit the teacher (see on_load_checkpoint)
         names = tuple(entry.name for entry in self.teachers or ())
         self.val_metrics = ValidationMetrics(names)
-        self.window = Window()
+        self.window = Window(span=self.distill.cross_span_weight > 0)  # train/span, every rank
         self.teacher_perplexity: float | None = None
         self.before: dict[str, float] = {}
         """The untrained student's validation metrics (``validate_before``), kept in checkpoints."""

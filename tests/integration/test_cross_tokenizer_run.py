@@ -251,6 +251,8 @@ def test_the_cache_command_writes_a_cross_tokenizer_cache_a_run_trains_from(
     summary = json.loads((run_dir / "summary.json").read_text())
     after = summary["after"]
     assert after["val/teacher_bpb"] > 0 and 0.3 < after["val/aligned"] <= 1.0
+    header = (run_dir / "logs" / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"train/span", "train/kd"} <= set(header), "the span term is logged apart"
     # A cache named on the command line is in the summary as an auto one is (it said nothing).
     assert summary["teacher_cache"]["distill.teacher_cache"] == str(cache_dir)
     assert summary["teacher_cache"]["in_training"] == "cached once"

@@ -155,6 +155,22 @@ def test_the_logged_loss_leaves_out_the_ce_it_did_not_train() -> None:
     assert float(means["ce"]) == 40.0 / 4 and "ce_trained" not in means
 
 
+def test_the_span_term_is_summed_apart_by_the_config_not_by_the_batches() -> None:
+    """train/span: the span term inside kd. A micro-batch with none (a domain no teacher of
+    another tokenizer teaches) adds 0, so every rank sums the same terms for the reduce."""
+    objective = DistillConfig().logit_objective()
+    window = Window(span=True)
+    spanned = LossSums(kd=torch.tensor(4.0), ce=torch.tensor(10.0), tokens=torch.tensor(2))
+    spanned.span = torch.tensor(1.5)
+    window.add(spanned)
+    window.add(LossSums(kd=torch.tensor(2.0), ce=torch.tensor(6.0), tokens=torch.tensor(2)))
+    means = Window.means(window.reduced(), objective)
+    assert float(means["span"]) == 1.5 / 4 and float(means["kd"]) == 6.0 / 4
+    plain = Window()  # no span term in the config: none reported, whatever the sums hold
+    plain.add(spanned)
+    assert "span" not in Window.means(plain.reduced(), objective)
+
+
 class LifecycleProbe(Callback):
     """After every training batch: no capture is armed and none holds a tensor."""
 

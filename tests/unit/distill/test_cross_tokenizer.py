@@ -100,9 +100,9 @@ def test_the_span_term_with_identical_tokenizers_is_each_tokens_binarised_kl():
     _, spans = distillers("forward_kl", 1.0)
     spans.cross.span_weight = 0.7
     batch = batch_of(TEXT)
-    plain_objective, _ = plain(batch)
+    plain_objective, plain_sums = plain(batch)
     plain_objective.backward()
-    objective, _ = spans(batch)
+    objective, sums = spans(batch)
     objective.backward()
 
     reference = copy.deepcopy(plain.student)
@@ -121,6 +121,12 @@ def test_the_span_term_with_identical_tokenizers_is_each_tokens_binarised_kl():
 
     torch.testing.assert_close(objective - plain_objective, added.detach(), rtol=1e-9, atol=1e-12)
     assert added > 0
+    # Reported apart (train/span): the term inside kd, which it was folded into unseen.
+    assert plain_sums.span is None
+    torch.testing.assert_close(sums.span, sums.kd - plain_sums.kd, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(
+        plain.distill.kd_weight * sums.span, added.detach(), rtol=1e-9, atol=1e-12
+    )
     for (name, got), base, ref in zip(
         spans.student.named_parameters(),
         plain.student.parameters(),
