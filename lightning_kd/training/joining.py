@@ -58,6 +58,9 @@ def joining(strategy, role: str = "the run") -> Iterator[None]:
         except dist.DistError as error:
             if joined():
                 raise
+            # The processes it started wait on a join that will not come (or joined another
+            # run's store on a port in use): they stop with it, none is left waiting.
+            hand_on(signal.SIGTERM)
             raise JoinError(join_failure(strategy, role, error)) from error
 
 

@@ -54,7 +54,12 @@ def test_a_rank_that_cannot_reach_rank_zero_is_told_to_check_node_zero(monkeypat
 
 def test_a_port_in_use_is_named_as_such(monkeypatch) -> None:
     """MASTER_PORT held by another run: process 0 could not listen, and was told the others
-    never joined and to fix trainer.num_nodes and trainer.devices."""
+    never joined and to fix trainer.num_nodes and trainer.devices. The processes it started
+    are stopped with it: rank 1 was left waiting, re-parented to init (probe 35)."""
+    from lightning_kd.training import joining as module
+
+    handed: list[int] = []
+    monkeypatch.setattr(module, "signal_started_processes", lambda _, signum: handed.append(signum))
     trainer = node_of_two(monkeypatch, rank=0)
     port = trainer.strategy.cluster_environment.main_port
     with socket.socket() as held:
@@ -65,6 +70,7 @@ def test_a_port_in_use_is_named_as_such(monkeypatch) -> None:
     message = str(refused.value)
     assert message.startswith(f"process 0 of the run could not listen at 127.0.0.1:{port}")
     assert "the port is in use on this machine (another run?); unset MASTER_PORT" in message
+    assert handed == [signal.SIGTERM]
 
 
 def test_one_process_is_left_alone() -> None:
