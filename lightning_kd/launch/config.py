@@ -27,6 +27,7 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import ConfigCompositionException
 from lightning.pytorch import Callback
 from omegaconf import DictConfig, OmegaConf
 
@@ -39,6 +40,7 @@ from lightning_kd.launch.cluster import register_launchers
 from lightning_kd.launch.config_dir import shipped_config_dir
 from lightning_kd.models.loading import StudentSpec, TeacherSpec
 from lightning_kd.utils.atomic import atomic_write_bytes
+from lightning_kd.utils.refusal import Refused
 
 CONF_DIR = shipped_config_dir()
 """The config directory every command composes from (Hydra's primary config path)."""
@@ -114,7 +116,26 @@ def compose_config(
 ) -> DictConfig:
     """The config ``lightning-kd train <overrides>`` would run, with ``output_dir`` standing in
     for Hydra's run directory (required to build a trainer, optional to inspect values), and
-    ``config_dirs`` searched before the shipped configs (``--config-dir DIR``)."""
+    ``config_dirs`` searched before the shipped configs (``--config-dir DIR``). A key the config
+    lacks is refused as the commands refuse it, with the nearest key (Hydra's advice,
+    "+key=value", ended in a ``TypeError`` once the group was built)."""
+    try:
+        return compose_unchecked(overrides, output_dir, config_dirs)
+    except ConfigCompositionException:
+        from lightning_kd.launch.keys import override_key_errors  # keys.py imports this module
+
+        flags = [word for d in config_dirs for word in ("--config-dir", str(d))]
+        if errors := override_key_errors([*overrides, *flags]):
+            raise Refused("an override is refused:\n  " + "\n  ".join(errors)) from None
+        raise
+
+
+def compose_unchecked(
+    overrides: Sequence[str] = (),
+    output_dir: str | Path | None = None,
+    config_dirs: Sequence[str | Path] = (),
+) -> DictConfig:
+    """:func:`compose_config` with Hydra's own errors, for the checks that name them."""
     register_defaults()
     extra = [] if output_dir is None else [f"output_dir={output_dir}"]
     if config_dirs:

@@ -21,7 +21,7 @@ from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 
 from lightning_kd.distill.teacher_entries import ENTRY_KEYS
-from lightning_kd.launch.config import CONF_DIR, GROUP_TARGETS, compose_config
+from lightning_kd.launch.config import CONF_DIR, GROUP_TARGETS, compose_unchecked
 from lightning_kd.launch.config_dir import CONFIG_DIR_FLAGS
 from lightning_kd.models.loading import StudentSpec, TeacherSpec
 
@@ -51,7 +51,7 @@ def override_key_errors(argv: Sequence[str]) -> list[str]:
     cfg = None
     for _ in range(len(overrides) + 1):
         try:
-            cfg = compose_config(overrides, config_dirs=config_dirs)
+            cfg = compose_unchecked(overrides, config_dirs=config_dirs)
             break
         except ConfigCompositionException as error:
             found = NOT_IN_CONFIG.search(str(error))

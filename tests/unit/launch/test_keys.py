@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from lightning_kd.launch.config import CONF_DIR, compose_config
 from lightning_kd.launch.keys import override_key_errors, unknown_setting_errors
 
@@ -144,3 +146,14 @@ def test_a_key_a_model_config_does_not_list_is_added_with_a_plus() -> None:
     (lora,) = override_key_errors(["student.lora.r=4"])
     assert "add one it does not list with +student.lora.r=4" in lora
     assert override_key_errors(["teacher=tiny_llama", "+teacher.config.rope_theta=5000"]) == []
+
+
+def test_compose_config_refuses_a_mistyped_key_as_the_command_does() -> None:
+    """From Python, Hydra's traceback advised "+distill.kdweight=0.3", which ends in a
+    TypeError once the group is built (probe 34)."""
+    from lightning_kd.utils.refusal import Refused
+
+    with pytest.raises(Refused) as refused:
+        compose_config(["debug=smoke", "distill.kdweight=0.3"])
+    assert "did you mean distill.kd_weight?" in str(refused.value)
+    assert "+distill.kdweight" not in str(refused.value)
