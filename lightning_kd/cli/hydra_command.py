@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import hydra
-from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import ConfigCompositionException, OverrideParseException
 from hydra.experimental.callback import Callback
@@ -21,10 +20,16 @@ from omegaconf import DictConfig
 
 from lightning_kd.cli.group_overrides import group_option_errors
 from lightning_kd.cli.hydra_help import config_dirs
+from lightning_kd.cli.refused_run_dir import drop_empty_run_dir, run_logged, started_outputs
 from lightning_kd.launch.checks import config_errors
 from lightning_kd.launch.cluster import launcher_errors, launcher_override_errors, submitit_kind
 from lightning_kd.launch.cluster_jobs import drop_placeholder, job_ends_told, sweep_dir_errors
-from lightning_kd.launch.config import CONF_DIR, compose_config, register_defaults, stored_nodes
+from lightning_kd.launch.config import (
+    CONF_DIR,
+    compose_config,
+    register_defaults,
+    stored_nodes,
+)
 from lightning_kd.launch.harness_run import ScoringFailed
 from lightning_kd.launch.keys import override_key_errors
 from lightning_kd.launch.paths import default_run_dir_errors, run_dir_errors, sets_run_dir
@@ -33,7 +38,7 @@ from lightning_kd.training.finite import NonFiniteError
 from lightning_kd.training.joining import JoinError
 from lightning_kd.training.peers import PeerLost
 from lightning_kd.training.rerun import hydra_text
-from lightning_kd.training.rundir import is_rank_zero, rank_prefix, run_outputs
+from lightning_kd.training.rundir import is_rank_zero, rank_prefix
 from lightning_kd.utils.disk import full_disk_message
 from lightning_kd.utils.refusal import REFUSED_EXIT, Refused, refuse
 from lightning_kd.utils.stopping import STOP, Interrupted
@@ -133,51 +138,6 @@ def exit_refused(refused: Refused, outputs: str = "", own_line: bool = False) ->
     start = "\n" if own_line or outputs else ""
     print(f"{start}{rank_prefix()}lightning-kd: {refused}{outputs}", file=sys.stderr)
     raise SystemExit(REFUSED_EXIT) from None
-
-
-def run_directory() -> Path | None:
-    """This Hydra run's directory (None outside a Hydra run)."""
-    try:
-        return Path(HydraConfig.get().runtime.output_dir)
-    except ValueError:  # no Hydra run
-        return None
-
-
-def run_logged() -> bool:
-    """Whether this run's directory holds logs: Lightning had started, and may have drawn a
-    progress bar whose line a message would continue."""
-    directory = run_directory()
-    return directory is not None and (directory / "logs").exists()
-
-
-def started_outputs(since: float) -> str:
-    """A refused run that wrote outputs after ``since`` (the ``logs/`` of the validation before
-    training, which a bad row stopped) would be refused again, for them, once the input is
-    fixed: the advice to rerun with ``overwrite=true``; empty where it wrote none, or where the
-    directory held outputs before it (a resume: overwrite would drop them)."""
-    if (directory := run_directory()) is None:
-        return ""
-    found = run_outputs(directory)
-    if not found or any((directory / name).stat().st_mtime < since - 1 for name in found):
-        return ""
-    return (
-        f"\n{directory} now holds this attempt's {', '.join(found)}: once fixed, run the same "
-        "command with overwrite=true"
-    )
-
-
-def drop_empty_run_dir(since: float) -> None:
-    """Remove the run directory of a refused command if it is empty, and the empty parents made
-    with it (``outputs/<date>``): Hydra makes them before the task checks anything, so each
-    refused command left a trail of empty folders. Nothing made before ``since`` goes."""
-    if (directory := run_directory()) is None:
-        return
-    directory, stop = directory.resolve(), Path.cwd().resolve()
-    while directory != stop and directory.is_dir() and not any(directory.iterdir()):
-        if directory.stat().st_ctime < since - 1:  # timestamps may be coarser than time()
-            return
-        directory.rmdir()
-        directory = directory.parent
 
 
 class LaunchCheck(Callback):

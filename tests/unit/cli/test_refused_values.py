@@ -467,6 +467,23 @@ def test_a_refused_run_in_the_default_directory_leaves_no_empty_folders(
     assert [p.name for p in (tmp_path / "outputs").iterdir()] == ["mine"]
 
 
+def test_a_run_refused_once_it_recorded_itself_leaves_no_folder(tmp_path, capsys) -> None:
+    """A data file that does not exist is found once the run directory is the launch's: its
+    record (.hydra, .lock) stayed, a folder to tell apart from runs (probe 34). A user's own
+    file in the directory stays."""
+    argv = ["train", "debug=smoke", f"data.files=[{tmp_path / 'nothere.txt'}]"]
+    named = ["nothere.txt' does not exist"]
+    assert_refused([*argv, f"hydra.run.dir={tmp_path / 'runs' / 'one'}"], named, capsys)
+    # Outside the current directory the run directory goes, not the parents made with it.
+    assert [path.name for path in tmp_path.iterdir()] == ["runs"]
+    assert not any((tmp_path / "runs").iterdir())
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    assert_refused([*argv, f"hydra.run.dir={mine}"], named, capsys)
+    assert [path.name for path in mine.iterdir()] == ["notes.txt"]
+
+
 TRAIN_MORE = {
     "negative seed": (["seed=-1"], ["seed=-1: must be an integer in [0, 4294967295]"]),
     "fp16 on a CPU": (["trainer.precision=16-mixed"], ["use trainer.precision=bf16-mixed"]),
