@@ -17,7 +17,8 @@ from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.distill.repair import Captures, Span, repair, repair_plan, repair_sums
 from lightning_kd.launch.checks import config_errors
 from lightning_kd.launch.config import compose_config
-from lightning_kd.launch.teacher_cache import choose, passes
+from lightning_kd.launch.teacher_cache import choose
+from lightning_kd.launch.teacher_reads import passes
 from lightning_kd.models.loading import StudentSpec, TeacherSpec, byte_tokenizer, load_teacher
 from lightning_kd.training.summary import RunSummary
 from tests.conftest import TINY_LLAMA, make_datamodule, make_module, make_trainer

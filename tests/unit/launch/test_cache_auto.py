@@ -27,10 +27,9 @@ from lightning_kd.launch.teacher_cache import (
     CacheChoice,
     choose,
     holds,
-    passes,
     stale,
-    validation_reads,
 )
+from lightning_kd.launch.teacher_reads import passes, validation_reads
 from lightning_kd.utils.locks import WriterLocked
 from tests.integration.test_cli import command_here
 from tests.unit.utils.test_locks import held_by_another_process, read_by_another_process
@@ -288,6 +287,26 @@ def test_validation_blocks_count_as_written_and_as_often_as_read(tmp_path: Path)
     # A teacher of 10 % of the blocks (its data domains) reads 10 % of what the run reads.
     assert choose(smoke, 12, 20).caches and not choose(smoke, 12, 20, (0.1, 0.1)).caches
     assert ", 10% of them its domains'" in choose(smoke, 12, 20, (0.1, 0.1)).reason
+
+
+def test_every_process_of_the_run_reads_its_own_batches() -> None:
+    """auto counted one process's reads: 2 processes at 80 steps read 1.72 times a block, and
+    the run kept its teacher online on 0.91 (probe 35)."""
+    from lightning_kd.launch.teacher_reads import epoch_batches, processes
+
+    smoke = ["debug=smoke", "trainer.max_steps=80", "trainer.accumulate_grad_batches=2"]
+    smoke += ["validate_before=false", "trainer.val_check_interval=1000"]  # the probe's run
+    one, two = compose_config(smoke), compose_config([*smoke, "trainer.devices=2"])
+    assert (processes(one), processes(two)) == (1, 2)
+    assert processes(compose_config([*smoke, "trainer.devices=3", "trainer.num_nodes=2"])) == 6
+    assert processes(compose_config([*smoke, "trainer.devices='0,1'"])) == 2
+    assert passes(two, 180) == 2 * passes(one, 180) == 2 * 80 * 2 * 4 / 180
+    assert not choose(one, 180, 541).caches and choose(two, 180, 541).caches
+    assert validation_reads(two, 541, 180) == 2 * validation_reads(one, 541, 180)  # limit: 2/rank
+    epochs = ["trainer.max_steps=-1", "trainer.max_epochs=1"]
+    per_rank = compose_config(["debug=smoke", *epochs, "trainer.devices=2"])
+    assert epoch_batches(per_rank, 180) == 23  # each process: its half, 90 blocks, in 4s
+    assert passes(per_rank, 180) == 1.0
 
 
 def test_an_epoch_bounded_run_counts_the_batches_it_is_limited_to() -> None:
