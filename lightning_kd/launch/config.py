@@ -85,6 +85,19 @@ def on_default_corpus(files: Any, dataset: Any, value: Any) -> Any:
     return value if files is None and dataset is None else None
 
 
+def steps_interval(max_steps: Any) -> Any:
+    """``trainer.val_check_interval``'s default: validate at the last step, ``max_steps``; for
+    a run bounded by epochs (``max_steps`` -1 or null), null: at each epoch's end (it was -1,
+    refused as a setting the user never made)."""
+    return None if max_steps in (None, -1) else max_steps
+
+
+def epoch_checks(max_steps: Any) -> int | None:
+    """``trainer.check_val_every_n_epoch``'s default: null (steps count) unless the run is bounded
+    by epochs, 1 then (Lightning takes a fraction of an epoch only with it)."""
+    return 1 if max_steps in (None, -1) else None
+
+
 def config_node(node: dict[str, Any]) -> dict[str, Any]:
     """``node`` with each dataclass default (``data.dataset``'s) as a plain mapping of its
     fields: an untyped node, so that ``data.dataset.data_files`` takes a string, a list or a
@@ -100,6 +113,8 @@ def register_defaults() -> None:
     the same node each time), the submitit launchers' as ``hydra/launcher/submitit_<kind>_base``
     (``cluster.py``), and the ``kd.*`` resolvers the YAML files use."""
     OmegaConf.register_new_resolver("kd.on_default_corpus", on_default_corpus, replace=True)
+    OmegaConf.register_new_resolver("kd.steps_interval", steps_interval, replace=True)
+    OmegaConf.register_new_resolver("kd.epoch_checks", epoch_checks, replace=True)
     store = ConfigStore.instance()
     for group, target in GROUP_TARGETS.items():
         store.store(group=group, name="base", node=config_node(defaults_node(target)))

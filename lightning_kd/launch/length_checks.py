@@ -42,5 +42,6 @@ def validation_interval_errors(cfg: Mapping) -> list[str]:
     return [
         f"trainer.val_check_interval={interval} is a fraction of an epoch, and runs count steps "
         "(trainer.check_val_every_n_epoch=null); give a step count, e.g. "
-        "trainer.val_check_interval=50"
+        "trainer.val_check_interval=50, or train by epochs (trainer.max_steps=-1 "
+        "trainer.max_epochs=N: each epoch is then validated, or a fraction of it)"
     ]

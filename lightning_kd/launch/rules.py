@@ -133,5 +133,10 @@ def followed(cfg: Mapping, key: str) -> str | None:
     if not isinstance(node, DictConfig) or leaf not in node:
         return None
     raw = node._get_node(leaf)._value()  # the text before interpolation
-    found = re.fullmatch(r"\$\{([\w.]+)\}", raw) if isinstance(raw, str) else None
-    return found.group(1) if found else None
+    found = FOLLOWS.fullmatch(raw) if isinstance(raw, str) else None
+    return (found.group(1) or found.group(2)) if found else None
+
+
+FOLLOWS = re.compile(r"\$\{([\w.]+)\}|\$\{kd\.\w+:\$\{([\w.]+)\}\}")
+"""``${key}``, or a ``kd.*`` resolver of it alone
+(``${kd.steps_interval:${trainer.max_steps}}``)."""

@@ -29,3 +29,22 @@ def test_a_validation_interval_in_epochs_is_refused() -> None:
     assert "give a step count, e.g. trainer.val_check_interval=50" in error
     assert config_errors({"trainer": {**trainer, "check_val_every_n_epoch": 1}}) == []
     assert config_errors({"trainer": {**trainer, "val_check_interval": 50}}) == []
+
+
+def test_a_run_bounded_by_epochs_validates_each_epoch_by_default(tmp_path) -> None:
+    """trainer.val_check_interval followed trainer.max_steps: -1 for a run of epochs, refused
+    as a setting the user never made, and the fraction the message offered was refused too
+    (probe 34)."""
+    from lightning_kd.launch.build import build_trainer
+    from lightning_kd.launch.config import compose_config
+
+    epochs = ["trainer.max_steps=-1", "trainer.max_epochs=1", "trainer.precision=32-true"]
+    cfg = compose_config(epochs, output_dir=tmp_path)
+    assert (cfg.trainer.val_check_interval, cfg.trainer.check_val_every_n_epoch) == (None, 1)
+    assert config_errors(cfg) == []
+    trainer, _ = build_trainer(cfg)  # Lightning takes it
+    assert trainer.check_val_every_n_epoch == 1
+    half = compose_config([*epochs, "trainer.val_check_interval=0.5"], output_dir=tmp_path)
+    assert config_errors(half) == [] and build_trainer(half)[0].val_check_interval == 0.5
+    steps = compose_config([], output_dir=tmp_path)
+    assert (steps.trainer.val_check_interval, steps.trainer.check_val_every_n_epoch) == (80, None)
