@@ -9,9 +9,12 @@ block-wise repair, ``repair.py``).
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Callable, Iterator
 
 import torch
+from lightning.fabric.utilities.seed import pl_worker_init_function
 from torch import Tensor
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Sampler
 
@@ -67,6 +70,20 @@ def training_order(dataset, blocks: int, seed: int, rank: int, world_size: int) 
     if world_size == 1:
         return EpochSampler(dataset, seed)
     return RankShare(dataset, blocks, seed, world_size, rank)
+
+
+def leave_stops_to_the_run(worker_id: int) -> None:
+    """A DataLoader worker (``data.num_workers``) ignores SIGTERM and SIGINT: a stop sent to the
+    whole process group (SLURM's time limit, ``scancel``, ``kill -- -PGID``) reached the workers
+    too, and a worker it killed ended the run in tracebacks, exit 1, the validation at the stop
+    lost, before the run could stop at its next clean point. The run ends its workers itself
+    (and a worker whose run is gone exits on its own). Seeded as Lightning seeds workers where
+    ``seed_everything(workers=True)`` asked it (its own init is added only to loaders without
+    one)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if int(os.environ.get("PL_SEED_WORKERS", 0)):
+        pl_worker_init_function(worker_id)
 
 
 class ResumableLoader(DataLoader):

@@ -46,7 +46,13 @@ from lightning_kd.data.held_out import (
     untouched_of,
     without_validation_text,
 )
-from lightning_kd.data.loaders import ResumableLoader, already_trained, ranks, training_order
+from lightning_kd.data.loaders import (
+    ResumableLoader,
+    already_trained,
+    leave_stops_to_the_run,
+    ranks,
+    training_order,
+)
 from lightning_kd.data.packing import CORPUS, TRAIN_SPLIT, blocks_of
 from lightning_kd.data.provenance import text_record
 from lightning_kd.data.reading import DEFAULT_FILES, distinct_documents, expand_files
@@ -274,6 +280,7 @@ class TextDataModule(LightningDataModule):
             sampler=training_order(blocks, len(self.train_examples), self.seed, rank, world_size),
             collate_fn=self.collate,
             num_workers=self.num_workers,
+            worker_init_fn=leave_stops_to_the_run,
             skip_batches=partial(already_trained, self.trainer),  # a resumed epoch's
         )
 
@@ -297,4 +304,5 @@ class TextDataModule(LightningDataModule):
             batch_size=self.val_batch_size,
             collate_fn=self.collate,
             num_workers=self.num_workers,
+            worker_init_fn=leave_stops_to_the_run,
         )
