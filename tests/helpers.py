@@ -102,14 +102,15 @@ class SignalAtFitStart(Callback):
 
 class SignalInFinalValidation(Callback):
     """Send this process ``signal`` as the first batch of the validation after training (a
-    ``validate`` of its own, at the last step) begins."""
+    ``validate`` of its own, at the last step) begins; on global rank ``rank`` alone, if given."""
 
-    def __init__(self, signal: str) -> None:
-        self.signum = getattr(signal_module, signal)
+    def __init__(self, signal: str, rank: int | None = None) -> None:
+        self.signum, self.rank = getattr(signal_module, signal), rank
 
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, *args) -> None:
         final = trainer.state.fn == "validate" and trainer.global_step == trainer.max_steps
-        if final and batch_idx == 0:
+        mine = self.rank is None or trainer.global_rank == self.rank
+        if final and batch_idx == 0 and mine:
             os.kill(os.getpid(), self.signum)
 
 

@@ -50,6 +50,7 @@ from lightning_kd.training.rundir import (
     is_rank_zero,
 )
 from lightning_kd.training.samples import samples_markdown
+from lightning_kd.training.saving import agreed
 from lightning_kd.training.summary import RunSummary, disk_use, early_stop_reason
 from lightning_kd.utils.atomic import atomic_write_bytes, replaced_directory
 from lightning_kd.utils.disk import disk_errors
@@ -97,15 +98,14 @@ def train(
     if ckpt_path is not None:  # recorded once the resume's checkpoint is accepted
         trainer.callbacks.append(JobRecord(cfg, output_dir))
     try:
-        # A resume's "before" figures come with its checkpoint: validating the untrained student
-        # again would only repeat them (and log a step-0 row into the run's metrics once more).
+        # A resume's "before" figures come with its checkpoint: validating again repeats them.
         wanted = cfg.validate_before and ckpt_path is None
         with joining(trainer.strategy):  # the first stage starts the process group
             module.before = validate_before(trainer, module, datamodule, wanted)
             trainer.fit(module, datamodule, ckpt_path=ckpt_path)
-        STOP.check("after training", detail=FINISHED_ON_RESUME)
+        STOP.check("after training", agreed(trainer), FINISHED_ON_RESUME)  # all ranks' answer
         after = validate_after(trainer, module, datamodule)
-        STOP.check("after the final validation", detail=FINISHED_ON_RESUME)
+        STOP.check("after the final validation", agreed(trainer), FINISHED_ON_RESUME)
     except BaseException as err:
         stop = as_peer_lost(as_interrupted(err), trainer.global_rank, trainer.world_size)
         report_stop(stop, trainer, cfg, command)

@@ -59,6 +59,7 @@ class LastCheckpoint(Checkpoint):
         self.saved_step: int | None = None
         """Optimizer step of the checkpoint last written or loaded (None: none yet)."""
         self._installed = False  # whether this callback installed the stop handlers
+        self._validating = False  # ... for a validation of its own (on_validation_start)
         self.started = False
         """Whether training started in this process (a failure before it has nothing to add)."""
         self.start_step = 0
@@ -116,11 +117,25 @@ class LastCheckpoint(Checkpoint):
         if self._stopping or trainer.global_step % self.every == 0:
             self.save(trainer, pl_module)
 
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        # A validation of its own (before or after training) runs under Lightning's SIGTERM
+        # handler, whose notice is a broadcast from the rank it reached: one rank signalled
+        # alone waited in it forever. The stop is asked for at this stage's clean points.
+        if trainer.state.fn == TrainerFn.VALIDATING and not self._validating:
+            STOP.install()
+            self._validating = True
+
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._validating:
+            STOP.uninstall()
+            self._validating = False
+        self.save_after_validation(trainer, pl_module)
+
     def on_validation_batch_end(self, trainer: Trainer, *args) -> None:
         if trainer.state.fn != TrainerFn.FITTING:  # a validation of its own: nothing to finish
             STOP.check("during the validation", agreed(trainer))
 
-    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+    def save_after_validation(self, trainer: Trainer, pl_module: LightningModule) -> None:
         # Inside an accumulation window (a validation every N batches of a Trainer of one's own)
         # no state can be resumed exactly: the next step boundary saves, and stops.
         fitting = trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking
@@ -147,6 +162,9 @@ class LastCheckpoint(Checkpoint):
                 print(f"no checkpoint saved on the way out: {err}", file=sys.stderr)
 
     def _uninstall(self) -> None:
+        if self._validating:
+            STOP.uninstall()
+            self._validating = False
         if self._installed:
             STOP.uninstall()
             self._installed = False

@@ -230,6 +230,20 @@ def test_a_signal_in_the_final_validation_keeps_the_run_resumable(tmp_path: Path
     assert (run_dir / "student" / "model.safetensors").is_file()
 
 
+def test_a_signal_one_rank_alone_gets_after_training_stops_every_rank(tmp_path: Path) -> None:
+    """A validation of its own ran under Lightning's SIGTERM handler, whose notice broadcasts
+    from the rank it reached: one rank signalled alone waited in it forever, and the checks
+    after training asked each rank alone (probe 35: exit 137, no student)."""
+    run_dir = tmp_path / "run"
+    send = "+callbacks.signal={_target_: tests.helpers.SignalInFinalValidation, signal: SIGTERM"
+    ddp = ["strategy=ddp", "trainer.devices=2", "validate_before=false", "export.gguf=null"]
+    common = [*COMMON, "trainer.val_check_interval=3", *ddp]
+    result = run_cli(*common, send + ", rank: 1}", f"hydra.run.dir={run_dir}")
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr[-3000:]
+    assert "Resume with:" in result.stdout and saved_step(run_dir) == 8
+    assert not (run_dir / "summary.json").exists()
+
+
 REPAIR_SIGNALS = {"SIGTERM": "SIGTERM", "SIGINT": pytest.param("SIGINT", marks=pytest.mark.slow)}
 
 
