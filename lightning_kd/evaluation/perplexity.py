@@ -55,7 +55,7 @@ from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.data.encoding import text_ids
 from lightning_kd.data.reading import expand_files, read_documents
-from lightning_kd.data.token_bytes import TokenBytes, token_bytes
+from lightning_kd.data.token_bytes import TokenBytes, decoder_kind, token_bytes
 from lightning_kd.evaluation.saved_models import load_model, load_tokenizer
 from lightning_kd.evaluation.score_table import REWRITES, tokenizer_names
 from lightning_kd.losses.chunked import OutputHead, auto_chunk_size, matmul_dtype
@@ -140,6 +140,12 @@ def windows_of(
             "per byte reads each token's bytes from a fast tokenizer's vocabulary. Save a fast "
             "one beside the model (AutoTokenizer.from_pretrained(path, use_fast=True)"
             ".save_pretrained(path); it needs the tokenizers package)"
+        )
+    if decoder_kind(tokenizer) == "wordpiece":  # the distillation's refusal spoke of a pair
+        raise Refused(
+            f"{name}'s tokenizer is WordPiece (BERT-style), an encoder's: its tokens do not spell "
+            "the text's bytes, so no bits per byte can be counted, and an encoder reads ahead, "
+            "so it has no next-token perplexity; evaluate scores causal language models"
         )
     table = token_bytes(tokenizer)
     start, end, lengths = start_ids(table, name), table.end, table.lengths()

@@ -222,3 +222,17 @@ def test_a_gguf_export_read_back_with_a_token_added_past_the_end_is_its_sources(
     assert tokenizer_names(["source", "export"], tokenizers, same) == ["source", "source"]
     moved = same | {"export": [[1, 2, 4]]}
     assert tokenizer_names(["source", "export"], tokenizers, moved) == ["source", "export"]
+
+
+def test_an_encoders_wordpiece_tokenizer_is_refused_as_an_encoders() -> None:
+    """It was refused with the distillation's words, "Cross-tokenizer distillation needs ... on
+    both sides", for a command that compares no pair (probe 34)."""
+    from lightning_kd.utils.refusal import Refused
+    from tests.unit.data.test_alignment import wordpiece_tokenizer
+
+    with pytest.raises(Refused) as refused:
+        windows_of(DOCUMENTS, wordpiece_tokenizer(), 16, "runs/minilm/student")
+    message = str(refused.value)
+    assert message.startswith("runs/minilm/student's tokenizer is WordPiece (BERT-style)")
+    assert "evaluate scores causal language models" in message
+    assert "Cross-tokenizer" not in message
