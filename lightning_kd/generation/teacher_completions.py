@@ -231,6 +231,12 @@ def write_completions(
             out.unlink()
         check_record(out, record)
         done = len(completed_rows(out, prompts))
+        if done and done == len(prompts):  # a rerun of a finished generation: said, not silent
+            print(
+                f"all {done} prompts are answered in {out} already: nothing generated "
+                "(overwrite=true generates them anew)",
+                flush=True,
+            )
         append_completions(teacher, tokenizer, prompts, spec, out, seed, done)
     return out
 

@@ -81,6 +81,20 @@ def test_a_stopped_run_resumes_to_the_uninterrupted_file(teacher, tmp_path, samp
     assert resumed.read_text() == expected
 
 
+def test_a_finished_generation_run_again_says_it_generated_nothing(teacher, tmp_path, capsys):
+    """It printed what the first run printed: a user could not tell whether it had regenerated,
+    appended or skipped (probe 34)."""
+    prompts = write_prompts(tmp_path / "p.jsonl", 3)
+    out = generate(config(tmp_path / "g", prompts), teacher, tokenizer())
+    assert "nothing generated" not in capsys.readouterr().out
+    before = out.read_text()
+    generate(config(tmp_path / "g", prompts), teacher, tokenizer())
+    assert f"all 3 prompts are answered in {out} already: nothing generated" in (
+        capsys.readouterr().out
+    )
+    assert out.read_text() == before
+
+
 def test_a_stop_during_a_batch_ends_it_at_the_next_token_unwritten(teacher, tmp_path) -> None:
     """SIGTERM decoded the whole batch on (2 min 37 s of 200-token answers on a CPU, past a
     scheduler's grace): now the batch ends at the next token, is not written, and the rerun
