@@ -179,7 +179,7 @@ class ShardWriter:
         with tqdm(total=tokens, unit="tok", unit_scale=True, desc=label, disable=rank != 0) as bar:
             for done, shard in enumerate(shards):
                 # Between shards: each written one is complete and kept; a new run adds the rest.
-                kept = f"{self.stats.shards_kept + done} shards kept; a new run adds the rest"
+                kept = kept_detail(self.stats.shards_kept + done, rank, world_size)
                 STOP.check("writing the teacher cache", detail=kept)
                 before = self.stats.tokens
                 self(directory, shard)
@@ -246,3 +246,10 @@ def write_index(directory: Path, meta: dict[str, Any], shards: list[Shard], key:
         "mean_top_k_mass": sum(r["top_k_mass"] for r in receipts) / max(scored, 1),
     }
     write_json(directory / INDEX_NAME, meta | {"shards": receipts, "stats": stats})
+
+
+def kept_detail(count: int, rank: int, world_size: int) -> str:
+    """What a stopped writer kept: ``count`` shards, its own where several processes write (the
+    line of process 0 read as the cache's total, 3 of 5)."""
+    whose = f" by process {rank} of {world_size}, each keeping its own" if world_size > 1 else ""
+    return f"{count} shards kept{whose}; a new run adds the rest"

@@ -340,6 +340,14 @@ def test_a_signal_stops_the_writer_between_shards_and_a_new_run_completes_it(
     assert stats.shards_kept == 2 and (directory / "index.json").is_file()
 
 
+def test_a_stopped_writer_of_several_says_its_shards_are_its_own() -> None:
+    """Process 0 of 2 said "3 shards kept" of 5 written (probe 35)."""
+    from lightning_kd.cache.writer import kept_detail
+
+    assert kept_detail(2, 0, 1) == "2 shards kept; a new run adds the rest"
+    assert kept_detail(3, 0, 2).startswith("3 shards kept by process 0 of 2, each keeping its own")
+
+
 def test_a_training_runs_directory_is_not_offered_as_a_cache(tmp_path: Path) -> None:
     run = tmp_path / "base"
     (run / "checkpoints").mkdir(parents=True)
