@@ -76,7 +76,7 @@ def torchrun_command(nodes: int, per_node: int | str) -> str:
         f"torchrun --nnodes={nodes} --nproc-per-node={per_node} --node-rank=<0..{nodes - 1}> "
         "--master-addr=<node 0's address> --master-port=29500 -m lightning_kd train "
         f"strategy=ddp trainer.num_nodes={nodes} trainer.devices={per_node} "
-        "hydra.run.dir=<a directory every node sees>"
+        "hydra.run.dir=<a directory every node sees> <this command's other overrides>"
     )
 
 
@@ -91,6 +91,15 @@ def node_errors(
     if found is None:
         if num_nodes == 1:
             return stray_rank_errors(devices, environ)
+        if by_hand := [name for name in ("NODE_RANK", "MASTER_ADDR") if environ.get(name)]:
+            return [  # Lightning's manual launch: runnable, but not one the run can check
+                f"trainer.num_nodes={num_nodes} with {' and '.join(by_hand)} set by hand "
+                "(Lightning's manual multi-node launch): lightning-kd checks each node against "
+                "the launcher that started it (its node count, processes, run directory), which "
+                f"such a launch has none of; start it on every node with "
+                f"`{torchrun_command(num_nodes, devices)}`, or submit it with "
+                f"hydra/launcher=submitit_slurm ({LAUNCH_DOC})"
+            ]
         return [
             f"trainer.num_nodes={num_nodes}, but no multi-node launcher started this process "
             "(no torchrun or SLURM srun environment), so Lightning would wait forever for the "

@@ -37,6 +37,17 @@ def test_several_nodes_without_a_launcher_are_refused_with_the_command() -> None
     assert "torchrun --nnodes=2 --nproc-per-node=1 --node-rank=<0..1>" in error
     assert "hydra/launcher=submitit_slurm" in error
     assert node_errors(1, 1, {}) == [] and node_errors(1, 4, {}) == []
+    assert "hydra.run.dir=<a directory every node sees> <this command's other overrides>" in error
+
+
+def test_lightnings_manual_launch_is_refused_for_what_it_is() -> None:
+    """MASTER_ADDR, NODE_RANK and WORLD_SIZE set by hand on each node were told Lightning
+    would wait forever, which it does not; the command offered dropped the user's overrides
+    (probe 35)."""
+    manual = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29612", "NODE_RANK": "1"}
+    (error,) = node_errors(2, 1, {**manual, "WORLD_SIZE": "2"})
+    assert error.startswith("trainer.num_nodes=2 with NODE_RANK and MASTER_ADDR set by hand")
+    assert "wait forever" not in error and "<this command's other overrides>" in error
 
 
 @pytest.mark.parametrize(
