@@ -74,6 +74,7 @@ def hydra_help(verb: str, doc: str, argv: Sequence[str] = (), hydra_run: bool = 
             *(HYDRA_FLAGS[2:] if hydra_run else []),
             "",
             "--cfg job prints every key with its value; what each means: docs/config.md in",
-            "lightning-kd's repository, and the docstrings of the classes each group builds",
+            "lightning-kd's repository, and the docstrings of the classes each group builds;",
+            f"the shipped configs (conf/ in this help): {shipped_config_dir()}",
         ]
     )

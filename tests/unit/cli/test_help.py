@@ -93,6 +93,8 @@ def test_the_hydra_commands_help_lists_the_groups_hydra_composes_from() -> None:
     shown = hydra_help("train", "lightning-kd train: a run.")
     assert re.search(r"^  teacher: +gemma3_270m, minilm, smollm2, tiny_gpt2", shown, re.M)
     assert "hydra/job_logging" not in shown, "the package's own logging group is no choice"
+    # Installed from a wheel there is no conf/ beside the user: the help says where it is.
+    assert shown.rstrip().endswith(f"the shipped configs (conf/ in this help): {CONF_DIR}")
 
 
 def test_the_help_lists_the_groups_of_your_own_config_directory_too(tmp_path) -> None:
