@@ -62,16 +62,15 @@ FINISH_AGAIN = "resume with ckpt_path=last, which finishes the run from its last
 """What follows a student or summary the disk had no room for (``utils/disk.py``)."""
 KEPT_BEFORE_TRAINING = "the converted teacher and the teacher cache are kept and reused"
 FINISHED_ON_RESUME = "resuming runs the final validation and the export"
+FINISHING = "the run is past its last step and validation: it finishes its export and summary"
 
 # Warnings the installed Lightning raises about itself, with nothing in them for a user to act on.
 LIGHTNING_NOISE = (
     r"`isinstance\(treespec, LeafSpec\)` is deprecated",  # its pytree helper, on torch >= 2.10
     r"Precision bf16-mixed is not supported by the model summary",  # the size column is fp32
-    # A resume mid-epoch: the loaders skip what was trained themselves (data/loaders.py, the
-    # stream's position), unseen by Lightning; the resume tests check every step's loss.
+    # A resume mid-epoch: the loaders skip what was trained (data/loaders.py), unseen by it.
     r"You're resuming from a checkpoint that ended before the epoch ended",
-    # Validation sets are evened out across ranks with copies that score nothing (data/batches),
-    # so each example counts once, as the warning says a DistributedSampler would not ensure.
+    # Each validation example counts once: ranks are evened out with unscored copies.
     r"Using `DistributedSampler` with the dataloaders. During `trainer.validate\(\)`",
 )
 
@@ -106,6 +105,7 @@ def train(
         STOP.check("after training", agreed(trainer), FINISHED_ON_RESUME)  # all ranks' answer
         after = validate_after(trainer, module, datamodule)
         STOP.check("after the final validation", agreed(trainer), FINISHED_ON_RESUME)
+        STOP.finishing = FINISHING
     except BaseException as err:
         stop = as_peer_lost(as_interrupted(err), trainer.global_rank, trainer.world_size)
         report_stop(stop, trainer, cfg, command)

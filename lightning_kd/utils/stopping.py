@@ -72,6 +72,11 @@ class StopRequest:
 
     def __init__(self) -> None:
         self.signum: int | None = None
+        self.finishing: str | None = None
+        """Set once every stage with a clean point is behind the command (a run's final
+        validation agreed by its ranks): what it still does. A signal then changes nothing: the
+        command finishes, on every process alike (rank 0 said "stopping", finished and exited 0
+        while rank 1 exited 143)."""
         self._replaced: list[dict[int, object]] = []  # per install: the handlers it replaced
         self._pid = os.getpid()  # the process that installed the handlers
 
@@ -92,7 +97,7 @@ class StopRequest:
 
     def install(self) -> None:
         if not self._replaced:  # the outermost install starts a new request
-            self.signum = None
+            self.signum, self.finishing = None, None
             starting.end()  # the command is under way: its stops are this request's
         self._replaced.append({signum: signal.signal(signum, self._handle) for signum in SIGNALS})
         self._pid = os.getpid()
@@ -104,19 +109,24 @@ class StopRequest:
             for signum, handler in self._replaced.pop().items():
                 signal.signal(signum, handler)
         if not self._replaced:
-            self.signum = None
+            self.signum, self.finishing = None, None
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if os.getpid() != self._pid:  # a DataLoader worker forked with it: the run stops them
+            return
+        name = signal.Signals(signum).name
+        if self.finishing is not None:
+            print(f"\n{name} received: {self.finishing}", file=sys.stderr, flush=True)
             return
         if self.signum is not None:
             if signum == signal.SIGINT:
                 raise KeyboardInterrupt  # a second Ctrl+C: stop now, what was saved stays
             return  # a repeated SIGTERM changes nothing: the stop is under way
         self.signum = signum
+        again = "Ctrl+C again" if signum == signal.SIGINT else "SIGKILL"  # a scheduler's SIGTERM
         print(
-            f"\n{signal.Signals(signum).name} received: stopping at the next clean point and "
-            "keeping what can be resumed (Ctrl+C again to stop at once)",
+            f"\n{name} received: stopping at the next clean point and keeping what can be "
+            f"resumed ({again} to stop at once)",
             file=sys.stderr,
             flush=True,
         )

@@ -31,6 +31,24 @@ def test_the_first_signal_is_recorded_and_a_second_ctrl_c_stops_at_once() -> Non
     assert not request.requested, "the request ends with the outermost install"
 
 
+def test_a_signal_past_every_clean_point_is_said_and_changes_nothing(capsys) -> None:
+    """Past a run's final validation, rank 0 said "stopping at the next clean point", then
+    finished with exit 0 (probe 35); a scheduler's SIGTERM was told to press Ctrl+C."""
+    request = StopRequest()
+    with request.installed():
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert "(SIGKILL to stop at once)" in capsys.readouterr().err
+    with request.installed():
+        request.finishing = "it finishes its export and summary"
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGINT)
+        assert not request.requested
+        request.check("after the export")  # nothing to stop
+        err = capsys.readouterr().err
+        assert err.count("received: it finishes its export and summary") == 2
+    assert request.finishing is None, "the next command starts afresh"
+
+
 def test_a_collective_decides_for_all_ranks() -> None:
     request = StopRequest()
     with request.installed():
