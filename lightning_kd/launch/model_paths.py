@@ -5,9 +5,13 @@ from deep inside the set-up (the first tokenizer to load, maybe after another mo
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
+
+from huggingface_hub import constants, try_to_load_from_cache
 
 from lightning_kd.launch.rules import ABSENT, lookup
 from lightning_kd.models.packaged import PACKAGED, missing_error
@@ -45,10 +49,35 @@ def path_error(key: str, path: Any, gguf_file: Any = None) -> str | None:
         gguf = Path(str(path)).expanduser() / str(gguf_file)
         return None if gguf.is_file() else f"{key}.gguf_file: {gguf} does not exist"
     try:
-        checked_model_path(str(path), f"{key}.path")
+        local = checked_model_path(str(path), f"{key}.path")
     except FileNotFoundError as error:
         return str(error)
-    return None
+    return None if Path(local).is_dir() else hub_error(f"{key}.path", local)
+
+
+def hub_error(key: str, repo: str) -> str | None:
+    """Why the Hugging Face id ``repo`` cannot be had here: not in the local cache and the hub
+    out of reach (None: cached, or reachable; the hub names a wrong id). Loading it took a
+    minute of retries, then refused without naming the key."""
+    try:
+        if isinstance(try_to_load_from_cache(repo, "config.json"), str):
+            return None
+    except ValueError:  # not a valid id: the hub's own message names it
+        return None
+    if constants.HF_HUB_OFFLINE:
+        reason = "HF_HUB_OFFLINE is set"
+    else:
+        host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
+        try:
+            socket.create_connection((host, 443), timeout=5).close()
+            return None
+        except OSError as error:
+            reason = f"{host} cannot be reached from here ({error})"
+    return (
+        f"{key}={repo}: a Hugging Face id that is not in the local cache ({constants.HF_HUB_CACHE})"
+        f", and {reason}; download it where there is a network (`hf download {repo}`) and give "
+        "its directory, or point HF_HOME at a cache that holds it"
+    )
 
 
 STUDENT_PACKAGED = (

@@ -7,9 +7,16 @@ from omegaconf import OmegaConf
 from lightning_kd.launch.model_paths import model_path_errors, path_error
 
 
-def test_packaged_names_hub_ids_and_missing_keys_pass(tmp_path):
+def test_packaged_names_hub_ids_and_missing_keys_pass(tmp_path, monkeypatch):
+    from lightning_kd.launch import model_paths
+
+    class Reached:
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(model_paths.socket, "create_connection", lambda *_, **__: Reached())
     cfg = OmegaConf.create({"teacher": {"path": "smollm2"}, "student": {"path": "org/name"}})
-    assert model_path_errors(cfg) == []
+    assert model_path_errors(cfg) == []  # the hub within reach: it names a wrong id itself
     assert model_path_errors(OmegaConf.create({})) == []
     assert path_error("teacher", None) is None
 
@@ -63,3 +70,22 @@ def test_a_packaged_model_whose_packages_are_missing_is_named_by_each_key(monkey
         "student.source=gemma3_270m (student.num_layers=N, or every layer), or give "
         "student.path a saved model's directory"
     ]
+
+
+def test_a_hub_id_out_of_reach_and_not_cached_is_named_by_its_key(monkeypatch) -> None:
+    """No network here: teacher.path=Qwen/Qwen2.5-1.5B took 76 s of retries, then a refusal
+    that named no key (probe 34)."""
+    from lightning_kd.launch import model_paths
+
+    def unreachable(*args, **kwargs):
+        raise OSError("Name or service not known")
+
+    monkeypatch.setattr(model_paths.socket, "create_connection", unreachable)
+    monkeypatch.setattr(model_paths, "try_to_load_from_cache", lambda *_: None)
+    (error,) = model_path_errors(OmegaConf.create({"teacher": {"path": "Qwen/Qwen2.5-1.5B"}}))
+    assert error.startswith("teacher.path=Qwen/Qwen2.5-1.5B: a Hugging Face id that is not in")
+    assert "cannot be reached from here (Name or service not known)" in error
+    assert "`hf download Qwen/Qwen2.5-1.5B`" in error
+    cached = "/cache/models--Qwen--Qwen2.5-1.5B/snapshots/x/config.json"
+    monkeypatch.setattr(model_paths, "try_to_load_from_cache", lambda *_: cached)
+    assert model_path_errors(OmegaConf.create({"teacher": {"path": "Qwen/Qwen2.5-1.5B"}})) == []
