@@ -61,6 +61,8 @@ from lightning_kd.bench.scenarios import SCENARIOS, run_scenario
 from lightning_kd.models.lora import missing_peft
 from lightning_kd.models.quantize import DTYPES as QUANTIZABLE
 from lightning_kd.models.quantize import missing_torchao
+from lightning_kd.utils import starting
+from lightning_kd.utils.atomic import atomic_write_bytes
 
 
 def int8_unavailable(args: argparse.Namespace) -> str | None:
@@ -114,15 +116,12 @@ def run(args: argparse.Namespace) -> dict | None:
         print(json.dumps(rows))
         return None
     args.out.mkdir(parents=True, exist_ok=True)
-    scenarios = {}
-    for name in SCENARIOS:
-        if name in OPTIONAL and (missing := OPTIONAL[name](args)):
-            print(f"{name:>13}: skipped ({missing})")
-            continue
-        started = time.perf_counter()
-        row = scenarios[name] = child(args, "--scenario", name)
-        elapsed = time.perf_counter() - started
-        print(f"{name:>13}: {row['peak_mb']:.0f} MB, {row['step_s']:.2f} s/step ({elapsed:.0f} s)")
+    scenarios: dict[str, dict] = {}
+    try:
+        measure_scenarios(args, scenarios)
+    except (KeyboardInterrupt, starting.Terminated):
+        print(f"stopped: the {len(scenarios)} scenarios measured are in {args.out / PARTIAL}")
+        raise
     # One process per loss path, token counts in rising order; each measurement starts from a
     # trimmed heap, so the sweep costs two process start-ups, not six.
     tokens = [str(count) for count in (QUICK_LOSS_TOKENS if args.quick else LOSS_TOKENS)]
@@ -139,5 +138,26 @@ def run(args: argparse.Namespace) -> dict | None:
     table = markdown(report)
     (args.out / "bench.md").write_text(table + "\n")
     plot(report, args.out / "bench.png")
+    (args.out / PARTIAL).unlink(missing_ok=True)  # the whole report holds them
     print("\n" + table)
     return report
+
+
+PARTIAL = "bench.partial.json"
+"""The scenarios measured so far, kept as each ends: a bench stopped (Ctrl+C, SIGTERM) wrote
+nothing, and the minutes of the scenarios it had measured were lost."""
+
+
+def measure_scenarios(args: argparse.Namespace, scenarios: dict[str, dict]) -> None:
+    """Each scenario in a child process, into ``scenarios`` and ``args.out/bench.partial.json``
+    as it ends."""
+    for name in SCENARIOS:
+        if name in OPTIONAL and (missing := OPTIONAL[name](args)):
+            print(f"{name:>13}: skipped ({missing})")
+            continue
+        started = time.perf_counter()
+        row = scenarios[name] = child(args, "--scenario", name)
+        elapsed = time.perf_counter() - started
+        print(f"{name:>13}: {row['peak_mb']:.0f} MB, {row['step_s']:.2f} s/step ({elapsed:.0f} s)")
+        kept = json.dumps({"scenarios": scenarios}, indent=2) + "\n"
+        atomic_write_bytes(args.out / PARTIAL, kept.encode())

@@ -56,3 +56,29 @@ def test_an_fp64_teacher_skips_the_int8_scenario_and_the_report_is_written(
     out = capsys.readouterr().out
     assert "teacher_int8: skipped (--teacher-dtype float64: int8 quantizes float32," in out
     assert (tmp_path / "bench.json").is_file() and (tmp_path / "bench.md").is_file()
+
+
+def test_a_stopped_bench_keeps_the_scenarios_it_measured(tmp_path, monkeypatch, capsys) -> None:
+    """Stopped after minutes of scenarios, it wrote nothing (probe 34); a whole run leaves the
+    report alone."""
+    import pytest
+
+    measured = fake_report()["scenarios"]
+    order = list(measured)
+
+    def child(args, *extra: str):
+        if extra[1] == order[2]:
+            raise KeyboardInterrupt  # Ctrl+C in the third scenario
+        return dict(measured[extra[1]])
+
+    monkeypatch.setattr(runner, "child", child)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(parse(["--out", str(tmp_path), "--device", "cpu"]))
+    kept = json.loads((tmp_path / runner.PARTIAL).read_text())["scenarios"]
+    assert list(kept) == order[:2] and kept[order[0]] == measured[order[0]]
+    assert f"stopped: the 2 scenarios measured are in {tmp_path / runner.PARTIAL}" in (
+        capsys.readouterr().out
+    )
+    stub_children(monkeypatch)
+    runner.run(parse(["--out", str(tmp_path), "--device", "cpu"]))
+    assert not (tmp_path / runner.PARTIAL).exists() and (tmp_path / "bench.json").is_file()
