@@ -41,8 +41,9 @@ def main(argv: Sequence[str]) -> int:
         return 0
     ranking = run(cfg)
     print(ranking.table())
+    layers = f"{len(ranking.kept)} layer" + "s" * (len(ranking.kept) != 1)
     print(
-        f"\nkept by {ranking.by} ({len(ranking.kept)} layers, {ranking.tokens} calibration "
+        f"\nkept by {ranking.by} ({layers}, {ranking.tokens} calibration "
         f"tokens from the training split, {ranking.seconds:.0f} s): "
         f"student.layers=[{','.join(map(str, ranking.kept))}]"
     )
