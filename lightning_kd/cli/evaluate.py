@@ -21,6 +21,7 @@ directories) on each model, ``--teacher`` first for the ratio (``pip install
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
@@ -32,8 +33,16 @@ from lightning_kd.utils import starting
 class Parser(argparse.ArgumentParser):
     """argparse's, saying why the models went missing where ``--files`` took them."""
 
+    given: tuple[str, ...] = ()
+    """The arguments being parsed: only where --files is among them can it have taken the
+    models (with none given, the hint misled)."""
+
+    def parse_args(self, args=None, namespace=None):
+        self.given = tuple(sys.argv[1:] if args is None else args)
+        return super().parse_args(args, namespace)
+
     def error(self, message: str) -> NoReturn:
-        if "required: models" in message:
+        if "required: models" in message and "--files" in self.given:
             message += (
                 " (--files takes every path after it: give the models first, or put -- before "
                 "them: lightning-kd evaluate --files a.txt -- runs/kd/student)"

@@ -781,6 +781,9 @@ def test_a_saved_model_missing_its_weights_or_tokenizer_is_refused(weightless, t
 def test_models_swallowed_by_files_are_explained(capsys) -> None:
     argv = ["evaluate", "--files", "a.txt", "runs/kd/student"]
     assert_refused(argv, ["required: models", "--files takes every path after it"], capsys)
+    # No --files given: no hint about it (it was told as if --files had taken them; probe 34).
+    assert status(["evaluate"]) == 2
+    assert "--files takes" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("command", ["cache", "generate", "evaluate"])
