@@ -90,10 +90,12 @@ class ResumableLoader(DataLoader):
     """A DataLoader that starts an iteration ``skip_batches()`` batches in.
 
     After a mid-epoch resume, that is the number of batches the interrupted epoch had trained on;
-    the skipped batches are never collated.
+    the skipped batches are never collated. Its workers leave stop signals to the run
+    (:func:`leave_stops_to_the_run`), for the validation split too.
     """
 
     def __init__(self, *args, skip_batches: Callable[[], int] | None = None, **kwargs) -> None:
+        kwargs.setdefault("worker_init_fn", leave_stops_to_the_run)
         super().__init__(*args, **kwargs)
         self.skip_batches = skip_batches  # same name as the argument: Lightning re-creates loaders
 

@@ -46,13 +46,7 @@ from lightning_kd.data.held_out import (
     untouched_of,
     without_validation_text,
 )
-from lightning_kd.data.loaders import (
-    ResumableLoader,
-    already_trained,
-    leave_stops_to_the_run,
-    ranks,
-    training_order,
-)
+from lightning_kd.data.loaders import ResumableLoader, already_trained, ranks, training_order
 from lightning_kd.data.packing import CORPUS, TRAIN_SPLIT, blocks_of
 from lightning_kd.data.provenance import text_record
 from lightning_kd.data.reading import DEFAULT_FILES, distinct_documents, expand_files
@@ -280,7 +274,6 @@ class TextDataModule(LightningDataModule):
             sampler=training_order(blocks, len(self.train_examples), self.seed, rank, world_size),
             collate_fn=self.collate,
             num_workers=self.num_workers,
-            worker_init_fn=leave_stops_to_the_run,
             skip_batches=partial(already_trained, self.trainer),  # a resumed epoch's
         )
 
@@ -297,12 +290,11 @@ class TextDataModule(LightningDataModule):
             self.stream.load_state_dict(state_dict, *ranks(self.trainer))
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(
+        return ResumableLoader(  # nothing to skip: its workers' signals alone
             IndexedBlocks(
                 pad_for_ranks(self.val_examples, ranks(self.trainer)[1]), self.val_domains
             ),
             batch_size=self.val_batch_size,
             collate_fn=self.collate,
             num_workers=self.num_workers,
-            worker_init_fn=leave_stops_to_the_run,
         )

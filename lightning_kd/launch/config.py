@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import inspect
 import logging
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -136,13 +138,38 @@ def compose_config(
     "+key=value", ended in a ``TypeError`` once the group was built)."""
     try:
         return compose_unchecked(overrides, output_dir, config_dirs)
-    except ConfigCompositionException:
-        from lightning_kd.launch.keys import override_key_errors  # keys.py imports this module
+    except ConfigCompositionException as error:
+        if (found := NOT_IN_CONFIG.search(str(error))) is None:
+            raise
+        key = found.group(1)
+        words = [word for word in overrides if word.split("=", 1)[0].lstrip("+~") == key]
+        rest = [word for word in overrides if word not in words]
+        keys = dotted_keys(compose_config(rest, output_dir, config_dirs))  # names the next
+        near = difflib.get_close_matches(key, keys, n=1, cutoff=0.7)
+        hint = f"did you mean {near[0]}?" if near else "lightning-kd train --cfg job prints them"
+        given = words[-1] if words else key
+        raise Refused(f"{given}: the config has no key {key}; {hint}") from None
 
-        flags = [word for d in config_dirs for word in ("--config-dir", str(d))]
-        if errors := override_key_errors([*overrides, *flags]):
-            raise Refused("an override is refused:\n  " + "\n  ".join(errors)) from None
-        raise
+
+NOT_IN_CONFIG = re.compile(r"Could not override '([^']+)'")
+"""Hydra's words for an override of a key the config does not have."""
+
+
+def dotted_keys(cfg: DictConfig) -> list[str]:
+    """Every key of ``cfg`` by its dotted path, a list's items by their index
+    (``teachers.1.weight``); interpolations left as they are."""
+    keys: list[str] = []
+
+    def walk(node: Any, prefix: str) -> None:
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, value in items:
+            path = f"{prefix}{key}"
+            keys.append(path)
+            if isinstance(value, dict | list):
+                walk(value, f"{path}.")
+
+    walk(OmegaConf.to_container(cfg, resolve=False), "")
+    return keys
 
 
 def compose_unchecked(

@@ -14,14 +14,18 @@ import inspect
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from hydra.errors import ConfigCompositionException
 from hydra.utils import get_object
-from omegaconf import DictConfig, OmegaConf
 
 from lightning_kd.distill.teacher_entries import ENTRY_KEYS
-from lightning_kd.launch.config import CONF_DIR, GROUP_TARGETS, compose_unchecked
+from lightning_kd.launch.config import (
+    CONF_DIR,
+    GROUP_TARGETS,
+    NOT_IN_CONFIG,
+    compose_unchecked,
+    dotted_keys,
+)
 from lightning_kd.launch.config_dir import CONFIG_DIR_FLAGS
 from lightning_kd.models.loading import StudentSpec, TeacherSpec
 
@@ -30,8 +34,6 @@ HYDRA_KEYS = {"_target_", "_convert_", "_recursive_", "_partial_", "_args_"}
 
 PRINT_FLAGS = ("--cfg", "-c")
 """Hydra's flags that print the composed config (with a value: job, hydra, all)."""
-
-NOT_IN_CONFIG = re.compile(r"Could not override '([^']+)'")
 
 
 def override_key_errors(argv: Sequence[str]) -> list[str]:
@@ -175,23 +177,6 @@ def global_group_errors(cfg: Mapping) -> list[str]:
                 f"shipped {CONF_DIR / group}/*.yaml"
             )
     return errors
-
-
-def dotted_keys(cfg: DictConfig) -> list[str]:
-    """Every key of ``cfg`` by its dotted path, a list's items by their index
-    (``teachers.1.weight``); interpolations left as they are."""
-    keys: list[str] = []
-
-    def walk(node: Any, prefix: str) -> None:
-        items = node.items() if isinstance(node, dict) else enumerate(node)
-        for key, value in items:
-            path = f"{prefix}{key}"
-            keys.append(path)
-            if isinstance(value, dict | list):
-                walk(value, f"{path}.")
-
-    walk(OmegaConf.to_container(cfg, resolve=False), "")
-    return keys
 
 
 def _overrides_and_dirs(argv: Sequence[str]) -> tuple[list[str], list[str]] | None:
