@@ -62,7 +62,7 @@ FINISH_AGAIN = "resume with ckpt_path=last, which finishes the run from its last
 """What follows a student or summary the disk had no room for (``utils/disk.py``)."""
 KEPT_BEFORE_TRAINING = "the converted teacher and the teacher cache are kept and reused"
 FINISHED_ON_RESUME = "resuming runs the final validation and the export"
-FINISHING = "the run is past its last step and validation: it finishes its export and summary"
+FINISHING = "past its last step and validation, the run finishes its export and summary first"
 
 # Warnings the installed Lightning raises about itself, with nothing in them for a user to act on.
 LIGHTNING_NOISE = (

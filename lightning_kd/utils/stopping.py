@@ -73,10 +73,10 @@ class StopRequest:
     def __init__(self) -> None:
         self.signum: int | None = None
         self.finishing: str | None = None
-        """Set once every stage with a clean point is behind the command (a run's final
-        validation agreed by its ranks): what it still does. A signal then changes nothing: the
-        command finishes, on every process alike (rank 0 said "stopping", finished and exited 0
-        while rank 1 exited 143)."""
+        """Set once the command is past its last stage that a stop leaves resumable (a run's
+        final validation, agreed by its ranks): what it still does. A signal then is said as
+        that, not as a stop (rank 0 said "stopping", then finished and exited 0); it is still
+        recorded for a later stage's clean points (lm_eval.tasks, between models)."""
         self._replaced: list[dict[int, object]] = []  # per install: the handlers it replaced
         self._pid = os.getpid()  # the process that installed the handlers
 
@@ -115,7 +115,8 @@ class StopRequest:
         if os.getpid() != self._pid:  # a DataLoader worker forked with it: the run stops them
             return
         name = signal.Signals(signum).name
-        if self.finishing is not None:
+        if self.finishing is not None:  # kept for a stage after it that has clean points
+            self.signum = self.signum or signum
             print(f"\n{name} received: {self.finishing}", file=sys.stderr, flush=True)
             return
         if self.signum is not None:
