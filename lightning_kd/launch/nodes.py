@@ -230,16 +230,27 @@ def one_process_note(
 def several_processes(devices: object, num_nodes: object) -> bool:
     """Whether ``trainer.devices`` / ``trainer.num_nodes`` ask for more than one process
     (``auto`` and ``-1``: every accelerator here, several where there are several GPUs)."""
+    return process_count(devices, num_nodes) > 1
+
+
+def process_count(devices: object, num_nodes: object, accelerator: object = "auto") -> int:
+    """The processes ``trainer.devices`` x ``trainer.num_nodes`` ask for: a count, GPU indices
+    (``"0,1"``), or ``auto`` and -1 (the GPUs here where ``accelerator`` runs on them, one process
+    on a CPU). A value the config checks refuse counts as one."""
     import torch
 
-    if isinstance(num_nodes, int) and num_nodes > 1:
-        return True
-    if isinstance(devices, str) and devices not in ("auto", "-1"):
-        return len([part for part in devices.split(",") if part.strip()]) > 1 or (
-            devices.strip().isdigit() and int(devices) > 1
-        )
+    nodes = num_nodes if isinstance(num_nodes, int) and not isinstance(num_nodes, bool) else 1
+    if isinstance(devices, str) and devices.strip().isdigit():
+        devices = int(devices)
     if devices in ("auto", "-1", -1):
-        return torch.cuda.device_count() > 1
-    if isinstance(devices, int):
-        return devices > 1
-    return hasattr(devices, "__len__") and len(devices) > 1
+        gpu = accelerator in (None, "auto", "gpu", "cuda") and torch.cuda.is_available()
+        count = torch.cuda.device_count() if gpu else 1
+    elif isinstance(devices, bool):
+        count = 1
+    elif isinstance(devices, int):
+        count = devices
+    elif isinstance(devices, str):  # indices: "0,1"
+        count = len([part for part in devices.split(",") if part.strip()])
+    else:
+        count = len(devices) if hasattr(devices, "__len__") else 1
+    return max(1, count) * max(1, nodes)

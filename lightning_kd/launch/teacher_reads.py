@@ -7,27 +7,17 @@ from __future__ import annotations
 
 import math
 
-import torch
 from omegaconf import DictConfig
+
+from lightning_kd.launch.nodes import process_count
 
 
 def processes(cfg: DictConfig) -> int:
-    """The processes the run trains on: ``trainer.devices`` (a count, indices, or ``auto`` and
-    -1: the GPUs here where it runs on them, one process on a CPU) x ``trainer.num_nodes``."""
+    """The processes the run trains on (``launch/nodes.py``), each reading its own batches."""
     trainer = cfg.trainer
-    devices, nodes = trainer.get("devices", 1), trainer.get("num_nodes") or 1
-    if isinstance(devices, str) and devices.strip().isdigit():
-        devices = int(devices)
-    if devices in (None, "auto", "-1", -1):
-        gpu = trainer.get("accelerator") in (None, "auto", "gpu", "cuda")
-        count = torch.cuda.device_count() if gpu and torch.cuda.is_available() else 1
-    elif isinstance(devices, int) and not isinstance(devices, bool):
-        count = devices
-    elif isinstance(devices, str):  # indices: "0,1"
-        count = len([part for part in devices.split(",") if part.strip()])
-    else:
-        count = len(devices)
-    return max(1, count) * max(1, int(nodes))
+    return process_count(
+        trainer.get("devices", 1), trainer.get("num_nodes") or 1, trainer.get("accelerator")
+    )
 
 
 def passes(cfg: DictConfig, train_examples: int) -> float:
