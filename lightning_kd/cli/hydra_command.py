@@ -24,12 +24,7 @@ from lightning_kd.cli.refused_run_dir import drop_empty_run_dir, run_logged, sta
 from lightning_kd.launch.checks import config_errors
 from lightning_kd.launch.cluster import launcher_errors, launcher_override_errors, submitit_kind
 from lightning_kd.launch.cluster_jobs import drop_placeholder, job_ends_told, sweep_dir_errors
-from lightning_kd.launch.config import (
-    CONF_DIR,
-    compose_config,
-    register_defaults,
-    stored_nodes,
-)
+from lightning_kd.launch.config import CONF_DIR, compose_config, register_defaults, stored_nodes
 from lightning_kd.launch.harness_run import ScoringFailed
 from lightning_kd.launch.keys import override_key_errors
 from lightning_kd.launch.paths import default_run_dir_errors, run_dir_errors, sets_run_dir

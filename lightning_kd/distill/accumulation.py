@@ -42,7 +42,7 @@ class Window:
         features = sums.features if sums.features is not None else torch.zeros_like(sums.kd)
         teachers = sums.teachers or {}
         self.teachers = tuple(teachers)
-        span = [sums.span if sums.span is not None else torch.zeros_like(sums.kd)][: self.span]
+        span = [torch.zeros_like(sums.kd) if sums.span is None else sums.span] if self.span else []
         trained = sums.ce if sums.ce_trained else torch.zeros_like(sums.ce)
         parts = [sums.kd, sums.ce, features, sums.tokens.to(sums.kd), trained, *span]
         parts += teachers.values()
@@ -57,7 +57,8 @@ class Window:
         totals = self.totals.clone()
         if strategy is not None:
             totals = strategy.reduce(totals, reduce_op="sum")
-        names = (*TERMS, *["span"][: self.span], *(f"kd/{name}" for name in self.teachers))
+        span = ["span"] if self.span else []
+        names = (*TERMS, *span, *(f"kd/{name}" for name in self.teachers))
         return dict(zip(names, totals, strict=True))
 
     @staticmethod

@@ -27,6 +27,7 @@ from lightning_kd.distill.tasks import bits_per_byte
 from lightning_kd.distill.teacher_domains import PER_TEACHER, DomainTeaching, rows_of
 from lightning_kd.distill.teacher_entries import TeacherEntry
 from lightning_kd.distill.teacher_sources import teacher_source
+from lightning_kd.losses.logits import weighted_sum
 from lightning_kd.models.digests import config_digest, weights_digest
 from lightning_kd.models.heads import final_hidden, output_head
 
@@ -119,19 +120,17 @@ class ExtraTeachers(nn.Module):
             return cross.records(model, output_head(model), batch, temperature, split == "val")
         return final_hidden(model, batch, logits=False)
 
-    def sides(
-        self, task, batch: dict[str, Tensor], student_head, split="train", rows=None
-    ) -> list[tuple]:
-        """``(name, output, heads, rows)`` of each teacher on ``batch``: what its term compares
-        the student with, the (student, teacher) heads (no teacher head for records) and the
-        rows it ran on: ``rows[i]`` (None: every row; no rows: the teacher is not run)."""
+    def sides(self, task, batch: dict[str, Tensor], student_head, rows=None) -> list[tuple]:
+        """``(name, output, heads, rows)`` of each teacher on a training ``batch``: what its term
+        compares the student with, the (student, teacher) heads (no teacher head for records)
+        and the rows it ran on: ``rows[i]`` (None: every row; no rows: the teacher is not run)."""
         found = []
         for index, name in enumerate(self.names):
             ran_on = None if rows is None else rows[index]
             teacher_out = None
             if ran_on is None or len(ran_on):
                 own = batch if ran_on is None else rows_of(batch, ran_on)
-                teacher_out = self.output(index, own, task.objective.temperature, split)
+                teacher_out = self.output(index, own, task.objective.temperature)
             found.append((name, teacher_out, self.head_pair(index, student_head), ran_on))
         return found
 
@@ -146,7 +145,7 @@ class ExtraTeachers(nn.Module):
         one's own divergence sum, by name, and the weighted sum of their span terms (None: no
         span term). A teacher of weight 0 is not run: it adds nothing to the loss, and is there
         for its validation figures (``kl/<name>``)."""
-        total, kd, spans = student_out.new_zeros(()), {}, []
+        total, kd, spans = student_out.new_zeros(()), {}, []  # spans: (weight, span term)
         nothing = torch.zeros(0, dtype=torch.long)  # rows to run on: none
         rows = [nothing if weight == 0 else None for weight in self.weights]
         sides = self.sides(task, batch, student_head, rows=rows)
@@ -157,8 +156,8 @@ class ExtraTeachers(nn.Module):
                 student_out, teacher_out, batch, heads, ce=False, kd_scale=weight
             )
             total, kd[name] = total + value, sums.kd
-            spans += [] if sums.span is None else [weight * sums.span]
-        return total, kd, sum(spans) if spans else None
+            spans.append((weight, sums.span))
+        return total, kd, weighted_sum(spans)
 
     @torch.no_grad()
     def evaluation_sums(
