@@ -5,17 +5,18 @@ answers to held-out prompts judged by a teacher, or lm-eval's tasks.
     lightning-kd evaluate --prompts heldout.jsonl --teacher smollm2 -- runs/kd/student
     lightning-kd evaluate --lm-eval kd_heldout --teacher smollm2 -- runs/kd/student
 
-Each model (a ``save_pretrained`` directory, a Hugging Face id, or ``smollm2`` for the packaged
-teacher) scores the same text: the files are read as ``data.files`` reads them, each document
-tokenized with the model's own tokenizer (after the BOS it adds, else an EOS; closed by an EOS)
-and scored whole, in windows of ``--block-size`` tokens. Bits per byte (the NLL in bits over the
-text's UTF-8 bytes) compares every model; perplexity only models of the same tokenizer (the
-``tokenizer`` column; ``evaluation/perplexity.py``). ``--prompts`` judges answers instead: each
-model's greedy completions of chat prompts, scored by ``--teacher`` (its NLL of them, ROUGE-L to
-its own, the model's perplexity on its own). ``--lm-eval`` runs lm-eval's tasks (its names,
-comma-separated; the package's held-out ``kd_heldout``; those of ``--lm-eval-include``
-directories) on each model, ``--teacher`` first for the ratio (``pip install
-'lightning-kd[eval]'``). Prints a markdown table and, with ``--out``, writes it as JSON.
+Each model (a ``save_pretrained`` directory, a Hugging Face id, ``smollm2`` or ``gemma3_270m`` for
+a packaged teacher, or a ``.gguf`` file such as an export's) scores the same text: the files are
+read as ``data.files`` reads them, each document tokenized with the model's own tokenizer (after
+the BOS it adds, else an EOS; closed by an EOS) and scored whole, in windows of ``--block-size``
+tokens. Bits per byte (the NLL in bits over the text's UTF-8 bytes) compares every model;
+perplexity only models of the same tokenizer (the ``tokenizer`` column;
+``evaluation/perplexity.py``). ``--prompts`` judges answers instead: each model's greedy
+completions of chat prompts, scored by ``--teacher`` (its NLL of them, ROUGE-L to its own, the
+model's perplexity on its own). ``--lm-eval`` runs lm-eval's tasks (its names, comma-separated; the
+package's held-out ``kd_heldout``; those of ``--lm-eval-include`` directories) on each model,
+``--teacher`` first for the ratio (``pip install 'lightning-kd[eval]'``). Prints a markdown table
+and, with ``--out``, writes it as JSON.
 """
 
 from __future__ import annotations
@@ -56,7 +57,9 @@ def parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=HelpFormatter,
     )
-    parser.add_argument("models", nargs="+", help="model directories, HF ids or smollm2")
+    parser.add_argument(
+        "models", nargs="+", help="model directories, HF ids, smollm2, gemma3_270m or .gguf files"
+    )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument(
         "--files", nargs="+", help="text as data.files takes it: perplexity, bits per byte"

@@ -14,6 +14,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
+from lightning_kd.cli.formatting import HelpFormatter
 from lightning_kd.export.gguf_names import GGUF_KINDS, gguf_path
 from lightning_kd.utils import starting
 
@@ -22,7 +23,7 @@ def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lightning-kd export",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("directory", type=Path, help="a save_pretrained directory (RUN/student)")
     parser.add_argument("--gguf", required=True, choices=GGUF_KINDS, help="the GGUF type")

@@ -135,3 +135,13 @@ def test_an_options_default_is_said_only_where_it_is_a_value(command, capsys) ->
     assert "(default: True)" not in out and "(default: False)" not in out
     if command == "evaluate":
         assert "rows scored at once (default: 8)" in out
+
+
+@pytest.mark.parametrize("command", ["evaluate", "bench", "soak", "export"])
+def test_the_help_prints_no_rest_markup(command, capsys) -> None:
+    """The docstrings the help prints are written for the docs site: ``evaluate --help`` showed
+    reST's double backquotes in a terminal (probe 34)."""
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    out = capsys.readouterr().out
+    assert "``" not in out and "lightning-kd " + command in out
