@@ -31,8 +31,9 @@ def _chunk_terms(
     targets: Tensor,
     divergence: TokenDivergence,
     temperature: float,
-) -> tuple[Tensor, Tensor]:
-    """Summed T²-scaled divergence and cross-entropy of one chunk (logits in math dtype).
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """Summed T²-scaled divergence and cross-entropy of one chunk (logits in math dtype), and
+    the span term inside that divergence (None without one), for its own report.
 
     Without teacher logits (a CE-only run skips the teacher) the divergence term is 0; a cached
     teacher's top-k records give the divergence of the bucketed distributions (``losses.topk``),
@@ -41,18 +42,20 @@ def _chunk_terms(
     nll = F.cross_entropy(student_logits, targets, reduction="none")
     ce = nll.sum()
     if teacher_logits is None:
-        return torch.zeros_like(ce), ce
+        return torch.zeros_like(ce), ce, None
     if isinstance(teacher_logits, TopKTeacher | CrossTeacher):
         kd = teacher_logits.divergence(student_logits / temperature, divergence)
         kd = kd.sum() * temperature**2
-        if isinstance(teacher_logits, CrossTeacher):  # spans at T = 1: text likelihoods
-            kd = kd + teacher_logits.span_divergence(-nll)
-        return kd, ce
+        span = None
+        if isinstance(teacher_logits, CrossTeacher) and teacher_logits.has_span_term:
+            span = teacher_logits.span_divergence(-nll)  # spans at T = 1: text likelihoods
+            kd = kd + span
+        return kd, ce, span
     student_logits, teacher_logits = shared_vocab(student_logits, teacher_logits)
     student_logp = F.log_softmax(student_logits / temperature, dim=-1)
     teacher_logp = F.log_softmax(teacher_logits / temperature, dim=-1)
     kd = divergence(student_logp, teacher_logp).sum() * temperature**2
-    return kd, ce
+    return kd, ce, None
 
 
 def chunk_autograd(
@@ -60,18 +63,19 @@ def chunk_autograd(
     teacher_logits: Tensor | TopKTeacher | None,
     targets: Tensor,
     objective: LogitObjective,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Summed KD and CE of one chunk and the objective's gradient w.r.t. ``logits``, by autograd."""
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    """Summed KD and CE of one chunk, the objective's gradient w.r.t. ``logits``, by autograd,
+    and the span term inside KD (None without one)."""
     dtype = math_dtype(logits.dtype)
     if isinstance(teacher_logits, Tensor):
         teacher_logits = teacher_logits.to(dtype)
     with torch.enable_grad():
         logits = logits.detach().to(dtype).requires_grad_()
-        kd, ce = _chunk_terms(
+        kd, ce, span = _chunk_terms(
             logits, teacher_logits, targets, objective.divergence, objective.temperature
         )
         (grad,) = torch.autograd.grad(objective.combine(kd, ce), logits)
-    return kd.detach(), ce.detach(), grad
+    return kd.detach(), ce.detach(), grad, None if span is None else span.detach()
 
 
 def _fused_terms(
@@ -218,7 +222,7 @@ def chunk_fused(
     targets: Tensor,
     objective: LogitObjective,
     compile: bool = False,
-) -> tuple[Tensor, Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor, None]:
     """As :func:`chunk_autograd`, from log-sum-exps and the divergence's closed form (for a
     cached teacher's top-k records: forward KL only, see :func:`_top_k_fused_terms`).
 
@@ -238,4 +242,4 @@ def chunk_fused(
     if not finite:
         return chunk_autograd(logits, teacher_logits, targets, objective)
     kd = torch.zeros_like(ce) if value is None else value.sum() * temperature**2
-    return kd, ce, grad
+    return kd, ce, grad, None  # no span term: a cross-tokenizer teacher takes autograd's route

@@ -125,25 +125,15 @@ def _chunk_gradient(
     if isinstance(teacher, CrossTeacher):  # sorting and bucketing: autograd's
         fused = None
     if fused is not None and head.transform is None:
-        kd, ce, grad = chunk_fused(logits, teacher_logits, targets, objective, options.compile)
+        sums = chunk_fused(logits, teacher_logits, targets, objective, options.compile)
     else:
-        kd, ce, grad = chunk_autograd(logits, teacher_logits, targets, objective)
+        sums = chunk_autograd(logits, teacher_logits, targets, objective)
+    kd, ce, grad, span = sums
     if head.transform is not None:  # chain through soft-capping/scaling to the raw logits
         with torch.enable_grad():
             raw = F.linear(hidden, head.weight, head.bias).requires_grad_()
             (grad,) = torch.autograd.grad(head.transform(raw), raw, grad)
-    return kd, ce, grad.to(dtype), span_part(logits, teacher, targets)
-
-
-@torch.no_grad()
-def span_part(logits: Tensor, teacher: object, targets: Tensor) -> Tensor | None:
-    """The span term inside a chunk's KD, for its own report (None without one): computed as
-    :func:`~lightning_kd.losses.chunk_terms.chunk_autograd` computes it, one more
-    cross-entropy of the chunk, only where the term is on."""
-    if not isinstance(teacher, CrossTeacher) or teacher.span is None or not teacher.span_weight:
-        return None
-    nll = F.cross_entropy(logits.to(math_dtype(logits.dtype)), targets, reduction="none")
-    return teacher.span_divergence(-nll)
+    return kd, ce, grad.to(dtype), span
 
 
 def _bounds(total: int, size: int, teacher) -> list[tuple[int, int]]:

@@ -110,10 +110,15 @@ class CrossTeacher:
         """The same records with a span-level term of ``weight`` (``cross_spans.span_grid``)."""
         return dataclasses.replace(self, span=span, span_log_prob=span_log_prob, span_weight=weight)
 
+    @property
+    def has_span_term(self) -> bool:
+        """Whether these records carry a span-level term with a weight."""
+        return self.span is not None and bool(self.span_weight)
+
     def span_divergence(self, student_log_probs: Tensor) -> Tensor:
         """The weighted span-level term of these positions (each span whole), given the
         student's log-probability of each position's next token (T = 1); 0 without spans."""
-        if self.span is None or self.span_weight == 0:
+        if not self.has_span_term:
             return student_log_probs.sum() * 0.0
         value = span_divergence(student_log_probs, self.span, self.span_log_prob)
         return self.span_weight * value

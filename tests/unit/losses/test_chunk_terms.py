@@ -52,7 +52,7 @@ def test_compiled_terms_follow_every_change_of_weights(teacher_kind: str, diverg
         objective = LogitObjective(get_divergence(divergence), temperature, kd_weight, ce_weight)
         eager = chunk_fused(student, teacher[teacher_kind], targets, objective, compile=False)
         compiled = chunk_fused(student, teacher[teacher_kind], targets, objective, compile=True)
-        for name, got, want in zip(("kd", "ce", "gradient"), compiled, eager, strict=True):
+        for name, got, want in zip(("kd", "ce", "gradient", "span"), compiled, eager, strict=True):
             torch.testing.assert_close(
                 got,
                 want,
