@@ -8,6 +8,7 @@ import shlex
 import signal
 import sys
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -26,9 +27,15 @@ from lightning_kd.launch.cluster import launcher_errors, launcher_override_error
 from lightning_kd.launch.cluster_jobs import drop_placeholder, job_ends_told, sweep_dir_errors
 from lightning_kd.launch.config import CONF_DIR, compose_config, register_defaults, stored_nodes
 from lightning_kd.launch.harness_run import ScoringFailed
+from lightning_kd.launch.interpolations import interpolation_errors
 from lightning_kd.launch.keys import override_key_errors
 from lightning_kd.launch.paths import default_run_dir_errors, run_dir_errors, sets_run_dir
-from lightning_kd.launch.sweeps import in_process_ddp_errors, sweep_job_errors
+from lightning_kd.launch.sweeps import (
+    JobErrors,
+    config_job_errors,
+    in_process_ddp_errors,
+    sweep_job_errors,
+)
 from lightning_kd.training.finite import NonFiniteError
 from lightning_kd.training.joining import JoinError
 from lightning_kd.training.peers import PeerLost
@@ -38,10 +45,20 @@ from lightning_kd.utils.disk import full_disk_message
 from lightning_kd.utils.refusal import REFUSED_EXIT, Refused, refuse
 from lightning_kd.utils.stopping import STOP, Interrupted
 
+JOB_ERRORS: list[JobErrors] = [config_job_errors]
+"""How the running command checks each job of a ``-m`` sweep before the first runs
+(:func:`run_hydra` sets it): Hydra builds :class:`LaunchCheck` from the config, with no way to
+hand it the command's own checks."""
 
-def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
+
+def run_hydra(
+    task: Callable[[DictConfig], Any],
+    argv: Sequence[str],
+    job_errors: JobErrors = config_job_errors,
+) -> Any:
     """``task(cfg)`` for the config Hydra composes from ``argv`` (overrides, ``--config-dir``,
-    ``-m``, ``--help``, ...), over the shipped configs.
+    ``-m``, ``--help``, ...), over the shipped configs; ``job_errors`` checks each job of a
+    sweep before the first runs (:class:`LaunchCheck`).
 
     Hydra reads ``sys.argv``, so it holds ``argv`` while Hydra parses it; the task then sees the
     command as the user typed it again, because Lightning's DDP launcher starts each further rank
@@ -56,6 +73,7 @@ def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
     def as_typed(cfg: DictConfig) -> Any:
         sys.argv = typed
         try:
+            refuse(interpolation_errors(cfg))  # before any check reads a value that fails
             return stoppable(task)(cfg)
         except Refused as refused:
             drop_empty_run_dir(started)
@@ -72,6 +90,7 @@ def run_hydra(task: Callable[[DictConfig], Any], argv: Sequence[str]) -> Any:
             raise SystemExit(1) from None
 
     register_defaults()
+    JOB_ERRORS[:] = [job_errors]
     try:
         refuse(
             flag_order_errors(argv)
@@ -109,7 +128,9 @@ def composed(argv: Sequence[str]) -> DictConfig:
     overrides = [word for word in argv if is_override(word)]
     try:
         refuse(override_errors(argv))
-        return compose_config(overrides, config_dirs=[str(d) for d in config_dirs(argv)])
+        cfg = compose_config(overrides, config_dirs=[str(d) for d in config_dirs(argv)])
+        refuse(interpolation_errors(cfg))
+        return cfg
     except Refused as refused:
         exit_refused(refused)
     except (ConfigCompositionException, OverrideParseException) as error:
@@ -147,13 +168,22 @@ class LaunchCheck(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         kind = submitit_kind(config)
         try:
+            refuse(interpolation_errors(config))
+            (job_errors,) = JOB_ERRORS
             if kind is None:  # the basic launcher: the jobs run in this process
-                refuse(in_process_ddp_errors(config) or sweep_job_errors(config))
+                refuse(in_process_ddp_errors(config) or sweep_job_errors(config, job_errors))
                 return
             errors = launcher_errors(config) + sweep_dir_errors(config) + config_errors(config)
-            refuse(errors + sweep_job_errors(config))
+            refuse(errors + sweep_job_errors(config, job_errors, here=False))
         except Refused as refused:
             exit_refused(refused)
+        except Exception:  # Hydra turns a callback's exception into a warning and goes on
+            print(
+                "lightning-kd: the sweep's check failed before any job ran (a bug: please "
+                f"report it with this):\n{traceback.format_exc()}",
+                file=sys.stderr,
+            )
+            raise SystemExit(1) from None
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if submitit_kind(config) is not None:

@@ -19,10 +19,11 @@ def main(argv: Sequence[str]) -> None:
         return
     from lightning_kd.cli.hydra_command import run_hydra, typed_command
     from lightning_kd.launch.train import run
+    from lightning_kd.launch.train_checks import train_job_errors
 
     command = typed_command("train")
 
     def train(cfg) -> float | None:
         return run(cfg, command)
 
-    run_hydra(train, argv)
+    run_hydra(train, argv, train_job_errors)

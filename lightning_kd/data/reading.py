@@ -236,8 +236,11 @@ def distinct_documents(files: list[Path], text_field: str = "text") -> list[tupl
         for path in files
         for number, text in numbered_documents(path, text_field)
     ]
-    with_text = {path for _, text, path in read if text.strip()}
+    read = [(place, text, path) for place, text, path in read if text.strip()]  # blanks out
+    with_text = {path for _, _, path in read}
     blank = [str(path) for path in files if path not in with_text]
+    if not read:
+        raise DataError(f"no text in {blank}: the files are empty or hold only whitespace")
     where: dict[str, str] = {}
     repeats = []
     for place, text, path in read:
@@ -245,12 +248,9 @@ def distinct_documents(files: list[Path], text_field: str = "text") -> list[tupl
         if first != place and path not in names:
             repeats.append(f"{place} repeats {first}")
     # The shipped corpus's one repeat (two Python reference topics of one text) is said in its
-    # README, not to every default run.
+    # README, not to every default run. Blank documents are no repeats: they are left out first.
     warn_repeats(len(repeats), len(read), repeats)
     documents = [(where[text], text) for text in where]
-    documents = [(place, text) for place, text in documents if text.strip()]
-    if not documents:
-        raise DataError(f"no text in {blank}: the files are empty or hold only whitespace")
     if blank:  # a file named to be read gave nothing: a wrong file, or a failed download
         warnings.warn(f"data: {blank} hold no text (empty or whitespace only)", stacklevel=2)
     return documents

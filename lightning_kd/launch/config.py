@@ -213,6 +213,13 @@ def record_job(cfg: DictConfig, run_dir: Path) -> None:
     log_to_file(run_dir / f"{hydra_cfg.hydra.job.name}.log")
 
 
+def task_overrides(hydra: DictConfig) -> list[str]:
+    """The overrides of the command line, as typed: a value interpolating a key of the job's
+    config (``data.val_size=${data.batch_size}``) kept as its text. Read item by item,
+    OmegaConf resolved it against Hydra's own config, which has no such key (a traceback)."""
+    return [str(word) for word in OmegaConf.to_container(hydra.overrides.task, resolve=False)]
+
+
 def config_options(hydra: DictConfig) -> list[str]:
     """The options besides the overrides that composed a run's config (``hydra``: its Hydra
     config): each ``--config-dir`` (recorded absolute, so valid from any directory) and another

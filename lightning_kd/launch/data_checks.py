@@ -2,11 +2,12 @@
 
 :func:`data_setting_errors` (part of every config check, ``checks.py``): data settings that cannot
 go together — ``data.dataset`` with ``data.files``, streaming without a dataset, ``data.val_files``
-with a dataset or chat data, on-policy KD without chat prompts — and what a stream
-cannot serve (the block-wise repair, a teacher cache, a run without ``trainer.max_steps``).
-:func:`dataset_errors` (the commands that read data): ``data.dataset`` opened, streamed, to check
-the splits it reads exist, hold rows and hold the columns the data module reads; nothing is
-prepared or tokenized, so a bad split or column costs a second, not a model load.
+with a dataset or chat data, on-policy KD without chat prompts — and what a stream cannot serve
+(the block-wise repair, a teacher cache, a run without ``trainer.max_steps``).
+:func:`data_file_errors`: the files ``data.files`` and ``data.val_files`` name, found and of a
+readable kind. :func:`dataset_errors` (the commands that read data): ``data.dataset`` opened,
+streamed, to check the splits it reads exist, hold rows and hold the columns the data module reads;
+nothing is prepared or tokenized, so a bad split or column costs a second, not a model load.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from omegaconf import OmegaConf
 
 from lightning_kd.data.chat import ChatDataModule
 from lightning_kd.data.dataset_source import DatasetSource, setting_errors, source_errors
+from lightning_kd.data.errors import DataError
 from lightning_kd.data.held_out import val_files_errors
+from lightning_kd.data.reading import expand_files
 from lightning_kd.launch.rules import ABSENT, lookup
 
 
@@ -125,3 +128,22 @@ def dataset_errors(cfg: Mapping) -> list[str]:
         return []
     module: Any = get_class(data["_target_"])
     return source_errors(source, module.dataset_columns(data))
+
+
+def data_file_errors(cfg: Mapping) -> list[str]:
+    """The files ``data.files`` and ``data.val_files`` name: each there, a file, of a kind the
+    data module reads. The data module refused a missing one as it was built, which in a ``-m``
+    sweep was once the jobs before it had trained (probe 37)."""
+    data = lookup(cfg, "data")
+    if not isinstance(data, Mapping) or data_setting_errors(cfg) or data_source(data).given:
+        return []  # nothing to find, settings already refused, or a dataset's files
+    errors = []
+    for key in ("files", "val_files"):
+        patterns = data.get(key)
+        if patterns is None:
+            continue
+        try:
+            expand_files(patterns, f"data.{key}")
+        except DataError as error:
+            errors.append(str(error))
+    return errors

@@ -134,21 +134,35 @@ def check_entry(
     lengths: Sequence[Length] = (),
     extra: Sequence[str] = (),
 ) -> None:
-    """Refuse, all at once, whatever a command would trip on after loading: ``cfg``'s config
-    values and model paths (a packaged model's missing packages among them: :class:`Length`
-    leaves those to this check), ``options`` (``command``'s own, by :data:`OPTIONS`), each of
-    ``lengths`` beyond a model's positions, and the command's own cross-checks (``extra``)."""
+    """Refuse, all at once, what :func:`entry_errors` finds."""
+    refuse(entry_errors(cfg, command, options, lengths, extra))
+
+
+def entry_errors(
+    cfg: Mapping | None = None,
+    command: str | None = None,
+    options: Mapping[str, Any] | None = None,
+    lengths: Sequence[Length] = (),
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """Whatever a command would trip on after loading: ``cfg``'s config values and model paths
+    (a packaged model's missing packages among them: :class:`Length` leaves those to this
+    check), ``options`` (``command``'s own, by :data:`OPTIONS`), each of ``lengths`` beyond a
+    model's positions, and the command's own cross-checks (``extra``)."""
     errors = [] if cfg is None else config_errors(cfg) + model_path_errors(cfg)
     if command is not None:
         errors += value_errors(options or {}, OPTIONS[command])
     errors += [error for error in extra if not named_already(error, errors)]
-    errors += [error for length in lengths for error in length.errors()]
-    refuse(errors)
+    return errors + [error for length in lengths for error in length.errors()]
 
 
 def named_already(error: str, named: Sequence[str]) -> bool:
-    """Whether ``error`` is Hydra's wrapping of a group's own failure (``full_key: distill``,
-    a ``TypeError`` of its dataclass) on a value of that group ``named`` refuses already
-    (``distill.temperature='hot'``): said once, by the rule."""
-    found = re.search(r"full_key: (\S+)", error)
-    return found is not None and any(line.startswith(f"{found.group(1)}.") for line in named)
+    """Whether ``error`` is one ``named`` says already, by the rule of its value: Hydra's
+    wrapping of a group's own failure (``full_key: distill``, a ``TypeError`` of its dataclass)
+    on a value of that group (``distill.temperature='hot'``), or a spec's own check of a value
+    (``distill.temperature=0; it must be positive``)."""
+    if found := re.search(r"full_key: (\S+)", error):
+        return any(line.startswith(f"{found.group(1)}.") for line in named)
+    if found := re.match(r"([\w.]+)=", error):
+        return any(line.startswith(found.group(0)) for line in named)
+    return False

@@ -9,7 +9,7 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 
 from lightning_kd.launch.cluster_jobs import job_rerun
-from lightning_kd.launch.config import config_options
+from lightning_kd.launch.config import config_options, task_overrides
 from lightning_kd.launch.nodes import launcher
 from lightning_kd.training.checkpoints import LAST_NAME
 from lightning_kd.training.finite import NonFiniteError
@@ -38,7 +38,7 @@ def stop_report(
     overrides = []
     if HydraConfig.initialized():  # --config-dir DIR: the run's experiment may live there
         hydra = HydraConfig.get()
-        overrides, command = list(hydra.overrides.task), [*command, *config_options(hydra)]
+        overrides, command = task_overrides(hydra), [*command, *config_options(hydra)]
     diverged = isinstance(error, NonFiniteError) and error.lower_rate
     diverged = diverged and isinstance(lr, int | float) and lr > 0
     last = Path(getattr(callback, "path", output_dir / "checkpoints" / LAST_NAME))

@@ -4,21 +4,38 @@ the queue and failed there."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig
 
 from lightning_kd.launch.checks import config_errors
+from lightning_kd.launch.config import task_overrides
+from lightning_kd.launch.interpolations import interpolation_errors
 from lightning_kd.launch.nodes import several_processes
 
+JobErrors = Callable[[DictConfig, bool], list[str]]
+"""A command's checks of a sweep's job config, given whether the job runs in this process."""
 
-def sweep_job_errors(cfg: DictConfig) -> list[str]:
-    """Each job of a ``-m`` sweep composed as its launcher will compose it, and checked (the
-    launch's own config carries no sweep value): a bad value in ``seed=0,-1`` was submitted, to
-    fail in the queue. Called inside Hydra's run, whose config loader composes the jobs."""
+
+def config_job_errors(cfg: DictConfig, here: bool) -> list[str]:
+    """The config's values: the job check of a command with none of its own."""
+    return config_errors(cfg)
+
+
+def sweep_job_errors(
+    cfg: DictConfig, job_errors: JobErrors = config_job_errors, here: bool = True
+) -> list[str]:
+    """Each job of a ``-m`` sweep composed as its launcher will compose it, and checked by
+    ``job_errors`` (the launch's own config carries no sweep value): a bad value in
+    ``seed=0,-1`` was submitted, to fail in the queue. ``here``: the jobs run in this process
+    (Hydra's basic launcher), not on a cluster. Called inside Hydra's run, whose config loader
+    composes the jobs."""
     errors = []
     for job, config in composed_jobs(cfg):
-        errors += [f"job {' '.join(job)}: {error}" for error in config_errors(config)]
+        found = interpolation_errors(config) or job_errors(config, here)
+        errors += [f"job {' '.join(job)}: {error}" for error in found]
     return errors
 
 
@@ -26,7 +43,7 @@ def composed_jobs(cfg: DictConfig) -> list[tuple[list[str], DictConfig]]:
     """Each job of a ``-m`` sweep of two jobs or more, with its config composed as its launcher
     will compose it (the launch's own config carries no sweep value); none for one job, or
     outside Hydra's run, whose config loader composes them."""
-    jobs = [job for batch in split_arguments(list(cfg.hydra.overrides.task)) for job in batch]
+    jobs = [job for batch in split_arguments(task_overrides(cfg.hydra)) for job in batch]
     if len(jobs) < 2 or not GlobalHydra.instance().is_initialized():
         return []
     loader = GlobalHydra.instance().config_loader()

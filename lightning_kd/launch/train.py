@@ -23,20 +23,14 @@ from omegaconf import DictConfig
 
 from lightning_kd.launch.auto import resolve
 from lightning_kd.launch.build import build
-from lightning_kd.launch.cache_dtype_checks import cache_dtype_errors
-from lightning_kd.launch.cache_k_checks import cache_k_errors
 from lightning_kd.launch.config import JobRecord, record_job
-from lightning_kd.launch.data_checks import dataset_errors
-from lightning_kd.launch.entry import check_entry, teacher_length
-from lightning_kd.launch.gguf_export import export_gguf, gguf_errors
-from lightning_kd.launch.harness_run import evaluate_run, harness_errors
-from lightning_kd.launch.model_checks import model_setting_errors
-from lightning_kd.launch.nodes import node_errors
+from lightning_kd.launch.gguf_export import export_gguf
+from lightning_kd.launch.harness_run import evaluate_run
 from lightning_kd.launch.repair_states import drop_repair_states
 from lightning_kd.launch.stop_report import stop_report
 from lightning_kd.launch.teacher_cache import given_cache
 from lightning_kd.launch.teacher_list import teacher_precisions
-from lightning_kd.launch.tokenizer_checks import tokenizer_pair_errors
+from lightning_kd.launch.train_checks import train_errors
 from lightning_kd.training.checkpoint_files import load_local
 from lightning_kd.training.checkpoints import resolve_ckpt_path
 from lightning_kd.training.finite import check_finite_model, strict_json
@@ -54,6 +48,7 @@ from lightning_kd.training.saving import agreed
 from lightning_kd.training.summary import RunSummary, disk_use, early_stop_reason
 from lightning_kd.utils.atomic import atomic_write_bytes, replaced_directory
 from lightning_kd.utils.disk import disk_errors
+from lightning_kd.utils.refusal import refuse
 from lightning_kd.utils.stopping import STOP, Interrupted, as_interrupted
 
 COMMAND = ("lightning-kd", "train")
@@ -211,16 +206,7 @@ def run(cfg: DictConfig, command: Sequence[str] = COMMAND) -> float | None:
     for message in LIGHTNING_NOISE:
         warnings.filterwarnings("ignore", message=message)
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(not_a_tip)  # once
-    # Before anything loads, for train alone (the others run on one process, export no student):
-    # the nodes against the launcher that started this process, data, models, GGUF, lm_eval.tasks.
-    nodes = node_errors(cfg.trainer.get("num_nodes", 1), cfg.trainer.devices)
-    extra = model_setting_errors(cfg) + nodes + dataset_errors(cfg)
-    extra += tokenizer_pair_errors(cfg)  # tokenizers load only where it asks the cross path
-    extra += cache_k_errors(cfg, "train") + cache_dtype_errors(cfg)
-    # Before a cache is written, as `cache`; a key the config lacks (no samples) is not compared.
-    lengths = [teacher_length(cfg, "data.block_size")]
-    lengths.append(teacher_length(cfg, "callbacks.samples.max_new_tokens"))  # prompts add later
-    check_entry(cfg, lengths=lengths, extra=extra + harness_errors(cfg) + gguf_errors(cfg))
+    refuse(train_errors(cfg))
     output_dir = Path(cfg.output_dir)
     ckpt_path = resolve_ckpt_path(cfg.ckpt_path, output_dir / "checkpoints")
     # Only a checkpoint of this directory's run resumes it: another run's, into a directory

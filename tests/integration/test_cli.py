@@ -299,6 +299,48 @@ def test_a_bad_value_in_any_job_of_a_sweep_is_refused_before_the_first_runs(tmp_
     assert not (sweep / "0").exists()
 
 
+def test_a_sweeps_jobs_get_trains_whole_check_before_the_first_runs(tmp_path, capsys):
+    """The sweep's check read each job's numbers alone: a misspelt divergence or feature loss,
+    a missing data file or an interpolation of no key in the last job was found once the
+    jobs before it had trained (probe 37). Each is named now, with its job, before any runs."""
+    sweep = tmp_path / "sweep"
+    values = [
+        "distill.divergence=forward_kl,bogus",
+        "distill.feature_loss=cosine,cosin",
+        f"data.files=[python_reference],[{tmp_path / 'none.jsonl'}]",
+        "data.batch_size=2,${data.nonexist}",
+    ]
+    argv = ["train", "-m", "debug=smoke", *values, f"hydra.sweep.dir={sweep}"]
+    code, output = run_in_process(argv, capsys)
+    assert code == 2, output[-2000:]
+    assert "unknown divergence 'bogus'" in output and "unknown feature loss 'cosin'" in output
+    assert f"data.files entry '{tmp_path / 'none.jsonl'}' does not exist" in output
+    assert "the config has no key 'data.nonexist' to interpolate" in output
+    jobs = [line for line in output.splitlines() if line.startswith("  job ")]
+    good = "  job debug=smoke distill.divergence=forward_kl distill.feature_loss=cosine "
+    good += "data.files=[python_reference] data.batch_size=2:"
+    assert len(jobs) >= 15 and not any(line.startswith(good) for line in jobs)  # 15 bad of 16
+    assert not sweep.exists() or not any(sweep.iterdir())
+
+
+def test_a_failing_sweep_check_stops_the_sweep_with_its_traceback(tmp_path, capsys, monkeypatch):
+    """Hydra turns a callback's exception into a warning and runs the jobs: a bug in the
+    sweep's check let every job run unchecked, without a word."""
+    from lightning_kd.cli import hydra_command
+
+    def broken(config, job_errors, here=True):
+        raise RuntimeError("the check's own bug")
+
+    monkeypatch.setattr(hydra_command, "sweep_job_errors", broken)
+    sweep = tmp_path / "sweep"
+    argv = ["train", "-m", "debug=smoke", "seed=0,1", f"hydra.sweep.dir={sweep}"]
+    code, output = run_in_process(argv, capsys)
+    assert code == 1, output[-2000:]
+    assert "the sweep's check failed before any job ran" in output
+    assert "RuntimeError: the check's own bug" in output
+    assert not (sweep / "0").exists()
+
+
 def stray_run_dirs() -> set[Path]:
     """Hydra's default run and sweep directories under the working directory."""
     return {*ROOT.glob("outputs/*/*"), *ROOT.glob("multirun/*/*")}

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from lightning_kd.data.errors import DataError
 from lightning_kd.data.reading import (
     DEFAULT_FILES,
     distinct_documents,
@@ -83,6 +84,20 @@ def test_duplicate_documents_are_kept_once(tmp_path: Path) -> None:
     train = {tuple(x.tolist()) for x in data.train_examples}
     val = {tuple(x.tolist()) for x in data.val_examples}
     assert len(train) + len(val) == 10 and not train & val
+
+
+def test_blank_documents_are_left_out_not_counted_as_repeats(tmp_path: Path) -> None:
+    """A file of whitespace documents was said to hold 9 duplicates of 10, before the refusal
+    that it holds no text (probe 37); blanks beside text are no repeats either."""
+    import warnings
+
+    blank = jsonl(tmp_path / "blank.jsonl", *[{"text": "   "} for _ in range(10)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(DataError, match=r"no text in .*blank.jsonl'\]: the files are empty"):
+            distinct_documents([blank])
+        mixed = jsonl(tmp_path / "mixed.jsonl", {"text": " "}, {"text": "a"}, {"text": "\n"})
+        assert distinct_documents([mixed]) == [(f"{mixed}:2", "a")]
 
 
 def test_an_empty_file_list_is_refused(tmp_path: Path) -> None:

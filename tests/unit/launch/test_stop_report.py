@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
+from omegaconf import OmegaConf
 
 from lightning_kd.launch.stop_report import stop_report
 from lightning_kd.training.finite import NonFiniteError
@@ -57,7 +58,7 @@ def test_a_diverged_run_is_given_a_smaller_rate(tmp_path: Path, monkeypatch) -> 
         staticmethod(
             lambda: SimpleNamespace(
                 mode=RunMode.RUN,
-                overrides=SimpleNamespace(task=overrides),
+                overrides=SimpleNamespace(task=OmegaConf.create(overrides)),
                 runtime=SimpleNamespace(config_sources=[]),
                 job=SimpleNamespace(config_name="config"),
             )
@@ -108,7 +109,7 @@ def test_a_resume_that_reset_the_optimizer_is_resumed_without_resetting_it_again
     overrides = ["debug=smoke", "resume_reset_optimizer=true", "resume_mismatch=warn"]
     hydra = SimpleNamespace(
         mode=RunMode.RUN,
-        overrides=SimpleNamespace(task=overrides),
+        overrides=SimpleNamespace(task=OmegaConf.create(overrides)),
         runtime=SimpleNamespace(config_sources=[]),
         job=SimpleNamespace(config_name="config"),
     )
@@ -143,3 +144,20 @@ def test_a_process_left_by_a_lost_one_points_at_process_0s_checkpoints(tmp_path:
     assert "ckpt_path" not in restart and restart.startswith("lightning-kd train")
     seen = stop_report(lost, saved_at(tmp_path, 4), tmp_path, ("lightning-kd", "train"), rank=1)
     assert "The latest checkpoint is " in seen and "(optimizer step 4)" in seen  # a shared disk
+
+
+def test_an_override_with_an_interpolation_is_kept_as_typed(tmp_path: Path, monkeypatch) -> None:
+    """Hydra's record of the overrides is a config: read item by item, OmegaConf resolved
+    ``data.val_size=${data.batch_size}`` against Hydra's own config, which has no such key,
+    and the stop's report was a traceback in place of the resume command."""
+    overrides = ["debug=smoke", "data.val_size=${data.batch_size}"]
+    hydra = SimpleNamespace(
+        mode=RunMode.RUN,
+        overrides=SimpleNamespace(task=OmegaConf.create(overrides)),
+        runtime=SimpleNamespace(config_sources=[]),
+        job=SimpleNamespace(config_name="config"),
+    )
+    monkeypatch.setattr(HydraConfig, "initialized", staticmethod(lambda: True))
+    monkeypatch.setattr(HydraConfig, "get", staticmethod(lambda: hydra))
+    report = stop_report(Interrupted(signal.SIGTERM, "x"), saved_at(tmp_path, 4), tmp_path, ())
+    assert "'data.val_size=${data.batch_size}'" in report and "ckpt_path=last" in report
