@@ -51,15 +51,16 @@ class Parser(argparse.ArgumentParser):
         super().error(message)
 
 
+MODELS = "model directories, HF ids, smollm2, gemma3_270m or .gguf files"
+
+
 def parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="lightning-kd evaluate",
         description=__doc__,
         formatter_class=HelpFormatter,
     )
-    parser.add_argument(
-        "models", nargs="+", help="model directories, HF ids, smollm2, gemma3_270m or .gguf files"
-    )
+    parser.add_argument("models", nargs="+", help=MODELS)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument(
         "--files", nargs="+", help="text as data.files takes it: perplexity, bits per byte"

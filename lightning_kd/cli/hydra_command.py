@@ -52,12 +52,10 @@ hand it the command's own checks."""
 
 
 def run_hydra(
-    task: Callable[[DictConfig], Any],
-    argv: Sequence[str],
-    job_errors: JobErrors = config_job_errors,
+    task: Callable[[DictConfig], Any], argv: Sequence[str], jobs: JobErrors = config_job_errors
 ) -> Any:
     """``task(cfg)`` for the config Hydra composes from ``argv`` (overrides, ``--config-dir``,
-    ``-m``, ``--help``, ...), over the shipped configs; ``job_errors`` checks each job of a
+    ``-m``, ``--help``, ...), over the shipped configs; ``jobs`` checks each job of a
     sweep before the first runs (:class:`LaunchCheck`).
 
     Hydra reads ``sys.argv``, so it holds ``argv`` while Hydra parses it; the task then sees the
@@ -90,15 +88,9 @@ def run_hydra(
             raise SystemExit(1) from None
 
     register_defaults()
-    JOB_ERRORS[:] = [job_errors]
+    JOB_ERRORS[:] = [jobs]
     try:
-        refuse(
-            flag_order_errors(argv)
-            + run_dir_override_errors(argv)
-            + default_run_dir_errors(argv, own_configs=bool(config_dirs(argv)))
-            + launcher_override_errors(argv)
-            + override_errors(argv)
-        )
+        refuse(command_line_errors(argv))
     except Refused as refused:
         exit_refused(refused)
     sys.argv = [typed[0] if typed else "lightning-kd", *argv]
@@ -108,6 +100,17 @@ def run_hydra(
             return main(as_typed)()
     finally:
         sys.argv = typed
+
+
+def command_line_errors(argv: Sequence[str]) -> list[str]:
+    """What the command line ``argv`` gets wrong before Hydra composes anything."""
+    return (
+        flag_order_errors(argv)
+        + run_dir_override_errors(argv)
+        + default_run_dir_errors(argv, own_configs=bool(config_dirs(argv)))
+        + launcher_override_errors(argv)
+        + override_errors(argv)
+    )
 
 
 def override_errors(argv: Sequence[str]) -> list[str]:

@@ -111,17 +111,14 @@ class CrossTeacher:
         return dataclasses.replace(self, span=span, span_log_prob=span_log_prob, span_weight=weight)
 
     @property
-    def has_span_term(self) -> bool:
-        """Whether these records carry a span-level term with a weight."""
+    def has_span_term(self) -> bool:  # a span-level term, with a weight
         return self.span is not None and bool(self.span_weight)
 
     def span_divergence(self, student_log_probs: Tensor) -> Tensor:
-        """The weighted span-level term of these positions (each span whole), given the
-        student's log-probability of each position's next token (T = 1); 0 without spans."""
+        """The weighted span term (spans whole) from the student's next-token log-probs, T = 1."""
         if not self.has_span_term:
             return student_log_probs.sum() * 0.0
-        value = span_divergence(student_log_probs, self.span, self.span_log_prob)
-        return self.span_weight * value
+        return self.span_weight * span_divergence(student_log_probs, self.span, self.span_log_prob)
 
     def select(self, mask: Tensor) -> CrossTeacher:
         """The records where ``mask`` (``[batch, positions]``) holds, flattened to ``[tokens]``."""
