@@ -18,7 +18,12 @@ from lightning_kd.launch.rules import lookup
 from lightning_kd.models.architecture import architecture_errors
 from lightning_kd.models.freezing import freeze_errors
 from lightning_kd.models.layer_config import check_index_scaling
-from lightning_kd.models.layer_pairs import listed_pairs, projector_errors
+from lightning_kd.models.layer_pairs import (
+    SPANS,
+    listed_pairs,
+    projector_errors,
+    span_order_error,
+)
 from lightning_kd.models.loading import StudentSpec, TeacherSpec
 from lightning_kd.models.model_config import config_from
 from lightning_kd.models.positions import spec_config
@@ -58,7 +63,7 @@ def model_setting_errors(cfg: Mapping) -> list[str]:
         except (ValueError, OSError):  # refused by model_path_errors, with the rest
             return errors
         wrong = architecture_errors(source, teacher.task, "student.source")
-        errors += wrong or depth_errors(student, source)
+        errors += wrong or depth_errors(student, source) or span_errors(student, source, distill)
     return errors
 
 
@@ -94,6 +99,18 @@ def built_specs(cfg: Mapping) -> tuple[list, list[str]]:
             # The spec's own message (a missing package: the same as package_checks' message).
             errors.append(str(cause) if isinstance(cause, ValueError | ImportError) else str(error))
     return specs, errors
+
+
+def span_errors(student: StudentSpec, source: PretrainedConfig, distill) -> list[str]:
+    """Student layers copied out of teacher order (``student.layers=[3,1]``) where a setting
+    reads each as a span of teacher layers: ``distill.features=spans``, the block-wise repair.
+    Found once the models had loaded, where the repair was told to change the features."""
+    if student.by_importance or student.source is not None:
+        return []  # chosen later, in order; or copied from another model than the teacher
+    indices = student_layer_indices(student, source.num_hidden_layers)
+    users = ["distill.features=spans"] if distill.features == SPANS else []
+    users += ["distill.blockwise_passes"] if distill.blockwise_passes else []
+    return [error for user in users if (error := span_order_error(indices, user))]
 
 
 def depth_errors(student: StudentSpec, source: PretrainedConfig) -> list[str]:

@@ -57,9 +57,11 @@ def uniform_pairs(
     loss: str,
     weight: float,
     mapping: str = UNIFORM,
+    setting: str = "distill.features=spans",
 ) -> list[LayerPair]:
     """Student layer j ↔ teacher layer ``layer_map[j]`` (or evenly spaced without a map); with
-    ``mapping="spans"``, ↔ the teacher layer before ``layer_map[j + 1]`` (the last: the last)."""
+    ``mapping="spans"``, ↔ the teacher layer before ``layer_map[j + 1]`` (the last: the last),
+    for ``setting`` (named where the map is out of order)."""
     student_path, student_layers = decoder_layers(student)
     teacher_path, teacher_layers = decoder_layers(teacher)
     if mapping == SPANS and layer_map is None and len(student_layers) > len(teacher_layers):
@@ -71,21 +73,39 @@ def uniform_pairs(
         )
     targets = layer_map or evenly_spaced(len(student_layers), len(teacher_layers))
     if mapping == SPANS:
-        targets = span_ends(targets, len(teacher_layers))
+        targets = span_ends(targets, len(teacher_layers), setting)
     return [
         LayerPair(f"{student_path}.{j}", f"{teacher_path}.{i}", loss, weight)
         for j, i in enumerate(targets)
     ]
 
 
-def span_ends(starts: list[int], teacher_layers: int) -> list[int]:
+SPAN_USERS = {
+    "distill.features=spans": "use distill.features=uniform, or list the pairs",
+    "distill.blockwise_passes": "or set distill.blockwise_passes=0 (no block-wise repair)",
+}
+"""The settings that read each student layer as a span of teacher layers, and their way out."""
+
+
+def span_order_error(starts: list[int], setting: str) -> str | None:
+    """Why ``setting`` (a key of :data:`SPAN_USERS`) cannot read student layers copied from
+    teacher layers ``starts`` as spans: they are not in increasing teacher order. None: they
+    are."""
+    if all(start < following for start, following in pairwise(starts)):
+        return None
+    return (
+        f"{setting} needs student layers copied in teacher order (each stands for the teacher "
+        f"layers up to the next one's); student.layers={starts} is not increasing: sort it, "
+        f"{SPAN_USERS[setting]}"
+    )
+
+
+def span_ends(starts: list[int], teacher_layers: int, setting: str) -> list[int]:
     """For student layers copied from teacher layers ``starts``: the teacher layer whose output
-    each student layer's output stands for (the one before the next copied layer; the last)."""
-    if any(following <= start for start, following in pairwise(starts)):
-        raise Refused(
-            f"distill.features=spans needs student layers copied in teacher order; {starts} is "
-            "not increasing. Use distill.features=uniform, or list the pairs"
-        )
+    each student layer's output stands for (the one before the next copied layer; the last),
+    for ``setting``, named where ``starts`` are out of order."""
+    if error := span_order_error(starts, setting):
+        raise Refused(error)
     ends = [following - 1 for _, following in pairwise(starts)]
     return [*ends, teacher_layers - 1]
 
@@ -219,4 +239,5 @@ def repair_pairs(
     student not copied from the teacher (``distill.repair.repair_plan`` refuses that)."""
     if not distill.blockwise_passes or layer_map is None or teacher is None:
         return []
-    return uniform_pairs(student, teacher, layer_map, REPAIR_LOSS, 1.0, mapping=SPANS)
+    repair = "distill.blockwise_passes"
+    return uniform_pairs(student, teacher, layer_map, REPAIR_LOSS, 1.0, SPANS, repair)

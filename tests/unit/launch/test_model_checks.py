@@ -77,6 +77,25 @@ def test_a_moved_layer_scaled_by_its_index_is_refused_before_it_loads() -> None:
     assert len(errors) == 1 and "teacher layer 3 as student layer 1" in errors[0], errors
 
 
+def test_layers_out_of_teacher_order_are_named_by_the_setting_that_reads_spans() -> None:
+    """``student.layers=[3,1]`` with the block-wise repair was refused once the models had
+    loaded, as ``distill.features=spans`` needing them in order, with the advice to use
+    uniform features, which did not help (probe 36). Uniform features alone train them."""
+    layers = ["debug=smoke", "student.layers=[3,1]"]
+    repair = model_setting_errors(
+        compose_config([*layers, "distill.features=null", "distill.blockwise_passes=1"])
+    )
+    assert repair == [
+        "distill.blockwise_passes needs student layers copied in teacher order (each stands for "
+        "the teacher layers up to the next one's); student.layers=[3, 1] is not increasing: sort "
+        "it, or set distill.blockwise_passes=0 (no block-wise repair)"
+    ]
+    spans = model_setting_errors(compose_config([*layers, "distill.features=spans"]))
+    assert len(spans) == 1 and spans[0].startswith("distill.features=spans needs"), spans
+    assert "use distill.features=uniform, or list the pairs" in spans[0]
+    assert model_setting_errors(compose_config([*layers, "distill.features=uniform"])) == []
+
+
 def test_a_copied_students_depth_is_named_with_the_other_problems() -> None:
     overrides = ["debug=smoke", "distill.features=unifrom", "student.num_layers=5"]
     errors = model_setting_errors(compose_config(overrides))

@@ -46,14 +46,15 @@ def test_spans_map_each_student_layer_to_the_end_of_its_span(tiny_teacher) -> No
         LayerPair("model.layers.1", "model.layers.2", "mse", 0.5),
         LayerPair("model.layers.2", "model.layers.3", "mse", 0.5),
     ]
-    assert span_ends([0, 6, 12, 17, 23, 29], 30) == [5, 11, 16, 22, 28, 29]
-    assert span_ends([0, 1, 8, 11, 28, 29], 30) == [0, 7, 10, 27, 28, 29]
+    spans = "distill.features=spans"
+    assert span_ends([0, 6, 12, 17, 23, 29], 30, spans) == [5, 11, 16, 22, 28, 29]
+    assert span_ends([0, 1, 8, 11, 28, 29], 30, spans) == [0, 7, 10, 27, 28, 29]
 
 
 def test_spans_refuse_layers_out_of_teacher_order(tiny_teacher) -> None:
     teacher = load_teacher(tiny_teacher)
     models = build_student(StudentSpec(layers=[3, 1]), teacher, "causal_lm")
-    with pytest.raises(Refused, match=r"\[3, 1\] is not increasing"):
+    with pytest.raises(Refused, match=r"student.layers=\[3, 1\] is not increasing"):
         layer_pairs("spans", models.student, teacher, models.layer_map)
     with pytest.raises(ValueError, match="use 'uniform', 'spans' or a list of pairs"):
         layer_pairs("even", models.student, teacher, models.layer_map)
