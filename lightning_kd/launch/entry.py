@@ -163,6 +163,15 @@ def named_already(error: str, named: Sequence[str]) -> bool:
     (``distill.temperature=0; it must be positive``)."""
     if found := re.search(r"full_key: (\S+)", error):
         return any(line.startswith(f"{found.group(1)}.") for line in named)
+    return any(line.startswith(f"{key}=") for key in leading_keys(error) for line in named)
+
+
+def leading_keys(error: str) -> list[str]:
+    """The keys a message starts by naming: ``distill.beta=1.5 ...`` names ``distill.beta``,
+    ``distill.feature_loss / feature_weight: ...`` both of those keys."""
     if found := re.match(r"([\w.]+)=", error):
-        return any(line.startswith(found.group(0)) for line in named)
-    return False
+        return [found.group(1)]
+    if found := re.match(r"([\w.]+) / ([\w]+): ", error):
+        parent = found.group(1).rpartition(".")[0]
+        return [found.group(1), f"{parent}.{found.group(2)}" if parent else found.group(2)]
+    return []

@@ -8,6 +8,7 @@ from lightning_kd.launch.cache_k_checks import cache_k_errors
 from lightning_kd.launch.config import compose_config
 from lightning_kd.launch.entry import Length, check_entry
 from lightning_kd.launch.model_checks import model_setting_errors
+from lightning_kd.launch.train_checks import train_errors
 from lightning_kd.utils.refusal import Refused
 
 
@@ -116,3 +117,20 @@ def test_a_wrong_type_is_said_once_by_its_rule_not_again_by_hydra() -> None:
     own = compose_config(["debug=smoke", "cache.temperature=-1"])  # set itself: its own line
     with pytest.raises(Refused, match=r"cache.temperature=-1: must be a finite number > 0"):
         check_entry(own)
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "distill.beta=1.5",
+        "distill.skew=-0.1",
+        "distill.feature_weight=-1",
+        "distill.on_policy_tokens=0",
+        "distill.temperature=0",
+    ],
+)
+def test_one_bad_value_is_refused_once(override) -> None:
+    """The rule and the spec's own check both refused it, worded apart, as two values ("2
+    values are refused", the second listing settings that were fine; probes 36 and 37)."""
+    errors = train_errors(compose_config(["debug=smoke", override], output_dir="/x"))
+    assert len(errors) == 1 and errors[0].startswith(f"{override}: must be"), errors
