@@ -29,7 +29,12 @@ from lightning_kd.launch.keys import unknown_setting_errors
 from lightning_kd.launch.length_checks import run_length_errors
 from lightning_kd.launch.logger_checks import logger_errors
 from lightning_kd.launch.package_checks import package_errors
-from lightning_kd.launch.paths import cache_root_errors, run_dir_errors, run_subdirectory_errors
+from lightning_kd.launch.paths import (
+    cache_dir_errors,
+    cache_root_errors,
+    run_dir_errors,
+    run_subdirectory_errors,
+)
 from lightning_kd.launch.precision_checks import precision_errors, zero3_dtype_errors
 from lightning_kd.launch.rules import (
     ABSENT,
@@ -127,6 +132,7 @@ def config_errors(cfg: Mapping) -> list[str]:
     errors += package_errors(cfg) + _sharding_errors(cfg) + _repair_errors(cfg) + _flag_errors(cfg)
     errors += data_setting_errors(cfg) + unknown_setting_errors(cfg) + teachers_errors(cfg)
     errors += precision_errors(cfg) + _output_dir_errors(cfg) + cache_root_errors()
+    errors += cache_dir_errors(lookup(cfg, "cache.dir"))
     return errors + _export_errors(cfg)
 
 

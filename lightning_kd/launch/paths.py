@@ -158,6 +158,19 @@ def cache_root_errors() -> list[str]:
     ]
 
 
+def cache_dir_errors(directory: object) -> list[str]:
+    """Why ``cache.dir`` (the teacher caches ``auto`` writes) cannot hold a cache: a file, under
+    a file, or not writable. Found as ``auto`` made its directory, a traceback once the data
+    was tokenized and the teacher loaded (probe 37)."""
+    if not isinstance(directory, str | Path) or not str(directory):
+        return []  # null: the package's cache; another type is the rules' to name
+    path = Path(directory).expanduser()
+    if blocking := _blocking_file(path):
+        where = "is a file" if blocking == path else f"is under the file {blocking}"
+        return [f"cache.dir={directory} {where}; give a directory (or null: the package's cache)"]
+    return unwritable_errors(f"cache.dir={directory}", path)
+
+
 def _blocking_file(path: Path) -> Path | None:
     """``path`` or the nearest directory above it that exists as something else than a
     directory (a file: nothing can be created under it), else None."""

@@ -8,6 +8,7 @@ from lightning_kd.launch import paths
 from lightning_kd.launch.checks import config_errors
 from lightning_kd.launch.config import compose_config
 from lightning_kd.launch.paths import (
+    cache_dir_errors,
     cache_root_errors,
     out_dir_errors,
     out_file_errors,
@@ -109,6 +110,26 @@ def test_a_cache_directory_that_cannot_be_written_is_refused_with_the_variable(
     ]
     monkeypatch.setenv("LIGHTNING_KD_CACHE", str(tmp_path / "fine"))
     assert cache_root_errors() == []
+
+
+def test_a_cache_dir_that_cannot_hold_a_cache_is_refused_with_the_config(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """``cache.dir`` a file, under one, or read-only was a ``FileExistsError`` traceback once
+    the data was tokenized and the teacher loaded, as ``auto`` made its directory (probe 37)."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    (error,) = config_errors(compose_config(["debug=smoke", f"cache.dir={afile}"]))
+    assert error == f"cache.dir={afile} is a file; give a directory (or null: the package's cache)"
+    (error,) = cache_dir_errors(str(afile / "sub"))
+    assert error.startswith(f"cache.dir={afile / 'sub'} is under the file {afile}; ")
+    locked = tmp_path / "ro"
+    locked.mkdir()
+    real = paths.os.access
+    monkeypatch.setattr(paths.os, "access", lambda p, mode: Path(p) != locked and real(p, mode))
+    (error,) = cache_dir_errors(str(locked / "caches"))
+    assert error.startswith(f"cache.dir={locked / 'caches'}: {locked} is not writable")
+    assert cache_dir_errors(str(tmp_path / "caches")) == [] and cache_dir_errors(None) == []
 
 
 def test_a_run_directory_whose_checkpoints_cannot_be_written_is_refused(
