@@ -197,8 +197,8 @@ def claim_run_dir(run_dir: Path, resuming: bool, overwrite: bool) -> Iterator[No
     try:
         settle(run_dir, checkpoint, succeeded=False)  # what a killed overwriting run left
         found = run_outputs(run_dir)
-        if found and overwrite:
-            set_aside(run_dir, found)
+        if found and overwrite:  # the record too: the outputs' config, until the new run's own
+            set_aside(run_dir, found + [name for name in HYDRA_OWN if (run_dir / name).exists()])
         elif found and not resuming:
             raise RunDirError(outputs_error(run_dir, found))
         try:

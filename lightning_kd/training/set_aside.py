@@ -1,7 +1,8 @@
 """``overwrite=true`` undone where the new run never got going.
 
-The earlier run's outputs are moved into ``RUN_DIR/.overwritten`` (a rename: no copy, no
-space) rather than removed when the directory is claimed. Many refusals come only after that — a
+The earlier run's outputs, and its record (``.hydra/``: the config those outputs came from),
+are moved into ``RUN_DIR/.overwritten`` (a rename: no copy, no space) rather than removed when
+the directory is claimed. Many refusals come only after that — a
 setting wrong only once the models are built (a LoRA target the student lacks, a feature module,
 a bad streamed row) — and they removed a finished run's student, checkpoint and summary for a
 run that never started. So:

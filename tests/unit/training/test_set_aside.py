@@ -18,6 +18,8 @@ def finished_run(run_dir: Path) -> None:
     (run_dir / "student" / "model.safetensors").write_text("old student")
     (run_dir / "logs" / "metrics.csv").write_text("step\n0\n")
     (run_dir / "summary.json").write_text("{}")
+    (run_dir / ".hydra").mkdir()
+    (run_dir / ".hydra" / "config.yaml").write_text("the old run's config")
 
 
 def contents(run_dir: Path) -> dict[str, str]:
@@ -30,12 +32,16 @@ def contents(run_dir: Path) -> dict[str, str]:
 
 def test_a_refused_overwrite_leaves_the_earlier_run_as_it_was(tmp_path: Path, capsys) -> None:
     """A LoRA target the student lacks, refused once the models were built, had removed the
-    finished run's student, checkpoint and summary (probe 23)."""
+    finished run's student, checkpoint and summary (probe 23). The record (``.hydra/``) is the
+    earlier run's again too: it was the refused run's, beside the earlier outputs (probe 37)."""
     run_dir = tmp_path / "run"
     finished_run(run_dir)
     before = contents(run_dir)
+    assert before[".hydra/config.yaml"] == "the old run's config"
     with pytest.raises(Refused), claim_run_dir(run_dir, resuming=False, overwrite=True):
         assert not (run_dir / "student").exists()  # out of the way of the new run
+        (run_dir / ".hydra").mkdir()  # the launch's record, written once the directory is its
+        (run_dir / ".hydra" / "config.yaml").write_text("the refused run's config")
         (run_dir / "logs").mkdir()
         (run_dir / "logs" / "metrics.csv").write_text("step\n")  # the new run's, partial
         raise Refused("student.lora.target_modules: 'q_prj' matches no module")
