@@ -23,7 +23,6 @@ from lightning_kd.data.conversations import CALLS, ChatFields, row_messages
 from lightning_kd.data.encoding import SENTINEL, chat_ids, quotes_of
 from lightning_kd.data.errors import DataError, MissingData
 from lightning_kd.losses.logits import IGNORE_INDEX
-from lightning_kd.utils.refusal import Refused
 
 
 @dataclass(frozen=True)
@@ -234,7 +233,7 @@ def dataset_row_messages(row: dict, where: str, fields: ChatFields) -> list[dict
     try:
         return row_messages(present, where, fields)
     except ValueError as err:
-        raise Refused(str(err)) from None
+        raise DataError(str(err)) from None
 
 
 MESSAGES = "messages_json"

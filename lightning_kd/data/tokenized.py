@@ -28,6 +28,7 @@ from torch import Tensor
 
 from lightning_kd.data.dataset_source import DatasetSource
 from lightning_kd.data.encoding import text_ids
+from lightning_kd.data.errors import DataError
 from lightning_kd.data.provenance import source_record
 from lightning_kd.data.reading import warn_repeats
 from lightning_kd.models.digests import tokenizer_digest
@@ -130,7 +131,7 @@ def checked_text(text: Any, field: str, where: str) -> str:
     """``text`` when it is a string; else refused, naming the row and the fix."""
     if not isinstance(text, str):
         shown = json.dumps(text, default=str)[:40]
-        raise Refused(
+        raise DataError(
             f"{where}: column {field!r} holds {type(text).__name__} {shown}, not a string; give "
             "every row text, or set data.text_field to the column holding it"
         )

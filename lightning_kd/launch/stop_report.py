@@ -8,6 +8,7 @@ from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 
+from lightning_kd.data.errors import DataError
 from lightning_kd.launch.cluster_jobs import job_rerun
 from lightning_kd.launch.config import config_options, task_overrides
 from lightning_kd.launch.nodes import launcher
@@ -44,6 +45,9 @@ def stop_report(
     last = Path(getattr(callback, "path", output_dir / "checkpoints" / LAST_NAME))
     if getattr(callback, "wrote_own", False):  # applied already: a second reset is another run
         overrides = [o for o in overrides if not o.startswith(APPLIED_ONCE)]
+    if isinstance(error, DataError):  # a row the stream reached: fixed, the data is edited
+        overrides = [*without(overrides, "resume_mismatch"), "resume_mismatch=warn"]
+        resume_with = DATA_FIXED
     if last.is_file() or rank != 0:  # process 0 writes the checkpoints: unseen, maybe there
         saved = getattr(callback, "saved_step", None)
         at = f" (optimizer step {saved})" if saved is not None else ""
@@ -104,13 +108,26 @@ def told(error: BaseException) -> tuple[str, str]:
 
 RATE = "a tenth of the learning rate (lower it further if it diverges again)"
 
+DATA_FIXED = (
+    "Once the data is fixed, resume with resume_mismatch=warn (the resume checks the data "
+    "against the checkpoint's record, which a fix in place changes; the stream goes on from "
+    "the row it had reached)"
+)
+"""How a run stopped by a bad row resumes: a resume of the same command was refused, its data
+edited (probe 37)."""
+
+
+def without(overrides: Sequence[str], key: str) -> list[str]:
+    """``overrides`` less the ones that set ``key``."""
+    return [word for word in overrides if word.split("=", 1)[0].lstrip("+") != key]
+
 
 def lower_rate(overrides: Sequence[str], lr: float, *extra: str) -> list[str]:
     """``overrides`` with ``optimizer.lr`` a tenth of ``lr`` (the rate that diverged) and
     ``extra``, replacing what they set before."""
-    keys = ["optimizer.lr", *(word.split("=", 1)[0] for word in extra)]
-    kept = [word for word in overrides if word.split("=", 1)[0].lstrip("+") not in keys]
-    return [*kept, f"optimizer.lr={lr / 10:g}", *extra]
+    for key in ["optimizer.lr", *(word.split("=", 1)[0] for word in extra)]:
+        overrides = without(overrides, key)
+    return [*overrides, f"optimizer.lr={lr / 10:g}", *extra]
 
 
 def where() -> str:

@@ -10,6 +10,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
+from lightning_kd.data.errors import DataError
 from lightning_kd.launch.stop_report import stop_report
 from lightning_kd.training.finite import NonFiniteError
 from lightning_kd.training.peers import as_peer_lost
@@ -161,3 +162,25 @@ def test_an_override_with_an_interpolation_is_kept_as_typed(tmp_path: Path, monk
     monkeypatch.setattr(HydraConfig, "get", staticmethod(lambda: hydra))
     report = stop_report(Interrupted(signal.SIGTERM, "x"), saved_at(tmp_path, 4), tmp_path, ())
     assert "'data.val_size=${data.batch_size}'" in report and "ckpt_path=last" in report
+
+
+def test_a_bad_row_is_resumed_past_the_data_check_once_fixed(tmp_path: Path, monkeypatch) -> None:
+    """A stream's bad row stops the run; fixed in place, the data differs from the checkpoint's
+    record, and the printed resume was refused for it (`data.dataset.data_files: edited`,
+    probe 37): it says so, and resumes with resume_mismatch=warn."""
+    overrides = ["debug=smoke", "data.streaming=true", "resume_mismatch=error"]
+    hydra = SimpleNamespace(
+        mode=RunMode.RUN,
+        overrides=SimpleNamespace(task=OmegaConf.create(overrides)),
+        runtime=SimpleNamespace(config_sources=[]),
+        job=SimpleNamespace(config_name="config"),
+    )
+    monkeypatch.setattr(HydraConfig, "initialized", staticmethod(lambda: True))
+    monkeypatch.setattr(HydraConfig, "get", staticmethod(lambda: hydra))
+    row = DataError("split 'train' row 20: column 'text' holds dict {\"nested\": 1}")
+    report = stop_report(row, saved_at(tmp_path, 9), tmp_path, ("lightning-kd", "train"))
+    assert "Once the data is fixed, resume with resume_mismatch=warn" in report
+    assert report.rstrip().endswith(
+        "lightning-kd train debug=smoke data.streaming=true resume_mismatch=warn "
+        f"hydra.run.dir={tmp_path} ckpt_path=last"
+    )
