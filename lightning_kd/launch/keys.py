@@ -59,6 +59,8 @@ def override_key_errors(argv: Sequence[str]) -> list[str]:
             found = NOT_IN_CONFIG.search(str(error))
             if found and (packaged := packaged_default_error(found.group(1))):
                 return [packaged]
+            if late := late_override_error(str(error)):
+                return [late]
             word = _override_of(overrides, found.group(1)) if found else None
             if word is None:  # another problem: Hydra names it when it composes
                 break
@@ -161,6 +163,26 @@ def packaged_default_error(target: str) -> str | None:
         f"'# @package _global_': the override lands under {owner} ({target}), which Hydra "
         f"refuses; make '# @package _global_' its file's first line, as in the shipped "
         f"{CONF_DIR / owner}/*.yaml"
+    )
+
+
+LATE_OVERRIDE = re.compile(r"In '(\w+)/([^']+)': Could not override '(\w+)'")
+
+
+def late_override_error(message: str) -> str | None:
+    """Why Hydra could not apply an option's ``override /debug: smoke``: conf/config.yaml's
+    defaults list puts that group after the option's (``debug`` last, to shrink any experiment),
+    and a defaults list overrides only the groups before it. Hydra said "Could not override
+    'debug'. Did you mean to override debug?" (probe 37)."""
+    found = LATE_OVERRIDE.search(message)
+    if found is None or found.group(3) not in GLOBAL_GROUPS[1:] or found.group(1) == "debug":
+        return None
+    owner, option, group = found.groups()
+    return (
+        f"{owner}/{option} overrides /{group} in its defaults list, which the shipped "
+        f"config.yaml composes after {owner} (so that {group}=... applies over any {owner}): "
+        f"an {owner} cannot set it; drop that line and give {group}=... on the command line, "
+        f"or copy the {group} settings you need into {owner}/{option}.yaml"
     )
 
 

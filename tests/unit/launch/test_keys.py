@@ -94,6 +94,21 @@ def test_an_experiment_file_that_overrides_a_group_without_its_package_line_is_n
     ]
 
 
+def test_an_experiment_that_overrides_debug_is_told_debug_comes_after_it(tmp_path: Path) -> None:
+    """``override /debug: smoke`` in an experiment: Hydra's "Could not override 'debug'. Did
+    you mean to override debug?", exit 1 (probe 37). The defaults list composes debug last."""
+    mine = tmp_path / "conf"
+    (mine / "experiment").mkdir(parents=True)
+    text = "# @package _global_\ndefaults:\n  - override /debug: smoke\n"
+    (mine / "experiment" / "mine.yaml").write_text(text)
+    assert override_key_errors(["--config-dir", str(mine), "experiment=mine"]) == [
+        "experiment/mine overrides /debug in its defaults list, which the shipped config.yaml "
+        "composes after experiment (so that debug=... applies over any experiment): an "
+        "experiment cannot set it; drop that line and give debug=... on the command line, or "
+        "copy the debug settings you need into experiment/mine.yaml"
+    ]
+
+
 def test_a_yes_no_setting_given_a_word_is_refused() -> None:
     """``data.pack=flase`` stayed a string, which is true: packing stayed on, with exit 0."""
     cfg = compose_config(["data.pack=flase", "student.activation_checkpointing=nope"])
