@@ -38,6 +38,22 @@ INSTALL = "pip install 'lightning-kd[lora]'"
 """The extra that brings peft: the advice works for a wheel as for a checkout."""
 
 
+def one_name_error(target: str) -> str:
+    """Why ``target_modules=q_proj`` (one name, as one string) adapts nothing: it was refused
+    once the models had loaded, told that q_proj's nearest valid name is q_proj (probe 36)."""
+    return (
+        f"student.lora.target_modules={target!r}: one string is a regular expression over "
+        f"whole module paths (PEFT's rule), which a bare name never matches; for the modules "
+        f"named {target}, give a list: student.lora.target_modules=[{target}] (or the "
+        f"expression '.*{target}')"
+    )
+
+
+def is_number(value: object) -> bool:
+    """A real number, not a bool (``alpha: abc`` was a ``TypeError`` on ``>``, probe 36)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 @dataclass(frozen=True)
 class LoraSpec:
     """The ``student.lora`` mapping: which layers get adapters, and their size."""
@@ -57,15 +73,17 @@ class LoraSpec:
     def __post_init__(self) -> None:
         if isinstance(self.r, bool) or not isinstance(self.r, int) or self.r < 1:
             raise ValueError(f"student.lora.r={self.r!r}: an integer >= 1, e.g. 16")
-        if not self.alpha > 0:
-            raise ValueError(f"student.lora.alpha={self.alpha!r}: must be > 0, e.g. 2 · r")
-        if not 0 <= self.dropout < 1:
+        if not is_number(self.alpha) or not self.alpha > 0:
+            raise ValueError(f"student.lora.alpha={self.alpha!r}: must be a number > 0, e.g. 2 · r")
+        if not is_number(self.dropout) or not 0 <= self.dropout < 1:
             raise ValueError(f"student.lora.dropout={self.dropout!r}: must be in [0, 1)")
         if not self.target_modules or not isinstance(self.target_modules, str | list | tuple):
             raise ValueError(
                 f"student.lora.target_modules={self.target_modules!r}: give module names "
                 f"(e.g. [q_proj, v_proj]) or {ALL_LINEAR!r}"
             )
+        if isinstance(self.target_modules, str) and re.fullmatch(r"\w+", self.target_modules):
+            raise ValueError(one_name_error(self.target_modules))
 
     @classmethod
     def from_mapping(cls, value: dict[str, Any]) -> LoraSpec:

@@ -25,6 +25,9 @@ PAIR = "{student: model.layers.0, teacher: model.layers.1"
         ("student.freeze_layers=2", "student.freeze_layers=2 would freeze all 2 of the student"),
         ("student.layers=imp", "give teacher layer indices ([0,15,29]) or 'importance'"),
         ("student.lora={r: 0}", "student.lora.r=0: an integer >= 1"),
+        # probe 36: a TypeError's repr; and, once the models had loaded, "q_proj" nearest q_proj
+        ("student.lora={alpha: abc}", "student.lora.alpha='abc': must be a number > 0"),
+        ("student.lora={target_modules: q_proj}", "give a list: student.lora.target_modules=[q"),
         ("student.config={hidden_sise: 32}", "did you mean student.config.hidden_size?"),
         ("+teacher.config.n_layers=2", "teacher.config.n_layers: a llama config has no key"),
         (  # refused at the first batch, once both models had loaded
