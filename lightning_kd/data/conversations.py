@@ -95,11 +95,12 @@ def checked_messages(messages: Any, where: str) -> list[dict[str, Any]]:
     kept for the template, a tool call's ``null`` content as ``""``; an answer the teacher had
     not ended when ``generate.max_new_tokens`` cut it keeps its ``"finished": false``
     (``generation/completion_rows.py``), a finished one drops the key."""
-    if not isinstance(messages, list) or not all(is_message(m) for m in messages):
-        raise DataError(
-            f"{where}: a conversation is a list of {{'role': str, 'content': str}} messages "
-            "(content may be null in an assistant message with tool_calls)"
-        )
+    if not isinstance(messages, list):
+        raise DataError(f"{where}: the conversation is {kind(messages)}; {SHAPE}")
+    messages = [joined_parts(m) for m in messages]
+    for turn, message in enumerate(messages):
+        if fault := message_fault(message):
+            raise DataError(f"{where}: message {turn} {fault}; {SHAPE}")
     checked = []
     for m in messages:
         finished = m.get("finished")
@@ -123,12 +124,47 @@ def as_messages(value: Any, role: str, where: str) -> list[Any]:
     raise DataError(f"{where}: a prompt or completion is a string or a list of messages")
 
 
-def is_message(message: Any) -> bool:
-    """A dict with a role and text content (none where it calls tools instead)."""
-    if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-        return False
+SHAPE = (
+    "a conversation is a list of {'role': str, 'content': str} messages (content may be null in "
+    "an assistant message with tool_calls)"
+)
+
+
+def kind(value: Any) -> str:
+    """``value`` said by its type and start, for a message that names what was found."""
+    return f"{type(value).__name__} {json.dumps(value, default=str)[:40]}"
+
+
+def message_fault(message: Any) -> str | None:
+    """What keeps ``message`` from being one (a dict with a role and text content, none where
+    it calls tools instead), or None: each row's fault was one message for all (probe 36)."""
+    if not isinstance(message, dict):
+        return f"is {kind(message)}, not a mapping"
+    if "role" not in message:
+        return f"has no 'role' (its keys: {sorted(message)})"
+    if not isinstance(message["role"], str):
+        return f"has the role {kind(message['role'])}, not a string"
     content = message.get("content")
-    return isinstance(content, str) or (content is None and any(message.get(k) for k in CALLS))
+    if isinstance(content, str) or (content is None and any(message.get(k) for k in CALLS)):
+        return None
+    if isinstance(content, list):  # parts left after joined_parts: not all text
+        return "has content parts other than text ({'type': 'text', ...}): a text model reads text"
+    return f"has the content {kind(content)}, not a string"
+
+
+def joined_parts(message: Any) -> Any:
+    """A message whose content is text parts (``[{"type": "text", "text": "hi"}]``, the form
+    Hugging Face's and OpenAI's chat data use) with those texts joined as its content."""
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, list) or not content or not all(map(is_text_part, content)):
+        return message
+    return {**message, "content": "".join(part["text"] for part in content)}
+
+
+def is_text_part(part: Any) -> bool:
+    """A content part of text: ``{"type": "text", "text": str}``."""
+    text = part.get("text") if isinstance(part, dict) else None
+    return isinstance(text, str) and part.get("type") == "text"
 
 
 def prompt_of(messages: list[dict[str, str]]) -> list[dict[str, str]]:

@@ -100,7 +100,16 @@ def test_prompt_completion_rows_are_the_same_conversation() -> None:
         ({"messages": [{"role": "user", "content": "hi"}]}, r"r has no assistant turn"),
         ({"body": "plain"}, r"neither 'messages' nor 'prompt' and 'completion'.*messages_field"),
         ({"text": "plain"}, r"'completion'; it holds 'text': read text rows with data=text"),
-        ({"messages": [{"role": "user"}]}, r"list of \{'role': str, 'content': str\}"),
+        ({"messages": [{"role": "user"}]}, r"r: message 0 has the content NoneType null, not"),
+        # probe 36: each was one message for all, naming neither the message nor the fault
+        ({"messages": [{"content": "hi"}]}, r"r: message 0 has no 'role' \(its keys"),
+        ({"messages": [*TURNS[:1], {"role": "assistant", "content": 42}]}, r"message 1 has the "),
+        ({"messages": "hi"}, r"r: the conversation is str \"hi\"; a conversation is a list of"),
+        ({"messages": [["user", "hi"]]}, r"message 0 is list \[\"user\", \"hi\"\], not a mapping"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image", "url": "x"}]}]},
+            r"message 0 has content parts other than text",
+        ),
         ({"prompt": 3, "completion": "x"}, r"a prompt or completion is a string or a list"),
         (
             {
@@ -126,6 +135,17 @@ def test_prompt_completion_rows_are_the_same_conversation() -> None:
 def test_bad_rows_are_named(row, message) -> None:
     with pytest.raises(ValueError, match=message):
         row_messages(row, "r", ChatFields())
+
+
+def test_text_content_parts_are_read_as_their_text() -> None:
+    """Hugging Face's and OpenAI's chat rows give content as parts, ``[{"type": "text", ...}]``:
+    refused as no conversation at all (probe 36). Their texts, joined, are the content."""
+    parts = [{"type": "text", "text": "Name a "}, {"type": "text", "text": "prime."}]
+    row = {"messages": [{"role": "user", "content": parts}, TURNS[1]]}
+    assert row_messages(row, "r", ChatFields()) == [
+        {"role": "user", "content": "Name a prime."},
+        TURNS[1],
+    ]
 
 
 # ChatML with tool calls rendered (as Qwen2.5's does, shortened): the call is the turn's answer.
