@@ -15,12 +15,14 @@ import warnings
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from lightning_kd.data.errors import DataError
+from lightning_kd.data.reading import prompt_lines
 
 Piece = Any
 """A row's encoding: a token tensor, or an object with ``cut(start, stop)`` and ``join``."""
@@ -142,8 +144,25 @@ def pack_blocks(token_lists: list[list[int]], block_size: int, eos_id: int) -> T
 
 CORPUS = "the corpus"
 """What a refusal for too few examples names, where one corpus gives both splits."""
+VAL = "data.val_files"
+"""What a refusal for too few validation examples names, where they come from those files."""
 TRAIN_SPLIT = "the training documents (those no validation text holds)"
 """What a refusal for too few training examples names, where validation is read apart."""
+GENERATED = "the rows of data.files, which continue documents of data.val_files (generate's)"
+"""The same, where ``data.files`` are ``generate``'s continuations of a split's documents: their
+split settings are fixed (data.block_size among them), so more text is the only fix."""
+
+MORE_TEXT = "add text (data.files or data.dataset) or lower data.block_size"
+FIXES = {
+    GENERATED: "generate more of them (lightning-kd generate with a larger generate.max_prompts, "
+    "under this run's data settings: a lower data.block_size holds out other documents)",
+}
+"""How to get more examples, by what gave too few (else :data:`MORE_TEXT`; probe 36)."""
+
+
+def training_source(files: list[Path]) -> str:
+    """What the training documents of ``data.files`` are, said in a refusal for too few."""
+    return GENERATED if prompt_lines(files) else TRAIN_SPLIT
 
 
 def warn_cut(
@@ -186,10 +205,10 @@ def blocks_of(
         warn_cut("", "document", lengths, [min(n, block_size) for n in lengths], block_size)
     if len(examples) < needed:
         both = "one to train, one to validate" if needed > 1 else "one to train"
-        purpose = both if what in (TRAIN_SPLIT, CORPUS) else "to validate"
+        purpose = both if what in (TRAIN_SPLIT, GENERATED, CORPUS) else "to validate"
         raise DataError(
-            f"too few examples from {what}: {len(examples)} of {block_size} tokens "
-            f"({sum(len(t) for t in token_lists)} tokens in all), {needed} needed ({purpose}); "
-            "add text (data.files or data.dataset) or lower data.block_size"
+            f"too few examples from {what}: {len(examples)} (of up to {block_size} tokens each; "
+            f"{sum(len(t) for t in token_lists)} tokens in all), {needed} needed ({purpose}); "
+            f"{FIXES.get(what, MORE_TEXT)}"
         )
     return examples

@@ -47,7 +47,7 @@ from lightning_kd.data.held_out import (
     without_validation_text,
 )
 from lightning_kd.data.loaders import ResumableLoader, already_trained, ranks, training_order
-from lightning_kd.data.packing import CORPUS, TRAIN_SPLIT, blocks_of
+from lightning_kd.data.packing import CORPUS, TRAIN_SPLIT, VAL, blocks_of, training_source
 from lightning_kd.data.provenance import text_record
 from lightning_kd.data.reading import DEFAULT_FILES, distinct_documents, expand_files
 from lightning_kd.data.streaming import Layout, Stream
@@ -164,9 +164,9 @@ class TextDataModule(LightningDataModule):
         val = distinct_documents(self.val_files, self.text_field)
         train = distinct_documents(self.files, self.text_field)
         kept = set(without_validation_text([t for _, t in train], [t for _, t in val]))
-        labelled = self.read(val)
-        val_examples = self.tagged(labelled, every_domain=False, what="data.val_files")
-        train_examples = self.tagged(self.read([d for d in train if d[1] in kept]), 1, TRAIN_SPLIT)
+        val_examples = self.tagged(labelled := self.read(val), every_domain=False, what=VAL)
+        source = training_source(self.files)  # what gave too few, and its fix
+        train_examples = self.tagged(self.read([d for d in train if d[1] in kept]), 1, source)
         held, _ = split_order(len(val_examples[0]), self.val_fraction, self.split_seed)
         untouched = partial(untouched_of, self, val, labelled)  # what generate may continue
         refuse(leaked_prompt_errors(self.files, {place for place, _ in val}, untouched))

@@ -72,9 +72,9 @@ def test_too_few_examples_name_the_text_that_gave_them(tmp_path) -> None:
     train.write_text("The quick brown fox jumps over the lazy dog. " * 40)
     val.write_text("tiny\n")
     data = make_datamodule([train], val_files=[str(val)])
-    with pytest.raises(ValueError, match=r"too few examples from data.val_files: 0 of 32 tokens"):
+    with pytest.raises(ValueError, match=r"too few examples from data.val_files: 0 \(of up to 32"):
         data.setup("fit")
-    with pytest.raises(ValueError, match=r"from the corpus: 0 of 32 tokens .*one to validate\)"):
+    with pytest.raises(ValueError, match=r"from the corpus: 0 \(of up to 32 .*one to validate\)"):
         make_datamodule([val]).setup("fit")
 
 
@@ -97,6 +97,21 @@ def test_rows_continuing_documents_this_split_holds_out_are_refused(tmp_path) ->
     resplit = make_datamodule([out], val_files=[str(documents)], split_seed=5)
     with pytest.raises(Refused, match=r"document\(s\) the rows of data\.files continue are held"):
         resplit.setup()
+
+
+def test_too_few_generated_rows_are_told_to_generate_more(tmp_path) -> None:
+    """Too few rows of generate's continuations were told to lower data.block_size, which then
+    held out other documents, refused in turn (probe 36)."""
+    documents = write_texts(
+        tmp_path / "docs.jsonl",
+        [f"Document {i} says something of its own. " * 3 for i in range(40)],
+    )
+    place, text = make_datamodule([documents]).training_documents()[0]
+    out = tmp_path / "completions.jsonl"
+    out.write_text(json.dumps({"text": text[:8], "prompt_line": place}) + "\n")
+    data = make_datamodule([out], val_files=[str(documents)], block_size=256)
+    with pytest.raises(Refused, match=r"from the rows of data.files, which continue .*; generate more"):
+        data.setup()
 
 
 def test_the_training_documents_with_val_files_are_refused_with_the_way_on(tmp_path) -> None:
