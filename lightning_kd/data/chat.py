@@ -153,10 +153,12 @@ class ChatDataModule(TextDataModule):
         for chat in chats:
             groups.setdefault(prompt_key(chat.messages), []).append(chat)
         if len(groups) < 2:
-            read = self.dataset.describe(self.dataset.split) if self.dataset.given else self.files
+            read = self.dataset.describe(self.dataset.split) if self.dataset.given else None
+            read = read or ", ".join(str(path) for path in self.files)
+            rows = "no row" if not chats else f"{len(groups)} distinct prompt"
             raise DataError(
-                f"{len(groups)} distinct prompt(s) in {read}; one is needed for training and "
-                "one for validation"
+                f"{read} holds {rows}; two distinct prompts are needed, one for training and "
+                "one for validation: add conversations"
             )
         ordered = list(groups.values())
         order = torch.randperm(

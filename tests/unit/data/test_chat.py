@@ -258,6 +258,16 @@ def conversations(count: int) -> list[dict]:
     ]
 
 
+def test_too_few_conversations_are_named_with_the_file_and_the_fix(tmp_path) -> None:
+    """An empty file was "0 distinct prompt(s) in [PosixPath('...')]" (probe 36)."""
+    empty = write_rows(tmp_path / "empty.jsonl", [])
+    with pytest.raises(ValueError, match=rf"^{empty} holds no row; two distinct prompts are"):
+        ChatDataModule(chat_tokenizer(), files=[str(empty)]).setup()
+    one = write_rows(tmp_path / "one.jsonl", [{"messages": TURNS[:2]}] * 3)
+    with pytest.raises(ValueError, match=r"holds 1 distinct prompt; .*: add conversations"):
+        ChatDataModule(chat_tokenizer(), files=[str(one)]).setup()
+
+
 def test_padded_batches_carry_each_conversations_labels(tmp_path) -> None:
     rows = write_rows(tmp_path / "c.jsonl", conversations(12))
     data = ChatDataModule(chat_tokenizer(), files=[str(rows)], val_fraction=0.25, pack=False)
