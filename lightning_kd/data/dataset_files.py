@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import csv
 import glob
+import hashlib
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+from lightning_kd.models.sources import remembered_file_digest
 
 SAVED_MARKERS = ("state.json", "dataset_dict.json")
 """Files ``save_to_disk`` writes at a dataset's (``state.json``) or a split dict's top."""
@@ -37,6 +40,20 @@ def local_files(path: str | None, data_files: Any) -> list[Path]:
         matches = sorted(glob.glob(str(root / pattern), recursive=True))
         found += [Path(m) for m in matches if Path(m).is_file()]
     return found
+
+
+def content_cache_dir(datasets_cache: str | Path, path: str | None, data_files: Any) -> str | None:
+    """Where ``datasets`` keeps the Arrow files it makes of ``path``'s local files: under
+    ``datasets_cache``, in a folder named by their contents. ``datasets`` keys its own cache by
+    each file's mtime, so an edit in place whose mtime was put back (``cp -p``, ``rsync -t``, a
+    tar) was read from the old Arrow files, and trained on silently (probe 37). None where
+    there is no local file (a hub name, a saved folder)."""
+    files = local_files(path, data_files)
+    if not files:
+        return None
+    digests = "".join(f"{file.resolve()}:{remembered_file_digest(file)}\n" for file in files)
+    name = hashlib.sha256(digests.encode()).hexdigest()[:20]
+    return str(Path(datasets_cache) / "lightning_kd_by_content" / name)
 
 
 def is_data(path: Path, base: Path) -> bool:

@@ -16,7 +16,12 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from lightning_kd.data.conversations import is_conversation
-from lightning_kd.data.dataset_files import csv_options, is_saved_folder, looks_empty
+from lightning_kd.data.dataset_files import (
+    content_cache_dir,
+    csv_options,
+    is_saved_folder,
+    looks_empty,
+)
 from lightning_kd.data.dataset_hints import FILE_BUILDERS, open_hint, split_hint
 from lightning_kd.data.errors import DataError
 from lightning_kd.utils.refusal import Refused
@@ -146,7 +151,9 @@ def open_split(source: DatasetSource, split: str, streaming: bool):
         if streaming:
             splits = datasets.load_dataset(source.path, streaming=True, **options)
             return pick_split(splits, source, split)
-        return datasets.load_dataset(source.path, split=split, **options)
+        cache = datasets.config.HF_DATASETS_CACHE
+        cache_dir = content_cache_dir(cache, source.path, source.data_files)
+        return datasets.load_dataset(source.path, split=split, cache_dir=cache_dir, **options)
     except Refused:
         raise
     except Exception as err:  # datasets' own: not found, offline, unreadable, wrong builder

@@ -32,13 +32,16 @@ def file_digest(path: Path) -> str:
 
 
 def file_identity(path: Path) -> dict[str, str | int]:
-    """What changes when ``path``'s content may have: its resolved path, size, mtime, inode."""
+    """What changes when ``path``'s content may have: its resolved path, size, mtime, inode,
+    and its ctime, which no one sets back (an edit in place whose mtime was put back, by
+    ``touch -d`` or ``cp -p``, kept the old digest; probe 37)."""
     resolved = path.resolve()
     stat = resolved.stat()
     return {
         "path": str(resolved),
         "size": stat.st_size,
         "mtime_ns": stat.st_mtime_ns,
+        "ctime_ns": stat.st_ctime_ns,
         "device": stat.st_dev,
         "inode": stat.st_ino,
     }

@@ -8,6 +8,7 @@ import errno
 import json
 import os
 import re
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -422,6 +423,29 @@ def test_the_common_causes_of_a_dataset_that_cannot_open_are_named(tmp_path, dat
     assert "set HF_DATASETS_CACHE to a directory you can write" in open_hint(source, read_only)
     hub = DatasetSource.of({"path": "org/corpus", "data_files": "data/*.parquet"})
     assert open_hint(hub, ConnectionError("offline")) is None  # the repository's files, not here
+
+
+def test_an_edit_in_place_whose_mtime_was_put_back_is_read(tmp_path, datasets_home) -> None:
+    """A same-size edit of a dataset file, its mtime put back (``cp -p``, ``rsync -t``): the
+    digest was remembered by mtime, and ``datasets`` served its Arrow files of the old text,
+    keyed by mtime too; the run trained on the old text, silently (probe 37)."""
+    rows = tmp_path / "rows.jsonl"
+    texts = [f"Document number {i} tells of the teacher and the student." for i in range(12)]
+    rows.write_text("".join(json.dumps({"text": text}) + "\n" for text in texts))
+    hour_ago = time.time_ns() - 3600 * 10**9
+    os.utime(rows, ns=(hour_ago, hour_ago))
+    source = {"path": "json", "data_files": str(rows)}
+
+    def decoded() -> str:
+        data = TextDataModule(byte_tokenizer(), block_size=64, dataset=source)
+        data.setup()
+        blocks = [*data.train_examples, *data.val_examples]
+        return "".join(data.tokenizer.decode(block.tolist()) for block in blocks)
+
+    assert "TEACHER" not in decoded()
+    rows.write_bytes(rows.read_bytes().replace(b"teacher", b"TEACHER", 1))  # as many bytes
+    os.utime(rows, ns=(hour_ago, hour_ago))
+    assert "TEACHER" in decoded()
 
 
 def test_a_resume_on_other_data_names_what_changed(tmp_path, datasets_home) -> None:

@@ -34,6 +34,11 @@ def test_a_remembered_digest_is_reused_only_while_the_file_is_unchanged(tmp_path
     # Rewritten in place with as many bytes: another mtime, hashed again.
     settled(first, b"z" * 1000, HOUR_AGO_NS + 10**9)
     assert remembered_digest(first, memo) == file_digest(first) != digests[0]
+    # Rewritten in place with as many bytes, the mtime put back (cp -p, touch -d): the ctime
+    # tells it (probe 37: the old digest was kept, and a run trained on the old text).
+    before = remembered_digest(first, memo)
+    settled(first, b"v" * 1000, HOUR_AGO_NS + 10**9)
+    assert remembered_digest(first, memo) == file_digest(first) != before
     # Replaced by a rename, the mtime kept: another inode, hashed again.
     settled(tmp_path / "new.bin", b"w" * 1000, HOUR_AGO_NS + 10**9).replace(first)
     assert remembered_digest(first, memo) == file_digest(first)
