@@ -342,24 +342,34 @@ def test_a_missing_split_names_the_splits_there_are(tmp_path, datasets_home) -> 
         TextDataModule(byte_tokenizer(), dataset=source).setup()
 
 
-@pytest.mark.parametrize(
-    ("value", "shown"), [(None, "NoneType null"), (7, "int 7")], ids=["null", "number"]
-)
-def test_text_that_is_not_a_string_names_its_row(tmp_path, datasets_home, value, shown) -> None:
-    rows = [{"text": "fine text " * 40} for _ in range(5)]
-    if value is None:
-        rows[3]["text"] = None
-        path = write_parquet(tmp_path / "d.parquet", rows)
-        source = {"path": "parquet", "data_files": str(path)}
-        row = 3
-    else:  # a JSON column of numbers: every row is one; the first is named
-        path = tmp_path / "d.jsonl"
-        path.write_text("".join(json.dumps({"text": value}) + "\n" for _ in range(3)))
-        source = {"path": "json", "data_files": str(path)}
-        row = 0
-    message = rf"split 'train' row {row}: column 'text' holds {shown}, not a string; give every "
+def test_text_that_is_not_a_string_names_its_row(tmp_path, datasets_home) -> None:
+    """A JSON column of numbers: every row is one; the first is named."""
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps({"text": 7}) + "\n" for _ in range(3)))
+    source = {"path": "json", "data_files": str(path)}
+    message = r"split 'train' row 0: column 'text' holds int 7, not a string; give every "
     with pytest.raises(Refused, match=message + "row text, or set data.text_field"):
         TextDataModule(byte_tokenizer(), dataset=source).setup()
+
+
+def test_a_null_text_is_left_out_as_an_empty_one_is(tmp_path, datasets_home) -> None:
+    """A null is parquet's missing cell: refused, where an empty string was left out (probe
+    37). Read whole or streamed, both are left out; a column of nulls alone holds no text."""
+    rows = [{"text": f"fine text number {i} " * 20} for i in range(6)]
+    rows[3]["text"], rows[4]["text"] = None, ""
+    path = write_parquet(tmp_path / "d.parquet", rows)
+    source = {"path": "parquet", "data_files": str(path)}
+    whole = TextDataModule(byte_tokenizer(), block_size=32, dataset=source)
+    whole.setup()
+    texts = "".join(whole.tokenizer.decode(b.tolist()) for b in whole.train_examples)
+    assert "number 5" in texts or "number 5" in "".join(
+        whole.tokenizer.decode(b.tolist()) for b in whole.val_examples
+    )
+    nulls = write_parquet(tmp_path / "n.parquet", [{"text": None, "id": i} for i in range(4)])
+    with pytest.raises(Refused, match=r"holds no text \(every row's 'text' is blank\)"):
+        TextDataModule(
+            byte_tokenizer(), dataset={"path": "parquet", "data_files": str(nulls)}
+        ).setup()
 
 
 def test_an_empty_dataset_is_refused(tmp_path, datasets_home) -> None:
