@@ -37,7 +37,7 @@ from lightning_kd.models.loading import load_teacher, load_tokenizer
 from lightning_kd.models.positions import room_error, teacher_positions
 from lightning_kd.models.quantize import quantize_teacher
 from lightning_kd.models.student import student_tokenizer
-from lightning_kd.utils.refusal import refuse
+from lightning_kd.utils.refusal import Refused, messages, refuse
 
 
 def split_prompts(
@@ -147,9 +147,20 @@ def prepared(
     spec = instantiate(cfg.generate, _convert_="all")
     if spec.prompts is None:  # before the template: the prompts decide whether one is needed
         refuse([no_prompts_error(tokenizer, spec)])
+    errors = []
     if chat_prompts(cfg, spec):
-        use_chat_template(tokenizer, spec)
-    return spec, config_prompts(cfg, spec, data_tokenizer or tokenizer)
+        try:
+            use_chat_template(tokenizer, spec)
+        except Refused as refused:  # a file's rows are read without it: both said at once
+            errors = messages(refused)
+            if spec.prompts in SPLITS:  # a split's conversations are made with it
+                raise
+    try:
+        prompts = config_prompts(cfg, spec, data_tokenizer or tokenizer)
+    except Refused as refused:
+        refuse([*errors, *messages(refused)])
+    refuse(errors)
+    return spec, prompts
 
 
 def generate(

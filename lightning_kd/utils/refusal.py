@@ -32,6 +32,15 @@ def refuse(errors: Sequence[str]) -> None:
     raise Refused(f"{head} refused:\n  " + "\n  ".join(errors))
 
 
+def messages(refused: Refused) -> list[str]:
+    """The messages ``refused`` lists (:func:`refuse`'s), or its whole text: to refuse them with
+    others, at once."""
+    head, _, rest = str(refused).partition(" refused:\n  ")
+    if rest and re.fullmatch(r"a value is|\d+ values are", head):
+        return rest.split("\n  ")
+    return [str(refused)]
+
+
 def said_once(errors: Sequence[str]) -> list[str]:
     """``errors`` with one problem found by two checks said once: the same message, or a second
     message about the same ``key=value`` (the config's value check and the spec's own)."""

@@ -25,7 +25,7 @@ from lightning_kd.generation.text_continuations import (
 from lightning_kd.launch.config import compose_config
 from lightning_kd.launch.generate import generate
 from lightning_kd.models.loading import TeacherSpec, byte_tokenizer, load_teacher
-from lightning_kd.utils.refusal import Refused
+from lightning_kd.utils.refusal import Refused, messages
 from tests.conftest import TINY_LLAMA, sentencepiece_tokenizer
 from tests.unit.data.test_chat import CHATML
 
@@ -167,6 +167,19 @@ def test_a_document_start_ends_a_word_and_its_continuation_keeps_the_joining_spa
     ends = [tokenizer.eos_token_id]
     new = torch.tensor([[*rest, tokenizer.eos_token_id, *rest]])  # what follows its EOS goes
     assert continuations(tokenizer, [prompt], new, ends) == [" brown fox"]
+
+
+def test_a_base_teacher_and_a_bad_prompts_file_are_refused_at_once(teacher, tmp_path) -> None:
+    """The missing template was said first, and the file's bad row only once it was set
+    (probe 37): its rows are read without a template, so both are said together."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"nope": 1}) + "\n")
+    cfg = config(tmp_path / "out", bad, f"generate.prompts={bad}")
+    with pytest.raises(Refused, match=r"^2 values are refused:") as refused:
+        generate(cfg, teacher, byte_tokenizer())
+    first, second = messages(refused.value)
+    assert first.startswith("generate.chat_template=null: the teacher's tokenizer has no chat")
+    assert second.startswith(f"{bad}:1 has neither 'prompt' nor 'messages'")
 
 
 def test_a_base_teacher_is_told_to_set_a_chat_template_or_given_plain(teacher, tmp_path) -> None:
