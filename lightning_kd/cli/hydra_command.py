@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 from lightning_kd.cli.group_overrides import group_option_errors
 from lightning_kd.cli.hydra_help import config_dirs
 from lightning_kd.cli.refused_run_dir import drop_empty_run_dir, run_logged, started_outputs
+from lightning_kd.cli.sweep_values import sweep_value_errors
 from lightning_kd.launch.checks import config_errors
 from lightning_kd.launch.cluster import launcher_errors, launcher_override_errors, submitit_kind
 from lightning_kd.launch.cluster_jobs import drop_placeholder, job_ends_told, sweep_dir_errors
@@ -106,6 +107,7 @@ def command_line_errors(argv: Sequence[str]) -> list[str]:
     """What the command line ``argv`` gets wrong before Hydra composes anything."""
     return (
         flag_order_errors(argv)
+        + sweep_value_errors(argv, [word for word in argv if is_override(word)])
         + run_dir_override_errors(argv)
         + default_run_dir_errors(argv, own_configs=bool(config_dirs(argv)))
         + launcher_override_errors(argv)

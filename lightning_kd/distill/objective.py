@@ -152,16 +152,20 @@ class DistillConfig:
     def _check_on_policy(self) -> None:
         if not 0.0 <= self.on_policy <= 1.0:
             raise ValueError(f"distill.on_policy={self.on_policy}: a probability, in [0, 1]")
-        if (
-            self.on_policy_tokens < 1
-            or self.on_policy_temperature <= 0
-            or self.on_policy_warmup < 0
-        ):
-            raise ValueError(
-                f"distill.on_policy_tokens={self.on_policy_tokens} must be >= 1, "
-                f"distill.on_policy_temperature={self.on_policy_temperature} positive and "
-                f"distill.on_policy_warmup={self.on_policy_warmup} >= 0"
-            )
+        checks = (  # each bad one alone: the good ones were listed as if at fault (probe 36)
+            ("on_policy_tokens", self.on_policy_tokens, self.on_policy_tokens >= 1, ">= 1"),
+            (
+                "on_policy_temperature",
+                self.on_policy_temperature,
+                self.on_policy_temperature > 0,
+                "> 0",
+            ),
+            ("on_policy_warmup", self.on_policy_warmup, self.on_policy_warmup >= 0, ">= 0"),
+        )
+        if wrong := [
+            f"distill.{key}={value}: must be {bound}" for key, value, ok, bound in checks if not ok
+        ]:
+            raise ValueError("; ".join(wrong))
         top_k = self.on_policy_teacher_top_k
         if top_k is not None and (top_k < 1 or self.on_policy == 0):
             raise ValueError(

@@ -66,6 +66,7 @@ RULES: dict[str, Number | CountOrFraction] = {
     "distill.on_policy": Number(low=0, high=1, example="0.5"),
     "distill.on_policy_tokens": Number(low=1, integer=True, example="128"),
     "distill.on_policy_temperature": Number(low=0, low_open=True, example="1.0"),
+    "distill.on_policy_warmup": Number(low=0, integer=True, example="0"),
     "distill.on_policy_teacher_top_k": Number(low=1, integer=True, nullable=True, example="25"),
     "distill.blockwise_passes": Number(low=0, integer=True, example="3"),
     "distill.blockwise_lr": Number(low=0, low_open=True, example="1e-3"),

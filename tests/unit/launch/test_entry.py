@@ -126,6 +126,7 @@ def test_a_wrong_type_is_said_once_by_its_rule_not_again_by_hydra() -> None:
         "distill.skew=-0.1",
         "distill.feature_weight=-1",
         "distill.on_policy_tokens=0",
+        "distill.on_policy_warmup=-1",  # was refused only inside a line naming fine settings
         "distill.temperature=0",
     ],
 )
