@@ -54,9 +54,12 @@ def position_error(key: str, length: int, limit: int | None, whose: str) -> str 
     (None when it fits, or when the model states no limit)."""
     if limit is None or length <= limit:
         return None
+    fix = f"{key}={limit} or less"
+    if key.endswith("max_new_tokens"):  # after a prompt: "8192 or less" was no way on (probe 36)
+        fix = f"{key} below {limit}, leaving room for the prompts"
     return (
         f"{key}={length} is longer than {whose}'s {limit} positions (config "
-        f"max_position_embeddings); set {key}={limit} or less"
+        f"max_position_embeddings); set {fix}"
     )
 
 

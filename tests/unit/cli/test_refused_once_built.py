@@ -18,10 +18,6 @@ ONCE_BUILT = {
         ["train", FEATURES],
         "the student (LlamaForCausalLM) has no module 'model.layers.9'; nearest valid paths",
     ),
-    "spans over layers out of teacher order": (
-        ["train", "student.layers=[3,1]"],
-        "distill.features=spans needs student layers copied in teacher order; [3, 1] is not",
-    ),
     "a LoRA target of no module": (
         ["train", "student.lora={r: 4, target_modules: [qproj]}"],
         "student.lora.target_modules: 'qproj' matches no module of the student",

@@ -312,7 +312,10 @@ GENERATE = {
     "top_p of 0": ("generate.top_p=0", ["generate.top_p=0: must be a finite number in (0, 1]"]),
     "answers past positions": (
         "generate.max_new_tokens=100",
-        [f"generate.max_new_tokens=100 {BEYOND}", f"set generate.max_new_tokens={POSITIONS}"],
+        [
+            f"generate.max_new_tokens=100 {BEYOND}",
+            f"set generate.max_new_tokens below {POSITIONS}, leaving room for the prompts",
+        ],
     ),
     "prompt and answer past positions": (
         "generate.max_new_tokens=60",
