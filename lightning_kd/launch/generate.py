@@ -147,19 +147,22 @@ def prepared(
     spec = instantiate(cfg.generate, _convert_="all")
     if spec.prompts is None:  # before the template: the prompts decide whether one is needed
         refuse([no_prompts_error(tokenizer, spec)])
-    errors = []
+    template: Refused | None = None
     if chat_prompts(cfg, spec):
         try:
             use_chat_template(tokenizer, spec)
         except Refused as refused:  # a file's rows are read without it: both said at once
-            errors = messages(refused)
             if spec.prompts in SPLITS:  # a split's conversations are made with it
                 raise
+            template = refused
     try:
         prompts = config_prompts(cfg, spec, data_tokenizer or tokenizer)
     except Refused as refused:
-        refuse([*errors, *messages(refused)])
-    refuse(errors)
+        if template is not None:
+            refuse([*messages(template), *messages(refused)])
+        raise  # alone: as it is (a missing file stays a FileNotFoundError)
+    if template is not None:
+        raise template
     return spec, prompts
 
 

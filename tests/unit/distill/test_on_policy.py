@@ -125,7 +125,7 @@ def test_warmup_steps_train_on_the_datasets_answers_alone() -> None:
     assert seen == [False, False, True, True]
     model(batch)  # no step given: the distiller's own count (4) of micro-batches
     assert seen[-1] is True
-    with pytest.raises(ValueError, match=r"distill.on_policy_warmup=-1 >= 0"):
+    with pytest.raises(ValueError, match=r"distill.on_policy_warmup=-1: must be >= 0"):
         DistillConfig(on_policy=0.5, on_policy_warmup=-1)
 
 
