@@ -24,6 +24,18 @@ def saved_at(tmp_path: Path, step: int) -> SimpleNamespace:
     return SimpleNamespace(path=last, saved_step=step)
 
 
+def launched(monkeypatch, overrides: list[str]) -> None:
+    """This process as a Hydra run of ``overrides`` (its record of them: a config, as Hydra's)."""
+    hydra = SimpleNamespace(
+        mode=RunMode.RUN,
+        overrides=SimpleNamespace(task=OmegaConf.create(overrides)),
+        runtime=SimpleNamespace(config_sources=[]),
+        job=SimpleNamespace(config_name="config"),
+    )
+    monkeypatch.setattr(HydraConfig, "initialized", staticmethod(lambda: True))
+    monkeypatch.setattr(HydraConfig, "get", staticmethod(lambda: hydra))
+
+
 def test_an_interrupted_run_is_told_to_resume_as_it_stands(tmp_path: Path) -> None:
     stop = Interrupted(signal.SIGTERM, "after optimizer step 5")
     report = stop_report(stop, saved_at(tmp_path, 5), tmp_path, ("lightning-kd", "train"))
@@ -52,19 +64,7 @@ def test_a_diverged_run_is_given_a_smaller_rate(tmp_path: Path, monkeypatch) -> 
     """It was told to resume with "optimizer.lr=<smaller>" and, with no checkpoint, to start
     again with the very rate that diverged."""
     overrides = ["debug=smoke", "optimizer.lr=0.5", "resume_reset_optimizer=false"]
-    monkeypatch.setattr(HydraConfig, "initialized", staticmethod(lambda: True))
-    monkeypatch.setattr(
-        HydraConfig,
-        "get",
-        staticmethod(
-            lambda: SimpleNamespace(
-                mode=RunMode.RUN,
-                overrides=SimpleNamespace(task=OmegaConf.create(overrides)),
-                runtime=SimpleNamespace(config_sources=[]),
-                job=SimpleNamespace(config_name="config"),
-            )
-        ),
-    )
+    launched(monkeypatch, overrides)
     diverged = NonFiniteError("the training loss is not finite at optimizer step 4")
     report = stop_report(diverged, None, tmp_path, ("lightning-kd", "train"), lr=0.5)
     assert (
@@ -108,14 +108,7 @@ def test_a_resume_that_reset_the_optimizer_is_resumed_without_resetting_it_again
     (the student differed from an uninterrupted run's, probe 23). Stopped before one, its
     resume reads the checkpoint it started from and must reset it still."""
     overrides = ["debug=smoke", "resume_reset_optimizer=true", "resume_mismatch=warn"]
-    hydra = SimpleNamespace(
-        mode=RunMode.RUN,
-        overrides=SimpleNamespace(task=OmegaConf.create(overrides)),
-        runtime=SimpleNamespace(config_sources=[]),
-        job=SimpleNamespace(config_name="config"),
-    )
-    monkeypatch.setattr(HydraConfig, "initialized", staticmethod(lambda: True))
-    monkeypatch.setattr(HydraConfig, "get", staticmethod(lambda: hydra))
+    launched(monkeypatch, overrides)
     stop = Interrupted(signal.SIGTERM, "after optimizer step 46")
     callback = saved_at(tmp_path, 46)
     callback.wrote_own = True
@@ -152,14 +145,7 @@ def test_an_override_with_an_interpolation_is_kept_as_typed(tmp_path: Path, monk
     ``data.val_size=${data.batch_size}`` against Hydra's own config, which has no such key,
     and the stop's report was a traceback in place of the resume command."""
     overrides = ["debug=smoke", "data.val_size=${data.batch_size}"]
-    hydra = SimpleNamespace(
-        mode=RunMode.RUN,
-        overrides=SimpleNamespace(task=OmegaConf.create(overrides)),
-        runtime=SimpleNamespace(config_sources=[]),
-        job=SimpleNamespace(config_name="config"),
-    )
-    monkeypatch.setattr(HydraConfig, "initialized", staticmethod(lambda: True))
-    monkeypatch.setattr(HydraConfig, "get", staticmethod(lambda: hydra))
+    launched(monkeypatch, overrides)
     report = stop_report(Interrupted(signal.SIGTERM, "x"), saved_at(tmp_path, 4), tmp_path, ())
     assert "'data.val_size=${data.batch_size}'" in report and "ckpt_path=last" in report
 
@@ -169,14 +155,7 @@ def test_a_bad_row_is_resumed_past_the_data_check_once_fixed(tmp_path: Path, mon
     record, and the printed resume was refused for it (`data.dataset.data_files: edited`,
     probe 37): it says so, and resumes with resume_mismatch=warn."""
     overrides = ["debug=smoke", "data.streaming=true", "resume_mismatch=error"]
-    hydra = SimpleNamespace(
-        mode=RunMode.RUN,
-        overrides=SimpleNamespace(task=OmegaConf.create(overrides)),
-        runtime=SimpleNamespace(config_sources=[]),
-        job=SimpleNamespace(config_name="config"),
-    )
-    monkeypatch.setattr(HydraConfig, "initialized", staticmethod(lambda: True))
-    monkeypatch.setattr(HydraConfig, "get", staticmethod(lambda: hydra))
+    launched(monkeypatch, overrides)
     row = DataError("split 'train' row 20: column 'text' holds dict {\"nested\": 1}")
     report = stop_report(row, saved_at(tmp_path, 9), tmp_path, ("lightning-kd", "train"))
     assert "Once the data is fixed, resume with resume_mismatch=warn" in report
