@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from lightning_kd.data.errors import DataError
+from lightning_kd.data.errors import DataError, described
 
 CALLS = ("tool_calls", "function_call")
 """Keys that make an assistant message an answer without text: a call of the user's tools."""
@@ -96,7 +96,7 @@ def checked_messages(messages: Any, where: str) -> list[dict[str, Any]]:
     not ended when ``generate.max_new_tokens`` cut it keeps its ``"finished": false``
     (``generation/completion_rows.py``), a finished one drops the key."""
     if not isinstance(messages, list):
-        raise DataError(f"{where}: the conversation is {kind(messages)}; {SHAPE}")
+        raise DataError(f"{where}: the conversation is {described(messages)}; {SHAPE}")
     messages = [joined_parts(m) for m in messages]
     for turn, message in enumerate(messages):
         if fault := message_fault(message):
@@ -130,26 +130,21 @@ SHAPE = (
 )
 
 
-def kind(value: Any) -> str:
-    """``value`` said by its type and start, for a message that names what was found."""
-    return f"{type(value).__name__} {json.dumps(value, default=str)[:40]}"
-
-
 def message_fault(message: Any) -> str | None:
     """What keeps ``message`` from being one (a dict with a role and text content, none where
     it calls tools instead), or None: each row's fault was one message for all (probe 36)."""
     if not isinstance(message, dict):
-        return f"is {kind(message)}, not a mapping"
+        return f"is {described(message)}, not a mapping"
     if "role" not in message:
         return f"has no 'role' (its keys: {sorted(message)})"
     if not isinstance(message["role"], str):
-        return f"has the role {kind(message['role'])}, not a string"
+        return f"has the role {described(message['role'])}, not a string"
     content = message.get("content")
     if isinstance(content, str) or (content is None and any(message.get(k) for k in CALLS)):
         return None
     if isinstance(content, list):  # parts left after joined_parts: not all text
         return "has content parts other than text ({'type': 'text', ...}): a text model reads text"
-    return f"has the content {kind(content)}, not a string"
+    return f"has the content {described(content)}, not a string"
 
 
 def joined_parts(message: Any) -> Any:

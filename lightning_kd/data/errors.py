@@ -4,6 +4,9 @@ while the data is read, after the config's checks."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from lightning_kd.utils.refusal import Refused
 
 
@@ -13,3 +16,9 @@ class DataError(Refused):
 
 class MissingData(DataError, FileNotFoundError):
     """A data file or pattern that is not there (still a ``FileNotFoundError``)."""
+
+
+def described(value: Any) -> str:
+    """``value`` said by its type and start (``int 7``, ``dict {"nested": 1}``), for a refusal
+    that names what a row holds in place of text."""
+    return f"{type(value).__name__} {json.dumps(value, default=str)[:40]}"

@@ -28,7 +28,7 @@ from torch import Tensor
 
 from lightning_kd.data.dataset_source import DatasetSource
 from lightning_kd.data.encoding import text_ids
-from lightning_kd.data.errors import DataError
+from lightning_kd.data.errors import DataError, described
 from lightning_kd.data.provenance import source_record
 from lightning_kd.data.reading import warn_repeats
 from lightning_kd.models.digests import tokenizer_digest
@@ -51,8 +51,8 @@ def cache_key(dataset, parts: dict[str, Any]) -> str:
     """The cache key of ``dataset`` tokenized as ``parts`` describes (JSON-able values)."""
     # datasets' fingerprint is its identity of the data (files and their times, a saved
     # folder's state); the private attribute is the only way to read it.
-    described = parts | {"dataset": dataset._fingerprint, "format": FORMAT}
-    return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:24]
+    key = parts | {"dataset": dataset._fingerprint, "format": FORMAT}
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
 
 
 def cache_path(key: str) -> Path:
@@ -134,9 +134,8 @@ def checked_text(text: Any, field: str, where: str) -> str:
     if text is None:
         return ""
     if not isinstance(text, str):
-        shown = json.dumps(text, default=str)[:40]
         raise DataError(
-            f"{where}: column {field!r} holds {type(text).__name__} {shown}, not a string; give "
+            f"{where}: column {field!r} holds {described(text)}, not a string; give "
             "every row text, or set data.text_field to the column holding it"
         )
     return text

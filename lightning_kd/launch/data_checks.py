@@ -24,6 +24,7 @@ from lightning_kd.data.errors import DataError
 from lightning_kd.data.held_out import val_files_errors
 from lightning_kd.data.reading import expand_files
 from lightning_kd.launch.rules import ABSENT, lookup
+from lightning_kd.utils.refusal import is_number
 
 
 def data_source(data: Mapping) -> DatasetSource:
@@ -75,7 +76,7 @@ def on_policy_errors(cfg: Mapping, data: Mapping) -> list[str]:
     rows are scored from their first token, and a packed chat block may start inside an answer.
     Either failed at the first sampled micro-batch, and again on every resume."""
     rate = lookup(cfg, "distill.on_policy")
-    if isinstance(rate, bool) or not isinstance(rate, int | float) or rate <= 0:
+    if not is_number(rate) or rate <= 0:
         return []
     if not is_chat_data(data):
         target = data.get("_target_")

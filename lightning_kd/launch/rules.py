@@ -15,6 +15,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from lightning_kd.utils.refusal import is_number
+
 ABSENT = object()
 """The value of a key a config does not have (skipped, not refused)."""
 
@@ -59,7 +61,7 @@ class Number:
         """Whether ``value`` is allowed."""
         if value is None:
             return self.nullable
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        if not is_number(value):
             return False  # true/false and strings are not numbers, whatever YAML makes of them
         if value in self.special:
             return True

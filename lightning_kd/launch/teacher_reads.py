@@ -10,6 +10,7 @@ import math
 from omegaconf import DictConfig
 
 from lightning_kd.launch.nodes import process_count
+from lightning_kd.utils.refusal import is_number
 
 
 def processes(cfg: DictConfig) -> int:
@@ -67,7 +68,7 @@ def validation_reads(cfg: DictConfig, val_examples: int, train_examples: int) ->
     steps, interval = trainer.max_steps, trainer.get("val_check_interval")
     if steps in (None, -1):
         steps = epoch * (trainer.get("max_epochs") or 1)
-    if isinstance(interval, bool) or not isinstance(interval, int | float) or interval <= 0:
+    if not is_number(interval) or interval <= 0:
         interval = epoch
     elif isinstance(interval, float):
         interval = max(1.0, epoch * interval)
@@ -87,6 +88,6 @@ def epoch_batches(cfg: DictConfig, train_examples: int) -> int:
     share = math.ceil(train_examples / processes(cfg))
     batches = math.ceil(share / max(1, cfg.data.batch_size))
     limit = cfg.trainer.get("limit_train_batches")
-    if isinstance(limit, bool) or not isinstance(limit, int | float) or limit <= 0:
+    if not is_number(limit) or limit <= 0:
         return batches
     return min(batches, limit) if isinstance(limit, int) else min(batches, int(batches * limit))

@@ -24,7 +24,7 @@ from lightning_kd.losses.features import get_feature_loss
 from lightning_kd.models.capture import ModuleChoiceError, resolve_module
 from lightning_kd.models.layer_config import decoder_layers
 from lightning_kd.models.student import evenly_spaced
-from lightning_kd.utils.refusal import Refused, refuse
+from lightning_kd.utils.refusal import Refused, is_number, refuse
 
 UNIFORM = "uniform"
 SPANS = "spans"
@@ -44,7 +44,7 @@ class LayerPair:
     def __post_init__(self) -> None:
         get_feature_loss(self.loss)  # raises on an unknown name
         weight = self.weight
-        if isinstance(weight, bool) or not isinstance(weight, int | float) or not weight >= 0:
+        if not is_number(weight) or not weight >= 0:
             raise ValueError(
                 f"feature pair {self.student}->{self.teacher}: weight must be >= 0 (got {weight!r})"
             )

@@ -28,7 +28,7 @@ from typing import Any
 
 from torch import nn
 
-from lightning_kd.utils.refusal import Refused
+from lightning_kd.utils.refusal import Refused, is_number
 
 ADAPTER_DIR = "adapter"
 """Where the export puts a LoRA student's adapter alone, inside the student's directory."""
@@ -47,11 +47,6 @@ def one_name_error(target: str) -> str:
         f"named {target}, give a list: student.lora.target_modules=[{target}] (or the "
         f"expression '.*{target}')"
     )
-
-
-def is_number(value: object) -> bool:
-    """A real number, not a bool (``alpha: abc`` was a ``TypeError`` on ``>``, probe 36)."""
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,9 @@ class Refused(ValueError):
     """Input a command refuses: every bad value it was given, each with its key, the allowed
     values and a fix, or what it found that is not the run's."""
 
+    errors: Sequence[str] = ()
+    """The messages :func:`refuse` listed (none where the refusal was raised as one text)."""
+
 
 def refuse(errors: Sequence[str]) -> None:
     """Raise :class:`Refused` listing all of ``errors`` at once (nothing when there are none)."""
@@ -29,16 +32,20 @@ def refuse(errors: Sequence[str]) -> None:
         return
     # Not "out of range": a missing file or a run directory is refused here too.
     head = "a value is" if len(errors) == 1 else f"{len(errors)} values are"
-    raise Refused(f"{head} refused:\n  " + "\n  ".join(errors))
+    refused = Refused(f"{head} refused:\n  " + "\n  ".join(errors))
+    refused.errors = errors
+    raise refused
 
 
 def messages(refused: Refused) -> list[str]:
     """The messages ``refused`` lists (:func:`refuse`'s), or its whole text: to refuse them with
     others, at once."""
-    head, _, rest = str(refused).partition(" refused:\n  ")
-    if rest and re.fullmatch(r"a value is|\d+ values are", head):
-        return rest.split("\n  ")
-    return [str(refused)]
+    return list(refused.errors) if refused.errors else [str(refused)]
+
+
+def is_number(value: object) -> bool:
+    """A real number: not a bool (YAML's true/false) nor a string (``alpha: abc``)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def said_once(errors: Sequence[str]) -> list[str]:
