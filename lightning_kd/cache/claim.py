@@ -97,17 +97,34 @@ def check_earlier(directory: Path, meta: dict[str, Any], overwrite: bool) -> Non
             )
         return
     earlier = json.loads(path.read_text())
-    if earlier == meta:
+    # No shard yet: a writer refused after recording its settings (a module its teacher lacks)
+    # left nothing to keep, and the corrected command was refused as "other settings".
+    if earlier == meta or not any((directory / SHARD_DIR).glob("*.safetensors")):
         return
-    found = (
-        mismatches(CacheKey(**earlier["key"]), CacheKey(**meta["key"]))
-        if earlier.get("key", {}).keys() == meta["key"].keys()
-        else []
-    )
-    if earlier.get("layout") != meta["layout"]:
-        found.append(f"layout: the cache has {earlier.get('layout')}, this run {meta['layout']}")
     raise CacheError(
         f"{directory} holds a teacher cache written for other settings:\n  "
-        + "\n  ".join(found or ["format or fields differ"])
+        + "\n  ".join(writer_mismatches(earlier, meta))
         + "\nWrite this one into another hydra.run.dir, or pass overwrite=true to replace it"
     )
+
+
+def writer_mismatches(earlier: dict[str, Any], meta: dict[str, Any]) -> list[str]:
+    """Each way the ``meta.json`` found differs from the one this writer would write. A writer
+    adds shards to its own cache only: a cache holding more teacher modules than this writer
+    stores serves a run (:func:`mismatches` lets it pass), but its shards cannot be completed by
+    this writer, so that difference is named here (it was "format or fields differ")."""
+    same_fields = earlier.get("key", {}).keys() == meta["key"].keys()
+    found = mismatches(CacheKey(**earlier["key"]), CacheKey(**meta["key"])) if same_fields else []
+    stored, storing = (
+        sorted(earlier.get("key", {}).get("features", [])),
+        sorted(meta["key"]["features"]),
+    )
+    if stored != storing and not any(line.startswith("features:") for line in found):
+        found.append(f"features: the cache stores teacher modules {stored}, this writer {storing}")
+    if earlier.get("layout") != meta["layout"]:
+        found.append(f"layout: the cache has {earlier.get('layout')}, this run {meta['layout']}")
+    if earlier.get("format") != meta.get("format"):
+        found.append(
+            f"format: the cache is {earlier.get('format')!r}, this writer's {meta['format']!r}"
+        )
+    return found or ["the fields of its key differ (written by another version of the package)"]

@@ -12,11 +12,13 @@ import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from lightning_kd.cache.format import INDEX_NAME
 from lightning_kd.cache.reader import CacheError
 from lightning_kd.cache.teacher import CachedTeacher
 from lightning_kd.distill.cross_tokenizer import CrossTokenizer
@@ -87,14 +89,26 @@ def entry_cache_errors(entry: TeacherEntry, source: str | None = None) -> Iterat
         found = str(error)
         for advice in ("write one with `", "\nUse the cache written for", "rebuild it for"):
             found = found.split(advice)[0].rstrip("; :")
-        model = " ".join(shlex.quote(item) for item in teacher_overrides(entry.spec))
-        student = f" {shlex.quote('student.source=' + source)}" if source else ""
         raise type(error)(
             f"teachers entry {entry.name!r} (cache {entry.cache}): {found}\nWrite this entry's "
-            f"cache with `lightning-kd cache {model}{student} hydra.run.dir={entry.cache} "
-            "overwrite=true <the run's data=, distill.temperature and cache.k overrides>`, or "
-            "set its cache to auto or null (online)"
+            f"cache with `{entry_cache_command(entry, source)}` and the run's data overrides, "
+            "or set its cache to auto or null (online)"
         ) from None
+
+
+def entry_cache_command(entry: TeacherEntry, source: str | None) -> str:
+    """The ``lightning-kd cache`` command of ``entry``'s cache: its teacher keys, logits only (an
+    entry's cache serves no features and no repair: without ``distill.features=null`` the
+    command refused a teacher of another tokenizer), into a directory of its own. Not
+    ``overwrite=true`` into the entry's ``cache``: that directory may be a cache the run reads
+    for another teacher (probe 38: following the advice replaced the main teacher's)."""
+    model = [*teacher_overrides(entry.spec), "distill.features=null", "distill.blockwise_passes=0"]
+    student = [f"student.source={source}"] if source else []
+    directory = f"hydra.run.dir={entry.cache}"
+    if (Path(str(entry.cache)) / INDEX_NAME).is_file():  # a whole cache, of something else
+        directory = f"hydra.run.dir={entry.cache}-{entry.name}"
+    words = ["lightning-kd", "cache", *model, *student, directory]
+    return " ".join(shlex.quote(word) for word in words)
 
 
 def teacher_overrides(spec: TeacherSpec) -> list[str]:

@@ -67,11 +67,14 @@ def cached_teacher(
 ) -> tuple[torch.nn.Module, list[str], list[str]]:
     """The teacher as a training run of ``cfg`` loads it (``teacher.quantize`` applied, so the
     weights digest is that run's); the module paths whose outputs ``cache.features`` stores:
-    those ``distill.features`` maps and, where the run ``repairs`` (not on a resume), those the
-    block-wise repair reads; and of those, the ones ``distill.features`` maps alone."""
+    those ``distill.features`` maps and, where the run ``repairs`` (not on a resume) against
+    this teacher (not ``student.source``), those the block-wise repair reads; and of those, the
+    ones ``distill.features`` maps alone."""
     teacher = load_teacher(teacher_spec, cfg.trainer.precision)
     distill = instantiate(cfg.distill, _convert_="all")
-    if not repairs:
+    # A student copied from student.source is repaired against that model, not this teacher:
+    # its spans are the source's layers (a Gemma teacher was asked for SmolLM2's layer 22).
+    if not repairs or cfg.student.get("source") is not None:
         distill = replace(distill, blockwise_passes=0)
     stores = (
         spec.features
@@ -135,8 +138,9 @@ TEACHERS_LIST = [
     "teachers is set, and lightning-kd cache writes one teacher's cache, the teacher group's; "
     "add teachers=null to write that one (a run reads it as distill.teacher_cache=DIR). Write an "
     "entry's own with the entry's model as the teacher and the run's student tokenizer as "
-    "student.source (lightning-kd cache teacher.path=<the entry's path> student.source=<the "
-    "teacher group's path> hydra.run.dir=DIR; a run reads it as teachers.N.cache=DIR), or let "
+    "student.source, logits only (lightning-kd cache teacher.path=<the entry's path> "
+    "student.source=<the teacher group's path> distill.features=null hydra.run.dir=DIR; a run "
+    "reads it as teachers.N.cache=DIR), or let "
     "the run decide (teachers.N.cache=auto: written where a cache pays, else online)"
 ]
 """Why a ``teachers`` list is refused: cached here, all but one of its teachers went unwritten."""

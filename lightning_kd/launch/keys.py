@@ -27,6 +27,7 @@ from lightning_kd.launch.config import (
     dotted_keys,
 )
 from lightning_kd.launch.config_dir import CONFIG_DIR_FLAGS
+from lightning_kd.launch.other_options import unknown_key_fix
 from lightning_kd.models.loading import StudentSpec, TeacherSpec
 
 HYDRA_KEYS = {"_target_", "_convert_", "_recursive_", "_partial_", "_args_"}
@@ -112,12 +113,7 @@ def unknown_setting_errors(cfg: Mapping) -> list[str]:
         for key in node:
             if key in HYDRA_KEYS or key in accepted:
                 continue
-            near = difflib.get_close_matches(str(key), accepted, n=1)
-            fix = (
-                f"did you mean {group}.{near[0]}?"
-                if near
-                else f"remove it (lightning-kd train --cfg job prints the {group} keys)"
-            )
+            fix = unknown_key_fix(group, str(key), accepted)
             name = node["_target_"].rsplit(".", 1)[-1]
             errors.append(f"{group}.{key}: {name} takes no setting {key!r}; {fix}")
     return errors

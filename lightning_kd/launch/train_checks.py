@@ -1,7 +1,7 @@
 """What ``train`` refuses before anything loads, all at once: every config value, the nodes
 against the launcher that started the process, the data (its files, a dataset's splits and
-columns), the model settings, the tokenizer pair, a given cache's records and dtype, lengths
-against the teacher's positions, a GGUF export and ``lm_eval.tasks``.
+columns), the model settings, the tokenizer pair, each given cache's being whole, its records
+and dtype, lengths against the teacher's positions, a GGUF export and ``lm_eval.tasks``.
 
 The same list checks each job of a ``-m`` sweep before the first runs (``sweeps.py``): a
 divergence misspelt, or a data file missing, in the last job was found once the jobs before
@@ -20,6 +20,7 @@ from lightning_kd.launch.entry import entry_errors, teacher_length
 from lightning_kd.launch.gguf_export import gguf_errors
 from lightning_kd.launch.harness_run import harness_errors
 from lightning_kd.launch.model_checks import model_setting_errors
+from lightning_kd.launch.named_cache_checks import named_cache_errors
 from lightning_kd.launch.nodes import node_errors
 from lightning_kd.launch.rules import ABSENT, lookup
 from lightning_kd.launch.tokenizer_checks import tokenizer_pair_errors
@@ -31,7 +32,7 @@ def train_errors(cfg: Mapping) -> list[str]:
     nodes = node_errors(1 if num_nodes is ABSENT else num_nodes, lookup(cfg, "trainer.devices"))
     extra = model_setting_errors(cfg) + nodes + data_file_errors(cfg) + dataset_errors(cfg)
     extra += tokenizer_pair_errors(cfg)  # tokenizers load only where it asks the cross path
-    extra += cache_k_errors(cfg, "train") + cache_dtype_errors(cfg)
+    extra += named_cache_errors(cfg) + cache_k_errors(cfg, "train") + cache_dtype_errors(cfg)
     # Before a cache is written, as `cache`; a key the config lacks (no samples) is not compared.
     lengths = [teacher_length(cfg, "data.block_size")]
     lengths.append(teacher_length(cfg, "callbacks.samples.max_new_tokens"))  # prompts add later

@@ -10,6 +10,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from lightning_kd.cache import TeacherCache
 from lightning_kd.models.loading import byte_tokenizer, model_from_config
 from tests.conftest import TEXT, TINY_LLAMA, sentencepiece_tokenizer
 from tests.integration.test_cli import run_in_process
@@ -241,8 +242,12 @@ def test_the_cache_command_writes_a_cross_tokenizer_cache_a_run_trains_from(
     teacher, student, corpus = models
     cache_dir, run_dir = tmp_path / "cache", tmp_path / "run"
     argv = overrides(teacher, student, corpus, cache_dir)
-    code, output = run_in_process(["cache", *argv[1:], "cache.k=16"], capsys)
+    # The repair of a student copied from student.source reads that model, not this teacher:
+    # no repair states are stored (Gemma was asked for SmolLM2's layer 22; probe 38).
+    repair = "distill.blockwise_passes=1"
+    code, output = run_in_process(["cache", *argv[1:], "cache.k=16", repair], capsys)
     assert code in (None, 0), output[-3000:]
+    assert TeacherCache.open(cache_dir).key.features == ()
     reads = [f"distill.teacher_cache={cache_dir}", "distill.cross_top_k=16"]
     spans = ["distill.cross_span_weight=0.5"]  # read from the cache beside the top k
     argv = [*overrides(teacher, student, corpus, run_dir), *reads, *spans]

@@ -82,9 +82,11 @@ def test_the_on_policy_scenario_samples_completions_of_half_rows(
     tmp_path, name: str, monkeypatch
 ) -> None:
     """In-process, on a tiny saved teacher: the step runs, sampling is timed and is part of it.
-    Even under --quick (one warm-up, one timed step elsewhere), 3 warm-ups and the median of 3
-    timed steps: sampled lengths vary, and one step read sampling as 4 % of the step, not 80 %."""
-    from lightning_kd.bench.sampling import TimedSampling
+    Without --quick, 3 warm-ups and the median of 3 timed steps whatever --warmup and --repeats
+    say: sampled lengths vary, and one step read sampling as 4 % of the step, not 80 %. --quick,
+    a check that everything runs, takes its one and one (six steps each were 20 of a --quick
+    run's 32 minutes; probe 38)."""
+    from lightning_kd.bench.sampling import TimedSampling, step_counts
 
     counted = []
     summary = TimedSampling.summary
@@ -104,7 +106,9 @@ def test_the_on_policy_scenario_samples_completions_of_half_rows(
     # the order (timed apart, they crossed on CI on a tiny model: 0.1345 s vs 0.1340 s).
     assert 0 < row["sample_s"] < row["step_s"]
     assert 1 <= row["sampled_tokens"] <= 64  # at most half of the 128-token rows
-    assert counted == [(6, 3)]  # sampled in 3 warm-ups and 3 timed steps; the last 3 summarised
+    assert counted == [(2, 1)]  # sampled in one warm-up and one timed step, that one summarised
+    full = parse([a for a in argv if a != "--quick"] + ["--warmup", "1", "--repeats", "1"])
+    assert step_counts(name, full) == (3, 3) and step_counts("lightning_kd", full) == (1, 1)
 
 
 @pytest.mark.parametrize(

@@ -143,3 +143,30 @@ def test_a_whole_cache_being_written_again_is_not_opened(tiny_teacher, corpus, t
         )
         assert free(directory / READERS_LOCK)
     TeacherCache.open(directory)
+
+
+def test_a_writer_is_told_which_stored_modules_differ_and_a_record_alone_is_replaced(
+    tiny_teacher, corpus, tmp_path
+) -> None:
+    """A cache storing more teacher modules than this writer serves a run, but this writer cannot
+    complete it: the refusal said only "format or fields differ". A refused writer's meta.json
+    with no shard behind it (a module its teacher lacked) refused the corrected command the same
+    way (probe 38)."""
+    import shutil
+
+    teacher = load_teacher(tiny_teacher)
+    datamodule = make_datamodule([corpus])
+    datamodule.setup()
+    directory = tmp_path / "cache"
+    args = (teacher, datamodule.tokenizer, datamodule, SPEC, directory)
+    write_cache(*args, features=["model.layers.1"])
+    with pytest.raises(CacheError) as refused:
+        write_cache(*args)
+    assert "features: the cache stores teacher modules ['model.layers.1'], this writer []" in (
+        str(refused.value)
+    )
+    assert "format or fields differ" not in str(refused.value)
+    shutil.rmtree(directory / "shards")  # the record of settings alone, nothing written under it
+    (directory / "index.json").unlink()
+    stats = write_cache(*args)
+    assert stats.shards_kept == 0 and TeacherCache.open(directory).key.features == ()

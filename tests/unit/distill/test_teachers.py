@@ -322,7 +322,9 @@ def test_an_entrys_cache_refusal_names_the_entry_and_how_to_write_its_cache(corp
     assert message.startswith(f"teachers entry 'second' (cache {empty}): {empty} holds no")
     written = "`lightning-kd cache teacher.path=smollm2 teacher.config=null teacher.gguf_file=null"
     assert written in message and "this run's teacher=" not in message
-    assert f"teacher.init_seed=0 hydra.run.dir={empty} overwrite=true <the run's" in message
+    logits_only = "distill.features=null distill.blockwise_passes=0"
+    assert f"teacher.init_seed=0 {logits_only} hydra.run.dir={empty}` and the run's data" in message
+    assert "overwrite=true" not in message and "<" not in message  # nothing to fill in
     assert "student.source" not in message  # the entry reads the run's tokens: a cache of them
     int8 = replace(entry, spec=replace(entry.spec, quantize="int8"))  # written as it runs
     with pytest.raises(CacheError, match=r"teacher.quantize=int8 teacher.task"):
@@ -331,7 +333,8 @@ def test_an_entrys_cache_refusal_names_the_entry_and_how_to_write_its_cache(corp
     # wrote the seed-0 teacher's cache again, refused again).
     seeded = replace(entry, spec=TeacherSpec(path=None, config=dict(TINY_LLAMA), init_seed=7))
     with pytest.raises(
-        CacheError, match=r"'teacher.config=\{model_type: llama, .*\}' .*teacher.init_seed=7 hydra"
+        CacheError,
+        match=r"'teacher.config=\{model_type: llama, .*\}' .*teacher.init_seed=7 distill.features",
     ):
         teacher_source(seeded, config, datamodule.tokenizer, None, "32-true", datamodule)
 
@@ -389,9 +392,21 @@ def test_an_entry_of_another_tokenizer_is_told_to_write_its_cache_for_the_studen
     config = DistillConfig(features=None, compile=False)
     with pytest.raises(CacheError) as refused:
         teacher_source(entry, config, tokenizer, None, "32-true", object())
-    assert f"teacher.init_seed=0 student.source={tmp_path / 'student'} hydra.run.dir=" in str(
-        refused.value
-    )
+    logits_only = "distill.features=null distill.blockwise_passes=0"
+    source = f"student.source={tmp_path / 'student'}"
+    assert f"teacher.init_seed=0 {logits_only} {source} hydra.run.dir=" in str(refused.value)
+
+
+def test_an_entrys_cache_command_never_overwrites_a_whole_cache(tmp_path):
+    """teachers.1.cache named the main teacher's cache: the advice said to write the entry's
+    into it with overwrite=true, replacing the cache the same run reads (probe 38)."""
+    from lightning_kd.distill.teacher_sources import entry_cache_command
+
+    entry, empty = smollm2_entry_of_an_empty_cache(tmp_path)
+    assert entry_cache_command(entry, None).endswith(f"hydra.run.dir={empty}")
+    (empty / "index.json").write_text("{}")  # a whole cache, of another teacher
+    command = entry_cache_command(entry, None)
+    assert command.endswith(f"hydra.run.dir={empty}-second") and "overwrite" not in command
 
 
 def test_the_same_model_twice_is_told():
