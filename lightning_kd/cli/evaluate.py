@@ -16,7 +16,9 @@ completions of chat prompts, scored by ``--teacher`` (its NLL of them, ROUGE-L t
 model's perplexity on its own). ``--lm-eval`` runs lm-eval's tasks (its names, comma-separated; the
 package's held-out ``kd_heldout``; those of ``--lm-eval-include`` directories) on each model,
 ``--teacher`` first for the ratio (``pip install 'lightning-kd[eval]'``). Prints a markdown table
-and, with ``--out``, writes it as JSON.
+and, with ``--out``, writes it as JSON. An option that has no effect in the mode chosen
+(``--block-size`` with ``--prompts``, ``--seed`` without ``--samples``, ...) is refused, not
+ignored.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import NoReturn
 
 from lightning_kd.cli.formatting import HelpFormatter
 from lightning_kd.utils import starting
+from lightning_kd.utils.refusal import refuse
 
 
 class Parser(argparse.ArgumentParser):
@@ -52,6 +55,31 @@ class Parser(argparse.ArgumentParser):
 
 
 MODELS = "model directories, HF ids, smollm2, gemma3_270m or .gguf files"
+MODES = ("--files", "--prompts", "--lm-eval")
+USED_WITH = {
+    "--teacher": ("--prompts", "--lm-eval"),
+    "--max-new-tokens": ("--prompts",),
+    "--samples": ("--prompts",),
+    "--text-field": ("--files",),
+    "--block-size": ("--files",),
+    "--lm-eval-include": ("--lm-eval",),
+    "--lm-eval-limit": ("--lm-eval",),
+    "--device": ("--lm-eval",),
+}
+"""The options that act in some modes alone (``--batch-size`` and ``--out`` act in every one)."""
+SAMPLING = ("--temperature", "--seed")
+"""The options of ``--samples`` alone: greedy answers draw nothing at random."""
+HINTS = {"--teacher": " (list it among the models to score it with --files)"}
+DEFAULTS = {
+    "max_new_tokens": 256,
+    "temperature": 1.0,
+    "seed": 0,
+    "text_field": "text",
+    "block_size": 256,
+    "lm_eval_include": [],
+}
+"""The options' defaults, filled in once they are checked: the parser leaves them ``None``, so
+that one given where it has no effect is told apart from one left out."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -72,7 +100,6 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--lm-eval-include",
         action="append",
-        default=[],
         metavar="DIR",
         help="with --lm-eval: a directory of task YAMLs of your own (repeatable)",
     )
@@ -83,21 +110,19 @@ def parser() -> argparse.ArgumentParser:
         help="with --lm-eval: the first N examples of each task only (a glance)",
     )
     parser.add_argument("--device", help="with --lm-eval: where the models run (cpu, cuda)")
+    add_answer_options(parser)
     parser.add_argument(
-        "--max-new-tokens", type=int, default=256, help="with --prompts: the answers' length"
+        "--text-field",
+        help=f"with --files: the key of .jsonl rows' text (default: {DEFAULTS['text_field']})",
     )
     parser.add_argument(
-        "--samples", type=int, help="with --prompts: also K sampled completions per prompt"
-    )
-    parser.add_argument("--temperature", type=float, default=1.0, help="with --samples")
-    parser.add_argument("--seed", type=int, default=0, help="with --samples")
-    parser.add_argument(
-        "--text-field", default="text", help="with --files: the key of .jsonl rows' text"
+        "--block-size",
+        type=int,
+        help=f"with --files: the longest window scored (default: {DEFAULTS['block_size']})",
     )
     parser.add_argument(
-        "--block-size", type=int, default=256, help="with --files: the longest window scored"
+        "--batch-size", type=int, default=8, help="with every mode: the rows scored at once"
     )
-    parser.add_argument("--batch-size", type=int, default=8, help="rows scored at once")
     parser.add_argument(
         "--out",
         type=Path,
@@ -106,20 +131,64 @@ def parser() -> argparse.ArgumentParser:
     return parser
 
 
+def add_answer_options(parser: argparse.ArgumentParser) -> None:
+    """The options of ``--prompts``' answers: their length, and their sampling."""
+    parser.add_argument(
+        "--max-new-tokens",
+        type=int,
+        help=f"with --prompts: the answers' length (default: {DEFAULTS['max_new_tokens']})",
+    )
+    parser.add_argument(
+        "--samples", type=int, help="with --prompts: also K sampled completions per prompt"
+    )
+    sampled = "with --samples: the sampled completions' {} (default: {})"
+    parser.add_argument(
+        "--temperature", type=float, help=sampled.format("temperature", DEFAULTS["temperature"])
+    )
+    parser.add_argument("--seed", type=int, help=sampled.format("seed", DEFAULTS["seed"]))
+
+
 def main(argv: Sequence[str] | None = None) -> list[dict]:
     """Score the models ``argv`` names; returns the table's rows."""
     options = parser()
     args = options.parse_args(argv)
     if args.prompts is not None and args.teacher is None:
         options.error("--prompts needs --teacher: the model that judges the answers (e.g. smollm2)")
-    if args.prompts is None and args.samples is not None:
-        options.error("--samples samples answers to --prompts: it has no meaning without it")
-    lm_eval_only = args.lm_eval_include or args.lm_eval_limit is not None or args.device
-    if args.lm_eval is None and lm_eval_only:
-        options.error("--lm-eval-include, --lm-eval-limit and --device go with --lm-eval TASKS")
+    refuse(unused_option_errors(args))
+    for name, value in DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     # Imported once the arguments parse: `--help` and a mistyped option answer at once, not
     # after torch, transformers and Lightning have loaded (seconds).
     from lightning_kd.launch.evaluate import evaluate
 
     starting.end()  # imported: a Ctrl+C is a KeyboardInterrupt again (utils/starting.py)
     return evaluate(args)
+
+
+def unused_option_errors(args: argparse.Namespace) -> list[str]:
+    """Each option given that has no effect in the mode chosen (``--files``, ``--prompts``,
+    ``--lm-eval``), or without ``--samples``: it was ignored without a word."""
+    mode = next(mode for mode in MODES if getattr(args, dest(mode)) is not None)
+    given = [
+        option for option in (*USED_WITH, *SAMPLING) if getattr(args, dest(option)) is not None
+    ]
+    errors = [
+        f"{option} has no effect with {mode}: it goes with {' or '.join(USED_WITH[option])}; "
+        f"leave it out{HINTS.get(option, '')}"
+        for option in given
+        if mode not in USED_WITH.get(option, (mode,))
+    ]
+    if args.samples is None:  # with --samples but without --prompts: --samples is named
+        errors += [
+            f"{option} has no effect without --samples: greedy answers draw nothing at random; "
+            "add --samples K (with --prompts) or leave it out"
+            for option in given
+            if option in SAMPLING
+        ]
+    return errors
+
+
+def dest(option: str) -> str:
+    """The attribute argparse stores ``option`` under (``--max-new-tokens``: max_new_tokens)."""
+    return option.removeprefix("--").replace("-", "_")

@@ -19,6 +19,8 @@ CALLS = ("tool_calls", "function_call")
 """Keys that make an assistant message an answer without text: a call of the user's tools."""
 ROLES = ("system", "developer", "user", "assistant", "tool", "function", "ipython")
 """The roles chat templates know (OpenAI's and Llama's tool roles among them)."""
+ASKING = ("system", "developer", "user")
+"""The roles whose turn poses a prompt (a tool's result may be empty, and still be answered)."""
 
 
 @dataclass(frozen=True)
@@ -62,12 +64,7 @@ def row_messages(record: dict, where: str, fields: ChatFields) -> list[dict[str,
             f"{fields.completion!r}; {fix}"
         )
     messages = checked_messages(messages, where)
-    unknown = sorted({m["role"] for m in messages} - set(ROLES))
-    if unknown:  # a typo's answer became unscored context: templates render any role
-        raise DataError(
-            f"{where} has role(s) {unknown}, none of {list(ROLES)}; roles are lower case, as "
-            "chat templates read them (user and assistant, not User, human or bot)"
-        )
+    refuse_unknown_roles(messages, where)
     if not any(message["role"] == "assistant" for message in messages):
         raise DataError(
             f"{where} has no assistant turn, so nothing in it would be scored; give each row "
@@ -76,6 +73,35 @@ def row_messages(record: dict, where: str, fields: ChatFields) -> list[dict[str,
     if "prompt_line" not in record:  # a teacher's own empty answer (generate's rows) is its own
         refuse_empty_answers(messages, where)
     return messages
+
+
+def refuse_unknown_roles(messages: list[dict[str, Any]], where: str) -> None:
+    """Refuse a role no chat template knows: templates render any role, so a typo made an
+    answer unscored context, or a prompt's turn a header the model was never taught."""
+    unknown = sorted({m["role"] for m in messages} - set(ROLES))
+    if unknown:
+        raise DataError(
+            f"{where} has role(s) {unknown}, none of {list(ROLES)}; roles are lower case, as "
+            "chat templates read them (user and assistant, not User, human or bot)"
+        )
+
+
+def checked_prompt(messages: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
+    """The prompt of a prompt row's checked ``messages`` (trailing answers dropped), refused
+    where there is none to answer: no turn but answers, a role no template knows, or a last
+    turn without text (an empty user turn was answered and judged as a prompt)."""
+    refuse_unknown_roles(messages, where)
+    prompt = prompt_of(messages)
+    if not prompt:
+        why = "holds nothing but assistant turns" if messages else "has no messages"
+        raise DataError(f"{where} {why}: there is no prompt to answer")
+    last = prompt[-1]
+    if last["role"] in ASKING and not last["content"].strip():
+        raise DataError(
+            f"{where}: the prompt's last turn (message {len(prompt) - 1}, {last['role']}) is "
+            "empty, so there is nothing to answer; write the prompt, or leave the row out"
+        )
+    return prompt
 
 
 def refuse_empty_answers(messages: list[dict[str, Any]], where: str) -> None:

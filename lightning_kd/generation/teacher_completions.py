@@ -52,7 +52,12 @@ from lightning_kd.data.chat_tokens import (
     template_text,
     turn_end_id,
 )
-from lightning_kd.data.conversations import ChatFields, as_messages, checked_messages, prompt_of
+from lightning_kd.data.conversations import (
+    ChatFields,
+    as_messages,
+    checked_messages,
+    checked_prompt,
+)
 from lightning_kd.data.errors import DataError, MissingData
 from lightning_kd.data.reading import read_records
 from lightning_kd.generation.completion_rows import Prompt, answer_row, completed_rows
@@ -117,6 +122,11 @@ class GenerateSpec:
 
 def prompt_messages(record: dict, where: str, fields: ChatFields) -> list[dict[str, str]]:
     """The conversation a row asks the teacher to continue (a trailing answer dropped)."""
+    if fields.prompt in record and fields.messages in record:  # one was ignored without a word
+        raise DataError(
+            f"{where} has both {fields.prompt!r} and {fields.messages!r}: a prompt row holds "
+            "its prompt under one of them (the other would be ignored); remove the other"
+        )
     if fields.prompt in record:
         messages = as_messages(record[fields.prompt], "user", where)
     elif fields.messages in record:
@@ -126,11 +136,7 @@ def prompt_messages(record: dict, where: str, fields: ChatFields) -> list[dict[s
             f"{where} has neither {fields.prompt!r} nor {fields.messages!r}: a prompt row holds "
             "the prompt (a string or messages) under one of them"
         )
-    messages = checked_messages(messages, where)
-    if not prompt_of(messages):
-        why = "holds nothing but assistant turns" if messages else "has no messages"
-        raise DataError(f"{where} {why}: there is no prompt to answer")
-    return prompt_of(messages)
+    return checked_prompt(checked_messages(messages, where), where)
 
 
 def prompts_file_error(path: Path) -> str:

@@ -62,9 +62,10 @@ def check(args: argparse.Namespace) -> list:
     else:
         key, tokens = "--max-new-tokens", args.max_new_tokens
         names = [*args.models, args.teacher]
-        numbers = {"--batch-size": args.batch_size, key: tokens, "--seed": args.seed}
+        numbers = {"--batch-size": args.batch_size, key: tokens}
         if args.samples is not None:  # left out: greedy answers only
             numbers |= {"--samples": args.samples, "--temperature": args.temperature}
+            numbers["--seed"] = args.seed
     keys = {name: "model" for name in args.models} | (
         {} if args.prompts is None else {args.teacher: "--teacher"}
     )
@@ -124,8 +125,24 @@ def prompts(args: argparse.Namespace, rows_read: list[list[dict]]) -> list[dict]
     )
     print("\n" + prompts_markdown(rows))
     if args.out is not None:
-        write_rows(args.out, {"prompts": str(args.prompts), "rows": rows})
+        write_rows(args.out, prompts_settings(args) | {"rows": rows})
     return rows
+
+
+def prompts_settings(args: argparse.Namespace) -> dict:
+    """What ``--prompts``' numbers depend on, recorded beside them in ``--out``: the judge, the
+    answers' cap (``tokens``, ``ended``), and the sampling (greedy where ``samples`` is null;
+    the draws of a batch come from one random stream, so its size changes them)."""
+    settings = {
+        "prompts": str(args.prompts),
+        "teacher": args.teacher,
+        "max_new_tokens": args.max_new_tokens,
+        "batch_size": args.batch_size,
+        "samples": args.samples,
+    }
+    if args.samples is not None:
+        settings |= {"temperature": args.temperature, "seed": args.seed}
+    return settings
 
 
 def lm_eval(args: argparse.Namespace) -> list[dict]:

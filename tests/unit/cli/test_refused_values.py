@@ -706,6 +706,22 @@ EVALUATE_INPUTS = {
     ),
     "--prompts: a line that is not JSON": ("--prompts", "nope\n", ["{path}:1 is not valid JSON"]),
     "--prompts: no rows": ("--prompts", "\n", ["--prompts {path} holds no prompt rows"]),
+    # Each was judged (exit 0): an empty user turn, a role no template knows, messages ignored.
+    "--prompts: an empty prompt": (
+        "--prompts",
+        '{"prompt": "Say hi."}\n{"prompt": ""}\n',
+        ["{path}:2: the prompt's last turn (message 0, user) is empty", "write the prompt"],
+    ),
+    "--prompts: an unknown role": (
+        "--prompts",
+        '{"messages": [{"role": "robot", "content": "Hi"}]}\n',
+        ["{path}:1 has role(s) ['robot'], none of ['system', 'developer', 'user'"],
+    ),
+    "--prompts: both prompt and messages": (
+        "--prompts",
+        '{"prompt": "Hi", "messages": [{"role": "user", "content": "Hello"}]}\n',
+        ["{path}:1 has both 'prompt' and 'messages'", "remove the other"],
+    ),
 }
 
 

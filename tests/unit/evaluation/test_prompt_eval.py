@@ -91,7 +91,12 @@ def test_the_teacher_and_a_copy_of_it_score_alike_and_the_scores_hold(tmp_path) 
     )
     assert second["ppl_on_teacher"] != pytest.approx(teacher["ppl_on_teacher"])
     assert second["teacher_nll"] > teacher["teacher_nll"]  # greedy is the teacher's likeliest
-    assert json.loads(out.read_text())["rows"] == json.loads(json.dumps(rows))
+    record = json.loads(out.read_text())
+    assert record["rows"] == json.loads(json.dumps(rows))
+    # What the numbers depend on: the judge, the answers' cap; greedy (no samples).
+    judge = str(tmp_path / "teacher")
+    settings = {"prompts": str(prompts), "teacher": judge, "max_new_tokens": 6, "batch_size": 2}
+    assert record == settings | {"samples": None, "rows": record["rows"]}
     del other
 
 
@@ -109,7 +114,12 @@ def test_sampled_completions_are_judged_alike_for_a_copy_and_vary_with_the_seed(
         assert copy[key] == pytest.approx(teacher[key], rel=1e-6)
     # Sampling at temperature 1 is not the greedy answer, and the greedy columns are unchanged.
     assert teacher["sampled_nll"] > teacher["teacher_nll"] > 0
-    (hot,) = main([*judge, "--temperature", "3", "--seed", "1", "--", str(tmp_path / "copy")])[1:]
+    out = tmp_path / "hot.json"
+    hot_argv = [*judge, "--temperature", "3", "--seed", "1", "--out", str(out)]
+    (hot,) = main([*hot_argv, "--", str(tmp_path / "copy")])[1:]
+    # --out records the sampling its sampled_* columns depend on (it held the prompts alone).
+    settings = {"max_new_tokens": 5, "batch_size": 4, "samples": 2, "temperature": 3.0, "seed": 1}
+    assert json.loads(out.read_text()).items() >= settings.items()
     assert hot["sampled_completions"] != copy["sampled_completions"]
     assert hot["teacher_nll"] == pytest.approx(copy["teacher_nll"], rel=1e-6)
     assert hot["sampled_nll"] > copy["sampled_nll"]  # hotter samples: less likely to the teacher
@@ -165,9 +175,8 @@ def test_bad_prompt_evaluations_are_named(tmp_path, capsys) -> None:
     assert "--prompts needs --teacher" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["--prompts", str(prompts), "--files", "x.txt", "--", str(tmp_path / "teacher")])
-    with pytest.raises(SystemExit):
+    with pytest.raises(ValueError, match=r"--samples has no effect with --files: it goes with"):
         main(["--files", "x.txt", "--samples", "2", "--", str(tmp_path / "teacher")])
-    assert "--samples samples answers to --prompts" in capsys.readouterr().err
     with pytest.raises(ValueError, match=r"--samples=0: must be an integer >= 1"):
         main(
             [

@@ -232,6 +232,12 @@ def test_prompt_rows_and_settings_are_checked(teacher, tmp_path) -> None:
         prompt_messages({"messages": answered["messages"][1:]}, "r", fields)
     with pytest.raises(Refused, match=r"r has no messages: there is no prompt"):
         prompt_messages({"messages": []}, "r", fields)
+    with pytest.raises(Refused, match=r"r: the prompt's last turn \(message 0, user\) is empty"):
+        prompt_messages({"prompt": " "}, "r", fields)
+    with pytest.raises(Refused, match=r"r has role\(s\) \['robot'\], none of"):
+        prompt_messages({"messages": [{"role": "robot", "content": "Hi"}]}, "r", fields)
+    with pytest.raises(Refused, match=r"r has both 'prompt' and 'messages'"):
+        prompt_messages({"prompt": "q", **answered}, "r", fields)
     with pytest.raises(MissingData, match=r"generate.prompts='.*none.jsonl' does not exist; give"):
         generate(config(tmp_path, tmp_path / "none.jsonl"), teacher, tokenizer())
     prompts = write_prompts(tmp_path / "p.jsonl", 1)

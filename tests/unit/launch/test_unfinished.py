@@ -1,9 +1,11 @@
 """A training run stopped before it saved ``student/``: ``export`` and ``evaluate`` given its
 directory, its missing ``student/`` or its checkpoint say so and print the command that finishes
-it (they said only "does not exist" or "is a file, not a model directory ... gguf_file")."""
+it (they said only "does not exist" or "is a file, not a model directory ... gguf_file"); the
+directory of a ``generate`` or ``cache`` run is named as what it is, no run to train."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -101,3 +103,46 @@ def test_a_run_whose_record_is_damaged_is_told_how_to_finish_it_all_the_same(tmp
         f"finish it with `lightning-kd train <the run's own overrides> hydra.run.dir={run} "
         f"ckpt_path=last` (its record {run / '.hydra'} cannot be read: " in error
     )
+
+
+def other_output(tmp_path: Path, command: str, record: bool) -> Path:
+    """A finished ``generate`` or ``cache`` directory: Hydra's record (its overrides, and with
+    ``record`` its job name) and the command's outputs."""
+    run = tmp_path / "runs" / command
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "overrides.yaml").write_text("- experiment=instruct\n")
+    if record:
+        job = {"hydra": {"job": {"name": command, "config_name": "config"}}}
+        (run / ".hydra" / "hydra.yaml").write_text(OmegaConf.to_yaml(job))
+    if command == "generate":
+        messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
+        (run / "completions.jsonl").write_text(json.dumps({"messages": messages}) + "\n")
+    else:
+        (run / "shards").mkdir()
+        for name in ("index.json", "meta.json"):
+            (run / name).write_text("{}")
+    return run
+
+
+@pytest.mark.parametrize("record", [True, False], ids=["hydra's record", "its files alone"])
+@pytest.mark.parametrize("command", ["generate", "cache"])
+def test_a_generate_or_cache_directory_is_no_model_and_no_run_to_train(
+    tmp_path, capsys, command, record
+) -> None:
+    """Both took any directory Hydra had recorded for a stopped training run and said to finish
+    it with `lightning-kd train <the generate run's overrides> hydra.run.dir=DIR` (probe 38)."""
+    run = other_output(tmp_path, command, record)
+    text = tmp_path / "heldout.txt"
+    text.write_text("Some held-out text.\n")
+    assert main(["export", str(run), "--gguf", "f16"]) == 2
+    exported = capsys.readouterr().err
+    assert main(["evaluate", "--files", str(text), "--", str(run / "student")]) == 2
+    evaluated = capsys.readouterr().err
+    said = f"is a `lightning-kd {command}` output directory"
+    assert f"the directory {run} {said}" in exported
+    assert f"model {run / 'student'}: {run} {said}" in evaluated
+    for err in (exported, evaluated):
+        assert "give a saved model instead, e.g. a training run's student/ directory" in err
+        assert "lightning-kd train" not in err and "has not saved its student" not in err
+        assert "Traceback" not in err
+    assert not list(tmp_path.rglob("*.gguf"))
