@@ -25,6 +25,7 @@ from lightning_kd.distill.cross_tokenizer import CrossTokenizer
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.distill.teacher_entries import TeacherEntry
 from lightning_kd.distill.tokenizer_pairs import teacher_tokenizer_for
+from lightning_kd.models.converted_names import packaged_name
 from lightning_kd.models.loading import TeacherSpec, load_teacher
 from lightning_kd.models.quantize import quantize_teacher
 from lightning_kd.utils.refusal import Refused
@@ -44,7 +45,9 @@ def teacher_source(
     # An unresolved auto (outside a run: notebooks, the benchmark) is the online teacher.
     cached = entry.cache not in (None, "auto") and data is not None
     spec = entry.spec
-    source = None if teacher_tokenizer is None else tokenizer.name_or_path  # the student's
+    # The student's tokenizer's model, as users name it (smollm2, not its private conversion)
+    source = None if teacher_tokenizer is None else tokenizer.name_or_path
+    source = source and (packaged_name(source) or source)
     if cached:  # loaded as its cache's writer loaded it, for the weights digest
         with entry_cache_errors(entry, source):
             spec = replace(spec, dtype=CachedTeacher.stored_dtype(entry.cache))
