@@ -45,9 +45,7 @@ def teacher_source(
     # An unresolved auto (outside a run: notebooks, the benchmark) is the online teacher.
     cached = entry.cache not in (None, "auto") and data is not None
     spec = entry.spec
-    # The student's tokenizer's model, as users name it (smollm2, not its private conversion)
-    source = None if teacher_tokenizer is None else tokenizer.name_or_path
-    source = source and (packaged_name(source) or source)
+    source = None if teacher_tokenizer is None else tokenizer.name_or_path  # the student's
     if cached:  # loaded as its cache's writer loaded it, for the weights digest
         with entry_cache_errors(entry, source):
             spec = replace(spec, dtype=CachedTeacher.stored_dtype(entry.cache))
@@ -85,18 +83,26 @@ def check_entry_vocabulary(entry: TeacherEntry, model: nn.Module, needed: int) -
 def entry_cache_errors(entry: TeacherEntry, source: str | None = None) -> Iterator[None]:
     """A cache refusal of a ``teachers`` entry, naming the entry and how to write *its* cache
     (the reader's advice wrote the main teacher's), with ``source``, the student tokenizer's
-    model where the entry reads another (``student.source``: else, a cache of the entry's)."""
+    model where the entry reads another (``student.source``: else, a cache of the entry's),
+    named as users name it (``smollm2``, not its private conversion: looked up on refusal only)."""
     try:
         yield
     except CacheError as error:
-        found = str(error)
-        for advice in ("write one with `", "\nUse the cache written for", "rebuild it for"):
-            found = found.split(advice)[0].rstrip("; :")
+        source = source and (packaged_name(source) or source)
         raise type(error)(
-            f"teachers entry {entry.name!r} (cache {entry.cache}): {found}\nWrite this entry's "
-            f"cache with `{entry_cache_command(entry, source)}` and the run's data overrides, "
-            "or set its cache to auto or null (online)"
+            f"teachers entry {entry.name!r} (cache {entry.cache}): {reader_finding(error)}\n"
+            f"Write this entry's cache with `{entry_cache_command(entry, source)}` and the run's "
+            "data overrides, or set its cache to auto or null (online)"
         ) from None
+
+
+def reader_finding(error: CacheError) -> str:
+    """What the cache reader found, without its advice: that advice writes the teacher group's
+    cache, and an entry's is written with the entry's own command."""
+    found = str(error)
+    for advice in ("write one with `", "\nUse the cache written for", "rebuild it for"):
+        found = found.split(advice)[0].rstrip("; :")
+    return found
 
 
 def entry_cache_command(entry: TeacherEntry, source: str | None) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from lightning_kd.cache.reader import CacheError, read_index
 from lightning_kd.distill.teacher_entries import TeacherEntry
-from lightning_kd.distill.teacher_sources import entry_cache_command
+from lightning_kd.distill.teacher_sources import entry_cache_command, reader_finding
 from lightning_kd.launch.rules import ABSENT, lookup
 from lightning_kd.launch.teacher_list import config_entries
 
@@ -22,9 +22,9 @@ NAMED_NONE = (None, ABSENT, "auto")
 
 def named_cache_errors(cfg: Mapping) -> list[str]:
     """Each cache directory ``cfg`` trains from that holds no complete teacher cache."""
-    errors = []
-    if error := cache_dir_error(lookup(cfg, "distill.teacher_cache")):
-        errors.append(f"distill.teacher_cache={lookup(cfg, 'distill.teacher_cache')}: {error}")
+    errors, main = [], lookup(cfg, "distill.teacher_cache")
+    if error := cache_dir_error(main):
+        errors.append(f"distill.teacher_cache={main}: {error}")
     entries, problems = config_entries(cfg)  # an entry that does not read: named elsewhere
     for index, entry in enumerate([] if problems else entries):
         if not entry.main and (error := cache_dir_error(entry.cache)):
@@ -32,28 +32,28 @@ def named_cache_errors(cfg: Mapping) -> list[str]:
     return errors
 
 
-def cache_dir_error(directory: object) -> str | None:
-    """Why ``directory`` holds no complete cache (the reader's words), None where it does or
+def cache_dir_error(directory: object) -> CacheError | None:
+    """Why ``directory`` holds no complete cache (the reader's refusal), None where it does or
     where nothing is named (null, auto; another type is the rules' to name)."""
     if directory in NAMED_NONE or not isinstance(directory, str | Path):
         return None
     try:
         read_index(Path(directory).expanduser())
     except CacheError as error:
-        return str(error)
+        return error
     return None
 
 
-def entry_error(cfg: Mapping, index: int, entry: TeacherEntry, error: str) -> str:
+def entry_error(cfg: Mapping, index: int, entry: TeacherEntry, error: CacheError) -> str:
     """``error`` of entry ``index``'s cache, with the command that writes *its* cache (the
     reader's advice writes the teacher group's)."""
-    found = error.split("; write one with `")[0]
     source = lookup(cfg, "student.source")
     if source in (None, ABSENT):  # the run's tokens are the teacher group's model's
         source = lookup(cfg, "teacher.path")
     source = None if source in (None, ABSENT) else str(source)
+    key = f"teachers.{index}.cache"
     return (
-        f"teachers.{index}.cache={entry.cache} (entry {entry.name!r}): {found}; write it with "
+        f"{key}={entry.cache} (entry {entry.name!r}): {reader_finding(error)}; write it with "
         f"`{entry_cache_command(entry, source)}` and the run's data overrides, or set "
-        f"teachers.{index}.cache=auto (written where a cache pays) or null (online)"
+        f"{key}=auto (written where a cache pays) or null (online)"
     )
