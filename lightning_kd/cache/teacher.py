@@ -22,10 +22,6 @@ from lightning_kd.losses.cross_top import TeacherSide, TeacherTop
 from lightning_kd.losses.logits import IGNORE_INDEX
 from lightning_kd.losses.topk import TopKTeacher
 
-SHARE_BLOCKS = 8
-"""The training blocks whose text a run from a cross-tokenizer cache aligns before step 0, to
-judge how much of it the teacher spells back (``distill.cross_min_aligned``)."""
-
 
 class CrossRecords(Protocol):
     """What a cross-tokenizer cache's records are read through
@@ -40,8 +36,6 @@ class CrossRecords(Protocol):
     def cached_records(
         self, stored: TeacherSide, labels: Tensor, counted: Tensor | None = None
     ) -> Any: ...
-
-    def view(self, batch: dict[str, Tensor]) -> Any: ...
 
 
 class CachedTeacher:
@@ -108,9 +102,6 @@ class CachedTeacher:
                 "directory, or delete it and let distill.teacher_cache=auto rewrite it), or set "
                 "distill.cross_span_weight=0"
             )
-        if cross is not None:  # this run's floor on the text spelled back, as online: a
-            # run from the cache read no teacher tokenisation and never applied it (probe 32)
-            cross.view(data.collate(list(data.train_examples[:SHARE_BLOCKS])))
         blocks = {"train": data.train_examples, "val": data.val_examples}
         return cls(cache, vocab, cross, blocks)
 

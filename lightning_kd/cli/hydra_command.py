@@ -27,6 +27,7 @@ from lightning_kd.launch.checks import config_errors
 from lightning_kd.launch.cluster import launcher_errors, launcher_override_errors, submitit_kind
 from lightning_kd.launch.cluster_jobs import drop_placeholder, job_ends_told, sweep_dir_errors
 from lightning_kd.launch.config import CONF_DIR, compose_config, register_defaults, stored_nodes
+from lightning_kd.launch.domain_names import string_domain_names
 from lightning_kd.launch.harness_run import ScoringFailed
 from lightning_kd.launch.interpolations import interpolation_errors
 from lightning_kd.launch.keys import override_key_errors
@@ -72,6 +73,7 @@ def run_hydra(
     def as_typed(cfg: DictConfig) -> Any:
         sys.argv = typed
         try:
+            string_domain_names(cfg)  # a domain named 2023: a key no dotted path reaches
             refuse(interpolation_errors(cfg))  # before any check reads a value that fails
             return stoppable(task)(cfg)
         except Refused as refused:

@@ -8,6 +8,7 @@ blocks, ``block_index`` — is written once here.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -87,3 +88,14 @@ def collate_tokens(
     labels[torch.tensor(unscored)] = IGNORE_INDEX
     batch = {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
     return batch | extra
+
+
+def first_training_batch(datamodule: Any, count: int) -> dict[str, Tensor]:
+    """The first ``count`` examples of ``datamodule``'s set-up training split (fewer where it
+    has fewer; streamed: the stream's first, read again) as one batch: the split's own order,
+    so the same on every rank and for any batch size."""
+    if (stream := datamodule.stream) is not None:
+        examples = stream.batches(0, 1).first(count)
+    else:
+        examples = list(datamodule.train_examples[:count])
+    return datamodule.collate(examples)

@@ -52,6 +52,8 @@ def assemble(
     teacher_model, models, keep_source = load_models(teacher, student, distill, precision)
     sides = TeacherSides(teacher, student, distill, tokenizer, teacher_tokenizer)
     cross = sides.cross(teacher_model, models.student)
+    if cross is not None and data is not None:  # before its cache opens, or step 0 online
+        cross.judge(data)
     main = next(((e.name, e.weight) for e in teachers or () if e.main), ("teacher", 1.0))
     distiller = cls(
         teacher_model,

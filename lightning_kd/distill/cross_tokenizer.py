@@ -20,8 +20,9 @@ from torch import Tensor, nn
 from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.data.alignment import Aligner, TeacherView
+from lightning_kd.data.batches import first_training_batch
 from lightning_kd.data.vocab_maps import first_token_map, vocabulary_map
-from lightning_kd.distill.spelled_share import SpelledShare
+from lightning_kd.distill.spelled_share import SHARE_BLOCKS, SpelledShare
 from lightning_kd.losses.chunked import CHUNK_ELEMENTS, OutputHead, matmul_dtype
 from lightning_kd.losses.cross_spans import span_grid, teacher_spans_at
 from lightning_kd.losses.cross_top import TeacherSide, TeacherTop, teacher_top
@@ -61,10 +62,8 @@ class CrossTokenizer:
                 f"vocabulary: its whole distribution is kept ({teacher_vocab} a position)",
                 stacklevel=2,
             )
-        self.loss, self.uld_weight = loss, uld_weight
-        self.span_weight = span_weight
-        self.spelled = SpelledShare(min_aligned)
-        self.head_checked = False
+        self.loss, self.uld_weight, self.span_weight = loss, uld_weight, span_weight
+        self.spelled, self.head_checked = SpelledShare(min_aligned), False
         self.kept: MetricSums | None = None
         """A validation batch's teacher sums, until :meth:`teacher_sums` reads them."""
 
@@ -118,13 +117,19 @@ class CrossTokenizer:
             return twins(self.mapping, self.student_vocab)
 
     def view(self, batch: dict[str, Tensor]) -> TeacherView:
-        """The teacher's tokenisation of ``batch``, counted for how much text it spells back
-        (the first batch a run sees is judged before step 0: ``spelled_share.py``)."""
+        """The teacher's tokenisation of ``batch``, counted for how much text it spells back."""
         view = self.aligner.view(
             batch["input_ids"].cpu(), batch.get("attention_mask"), batch["labels"].cpu()
         )
         self.spelled.add(view)
         return view
+
+    def judge(self, data) -> None:
+        """Refuse, before step 0, a teacher spelling back too little of the first training
+        blocks of ``data`` (a set-up data module; ``spelled_share.py``)."""
+        batch = first_training_batch(data, SHARE_BLOCKS)
+        view = self.aligner.view(batch["input_ids"], batch["attention_mask"], batch["labels"])
+        self.spelled.judge(view, f"the first {len(batch['input_ids'])} training blocks")
 
     @torch.no_grad()
     def teacher_hidden(self, teacher: nn.Module, view: TeacherView, device) -> Tensor:

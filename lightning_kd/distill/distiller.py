@@ -156,13 +156,11 @@ class Distiller(nn.Module):
 
         The teacher runs without a graph. Only this forward records captures: a forward
         elsewhere, or activation checkpointing's re-forward in backward, finds them disarmed."""
-        model = getattr(self, role)
-        capture = self.captures.get(role)
-        if capture is not None:
+        if (capture := self.captures.get(role)) is not None:
             capture.ensure_attached()
         armed = capture.arm() if capture else nullcontext()
         with armed, torch.no_grad() if role == "teacher" else nullcontext():
-            return final_hidden(model, batch, logits=self.task.wants_logits)
+            return final_hidden(getattr(self, role), batch, logits=self.task.wants_logits)
 
     def teacher_output(
         self, batch: dict[str, Tensor], split: str
@@ -289,11 +287,13 @@ class Distiller(nn.Module):
         return self.output_head("student"), teacher
 
     def unsharded_parameters(self) -> list[nn.Parameter]:
-        """What a sharding strategy must leave whole: the teacher's output head (its tied
-        embedding), which the chunked loss reads outside the teacher's forwards."""
-        causal = self.task.name == "causal_lm" and self.teacher is not None
-        head = self.teacher.get_output_embeddings() if causal else None
-        return [] if head is None else list(head.parameters())
+        """What a sharding strategy must leave whole: each teacher's output head (its tied
+        embedding), which the chunked loss reads outside the teachers' forwards."""
+        if self.task.name != "causal_lm":
+            return []
+        extra = () if self.extra_teachers is None else self.extra_teachers.models.values()
+        heads = [t.get_output_embeddings() for t in (self.teacher, *extra) if t is not None]
+        return [parameter for head in heads if head is not None for parameter in head.parameters()]
 
     def export(self, directory: str | Path, tokenizer: PreTrainedTokenizerBase | None) -> None:
         """Save the student with the run's tokenizer (``lora.save_student``: LoRA merged)."""

@@ -55,6 +55,8 @@ def teacher_source(
     cross = None
     if teacher_tokenizer is not None:
         cross = CrossTokenizer.for_models(tokenizer, teacher_tokenizer, student, model, distill)
+        if data is not None:
+            cross.judge(data)
     elif tokenizer is not None:  # it reads the run's ids: an embedding's IndexError otherwise
         check_entry_vocabulary(entry, model, len(tokenizer))
     if not cached:

@@ -27,6 +27,7 @@ from lightning_kd.distill.tasks import bits_per_byte
 from lightning_kd.distill.teacher_domains import PER_TEACHER, DomainTeaching, rows_of
 from lightning_kd.distill.teacher_entries import TeacherEntry
 from lightning_kd.distill.teacher_sources import teacher_source
+from lightning_kd.generation.decoding import decodes_in_step
 from lightning_kd.losses.logits import weighted_sum
 from lightning_kd.models.digests import config_digest, weights_digest
 from lightning_kd.models.heads import final_hidden, output_head
@@ -124,13 +125,16 @@ class ExtraTeachers(nn.Module):
         """``(name, output, heads, rows)`` of each teacher on a training ``batch``: what its term
         compares the student with, the (student, teacher) heads (no teacher head for records)
         and the rows it ran on: ``rows[i]`` (None: every row; no rows: the teacher is not run)."""
-        found = []
+        found, temperature = [], task.objective.temperature
         for index, name in enumerate(self.names):
             ran_on = None if rows is None else rows[index]
             teacher_out = None
             if ran_on is None or len(ran_on):
                 own = batch if ran_on is None else rows_of(batch, ran_on)
-                teacher_out = self.output(index, own, task.objective.temperature)
+                teacher_out = self.output(index, own, temperature)
+            elif decodes_in_step(self.model(index)):  # sharded: each forward is a collective,
+                # which a rank with none of its rows skipped while another ran it (probe 39)
+                self.output(index, rows_of(batch, ran_on.new_zeros(1)), temperature)  # unused
             found.append((name, teacher_out, self.head_pair(index, student_head), ran_on))
         return found
 

@@ -203,6 +203,8 @@ def write_launched(
     teacher, features, _ = cached_teacher(cfg, teacher_spec, spec)
     teacher = teacher.to(fabric.device)
     cross = None if crossing is None else crossing.build(tokenizer, teacher)
+    if cross is not None:  # on every rank alike, before any shard is written
+        cross.judge(datamodule)
     if spec.source is not None:  # no teacher forward: one process derives it
         if fabric.global_rank == 0:
             arguments = (spec.source, teacher, tokenizer, datamodule, spec, directory)

@@ -40,6 +40,7 @@ from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.generation.teacher_completions import GenerateSpec
 from lightning_kd.launch.cluster import register_launchers
 from lightning_kd.launch.config_dir import shipped_config_dir
+from lightning_kd.launch.domain_names import string_domain_names
 from lightning_kd.models.loading import StudentSpec, TeacherSpec
 from lightning_kd.utils.atomic import atomic_write_bytes
 from lightning_kd.utils.refusal import Refused
@@ -184,7 +185,7 @@ def compose_unchecked(
         paths = ",".join(f"file://{Path(d).resolve()}" for d in config_dirs)
         extra.append(f"hydra.searchpath=[{paths}]")
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose("config", overrides=[*overrides, *extra])
+        return string_domain_names(compose("config", overrides=[*overrides, *extra]))
 
 
 JOB_RECORD = ".hydra"

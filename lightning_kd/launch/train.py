@@ -21,6 +21,7 @@ from lightning.pytorch.strategies import FSDPStrategy
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
 
+from lightning_kd.data.errors import DataError
 from lightning_kd.launch.auto import resolve
 from lightning_kd.launch.build import build
 from lightning_kd.launch.config import JobRecord, record_job
@@ -48,7 +49,7 @@ from lightning_kd.training.saving import agreed
 from lightning_kd.training.summary import RunSummary, disk_use, early_stop_reason
 from lightning_kd.utils.atomic import atomic_write_bytes, replaced_directory
 from lightning_kd.utils.disk import disk_errors
-from lightning_kd.utils.refusal import refuse
+from lightning_kd.utils.refusal import Refused, refuse
 from lightning_kd.utils.stopping import STOP, Interrupted, as_interrupted
 
 COMMAND = ("lightning-kd", "train")
@@ -128,15 +129,20 @@ def train(
 def report_stop(err: BaseException, trainer: L.Trainer, cfg: DictConfig, command) -> None:
     """Print the stop report of a run that stopped in training (``launch/stop_report.py``). A
     failure before training started (a refused resume, a bad model) has no way on to print:
-    the command that failed would only fail again; a process lost then has (start again)."""
-    started = getattr(trainer.checkpoint_callback, "started", False)
+    the command that failed would only fail again; a process lost then has (start again). So
+    has a refusal in training with no checkpoint (a teacher spelling back too little of a batch,
+    probe 39), a bad row's aside (fixed, the data is edited)."""
+    callback = trainer.checkpoint_callback
+    started = getattr(callback, "started", False)
+    refused = isinstance(err, Refused) and not isinstance(err, DataError)
+    if refused and getattr(callback, "saved_step", None) is None:
+        return
     # A lost process is told by every process left: on a node of its own, the only word there.
     telling = trainer.is_global_zero or isinstance(err, PeerLost)
     if telling and (isinstance(err, Interrupted | PeerLost) or started):  # a lost peer: anew
         lr = (cfg.get("optimizer") or {}).get("lr")  # a diverged run is given a tenth
         output_dir = Path(cfg.output_dir)
-        callback, rank = trainer.checkpoint_callback, trainer.global_rank
-        print(stop_report(err, callback, output_dir, command, lr, rank), flush=True)
+        print(stop_report(err, callback, output_dir, command, lr, trainer.global_rank), flush=True)
 
 
 def summarise(module, trainer: L.Trainer, resolved, before: dict, after: dict, timer):

@@ -41,7 +41,7 @@ from lightning_kd.training.finite import check_finite_loss
 from lightning_kd.training.metrics import ValidationMetrics, checked_monitors, log_at_steps_done
 from lightning_kd.training.optim import optimizer_config
 from lightning_kd.training.repair import BlockwiseRepair
-from lightning_kd.training.strategies import ROLE, int8_teachers, loss_divisor, window_ends
+from lightning_kd.training.strategies import int8_teachers, loss_divisor, mark_bodies, window_ends
 from lightning_kd.utils.compat import attached_trainer, exclude_from_ddp, silence_eval_mode_warning
 from lightning_kd.utils.plain_data import as_spec, plain_data
 from lightning_kd.utils.rng import float32_init, rng_state, set_rng_state
@@ -141,9 +141,7 @@ class DistillationModule(LightningModule):
             self.extra_digests = extra.digests()
         self.note_student_base()
         exclude_from_ddp(self, int8_teachers(self.distiller))
-        for role in ("teacher", "student"):  # the bodies the step calls, for wrap policies
-            if getattr(self, role) is not None:
-                setattr(getattr(self, role).base_model, ROLE, role)
+        mark_bodies(self.distiller)
 
     def note_student_base(self) -> None:
         """A LoRA student's frozen base: its keys (rebuilt on load, never checkpointed) and its

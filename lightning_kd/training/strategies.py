@@ -7,9 +7,10 @@ and ``DeepSpeedStrategy`` with the settings a second, frozen model needs.
 - FSDP: FSDP gathers a unit's parameters only while that unit's own forward (or backward) runs,
   and the step calls the models' bodies and reads their output heads directly (the chunked loss
   never runs the heads as modules). So the wrap units are what the step calls: every transformer
-  block, and the teacher's body (``teacher.base_model``). The student's embeddings, final norm
+  block, and each teacher's body (``base_model``: the main teacher's and every ``teachers``
+  entry's run online). The student's embeddings, final norm
   and head stay in the root unit with the projectors, gathered for the whole step (forward and
-  backward), where the chunked loss reads the head. The teacher's output head (its embedding,
+  backward), where the chunked loss reads the head. Each teacher's output head (its embedding,
   when tied) is left unsharded (FSDP ``ignored_states``), so the loss can read it too. No flat
   parameter mixes a bf16 teacher with an fp32 student ("Must flatten tensors with uniform
   dtype"). Activation checkpointing by policy goes to trainable blocks only: the student's.
@@ -50,6 +51,19 @@ ROLE = "distillation_role"
 """Attribute the LightningModule sets on the module whose forward the step calls for each model
 (``"teacher"``/``"student"``: their bodies, ``base_model``): how a wrap policy, which sees one
 module at a time, finds them."""
+
+
+def mark_bodies(distiller: nn.Module) -> None:
+    """Mark the body of each model the step calls (``base_model``) with its :data:`ROLE`: the
+    student's, and every online teacher's, each a wrap unit of its own (an unmarked ``teachers``
+    entry left its embedding in the root unit, beside the fp32 student: with a bf16 entry FSDP
+    could not wrap the module at all, probe 39)."""
+    extra = distiller.extra_teachers
+    teachers = [distiller.teacher, *(() if extra is None else extra.models.values())]
+    for role, models in (("teacher", teachers), ("student", [distiller.student])):
+        for model in models:
+            if model is not None:
+                setattr(model.base_model, ROLE, role)
 
 
 def is_wrap_unit(module: nn.Module) -> bool:

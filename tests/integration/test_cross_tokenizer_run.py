@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import pytest
 import torch
+from tokenizers import normalizers
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from lightning_kd.cache import TeacherCache
@@ -138,32 +140,37 @@ def test_two_teachers_with_two_tokenizers_log_each_divergence(models, tmp_path: 
     assert "| teachers[sentencepiece] bits per byte (val) |" in output
 
 
-def test_each_teacher_teaches_its_own_data_domain(models, tmp_path: Path, capsys):
+@pytest.mark.parametrize(
+    ("prose", "code"), [("prose", "code"), (2023, 2024)], ids=["words", "years"]
+)
+def test_each_teacher_teaches_its_own_data_domain(models, tmp_path: Path, capsys, prose, code):
     """data.domains groups the files; each teacher (one of them across tokenizers) teaches the
-    rows of its domain; both divergences are logged; a domain no teacher teaches is refused."""
+    rows of its domain; both divergences are logged; a domain no teacher teaches is refused.
+    Domains named by numbers (years) are names too: their keys, which no dotted path reached,
+    ended the config check in a traceback (probe 39)."""
     teacher, _, corpus = models
-    code = tmp_path / "code.txt"
-    code.write_text("def add(a, b):\n    return a + b\n" * 30)
+    source = tmp_path / "code.txt"
+    source.write_text("def add(a, b):\n    return a + b\n" * 30)
     argv = [
         "train",
         "debug=smoke",
-        f"data.files=[{corpus},{code}]",
-        f"data.domains={{prose: ['{corpus}'], code: ['{code}']}}",
+        f"data.files=[{corpus},{source}]",
+        f"data.domains={{{prose}: ['{corpus}'], {code}: ['{source}']}}",
         "distill.features=null",
         "export.gguf=null",
-        "teachers=[{name: tiny, weight: 0.5, domains: [code]}, "
+        f"teachers=[{{name: tiny, weight: 0.5, domains: [{code}]}}, "
         f"{{name: sentencepiece, weight: 0.5, path: '{teacher}', dtype: float32, "
-        "domains: [prose]}]",
+        f"domains: [{prose}]}}]",
     ]
     code_, output = run_in_process([*argv, f"hydra.run.dir={tmp_path / 'run'}"], capsys)
     assert code_ in (None, 0), output[-3000:]
     header = (tmp_path / "run" / "logs" / "metrics.csv").read_text().splitlines()[0].split(",")
     assert {"train/kd/tiny", "train/kd/sentencepiece"} <= set(header)
-    both_code = argv[-1].replace("domains: [prose]", "domains: [code]")
+    both_code = argv[-1].replace(f"domains: [{prose}]", f"domains: [{code}]")
     untaught = [*argv[:-1], both_code]
     code_, output = run_in_process([*untaught, f"hydra.run.dir={tmp_path / 'no'}"], capsys)
-    assert code_ not in (None, 0)
-    assert "data.domains ['prose'] are taught by no teacher" in output
+    assert code_ == 2, output[-3000:]
+    assert f"data.domains ['{prose}'] are taught by no teacher" in output
 
 
 def test_each_teacher_teaches_its_domain_of_a_stream(models, tmp_path, datasets_home, capsys):
@@ -285,3 +292,37 @@ def test_a_student_copied_from_its_source_is_repaired_from_that_source(
     assert summary["blockwise"]["steps"] > 0 and summary["blockwise"]["layers"]
     state = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
     assert not [key for key in state if not key.startswith("distiller.student.")]
+
+
+def test_the_spelled_share_is_judged_before_step_0_online_from_a_cache_and_when_caching(
+    tmp_path: Path, capsys
+) -> None:
+    """A lower-casing teacher, judged on the run's first 8 training blocks before step 0, in
+    every path: online (it was judged inside the first step, then told to "start again with"
+    the command that had failed: probe 39), from a cache written under a lower floor (a run
+    from the cache applied none: probe 32), and by the cache command before any shard."""
+    teacher = save_model(tmp_path / "teacher", sentencepiece_tokenizer(normalizers.Lowercase()), 0)
+    student = save_model(tmp_path / "student", byte_tokenizer(), 1)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(TEXT)  # the capitals that open its sentences are not spelled back
+    floor = "distill.cross_min_aligned=0.99"
+    refusal = r"spells back (\d+\.\d)% of the first 8 training blocks .*cross_min_aligned=0.99"
+    argv = [*overrides(teacher, student, corpus, tmp_path / "online"), floor]
+    code, output = run_in_process(argv, capsys)
+    assert code == 2 and re.search(refusal, output), output[-3000:]
+    assert "Start again with" not in output and "Traceback" not in output
+    cache_dir = tmp_path / "cache"
+    argv = ["cache", *overrides(teacher, student, corpus, cache_dir)[1:], "cache.k=16"]
+    code, output = run_in_process([*argv, floor], capsys)
+    assert code == 2 and re.search(refusal, output), output[-3000:]
+    assert not list(cache_dir.glob("*.safetensors"))
+    code, output = run_in_process(
+        [*argv, "distill.cross_min_aligned=0.5", "overwrite=true"], capsys
+    )
+    assert code in (None, 0), output[-3000:]
+    reads = [f"distill.teacher_cache={cache_dir}", "distill.cross_top_k=16", floor]
+    code, output = run_in_process(
+        [*overrides(teacher, student, corpus, tmp_path / "run"), *reads], capsys
+    )
+    assert code == 2 and re.search(refusal, output), output[-3000:]
+    assert not (tmp_path / "run" / "checkpoints").exists()

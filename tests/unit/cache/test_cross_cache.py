@@ -185,31 +185,6 @@ def test_a_same_tokenizer_cache_for_a_cross_tokenizer_teacher_is_called_another_
     assert "the cache's teacher read the student's tokens" in found[0]
 
 
-def test_a_run_from_the_cache_holds_the_teacher_to_its_own_floor_on_the_text(corpus, tmp_path):
-    """Written under the default floor, a cache of a lower-casing teacher trained a run that
-    asked for distill.cross_min_aligned=0.99, which refuses that teacher online (probe 32)."""
-    from tokenizers import normalizers
-
-    from lightning_kd.utils.refusal import Refused
-
-    lower = sentencepiece_tokenizer(normalizers.Lowercase())
-    torch.manual_seed(0)
-    teacher = model_from_config({**TINY_LLAMA, "vocab_size": len(lower)}, "causal_lm").eval()
-    datamodule = make_datamodule([corpus])
-    datamodule.setup()
-
-    def cross(floor: float) -> CrossTokenizer:
-        args = (datamodule.tokenizer, lower, 257, len(lower))
-        return CrossTokenizer(*args, top_k=8, min_aligned=floor)
-
-    spec = CacheSpec(k=8, shard_blocks=4)
-    write_cache(teacher, datamodule.tokenizer, datamodule, spec, tmp_path / "c", cross=cross(0.5))
-    run = (tmp_path / "c", teacher, datamodule.tokenizer, datamodule, 1.0, ())
-    assert CachedTeacher.for_run(*run, cross(0.5)) is not None
-    with pytest.raises(Refused, match=r"spells back \d+\.\d% .*distill.cross_min_aligned=0.99"):
-        CachedTeacher.for_run(*run, cross(0.99))
-
-
 def test_the_write_report_times_the_cross_tokenizer_pass_as_one(setup, tmp_path) -> None:
     """Alignment, forward and the top k of the teacher's vocabulary run as one pass: the report
     counted them all as "teacher forward" beside a "top-k 0.0 s" (probe 32)."""

@@ -147,7 +147,7 @@ def test_a_teacher_that_rewrites_most_of_the_text_is_refused():
     cross = CrossTokenizer(byte_tokenizer(), lower, 257, len(lower))
     ids = student_batch("THE QUICK BROWN FOX JUMPS OVER THE LAZY DOG")
     # a Refused: the command prints the message alone (it was a traceback, exit 1)
-    with pytest.raises(Refused, match=r"spells back .*% of the student's text.*cross_min"):
+    with pytest.raises(Refused, match=r"spells back .*% of the student's first batch.*cross_min"):
         cross.view({"input_ids": ids, "labels": ids})
 
 

@@ -239,3 +239,33 @@ def test_a_top_k_past_the_teachers_vocabulary_keeps_it_whole_and_says_so() -> No
     with pytest.warns(UserWarning, match=r"cross_top_k=300 is more than the teacher's 257-token"):
         cross = CrossTokenizer(tokenizer, tokenizer, 257, 257, top_k=300)
     assert cross.top_k == 257
+
+
+def test_the_spelled_share_is_judged_on_the_same_blocks_for_any_batch_size(tmp_path) -> None:
+    """Judged on a rank's first micro-batch, the same data and global batch were refused at
+    data.batch_size=2, trained at 1 with accumulation 2, and under DDP refused by one rank while
+    the other reported it lost (probe 39): the run's first training blocks are judged, in the
+    split's order, whatever the batch size, accumulation or number of ranks."""
+    from tokenizers import normalizers
+
+    from tests.conftest import make_datamodule
+
+    corpus = tmp_path / "corpus.txt"
+    lines = ["THE QUICK BROWN FOX JUMPS OVER THE LAZY DOG"]
+    lines += ["the quick brown fox jumps over the lazy dog"] * 2
+    corpus.write_text("\n".join(lines * 20) + "\n")
+    lower = sentencepiece_tokenizer(normalizers.Lowercase())
+    firsts, judged = [], set()
+    for batch_size in (1, 2, 4):
+        data = make_datamodule([corpus], batch_size=batch_size)
+        data.setup()
+        cross = CrossTokenizer(byte_tokenizer(), lower, 257, len(lower), min_aligned=0.3)
+        first = next(iter(data.train_dataloader()))
+        view = cross.aligner.view(first["input_ids"], first["attention_mask"], first["labels"])
+        firsts.append(view.share)
+        cross.judge(data)  # passes: 71 % of the first 8 blocks is spelled back
+        with pytest.raises(Refused, match=r"spells back (\d+\.\d%) of the first 8 training") as e:
+            CrossTokenizer(byte_tokenizer(), lower, 257, len(lower), min_aligned=0.9).judge(data)
+        judged.add(str(e.value))
+    assert min(firsts) < 0.3 < max(firsts)  # what the first micro-batch alone would have decided
+    assert len(judged) == 1

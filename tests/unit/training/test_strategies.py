@@ -16,6 +16,7 @@ from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy
 from torch import nn
 from torch.distributed.fsdp import FullyShardedDataParallel
 
+from lightning_kd.data.domains import Domains
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.launch.config import compose_config
 from lightning_kd.models.loading import StudentSpec, TeacherSpec, byte_tokenizer
@@ -58,6 +59,24 @@ def test_fsdp_units_are_what_the_step_calls(built) -> None:
         *(f"distiller.student.model.layers.{i}" for i in range(2)),
     }
     assert isinstance(strategy, DistillationFSDPStrategy)
+
+
+def test_under_fsdp_every_teacher_is_a_unit_with_its_head_unsharded(tiny_teacher) -> None:
+    """A ``teachers`` entry's body was no unit: its embedding and norm fell into the root unit
+    beside the fp32 student (a bf16 entry could not be wrapped at all), its head sharded."""
+    module = make_module(tiny_teacher, teachers=TEACHERS["two"])
+    module.configure_model()
+    policy = fsdp().kwargs["auto_wrap_policy"]
+    units = {
+        name
+        for name, m in module.named_modules()
+        if policy(module=m, recurse=False, nonwrapped_numel=0)
+    }
+    second = "distiller.extra_teachers.models.0.model"
+    assert {second, *(f"{second}.layers.{i}" for i in range(3))} <= units
+    heads = [module.teacher, module.distiller.extra_teachers.model(0)]
+    expected = [model.get_output_embeddings().weight for model in heads]
+    assert module.distiller.unsharded_parameters() == expected
 
 
 def test_fsdp_leaves_the_teachers_head_unsharded(built, monkeypatch) -> None:
@@ -164,8 +183,25 @@ class StepRoot(nn.Module):
         return objective / sums.tokens
 
 
-def build_mixed_precision_pair(chunked: bool) -> DistillationModule:
-    """A bf16 teacher and a narrower fp32 student (so projectors too), the same on every call."""
+SECOND_TEACHER = [
+    {"name": "first", "weight": 0.5},
+    {"name": "second", "weight": 0.5, "config": {**TINY_LLAMA, "num_hidden_layers": 3}},
+]
+"""A ``teachers`` list: the teacher group's model and another, bf16 like it (their own dtype)."""
+
+TEACHERS = {
+    "one": None,
+    "two": SECOND_TEACHER,
+    "by_domain": [  # rank r's batch is all domain r: the second teacher runs on rank 1's rows only
+        {**SECOND_TEACHER[0], "domains": ["code"]},
+        {**SECOND_TEACHER[1], "domains": ["prose"]},
+    ],
+}
+
+
+def build_mixed_precision_pair(chunked: bool, teachers: str = "one") -> DistillationModule:
+    """A bf16 teacher and a narrower fp32 student (so projectors too), the same on every call;
+    with ``teachers`` (of :data:`TEACHERS`), a second bf16 teacher beside the first."""
     torch.manual_seed(0)
     module = DistillationModule(
         teacher=TeacherSpec(path=None, config=dict(TINY_LLAMA), dtype="bfloat16"),
@@ -173,14 +209,18 @@ def build_mixed_precision_pair(chunked: bool) -> DistillationModule:
         distill=DistillConfig(features="uniform", chunked=chunked, compile=False),
         optimizer=torch.optim.AdamW,
         tokenizer=byte_tokenizer(),
+        teachers=TEACHERS[teachers],
     )
     module.configure_model()
+    if teachers == "by_domain":
+        module.distiller.domains.know(Domains(("code", "prose"), {"code.txt": 0, "prose.txt": 1}))
     return module
 
 
-def rank_batch(rank: int) -> dict[str, torch.Tensor]:
+def rank_batch(rank: int, domains: bool = False) -> dict[str, torch.Tensor]:
     ids = torch.randint(0, 257, (2, 12), generator=torch.Generator().manual_seed(rank))
-    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
+    return batch | ({"domain": torch.full((2,), rank)} if domains else {})
 
 
 def unsharded_step(
@@ -197,15 +237,15 @@ def unsharded_step(
     return loss, grads
 
 
-def fsdp_worker(rank: int, world_size: int, port: int, chunked: bool) -> None:
+def fsdp_worker(rank: int, world_size: int, port: int, chunked: bool, teachers: str) -> None:
     """One rank: the step under FSDP (our policy) gives the unsharded module's loss on this rank's
     batch and, after backward, the rank-mean of its gradients."""
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
-    module, reference = build_mixed_precision_pair(chunked), build_mixed_precision_pair(chunked)
-    batch = rank_batch(rank)
+    module, reference = (build_mixed_precision_pair(chunked, teachers) for _ in range(2))
+    batch = rank_batch(rank, domains=teachers == "by_domain")
 
     # The trap the policy avoids: one flat unit for a bf16 teacher and an fp32 student.
     with pytest.raises(ValueError, match="uniform dtype"):
@@ -238,15 +278,22 @@ def fsdp_worker(rank: int, world_size: int, port: int, chunked: bool) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("chunked", [True, False], ids=["chunked", "full_logits"])
-def test_step_under_fsdp_equals_the_unsharded_step(chunked: bool) -> None:
+@pytest.mark.parametrize(
+    ("chunked", "teachers"),
+    [(True, "one"), (False, "one"), (True, "two"), (True, "by_domain")],
+    ids=["chunked", "full_logits", "two_teachers", "teachers_by_domain"],
+)
+def test_step_under_fsdp_equals_the_unsharded_step(chunked: bool, teachers: str) -> None:
     """FSDP on CPUs over gloo (torch's own; Lightning's FSDPStrategy wants a GPU): the wrap
-    units and unsharded heads of ``strategy=fsdp`` let the chunked loss read both output heads
-    and train the student, projectors included, as one device would."""
-    mp.spawn(fsdp_worker, args=(2, free_port(), chunked), nprocs=2)
+    units and unsharded heads of ``strategy=fsdp`` let the chunked loss read every output head
+    and train the student, projectors included, as one device would; a second bf16 teacher
+    (its embedding in the root unit beside the fp32 student, FSDP refused to wrap: probe 39)
+    is a unit of its own, its head unsharded; a teacher by domain runs on every rank, those
+    with none of its rows too (a rank skipping its gathers left the other waiting: probe 39)."""
+    mp.spawn(fsdp_worker, args=(2, free_port(), chunked, teachers), nprocs=2)
 
 
-def deepspeed_worker(rank: int, world_size: int, port: int, chunked: bool) -> None:
+def deepspeed_worker(rank: int, world_size: int, port: int, chunked: bool, teachers: str) -> None:
     """One rank: the step under DeepSpeed ZeRO-3, every parameter partitioned, gives the unsharded
     module's loss on this rank's batch and the rank-mean of its gradients."""
     import deepspeed
@@ -257,8 +304,8 @@ def deepspeed_worker(rank: int, world_size: int, port: int, chunked: bool) -> No
     )
     os.environ["WORLD_SIZE"] = str(world_size)
     deepspeed.init_distributed(dist_backend="gloo")
-    module, reference = build_mixed_precision_pair(chunked), build_mixed_precision_pair(chunked)
-    batch = rank_batch(rank)
+    module, reference = (build_mixed_precision_pair(chunked, teachers) for _ in range(2))
+    batch = rank_batch(rank, domains=teachers == "by_domain")
     want_loss, want = unsharded_step(reference, batch, world_size)
 
     config = {
@@ -288,12 +335,18 @@ def deepspeed_worker(rank: int, world_size: int, port: int, chunked: bool) -> No
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("chunked", [True, False], ids=["chunked", "full_logits"])
-def test_step_under_deepspeed_zero3_equals_the_unsharded_step(chunked: bool) -> None:
+@pytest.mark.parametrize(
+    ("chunked", "teachers"),
+    [(True, "one"), (False, "one"), (True, "two"), (True, "by_domain")],
+    ids=["chunked", "full_logits", "two_teachers", "teachers_by_domain"],
+)
+def test_step_under_deepspeed_zero3_equals_the_unsharded_step(chunked: bool, teachers) -> None:
     """DeepSpeed ZeRO-3 on CPUs over gloo (Lightning's DeepSpeedStrategy wants a GPU) with a
     second, frozen bf16 model inside the module: the chunked loss reads both partitioned heads
-    and trains the student, projectors included, as one device would."""
-    mp.spawn(deepspeed_worker, args=(2, free_port(), chunked), nprocs=2)
+    and trains the student, projectors included, as one device would; so with two teachers,
+    and with teachers by domain (a rank skipping a teacher with none of its rows aborted the
+    other on mismatched collectives: probe 39)."""
+    mp.spawn(deepspeed_worker, args=(2, free_port(), chunked, teachers), nprocs=2)
 
 
 def free_port() -> int:
