@@ -197,7 +197,10 @@ class Aligner:
         ids = input_ids.tolist()
         attended = attention_mask.tolist() if attention_mask is not None else [[1] * seq] * batch
         student = [self.student_row(row, on) for row, on in zip(ids, attended, strict=True)]
-        text_bytes = sum(len(e.data) for _, events in student for e in events if e is not None)
+        # Stray bytes a block's cut left of a character are no text to spell: counted, they kept
+        # CJK text at 97.5 % under distill.cross_min_aligned=1 (probe 39)
+        segments = [e.data for _, events in student for e in events if e is not None]
+        text_bytes = sum(hi - lo for lo, hi in map(utf8_window, segments))
         teacher_ids, teacher_keys, matched = self.teacher_rows([events for _, events in student])
         width = max(1, max(len(row) for row in teacher_ids))
         out_ids = torch.full((batch, width), self.teacher_pad, dtype=torch.long)

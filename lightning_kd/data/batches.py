@@ -7,6 +7,7 @@ blocks, ``block_index`` — is written once here.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,12 +91,26 @@ def collate_tokens(
     return batch | extra
 
 
-def first_training_batch(datamodule: Any, count: int) -> dict[str, Tensor]:
+def first_training_batch(
+    datamodule: Any, count: int, domains: Collection[int] | None = None
+) -> dict[str, Tensor] | None:
     """The first ``count`` examples of ``datamodule``'s set-up training split (fewer where it
-    has fewer; streamed: the stream's first, read again) as one batch: the split's own order,
-    so the same on every rank and for any batch size."""
+    has fewer), of ``domains`` alone where given (indices of ``data.domains``), as one batch:
+    the split's own order, so the same on every rank and for any batch size. Streamed: the
+    stream's first, read again (of ``domains``: among its first ``SCANNED × count``). None where
+    no example is of ``domains``."""
     if (stream := datamodule.stream) is not None:
-        examples = stream.batches(0, 1).first(count)
+        examples = stream.batches(0, 1).first(count if domains is None else SCANNED * count)
+        if domains is not None:
+            examples = [e for e in examples if getattr(e, "domain", None) in domains][:count]
     else:
-        examples = list(datamodule.train_examples[:count])
-    return datamodule.collate(examples)
+        order = range(len(datamodule.train_examples))
+        if domains is not None:  # the data's domains are known: entries name none without
+            order = [i for i in order if datamodule.train_domains[i] in domains]
+        examples = [datamodule.train_examples[i] for i in list(order)[:count]]
+    return datamodule.collate(examples) if examples else None
+
+
+SCANNED = 16
+"""How many times ``count`` examples a stream is read for those of some domains: a bound on
+what a check reads before training (a domain rarer than that is judged when a batch has it)."""

@@ -15,6 +15,7 @@ from lightning_kd.data.token_bytes import byte_lengths
 from lightning_kd.distill.cross_tokenizer import CrossTokenizer
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.distill.on_policy import scorer_limits
+from lightning_kd.distill.spelled_share import judge_first_blocks
 from lightning_kd.distill.teacher_domains import ON_POLICY_DOMAINS, DomainTeaching
 from lightning_kd.distill.teacher_entries import TeacherEntry
 from lightning_kd.distill.teachers import ExtraTeachers
@@ -51,10 +52,9 @@ def assemble(
     teacher_tokenizer = teacher_tokenizer_for(teacher, distill, tokenizer, student)
     teacher_model, models, keep_source = load_models(teacher, student, distill, precision)
     sides = TeacherSides(teacher, student, distill, tokenizer, teacher_tokenizer)
-    cross = sides.cross(teacher_model, models.student)
-    if cross is not None and data is not None:  # before its cache opens, or step 0 online
-        cross.judge(data)
-    main = next(((e.name, e.weight) for e in teachers or () if e.main), ("teacher", 1.0))
+    entry = next((e for e in teachers or () if e.main), None)
+    cross = sides.cross(teacher_model, models.student, data, entry)
+    main = (entry.name, entry.weight) if entry else ("teacher", 1.0)
     distiller = cls(
         teacher_model,
         models.student,
@@ -131,13 +131,17 @@ class TeacherSides:
     tokenizer: PreTrainedTokenizerBase | None
     teacher_tokenizer: PreTrainedTokenizerBase | None
 
-    def cross(self, teacher_model, student_model) -> CrossTokenizer | None:
-        """The cross-tokenizer path where the tokenizers differ (else their vocabularies are
-        checked against each other)."""
+    def cross(self, teacher_model, student_model, data=None, entry=None) -> CrossTokenizer | None:
+        """The cross-tokenizer path where the tokenizers differ, judged on the first training
+        blocks of ``data`` (of the main ``entry``'s domains) before its cache opens or step 0
+        (else their vocabularies are checked against each other)."""
         if self.teacher_tokenizer is not None:
-            return CrossTokenizer.for_models(
+            cross = CrossTokenizer.for_models(
                 self.tokenizer, self.teacher_tokenizer, student_model, teacher_model, self.distill
             )
+            if data is not None:
+                judge_first_blocks(cross, data, *((entry.domains, entry.name) if entry else ()))
+            return cross
         if self.teacher.task == "causal_lm" and self.tokenizer is not None:
             own = student_tokenizer(self.student)
             check_vocabularies(teacher_model, student_model, self.tokenizer, own)

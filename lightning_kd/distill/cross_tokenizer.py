@@ -20,9 +20,8 @@ from torch import Tensor, nn
 from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.data.alignment import Aligner, TeacherView
-from lightning_kd.data.batches import first_training_batch
 from lightning_kd.data.vocab_maps import first_token_map, vocabulary_map
-from lightning_kd.distill.spelled_share import SHARE_BLOCKS, SpelledShare
+from lightning_kd.distill.spelled_share import SpelledShare
 from lightning_kd.losses.chunked import CHUNK_ELEMENTS, OutputHead, matmul_dtype
 from lightning_kd.losses.cross_spans import span_grid, teacher_spans_at
 from lightning_kd.losses.cross_top import TeacherSide, TeacherTop, teacher_top
@@ -123,13 +122,6 @@ class CrossTokenizer:
         )
         self.spelled.add(view)
         return view
-
-    def judge(self, data) -> None:
-        """Refuse, before step 0, a teacher spelling back too little of the first training
-        blocks of ``data`` (a set-up data module; ``spelled_share.py``)."""
-        batch = first_training_batch(data, SHARE_BLOCKS)
-        view = self.aligner.view(batch["input_ids"], batch["attention_mask"], batch["labels"])
-        self.spelled.judge(view, f"the first {len(batch['input_ids'])} training blocks")
 
     @torch.no_grad()
     def teacher_hidden(self, teacher: nn.Module, view: TeacherView, device) -> Tensor:

@@ -15,8 +15,10 @@ prose first and then trained silently on titles and code at 3 % spelled back).
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 
 from lightning_kd.data.alignment import TeacherView
+from lightning_kd.data.batches import first_training_batch
 from lightning_kd.utils.refusal import Refused
 
 SHARE_BLOCKS = 8
@@ -42,13 +44,14 @@ class SpelledShare:
         """The share over every batch read (1.0 before any text)."""
         return self.matched / self.text if self.text else 1.0
 
-    def judge(self, view: TeacherView, what: str = "the student's text") -> None:
-        """Refuse ``view`` below the floor (``what`` it holds, said in the refusal)."""
+    def judge(self, view: TeacherView, what: str, whose: str = "the teacher's tokenizer") -> None:
+        """Refuse ``view`` below the floor (``what`` it holds and ``whose`` tokenizer spelled
+        it, said in the refusal)."""
         self.judged = True
         if view.share < self.floor:
             raise Refused(
-                f"the teacher's tokenizer spells back {view.share:.1%} of {what} "
-                f"({view.text_bytes:,} bytes; distill.cross_min_aligned={self.floor}): {ADVICE}"
+                f"{whose} spells back {view.share:.1%} of {what} ({view.text_bytes:,} bytes; "
+                f"distill.cross_min_aligned={self.floor}): {ADVICE}"
             )
 
     def add(self, view: TeacherView) -> None:
@@ -68,3 +71,21 @@ class SpelledShare:
                 f"passed): the positions it does not spell train on CE alone; {ADVICE}",
                 stacklevel=2,
             )
+
+
+def judge_first_blocks(cross, data, domains: Sequence[str] | None = None, name: str = "") -> None:
+    """Refuse, before step 0, a teacher (``cross``: its cross-tokenizer path) spelling back too
+    little of the first training blocks of ``data`` (a set-up data module) — of ``domains``
+    alone, the data domains it teaches, where given; ``name``: a ``teachers`` entry's. A teacher
+    whose domains none of those blocks holds is judged on its first batch (a stream's rare
+    domain)."""
+    indices = None
+    if domains is not None and data.domains is not None:
+        indices = {data.domains.names.index(domain) for domain in domains}
+    if (batch := first_training_batch(data, SHARE_BLOCKS, indices)) is None:
+        return
+    view = cross.aligner.view(batch["input_ids"], batch["attention_mask"], batch["labels"])
+    what = f"the first {len(batch['input_ids'])} training blocks"
+    what += f" of its domains {list(domains)}" if indices is not None else ""
+    whose = f"the tokenizer of teachers entry {name!r}" if name else "the teacher's tokenizer"
+    cross.spelled.judge(view, what, whose)

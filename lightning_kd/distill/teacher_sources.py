@@ -23,6 +23,7 @@ from lightning_kd.cache.reader import CacheError
 from lightning_kd.cache.teacher import CachedTeacher
 from lightning_kd.distill.cross_tokenizer import CrossTokenizer
 from lightning_kd.distill.objective import DistillConfig
+from lightning_kd.distill.spelled_share import judge_first_blocks
 from lightning_kd.distill.teacher_entries import TeacherEntry
 from lightning_kd.distill.tokenizer_pairs import teacher_tokenizer_for
 from lightning_kd.models.converted_names import packaged_name
@@ -56,7 +57,7 @@ def teacher_source(
     if teacher_tokenizer is not None:
         cross = CrossTokenizer.for_models(tokenizer, teacher_tokenizer, student, model, distill)
         if data is not None:
-            cross.judge(data)
+            judge_first_blocks(cross, data, entry.domains, entry.name)
     elif tokenizer is not None:  # it reads the run's ids: an embedding's IndexError otherwise
         check_entry_vocabulary(entry, model, len(tokenizer))
     if not cached:

@@ -26,6 +26,7 @@ from lightning_kd.cache.narrow import narrow_cache
 from lightning_kd.cache.writer import write_cache
 from lightning_kd.distill.cross_tokenizer import CrossTokenizer
 from lightning_kd.distill.objective import DistillConfig
+from lightning_kd.distill.spelled_share import judge_first_blocks
 from lightning_kd.distill.tokenizer_pairs import teacher_tokenizer_for
 from lightning_kd.launch.build import build_datamodule, with_precision
 from lightning_kd.launch.cache_k_checks import cache_k_errors
@@ -204,7 +205,7 @@ def write_launched(
     teacher = teacher.to(fabric.device)
     cross = None if crossing is None else crossing.build(tokenizer, teacher)
     if cross is not None:  # on every rank alike, before any shard is written
-        cross.judge(datamodule)
+        judge_first_blocks(cross, datamodule)
     if spec.source is not None:  # no teacher forward: one process derives it
         if fabric.global_rank == 0:
             arguments = (spec.source, teacher, tokenizer, datamodule, spec, directory)

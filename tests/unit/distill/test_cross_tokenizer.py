@@ -11,6 +11,7 @@ from lightning_kd.data.token_bytes import byte_lengths
 from lightning_kd.distill.cross_tokenizer import CrossTokenizer
 from lightning_kd.distill.distiller import Distiller
 from lightning_kd.distill.objective import DistillConfig
+from lightning_kd.distill.spelled_share import judge_first_blocks
 from lightning_kd.losses.cross_spans import binary_kl
 from lightning_kd.losses.logits import next_token_targets
 from lightning_kd.models.heads import output_head
@@ -263,9 +264,35 @@ def test_the_spelled_share_is_judged_on_the_same_blocks_for_any_batch_size(tmp_p
         first = next(iter(data.train_dataloader()))
         view = cross.aligner.view(first["input_ids"], first["attention_mask"], first["labels"])
         firsts.append(view.share)
-        cross.judge(data)  # passes: 71 % of the first 8 blocks is spelled back
+        judge_first_blocks(cross, data)  # passes: 71 % of the first 8 blocks is spelled back
         with pytest.raises(Refused, match=r"spells back (\d+\.\d%) of the first 8 training") as e:
-            CrossTokenizer(byte_tokenizer(), lower, 257, len(lower), min_aligned=0.9).judge(data)
+            strict = CrossTokenizer(byte_tokenizer(), lower, 257, len(lower), min_aligned=0.9)
+            judge_first_blocks(strict, data)
         judged.add(str(e.value))
     assert min(firsts) < 0.3 < max(firsts)  # what the first micro-batch alone would have decided
     assert len(judged) == 1
+
+
+def test_a_teacher_by_domain_is_judged_on_its_own_domains_blocks(tmp_path) -> None:
+    """A teachers entry teaching one domain was judged on its first batch of that domain's
+    rows, mid-run (a rare domain at step 5 or 500), as "the teacher's tokenizer" (probe 39):
+    it is judged before step 0 on the first blocks of its domains, by its name."""
+    from tokenizers import normalizers
+
+    from tests.conftest import make_datamodule
+
+    prose, shouting = tmp_path / "prose.txt", tmp_path / "shouting.txt"
+    prose.write_text("the quick brown fox jumps over the lazy dog\n" * 40)
+    shouting.write_text("THE QUICK BROWN FOX JUMPS OVER THE LAZY DOG\n" * 8)
+    domains = {"prose": [str(prose)], "shouting": [str(shouting)]}
+    data = make_datamodule([prose, shouting], domains=domains)
+    data.setup()
+    lower = sentencepiece_tokenizer(normalizers.Lowercase())
+
+    def cross() -> CrossTokenizer:
+        return CrossTokenizer(byte_tokenizer(), lower, 257, len(lower))
+
+    judge_first_blocks(cross(), data, ["prose"], "lower")  # all of it spelled back
+    refusal = r"tokenizer of teachers entry 'lower' spells back \d\.\d% of the first 8 .*'shouting'"
+    with pytest.raises(Refused, match=refusal):
+        judge_first_blocks(cross(), data, ["shouting"], "lower")
