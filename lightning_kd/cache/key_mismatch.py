@@ -11,7 +11,8 @@ from lightning_kd.cache.format import SPLITS, CacheKey
 
 SPLIT_CAUSES = (
     "another data.files, data.split_seed (data.seed, for a cache written before data.split_seed "
-    "existed), data.val_fraction, data.max_train_examples, data.block_size or data.pack"
+    "existed), data.val_fraction, data.max_train_examples, data.block_size, data.pack or "
+    "data.domains (each domain is packed apart)"
 )
 
 

@@ -47,7 +47,15 @@ class Domains:
         naming them, for the errors): None for none."""
         if not mapping:
             return None
-        of_label = labels_of(mapping, lambda patterns: map(place_of, expand_files(patterns)))
+        # Each file as data.files spells it: a domain may name it otherwise (relative against
+        # absolute, a symlink), and was then told its files were in no domain (probe 39).
+        spelled = {path.resolve(): place_of(path) for path in files}
+
+        def places(name: str, patterns: list[str]):
+            found = expand_files(patterns, f"data.domains.{name}")
+            return (spelled.get(path.resolve(), place_of(path)) for path in found)
+
+        of_label = labels_of(mapping, places)
         read = {place_of(path) for path in files}
         if lacking := sorted(read - set(of_label)):
             raise DataError(
@@ -64,7 +72,7 @@ class Domains:
     @classmethod
     def of_column(cls, mapping: Mapping[str, Sequence[str]], column: str) -> Domains:
         """``data.domains`` grouping the values of ``data.dataset``'s column ``column``."""
-        return cls(tuple(mapping), labels_of(mapping, lambda values: map(str, values)), column)
+        return cls(tuple(mapping), labels_of(mapping, lambda _, values: map(str, values)), column)
 
     def check_labels(self, seen: set[str], where: str) -> None:
         """Refuse rows of ``where`` whose ``column`` value is in no domain."""
@@ -122,10 +130,10 @@ class Domains:
 
 
 def labels_of(
-    mapping: Mapping[str, Sequence[str]], expand: Callable[[list[str]], Any]
+    mapping: Mapping[str, Sequence[str]], expand: Callable[[str, list[str]], Any]
 ) -> dict[str, int]:
-    """Each label ``expand`` makes of a domain's listed items, and its domain's index; an item
-    listed in two domains is refused."""
+    """Each label ``expand`` makes of a domain's (name's) listed items, and its domain's index;
+    an item listed in two domains is refused."""
     of_label: dict[str, int] = {}
     for index, (name, items) in enumerate(mapping.items()):
         if isinstance(items, str) or not items:
@@ -133,7 +141,7 @@ def labels_of(
                 f"data.domains.{name}={items!r}: list the domain's files (or, with "
                 f"data.domain_field, values), e.g. data.domains={{{name}: ['docs/*.txt']}}"
             )
-        for label in expand(list(items)):
+        for label in expand(name, list(items)):
             if label in of_label and of_label[label] != index:
                 other = list(mapping)[of_label[label]]
                 raise DataError(

@@ -140,7 +140,8 @@ def untaught_error(untaught: list[str]) -> str:
     """The refusal of ``untaught`` domains, with the fix."""
     return (
         f"data.domains {untaught} are taught by no teacher (their rows would train on CE "
-        "alone): add them to a teacher's domains, or drop them from data.domains"
+        "alone): add them to a teacher's domains, or drop them from data.domains and their files "
+        "from data.files"
     )
 
 

@@ -171,6 +171,7 @@ def test_each_teacher_teaches_its_own_data_domain(models, tmp_path: Path, capsys
     code_, output = run_in_process([*untaught, f"hydra.run.dir={tmp_path / 'no'}"], capsys)
     assert code_ == 2, output[-3000:]
     assert f"data.domains ['{prose}'] are taught by no teacher" in output
+    assert "drop them from data.domains and their files from data.files" in output  # else: refused
 
 
 def test_each_teacher_teaches_its_domain_of_a_stream(models, tmp_path, datasets_home, capsys):

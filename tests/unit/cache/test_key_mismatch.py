@@ -48,6 +48,9 @@ def test_a_digest_is_explained_and_a_split_names_its_causes() -> None:
         "data split 'train': the cache holds 3 blocks with digest fedcba987654, this run 2 "
         "blocks with digest 0123456789ab (another data.files"
     )
+    # Each domain packed apart: the same files and block count with and without data.domains,
+    # and the list did not name it (probe 39).
+    assert "data.domains (each domain is packed apart)" in split
 
 
 def test_the_alignment_rule_is_left_to_the_teacher_tokenizer_line_when_that_differs() -> None:

@@ -87,6 +87,23 @@ def test_a_mapping_that_does_not_cover_the_files_exactly_is_refused(
         module(files, domains(code, prose))
 
 
+def test_a_domain_names_a_file_as_data_files_does_or_otherwise(files, tmp_path, monkeypatch):
+    """Matched by the file, not its spelling: data.files relative and data.domains absolute (or
+    through a symlinked folder) were told their files were in no domain (probe 39); a domain's
+    pattern matching nothing is named as the domain's, not as data.files'."""
+    code, prose = files
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "linked").symlink_to(tmp_path)
+    domains = {"code": [str(code)], "prose": [str(tmp_path / "linked" / prose.name)]}
+    data = TextDataModule(
+        byte_tokenizer(), files=[code.name, prose.name], domains=domains, block_size=32
+    )
+    data.setup()
+    assert_blocks_of_their_domain(data, CODE, PROSE)
+    with pytest.raises(ValueError, match=r"data.domains.none pattern '.*/\*.md' matches no file"):
+        module(files, {"code": [str(code)], "prose": [str(prose)], "none": [f"{tmp_path}/*.md"]})
+
+
 def test_validation_files_are_split_by_domain_too(files, tmp_path: Path) -> None:
     """data.val_files in the mapping: validation blocks carry their domain, a domain may have
     none of them; a val file in no domain, or a domain with nothing to train on, is refused."""
