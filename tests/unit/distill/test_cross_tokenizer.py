@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 import torch
@@ -273,10 +274,11 @@ def test_the_spelled_share_is_judged_on_the_same_blocks_for_any_batch_size(tmp_p
     assert len(judged) == 1
 
 
-def test_a_teacher_by_domain_is_judged_on_its_own_domains_blocks(tmp_path) -> None:
+def test_a_teacher_by_domain_is_judged_on_its_own_domains_blocks(tmp_path, caplog) -> None:
     """A teachers entry teaching one domain was judged on its first batch of that domain's
     rows, mid-run (a rare domain at step 5 or 500), as "the teacher's tokenizer" (probe 39):
-    it is judged before step 0 on the first blocks of its domains, by its name."""
+    it is judged before step 0 on the first blocks of its domains, by its name, and the share
+    of positions it pairs (val/aligned, not the bytes it spells) is said then too."""
     from tokenizers import normalizers
 
     from tests.conftest import make_datamodule
@@ -292,7 +294,10 @@ def test_a_teacher_by_domain_is_judged_on_its_own_domains_blocks(tmp_path) -> No
     def cross() -> CrossTokenizer:
         return CrossTokenizer(byte_tokenizer(), lower, 257, len(lower))
 
-    judge_first_blocks(cross(), data, ["prose"], "lower")  # all of it spelled back
+    with caplog.at_level("INFO", logger="lightning_kd.distill.spelled_share"):
+        judge_first_blocks(cross(), data, ["prose"], "lower")  # all of it spelled back
+    said = re.search(r"entry 'lower' pairs (\d+\.\d)% .* of the first 8 .*'prose'", caplog.text)
+    assert said and 0 < float(said.group(1)) < 100, caplog.text  # bytes: one teacher token each
     refusal = r"tokenizer of teachers entry 'lower' spells back \d\.\d% of the first 8 .*'shouting'"
     with pytest.raises(Refused, match=refusal):
         judge_first_blocks(cross(), data, ["shouting"], "lower")
