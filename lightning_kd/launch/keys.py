@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import inspect
 import re
 from collections.abc import Mapping, Sequence
@@ -27,6 +28,7 @@ from lightning_kd.launch.config import (
     dotted_keys,
 )
 from lightning_kd.launch.config_dir import CONFIG_DIR_FLAGS
+from lightning_kd.launch.list_overrides import list_override_error
 from lightning_kd.launch.other_options import unknown_key_fix
 from lightning_kd.models.loading import StudentSpec, TeacherSpec
 
@@ -57,6 +59,9 @@ def override_key_errors(argv: Sequence[str]) -> list[str]:
             cfg = compose_unchecked(overrides, config_dirs=config_dirs)
             break
         except ConfigCompositionException as error:
+            compose = functools.partial(compose_unchecked, config_dirs=config_dirs)
+            if listed := list_override_error(error, overrides, compose):
+                return [listed]
             found = NOT_IN_CONFIG.search(str(error))
             if found and (packaged := packaged_default_error(found.group(1))):
                 return [packaged]
