@@ -17,7 +17,7 @@ from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.distill.on_policy import scorer_limits
 from lightning_kd.distill.spelled_share import judge_first_blocks
 from lightning_kd.distill.teacher_domains import ON_POLICY_DOMAINS, DomainTeaching
-from lightning_kd.distill.teacher_entries import TeacherEntry
+from lightning_kd.distill.teacher_entries import TeacherEntry, given_entries
 from lightning_kd.distill.teachers import ExtraTeachers
 from lightning_kd.distill.tokenizer_pairs import teacher_tokenizer_for
 from lightning_kd.models.loading import StudentSpec, TeacherSpec, load_teacher
@@ -45,10 +45,10 @@ def assemble(
     With ``distill.teacher_cache`` the teacher is loaded as the cache's writer loaded it (its
     dtype, its quantization), the cache is opened against it, ``tokenizer`` and ``data`` (the
     set-up data module), and the teacher is released: the distiller holds the records instead.
-    ``teachers`` (``teachers.py``): every teacher with its weight, ``teacher`` the main entry's.
+    ``teachers`` (``teachers.py``): every teacher with its weight, ``teacher`` the main entry's
+    (a ``teachers`` list as the config holds it, or :func:`teacher_entries` of it).
     """
-    if teachers and not distill.chunked:  # the extra terms run the student's head themselves
-        raise ValueError("teachers: several teachers need the chunked loss (distill.chunked=true)")
+    teachers = given_entries(teachers, teacher, distill.chunked)
     teacher_tokenizer = teacher_tokenizer_for(teacher, distill, tokenizer, student)
     teacher_model, models, keep_source = load_models(teacher, student, distill, precision)
     sides = TeacherSides(teacher, student, distill, tokenizer, teacher_tokenizer)

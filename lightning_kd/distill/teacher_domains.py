@@ -94,7 +94,8 @@ class DomainTeaching:
         teacher's rows do not learn from them (they did, from a teacher said not to teach them)."""
         if not self.named:
             return mask
-        taught = taught_mask(self.required(), batch_domains(batch), 0)
+        weights = self.required()
+        taught = taught_mask(weights, batch_domains(batch, weights), 0)
         return mask & taught.to(mask.device).unsqueeze(1)
 
     def taught_batch(self, batch: dict, column: int) -> dict:
@@ -102,7 +103,8 @@ class DomainTeaching:
         the others): validation measures each teacher where it teaches, as training does."""
         if not self.named:
             return batch
-        taught = taught_mask(self.required(), batch_domains(batch), column)
+        weights = self.required()
+        taught = taught_mask(weights, batch_domains(batch, weights), column)
         rows = taught.to(batch["labels"].device).unsqueeze(1)
         return batch | {"labels": batch["labels"].masked_fill(~rows, IGNORE_INDEX)}
 
@@ -168,14 +170,28 @@ def domain_weights(entries: Sequence, domains) -> Tensor | None:
     return weights / weights.sum(-1, keepdim=True)
 
 
-def batch_domains(batch: dict) -> Tensor:
-    """``batch``'s ``domain`` (a data domain's index per row, -1 for none), or a clear error."""
+def batch_domains(batch: dict, weights: Tensor) -> Tensor:
+    """``batch``'s ``domain`` (a data domain's index per row, -1 for none; ``weights`` has a row
+    per domain), or a clear error (an index past the domains was an ``IndexError``, names an
+    ``AttributeError``: probe 40)."""
     if "domain" not in batch:
         raise ValueError(
             "teachers with domains: the batch has no 'domain'; read the data with data.domains "
             "(TextDataModule over data.files, or data.dataset with data.domain_field)"
         )
-    return batch["domain"]
+    domain, count = batch["domain"], len(weights)
+    rows = len(batch["labels"])
+    whole = (
+        isinstance(domain, Tensor) and not domain.is_floating_point() and not domain.is_complex()
+    )
+    if not (whole and domain.shape == (rows,) and bool(((domain >= -1) & (domain < count)).all())):
+        raise ValueError(
+            f"teachers with domains: the batch's 'domain' must be a tensor of {rows} integers, "
+            f"one per row, each the index of its row's data domain in data.domains' order "
+            f"(0 to {count - 1}; -1 for none), as the data module's batches carry it; got "
+            f"{domain!r}"
+        )
+    return domain
 
 
 def taught_mask(weights: Tensor, domain: Tensor, column: int) -> Tensor:
@@ -193,7 +209,7 @@ def taught_rows(weights: Tensor, domain: Tensor, column: int) -> Tensor | None:
 
 def extra_rows(weights: Tensor, batch: dict, count: int) -> list[Tensor | None]:
     """``taught_rows`` of each of the ``count`` teachers after the main one."""
-    domain = batch_domains(batch)
+    domain = batch_domains(batch, weights)
     return [taught_rows(weights, domain, column) for column in range(1, count + 1)]
 
 
@@ -214,7 +230,7 @@ def domain_terms(
     """The objective's token sum and its parts over ``batch``'s rows, domain by domain:
     ``sides`` holds ``(name, teacher output, heads, rows)`` of each teacher, the main one first
     (its term carries CE); ``rows`` are those the teacher ran on (``taught_rows``)."""
-    domain = batch_domains(batch)
+    domain = batch_domains(batch, weights)
     total, parts = None, []
     for d in [d for d in domain.unique().tolist() if d >= 0]:
         rows = (domain == d).to(batch["labels"].device).unsqueeze(1)

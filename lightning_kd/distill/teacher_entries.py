@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from lightning_kd.models.loading import TeacherSpec
-from lightning_kd.utils.refusal import refuse
+from lightning_kd.utils.refusal import Refused, refuse
 
 ENTRY_KEYS = ("name", "weight", "cache", "domains")
 """What a ``teachers`` entry holds besides ``teacher`` keys (``models/loading.py``)."""
@@ -46,6 +46,21 @@ def teacher_entries(teachers: Any, main: TeacherSpec) -> list[TeacherEntry] | No
     refuse(errors)
     for note in twice(entries):
         warnings.warn(note, stacklevel=2)
+    return entries if len(entries) > 1 else None
+
+
+def given_entries(teachers: Any, main: TeacherSpec, chunked: bool) -> list[TeacherEntry] | None:
+    """``teachers`` as :meth:`Distiller.from_specs` takes them: a list as the config holds it
+    (plain mappings, read by :func:`teacher_entries`), or entries read already, checked as a list
+    is (one main entry, names apart, weights summing to 1). From Python, mappings raised an
+    ``AttributeError`` and entries of weights summing to 1.8, or with no main entry, trained
+    (probe 40). Several teachers need the ``chunked`` loss: their terms run the student's head."""
+    if teachers and not chunked:
+        raise Refused("teachers: several teachers need the chunked loss (distill.chunked=true)")
+    if not teachers or not all(isinstance(entry, TeacherEntry) for entry in teachers):
+        return teacher_entries(teachers, main)
+    entries = list(teachers)
+    refuse(entries_errors(entries))
     return entries if len(entries) > 1 else None
 
 

@@ -165,6 +165,19 @@ def test_a_step_of_teachers_by_domain_without_the_datas_domains_is_refused() -> 
     assert torch.isfinite(both(batch)[0])
 
 
+@pytest.mark.parametrize(
+    "domain",
+    [torch.tensor([5, 0]), ["prose", "code"], torch.tensor([0.0, 1.0]), torch.tensor([0, 1, 1])],
+    ids=["past_the_domains", "names", "floats", "a_row_too_many"],
+)
+def test_a_batchs_domain_that_is_no_row_index_of_the_domains_is_refused(domain) -> None:
+    """A hand-made batch's domain past the domains was an IndexError, names an AttributeError
+    ('list' object has no attribute 'device'): probe 40."""
+    both, _ = by_domain_with_features()
+    with pytest.raises(ValueError, match=r"'domain' must be a tensor of 2 integers, one per row"):
+        both(batch_of(TEXT) | {"domain": domain})
+
+
 def by_domain_with_features() -> tuple[Distiller, DistillConfig]:
     """Teacher a (the main one, whose layers the features pair) teaches code, b prose."""
     first, second, student = models()

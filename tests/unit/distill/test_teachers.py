@@ -112,6 +112,24 @@ def test_a_list_of_one_is_the_teacher_group_alone():
     assert teacher_entries([], MAIN) is None and teacher_entries(None, MAIN) is None
 
 
+def test_from_python_a_list_is_taken_as_the_config_holds_it_and_entries_are_checked():
+    """From Python, the list as the config holds it raised an AttributeError ('dict' object has
+    no attribute 'main'), and entries read by hand trained with weights summing to 1.8 or with
+    no main entry (a third teacher of weight 1 was added): probe 40."""
+    student, distill = StudentSpec(num_layers=2), DistillConfig(features=None, compile=False)
+    other = {"name": "b", "weight": 0.5, "config": {**TINY_GPT2, "n_layer": 2}}
+    listed = [{"name": "a", "weight": 0.5}, other]
+    distiller = Distiller.from_specs(MAIN, student, distill, byte_tokenizer(), teachers=listed)
+    assert distiller.teacher_name == "a" and distiller.extra_teachers.names == ["b"]
+    entries = teacher_entries(listed, MAIN)
+    heavy = [replace(entry, weight=0.9) for entry in entries]
+    with pytest.raises(ValueError, match=r"weights \[0.9, 0.9\] must be >= 0 and sum to 1"):
+        Distiller.from_specs(MAIN, student, distill, byte_tokenizer(), teachers=heavy)
+    no_main = [replace(entry, main=False) for entry in entries]
+    with pytest.raises(ValueError, match="the teacher group's model among them exactly once"):
+        Distiller.from_specs(MAIN, student, distill, byte_tokenizer(), teachers=no_main)
+
+
 def models():
     torch.manual_seed(0)
     teacher = model_from_config(dict(TINY_GPT2), "causal_lm").double().eval()
