@@ -14,6 +14,7 @@ token once in the accumulation's denominator.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -147,6 +148,15 @@ def untaught_error(untaught: list[str]) -> str:
     )
 
 
+INERT_WEIGHTS = (
+    "teachers by domain: each data domain has one teacher, whose divergence it gets whole, so "
+    "the entries' weights {} change nothing (a weight shares a domain between its teachers); "
+    "make a teacher teach another's domain too for them to count"
+)
+"""Said where no domain has two teachers and the weights differ: they were set (or swept) for
+nothing, without a word (probe 40)."""
+
+
 def domain_weights(entries: Sequence, domains) -> Tensor | None:
     """``[domains, teachers]``: each teacher's weight on each domain's rows, the main entry's
     column first, then the others in the order of ``entries``; None when no entry names
@@ -167,6 +177,9 @@ def domain_weights(entries: Sequence, domains) -> Tensor | None:
     if untaught := untaught_domains(entries, list(domains.names)):
         raise ValueError(untaught_error(untaught))
     weights = torch.tensor(columns, dtype=torch.float64).T
+    given = [entry.weight for entry in ordered]
+    if len(set(given)) > 1 and bool(((weights > 0).sum(-1) == 1).all()):
+        warnings.warn(INERT_WEIGHTS.format(given), stacklevel=2)  # a sweep of them: one job
     return weights / weights.sum(-1, keepdim=True)
 
 

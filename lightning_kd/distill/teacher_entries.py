@@ -190,11 +190,8 @@ def entries_errors(entries: list[TeacherEntry]) -> list[str]:
     no domains where one teacher teaches every row."""
     errors = []
     names = [entry.name for entry in entries]
-    if sum(entry.main for entry in entries) != 1:
-        errors.append(
-            "teachers lists every teacher, the teacher group's model among them exactly once "
-            "(the entry with no path or config of its own, e.g. {name: smollm2, weight: 0.5})"
-        )
+    if (mains := [at for at, entry in enumerate(entries) if entry.main]) != mains[:1] or not mains:
+        errors.append(main_error(entries, mains))
     if len(set(names)) != len(names):
         errors.append(f"teachers: names {names} repeat; give each entry its own name")
     if odd := [name for name in names if not NAME.fullmatch(str(name))]:
@@ -215,3 +212,18 @@ def entries_errors(entries: list[TeacherEntry]) -> list[str]:
             "domains (or add the teachers of the other domains)"
         )
     return errors
+
+
+def main_error(entries: list[TeacherEntry], mains: list[int]) -> str:
+    """Why ``entries`` do not hold the teacher group's model exactly once (``mains``: the
+    positions of those naming no model of their own), naming them (the line named none)."""
+    named = [f"teachers[{at}] ({entries[at].name})" for at in mains]
+    found = (
+        f"{' and '.join(named)} name no model of their own"
+        if mains
+        else "every entry names a model of its own (path or config)"
+    )
+    return (
+        f"teachers lists every teacher, the teacher group's model among them exactly once (the "
+        f"entry with no path or config of its own, e.g. {{name: smollm2, weight: 0.5}}): {found}"
+    )

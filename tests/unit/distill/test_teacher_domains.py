@@ -43,6 +43,16 @@ def test_weights_are_renormalised_over_the_teachers_of_each_domain() -> None:
     assert domain_weights(entries(None, None), DOMAINS) is None
 
 
+def test_weights_that_no_domain_shares_are_said_to_change_nothing(recwarn) -> None:
+    """Each domain one teacher's: any weights give the same run (a sweep of them, identical
+    jobs, without a word: probe 40). Equal weights, the natural choice, are left unsaid."""
+    with pytest.warns(UserWarning, match=r"the entries' weights \[0.2, 0.8\] change nothing"):
+        domain_weights(entries(["code"], ["prose"], (0.2, 0.8)), DOMAINS)
+    domain_weights(entries(["code"], ["prose"], (0.5, 0.5)), DOMAINS)
+    domain_weights(entries(None, ["prose"], (0.2, 0.8)), DOMAINS)  # prose shared: they count
+    assert not [w for w in recwarn if "change nothing" in str(w.message)]
+
+
 @pytest.mark.parametrize(
     ("first", "second", "domains", "message"),
     [

@@ -52,7 +52,11 @@ def test_entries_inherit_the_teacher_group_and_name_the_main_one():
         ([{"name": "a", "weight": 0.5}, {"name": "b", "weight": 0.4, "path": "x"}], "sum to 1"),
         (
             [{"name": "a", "weight": 0.5, "path": "x"}, {"name": "b", "weight": 0.5, "path": "y"}],
-            "exactly once",
+            r"exactly once .*: every entry names a model of its own \(path or config\)",
+        ),
+        (
+            [{"name": "a", "weight": 0.5}, {"name": "b", "weight": 0.5}],
+            r"exactly once .*: teachers\[0\] \(a\) and teachers\[1\] \(b\) name no model",
         ),
         ([{"name": "a", "weight": 0.5}, {"name": "a", "weight": 0.5, "path": "x"}], "repeat"),
         ([{"name": "a", "weight": 1.0, "paht": "x"}], "takes no key 'paht'; did you mean path"),

@@ -45,7 +45,8 @@ def test_the_domains_an_entry_teaches_are_the_datas() -> None:
     )
     assert errors(only, domains) == [
         "data.domains ['prose'] are taught by no teacher (their rows would train on CE alone): "
-        "add them to a teacher's domains, or drop them from data.domains"
+        "add them to a teacher's domains, or drop them from data.domains and their files from "
+        "data.files"
     ]
     assert errors(TWO % ", domains: [code]") == [
         "teachers: an entry names domains, and the data has none: set data.domains "
