@@ -29,7 +29,7 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
-from hydra.errors import ConfigCompositionException
+from hydra.errors import ConfigCompositionException, MissingConfigException
 from lightning.pytorch import Callback
 from omegaconf import DictConfig, OmegaConf
 
@@ -137,8 +137,12 @@ def compose_config(
     ``config_dirs`` searched before the shipped configs (``--config-dir DIR``). A key the config
     lacks is refused as the commands refuse it, with the nearest key (Hydra's advice,
     "+key=value", ended in a ``TypeError`` once the group was built)."""
+    if absent := [str(d) for d in config_dirs if not Path(d).expanduser().is_dir()]:
+        raise Refused(f"config_dirs: {absent} are no directories (Hydra would skip them unread)")
     try:
         return compose_unchecked(overrides, output_dir, config_dirs)
+    except MissingConfigException as error:  # an option a group lacks: the command's message
+        raise Refused(str(error).split("Config search path")[0].strip()) from None
     except ConfigCompositionException as error:
         if (found := NOT_IN_CONFIG.search(str(error))) is None:
             raise

@@ -79,3 +79,18 @@ def test_the_smoke_teachers_end_of_text_is_its_tokenizers(teacher) -> None:
     eos = byte_tokenizer().eos_token_id
     assert model.config.eos_token_id == model.generation_config.eos_token_id == eos
     assert getattr(model.config, "pad_token_id", None) != eos, "its embedding would be frozen"
+
+
+def test_from_python_a_missing_config_dir_or_option_is_refused_as_the_command_refuses_it(
+    tmp_path,
+) -> None:
+    """compose_config composed without a config dir that does not exist (Hydra skips it) and
+    raised Hydra's MissingConfigException for an unknown option (probe 40)."""
+    from lightning_kd.launch.config import compose_config
+    from lightning_kd.utils.refusal import Refused
+
+    with pytest.raises(Refused, match=r"config_dirs: \['.*/mine'\] are no directories"):
+        compose_config([], config_dirs=[tmp_path / "mine"])
+    with pytest.raises(Refused, match=r"(?s)Could not find 'teacher/nope'.*smollm2") as refused:
+        compose_config(["teacher=nope"])
+    assert "Config search path" not in str(refused.value)
