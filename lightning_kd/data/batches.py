@@ -91,23 +91,30 @@ def collate_tokens(
     return batch | extra
 
 
-def first_training_batch(
+def first_training_examples(
     datamodule: Any, count: int, domains: Collection[int] | None = None
-) -> dict[str, Tensor] | None:
+) -> list:
     """The first ``count`` examples of ``datamodule``'s set-up training split (fewer where it
-    has fewer), of ``domains`` alone where given (indices of ``data.domains``), as one batch:
-    the split's own order, so the same on every rank and for any batch size. Streamed: the
-    stream's first, read again (of ``domains``: among its first ``SCANNED × count``). None where
-    no example is of ``domains``."""
+    has fewer), of ``domains`` alone where given (indices of ``data.domains``), as the data
+    module collates them: the split's own order, so the same on every rank and for any batch
+    size. Streamed: the stream's first, read again (of ``domains``: among its first
+    ``SCANNED × count``)."""
     if (stream := datamodule.stream) is not None:
         examples = stream.batches(0, 1).first(count if domains is None else SCANNED * count)
         if domains is not None:
             examples = [e for e in examples if getattr(e, "domain", None) in domains][:count]
-    else:
-        order = range(len(datamodule.train_examples))
-        if domains is not None:  # the data's domains are known: entries name none without
-            order = [i for i in order if datamodule.train_domains[i] in domains]
-        examples = [datamodule.train_examples[i] for i in list(order)[:count]]
+        return examples
+    order = range(len(datamodule.train_examples))
+    if domains is not None:  # the data's domains are known: entries name none without
+        order = [i for i in order if datamodule.train_domains[i] in domains]
+    return [datamodule.train_examples[i] for i in list(order)[:count]]
+
+
+def first_training_batch(
+    datamodule: Any, count: int, domains: Collection[int] | None = None
+) -> dict[str, Tensor] | None:
+    """:func:`first_training_examples` as one batch; None where no example is of ``domains``."""
+    examples = first_training_examples(datamodule, count, domains)
     return datamodule.collate(examples) if examples else None
 
 

@@ -278,7 +278,3 @@ class Stream:
         self.cursor = Cursor.from_dict(cursors[rank])
         # Checkpoints from before the split was chosen by size split as ``datasets`` chose.
         self.strategy = state.get("stream_split", "auto")
-
-    def first_examples(self, count: int) -> list[Piece]:
-        """The first ``count`` training examples as one process reads them (layer scoring)."""
-        return [getattr(example, "tokens", example) for example in self.batches(0, 1).first(count)]

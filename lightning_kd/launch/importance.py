@@ -24,6 +24,7 @@ from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
 
+from lightning_kd.data.batches import first_training_examples
 from lightning_kd.data.text import TextDataModule
 from lightning_kd.launch.build import build_datamodule, with_precision, with_values
 from lightning_kd.launch.data_checks import dataset_errors
@@ -45,14 +46,13 @@ def calibration_batches(datamodule: TextDataModule, blocks: int) -> list[Batch]:
     """The first ``blocks`` examples of the training split (already a seeded shuffle; streamed:
     the stream's first), one batch each. Validation examples are never among them."""
     datamodule.setup("fit")
-    stream = datamodule.stream
-    examples = stream.first_examples(blocks) if stream is not None else datamodule.train_examples
+    examples = first_training_examples(datamodule, blocks)
     if blocks > len(examples):
         raise ValueError(
             f"student.calibration_blocks={blocks} but the training split has only "
             f"{len(examples)} blocks; choose 1..{len(examples)}"
         )
-    return [datamodule.collate([example]) for example in examples[:blocks]]
+    return [datamodule.collate([example]) for example in examples]
 
 
 def rank_for_student(teacher, spec: StudentSpec, batches: list[Batch]) -> Ranking:
