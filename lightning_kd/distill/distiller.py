@@ -211,11 +211,11 @@ class Distiller(nn.Module):
 
     def domain_terms(self, student_out, teacher_out, batch, heads: Heads) -> tuple:
         """The step's terms domain by domain, each teacher on the rows it teaches."""
-        sides, weights = [(self.teacher_name, teacher_out, heads, None)], self.domains.required()
+        sides = [(self.teacher_name, teacher_out, heads, None)]
         if self.extra_teachers is not None:
-            rows = extra_rows(weights, batch, len(self.extra_teachers.names))
+            rows = extra_rows(self.domains, batch, len(self.extra_teachers.names))
             sides += self.extra_teachers.sides(self.task, batch, heads[0], rows=rows)
-        return domain_terms(self.task, weights, student_out, sides, batch, True)
+        return domain_terms(self.task, self.domains, student_out, sides, batch, True)
 
     def extra_terms(self, sums: LossSums, student_out, batch, heads: Heads) -> Tensor:
         """The other teachers' weighted terms; ``sums.kd`` (``.span``) becomes the weighted sum

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -53,6 +53,8 @@ class DomainTeaching:
     entries: Sequence = ()
     weights: Tensor | None = None
     """``[domains, teachers]`` (:func:`domain_weights`); None until known, or with no domains."""
+    checked: Tensor | None = field(default=None, repr=False)
+    """The last batch's ``domain``, as :meth:`domain` checked it."""
 
     @property
     def named(self) -> bool:
@@ -95,8 +97,7 @@ class DomainTeaching:
         teacher's rows do not learn from them (they did, from a teacher said not to teach them)."""
         if not self.named:
             return mask
-        weights = self.required()
-        taught = taught_mask(weights, batch_domains(batch, weights), 0)
+        taught = taught_mask(self.required(), self.domain(batch), 0)
         return mask & taught.to(mask.device).unsqueeze(1)
 
     def taught_batch(self, batch: dict, column: int) -> dict:
@@ -104,8 +105,7 @@ class DomainTeaching:
         the others): validation measures each teacher where it teaches, as training does."""
         if not self.named:
             return batch
-        weights = self.required()
-        taught = taught_mask(weights, batch_domains(batch, weights), column)
+        taught = taught_mask(self.required(), self.domain(batch), column)
         rows = taught.to(batch["labels"].device).unsqueeze(1)
         return batch | {"labels": batch["labels"].masked_fill(~rows, IGNORE_INDEX)}
 
@@ -116,6 +116,14 @@ class DomainTeaching:
             return {}
         sums = task.metric_sums(student_out, teacher_out, self.taught_batch(batch, 0), heads)
         return {key: sums[key] for key in PER_TEACHER if key in sums}
+
+    def domain(self, batch: dict) -> Tensor:
+        """``batch``'s ``domain`` (:func:`batch_domains`), checked once per batch: a step reads
+        it up to four times, and each check waited on the GPU."""
+        given = batch.get("domain")
+        if given is None or given is not self.checked:
+            self.checked = batch_domains(batch, self.required())
+        return self.checked
 
     def required(self) -> Tensor:
         """The weights a training step of teachers by domain needs, or the refusal naming how to
@@ -220,9 +228,9 @@ def taught_rows(weights: Tensor, domain: Tensor, column: int) -> Tensor | None:
     return None if bool(taught.all()) else taught.nonzero().squeeze(1)
 
 
-def extra_rows(weights: Tensor, batch: dict, count: int) -> list[Tensor | None]:
-    """``taught_rows`` of each of the ``count`` teachers after the main one."""
-    domain = batch_domains(batch, weights)
+def extra_rows(teaching: DomainTeaching, batch: dict, count: int) -> list[Tensor | None]:
+    """``taught_rows`` of each of the ``count`` teachers after the main one in ``batch``."""
+    weights, domain = teaching.required(), teaching.domain(batch)
     return [taught_rows(weights, domain, column) for column in range(1, count + 1)]
 
 
@@ -238,12 +246,12 @@ def rows_of(batch: dict, rows: Tensor) -> dict:
 
 
 def domain_terms(
-    task, weights: Tensor, student_out: Tensor, sides: list[tuple], batch: dict, ce: bool
+    task, teaching: DomainTeaching, student_out: Tensor, sides: list[tuple], batch: dict, ce: bool
 ) -> tuple[Tensor, LossSums]:
     """The objective's token sum and its parts over ``batch``'s rows, domain by domain:
     ``sides`` holds ``(name, teacher output, heads, rows)`` of each teacher, the main one first
     (its term carries CE); ``rows`` are those the teacher ran on (``taught_rows``)."""
-    domain = batch_domains(batch, weights)
+    weights, domain = teaching.required(), teaching.domain(batch)
     total, parts = None, []
     for d in [d for d in domain.unique().tolist() if d >= 0]:
         rows = (domain == d).to(batch["labels"].device).unsqueeze(1)

@@ -32,7 +32,7 @@ def list_override_error(
     if found is None:
         return None
     name, index, key = found.group(1), int(found.group(2)), found.group(3)
-    word = next((w for w in overrides if w.lstrip("+~").startswith(f"{name}.{index}")), None)
+    word = next((w for w in overrides if names_entry(w, name, index)), None)
     if word is None:
         return None
     whole = f"give the whole list, {name}=[{{...}}, ...] (lightning-kd train --cfg job prints it)"
@@ -47,6 +47,12 @@ def list_override_error(
         f"{word}: {name} has no entry {index} ({held}), and Hydra neither sets nor appends a "
         f"list's entry past its end by index; {whole}"
     )
+
+
+def names_entry(word: str, name: str, index: int) -> bool:
+    """Whether the override ``word`` sets entry ``index`` of ``name`` or one of its keys:
+    ``teachers.1=...`` and ``teachers.1.path=...``, not ``teachers.10=...``."""
+    return re.match(rf"{re.escape(name)}\.{index}(?:[.=]|$)", word.lstrip("+~")) is not None
 
 
 def count(cfg: object, name: str) -> int:

@@ -188,6 +188,26 @@ def test_a_batchs_domain_that_is_no_row_index_of_the_domains_is_refused(domain) 
         both(batch_of(TEXT) | {"domain": domain})
 
 
+def test_a_batchs_domain_is_checked_once_per_step(monkeypatch) -> None:
+    """The step reads the domain in four places (feature rows, each teacher's rows, the terms);
+    each read checked it again, and each check waited on the GPU. A new batch is checked anew."""
+    from lightning_kd.distill import teacher_domains
+
+    checks: list[int] = []
+    check = teacher_domains.batch_domains
+    monkeypatch.setattr(
+        teacher_domains, "batch_domains", lambda *given: checks.append(1) or check(*given)
+    )
+    both, _ = by_domain_with_features()
+    batch = batch_of(TEXT)
+    step(both, batch | {"domain": torch.tensor([0, 1])})
+    assert len(checks) == 1
+    both.evaluate(batch | {"domain": torch.tensor([0, 1])})
+    assert len(checks) == 2
+    with pytest.raises(ValueError, match=r"'domain' must be a tensor of 2 integers"):
+        both(batch | {"domain": torch.tensor([0, 7])})
+
+
 def by_domain_with_features() -> tuple[Distiller, DistillConfig]:
     """Teacher a (the main one, whose layers the features pair) teaches code, b prose."""
     first, second, student = models()

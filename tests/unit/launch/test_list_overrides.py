@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from lightning_kd.launch.keys import override_key_errors
+from lightning_kd.launch.list_overrides import names_entry
 
 TWO = ["experiment=two_teachers", "debug=smoke"]
 
@@ -29,3 +30,19 @@ def test_a_mapping_with_a_key_its_entry_lacks_is_refused_naming_that_key() -> No
 
 def test_an_entry_a_list_has_is_set_as_before() -> None:
     assert override_key_errors([*TWO, "teachers.1.weight=0.25", "teachers.0.weight=0.75"]) == []
+
+
+@pytest.mark.parametrize(
+    ("word", "named"),
+    [
+        ("teachers.1=x", True),
+        ("+teachers.1.stride=2", True),
+        ("~teachers.1", True),
+        ("teachers.10=x", False),
+        ("teachers.10.weight=0.1", False),
+        ("teachers_x.1=x", False),
+    ],
+)
+def test_an_override_names_an_entry_by_its_whole_index(word, named) -> None:
+    """``teachers.10=...`` is not the override of entry 1 a refusal names."""
+    assert names_entry(word, "teachers", 1) is named
