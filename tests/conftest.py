@@ -210,3 +210,21 @@ def sentencepiece_tokenizer(normalizer=None) -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(
         tokenizer_object=backend, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>"
     )
+
+
+def byte_level_bpe() -> PreTrainedTokenizerFast:
+    """A byte-level BPE like SmolLM2's and GPT-2's (297 ids, EOS 0), whose merges include
+    fragments of characters: "âĢ" is bytes E2 80, two thirds of "’" or "—"."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=320,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=["<|endoftext|>"],
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(["it’s “quoted” — naïve café, ok " * 30, TEXT], trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|endoftext|>")

@@ -26,15 +26,12 @@ from lightning_kd.data.token_bytes import TokenBytes
 def vocabulary_map(student: TokenBytes, teacher: TokenBytes, teacher_size: int) -> Tensor:
     """``[teacher_size]``: the student id spelling the same bytes as each teacher id, or −1.
 
-    One to one: where several teacher ids spell the same bytes, the one its tokenizer emits wins
-    (a regular piece before a byte-fallback piece); control tokens by content
+    One to one: where several ids of either side spell the same bytes, the one its tokenizer
+    emits stands for them (a regular piece before a byte-fallback piece); control tokens by content
     (:func:`control_twins`), the others (padding, markers the student lacks) to nothing; with
     :func:`end_column`, one extra entry.
     """
-    by_bytes: dict[bytes, int] = {}
-    for index, piece in enumerate(student.pieces):
-        if piece and piece not in by_bytes:
-            by_bytes[piece] = index
+    by_bytes = text_pieces(student)
     mapping = torch.full((teacher_size,), -1, dtype=torch.long)
     order = sorted(range(len(teacher.pieces)), key=lambda i: i in teacher.byte_pieces)
     controls = control_twins(student, teacher, teacher_size)
@@ -47,6 +44,29 @@ def vocabulary_map(student: TokenBytes, teacher: TokenBytes, teacher_size: int) 
             mapping[index] = target
             taken.add(target)
     return _with_controls(mapping, controls, end_column(student, teacher, controls))
+
+
+def text_pieces(tokenizer: TokenBytes) -> dict[bytes, int]:
+    """Each text piece's bytes → its id (of several spelling the same bytes, a regular piece
+    before a byte-fallback one, then the lowest id); control tokens left out."""
+    order = sorted(range(len(tokenizer.pieces)), key=lambda i: i in tokenizer.byte_pieces)
+    found: dict[bytes, int] = {}
+    for index in order:
+        piece = tokenizer.pieces[index]
+        if piece and index not in tokenizer.specials:
+            found.setdefault(piece, index)
+    return found
+
+
+def fragment_twin(piece: bytes, by_bytes: dict[bytes, int]) -> int:
+    """The id of the longest piece of ``by_bytes`` (:func:`text_pieces`) that ``piece`` starts
+    with, or −1: its twin where the student has one (byte-level BPE's "âĢ", bytes E2 80, went to
+    "â", E2, so identical tokenizers' projection was not the same-tokenizer loss: probe 42),
+    else its first byte's piece or a longer one."""
+    for end in range(len(piece), 0, -1):
+        if piece[:end] in by_bytes:
+            return by_bytes[piece[:end]]
+    return -1
 
 
 def control_twins(student: TokenBytes, teacher: TokenBytes, teacher_size: int) -> dict[int, int]:
@@ -95,10 +115,10 @@ def first_token_map(
     teacher_size: int,
 ) -> Tensor:
     """``[teacher_size]``: for each teacher id, the student id the student's tokenizer starts
-    that token's text with (many to one), or −1; a piece that is not whole UTF-8 (a byte piece)
-    goes to the student's token for its first byte where there is one; control tokens as in
-    :func:`vocabulary_map`."""
-    single = {piece: index for index, piece in enumerate(student.pieces) if len(piece) == 1}
+    that token's text with (many to one), or −1; a piece that is not whole UTF-8 (a byte piece,
+    or a byte-level BPE's fragment of a character) goes to the student's longest piece it starts
+    with (:func:`fragment_twin`); control tokens as in :func:`vocabulary_map`."""
+    by_bytes = text_pieces(student)
     mapping = torch.full((teacher_size,), -1, dtype=torch.long)
     texts, indices = [], []
     for index, piece in enumerate(teacher.pieces[:teacher_size]):
@@ -108,7 +128,7 @@ def first_token_map(
             texts.append(piece.decode("utf-8"))
             indices.append(index)
         except UnicodeDecodeError:
-            mapping[index] = single.get(piece[:1], -1)
+            mapping[index] = fragment_twin(piece, by_bytes)
     encoded = text_ids(student_tokenizer, texts)
     for index, ids in zip(indices, encoded, strict=True):
         mapping[index] = ids[0] if ids else -1

@@ -12,14 +12,14 @@ student's vocabulary:
   distance between the *sorted* probability vectors — no token correspondence needed, so no
   vocabulary agreement used either. Here over each side's top k (the rest, zeros).
 - ``hybrid`` (in the spirit of TRL's GOLD): the teacher tokens that spell the same bytes as a
-  student token (``alignment.vocabulary_map``: " the" in both, the document end in both) are
+  student token (``data/vocab_maps.vocabulary_map``: " the" in both, the document end in both) are
   compared by the run's divergence, on the distributions bucketed into those tokens plus "any
   other token" (as a top-k cache is, ``losses/topk.py``); the teacher's top-k tokens with no
   student twin are compared with the student's tokens that have no teacher twin by ULD, weighted
   ``uld_weight``. With identical tokenizers and k = vocabulary every token matches, the ULD part
   is 0 and the bucketed divergence *is* the same-tokenizer divergence.
 - ``projected``: every teacher token is credited to the student token the student's tokenizer
-  starts its text with (``alignment.first_token_map``: Gemma's "▁understanding" to SmolLM2's
+  starts its text with (``data/vocab_maps.first_token_map``: Gemma's "▁understanding" to SmolLM2's
   " under" where that is how SmolLM2 spells it), the teacher's top-k mass summed per student
   token — its next-token distribution projected onto the student's vocabulary — and the run's
   divergence compares the two over the projection's top k plus "any other token". No mass is

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import torch
+
 from lightning_kd.data.token_bytes import token_bytes
 from lightning_kd.data.vocab_maps import first_token_map, vocabulary_map
 from lightning_kd.models.loading import byte_tokenizer
-from tests.conftest import sentencepiece_tokenizer
+from tests.conftest import byte_level_bpe, sentencepiece_tokenizer
 
 
 def test_vocabulary_map_is_one_to_one_and_prefers_regular_pieces():
@@ -32,6 +34,28 @@ def test_first_token_map_credits_each_teacher_token_to_the_students_first():
     assert tables[0].pieces[mapping[byte]] == b"\xe6"
     assert mapping[teacher.eos_token_id] == student.eos_token_id
     assert (mapping[[teacher.convert_tokens_to_ids(t) for t in ("<bos>", "<pad>")]] == -1).all()
+
+
+def test_identical_tokenizers_map_every_token_to_itself():
+    """Byte-level BPE fragments ("âĢ", bytes E2 80, a piece of no whole character) went to the
+    student's first byte ("â") though it has the very piece, so identical tokenizers' projected
+    loss was not the same-tokenizer loss (probe 42)."""
+    tokenizer = byte_level_bpe()
+    table = token_bytes(tokenizer)
+    fragment = tokenizer.convert_tokens_to_ids("âĢ")
+    assert table.pieces[fragment] == b"\xe2\x80"
+    same = torch.arange(len(tokenizer))
+    assert (first_token_map(tokenizer, table, table, len(tokenizer)) == same).all()
+    assert (vocabulary_map(table, table, len(tokenizer)) == same).all()
+
+
+def test_a_fragment_the_student_lacks_goes_to_the_longest_piece_it_starts_with():
+    teacher = byte_level_bpe()
+    student = byte_tokenizer()
+    tables = token_bytes(student), token_bytes(teacher, "teacher")
+    mapping = first_token_map(student, *tables, len(teacher))
+    assert tables[0].pieces[mapping[teacher.convert_tokens_to_ids("ĠâĢ")]] == b" "
+    assert tables[0].pieces[mapping[teacher.convert_tokens_to_ids("âĢ")]] == b"\xe2"
 
 
 def base_chatml_pair():

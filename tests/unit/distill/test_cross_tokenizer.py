@@ -19,7 +19,7 @@ from lightning_kd.models.heads import output_head
 from lightning_kd.models.loading import byte_tokenizer, model_from_config
 from lightning_kd.models.student import student_from_teacher
 from lightning_kd.utils.refusal import Refused
-from tests.conftest import TEXT, TINY_GPT2, TINY_LLAMA, sentencepiece_tokenizer
+from tests.conftest import TEXT, TINY_GPT2, TINY_LLAMA, byte_level_bpe, sentencepiece_tokenizer
 
 
 def batch_of(text: str, rows: int = 2, length: int = 24) -> dict[str, torch.Tensor]:
@@ -33,20 +33,23 @@ def batch_of(text: str, rows: int = 2, length: int = 24) -> dict[str, torch.Tens
 
 
 def distillers(
-    divergence: str, temperature: float, loss: str = "hybrid"
+    divergence: str, temperature: float, loss: str = "hybrid", tokenizer=None
 ) -> tuple[Distiller, Distiller]:
-    """A same-tokenizer distiller and its copy through the cross-tokenizer path, in fp64."""
+    """A same-tokenizer distiller and its copy through the cross-tokenizer path, in fp64 (with
+    ``tokenizer``'s vocabulary; the byte tokenizer's by default)."""
+    tokenizer = tokenizer or byte_tokenizer()
+    size, end = len(tokenizer), tokenizer.eos_token_id
     torch.manual_seed(0)
-    teacher = model_from_config(dict(TINY_GPT2), "causal_lm").double().eval()
+    config = dict(TINY_GPT2, vocab_size=size, bos_token_id=end, eos_token_id=end)
+    teacher = model_from_config(config, "causal_lm").double().eval()
     student = student_from_teacher(teacher, [0, 3]).double()
     torch.manual_seed(1)
     with torch.no_grad():  # a student unlike its teacher: a non-zero divergence everywhere
         for parameter in student.parameters():
             parameter.add_(0.05 * torch.randn_like(parameter))
     config = DistillConfig(divergence=divergence, temperature=temperature, compile=False)
-    tokenizer = byte_tokenizer()
     same = Distiller(teacher, student, config, token_lengths=byte_lengths(tokenizer, student))
-    cross = CrossTokenizer(tokenizer, tokenizer, 257, 257, top_k=257, loss=loss)
+    cross = CrossTokenizer(tokenizer, tokenizer, size, size, top_k=size, loss=loss)
     other = Distiller(copy.deepcopy(teacher), copy.deepcopy(student), config, cross=cross)
     return same, other
 
@@ -62,8 +65,25 @@ def distillers(
     ],
 )
 def test_identical_tokenizers_give_the_same_loss_and_gradients(divergence, temperature, loss):
-    same, cross = distillers(divergence, temperature, loss)
-    batch = batch_of(TEXT)
+    assert_same_steps(*distillers(divergence, temperature, loss), batch_of(TEXT))
+
+
+@pytest.mark.parametrize("loss", ["hybrid", "projected"])
+def test_identical_byte_level_bpes_give_the_same_loss_and_gradients(loss):
+    """A byte-level BPE has fragments of characters among its pieces ("âĢ"), which the
+    projection credited to another token (probe 42); the byte tokenizer has none."""
+    tokenizer = byte_level_bpe()
+    ids = tokenizer("wait… it’s naïve — ok… " * 3 + TEXT)["input_ids"][:48]
+    assert tokenizer.convert_tokens_to_ids("âĢ") in ids
+    input_ids = torch.tensor(ids).view(2, 24)
+    batch = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
+    assert_same_steps(
+        *distillers("forward_kl", 1.0, loss, tokenizer), batch | {"labels": input_ids}
+    )
+
+
+def assert_same_steps(same: Distiller, cross: Distiller, batch: dict) -> None:
+    """The two distillers' steps on ``batch``: equal objectives, parts and gradients."""
     losses = []
     for distiller in (same, cross):
         objective, sums = distiller(batch)
