@@ -34,8 +34,10 @@ def main(argv: Sequence[str]) -> int:
 
     from lightning_kd.cli.hydra_command import composed
     from lightning_kd.launch.importance import run
+    from lightning_kd.utils import starting
 
     cfg = composed(argv)
+    starting.end()  # composed: a stop is said as a stop in the scoring (utils/starting.py)
     if args.cfg is not None:
         print(OmegaConf.to_yaml(cfg), end="")
         return 0

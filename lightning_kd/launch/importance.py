@@ -60,7 +60,10 @@ def rank_for_student(teacher, spec: StudentSpec, batches: list[Batch]) -> Rankin
     ``spec`` asks (``importance``, ``keep_ends``)."""
     check_count(spec, teacher.config.num_hidden_layers)
     start = time.perf_counter()
-    ranking = rank_layers(teacher, batches, spec.num_layers, spec.importance, spec.keep_ends)
+    shown = rank_zero_only.rank == 0
+    ranking = rank_layers(
+        teacher, batches, spec.num_layers, spec.importance, spec.keep_ends, progress=shown
+    )
     ranking.seconds = time.perf_counter() - start
     return ranking
 

@@ -9,8 +9,11 @@ checkpoint, whose student was repaired already, and skips it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_only
+from tqdm.auto import tqdm
 
 from lightning_kd.data.loaders import passes_over, sharded_loader
 from lightning_kd.distill.repair import RepairReport, repair
@@ -58,13 +61,32 @@ class BlockwiseRepair(Callback):
         batches = passes_over(loader, distill.blockwise_passes, pl_module.device)
         context = trainer.precision_plugin.forward_context
         steps_in_all = distill.blockwise_passes * len(loader)
-        report = repair(
-            pl_module.distiller,
-            batches,
-            steps_in_all,
-            distill.blockwise_lr,
-            context,
-            stop=lambda: agreed(trainer)(STOP.requested),  # all ranks stop at one step
-        )
+        shown = trainer.is_global_zero and trainer.progress_bar_callback is not None
+        with tqdm(
+            total=steps_in_all, desc="block-wise repair", unit="step", disable=not shown
+        ) as bar:
+            report = repair(
+                pl_module.distiller,
+                counted(batches, bar),
+                steps_in_all,
+                distill.blockwise_lr,
+                context,
+                stop=lambda: agreed(trainer)(STOP.requested),  # all ranks stop at one step
+            )
         rank_zero_only(print)(report.line())
         return report
+
+
+# The repair of the default run is minutes of a 2-core CPU's time before the first training step,
+# and it printed nothing until it ended: it looked hung (probe 41).
+def counted(passes: Iterable[Iterable], bar: tqdm) -> Iterator[Iterator]:
+    """``passes`` (each an iterable of batches), counting each batch's step on ``bar`` once it
+    is done: when the repair asks for the next batch, or for the end of the pass."""
+    for batches in passes:
+        yield _counted(batches, bar)
+
+
+def _counted(batches: Iterable, bar: tqdm) -> Iterator:
+    for batch in batches:
+        yield batch
+        bar.update(1)

@@ -176,6 +176,22 @@ def test_a_fit_repairs_before_its_first_step_and_a_resume_does_not(corpus, tmp_p
     assert resumed.blockwise == module.blockwise and trainer.global_step == 3
 
 
+@pytest.mark.parametrize("bar", [True, False])
+def test_the_repair_shows_its_progress_where_training_shows_its_own(corpus, capsys, bar) -> None:
+    """The default run's repair is minutes before the first step, and printed nothing until its
+    end: it looked hung (probe 41). It counts its steps on a bar, unless training's is off."""
+    module = make_module(
+        TeacherSpec(path=None, config=dict(TINY_LLAMA), dtype="float32"),
+        features=None,
+        blockwise_passes=2,
+    )
+    trainer = make_trainer(max_steps=1, limit_val_batches=0, enable_progress_bar=bar)
+    trainer.fit(module, datamodule=make_datamodule([corpus]))
+    steps = module.blockwise.steps
+    shown = capsys.readouterr().err
+    assert ("block-wise repair: 100%|" in shown and f"| {steps}/{steps} [" in shown) is bar
+
+
 def test_from_a_teacher_cache_the_repair_reads_the_cached_states(corpus, tmp_path) -> None:
     """The same losses as with the teacher online (to the cache's fp16 rounding of the states),
     and a repair that runs with no teacher in the distiller."""

@@ -15,7 +15,7 @@ from lightning_kd.cli.importance import main
 from lightning_kd.launch import importance
 from lightning_kd.launch.config import CONF_DIR, register_defaults
 from lightning_kd.launch.importance import calibration_batches, choose_layers, rank_for_student
-from lightning_kd.models.layer_scores import greedy_removal, teacher_pass, top_layers
+from lightning_kd.models.layer_scores import greedy_removal, rank_layers, teacher_pass, top_layers
 from lightning_kd.models.loading import StudentSpec, TeacherSpec, load_teacher
 from lightning_kd.models.student import build_student, student_from_teacher
 from tests.conftest import make_datamodule
@@ -85,6 +85,13 @@ def test_greedy_removes_the_layer_whose_loss_hurts_least_and_never_a_fixed_one()
     assert all(4 in remaining for remaining in calls)
 
 
+def test_the_bar_counts_every_pass_greedy_removal_makes(teacher, batches, capsys) -> None:
+    """1 teacher pass, 4 without one layer, then greedy from 4 layers to 2 with the ends fixed:
+    2 trials, then 1."""
+    rank_layers(teacher, batches, 2, "greedy_kl", progress=True)
+    assert "| 8/8 [" in capsys.readouterr().err
+
+
 def test_calibration_reads_only_training_blocks(corpus: Path) -> None:
     datamodule = make_datamodule([corpus])
     batches = calibration_batches(datamodule, 3)
@@ -114,10 +121,13 @@ def test_bad_importance_settings_name_the_value_and_the_fix(teacher, batches) ->
 
 def test_the_command_prints_the_table_without_training(capsys) -> None:
     main(["debug=smoke", "student.num_layers=3", "student.calibration_blocks=2"])
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "| layer | block_influence | skip_kl | rank | kept |" in out
     assert "kept by skip_kl (3 layers, 128 calibration tokens" in out
     assert "student.layers=[0," in out and ",3]" in out
+    # Minutes of a CPU's time for a real teacher, which said nothing (probe 41): a bar counts
+    # the teacher's pass and one pass per layer left out.
+    assert "scoring layers: 100%" in err and "| 5/5 [" in err
 
 
 def test_keeping_every_teacher_layer_skips_the_ranking(tmp_path: Path, capsys, monkeypatch) -> None:

@@ -51,18 +51,29 @@ def test_the_commands_own_stop_request_takes_over_and_the_handlers_are_put_back(
     assert {number: signal.getsignal(number) for number in starting.SIGNALS} == before
 
 
-def test_sigterm_in_a_command_without_stages_is_said_in_one_line(tmp_path, capsys, monkeypatch):
-    """`evaluate` ended by SIGTERM exited 143 without a word (probe 33)."""
+@pytest.mark.parametrize(
+    ("command", "work"),
+    [
+        (["export", "{tmp}", "--gguf", "f16"], "lightning_kd.launch.export.export_directory"),
+        (["importance", "debug=smoke"], "lightning_kd.launch.importance.run"),
+    ],
+    ids=["export", "importance"],
+)
+def test_sigterm_in_a_command_without_stages_is_said_in_one_line(
+    tmp_path, capsys, monkeypatch, command, work
+):
+    """`evaluate` ended by SIGTERM exited 143 without a word (probe 33); `importance`, stopped
+    minutes into its scoring, said it was stopped "while starting, before any work" (probe 41)."""
     import os
 
     def terminated(*args):
         os.kill(os.getpid(), signal.SIGTERM)
         pytest.fail("SIGTERM did not stop the command")
 
-    monkeypatch.setattr("lightning_kd.launch.export.export_directory", terminated)
+    monkeypatch.setattr(work, terminated)
     before = {number: signal.getsignal(number) for number in starting.SIGNALS}
-    assert main(["export", str(tmp_path), "--gguf", "f16"]) == 143
-    assert capsys.readouterr().err.strip() == "lightning-kd export: stopped by SIGTERM"
+    assert main([word.format(tmp=tmp_path) for word in command]) == 143
+    assert capsys.readouterr().err.strip() == f"lightning-kd {command[0]}: stopped by SIGTERM"
     assert {number: signal.getsignal(number) for number in starting.SIGNALS} == before
 
 
