@@ -20,6 +20,7 @@ from lightning_kd.distill.teacher_domains import ON_POLICY_DOMAINS, DomainTeachi
 from lightning_kd.distill.teacher_entries import TeacherEntry, given_entries
 from lightning_kd.distill.teachers import ExtraTeachers
 from lightning_kd.distill.tokenizer_pairs import teacher_tokenizer_for
+from lightning_kd.generation.decoding import stop_and_pad
 from lightning_kd.models.loading import StudentSpec, TeacherSpec, load_teacher
 from lightning_kd.models.quantize import quantize_teacher
 from lightning_kd.models.student import build_student, check_vocabularies, student_tokenizer
@@ -66,6 +67,7 @@ def assemble(
         teacher_weight=main,
         repair_source=models.source,
     )
+    stop_at_turn_ends(distiller, tokenizer)
     if distill.teacher_cache is not None:
         open_cache(distiller, teacher.task, teacher_model, tokenizer, data)
     # Held by the distiller now, or released for its cache before another teacher loads.
@@ -75,6 +77,14 @@ def assemble(
         extra = ExtraTeachers.load(teachers, distill, tokenizer, models.student, precision, data)
         attach_teachers(distiller, extra, teacher_domains(teachers, distill, data))
     return distiller
+
+
+def stop_at_turn_ends(distiller, tokenizer: PreTrainedTokenizerBase | None) -> None:
+    """End ``distiller``'s on-policy completions at the run's chat template's end of turn too:
+    the student's own config names only its EOS ids (``decoding.stop_and_pad``)."""
+    if (sampler := distiller.on_policy) is not None and tokenizer is not None:
+        stops, _ = stop_and_pad(distiller.student, "distill.on_policy", tokenizer)
+        distiller.on_policy = replace(sampler, stop_ids=stops)
 
 
 def attach_teachers(distiller, extra: ExtraTeachers, domains: DomainTeaching) -> None:

@@ -58,7 +58,7 @@ from lightning_kd.generation.decoding import (
     left_padded,
     prompt_tokens,
     stop_and_pad,
-    until_eos,
+    until_stop,
     widest,
 )
 from lightning_kd.generation.interleaved import interleaved_sample
@@ -91,7 +91,8 @@ class OnPolicy:
     max_new_tokens: int
     temperature: float
     seed: int
-    eos_token_id: int | None
+    stop_ids: tuple[int, ...]
+    """The tokens that end a completion (``decoding.stop_and_pad``; none: the token limit)."""
     pad_token_id: int
     warmup: int = 0
     """Steps (``step`` of :meth:`replace`) trained on the dataset's answers alone first."""
@@ -148,7 +149,7 @@ class OnPolicy:
         with torch.random.fork_rng(devices=device_list(left["input_ids"])):
             torch.manual_seed(self.seed * 1_000_003 + draw)
             new, own = self.write(student, teacher, left, min(self.max_new_tokens, room), in_step)
-        completions = [until_eos(row, self.eos_token_id) for row in new]
+        completions = [until_stop(row, self.stop_ids) for row in new]
         if own is not None:  # interleaved: count the student's tokens among those kept
             self.tally.add(int(own.sum()), sum(len(completion) for completion in completions))
         written = completions_batch(prompts, completions, self.pad_token_id)
@@ -167,11 +168,16 @@ class OnPolicy:
         """At most ``tokens`` new tokens after each prompt: the student's sample, or the
         interleaved one with which of its tokens are the student's own (None when all are);
         ``in_step``: every rank runs each forward until all ranks are done (sharded models)."""
-        options = {"eos_token_id": self.eos_token_id, "pad_token_id": self.pad_token_id}
         if self.teacher_top_k is None:
-            options |= {"do_sample": True, "top_k": 0, "top_p": 1.0, "synced_gpus": in_step}
+            options = {"do_sample": True, "top_k": 0, "top_p": 1.0, "synced_gpus": in_step}
+            options["eos_token_id"] = list(self.stop_ids) or None
             new = generate_in_eval(
-                student, left, max_new_tokens=tokens, temperature=self.temperature, **options
+                student,
+                left,
+                max_new_tokens=tokens,
+                temperature=self.temperature,
+                pad_token_id=self.pad_token_id,
+                **options,
             )
             return new, None
         if teacher is None:
@@ -185,8 +191,9 @@ class OnPolicy:
             max_new_tokens=tokens,
             temperature=self.temperature,
             top_k=self.teacher_top_k,
+            stop_ids=self.stop_ids,
+            pad_token_id=self.pad_token_id,
             in_step=in_step,
-            **options,
         )
 
     def room(self, student: nn.Module, teacher: nn.Module | None) -> int | None:
@@ -199,8 +206,9 @@ class OnPolicy:
 
 
 def on_policy_for(distill, student: nn.Module, task: str, extra=None) -> OnPolicy | None:
-    """The ``distill.on_policy`` sampler of ``student`` (None at λ = 0): its end-of-sequence
-    token ends a completion, its padding token (else that end token) pads the prompts; the
+    """The ``distill.on_policy`` sampler of ``student`` (None at λ = 0): its stop tokens end a
+    completion (``decoding.stop_and_pad``; ``Distiller.from_specs`` adds the chat template's
+    end of turn), its padding token pads the prompts; the
     other teachers ``extra`` (``ExtraTeachers``) score its completions too, within their
     positions (past them, a teacher of learned positions raises an IndexError, and one of
     rotary positions scores text it was never trained at)."""
@@ -208,13 +216,13 @@ def on_policy_for(distill, student: nn.Module, task: str, extra=None) -> OnPolic
         return None
     if task != "causal_lm":
         raise ValueError(f"distill.on_policy samples completions: a causal LM's, not a {task}'s")
-    eos, pad = stop_and_pad(student, "distill.on_policy")
+    stops, pad = stop_and_pad(student, "distill.on_policy")
     return OnPolicy(
         distill.on_policy,
         distill.on_policy_tokens,
         distill.on_policy_temperature,
         distill.on_policy_seed,
-        eos,
+        stops,
         pad,
         distill.on_policy_warmup,
         distill.on_policy_teacher_top_k,

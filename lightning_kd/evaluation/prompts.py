@@ -48,7 +48,7 @@ from lightning_kd.generation.decoding import (
     generate_in_eval,
     left_padded,
     stop_and_pad,
-    until_eos,
+    until_stop,
 )
 from lightning_kd.losses.logits import scored_next_token
 
@@ -59,7 +59,7 @@ class Answers:
 
     tokens: list[Tensor]
     texts: list[str]
-    eos_token_id: int | None
+    stop_ids: tuple[int, ...]
 
     @property
     def mean_tokens(self) -> float:
@@ -72,8 +72,8 @@ class Answers:
 
     @property
     def ended(self) -> float:
-        """The share of completions that end with the end token."""
-        ends = [len(t) > 0 and int(t[-1]) == self.eos_token_id for t in self.tokens]
+        """The share of completions that end with a stop token."""
+        ends = [len(t) > 0 and int(t[-1]) in self.stop_ids for t in self.tokens]
         return sum(ends) / len(ends)
 
 
@@ -123,7 +123,7 @@ def greedy_answers(
 ) -> Answers:
     """``model``'s greedy completions of ``prompts`` (left-padded batches, the KV cache), or with
     ``sampling`` its sampled ones (``prompts`` given once per sample)."""
-    eos, pad = stop_and_pad(model, "--prompts")
+    stops, pad = stop_and_pad(model, "--prompts", tokenizer)  # the answer's end of turn too
     device = next(model.parameters()).device
     options = {"do_sample": False} if sampling is None else sampling.options()
     if sampling is not None:
@@ -135,13 +135,13 @@ def greedy_answers(
             model,
             left,
             max_new_tokens=max_new_tokens,
-            eos_token_id=eos,
+            eos_token_id=list(stops) or None,
             pad_token_id=pad,
             **options,
         )
-        tokens += [until_eos(row, eos).cpu() for row in new]
+        tokens += [until_stop(row, stops).cpu() for row in new]
     texts = tokenizer.batch_decode(tokens, skip_special_tokens=True)
-    return Answers(tokens, texts, eos)
+    return Answers(tokens, texts, stops)
 
 
 @torch.no_grad()

@@ -4,22 +4,24 @@ and whether ranks must decode in step (sharded models)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 from torch.distributed import fsdp
+from transformers import PreTrainedTokenizerBase
 
+from lightning_kd.data.chat_tokens import turn_end_id
 from lightning_kd.losses.logits import IGNORE_INDEX
 
 
-def until_eos(tokens: Tensor, eos_token_id: int | None) -> Tensor:
-    """A completion up to and including its first end-of-sequence token."""
-    if eos_token_id is None:
+def until_stop(tokens: Tensor, stops: Sequence[int]) -> Tensor:
+    """A completion up to and including its first stop token (any of ``stops``)."""
+    if not stops:
         return tokens
-    ends = (tokens == eos_token_id).nonzero()
+    ends = torch.isin(tokens, torch.tensor(list(stops), device=tokens.device)).nonzero()
     return tokens if len(ends) == 0 else tokens[: int(ends[0]) + 1]
 
 
@@ -158,17 +160,36 @@ def completions_batch(
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
-def stop_and_pad(model: nn.Module, who: str) -> tuple[int | None, int]:
-    """``model``'s end-of-sequence token (ends a completion) and padding token (else that end
-    token; pads prompts), from its generation config or its config."""
+def stop_ids(model: nn.Module, tokenizer: PreTrainedTokenizerBase | None = None) -> tuple[int, ...]:
+    """The tokens each of which ends ``model``'s completion: every end-of-sequence id of its
+    generation config (else of its config) and, given its ``tokenizer``, the token its chat
+    template closes an answer with.
+
+    Only the first of several ids was kept (Llama 3's ``<|end_of_text|>``, not ``<|eot_id|>``),
+    and a template's end of turn that is not the model's EOS was none: a completion ran on past
+    its answer into turns of its own, all of it scored (probe 43)."""
     config = model.generation_config if hasattr(model, "generation_config") else None
-    eos = getattr(config, "eos_token_id", None) or model.config.eos_token_id
-    eos = eos[0] if isinstance(eos, list | tuple) else eos
-    pad = getattr(config, "pad_token_id", None) or model.config.pad_token_id
-    pad = eos if pad is None else pad
+    eos = getattr(config, "eos_token_id", None)
+    eos = model.config.eos_token_id if eos is None else eos
+    stops = [] if eos is None else list(eos) if isinstance(eos, list | tuple) else [eos]
+    turn_end = None if tokenizer is None else turn_end_id(tokenizer)
+    if turn_end is not None and turn_end not in stops:
+        stops.append(turn_end)
+    return tuple(stops)
+
+
+def stop_and_pad(
+    model: nn.Module, who: str, tokenizer: PreTrainedTokenizerBase | None = None
+) -> tuple[tuple[int, ...], int]:
+    """``model``'s :func:`stop_ids` and its padding token (else its first stop; pads prompts)."""
+    stops = stop_ids(model, tokenizer)
+    config = model.generation_config if hasattr(model, "generation_config") else None
+    pad = getattr(config, "pad_token_id", None)
+    pad = model.config.pad_token_id if pad is None else pad
+    pad = (stops[0] if stops else None) if pad is None else pad
     if pad is None:
         raise ValueError(f"{who}: the model has no pad or end-of-sequence token")
-    return eos, pad
+    return stops, pad
 
 
 @contextmanager

@@ -23,6 +23,7 @@ whose rows have all ended keeps running forwards, drawing nothing, until every r
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
@@ -40,13 +41,13 @@ def interleaved_sample(
     max_new_tokens: int,
     temperature: float,
     top_k: int,
-    eos_token_id: int | None,
+    stop_ids: Sequence[int],
     pad_token_id: int,
     in_step: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """The tokens written after the left-padded prompts ``left`` (``[batch, ≤ max_new_tokens]``,
-    ``pad_token_id`` after a row's end token) and which of them are the student's own (True)
-    rather than the teacher's replacements (False; padding is False too).
+    ``pad_token_id`` after a row's stop token, any of ``stop_ids``) and which of them are the
+    student's own (True) rather than the teacher's replacements (False; padding is False too).
 
     ``in_step`` (sharded models, ``decoding.decodes_in_step``): every rank decodes until all are
     done, each forward being a collective; a rank done early keeps running both models without
@@ -56,6 +57,7 @@ def interleaved_sample(
     position = (mask.cumsum(-1) - 1).clamp(min=0)  # left padding: each row counts from 0
     decoders = [Decoder(student), Decoder(teacher)]
     done = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
+    stops = torch.tensor(list(stop_ids), dtype=torch.long, device=ids.device)
     tokens, own = [], []
     with eval_mode(student):
         for _ in range(max_new_tokens):
@@ -65,8 +67,7 @@ def interleaved_sample(
                 token = token.masked_fill(done, pad_token_id)
                 tokens.append(token)
                 own.append(accepted & ~done)
-                if eos_token_id is not None:
-                    done = done | (token == eos_token_id)
+                done = done | torch.isin(token, stops)
             if all_done(bool(done.all()), in_step, ids.device):
                 break
             ids, position = token[:, None], position[:, -1:] + 1

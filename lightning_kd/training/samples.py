@@ -25,7 +25,13 @@ import lightning as L
 from torch import Tensor, nn
 from transformers import StoppingCriteriaList
 
-from lightning_kd.generation.decoding import generate_in_eval, left_padded, prompt_tokens
+from lightning_kd.generation.decoding import (
+    generate_in_eval,
+    left_padded,
+    prompt_tokens,
+    stop_ids,
+    until_stop,
+)
 from lightning_kd.generation.stop_request import StopRequested
 from lightning_kd.models.positions import max_positions, room_error
 from lightning_kd.utils.atomic import replaced_whole
@@ -115,8 +121,11 @@ class CompletionSamples(L.Callback):
         left = left_padded([p.to(device) for p in prompts], pad, device)
         options = {"max_new_tokens": self.max_new_tokens, "do_sample": False, "pad_token_id": pad}
         options["stopping_criteria"] = StoppingCriteriaList([StopRequested()])
-        new = generate_in_eval(model, left, **options)
-        return tokenizer.batch_decode(new, skip_special_tokens=True)
+        stops = stop_ids(model, tokenizer)  # a chat answer's end of turn too
+        new = generate_in_eval(model, left, eos_token_id=list(stops) or None, **options)
+        return tokenizer.batch_decode(
+            [until_stop(row, stops) for row in new], skip_special_tokens=True
+        )
 
 
 def teacher_reading(distiller, prompts: list[Tensor], tokenizer) -> tuple[list[Tensor], Any]:

@@ -3,14 +3,17 @@ eval mode without a graph, and refused where it cannot run."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 import torch.nn.functional as F
 
+from lightning_kd.distill.assembly import stop_at_turn_ends
 from lightning_kd.distill.distiller import Distiller
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.distill.on_policy import OnPolicy
-from lightning_kd.generation.decoding import completions_batch, prompt_tokens, until_eos
+from lightning_kd.generation.decoding import completions_batch, prompt_tokens, until_stop
 from lightning_kd.launch.checks import config_errors
 from lightning_kd.launch.config import compose_config
 from lightning_kd.losses.logits import IGNORE_INDEX
@@ -99,16 +102,16 @@ def test_sampling_is_reproducible_in_eval_mode_without_a_graph() -> None:
 
 
 def test_lambda_chooses_that_share_of_micro_batches_reproducibly() -> None:
-    sampler = OnPolicy(0.25, 4, 1.0, seed=1, eos_token_id=256, pad_token_id=256)
+    sampler = OnPolicy(0.25, 4, 1.0, seed=1, stop_ids=(256,), pad_token_id=256)
     chosen = [sampler.chooses(draw) for draw in range(2000)]
     assert 0.22 < sum(chosen) / len(chosen) < 0.28
     assert chosen == [sampler.chooses(draw) for draw in range(2000)]
-    assert all(OnPolicy(1.0, 4, 1.0, 0, None, 0).chooses(d) for d in range(10))
-    assert not any(OnPolicy(0.0, 4, 1.0, 0, None, 0).chooses(d) for d in range(10))
+    assert all(OnPolicy(1.0, 4, 1.0, 0, (), 0).chooses(d) for d in range(10))
+    assert not any(OnPolicy(0.0, 4, 1.0, 0, (), 0).chooses(d) for d in range(10))
 
 
 def test_warmup_steps_train_on_the_datasets_answers_alone() -> None:
-    sampler = OnPolicy(1.0, 4, 1.0, seed=0, eos_token_id=2, pad_token_id=0, warmup=3)
+    sampler = OnPolicy(1.0, 4, 1.0, seed=0, stop_ids=(2,), pad_token_id=0, warmup=3)
     assert [sampler.chooses(draw, step) for draw, step in enumerate(range(5))] == [
         False,
         False,
@@ -158,8 +161,8 @@ def test_on_policy_and_interleaved_kd_are_accepted_under_sharding(strategy: str)
 
 
 def test_a_completion_ends_at_its_end_token_and_is_labelled_alone() -> None:
-    assert until_eos(torch.tensor([4, 5, 9, 7, 9]), 9).tolist() == [4, 5, 9]
-    assert until_eos(torch.tensor([4, 5]), 9).tolist() == [4, 5]  # cut by the token limit
+    assert until_stop(torch.tensor([4, 5, 9, 7, 9]), (3, 9)).tolist() == [4, 5, 9]
+    assert until_stop(torch.tensor([4, 5]), (9,)).tolist() == [4, 5]  # cut by the token limit
     batch = completions_batch(
         [torch.tensor([1, 2]), torch.tensor([3])],
         [torch.tensor([4, 9]), torch.tensor([5, 6, 9])],
@@ -167,6 +170,31 @@ def test_a_completion_ends_at_its_end_token_and_is_labelled_alone() -> None:
     )
     assert batch["input_ids"].tolist() == [[1, 2, 4, 9], [3, 5, 6, 9]]
     assert batch["labels"].tolist() == [[-100, -100, 4, 9], [-100, 5, 6, 9]]
+
+
+@pytest.mark.parametrize("interleaved", [None, 257], ids=["sampled", "interleaved"])
+def test_a_completion_ends_at_any_of_its_stop_tokens(interleaved) -> None:
+    """Only the first of several EOS ids ended a completion, and a chat template's end of turn
+    none: the student's completions ran on into turns of its own, all scored (probe 43)."""
+    model = distiller(on_policy_teacher_top_k=interleaved)
+    batch = chat_batch()
+    start = len(prompt_tokens(batch)[0])
+    free = replace(model.on_policy, stop_ids=())
+    first = int(free.sample(model.student, batch, 3, model.teacher)["input_ids"][0, start])
+    stopped = replace(model.on_policy, stop_ids=(256, first))
+    labels = stopped.sample(model.student, batch, 3, model.teacher)["labels"][0]
+    assert labels[start:].tolist()[:2] == [first, IGNORE_INDEX]
+
+
+def test_a_run_stops_on_policy_completions_at_its_chat_templates_end_of_turn() -> None:
+    from tests.unit.data.test_encoding import chatml_tokenizer
+
+    model = distiller()
+    eos = model.student.config.eos_token_id
+    assert model.on_policy.stop_ids == (eos,)  # the student's own
+    tokenizer = chatml_tokenizer()
+    stop_at_turn_ends(model, tokenizer)
+    assert model.on_policy.stop_ids == (eos, tokenizer.convert_tokens_to_ids("<|im_end|>"))
 
 
 def test_a_batch_padded_on_the_left_is_sampled_as_the_same_batch_padded_on_the_right() -> None:
@@ -217,13 +245,13 @@ def test_the_room_to_sample_in_is_the_writers_stated_limit_and_none_states_no_li
     def model(**config):
         return SimpleNamespace(config=SimpleNamespace(**config))
 
-    sampler = OnPolicy(1.0, 4, 1.0, 0, None, 0)
+    sampler = OnPolicy(1.0, 4, 1.0, 0, (), 0)
     assert sampler.room(model(), None) is None
     assert sampler.room(model(), model()) is None
     # The teacher scores the completion whether or not it writes it (interleaved): it counts.
     assert sampler.room(model(max_position_embeddings=64), model(n_positions=16)) == 16
     assert sampler.room(model(), model(n_positions=16)) == 16
-    others = OnPolicy(1.0, 4, 1.0, 0, None, 0, scorer_limits=(12,))
+    others = OnPolicy(1.0, 4, 1.0, 0, (), 0, scorer_limits=(12,))
     assert others.room(model(max_position_embeddings=64), model()) == 12
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lightning_kd.generation.decoding import generate_in_eval
+from lightning_kd.generation.decoding import generate_in_eval, stop_and_pad
 from lightning_kd.models.loading import TeacherSpec, load_teacher
 from tests.conftest import TINY_LLAMA
 
@@ -51,3 +51,18 @@ def test_the_models_generation_config_does_not_change_what_is_decoded(model) -> 
     model.generation_config.top_k = 50
     torch.manual_seed(1)
     assert torch.equal(generate_in_eval(model, LEFT, **options | {"do_sample": True}), sampled)
+
+
+def test_every_end_id_and_the_chat_templates_end_of_turn_stop_a_completion(model) -> None:
+    """Only the first of a generation config's EOS ids was kept (Llama 3's <|end_of_text|>, not
+    <|eot_id|>), and a template's end of turn that is no EOS was none (probe 43)."""
+    from tests.unit.data.test_encoding import chatml_tokenizer
+
+    tokenizer = chatml_tokenizer()
+    end_of_turn = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    model.generation_config.eos_token_id = [256, 7]
+    model.generation_config.pad_token_id = model.config.pad_token_id = None
+    assert stop_and_pad(model, "--prompts") == ((256, 7), 256)
+    assert stop_and_pad(model, "--prompts", tokenizer) == ((256, 7, end_of_turn), 256)
+    model.generation_config.eos_token_id = [256, end_of_turn]
+    assert stop_and_pad(model, "--prompts", tokenizer) == ((256, end_of_turn), 256)

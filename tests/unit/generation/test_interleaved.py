@@ -69,7 +69,7 @@ def test_the_cached_decoder_writes_what_the_plain_rule_writes(top_k: int) -> Non
         max_new_tokens=6,
         temperature=1.0,
         top_k=top_k,
-        eos_token_id=None,
+        stop_ids=(),
         pad_token_id=0,
     )
     torch.manual_seed(3)
@@ -123,7 +123,7 @@ def test_a_row_stops_at_its_end_token_and_pads_after_it() -> None:
         max_new_tokens=5,
         temperature=1.0,
         top_k=1,
-        eos_token_id=end,
+        stop_ids=(end,),
         pad_token_id=0,
     )
     assert got.shape == (2, 1) and (got == end).all()
@@ -161,10 +161,11 @@ def decode_in_step_worker(rank: int, world_size: int, port: int) -> None:
     assert widest(widths[rank], torch.device("cpu"), False) == widths[rank]
     options = {"max_new_tokens": 6, "temperature": 1.0, "top_k": 8, "pad_token_id": 0}
 
-    def decode(eos_token_id: int | None, in_step: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def decode(stop: int | None, in_step: bool) -> tuple[torch.Tensor, torch.Tensor]:
         torch.manual_seed(3)
         args = (model.student, model.teacher, left)
-        return interleaved_sample(*args, eos_token_id=eos_token_id, in_step=in_step, **options)
+        stops = () if stop is None else (stop,)
+        return interleaved_sample(*args, stop_ids=stops, in_step=in_step, **options)
 
     first = int(decode(None, False)[0][0, 0])
     end = first if rank == 0 else None  # rank 0's first token is its end token
