@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from lightning_kd.distill.assembly import stop_at_turn_ends
 from lightning_kd.distill.distiller import Distiller
 from lightning_kd.distill.objective import DistillConfig
-from lightning_kd.distill.on_policy import OnPolicy
+from lightning_kd.distill.on_policy import OnPolicy, draw_seed
 from lightning_kd.generation.decoding import completions_batch, prompt_tokens, until_stop
 from lightning_kd.launch.checks import config_errors
 from lightning_kd.launch.config import compose_config
@@ -108,6 +108,17 @@ def test_lambda_chooses_that_share_of_micro_batches_reproducibly() -> None:
     assert chosen == [sampler.chooses(draw) for draw in range(2000)]
     assert all(OnPolicy(1.0, 4, 1.0, 0, (), 0).chooses(d) for d in range(10))
     assert not any(OnPolicy(0.0, 4, 1.0, 0, (), 0).chooses(d) for d in range(10))
+
+
+def test_two_seeds_choose_and_sample_apart() -> None:
+    """Seeds were summed with the draw number (step · 1,000,003 + batch): seed 1 chose and
+    sampled what seed 0 did one step later (probe 43)."""
+    draws = [step * 1_000_003 + batch for step in range(40) for batch in range(4)]
+    later = [draw + 1_000_003 for draw in draws]
+    one, zero = OnPolicy(0.5, 4, 1.0, 1, (), 0), OnPolicy(0.5, 4, 1.0, 0, (), 0)
+    assert [one.chooses(d) for d in draws] != [zero.chooses(d) for d in later]
+    assert len({draw_seed(seed, draw, "sample") for seed in (0, 1) for draw in draws}) == 320
+    assert draw_seed(0, 5, "choose") != draw_seed(0, 5, "sample")
 
 
 def test_warmup_steps_train_on_the_datasets_answers_alone() -> None:
