@@ -49,6 +49,10 @@ def test_the_plan_repairs_trainable_layers_whose_span_holds_several_teacher_laye
     # Student [0, 3]: layer 0 stands for teacher 0-2 and reads the embeddings, as it does anyway.
     plan = repair_plan(distiller_for(StudentSpec(num_layers=2)))
     assert plan == [Span("model.layers.0", None, "model.layers.2")]
+    # Student [1, 2, 3]: layer 0 copies teacher 1 but reads the embeddings: it stands for
+    # teacher 0-1 (it was left out, as if it stood for teacher 1 alone: probe 43).
+    plan = repair_plan(distiller_for(StudentSpec(layers=[1, 2, 3])))
+    assert plan == [Span("model.layers.0", None, "model.layers.1")]
     # A frozen layer is not repaired: student [0, 2, 3] with its first layer frozen.
     assert repair_plan(distiller_for(StudentSpec(layers=[0, 2, 3], freeze_layers=1))) == []
 
