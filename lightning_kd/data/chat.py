@@ -48,7 +48,7 @@ from lightning_kd.data.held_out import val_files_errors
 from lightning_kd.data.loaders import ranks
 from lightning_kd.data.packing import warn_cut
 from lightning_kd.data.provenance import source_record
-from lightning_kd.data.reading import read_records
+from lightning_kd.data.reading import place_name, read_records
 from lightning_kd.data.teacher_answers import teacher_answered
 from lightning_kd.data.text import TextDataModule
 from lightning_kd.data.tokenized import cache_key, rows, text_key, tokenized
@@ -193,7 +193,7 @@ class ChatDataModule(TextDataModule):
         """The conversations of ``data.files``, row by row (``file:line`` each)."""
         for path in self.files:
             for number, record in read_records(path):
-                where = f"{path}:{number}"
+                where = f"{place_name(path)}:{number}"  # generate's prompt_line, too
                 messages = row_messages(record, where, self.fields)
                 yield Conversation(where, messages, encode_chat(self.tokenizer, messages, where))
 

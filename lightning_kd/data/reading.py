@@ -226,13 +226,19 @@ def warn_repeats(count: int, total: int, examples: list[str] | None = None) -> N
     )
 
 
+def place_name(path: Path) -> str:
+    """How a row's place names ``path``: an embedded corpus by its name (``smollm2_generated``),
+    the same wherever the package is installed; any other file by its path."""
+    return next((name for name, own in EMBEDDED.items() if own == path), str(path))
+
+
 def distinct_documents(files: list[Path], text_field: str = "text") -> list[tuple[str, str]]:
     """``(file:line, text)`` of each distinct, non-blank document of ``files`` in reading order
     (a repeat dropped, with a warning), refused when there is none. An embedded corpus is named
     by its name (``smollm2_generated:190``): the same wherever the package is installed."""
     names = {path: name for name, path in EMBEDDED.items()}
     read = [
-        (f"{names.get(path, path)}:{number}", text, path)
+        (f"{place_name(path)}:{number}", text, path)
         for path in files
         for number, text in numbered_documents(path, text_field)
     ]

@@ -268,6 +268,16 @@ def test_too_few_conversations_are_named_with_the_file_and_the_fix(tmp_path) -> 
         ChatDataModule(chat_tokenizer(), files=[str(one)]).setup()
 
 
+def test_a_conversation_of_the_embedded_corpus_is_placed_by_the_corpus_name(tmp_path) -> None:
+    """Its place is generate's prompt_line: it was the install's absolute path (probe 41), where
+    text documents were ``smollm2_generated:190``; another file keeps its path."""
+    own = write_rows(tmp_path / "c.jsonl", [{"messages": TURNS}])
+    files = ["smollm2_generated", str(own)]
+    module = ChatDataModule(chat_tokenizer(), files=files, completion_field="text")
+    places = [chat.where for chat in module.file_chats()]
+    assert places[0] == "smollm2_generated:1" and places[-1] == f"{own}:1"
+
+
 def test_padded_batches_carry_each_conversations_labels(tmp_path) -> None:
     rows = write_rows(tmp_path / "c.jsonl", conversations(12))
     data = ChatDataModule(chat_tokenizer(), files=[str(rows)], val_fraction=0.25, pack=False)
