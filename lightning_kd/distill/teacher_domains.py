@@ -53,7 +53,7 @@ class DomainTeaching:
     entries: Sequence = ()
     weights: Tensor | None = None
     """``[domains, teachers]`` (:func:`domain_weights`); None until known, or with no domains."""
-    checked: Tensor | None = field(default=None, repr=False)
+    checked: Tensor | None = field(default=None, repr=False, compare=False)
     """The last batch's ``domain``, as :meth:`domain` checked it."""
 
     @property
