@@ -242,6 +242,8 @@ def run_dir_override_errors(argv: Sequence[str]) -> list[str]:
         (override,) = OverridesParser.create().parse_overrides(words[-1:])
     except Exception:  # Hydra's lexer error, exit 1, with no fix (probe 33)
         key, _, value = words[-1].partition("=")
+        if refused := run_dir_errors(value):  # quoted, it would be refused for that (probe 41)
+            return refused
         quoted = shlex.quote(f"{key}={hydra_text(value)}")
         return [f"{words[-1]}: Hydra's override grammar cannot read it; quote it: {quoted}"]
     value = override.value()

@@ -68,7 +68,11 @@ def resolve_ckpt_path(ckpt_path: str | None, checkpoint_dir: Path) -> Path | Non
         )
     path = checkpoint_dir / LAST_NAME if text == LAST else Path(text).expanduser()
     if not path.exists():
-        where = f"; this run directory has no checkpoint yet ({checkpoint_dir})"
+        where = (
+            f"; this run directory has no checkpoint yet ({checkpoint_dir}). ckpt_path=last "
+            "resumes the run whose directory hydra.run.dir names: give it (hydra.run.dir=DIR "
+            "ckpt_path=last), as a run without it gets a new timestamped directory"
+        )
         raise CheckpointError(
             f"ckpt_path={text!r}: no checkpoint file at {path}"
             + (where if text == LAST else "; give the path of a .ckpt file, or ckpt_path=last")

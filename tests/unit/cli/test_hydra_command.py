@@ -74,3 +74,14 @@ def test_a_run_directory_hydra_cannot_read_unquoted_is_refused_with_its_quoted_f
     quoted = f"'hydra.run.dir=\"{tmp_path}/spa ce ü,x=1\"'"
     assert f"{given}: Hydra's override grammar cannot read it; quote it: {quoted}" in err
     assert "LexerNoViableAltException" not in err
+
+
+def test_a_run_directory_refused_quoted_too_is_refused_for_that_at_once(capsys) -> None:
+    """``hydra.run.dir=~/x`` was told to quote it, and quoted, was refused for its '~'."""
+    from lightning_kd.cli import main
+
+    with pytest.raises(SystemExit) as refused:
+        main(["train", "debug=smoke", "hydra.run.dir=~/x"])
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert "hydra.run.dir=~/x: Hydra does not expand '~'" in err and "quote it" not in err
