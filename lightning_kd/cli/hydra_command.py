@@ -19,7 +19,6 @@ from hydra.errors import ConfigCompositionException, OverrideParseException
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from lightning_kd.cli.group_overrides import group_option_errors
 from lightning_kd.cli.hydra_help import config_dirs
 from lightning_kd.cli.refused_run_dir import drop_empty_run_dir, run_logged, started_outputs
 from lightning_kd.cli.sweep_values import sweep_value_errors
@@ -28,6 +27,7 @@ from lightning_kd.launch.cluster import launcher_errors, launcher_override_error
 from lightning_kd.launch.cluster_jobs import drop_placeholder, job_ends_told, sweep_dir_errors
 from lightning_kd.launch.config import CONF_DIR, compose_config, register_defaults, stored_nodes
 from lightning_kd.launch.domain_names import string_domain_names
+from lightning_kd.launch.group_overrides import group_option_errors
 from lightning_kd.launch.harness_run import ScoringFailed
 from lightning_kd.launch.interpolations import interpolation_errors
 from lightning_kd.launch.keys import override_key_errors

@@ -110,8 +110,7 @@ def repair_plan(distiller) -> list[Span]:
     spans = []
     for j, pair in enumerate(pairs):
         layer = resolve_module(distiller.student, pair.student, "student")
-        # The first reads the embeddings: its span starts at teacher layer 0, whichever it
-        # copies (a first layer copied from teacher 1, followed by 2, was taken for exact).
+        # The first reads the embeddings: its span starts at teacher layer 0 (probe 43).
         length = ends[j] - (distiller.layer_map[j] if j else 0) + 1
         if length > 1 and any(p.requires_grad for p in layer.parameters()):
             source = pairs[j - 1].teacher if j > 0 else None

@@ -41,6 +41,7 @@ from lightning_kd.generation.teacher_completions import GenerateSpec
 from lightning_kd.launch.cluster import register_launchers
 from lightning_kd.launch.config_dir import shipped_config_dir
 from lightning_kd.launch.domain_names import string_domain_names
+from lightning_kd.launch.group_overrides import group_option_errors
 from lightning_kd.models.loading import StudentSpec, TeacherSpec
 from lightning_kd.utils.atomic import atomic_write_bytes
 from lightning_kd.utils.refusal import Refused
@@ -142,7 +143,11 @@ def compose_config(
     try:
         return compose_unchecked(overrides, output_dir, config_dirs)
     except MissingConfigException as error:  # an option a group lacks: the command's message
-        raise Refused(str(error).split("Config search path")[0].strip()) from None
+        dirs = [CONF_DIR, *(Path(d).expanduser() for d in config_dirs)]
+        found = group_option_errors(list(overrides), dirs, stored_nodes())
+        raise Refused(
+            "; ".join(found) or str(error).split("Config search path")[0].strip()
+        ) from None
     except ConfigCompositionException as error:
         if (found := NOT_IN_CONFIG.search(str(error))) is None:
             raise

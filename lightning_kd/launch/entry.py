@@ -149,10 +149,13 @@ def entry_errors(
     (a packaged model's missing packages among them: :class:`Length` leaves those to this
     check), ``options`` (``command``'s own, by :data:`OPTIONS`), each of ``lengths`` beyond a
     model's positions, and the command's own cross-checks (``extra``)."""
-    errors = [] if cfg is None else config_errors(cfg) + model_path_errors(cfg)
+    paths = [] if cfg is None else model_path_errors(cfg)
+    errors = [] if cfg is None else config_errors(cfg) + paths
     if command is not None:
         errors += value_errors(options or {}, OPTIONS[command])
     errors += [error for error in extra if not named_already(error, errors)]
+    if paths:  # the models cannot say their positions either: said once, by the path checks
+        return errors  # (a hub id out of reach was transformers' "We couldn't connect" too)
     return errors + [error for length in lengths for error in length.errors()]
 
 

@@ -20,6 +20,7 @@ from lightning_kd.launch.entry import entry_errors, teacher_length
 from lightning_kd.launch.gguf_export import gguf_errors
 from lightning_kd.launch.harness_run import harness_errors
 from lightning_kd.launch.model_checks import model_setting_errors
+from lightning_kd.launch.model_paths import model_path_errors
 from lightning_kd.launch.named_cache_checks import named_cache_errors
 from lightning_kd.launch.nodes import node_errors
 from lightning_kd.launch.rules import ABSENT, lookup
@@ -30,13 +31,18 @@ def train_errors(cfg: Mapping) -> list[str]:
     """One message per thing ``train`` would refuse in ``cfg``, before any model loads."""
     num_nodes = lookup(cfg, "trainer.num_nodes")
     nodes = node_errors(1 if num_nodes is ABSENT else num_nodes, lookup(cfg, "trainer.devices"))
-    extra = model_setting_errors(cfg) + nodes + data_file_errors(cfg) + dataset_errors(cfg)
-    extra += tokenizer_pair_errors(cfg)  # tokenizers load only where it asks the cross path
-    extra += named_cache_errors(cfg) + cache_k_errors(cfg, "train") + cache_dtype_errors(cfg)
+    extra = nodes + data_file_errors(cfg) + dataset_errors(cfg)
+    # Models the path checks refuse are not read (a hub id out of reach: a minute of retries
+    # for each check that read it, probe 41); entry_errors says why.
+    if not model_path_errors(cfg):
+        extra = model_setting_errors(cfg) + extra
+        extra += tokenizer_pair_errors(cfg)  # tokenizers load only where it asks the cross path
+        extra += named_cache_errors(cfg) + cache_k_errors(cfg, "train") + cache_dtype_errors(cfg)
+        extra += gguf_errors(cfg)
     # Before a cache is written, as `cache`; a key the config lacks (no samples) is not compared.
     lengths = [teacher_length(cfg, "data.block_size")]
     lengths.append(teacher_length(cfg, "callbacks.samples.max_new_tokens"))  # prompts add later
-    extra += harness_errors(cfg) + gguf_errors(cfg)
+    extra += harness_errors(cfg)
     return entry_errors(cfg, lengths=lengths, extra=extra)
 
 

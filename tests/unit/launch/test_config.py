@@ -91,6 +91,13 @@ def test_from_python_a_missing_config_dir_or_option_is_refused_as_the_command_re
 
     with pytest.raises(Refused, match=r"config_dirs: \['.*/mine'\] are no directories"):
         compose_config([], config_dirs=[tmp_path / "mine"])
-    with pytest.raises(Refused, match=r"(?s)Could not find 'teacher/nope'.*smollm2") as refused:
-        compose_config(["teacher=nope"])
-    assert "Config search path" not in str(refused.value)
+    # The command's own line, with the nearest option and no internal "base" (probe 41).
+    with pytest.raises(Refused) as refused:
+        compose_config(["teacher=smolm2"])
+    said = str(refused.value)
+    assert said.startswith("teacher=smolm2: the config group teacher has no option 'smolm2'; ")
+    assert "did you mean teacher=smollm2?" in said and "base" not in said
+    (tmp_path / "own" / "teacher").mkdir(parents=True)
+    (tmp_path / "own" / "teacher" / "mine.yaml").write_text("path: smollm2\n")
+    with pytest.raises(Refused, match=r"did you mean teacher=mine\?"):
+        compose_config(["teacher=mines"], config_dirs=[tmp_path / "own"])

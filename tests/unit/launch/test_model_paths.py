@@ -89,3 +89,24 @@ def test_a_hub_id_out_of_reach_and_not_cached_is_named_by_its_key(monkeypatch) -
     cached = "/cache/models--Qwen--Qwen2.5-1.5B/snapshots/x/config.json"
     monkeypatch.setattr(model_paths, "try_to_load_from_cache", lambda *_: cached)
     assert model_path_errors(OmegaConf.create({"teacher": {"path": "Qwen/Qwen2.5-1.5B"}})) == []
+
+
+def test_a_hub_id_out_of_reach_is_one_refusal_read_by_no_other_check(monkeypatch) -> None:
+    """The path check's refusal came with transformers' "We couldn't connect" from the length
+    check, after a minute of retries by each check that read the model (probe 41)."""
+    from lightning_kd.launch import model_paths
+    from lightning_kd.launch.config import compose_config
+    from lightning_kd.launch.train_checks import train_errors
+
+    def unreachable(*args, **kwargs):
+        raise OSError("Name or service not known")
+
+    def never(*args, **kwargs):
+        raise AssertionError("a refused hub id was read")
+
+    monkeypatch.setattr(model_paths.socket, "create_connection", unreachable)
+    monkeypatch.setattr(model_paths, "try_to_load_from_cache", lambda *_: None)
+    monkeypatch.setattr("transformers.AutoConfig.from_pretrained", never)
+    cfg = compose_config(["teacher.path=Qwen/Qwen2.5-1.5B", "student.num_layers=8"])
+    (error,) = train_errors(cfg)
+    assert error.startswith("teacher.path=Qwen/Qwen2.5-1.5B: a Hugging Face id that is not in")

@@ -1,13 +1,13 @@
 """A ``group=option`` naming no option of its group, refused before Hydra composes
-(``cli/group_overrides.py``): it was Hydra's "Could not find" with its search path, exit 1."""
+(``launch/group_overrides.py``): it was Hydra's "Could not find" with its search path, exit 1."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from lightning_kd.cli import main
-from lightning_kd.cli.group_overrides import group_option_errors
 from lightning_kd.launch.config import CONF_DIR, stored_nodes
+from lightning_kd.launch.group_overrides import group_option_errors
 
 
 def errors(*argv: str, dirs: tuple[Path, ...] = ()) -> list[str]:
