@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import version
 
+from lightning_kd.launch.config_dir import shipped_docs_dir
 from lightning_kd.models.unreadable import UnreadableModel
 from lightning_kd.utils import starting
 from lightning_kd.utils.disk import full_disk_message
@@ -38,6 +39,7 @@ def usage() -> str:
     lines = [f"usage: {PROG} <command> [options]", "", "commands:"]
     lines += [f"  {name:<{width}}  {help}" for name, help in COMMANDS.items()]
     lines += ["", f"`{PROG} <command> --help` describes a command's options."]
+    lines += [f"The docs (Markdown pages): {shipped_docs_dir()}"]
     return "\n".join(lines)
 
 

@@ -13,7 +13,12 @@ from collections.abc import Sequence
 from itertools import pairwise
 from pathlib import Path
 
-from lightning_kd.launch.config_dir import CONFIG_DIR_FLAGS, group_options, shipped_config_dir
+from lightning_kd.launch.config_dir import (
+    CONFIG_DIR_FLAGS,
+    group_options,
+    shipped_config_dir,
+    shipped_docs_dir,
+)
 
 HELP_FLAGS = ("--help", "-h")
 
@@ -73,8 +78,8 @@ def hydra_help(verb: str, doc: str, argv: Sequence[str] = (), hydra_run: bool = 
             "  --config-dir DIR   your own configs, searched before the shipped ones",
             *(HYDRA_FLAGS[2:] if hydra_run else []),
             "",
-            "--cfg job prints every key with its value; what each means: docs/config.md in",
-            "lightning-kd's repository, and the docstrings of the classes each group builds;",
+            "--cfg job prints every key with its value; what each means: the docs' config page",
+            f"({shipped_docs_dir() / 'config.md'}) and the classes each group builds;",
             f"the shipped configs (conf/ in this help): {shipped_config_dir()}",
         ]
     )

@@ -25,6 +25,16 @@ def shipped_config_dir() -> Path:
     )
 
 
+def shipped_docs_dir() -> Path:
+    """The docs' pages (Markdown): ``lightning_kd/docs`` in an installed wheel, else the
+    checkout's ``docs/``. A wheel user had only "docs/... in lightning-kd's repository", and no
+    repository address (probe 41)."""
+    for candidate in (PACKAGE_DIR / "docs", PACKAGE_DIR.parent / "docs"):
+        if (candidate / "index.md").is_file():
+            return candidate
+    return Path("docs")  # a copy without them: the repository's
+
+
 def group_options(conf: Path) -> dict[str, list[str]]:
     """Each config group of ``conf`` (``teacher``, ``hydra/launcher``, ...) and its options: the
     YAML files a ``group=option`` override picks."""

@@ -27,7 +27,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-LAUNCH_DOC = "the docs' scale-out page, docs/scale-out.md#multi-node in the repository"
+from lightning_kd.launch.config_dir import shipped_docs_dir
+
+LAUNCH_DOC = f"the docs' scale-out page, {shipped_docs_dir() / 'scale-out.md'} (#multi-node)"
 
 
 @dataclass(frozen=True)

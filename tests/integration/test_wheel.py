@@ -79,6 +79,11 @@ def test_the_installed_package_is_the_wheel_with_its_configs(installed, tmp_path
         p.relative_to(checkout) for p in checkout.rglob("*.*") if "__pycache__" not in p.parts
     }
     assert shutil.which("lightning-kd", path=installed["PATH"]).startswith(installed["PYTHONPATH"])
+    # The docs' pages, which messages and --help point to: a wheel user has no checkout (probe 41).
+    docs = conf.parent / "docs"
+    assert {p.name for p in docs.glob("*.md")} == {p.name for p in (ROOT / "docs").glob("*.md")}
+    usage = shell(["lightning-kd", "--help"], tmp_path, installed).stdout
+    assert f"The docs (Markdown pages): {docs}" in usage
 
 
 @pytest.fixture(scope="module")
