@@ -12,7 +12,7 @@ nothing is prepared or tokenized, so a bad split or column costs a second, not a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hydra.utils import get_class
@@ -53,15 +53,27 @@ def data_setting_errors(cfg: Mapping) -> list[str]:
     return errors + (stream_errors(cfg) if streaming else [])
 
 
+def given_caches(cfg: Mapping) -> list[tuple[str, object]]:
+    """``(key, directory)`` of each teacher cache ``cfg`` names (``distill.teacher_cache``, a
+    ``teachers`` entry's ``cache``), ``auto`` and null left out: they decide for themselves."""
+    found = [("distill.teacher_cache", lookup(cfg, "distill.teacher_cache"))]
+    entries = lookup(cfg, "teachers")
+    if isinstance(entries, Sequence) and not isinstance(entries, str):
+        found += [
+            (f"teachers.{index}.cache", entry.get("cache"))
+            for index, entry in enumerate(entries)
+            if isinstance(entry, Mapping)
+        ]
+    return [(key, cache) for key, cache in found if cache not in (None, "auto", ABSENT)]
+
+
 def chat_cache_errors(cfg: Mapping) -> list[str]:
     """A teacher cache holds plain text blocks: chat data given one was refused only once the
-    teacher had loaded, as a traceback."""
-    cache = lookup(cfg, "distill.teacher_cache")
-    if cache in (None, "auto", ABSENT):
-        return []
+    teacher had loaded, as a traceback (a ``teachers`` entry's: probe 44)."""
     return [
-        f"distill.teacher_cache={cache!r} with chat data: a teacher cache holds plain text "
-        "blocks; set distill.teacher_cache=null (auto keeps the teacher online for chat data)"
+        f"{key}={cache!r} with chat data: a teacher cache holds plain text blocks; set "
+        f"{key}=null (auto keeps the teacher online for chat data)"
+        for key, cache in given_caches(cfg)
     ]
 
 
@@ -103,13 +115,11 @@ def stream_errors(cfg: Mapping) -> list[str]:
             "passes over a fixed set of training blocks, which a stream never holds; set "
             "distill.blockwise_passes=0"
         )
-    cache = lookup(cfg, "distill.teacher_cache")
-    if cache not in (None, "auto", ABSENT):
-        errors.append(
-            f"distill.teacher_cache={cache!r} with data.streaming=true: a cache holds the "
-            "teacher's records of fixed blocks; set distill.teacher_cache=null (auto keeps the "
-            "teacher online for a stream)"
-        )
+    errors += [
+        f"{key}={cache!r} with data.streaming=true: a cache holds the teacher's records of "
+        f"fixed blocks; set {key}=null (auto keeps the teacher online for a stream)"
+        for key, cache in given_caches(cfg)
+    ]
     steps = lookup(cfg, "trainer.max_steps")
     if steps in (-1, None):
         errors.append(

@@ -161,3 +161,29 @@ def test_chat_data_with_a_teacher_cache_is_refused_with_the_config() -> None:
     for kept in ("null", "auto"):
         cfg = compose_config([*chat, f"distill.teacher_cache={kept}"], output_dir="/tmp/unused")
         assert not any("with chat data" in e for e in config_errors(cfg))
+
+
+SECOND = "{name: b, weight: 0.5, path: smollm2, cache: /tmp/b_cache}"
+
+
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [
+        (["data=chat", "data.files=[c.jsonl]"], "with chat data: a teacher cache holds plain"),
+        (
+            ["data.streaming=true", "data.dataset.path=json", "distill.blockwise_passes=0"],
+            "with data.streaming=true: a cache holds the teacher's records of fixed blocks",
+        ),
+    ],
+    ids=["chat", "stream"],
+)
+def test_a_teachers_entrys_cache_the_data_cannot_use_is_refused_with_the_config(data, said):
+    """Only distill.teacher_cache was: an entry's was a traceback once every model had loaded
+    (chat), or a refusal of "0 blocks" advising a cache command that refuses the data (probe
+    44)."""
+    teachers = f"teachers=[{{name: a, weight: 0.5}}, {SECOND}]"
+    cfg = compose_config(["debug=smoke", *data, teachers], output_dir="/tmp/unused")
+    expected = f"teachers.1.cache='/tmp/b_cache' {said}"
+    assert any(
+        e.startswith(expected) and "set teachers.1.cache=null" in e for e in config_errors(cfg)
+    )
