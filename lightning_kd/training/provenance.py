@@ -53,8 +53,11 @@ block-wise repair before the first step included (a resume that adds one never r
 checkpoint does not record (a field added since it was saved) is not compared."""
 CROSS_FIELDS = ("cross_loss", "cross_top_k", "cross_uld_weight", "cross_span_weight")
 """What a teacher with another tokenizer is compared by: recorded where a run has one."""
-ON_POLICY_FIELDS = ("on_policy_tokens", "on_policy_temperature", "on_policy_teacher_top_k")
-"""How the student's own completions are drawn: recorded where a run samples them."""
+ON_POLICY_FIELDS = (
+    *("on_policy_tokens", "on_policy_temperature", "on_policy_teacher_top_k"),
+    *("on_policy_seed", "on_policy_warmup"),  # which micro-batches are sampled (probe 44)
+)
+"""How the student's own completions are drawn, and which: recorded where a run samples them."""
 
 
 class ProvenanceMismatch(Refused):

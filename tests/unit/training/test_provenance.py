@@ -15,7 +15,7 @@ from lightning.pytorch import Callback
 from lightning_kd.models.loading import TeacherSpec
 from lightning_kd.training.differences import differences
 from lightning_kd.training.optim import warmup_cosine
-from lightning_kd.training.provenance import KEY, Provenance, ProvenanceMismatch
+from lightning_kd.training.provenance import KEY, Provenance, ProvenanceMismatch, record
 from lightning_kd.training.saving import LastCheckpoint
 from lightning_kd.training.step_record import compute_changes
 from tests.conftest import TINY_LLAMA, make_datamodule, make_module, make_trainer
@@ -192,6 +192,24 @@ def test_a_checkpoint_from_before_split_seed_is_compared_by_the_seed_that_drew_i
         "data.split_seed: checkpoint 1, this run 0"
     ]
     assert differences(older, {"data": {"seed": 1, "split_seed": 1}}) == []
+
+
+def test_an_on_policy_resume_with_other_draws_is_refused() -> None:
+    """Another on_policy_seed or on_policy_warmup samples other micro-batches: a resume with
+    either trained another student without a word (probe 44)."""
+    module = make_module(
+        TeacherSpec(path=None, config=dict(TINY_LLAMA)),
+        on_policy=0.5,
+        on_policy_seed=3,
+        on_policy_warmup=2,
+    )
+    saved = record(module)
+    assert saved["distill"]["on_policy_seed"] == 3 and saved["distill"]["on_policy_warmup"] == 2
+    now = saved | {"distill": saved["distill"] | {"on_policy_seed": 7, "on_policy_warmup": 5}}
+    assert differences(saved, now) == [
+        "distill.on_policy_seed: checkpoint 3, this run 7",
+        "distill.on_policy_warmup: checkpoint 2, this run 5",
+    ]
 
 
 def test_a_resume_with_another_number_of_processes_is_refused() -> None:
