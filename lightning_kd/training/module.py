@@ -10,6 +10,7 @@ keeps the specs as plain data: ``load_from_checkpoint(path)`` rebuilds the teach
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -224,9 +225,10 @@ class DistillationModule(LightningModule):
         check_finite_loss(self.trainer.global_step + 1, parts)
         self.log("train/loss", parts.pop("loss"), prog_bar=True, on_step=True, on_epoch=False)
         logged = {f"train/{name}": value for name, value in parts.items()}
-        share = None if (sampler := self.distiller.on_policy) is None else sampler.tally.take()
-        if share is not None:  # interleaved sampling: how much of the text was the student's
-            logged["train/student_token_share"] = share
+        if (sampler := self.distiller.on_policy) is not None and sampler.teacher_top_k:
+            # NaN where the step wrote nothing: a value Lightning re-logged stale (probe 44).
+            share = sampler.tally.take()  # interleaved: how much text was the student's own
+            logged["train/student_token_share"] = math.nan if share is None else share
         self.log_dict(logged, on_step=True, on_epoch=False)
         self.tokens_seen += int(totals["tokens"])
 

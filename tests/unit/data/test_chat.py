@@ -365,8 +365,13 @@ def test_packed_blocks_keep_labels_and_truncation_is_reported(tmp_path) -> None:
             "callbacks.samples.every=3",
             "callbacks.samples.max_new_tokens=4",
         ],
+        [
+            "distill.on_policy=0.5",
+            "distill.on_policy_tokens=8",
+            "distill.on_policy_teacher_top_k=99",
+        ],
     ],
-    ids=["features", "on_policy"],
+    ids=["features", "on_policy", "interleaved"],
 )
 def test_a_chat_run_trains_on_the_answers(tmp_path, objective) -> None:
     """Through run.py: the dataset's answers (with feature matching), and mixed on-policy KD."""
@@ -393,6 +398,12 @@ def test_a_chat_run_trains_on_the_answers(tmp_path, objective) -> None:
         assert set(steps) == {"3", "6"} and steps.count("3") == steps.count("6") == 2
         assert all(row["prompt"].endswith("<|im_start|>assistant\n") for row in rows)
         assert "Completions at step 6" in (run_dir / "summary.md").read_text()
+    if "distill.on_policy_teacher_top_k=99" in objective:  # a step that sampled nothing: NaN
+        with open(run_dir / "logs" / "metrics.csv", newline="") as handle:
+            logged = [row for row in csv.DictReader(handle) if row.get("train/loss")]
+        shares = [row["train/student_token_share"] for row in logged]
+        first = next(i for i, share in enumerate(shares) if share not in ("", "nan"))
+        assert "nan" in shares[first:], shares  # it was the last step's share again (probe 44)
 
 
 def test_a_teacher_cache_of_chat_data_is_refused_by_name(tmp_path) -> None:
