@@ -278,8 +278,12 @@ def append_completions(
             bar.update(len(batch) - max(0, done - start))
 
 
-def use_chat_template(tokenizer: PreTrainedTokenizerBase, spec: GenerateSpec) -> None:
-    """Give ``tokenizer`` ``generate.chat_template`` if set; refuse one without a template."""
+def use_chat_template(
+    tokenizer: PreTrainedTokenizerBase, spec: GenerateSpec, data_template: str | None = None
+) -> None:
+    """Give ``tokenizer`` ``generate.chat_template`` if set; refuse one without a template,
+    naming the run's ``data.chat_template`` (``data_template``) where one is set: it was there,
+    unsaid (probe 44)."""
     if spec.chat_template is not None:
         tokenizer.chat_template = template_text(spec.chat_template, "generate.chat_template")
     if tokenizer.chat_template is None:
@@ -291,5 +295,12 @@ def use_chat_template(tokenizer: PreTrainedTokenizerBase, spec: GenerateSpec) ->
                 "(User: ... / Assistant:), or a file holding a Jinja template or the template "
                 "itself, e.g. generate.chat_template=template.jinja; on data=text, "
                 "generate.prompts=train_split continues the training documents instead"
+                + (
+                    ""
+                    if data_template is None
+                    else f"; the run renders its conversations with data.chat_template="
+                    f"{data_template}, which generate.chat_template={data_template} gives the "
+                    "teacher too"
+                )
             ]
         )

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lightning_kd.data.chat import ChatDataModule
@@ -150,7 +150,7 @@ def prepared(
     template: Refused | None = None
     if chat_prompts(cfg, spec):
         try:
-            use_chat_template(tokenizer, spec)
+            use_chat_template(tokenizer, spec, OmegaConf.select(cfg, "data.chat_template"))
         except Refused as refused:  # a file's rows are read without it: both said at once
             if spec.prompts in SPLITS:  # a split's conversations are made with it
                 raise

@@ -193,6 +193,12 @@ def test_a_base_teacher_is_told_to_set_a_chat_template_or_given_plain(teacher, t
     cfg = config(tmp_path / "refused", conversations, *chat)
     with pytest.raises(Refused, match=r"generate.chat_template=null.*generate.chat_template=plain"):
         generate(cfg, teacher, byte_tokenizer())
+    # The run's own data.chat_template was there, unsaid (probe 44).
+    template = tmp_path / "chatml.jinja"
+    template.write_text(CHATML)
+    cfg = config(tmp_path / "told", conversations, *chat, f"data.chat_template={template}")
+    with pytest.raises(Refused, match=f"which generate.chat_template={template} gives the teach"):
+        generate(cfg, teacher, byte_tokenizer())
     tokenizer = sentencepiece_tokenizer()
     spec = TeacherSpec(path=None, config={**TINY_LLAMA, "vocab_size": len(tokenizer)})
     base = load_teacher(spec, "32-true")
