@@ -3,6 +3,7 @@ it holds and choosing the teacher's side of its step (online, cached, another to
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -11,6 +12,7 @@ from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lightning_kd.cache.teacher import CachedTeacher
+from lightning_kd.data.chat_tokens import turn_end_id
 from lightning_kd.data.token_bytes import byte_lengths
 from lightning_kd.distill.cross_tokenizer import CrossTokenizer
 from lightning_kd.distill.objective import DistillConfig
@@ -82,9 +84,21 @@ def assemble(
 def stop_at_turn_ends(distiller, tokenizer: PreTrainedTokenizerBase | None) -> None:
     """End ``distiller``'s on-policy completions at the run's chat template's end of turn too:
     the student's own config names only its EOS ids (``decoding.stop_and_pad``)."""
-    if (sampler := distiller.on_policy) is not None and tokenizer is not None:
-        stops, _ = stop_and_pad(distiller.student, "distill.on_policy", tokenizer)
-        distiller.on_policy = replace(sampler, stop_ids=stops)
+    if (sampler := distiller.on_policy) is None or tokenizer is None:
+        return
+    stops, _ = stop_and_pad(distiller.student, "distill.on_policy", tokenizer)
+    distiller.on_policy = replace(sampler, stop_ids=stops)
+    if tokenizer.chat_template is not None and turn_end_id(tokenizer) is None:  # probe 44
+        warnings.warn(NO_TURN_END.format(stops, sampler.max_new_tokens), stacklevel=2)
+
+
+NO_TURN_END = (
+    "distill.on_policy: the chat template closes an answer with no special token of the "
+    "tokenizer (the plain template, or markers the tokenizer reads as text), so the student's "
+    "completions end only at its EOS ids {} or after distill.on_policy_tokens={}, and may run "
+    "on into turns of their own; a template whose end of turn is a special token ends them there"
+)
+"""Said where on-policy completions cannot stop at the end of their turn."""
 
 
 def attach_teachers(distiller, extra: ExtraTeachers, domains: DomainTeaching) -> None:

@@ -206,6 +206,12 @@ def test_a_run_stops_on_policy_completions_at_its_chat_templates_end_of_turn() -
     tokenizer = chatml_tokenizer()
     stop_at_turn_ends(model, tokenizer)
     assert model.on_policy.stop_ids == (eos, tokenizer.convert_tokens_to_ids("<|im_end|>"))
+    # Markers the tokenizer reads as text end no completion: said, not silent (probe 44).
+    from tests.unit.data.test_chat import chat_tokenizer
+
+    with pytest.warns(UserWarning, match=r"closes an answer with no special token"):
+        stop_at_turn_ends(model, chat_tokenizer())
+    assert model.on_policy.stop_ids == (eos,)
 
 
 def test_a_batch_padded_on_the_left_is_sampled_as_the_same_batch_padded_on_the_right() -> None:
