@@ -32,8 +32,9 @@ from lightning_kd.models.student import check_num_layers, student_layer_indices
 GROUPS = ("teacher", "student", "distill")
 
 
-def model_setting_errors(cfg: Mapping) -> list[str]:
-    """One message per model setting of ``cfg`` the run would refuse once its models load."""
+def model_setting_errors(cfg: Mapping, read_models: bool = True) -> list[str]:
+    """One message per model setting of ``cfg`` the run would refuse once its models load;
+    without ``read_models``, only those its values say alone (no model's config is read)."""
     specs, errors = built_specs(cfg)
     if errors:
         return errors
@@ -45,6 +46,8 @@ def model_setting_errors(cfg: Mapping) -> list[str]:
         errors.append(str(error))
     if distill.features:
         errors += projector_errors(distill.projector)
+    if not read_models:
+        return errors
     try:
         base = spec_config(teacher)
     except (ValueError, OSError):  # a path refused by model_path_errors, with the rest

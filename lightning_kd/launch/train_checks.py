@@ -31,11 +31,12 @@ def train_errors(cfg: Mapping) -> list[str]:
     """One message per thing ``train`` would refuse in ``cfg``, before any model loads."""
     num_nodes = lookup(cfg, "trainer.num_nodes")
     nodes = node_errors(1 if num_nodes is ABSENT else num_nodes, lookup(cfg, "trainer.devices"))
-    extra = nodes + data_file_errors(cfg) + dataset_errors(cfg)
     # Models the path checks refuse are not read (a hub id out of reach: a minute of retries
     # for each check that read it, probe 41); entry_errors says why.
-    if not model_path_errors(cfg):
-        extra = model_setting_errors(cfg) + extra
+    readable = not model_path_errors(cfg)
+    extra = model_setting_errors(cfg, readable) + nodes + data_file_errors(cfg)
+    extra += dataset_errors(cfg)
+    if readable:
         extra += tokenizer_pair_errors(cfg)  # tokenizers load only where it asks the cross path
         extra += named_cache_errors(cfg) + cache_k_errors(cfg, "train") + cache_dtype_errors(cfg)
         extra += gguf_errors(cfg)

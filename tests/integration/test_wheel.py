@@ -20,7 +20,7 @@ import pytest
 from tests.unit.data.test_chat import CHATML
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = ("pyproject.toml", "README.md", "lightning_kd", "conf")
+SOURCES = ("pyproject.toml", "README.md", "lightning_kd", "conf", "docs")
 
 
 @pytest.fixture(scope="module")
