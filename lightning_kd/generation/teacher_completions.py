@@ -49,7 +49,6 @@ from lightning_kd.data.chat_tokens import (
     PLAIN_NEXT_TURN,
     PLAIN_TEMPLATE,
     prompt_ids,
-    template_text,
     turn_end_id,
 )
 from lightning_kd.data.conversations import (
@@ -71,7 +70,6 @@ from lightning_kd.generation.decoding import generate_in_eval, left_padded
 from lightning_kd.generation.stop_request import StopRequested
 from lightning_kd.generation.text_continuations import continuations, end_tokens, text_prompt_ids
 from lightning_kd.models.digests import vocab_digest
-from lightning_kd.utils.refusal import refuse
 from lightning_kd.utils.stopping import STOP
 
 OUTPUT_NAME = "completions.jsonl"
@@ -276,31 +274,3 @@ def append_completions(
             handle.flush()
             os.fsync(handle.fileno())
             bar.update(len(batch) - max(0, done - start))
-
-
-def use_chat_template(
-    tokenizer: PreTrainedTokenizerBase, spec: GenerateSpec, data_template: str | None = None
-) -> None:
-    """Give ``tokenizer`` ``generate.chat_template`` if set; refuse one without a template,
-    naming the run's ``data.chat_template`` (``data_template``) where one is set: it was there,
-    unsaid (probe 44)."""
-    if spec.chat_template is not None:
-        tokenizer.chat_template = template_text(spec.chat_template, "generate.chat_template")
-    if tokenizer.chat_template is None:
-        # Refused, not raised: the tokenizer loads in a second, and this is the user's to set.
-        refuse(
-            [
-                "generate.chat_template=null: the teacher's tokenizer has no chat template to "
-                "render the chat prompts with (a base model's); set generate.chat_template=plain "
-                "(User: ... / Assistant:), or a file holding a Jinja template or the template "
-                "itself, e.g. generate.chat_template=template.jinja; on data=text, "
-                "generate.prompts=train_split continues the training documents instead"
-                + (
-                    ""
-                    if data_template is None
-                    else f"; the run renders its conversations with data.chat_template="
-                    f"{data_template}, which generate.chat_template={data_template} gives the "
-                    "teacher too"
-                )
-            ]
-        )

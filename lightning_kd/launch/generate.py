@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lightning_kd.data.chat import ChatDataModule
+from lightning_kd.data.chat_tokens import template_text
 from lightning_kd.data.conversations import ChatFields, prompt_of
 from lightning_kd.data.text import TextDataModule
 from lightning_kd.generation.completion_rows import cut_report
@@ -23,7 +24,6 @@ from lightning_kd.generation.teacher_completions import (
     prompt_tokens,
     prompts_file_error,
     read_prompts,
-    use_chat_template,
     write_completions,
 )
 from lightning_kd.generation.text_continuations import document_prefix
@@ -268,3 +268,31 @@ def run_generate(cfg: DictConfig) -> Path:
     # Recorded once written: a generate refused for an output another one holds leaves it be.
     record_job(cfg, Path(cfg.output_dir))
     return written
+
+
+def use_chat_template(
+    tokenizer: PreTrainedTokenizerBase, spec: GenerateSpec, data_template: str | None = None
+) -> None:
+    """Give ``tokenizer`` ``generate.chat_template`` if set; refuse one without a template,
+    naming the run's ``data.chat_template`` (``data_template``) where one is set: it was there,
+    unsaid (probe 44)."""
+    if spec.chat_template is not None:
+        tokenizer.chat_template = template_text(spec.chat_template, "generate.chat_template")
+    if tokenizer.chat_template is None:
+        # Refused, not raised: the tokenizer loads in a second, and this is the user's to set.
+        refuse(
+            [
+                "generate.chat_template=null: the teacher's tokenizer has no chat template to "
+                "render the chat prompts with (a base model's); set generate.chat_template=plain "
+                "(User: ... / Assistant:), or a file holding a Jinja template or the template "
+                "itself, e.g. generate.chat_template=template.jinja; on data=text, "
+                "generate.prompts=train_split continues the training documents instead"
+                + (
+                    ""
+                    if data_template is None
+                    else f"; the run renders its conversations with data.chat_template="
+                    f"{data_template}, which generate.chat_template={data_template} gives the "
+                    "teacher too"
+                )
+            ]
+        )
