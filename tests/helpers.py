@@ -80,6 +80,7 @@ class _PromptFunction:
         from lightning_kd.distill.on_policy import Tally
 
         self.tally = Tally()  # nothing interleaved: the module reads no share from it
+        self.teacher_top_k = None
 
     def replace(self, student, batch, draw, step=0, teacher=None):
         from lightning_kd.generation.decoding import completions_batch, prompt_tokens
