@@ -190,7 +190,7 @@ def entries_errors(entries: list[TeacherEntry]) -> list[str]:
     no domains where one teacher teaches every row."""
     errors = []
     names = [entry.name for entry in entries]
-    if (mains := [at for at, entry in enumerate(entries) if entry.main]) != mains[:1] or not mains:
+    if len(mains := [at for at, entry in enumerate(entries) if entry.main]) != 1:
         errors.append(main_error(entries, mains))
     if len(set(names)) != len(names):
         errors.append(f"teachers: names {names} repeat; give each entry its own name")

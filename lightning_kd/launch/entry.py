@@ -144,13 +144,16 @@ def entry_errors(
     options: Mapping[str, Any] | None = None,
     lengths: Sequence[Length] = (),
     extra: Sequence[str] = (),
+    paths: Sequence[str] | None = None,
 ) -> list[str]:
     """Whatever a command would trip on after loading: ``cfg``'s config values and model paths
     (a packaged model's missing packages among them: :class:`Length` leaves those to this
-    check), ``options`` (``command``'s own, by :data:`OPTIONS`), each of ``lengths`` beyond a
-    model's positions, and the command's own cross-checks (``extra``)."""
-    paths = [] if cfg is None else model_path_errors(cfg)
-    errors = [] if cfg is None else config_errors(cfg) + paths
+    check; ``paths``: their :func:`model_path_errors`, where the command has them already),
+    ``options`` (``command``'s own, by :data:`OPTIONS`), each of ``lengths`` beyond a model's
+    positions, and the command's own cross-checks (``extra``)."""
+    if paths is None:
+        paths = [] if cfg is None else model_path_errors(cfg)
+    errors = [] if cfg is None else config_errors(cfg) + list(paths)
     if command is not None:
         errors += value_errors(options or {}, OPTIONS[command])
     errors += [error for error in extra if not named_already(error, errors)]

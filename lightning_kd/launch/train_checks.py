@@ -33,7 +33,8 @@ def train_errors(cfg: Mapping) -> list[str]:
     nodes = node_errors(1 if num_nodes is ABSENT else num_nodes, lookup(cfg, "trainer.devices"))
     # Models the path checks refuse are not read (a hub id out of reach: a minute of retries
     # for each check that read it, probe 41); entry_errors says why.
-    readable = not model_path_errors(cfg)
+    paths = model_path_errors(cfg)  # each may ask the hub: asked once, given to entry_errors
+    readable = not paths
     extra = model_setting_errors(cfg, readable) + nodes + data_file_errors(cfg)
     extra += dataset_errors(cfg)
     if readable:
@@ -44,7 +45,7 @@ def train_errors(cfg: Mapping) -> list[str]:
     lengths = [teacher_length(cfg, "data.block_size")]
     lengths.append(teacher_length(cfg, "callbacks.samples.max_new_tokens"))  # prompts add later
     extra += harness_errors(cfg)
-    return entry_errors(cfg, lengths=lengths, extra=extra)
+    return entry_errors(cfg, lengths=lengths, extra=extra, paths=paths)
 
 
 def train_job_errors(cfg: Mapping, here: bool) -> list[str]:
