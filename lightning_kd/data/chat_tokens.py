@@ -82,6 +82,32 @@ def turn_end_id(tokenizer: PreTrainedTokenizerBase) -> int | None:
     return next((i for i in read if i in controls), None)
 
 
+def turn_end_text(tokenizer: PreTrainedTokenizerBase) -> tuple[str, int] | None:
+    """Where an answer ends in text, for a chat template that closes it with no special token
+    (``plain``, or markers the tokenizer reads as text): the text that shows it has ended and
+    how many of its characters are the answer's own. ``plain`` closes an answer with a newline
+    alone, so its end shows only at the next turn: ``("\\nUser:", 1)``; a text marker
+    (``<|im_end|>`` read as text) is its own end: ``("<|im_end|>", 10)``. None where the
+    template renders no answer, or closes it with whitespace and opens no next turn."""
+    first, second = SENTINEL, SENTINEL[::-1]
+    answered = [{"role": "user", "content": "q"}, {"role": "assistant", "content": first}]
+    try:
+        closed = tokenizer.apply_chat_template(answered, tokenize=False)
+        more = [*answered, {"role": "user", "content": second}]
+        followed = tokenizer.apply_chat_template(more, tokenize=False)
+    except Exception:  # a template that cannot render these conversations: none found
+        return None
+    if first not in closed or second not in followed:
+        return None
+    closing = closed.split(first, 1)[1]
+    if closing.strip():  # a marker of the answer's own turn
+        return closing.rstrip(), len(closing.rstrip())
+    next_turn = followed.split(first, 1)[1].split(second, 1)[0].rstrip()
+    if not next_turn.startswith(closing) or next_turn == closing:
+        return None
+    return next_turn, len(closing)
+
+
 def render(tokenizer: PreTrainedTokenizerBase, messages: list[dict], where: str, **kw) -> str:
     """The chat template applied to ``messages`` (text), its errors pointed at the row."""
     try:
@@ -201,10 +227,8 @@ PLAIN_TEMPLATE = (
 )
 """``plain``: a chat template for a base model that has none (Gemma-3-270M): the BOS, then
 ``User: ...`` and ``Assistant: ...`` lines (a system message first, as a paragraph); the
-generation prompt is ``Assistant:``. A base model then runs on into the next ``User:`` turn: the
-teacher's completions stop there (``generation/teacher_completions.py``)."""
-PLAIN_NEXT_TURN = "\nUser:"
-"""Where the ``plain`` template's next turn starts: an answer ends before it."""
+generation prompt is ``Assistant:``. A base model then runs on into the next ``User:`` turn:
+completions are cut before it (:func:`turn_end_text`, ``generation/decoding.TextStop``)."""
 TEMPLATES = {"plain": PLAIN_TEMPLATE}
 """Chat templates shipped by name (``data.chat_template=plain``, and ``generate.``'s)."""
 

@@ -22,7 +22,7 @@ from lightning_kd.distill.teacher_domains import ON_POLICY_DOMAINS, DomainTeachi
 from lightning_kd.distill.teacher_entries import TeacherEntry, given_entries
 from lightning_kd.distill.teachers import ExtraTeachers
 from lightning_kd.distill.tokenizer_pairs import teacher_tokenizer_for
-from lightning_kd.generation.decoding import stop_and_pad
+from lightning_kd.generation.decoding import stop_and_pad, text_stop
 from lightning_kd.models.loading import StudentSpec, TeacherSpec, load_teacher
 from lightning_kd.models.quantize import quantize_teacher
 from lightning_kd.models.student import build_student, check_vocabularies, student_tokenizer
@@ -83,20 +83,23 @@ def assemble(
 
 def stop_at_turn_ends(distiller, tokenizer: PreTrainedTokenizerBase | None) -> None:
     """End ``distiller``'s on-policy completions at the run's chat template's end of turn too:
-    the student's own config names only its EOS ids (``decoding.stop_and_pad``)."""
+    the student's own config names only its EOS ids (``decoding.stop_and_pad``). A template
+    that ends an answer with no special token ends it in text (``plain``'s next ``User:``)."""
     if (sampler := distiller.on_policy) is None or tokenizer is None:
         return
     stops, _ = stop_and_pad(distiller.student, "distill.on_policy", tokenizer)
-    distiller.on_policy = replace(sampler, stop_ids=stops)
-    if tokenizer.chat_template is not None and turn_end_id(tokenizer) is None:  # probe 44
+    ends = text_stop(tokenizer)  # plain's "User:", a marker read as text
+    distiller.on_policy = replace(sampler, stop_ids=stops, text_stop=ends)
+    if tokenizer.chat_template is not None and turn_end_id(tokenizer) is None and ends is None:
         warnings.warn(NO_TURN_END.format(stops, sampler.max_new_tokens), stacklevel=2)
 
 
 NO_TURN_END = (
-    "distill.on_policy: the chat template closes an answer with no special token of the "
-    "tokenizer (the plain template, or markers the tokenizer reads as text), so the student's "
-    "completions end only at its EOS ids {} or after distill.on_policy_tokens={}, and may run "
-    "on into turns of their own; a template whose end of turn is a special token ends them there"
+    "distill.on_policy: the chat template closes an answer with neither a special token of the "
+    "tokenizer nor text that shows where it ended (whitespace alone, and no next turn), so the "
+    "student's completions end only at its EOS ids {} or after distill.on_policy_tokens={}, and "
+    "may run on into turns of their own; a template whose end of turn is a special token (or a "
+    "marker, as plain's next 'User:') ends them there"
 )
 """Said where on-policy completions cannot stop at the end of their turn."""
 

@@ -52,6 +52,7 @@ import torch
 from torch import Tensor, nn
 
 from lightning_kd.generation.decoding import (
+    TextStop,
     completions_batch,
     decodes_in_step,
     device_list,
@@ -101,6 +102,8 @@ class OnPolicy:
     """Interleaved sampling: the teacher's top k a student token must be in (None: off)."""
     scorer_limits: tuple[int, ...] = ()
     """The position limits of the other teachers that score a completion (``teachers``)."""
+    text_stop: TextStop | None = None
+    """Where a completion ends in text, under a template that ends answers with no token."""
     tally: Tally = field(default_factory=Tally, compare=False)
     """Tokens written, and how many were the student's own, since the last :meth:`Tally.take`."""
 
@@ -151,8 +154,11 @@ class OnPolicy:
             torch.manual_seed(draw_seed(self.seed, draw, "sample"))
             new, own = self.write(student, teacher, left, min(self.max_new_tokens, room), in_step)
         completions = [until_stop(row, self.stop_ids) for row in new]
+        if self.text_stop is not None:
+            completions = [self.text_stop.cut(completion) for completion in completions]
         if own is not None:  # interleaved: count the student's tokens among those kept
-            self.tally.add(int(own.sum()), sum(len(completion) for completion in completions))
+            kept = [mine[: len(c)].sum() for mine, c in zip(own, completions, strict=True)]
+            self.tally.add(int(sum(kept)), sum(len(completion) for completion in completions))
         written = completions_batch(prompts, completions, self.pad_token_id)
         padding = (batch["labels"] == IGNORE_INDEX).all(-1)  # a rank's padding row (Unscored)
         written["labels"][padding.to(written["labels"].device)] = IGNORE_INDEX
@@ -172,6 +178,7 @@ class OnPolicy:
         if self.teacher_top_k is None:
             options = {"do_sample": True, "top_k": 0, "top_p": 1.0, "synced_gpus": in_step}
             options["eos_token_id"] = list(self.stop_ids) or None
+            options |= self.text_stop.options() if self.text_stop is not None else {}
             new = generate_in_eval(
                 student,
                 left,

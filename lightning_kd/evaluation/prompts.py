@@ -48,6 +48,7 @@ from lightning_kd.generation.decoding import (
     generate_in_eval,
     left_padded,
     stop_and_pad,
+    text_stop,
     until_stop,
 )
 from lightning_kd.losses.logits import scored_next_token
@@ -59,7 +60,8 @@ class Answers:
 
     tokens: list[Tensor]
     texts: list[str]
-    stop_ids: tuple[int, ...]
+    ends: list[bool]
+    """Whether each completion ended (a stop token, or a template's end of answer in text)."""
 
     @property
     def mean_tokens(self) -> float:
@@ -72,9 +74,8 @@ class Answers:
 
     @property
     def ended(self) -> float:
-        """The share of completions that end with a stop token."""
-        ends = [len(t) > 0 and int(t[-1]) in self.stop_ids for t in self.tokens]
-        return sum(ends) / len(ends)
+        """The share of completions that ended before the token limit."""
+        return sum(self.ends) / len(self.ends)
 
 
 def repeated_ngrams(tokens: list[int], n: int = 4) -> float:
@@ -124,11 +125,14 @@ def greedy_answers(
     """``model``'s greedy completions of ``prompts`` (left-padded batches, the KV cache), or with
     ``sampling`` its sampled ones (``prompts`` given once per sample)."""
     stops, pad = stop_and_pad(model, "--prompts", tokenizer)  # the answer's end of turn too
+    in_text = text_stop(tokenizer)  # plain's: the newline before its next "User:"
     device = next(model.parameters()).device
     options = {"do_sample": False} if sampling is None else sampling.options()
+    options |= in_text.options() if in_text is not None else {}
     if sampling is not None:
         torch.manual_seed(sampling.seed)  # every model draws from the same random stream
     tokens: list[Tensor] = []
+    ends: list[bool] = []
     for start in range(0, len(prompts), batch_size):
         left = left_padded(prompts[start : start + batch_size], pad, device)
         new = generate_in_eval(
@@ -139,9 +143,15 @@ def greedy_answers(
             pad_token_id=pad,
             **options,
         )
-        tokens += [until_stop(row, stops).cpu() for row in new]
+        for row in new:
+            answer = until_stop(row, stops)
+            ended = len(answer) > 0 and int(answer[-1]) in stops
+            if in_text is not None and len(cut := in_text.cut(answer)) < len(answer):
+                answer, ended = cut, True
+            tokens.append(answer.cpu())
+            ends.append(ended)
     texts = tokenizer.batch_decode(tokens, skip_special_tokens=True)
-    return Answers(tokens, texts, stops)
+    return Answers(tokens, texts, ends)
 
 
 @torch.no_grad()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -13,7 +14,7 @@ from torch import Tensor, nn
 from torch.distributed import fsdp
 from transformers import PreTrainedTokenizerBase
 
-from lightning_kd.data.chat_tokens import turn_end_id
+from lightning_kd.data.chat_tokens import turn_end_id, turn_end_text
 from lightning_kd.losses.logits import IGNORE_INDEX
 
 
@@ -23,6 +24,43 @@ def until_stop(tokens: Tensor, stops: Sequence[int]) -> Tensor:
         return tokens
     ends = torch.isin(tokens, torch.tensor(list(stops), device=tokens.device)).nonzero()
     return tokens if len(ends) == 0 else tokens[: int(ends[0]) + 1]
+
+
+@dataclass(frozen=True)
+class TextStop:
+    """Where a completion ends in text, under a chat template that closes an answer with no
+    special token (``chat_tokens.turn_end_text``): at the first ``marker`` its text holds, the
+    first ``keep`` characters of it kept (the answer's own closing, the newline before
+    ``plain``'s ``User:``). Without it, completions ran on into turns of their own (probe 44)."""
+
+    marker: str
+    keep: int
+    tokenizer: PreTrainedTokenizerBase = field(compare=False, repr=False)
+
+    def cut(self, tokens: Tensor) -> Tensor:
+        """``tokens`` up to the last one whose text ends within the answer: whole where their
+        text holds no ``marker``."""
+        at = self.tokenizer.decode(tokens).find(self.marker)
+        if at < 0:
+            return tokens
+        end = at + self.keep
+        kept = 0  # prefixes' texts grow with them: the longest within ``end``
+        while kept < len(tokens) and len(self.tokenizer.decode(tokens[: kept + 1])) <= end:
+            kept += 1
+        return tokens[:kept]
+
+    def options(self) -> dict:
+        """What stops ``generate`` at the marker (the cut still decides what is kept)."""
+        return {"stop_strings": [self.marker], "tokenizer": self.tokenizer}
+
+
+def text_stop(tokenizer: PreTrainedTokenizerBase | None) -> TextStop | None:
+    """The :class:`TextStop` of ``tokenizer``'s chat template, where its answers end with no
+    special token (None where they do, where it has none, or none is given)."""
+    if tokenizer is None or tokenizer.chat_template is None or turn_end_id(tokenizer) is not None:
+        return None
+    ends = turn_end_text(tokenizer)
+    return None if ends is None else TextStop(*ends, tokenizer)
 
 
 PLAIN_DECODING = {

@@ -46,8 +46,6 @@ from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, StoppingCriteriaList
 
 from lightning_kd.data.chat_tokens import (
-    PLAIN_NEXT_TURN,
-    PLAIN_TEMPLATE,
     prompt_ids,
     turn_end_id,
 )
@@ -66,7 +64,7 @@ from lightning_kd.generation.completions_record import (
     completions_lock,
     settings_record,
 )
-from lightning_kd.generation.decoding import generate_in_eval, left_padded
+from lightning_kd.generation.decoding import generate_in_eval, left_padded, text_stop
 from lightning_kd.generation.stop_request import StopRequested
 from lightning_kd.generation.text_continuations import continuations, end_tokens, text_prompt_ids
 from lightning_kd.models.digests import vocab_digest
@@ -178,14 +176,13 @@ def complete(
     left = left_padded(ids, tokenizer.pad_token_id, teacher.device)
     torch.manual_seed(seed)
     options = {"temperature": spec.temperature, "top_p": spec.top_p} if spec.do_sample else {}
-    text = isinstance(prompts[0], str)
-    plain = not text and tokenizer.chat_template == PLAIN_TEMPLATE
+    text, in_text = isinstance(prompts[0], str), None
     if text:  # a continuation ends where the teacher ends the text
         options["eos_token_id"] = end_tokens(teacher, tokenizer)
-    elif plain:  # a base model's answer runs on into a next turn of its own
-        options |= {"stop_strings": [PLAIN_NEXT_TURN], "tokenizer": tokenizer}
     elif (turn_end := turn_end_id(tokenizer)) is not None:  # the answer ends with its turn
         options["eos_token_id"] = [*end_tokens(teacher, tokenizer), turn_end]
+    elif (in_text := text_stop(tokenizer)) is not None:  # plain's: before its next "User:"
+        options |= in_text.options()  # a base model's answer runs on into a turn of its own
     new = generate_in_eval(
         teacher,
         left,
@@ -200,9 +197,11 @@ def complete(
     if text:
         return list(zip(continuations(tokenizer, ids, new, ends), ended, strict=True))
     decoded = tokenizer.batch_decode(new, skip_special_tokens=True)
-    if plain:  # ended where the next turn began
-        ended = [done or PLAIN_NEXT_TURN in a for a, done in zip(decoded, ended, strict=True)]
-        decoded = [answer.split(PLAIN_NEXT_TURN)[0].strip() for answer in decoded]
+    if in_text is not None:  # ended where its text shows it did
+        ended = [done or in_text.marker in a for a, done in zip(decoded, ended, strict=True)]
+        decoded = [answer.split(in_text.marker)[0] for answer in decoded]
+        if in_text.keep < len(in_text.marker):  # plain's: "Assistant: " and "\n" are its own
+            decoded = [answer.strip() for answer in decoded]
     return list(zip(decoded, ended, strict=True))
 
 

@@ -30,6 +30,7 @@ from lightning_kd.generation.decoding import (
     left_padded,
     prompt_tokens,
     stop_ids,
+    text_stop,
     until_stop,
 )
 from lightning_kd.generation.stop_request import StopRequested
@@ -122,10 +123,13 @@ class CompletionSamples(L.Callback):
         options = {"max_new_tokens": self.max_new_tokens, "do_sample": False, "pad_token_id": pad}
         options["stopping_criteria"] = StoppingCriteriaList([StopRequested()])
         stops = stop_ids(model, tokenizer)  # a chat answer's end of turn too
+        in_text = text_stop(tokenizer)  # plain's: the newline before its next "User:"
+        options |= in_text.options() if in_text is not None else {}
         new = generate_in_eval(model, left, eos_token_id=list(stops) or None, **options)
-        return tokenizer.batch_decode(
-            [until_stop(row, stops) for row in new], skip_special_tokens=True
-        )
+        answers = [until_stop(row, stops) for row in new]
+        if in_text is not None:
+            answers = [in_text.cut(answer) for answer in answers]
+        return tokenizer.batch_decode(answers, skip_special_tokens=True)
 
 
 def teacher_reading(distiller, prompts: list[Tensor], tokenizer) -> tuple[list[Tensor], Any]:

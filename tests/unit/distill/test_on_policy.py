@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from lightning_kd.data.chat_tokens import PLAIN_TEMPLATE
 from lightning_kd.distill.assembly import stop_at_turn_ends
 from lightning_kd.distill.distiller import Distiller
 from lightning_kd.distill.objective import DistillConfig
@@ -206,12 +207,42 @@ def test_a_run_stops_on_policy_completions_at_its_chat_templates_end_of_turn() -
     tokenizer = chatml_tokenizer()
     stop_at_turn_ends(model, tokenizer)
     assert model.on_policy.stop_ids == (eos, tokenizer.convert_tokens_to_ids("<|im_end|>"))
-    # Markers the tokenizer reads as text end no completion: said, not silent (probe 44).
+    assert model.on_policy.text_stop is None
+    # Markers the tokenizer reads as text end a completion in text; a template whose answer
+    # ends in whitespace alone, with no next turn, ends none: said, not silent (probe 44).
     from tests.unit.data.test_chat import chat_tokenizer
 
-    with pytest.warns(UserWarning, match=r"closes an answer with no special token"):
-        stop_at_turn_ends(model, chat_tokenizer())
-    assert model.on_policy.stop_ids == (eos,)
+    stop_at_turn_ends(model, chat_tokenizer())
+    assert (model.on_policy.stop_ids, model.on_policy.text_stop.marker) == ((eos,), "<|im_end|>")
+    bare = chat_tokenizer("{% for m in messages %}{{ m['content'] }}\n{% endfor %}")
+    with pytest.warns(UserWarning, match=r"neither a special token of the tokenizer nor text"):
+        stop_at_turn_ends(model, bare)
+    assert (model.on_policy.stop_ids, model.on_policy.text_stop) == ((eos,), None)
+
+
+@pytest.mark.parametrize("interleaved", [None, 257], ids=["sampled", "interleaved"])
+def test_a_completion_ends_where_its_text_shows_the_answer_ended(interleaved) -> None:
+    """Under a template that ends an answer with no token (plain's newline before the next
+    "User:"), a completion is cut where its text shows the end (it ran on into turns of its
+    own, all scored, probe 44), sampled and interleaved alike; the tally counts kept tokens."""
+    from tests.unit.data.test_chat import chat_tokenizer
+
+    model = distiller(on_policy_teacher_top_k=interleaved, on_policy_tokens=8)
+    stop_at_turn_ends(model, chat_tokenizer(PLAIN_TEMPLATE))
+    ends = model.on_policy.text_stop
+    assert (ends.marker, ends.keep) == ("\nUser:", 1)
+    batch = chat_batch()
+    start = len(prompt_tokens(batch)[0])
+    free = replace(model.on_policy, stop_ids=(), text_stop=None)
+    written = free.sample(model.student, batch, 3, model.teacher)["input_ids"][0, start:]
+    marker = ends.tokenizer.decode(written[2:4])  # one byte a token: tokens 2 and 3 spell it
+    assert marker not in ends.tokenizer.decode(written[:3])
+    stopped = replace(free, text_stop=replace(ends, marker=marker, keep=1))
+    stopped.tally.take()  # shared with ``free``, which wrote whole completions
+    labels = stopped.sample(model.student, batch, 3, model.teacher)["labels"]
+    assert labels[0, start:][labels[0, start:] != IGNORE_INDEX].tolist() == written[:3].tolist()
+    kept = int((labels != IGNORE_INDEX).sum()) * bool(interleaved)
+    assert (stopped.tally.own, stopped.tally.written) == (kept, kept)  # top 257: all its own
 
 
 def test_a_batch_padded_on_the_left_is_sampled_as_the_same_batch_padded_on_the_right() -> None:

@@ -216,3 +216,22 @@ def test_bad_prompt_evaluations_are_named(tmp_path, capsys) -> None:
     with pytest.raises(ValueError, match=r"other has another tokenizer than --teacher .*--files"):
         main(["--prompts", str(prompts), *judge, "--", str(tmp_path / "other")])
     assert CHATML  # the template the saved tokenizers carry
+
+
+def test_an_answer_that_ends_in_text_is_cut_there_and_counted_as_ended(tmp_path) -> None:
+    """A template that closes answers with text, no token (plain's newline and next "User:",
+    markers read as text): greedy answers ran on to the token limit, scored and counted as
+    unended (probe 44); they are cut after the closing text, and have ended."""
+    teacher = saved(tmp_path, "teacher", 0)
+    prompts = [torch.tensor([60, 61, 62]), torch.tensor([70, 71])]
+    free = greedy_answers(teacher, chat_tokenizer(None), prompts, 6, 2)
+    assert free.ended == 0
+    closing = free.texts[0][2:4]  # one byte a token: the answer's third and fourth tokens
+    assert closing not in free.texts[0][:3]
+    template = "{% for m in messages %}{{ m['content'] }}{% if m['role'] == 'assistant' %}"
+    tokenizer = chat_tokenizer(
+        template + "{% raw %}" + closing + "{% endraw %}{% endif %}{% endfor %}"
+    )
+    answers = greedy_answers(teacher, tokenizer, prompts, 6, 2)
+    assert answers.texts[0] == free.texts[0][:4]
+    assert answers.ends[0] and torch.equal(answers.tokens[0], free.tokens[0][:4])

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lightning_kd.generation.decoding import generate_in_eval, stop_and_pad
+from lightning_kd.data.chat_tokens import PLAIN_TEMPLATE
+from lightning_kd.generation.decoding import generate_in_eval, stop_and_pad, text_stop
 from lightning_kd.models.loading import TeacherSpec, load_teacher
 from tests.conftest import TINY_LLAMA
 
@@ -66,3 +67,28 @@ def test_every_end_id_and_the_chat_templates_end_of_turn_stop_a_completion(model
     assert stop_and_pad(model, "--prompts", tokenizer) == ((256, 7, end_of_turn), 256)
     model.generation_config.eos_token_id = [256, end_of_turn]
     assert stop_and_pad(model, "--prompts", tokenizer) == ((256, end_of_turn), 256)
+
+
+def test_a_template_that_ends_answers_in_text_cuts_completions_there() -> None:
+    """plain ends an answer with a newline, which shows only at the next "User:"; ChatML's
+    markers read as text end it themselves; a special end of turn needs no text (probe 44)."""
+    from tests.conftest import byte_level_bpe
+    from tests.unit.data.test_chat import chat_tokenizer
+    from tests.unit.data.test_encoding import chatml_tokenizer
+
+    plain = text_stop(chat_tokenizer(PLAIN_TEMPLATE))
+    assert (plain.marker, plain.keep) == ("\nUser:", 1)
+    ids = plain.tokenizer("Four.\nTwo lines.\nUser: and?\nAssistant: Five.\n")["input_ids"]
+    assert plain.tokenizer.decode(plain.cut(torch.tensor(ids))) == "Four.\nTwo lines.\n"
+    unended = torch.tensor(plain.tokenizer("Four.\nUser")["input_ids"])
+    assert torch.equal(plain.cut(unended), unended)
+    as_text = text_stop(chat_tokenizer())
+    ids = as_text.tokenizer("Four.<|im_end|>\n<|im_start|>user\n")["input_ids"]
+    assert as_text.tokenizer.decode(as_text.cut(torch.tensor(ids))) == "Four.<|im_end|>"
+    assert text_stop(chatml_tokenizer()) is None
+    assert text_stop(chat_tokenizer(None)) is None
+    bpe = byte_level_bpe()  # pieces of several characters, and of part of one ("’")
+    bpe.chat_template = PLAIN_TEMPLATE
+    ends = text_stop(bpe)
+    ids = bpe("it’s ok\nUser: naïve café\n")["input_ids"]
+    assert bpe.decode(ends.cut(torch.tensor(ids))) == "it’s ok\n"

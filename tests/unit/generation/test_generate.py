@@ -65,6 +65,29 @@ def test_batched_left_padded_completions_equal_one_at_a_time(teacher) -> None:
     assert batched == alone and all(answer for answer, _ in batched)
 
 
+def test_an_answer_that_ends_in_text_ends_there() -> None:
+    """A template that closes an answer with markers the tokenizer reads as text: the
+    teacher's answer ran on past them to generate.max_new_tokens, markers and invented turns
+    kept in its text; it ends at the first, without it (plain's "User:" was the only one)."""
+    prompts = [[{"role": "user", "content": "Hi."}]]
+    spec = GenerateSpec(max_new_tokens=6)
+    template = "{% for m in messages %}{{ m['content'] }}{% if m['role'] == 'assistant' %}"
+    free = byte_tokenizer()
+    free.chat_template = template + "{% endif %}{% endfor %}"
+    wide = {**TINY_LLAMA, "tie_word_embeddings": False, "initializer_range": 0.5}
+    letters = load_teacher(TeacherSpec(path=None, config=wide), "32-true")
+    with torch.no_grad():  # it writes lowercase letters alone: one byte, one token each
+        head = letters.get_output_embeddings().weight
+        kept = free.convert_tokens_to_ids(list("abcdefghijklmnopqrstuvwxyz"))
+        head[[i for i in range(len(head)) if i not in kept]] = 0
+    [(answer, ended)] = complete(letters, free, prompts, spec, seed=0)
+    marker = answer[2:4]  # the prompt renders alike under both templates: the same answer
+    assert not ended and answer[:4].isalpha() and marker not in answer[:3]
+    marked = byte_tokenizer()
+    marked.chat_template = template + "{% raw %}" + marker + "{% endraw %}{% endif %}{% endfor %}"
+    assert complete(letters, marked, prompts, spec, seed=0) == [(answer[:2], True)]
+
+
 @pytest.mark.parametrize("sampled", [False, True])
 def test_a_stopped_run_resumes_to_the_uninterrupted_file(teacher, tmp_path, sampled) -> None:
     prompts = write_prompts(tmp_path / "p.jsonl", 7)
