@@ -10,7 +10,6 @@ from collections.abc import Mapping
 
 from lightning_kd.distill.tokenizer_pairs import cross_refusal, crossed_tokenizer
 from lightning_kd.launch.model_checks import built_specs
-from lightning_kd.launch.model_paths import model_path_errors
 from lightning_kd.models.student import run_tokenizer
 
 UNREADABLE = (ValueError, OSError)
@@ -21,9 +20,11 @@ def tokenizer_pair_errors(cfg: Mapping) -> list[str]:
     """Why the ``teacher`` group's model, whose tokenizer is not the student's, cannot serve
     what the config asks of it (empty: nothing asked, or the same tokenizer). A ``teachers``
     entry's own model is asked only for the chunked loss, which the teachers' checks refuse
-    already (features, the repair and interleaved sampling read the main teacher alone)."""
+    already (features, the repair and interleaved sampling read the main teacher alone).
+    ``cfg``'s model paths are those the path checks pass: ``train_errors`` asks them first, and
+    asks this only then (an uncached hub id was looked up again here, retries and all)."""
     specs, errors = built_specs(cfg)
-    if errors or model_path_errors(cfg):  # named by the model and path checks
+    if errors:  # named by the model checks
         return []
     teacher, student, distill = specs
     # The teacher's tokenizer is the run's unless the student has one of its own.
