@@ -11,9 +11,11 @@ Each conversation is rendered and labelled by ``chat_tokens.py``: every token ou
 assistant turn is −100, so the KD, CE and feature terms score the answers alone. A dataset's rows
 are rendered once and cached for later runs (``tokenized.py``).
 
-Conversations are split into training and validation by prompt before packing, so none
-straddles the two and a held-out prompt is never trained on (``data.dataset.val_split``: its
-prompts are left out of training; streamed: those of the validation rows held out first).
+Conversations are split into training and validation by their opening (the turns before the
+first answer, system messages aside) before packing, so none straddles the two and a held-out
+prompt is never trained on, nor a held-out answer as a longer conversation's first
+(``data.dataset.val_split``: its openings are left out of training; streamed: those of the
+validation rows held out first).
 ``pack=true`` joins them into blocks of ``block_size``, ``pack=false`` (the default here) pads
 each conversation, truncated to ``block_size``.
 """
@@ -41,7 +43,7 @@ from lightning_kd.data.chat_tokens import (
     pack_chats,
     template_text,
 )
-from lightning_kd.data.conversations import ChatFields, prompt_key, row_messages
+from lightning_kd.data.conversations import ChatFields, opening_key, row_messages
 from lightning_kd.data.dataset_source import Columns, DatasetSource, open_checked
 from lightning_kd.data.errors import DataError
 from lightning_kd.data.held_out import val_files_errors
@@ -139,19 +141,22 @@ class ChatDataModule(TextDataModule):
         self.train_examples = self.layout([c.example for c in train], "train")
 
     def split(self) -> tuple[list[Conversation], list[Conversation]]:
-        """The training and the validation conversations. Split by prompt: conversations that
-        share a prompt fall on one side, so a held-out prompt is never trained on."""
+        """The training and the validation conversations. Split by opening (``opening_key``):
+        conversations that share the prompt of any answer fall on one side, so a held-out
+        prompt is never trained on."""
         if self.dataset.val_split is not None:
             val = self.read_chats(self.dataset.val_split)
-            held = {prompt_key(chat.messages) for chat in val}
+            held = {opening_key(chat.messages) for chat in val}
             train = [
-                c for c in self.read_chats(self.dataset.split) if prompt_key(c.messages) not in held
+                c
+                for c in self.read_chats(self.dataset.split)
+                if opening_key(c.messages) not in held
             ]
             return self.shuffled(train), val
         chats = self.read_chats(self.dataset.split)
         groups: dict[str, list[Conversation]] = {}
         for chat in chats:
-            groups.setdefault(prompt_key(chat.messages), []).append(chat)
+            groups.setdefault(opening_key(chat.messages), []).append(chat)
         if len(groups) < 2:
             read = self.dataset.describe(self.dataset.split) if self.dataset.given else None
             read = read or ", ".join(str(path) for path in self.files)
@@ -213,9 +218,9 @@ class ChatDataModule(TextDataModule):
             yield Conversation(f"{where} row {index}", json.loads(row[MESSAGES]), example)
 
     def stream_row(self, row: dict, where: str) -> tuple[str, ChatExample]:
-        """A streamed row's key (its prompt's digest) and rendered conversation."""
+        """A streamed row's key (its opening's digest) and rendered conversation."""
         messages = dataset_row_messages(row, where, self.fields)
-        return text_key(prompt_key(messages)), encode_chat(self.tokenizer, messages, where)
+        return text_key(opening_key(messages)), encode_chat(self.tokenizer, messages, where)
 
     def keep(self, example: ChatExample) -> bool:
         """A streamed example is kept when it holds an answer token."""

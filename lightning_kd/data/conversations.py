@@ -199,3 +199,14 @@ def prompt_of(messages: list[dict[str, str]]) -> list[dict[str, str]]:
 def prompt_key(messages: list[dict[str, str]]) -> str:
     """A conversation's prompt as one string, to match conversations that share it."""
     return json.dumps(prompt_of(messages), ensure_ascii=False)
+
+
+def opening_key(messages: list[dict[str, str]]) -> str:
+    """What a split groups conversations by: their turns before the first answer, system
+    messages left out. Two conversations that share the prompt of any scored answer share it,
+    as a conversation and its continuation do, or one opening under two system prompts: split
+    by their whole prompts, the held-out one's answer was trained on as the other's first
+    (probe 46). Conversations that part only after their first answer are grouped too."""
+    first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
+    opening = [message for message in messages[:first] if message["role"] != "system"]
+    return json.dumps(opening, ensure_ascii=False, sort_keys=True)

@@ -319,6 +319,31 @@ def test_conversations_that_share_a_prompt_fall_on_one_side_of_the_split(tmp_pat
     ]
 
 
+def continued(count: int) -> list[dict]:
+    """Each question as a one-turn conversation, its continuation (a dataset storing each
+    prefix of a dialogue) and the one turn under a system prompt: three rows of one opening."""
+    rows = []
+    for i in range(count):
+        turn = [{"role": "user", "content": f"Q{i}?"}, {"role": "assistant", "content": f"A{i}."}]
+        more = [{"role": "user", "content": "And?"}, {"role": "assistant", "content": f"B{i}."}]
+        system = [{"role": "system", "content": "Be brief."}]
+        rows += [{"messages": turn}, {"messages": turn + more}, {"messages": system + turn}]
+    return rows
+
+
+def scored_answers(chats) -> set[str]:
+    return {m["content"] for chat in chats for m in chat.messages if m["role"] == "assistant"}
+
+
+def test_a_conversation_and_its_continuation_fall_on_one_side_of_the_split(tmp_path) -> None:
+    """A held-out [Q, A] was trained on as the scored first turn of [Q, A, And?, B], or of
+    [system, Q, A]: the split keyed whole prompts (probe 46). It keys openings now."""
+    rows = write_rows(tmp_path / "c.jsonl", continued(10))
+    train, val = ChatDataModule(chat_tokenizer(), files=[str(rows)]).split()
+    assert len(val) == 3 and len(train) == 27  # one opening of ten, its three rows
+    assert scored_answers(val).isdisjoint(scored_answers(train))
+
+
 def test_the_conversation_split_follows_split_seed_not_seed(tmp_path) -> None:
     rows = [{"prompt": f"Count to {i}.", "completion": "ok"} for i in range(20)]
     files = [str(write_rows(tmp_path / "c.jsonl", rows))]

@@ -285,6 +285,22 @@ def test_chat_rows_from_a_dataset_are_the_files_conversations(tmp_path, datasets
     assert all(torch.equal(a["labels"], b["labels"]) for a, b in batches)
 
 
+def test_a_validation_splits_openings_are_left_out_of_training(tmp_path, datasets_home) -> None:
+    """data.dataset.val_split: a training row continuing a validation conversation, or the
+    same turn under a system prompt, scored its answer in training (probe 46)."""
+    from tests.unit.data.test_chat import continued, scored_answers
+
+    rows = continued(6)
+    train = write_parquet(tmp_path / "train.parquet", rows)
+    val = write_parquet(tmp_path / "val.parquet", [rows[0], rows[3]])  # Q0, Q1's first turns
+    files = {"train": str(train), "validation": str(val)}
+    source = {"path": "parquet", "data_files": files, "val_split": "validation"}
+    data = ChatDataModule(chat_tokenizer(), dataset=source)
+    training, held = data.split()
+    assert scored_answers(held) == {"A0.", "A1."} and len(training) == 12
+    assert scored_answers(held).isdisjoint(scored_answers(training))
+
+
 def test_json_messages_whose_keys_differ_from_turn_to_turn(tmp_path, datasets_home) -> None:
     """One user turn with a ``name`` (TRL and OpenAI exports carry ``name``, ``tool_calls``):
     ``datasets`` types such a JSON column ``List(Json)``, and the rendered cache's own

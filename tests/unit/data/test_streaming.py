@@ -17,7 +17,7 @@ from lightning_kd.data.text import TextDataModule
 from lightning_kd.models.loading import byte_tokenizer
 from lightning_kd.utils.refusal import Refused
 from tests.conftest import make_module, make_trainer
-from tests.unit.data.test_chat import chat_tokenizer, conversations
+from tests.unit.data.test_chat import chat_tokenizer, continued, conversations
 from tests.unit.data.test_datasets import write_parquet
 
 LETTERS = "ABCDEFGHIJKLMNOPQRST"
@@ -173,6 +173,20 @@ def test_streamed_chat_holds_out_its_validation_prompts(tmp_path, datasets_home)
     for batch, _ in trained(data, 30):
         for tokens in batch:
             assert user_turn(tokens) not in val_prompts
+
+
+def test_a_streamed_validation_conversations_continuation_is_not_trained_on(
+    tmp_path, datasets_home
+) -> None:
+    """The continuation [Q, A, And?, B] of a held-out [Q, A], or [system, Q, A], was trained on,
+    scoring the held-out answer (probe 46)."""
+    source = parquet_source(write_parquet(tmp_path / "c.parquet", continued(8)))
+    data = streamed(source, ChatDataModule, chat_tokenizer(), block_size=160, val_size=2)
+    held = {text(example.tokens).split("Q")[1][0] for example in data.val_examples}
+    assert held == {"0"}  # rows 0 and 1: the first opening's
+    for batch, _ in trained(data, 12):
+        for tokens in batch:
+            assert "Q0?" not in text(tokens) and "A0." not in text(tokens)
 
 
 def test_what_a_stream_cannot_go_with_is_refused(tmp_path, datasets_home) -> None:
