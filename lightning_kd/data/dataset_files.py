@@ -114,6 +114,17 @@ def csv_options(path: str | None, data_files: Any) -> dict[str, Any]:
     return {"features": Features(dict.fromkeys(header, Value("string"))), "na_filter": False}
 
 
+def text_options(path: str | None, data_files: Any) -> dict[str, Any]:
+    """``load_dataset`` options that read each text file as one document, as ``data.files``
+    reads it: ``datasets``' text builder makes a row of each line by default, so every line was
+    a document ended with EOS, blank lines were dropped, and repeated lines were removed as
+    duplicate documents (probe 46). None for other builders."""
+    files = local_files(path, data_files)
+    if path != "text" and not (files and all(file.suffix == ".txt" for file in files)):
+        return {}
+    return {"sample_by": "document"}
+
+
 def csv_rows(path: Path) -> Iterator[list[str]]:
     """The rows of the CSV file ``path`` (pandas' dialect: commas, double quotes; a BOM
     dropped, as pandas drops it)."""

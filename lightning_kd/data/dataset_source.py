@@ -21,6 +21,7 @@ from lightning_kd.data.dataset_files import (
     csv_options,
     is_saved_folder,
     looks_empty,
+    text_options,
 )
 from lightning_kd.data.dataset_hints import FILE_BUILDERS, open_hint, split_hint
 from lightning_kd.data.errors import DataError
@@ -148,6 +149,7 @@ def open_split(source: DatasetSource, split: str, streaming: bool):
             return saved_split(datasets.load_from_disk(source.path), source, split, streaming)
         options = {"name": source.name, "data_files": source.data_files}
         options |= csv_options(source.path, source.data_files)
+        options |= text_options(source.path, source.data_files)
         if streaming:
             splits = datasets.load_dataset(source.path, streaming=True, **options)
             return pick_split(splits, source, split)

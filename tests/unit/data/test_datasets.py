@@ -206,6 +206,31 @@ def test_a_saved_folder_json_lines_and_csv_read_the_same(tmp_path, datasets_home
 
 
 @pytest.mark.parametrize("where", ["builder", "folder"])
+@pytest.mark.parametrize("streaming", [False, True], ids=["whole", "streamed"])
+def test_a_text_file_is_one_document_as_in_data_files(
+    tmp_path, datasets_home, where, streaming
+) -> None:
+    """datasets' text builder makes a row of each line: every line was a document with its EOS,
+    blank lines dropped, repeated lines removed as duplicates (probe 46)."""
+    folder = tmp_path / "txt"
+    folder.mkdir()
+    texts = [f"Chapter {i}\n\nIt was night.\nThe end.\n" for i in range(6)]
+    for i, text in enumerate(texts):
+        (folder / f"{i}.txt").write_text(text)
+    source = {"path": "text", "data_files": str(folder / "*.txt")}
+    source = {"path": str(folder)} if where == "folder" else source
+    rows = open_split(DatasetSource.of(source), "train", streaming=streaming)
+    assert sorted(row["text"] for row in rows) == sorted(texts)
+    read = [
+        TextDataModule(byte_tokenizer(), block_size=16, dataset=source),
+        TextDataModule(byte_tokenizer(), block_size=16, files=sorted(map(str, folder.iterdir()))),
+    ]
+    for data in read:
+        data.setup()
+    assert same(read[0].train_examples, read[1].train_examples)
+
+
+@pytest.mark.parametrize("where", ["builder", "folder"])
 def test_csv_cells_are_read_as_the_text_they_are(tmp_path, datasets_home, where) -> None:
     """A CSV has no types: a text cell ``1000`` was read as an int and ``007`` as 7 (pandas
     guesses per column), an empty cell as a null, each then refused as "not a string". Now each
