@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from lightning_kd.data.reading import cut_texts
+from lightning_kd.data.tokenized import rows, text_key
 from lightning_kd.losses.logits import IGNORE_INDEX
 
 
@@ -36,6 +37,23 @@ def marked(
     cut = cut_texts(files, text_field) if files else set()
     pairs = zip(texts, token_lists, strict=True)
     return [CutDocument(ids) if text in cut else ids for text, ids in pairs]
+
+
+def marked_rows(
+    found: list[tuple[str, list[int]]], dataset, field: str
+) -> list[tuple[str, list[int]]]:
+    """``found`` (``tokenized.split_documents``' keys and tokens of ``dataset``'s ``field``),
+    the document of a row marked ``"finished": false`` as a :class:`CutDocument`, as
+    :func:`marked` makes one of a file's row: read through ``data.dataset``, its separator was
+    scored (probe 46)."""
+    if "finished" not in (dataset.column_names or []):
+        return found
+    cut = {
+        text_key(row[field])
+        for row in rows(dataset.select_columns([field, "finished"]))
+        if row["finished"] is False and isinstance(row[field], str)
+    }
+    return [(key, CutDocument(tokens) if key in cut else tokens) for key, tokens in found]
 
 
 def cut_separators(token_lists: list[list[int]], block_size: int) -> dict[int, list[int]]:

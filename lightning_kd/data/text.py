@@ -29,7 +29,7 @@ from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.data.batches import IndexedBlocks, collate_tokens, pad_for_ranks
-from lightning_kd.data.cut_ends import CutEnds, marked
+from lightning_kd.data.cut_ends import CutEnds, marked, marked_rows
 from lightning_kd.data.dataset_source import Columns, DatasetSource, open_checked, setting_errors
 from lightning_kd.data.domain_packing import DomainBlock, unzipped
 from lightning_kd.data.domains import Labelled, domain_groups, file_label, labelled_rows
@@ -52,7 +52,7 @@ from lightning_kd.data.provenance import text_record
 from lightning_kd.data.reading import DEFAULT_FILES, distinct_documents, expand_files
 from lightning_kd.data.streaming import Layout, Stream
 from lightning_kd.data.token_bytes import separator_id
-from lightning_kd.data.tokenized import checked_text, split_documents, streamed_tokens, text_key
+from lightning_kd.data.tokenized import split_documents, streamed_tokens, text_key
 from lightning_kd.utils.refusal import refuse
 
 
@@ -219,6 +219,7 @@ class TextDataModule(LightningDataModule):
         dataset = open_checked(self.dataset, split, False, self.columns())
         where = self.dataset.describe(split)
         found = split_documents(dataset, self.tokenizer, self.text_field, where, self.dataset)
+        found = marked_rows(found, dataset, self.text_field)  # "finished": false, as in files
         return labelled_rows(found, dataset, self.domains, self.text_field, where)
 
     def examples(self, token_lists: list, needed: int | None = None, what=CORPUS) -> list:
@@ -243,8 +244,7 @@ class TextDataModule(LightningDataModule):
     def stream_row(self, row: dict, where: str) -> tuple[str, Tensor | DomainBlock | None]:
         """A streamed row's key (its text's digest) and tokens (None: left out, as blank), with
         ``data.domains`` as a ``DomainBlock`` of its ``data.domain_field`` value's domain."""
-        text = checked_text(row.get(self.text_field), self.text_field, where)
-        piece = streamed_tokens(self.tokenizer, text, self.pack, separator_id(self.tokenizer))
+        text, piece = streamed_tokens(self.tokenizer, row, self.text_field, self.pack, where)
         if piece is None or self.domains is None:
             return text_key(text), piece
         return text_key(text), DomainBlock(piece, self.domains.of_row(row, where))

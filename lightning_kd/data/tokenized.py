@@ -31,6 +31,7 @@ from lightning_kd.data.encoding import text_ids
 from lightning_kd.data.errors import DataError, described
 from lightning_kd.data.provenance import source_record
 from lightning_kd.data.reading import warn_repeats
+from lightning_kd.data.token_bytes import separator_id
 from lightning_kd.models.digests import tokenizer_digest
 from lightning_kd.models.sources import cache_root
 from lightning_kd.utils.disk import disk_errors
@@ -141,15 +142,28 @@ def checked_text(text: Any, field: str, where: str) -> str:
     return text
 
 
-def streamed_tokens(tokenizer, text: str, pack: bool, separator: int) -> Tensor | None:
-    """A streamed row's tokens: followed by ``separator`` when packed, a padded example of two
-    tokens or more when not; None for a blank row (left out, as a blank document is)."""
+def streamed_tokens(
+    tokenizer, row: dict, field: str, pack: bool, where: str
+) -> tuple[str, Tensor | None]:
+    """A streamed row's text (its ``field``) and tokens: followed by the separator when packed,
+    a padded example of two tokens or more when not; None for a blank row (left out, as a blank
+    document is). A packed row marked ``"finished": false`` is refused: read whole, the
+    separator after it is no target (``cut_ends.py``); a stream has no way to leave it out, and
+    scored, it taught a document's end at the teacher's token budget (probe 46)."""
+    text = checked_text(row.get(field), field, where)
     if not text.strip():
-        return None
+        return text, None
     tokens = text_ids(tokenizer, [text])[0]
-    if pack:
-        return torch.tensor([*tokens, separator])
-    return torch.tensor(tokens) if len(tokens) >= 2 else None
+    if not pack:
+        return text, torch.tensor(tokens) if len(tokens) >= 2 else None
+    if row.get("finished") is False:
+        raise DataError(
+            f'{where} is marked "finished": false (a continuation generate cut at its token '
+            "budget), whose document separator a packed stream would score as the end of the "
+            "text; read the dataset whole (data.streaming=false), which leaves it unscored, or "
+            "set data.pack=false"
+        )
+    return text, torch.tensor([*tokens, separator_id(tokenizer)])
 
 
 def document_tokens(

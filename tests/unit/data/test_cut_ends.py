@@ -7,12 +7,16 @@ import itertools
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 from lightning_kd.data.cut_ends import CutDocument, CutEnds, cut_separators
+from lightning_kd.data.errors import DataError
 from lightning_kd.data.packing import pack_blocks
 from lightning_kd.data.reading import cut_texts
+from lightning_kd.data.text import TextDataModule
 from lightning_kd.losses import IGNORE_INDEX
+from lightning_kd.models.loading import byte_tokenizer
 from tests.conftest import make_datamodule
 
 EOS = 256
@@ -50,6 +54,27 @@ def test_a_cut_rows_separator_is_unscored_and_a_finished_rows_is_scored(tmp_path
                     seen[kind] += 1
                     assert (labels[at] == IGNORE_INDEX) == (kind == "cut"), (kind, ids, labels)
     assert seen["cut"] > 10 and seen["finished"] > 20, seen
+
+
+def test_a_datasets_cut_rows_are_unscored_as_a_files_are(tmp_path: Path, datasets_home) -> None:
+    """Through data.dataset, the separator after a row marked "finished": false was scored
+    (probe 46): read whole, it is left out as from data.files; a packed stream refuses it."""
+    rows = [{"text": f"ab {i}", "finished": i % 3 != 0} for i in range(90)]
+    rows[1] = {"text": "unmarked row 1"}
+    path = tmp_path / "completions.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    options = {"block_size": 32, "batch_size": 4, "val_fraction": 0.2}
+    source = {"path": "json", "data_files": str(path)}
+    files = TextDataModule(byte_tokenizer(), files=[str(path)], **options)
+    dataset = TextDataModule(byte_tokenizer(), dataset=source, **options)
+    for data in (files, dataset):
+        data.setup("fit")
+    assert len(dataset.cut_ends) == len(files.cut_ends) > 10
+    pairs = zip(files.train_dataloader(), dataset.train_dataloader(), strict=True)
+    assert all(torch.equal(one["labels"], other["labels"]) for one, other in pairs)
+    streamed = TextDataModule(byte_tokenizer(), dataset=source, streaming=True, val_size=4)
+    with pytest.raises(DataError, match=r'row 0 is marked "finished": false .*data.pack=false'):
+        streamed.setup("fit")
 
 
 def test_no_cut_document_leaves_the_batch_as_it_was(corpus: Path) -> None:

@@ -543,6 +543,6 @@ def test_a_quoted_end_token_is_text_from_files_datasets_and_streams(tmp_path, da
         assert int((blocks == 256).sum()) <= len(rows)  # parsed: two per document
     assert same(files.train_examples, dataset.train_examples)
     text = rows[0]["text"]
-    streamed = streamed_tokens(byte_tokenizer(), text, pack=True, separator=256)
+    _, streamed = streamed_tokens(byte_tokenizer(), {"text": text}, "text", True, "row 0")
     assert streamed[-1] == 256 and 256 not in streamed[:-1].tolist()
     assert byte_tokenizer().decode(streamed[:-1]) == text
