@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from jinja2 import TemplateSyntaxError
@@ -252,12 +253,23 @@ def template_text(value: str, key: str = "data.chat_template") -> str:
 def dataset_row_messages(row: dict, where: str, fields: ChatFields) -> list[dict[str, str]]:
     """The conversation of a dataset row, refused by its number when it has none. A column the
     row leaves empty (``None``: a table of ``messages`` rows and ``prompt``/``completion`` rows
-    holds both columns) counts as absent."""
-    present = {key: value for key, value in row.items() if value is not None}
+    holds both columns) counts as absent, and so does a key any dict in it leaves empty: a
+    table gives each struct every key any row's has (a tool call's ``arguments``, every other
+    tool's parameters), null where absent, and a template rendered them (probe 46)."""
+    present = {key: without_nulls(value) for key, value in row.items() if value is not None}
     try:
         return row_messages(present, where, fields)
     except ValueError as err:
         raise DataError(str(err)) from None
+
+
+def without_nulls(value: Any) -> Any:
+    """``value`` with every dict's ``None`` values left out, at any depth."""
+    if isinstance(value, dict):
+        return {key: without_nulls(item) for key, item in value.items() if item is not None}
+    if isinstance(value, list):
+        return [without_nulls(item) for item in value]
+    return value
 
 
 MESSAGES = "messages_json"

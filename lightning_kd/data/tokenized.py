@@ -37,8 +37,9 @@ from lightning_kd.models.sources import cache_root
 from lightning_kd.utils.disk import disk_errors
 from lightning_kd.utils.refusal import Refused
 
-FORMAT = 3
-"""Bumped when what a cached row holds changes (older files are then never read)."""
+FORMAT = 4
+"""Bumped when what a cached row holds changes (older files are then never read): 4, a table's
+null struct keys left out of chat rows (probe 46)."""
 DIRECTORY = "tokenized"
 PARTIAL = ".partial"
 """The suffix of the folder a key's file is written in before it is moved into place."""

@@ -342,6 +342,48 @@ def test_json_messages_whose_keys_differ_from_turn_to_turn(tmp_path, datasets_ho
         assert [a.tokens.tolist() for a in one] == [b.tokens.tolist() for b in other]
 
 
+@pytest.mark.parametrize("streaming", [False, True], ids=["whole", "streamed"])
+def test_a_tables_tool_calls_render_as_the_files_do(tmp_path, datasets_home, streaming) -> None:
+    """A table gives each struct every key any row's has: a get_weather call's arguments
+    came back with search's query and limit as nulls, rendered and scored (probe 46)."""
+    from tests.unit.data.test_chat import CHATML
+
+    arguments = "message['tool_calls'] | map(attribute='function') | map(attribute='arguments')"
+    template = CHATML.replace(
+        "message['content'] + '<|im_end|>'",
+        f"message['content'] + ({arguments} | map('tojson') | join(',') "
+        "if message['tool_calls'] else '') + '<|im_end|>'",
+    )
+    calls = [("get_weather", {"city": "Oslo"}), ("search", {"query": "rain", "limit": 3})]
+    rows = []
+    for i in range(12):
+        name, args = calls[i % 2]
+        call = {"type": "function", "function": {"name": name, "arguments": args}}
+        rows.append(
+            {
+                "messages": [
+                    {"role": "user", "content": f"Q{i}?"},
+                    {"role": "assistant", "content": "", "tool_calls": [call]},
+                ]
+            }
+        )
+    jsonl = write_rows(tmp_path / "c.jsonl", rows)
+    parquet = write_parquet(tmp_path / "c.parquet", rows)
+    options = {"val_fraction": 0.25, "block_size": 160}
+    files = ChatDataModule(chat_tokenizer(template), files=[str(jsonl)], **options)
+    files.setup()
+    source = {"path": "parquet", "data_files": str(parquet)}
+    table = ChatDataModule(chat_tokenizer(template), dataset=source, **options)
+    if streaming:
+        table = ChatDataModule(chat_tokenizer(template), dataset=source, streaming=True, val_size=2)
+    table.setup("fit")
+    decode = chat_tokenizer().decode
+    read = {decode(example.tokens) for example in [*files.train_examples, *files.val_examples]}
+    assert '{"city": "Oslo"}' in "".join(read)
+    for example in table.val_examples:
+        assert "null" not in decode(example.tokens) and decode(example.tokens) in read
+
+
 # Bad input: each refused naming what is wrong, what there is, and the fix.
 
 
