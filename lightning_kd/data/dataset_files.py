@@ -125,6 +125,12 @@ def text_options(path: str | None, data_files: Any) -> dict[str, Any]:
     return {"sample_by": "document"}
 
 
+def builder_options(path: str | None, data_files: Any) -> dict[str, Any]:
+    """``load_dataset`` options for the files at ``path``: :func:`csv_options`' and
+    :func:`text_options`'."""
+    return csv_options(path, data_files) | text_options(path, data_files)
+
+
 def csv_rows(path: Path) -> Iterator[list[str]]:
     """The rows of the CSV file ``path`` (pandas' dialect: commas, double quotes; a BOM
     dropped, as pandas drops it)."""

@@ -17,14 +17,14 @@ from typing import Any
 
 from lightning_kd.data.conversations import is_conversation
 from lightning_kd.data.dataset_files import (
+    builder_options,
     content_cache_dir,
-    csv_options,
     is_saved_folder,
     looks_empty,
-    text_options,
 )
 from lightning_kd.data.dataset_hints import FILE_BUILDERS, open_hint, split_hint
 from lightning_kd.data.errors import DataError
+from lightning_kd.data.folder_splits import check_folder_splits
 from lightning_kd.utils.refusal import Refused
 
 STREAM_SHARDS = 64
@@ -148,8 +148,8 @@ def open_split(source: DatasetSource, split: str, streaming: bool):
         if source.saved_folder():
             return saved_split(datasets.load_from_disk(source.path), source, split, streaming)
         options = {"name": source.name, "data_files": source.data_files}
-        options |= csv_options(source.path, source.data_files)
-        options |= text_options(source.path, source.data_files)
+        options |= builder_options(source.path, source.data_files)
+        check_folder_splits(source)  # a file no split reads: refused, not left out
         if streaming:
             splits = datasets.load_dataset(source.path, streaming=True, **options)
             return pick_split(splits, source, split)

@@ -1,0 +1,76 @@
+"""A folder ``data.dataset.path`` whose files ``datasets`` gives to splits by their names.
+
+``load_dataset(folder)`` reads a file whose name holds ``train``, ``dev``, ``validation`` or
+``test`` (``train_2023.jsonl``, ``dev.jsonl``) into that split, and once any name does, a file
+whose name holds none (``misc.jsonl``) into no split at all: it was never read, without a word,
+and a folder of ``notes.jsonl`` beside ``test_cases.jsonl`` offered its ``test`` split alone
+(probe 46). Such a folder is refused, naming the files no split reads and the builder that reads
+them all; a folder whose named validation split is left unused is said with a warning.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+from lightning_kd.data.dataset_files import is_saved_folder, local_files
+from lightning_kd.data.dataset_hints import SUFFIX_BUILDERS
+from lightning_kd.utils.refusal import Refused
+
+
+def named_splits(folder: Path) -> dict[str, list[Path]]:
+    """The files of ``folder`` ``datasets`` reads into each split (resolved paths)."""
+    from datasets.data_files import DataFilesDict, get_data_patterns  # read when a dataset is
+
+    found = DataFilesDict.from_patterns(get_data_patterns(str(folder)), base_path=str(folder))
+    return {str(split): sorted(Path(f).resolve() for f in files) for split, files in found.items()}
+
+
+def check_folder_splits(source: Any) -> None:
+    """Refuse a folder ``source.path`` (a ``DatasetSource`` read without ``data_files``) some of
+    whose data files no split reads; warn where a split named by its files goes unused."""
+    folder = Path(str(source.path)).expanduser()
+    if source.data_files is not None or not folder.is_dir() or is_saved_folder(source.path):
+        return
+    try:
+        splits = named_splits(folder)
+    except Exception:  # datasets' own failure, said with the fix where the folder is opened
+        return
+    read = {file for files in splits.values() for file in files}
+    kinds = {file.suffix for file in read}
+    unread = [f for f in local_files(source.path, None) if f.suffix in kinds]
+    unread = [file for file in unread if file.resolve() not in read]
+    if unread:
+        raise Refused(unread_message(source.path, splits, unread))
+    unused = sorted(set(splits) - {source.split, source.val_split})
+    if source.val_split is None and unused:
+        warnings.warn(unused_message(source, splits, unused), stacklevel=2)
+
+
+def unread_message(path: str, splits: dict[str, list[Path]], unread: list[Path]) -> str:
+    suffix = unread[0].suffix
+    builder = SUFFIX_BUILDERS.get(suffix, "json")
+    return (
+        f"data.dataset.path={path}: datasets gives a folder's files to splits by their names "
+        f"({named(splits)}) and reads {len(unread)} file(s) into none: "
+        f"{', '.join(file.name for file in unread[:5])}{' …' if len(unread) > 5 else ''}; read "
+        f"them all with data.dataset.path={builder} 'data.dataset.data_files={path}/*{suffix}' "
+        "(validation held out of them), or give the splits their files: "
+        "data.dataset.data_files={train: [...], validation: [...]}"
+    )
+
+
+def unused_message(source: Any, splits: dict[str, list[Path]], unused: list[str]) -> str:
+    return (
+        f"data.dataset.path={source.path}: datasets gives the folder's files to splits by their "
+        f"names ({named(splits)}); data.dataset.split={source.split} is trained on and "
+        f"validation is held out of it, so the files of {', '.join(unused)} go unread; set "
+        f"data.dataset.val_split={unused[0]} to validate on its files"
+    )
+
+
+def named(splits: dict[str, list[Path]]) -> str:
+    """``train: a.jsonl, b.jsonl; validation: dev.jsonl``."""
+    files = {name: ", ".join(file.name for file in found) for name, found in splits.items()}
+    return "; ".join(f"{name}: {names}" for name, names in files.items())

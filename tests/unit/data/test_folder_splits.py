@@ -1,0 +1,65 @@
+"""A folder ``data.dataset.path`` whose files ``datasets`` gives to splits by their names: a file
+no split reads is refused, a named split left unread is said (``data/folder_splits.py``)."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from lightning_kd.data.dataset_source import DatasetSource, open_split
+from lightning_kd.data.text import TextDataModule
+from lightning_kd.models.loading import byte_tokenizer
+from lightning_kd.utils.refusal import Refused
+
+
+def folder(root: Path, *names: str) -> Path:
+    """A folder of one ``.jsonl`` file per name, 6 documents each naming their file."""
+    root.mkdir()
+    for name in names:
+        rows = [{"text": f"{name} document {i} " * 8} for i in range(6)]
+        (root / f"{name}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return root
+
+
+def test_a_file_no_split_reads_is_refused_with_the_builder_that_reads_them_all(
+    tmp_path, datasets_home
+) -> None:
+    """misc.jsonl beside train_2023.jsonl was never read, without a word (probe 46)."""
+    root = folder(tmp_path / "f", "train_2023", "train_2024", "misc", "dev")
+    refusal = (
+        r"by their names \(train: train_2023.jsonl, train_2024.jsonl; validation: dev.jsonl\) "
+        r"and reads 1 file\(s\) into none: misc.jsonl; read them all with "
+        rf"data.dataset.path=json 'data.dataset.data_files={root}/\*.jsonl'"
+    )
+    with pytest.raises(Refused, match=refusal):
+        open_split(DatasetSource.of({"path": str(root)}), "train", streaming=True)
+    source = {"path": "json", "data_files": f"{root}/*.jsonl"}  # the advice, followed
+    data = TextDataModule(byte_tokenizer(), block_size=64, dataset=source)
+    data.setup()
+    text = byte_tokenizer().decode(torch.cat(data.train_examples))
+    assert all(name in text for name in ("train_2023", "train_2024", "misc", "dev"))
+
+
+def test_a_folder_of_a_test_file_among_others_is_refused_not_offered_its_test_split(
+    tmp_path, datasets_home
+) -> None:
+    """Its refusal said "its splits: ['test']": followed, notes and more went unread."""
+    root = folder(tmp_path / "f", "notes", "more", "test_cases")
+    with pytest.raises(Refused, match=r"reads 2 file\(s\) into none: more.jsonl, notes.jsonl"):
+        open_split(DatasetSource.of({"path": str(root)}), "train", streaming=True)
+
+
+def test_a_named_validation_split_left_unread_is_said(tmp_path, datasets_home) -> None:
+    root = folder(tmp_path / "named", "train_a", "dev")
+    with pytest.warns(UserWarning, match=r"set data.dataset.val_split=validation to validate"):
+        open_split(DatasetSource.of({"path": str(root)}), "train", streaming=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # read: nothing to say
+        source = {"path": str(root), "val_split": "validation"}
+        open_split(DatasetSource.of(source), "train", streaming=True)
+        plain = folder(tmp_path / "plain", "notes", "more")  # no names: all of it is train
+        open_split(DatasetSource.of({"path": str(plain)}), "train", streaming=True)
