@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import errno
 import glob
+import zlib
+from collections import deque
 from pathlib import Path
 from typing import Any
 
-from lightning_kd.data.dataset_files import flatten
+from lightning_kd.data.dataset_files import flatten, local_files
+from lightning_kd.data.errors import DataError
+from lightning_kd.data.reading import file_format, numbered_documents, read_records
 
 SUFFIX_BUILDERS = {
     ".jsonl": "json",
@@ -31,6 +35,8 @@ FILE_BUILDERS = tuple(dict.fromkeys(SUFFIX_BUILDERS.values()))
 def open_hint(source: Any, err: Exception) -> str | None:
     """Why ``source`` (a ``DatasetSource``) could not be opened, with the fix, where its cause
     is one of the module doc's; None otherwise."""
+    if (line := bad_line(source)) is not None:
+        return line
     path = Path(str(source.path)).expanduser()
     if path.is_file():
         builder = SUFFIX_BUILDERS.get(path.suffix, "json")
@@ -64,3 +70,42 @@ def split_hint(split: str) -> str:
             "data.max_train_examples)"
         )
     return ""
+
+
+def bad_line(source: Any) -> str | None:
+    """The first line of ``source``'s local JSON-lines or text files that cannot be read, named
+    as ``data.files`` names it (a byte that is not UTF-8, a line that is no JSON object, a
+    compressed file cut short); ``datasets`` named none, or read the bytes as text unchecked
+    and failed on the row later, a traceback (probe 46). None where every file reads."""
+    for path in local_files(source.path, source.data_files):
+        kind = file_format(path)
+        try:
+            if kind == "jsonl":
+                deque(read_records(path), maxlen=0)
+            elif kind == "txt":
+                deque(numbered_documents(path), maxlen=0)
+        except DataError as err:
+            return str(err)
+        except (EOFError, OSError, zlib.error) as err:
+            return f"{path} cannot be read ({type(err).__name__}: {err}); check the file"
+    return None
+
+
+def unreadable(source: Any, where: str, err: Exception) -> DataError:
+    """The refusal of rows ``datasets`` could not read from ``source``'s files: the line at
+    fault, where a local file holds it (a byte that is not UTF-8, which its JSON reader keeps
+    unchecked; a line cut short), else :func:`unreadable_row`'s."""
+    return DataError(bad_line(source) or unreadable_row(where, err))
+
+
+def unreadable_row(where: str, err: Exception) -> str:
+    """Why the row at ``where`` could not be read from its files (``datasets``' error)."""
+    if isinstance(err, UnicodeDecodeError):  # datasets' JSON reader keeps the bytes unchecked
+        return (
+            f"{where} holds bytes that are not UTF-8 ({err.reason}); re-encode its files as "
+            "UTF-8 (e.g. iconv -t utf-8)"
+        )
+    return (
+        f"{where} cannot be read ({type(err).__name__}: {err}); check its files there (a line "
+        "cut short, or not JSON?)"
+    )

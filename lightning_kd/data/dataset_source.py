@@ -22,7 +22,7 @@ from lightning_kd.data.dataset_files import (
     is_saved_folder,
     looks_empty,
 )
-from lightning_kd.data.dataset_hints import FILE_BUILDERS, open_hint, split_hint
+from lightning_kd.data.dataset_hints import FILE_BUILDERS, open_hint, split_hint, unreadable
 from lightning_kd.data.errors import DataError
 from lightning_kd.data.folder_splits import check_folder_splits
 from lightning_kd.utils.refusal import Refused
@@ -267,7 +267,10 @@ def split_errors(dataset, columns: Columns, where: str) -> list[str]:
 def open_checked(source: DatasetSource, split: str, streaming: bool, columns: Columns):
     """:func:`open_split`, refused when the split has no rows or lacks ``columns``."""
     dataset = open_split(source, split, streaming)
-    errors = split_errors(dataset, columns, source.describe(split))
+    try:  # the first row is read: a file's fault was a traceback (probe 46)
+        errors = split_errors(dataset, columns, source.describe(split))
+    except (ValueError, OSError) as err:  # datasets' and pyarrow's own: the file at fault
+        raise unreadable(source, source.describe(split), err) from None
     if errors:
         raise Refused("\n  ".join(errors))
     return dataset
@@ -287,13 +290,3 @@ def source_errors(source: DatasetSource, columns: Columns) -> list[str]:
             continue
         errors += split_errors(dataset, columns, source.describe(split))
     return errors
-
-
-def share(dataset, rank: int, world_size: int, strategy: str = "auto"):
-    """Rank ``rank``'s share of a streamed ``dataset``, no row read by two ranks: whole shards
-    or every ``world_size``-th row, as ``strategy`` says (``data.stream_shares``)."""
-    if world_size == 1:
-        return dataset
-    from datasets.distributed import split_dataset_by_node
-
-    return split_dataset_by_node(dataset, rank=rank, world_size=world_size, strategy=strategy)

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lightning_kd.data.dataset_hints import unreadable_row
 from lightning_kd.data.errors import DataError
 from lightning_kd.data.reading import prompt_lines
 
@@ -78,7 +79,10 @@ class Rows:
     def __next__(self) -> tuple[Mark, Piece]:
         while True:
             before = self.mark()
-            row = next(self.iterator)  # StopIteration ends the share
+            try:
+                row = next(self.iterator)  # StopIteration ends the share
+            except (ValueError, OSError) as err:  # the files' fault: a traceback (probe 46)
+                raise DataError(unreadable_row(f"{self.where} row {before.row}", err)) from None
             self.number += 1
             key, piece = self.encode(row, f"{self.where} row {before.row}")
             if self.keys is not None:

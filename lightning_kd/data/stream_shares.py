@@ -56,3 +56,13 @@ def alike(sizes: list[int], world_size: int) -> bool:
     them) come within :data:`TOLERANCE` of the largest share, in bytes."""
     shares = [sum(sizes[rank::world_size]) for rank in range(world_size)]
     return min(shares) >= (1 - TOLERANCE) * max(shares)
+
+
+def share(dataset, rank: int, world_size: int, strategy: Strategy = "auto"):
+    """Rank ``rank``'s share of a streamed ``dataset``, no row read by two ranks: whole shards
+    or every ``world_size``-th row, as ``strategy`` says (``data.stream_shares``)."""
+    if world_size == 1:
+        return dataset
+    from datasets.distributed import split_dataset_by_node
+
+    return split_dataset_by_node(dataset, rank=rank, world_size=world_size, strategy=strategy)

@@ -29,12 +29,12 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, IterableDataset
 
-from lightning_kd.data.dataset_source import Columns, DatasetSource, open_checked, open_split, share
+from lightning_kd.data.dataset_source import Columns, DatasetSource, open_checked, open_split
 from lightning_kd.data.domain_packing import DomainPacker, OpenBlocks
 from lightning_kd.data.errors import DataError
 from lightning_kd.data.packing import Mark, Packer, Piece, Rows
 from lightning_kd.data.stream_cursor import CURSOR, Cursor
-from lightning_kd.data.stream_shares import Strategy, strategy_for
+from lightning_kd.data.stream_shares import Strategy, share, strategy_for
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ import torch
 from filelock import FileLock, Timeout
 from torch import Tensor
 
+from lightning_kd.data.dataset_hints import unreadable
 from lightning_kd.data.dataset_source import DatasetSource
 from lightning_kd.data.encoding import text_ids
 from lightning_kd.data.errors import DataError, described
@@ -192,9 +193,12 @@ def split_documents(
     parts = {"kind": "text", "field": field, "tokenizer": tokenizer_digest(tokenizer)}
     parts["source"] = source_record(source)
     options = {"tokenizer": tokenizer, "field": field, "where": where}
-    mapped = tokenized(
-        dataset, document_tokens, options, cache_key(dataset, parts), f"tokenizing {where}"
-    )
+    try:
+        mapped = tokenized(
+            dataset, document_tokens, options, cache_key(dataset, parts), f"tokenizing {where}"
+        )
+    except UnicodeDecodeError as err:  # datasets' JSON reader keeps the bytes, unchecked
+        raise unreadable(source, where, err) from None
     documents: dict[str, list[int]] = {}
     repeats = 0
     for row in rows(mapped):

@@ -387,6 +387,34 @@ def test_a_tables_tool_calls_render_as_the_files_do(tmp_path, datasets_home, str
 # Bad input: each refused naming what is wrong, what there is, and the fix.
 
 
+@pytest.mark.parametrize("streaming", [False, True], ids=["whole", "streamed"])
+def test_a_file_that_is_not_utf8_or_cut_short_is_named_by_its_line(
+    tmp_path, datasets_home, streaming
+) -> None:
+    """A latin-1 byte in a JSON-lines dataset was a UnicodeDecodeError traceback (datasets
+    keeps the bytes unchecked); a text file's, or a line cut short, "cannot be opened ... set
+    data.dataset.path" (probe 46). Each is named as data.files names it."""
+    lines = [json.dumps({"text": f"row {i} " * 20}).encode() for i in range(10)]
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(b"\n".join([*lines, b'{"text": "caf\xe9 na\xefve"}']) + b"\n")
+    (tmp_path / "latin.txt").write_bytes("café crème".encode("latin-1"))
+    cut = tmp_path / "cut.jsonl"
+    cut.write_bytes(b"\n".join([*lines, b'{"text": "row 10 cut sh']) + b"\n")
+    options = {"streaming": True, "val_size": 2} if streaming else {}
+    byte = r"byte 0xe9 at column 14 is not UTF-8; re-encode"
+    found = {
+        ("json", latin): rf"latin.jsonl:11: {byte}" if not streaming else r"row 10 holds bytes",
+        ("text", tmp_path / "latin.txt"): r"latin.txt:1: byte 0xe9 at column 4 is not UTF-8",
+        ("json", cut): r"cut.jsonl:11 is not valid JSON",
+    }
+    for (builder, path), refusal in found.items():
+        source = {"path": builder, "data_files": str(path)}
+        data = TextDataModule(byte_tokenizer(), block_size=32, dataset=source, **options)
+        with pytest.raises(Refused, match=refusal):
+            data.setup("fit")
+            list(data.train_dataloader())
+
+
 def test_a_missing_column_names_the_columns_there_are(tmp_path, datasets_home) -> None:
     parquet = write_parquet(tmp_path / "d.parquet", [{"body": "x" * 300, "id": 1}])
     source = {"path": "parquet", "data_files": str(parquet)}

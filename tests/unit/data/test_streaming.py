@@ -12,7 +12,8 @@ import torch
 from lightning.pytorch import Callback
 
 from lightning_kd.data.chat import ChatDataModule
-from lightning_kd.data.dataset_source import DatasetSource, open_split, share
+from lightning_kd.data.dataset_source import DatasetSource, open_split
+from lightning_kd.data.stream_shares import share
 from lightning_kd.data.text import TextDataModule
 from lightning_kd.models.loading import byte_tokenizer
 from lightning_kd.utils.refusal import Refused
