@@ -49,7 +49,7 @@ from lightning_kd.data.dataset_source import Columns, DatasetSource, open_checke
 from lightning_kd.data.errors import DataError
 from lightning_kd.data.held_out import val_files_errors
 from lightning_kd.data.loaders import ranks
-from lightning_kd.data.packing import warn_cut
+from lightning_kd.data.packing import warn_cut, warn_tail
 from lightning_kd.data.provenance import source_record
 from lightning_kd.data.reading import place_name, read_records
 from lightning_kd.data.teacher_answers import teacher_answered
@@ -240,6 +240,9 @@ class ChatDataModule(TextDataModule):
                     f"block of data.block_size={self.block_size}: lower it, add conversations, "
                     "or set data.pack=false"
                 )
+            total = sum(len(chat) for chat in chats)
+            dropped = total - len(examples) * self.block_size
+            warn_tail(split, "conversations", dropped, total, self.block_size)
         else:
             examples = [chat.cut(0, self.block_size) for chat in chats]
             warn_cut(

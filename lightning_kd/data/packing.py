@@ -189,6 +189,25 @@ def warn_cut(
     )
 
 
+TAIL_SHARE = 0.01
+"""The share of a split's tokens past its last whole block from which dropping it is said."""
+
+
+def warn_tail(split: str, what: str, dropped: int, total: int, block_size: int) -> None:
+    """Warn where ``data.pack=true`` leaves out more than :data:`TAIL_SHARE` of a split's
+    ``total`` tokens: the ``dropped`` ones after its last whole block (the end of its last
+    ``what``), never trained on; a small corpus lost whole documents so, unsaid (probe 46)."""
+    if total == 0 or dropped / total < TAIL_SHARE:
+        return
+    unused = "scored" if split == "val" else "trained on"
+    warnings.warn(
+        f"data.pack=true: the last {dropped} of {total} tokens ({dropped / total:.0%}) of the "
+        f"{split + ' ' if split else ''}{what} fill no block of data.block_size={block_size} and "
+        f"are never {unused}; lower data.block_size, add data, or set data.pack=false",
+        stacklevel=3,
+    )
+
+
 def blocks_of(
     token_lists: list[list[int]],
     block_size: int,
@@ -202,6 +221,8 @@ def blocks_of(
     to split, or one split of it: ``the validation split``, ``the training split``)."""
     if pack:
         examples = list(pack_blocks(token_lists, block_size, eos_id))
+        total = sum(len(tokens) + 1 for tokens in token_lists)
+        warn_tail("", "documents", total - len(examples) * block_size, total, block_size)
     else:
         kept = [t for t in token_lists if len(t) >= 2]
         examples = [torch.tensor(t[:block_size]) for t in kept]

@@ -344,6 +344,16 @@ def test_a_conversation_and_its_continuation_fall_on_one_side_of_the_split(tmp_p
     assert scored_answers(val).isdisjoint(scored_answers(train))
 
 
+def test_packed_conversations_past_the_last_block_are_counted_in_a_warning(tmp_path) -> None:
+    """Two of eight training conversations lost their last answer to the tail (probe 46)."""
+    rows = write_rows(tmp_path / "c.jsonl", conversations(40))
+    packed = ChatDataModule(
+        chat_tokenizer(), files=[str(rows)], pack=True, block_size=160, val_fraction=0.25
+    )
+    with pytest.warns(UserWarning, match=r"of the train conversations fill no block of data.block"):
+        packed.setup()
+
+
 def test_the_conversation_split_follows_split_seed_not_seed(tmp_path) -> None:
     rows = [{"prompt": f"Count to {i}.", "completion": "ok"} for i in range(20)]
     files = [str(write_rows(tmp_path / "c.jsonl", rows))]

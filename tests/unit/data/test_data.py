@@ -117,6 +117,19 @@ def test_unpacked_documents_cut_to_the_block_are_counted_in_a_warning(tmp_path) 
         quiet.setup("fit")
 
 
+def test_packed_text_past_the_last_block_is_counted_in_a_warning(tmp_path) -> None:
+    """A small corpus lost its last documents to the tail no block holds, unsaid (probe 46)."""
+    path = tmp_path / "docs.jsonl"
+    path.write_text("\n".join(json.dumps({"text": f"Sentence number {i}."}) for i in range(17)))
+    dm = make_datamodule([path], block_size=64)
+    with pytest.warns(UserWarning, match=r"pack=true: the last \d+ of \d+ tokens \(\d+%\) of the"):
+        dm.setup("fit")
+    quiet = make_datamodule([path], block_size=3)  # under 1 % left over
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        quiet.setup("fit")
+
+
 @pytest.mark.parametrize(
     ("count", "world_size", "extra"), [(5, 1, 0), (5, 2, 1), (5, 4, 3), (8, 4, 0)]
 )
