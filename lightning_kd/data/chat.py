@@ -34,6 +34,7 @@ from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.data.batches import Unscored
+from lightning_kd.data.chat_formats import ALPACA, SHAREGPT
 from lightning_kd.data.chat_tokens import (
     MESSAGES,
     ChatExample,
@@ -121,7 +122,8 @@ class ChatDataModule(TextDataModule):
             settings.get("completion_field", "completion"),
         )
         setting = "data.messages_field (or data.prompt_field and data.completion_field)"
-        return Columns(((messages,), pair), f"{setting} to the columns holding the conversation")
+        shapes = ((messages,), pair, ALPACA, (SHAREGPT,))  # chat_formats.py's, read whole
+        return Columns(shapes, f"{setting} to the columns holding the conversation")
 
     def columns(self) -> Columns:
         fields = self.fields

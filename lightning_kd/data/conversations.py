@@ -13,6 +13,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from lightning_kd.data.chat_formats import (
+    ALPACA,
+    SHAREGPT,
+    alpaca_messages,
+    from_sharegpt,
+    refuse_dropped_input,
+)
 from lightning_kd.data.errors import DataError, described
 
 CALLS = ("tool_calls", "function_call")
@@ -39,19 +46,27 @@ def is_conversation(record: object) -> bool:
     """A row of chat data (the keys ``data=chat`` reads by default), read as text by mistake."""
     chat = ChatFields()
     return isinstance(record, dict) and (
-        chat.messages in record or {chat.prompt, chat.completion} <= record.keys()
+        chat.messages in record
+        or {chat.prompt, chat.completion} <= record.keys()
+        or {*ALPACA} <= record.keys()
+        or SHAREGPT in record
     )
 
 
 def row_messages(record: dict, where: str, fields: ChatFields) -> list[dict[str, str]]:
     """The conversation of one row, checked: role/content strings, at least one assistant turn."""
     if fields.messages in record:
-        messages = record[fields.messages]
+        messages = from_sharegpt(record[fields.messages])
     elif fields.prompt in record and fields.completion in record:
+        refuse_dropped_input(record, fields.prompt, where)
         messages = [
             *as_messages(record[fields.prompt], "user", where),
             *as_messages(record[fields.completion], "assistant", where),
         ]
+    elif (alpaca := alpaca_messages(record)) is not None:
+        messages = alpaca
+    elif SHAREGPT in record and fields.messages == ChatFields.messages:
+        messages = from_sharegpt(record[SHAREGPT])
     else:
         fix = (
             "it holds 'text': read text rows with data=text (the default)"

@@ -455,3 +455,36 @@ def test_a_conversation_that_opens_with_the_answer_is_named() -> None:
     turns = [TURNS[1], TURNS[0], TURNS[1]]
     with pytest.raises(ValueError, match=r"row: the conversation opens with the assistant's turn"):
         encode_chat(chat_tokenizer(), turns, "row")
+
+
+def test_alpaca_and_sharegpt_rows_are_read_as_their_conversations(tmp_path) -> None:
+    """Alpaca's instruction/input/output and ShareGPT's from/value turns were refused, and read
+    through data.prompt_field=instruction, an Alpaca row's input was left out (probe 46)."""
+    alpaca = {"instruction": "Translate.", "input": "Bonjour", "output": "Hello", "system": "Be"}
+    assert row_messages(alpaca, "r", ChatFields()) == [
+        {"role": "system", "content": "Be"},
+        {"role": "user", "content": "Translate.\n\nBonjour"},
+        {"role": "assistant", "content": "Hello"},
+    ]
+    bare = {"instruction": "Name a prime.", "input": "", "output": "7"}
+    assert row_messages(bare, "r", ChatFields())[0] == {"role": "user", "content": "Name a prime."}
+    with pytest.raises(ValueError, match=r"r is an Alpaca row whose 'input' data.prompt_field="):
+        row_messages(alpaca, "r", ChatFields(prompt="instruction", completion="output"))
+    turns = [{"from": "system", "value": "Be"}, {"from": "human", "value": "Hi"}]
+    turns.append({"from": "gpt", "value": "Hello"})
+    expected = [
+        {"role": "system", "content": "Be"},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello"},
+    ]
+    assert row_messages({"conversations": turns}, "r", ChatFields()) == expected
+    assert row_messages({"chat": turns}, "r", ChatFields(messages="chat")) == expected
+    odd = [{"from": "bot", "value": "Hi"}, *turns[2:]]
+    with pytest.raises(ValueError, match=r"has role\(s\) \['bot'\]"):
+        row_messages({"conversations": odd}, "r", ChatFields())
+    rows = write_rows(tmp_path / "a.jsonl", [alpaca | {"input": f"{i}"} for i in range(8)])
+    data = ChatDataModule(chat_tokenizer(), files=[str(rows)], val_fraction=0.25)
+    data.setup()
+    assert "Translate.\n\n3" in chat_tokenizer().decode(
+        torch.cat([e.tokens for e in [*data.train_examples, *data.val_examples]])
+    )

@@ -422,7 +422,8 @@ def test_a_missing_column_names_the_columns_there_are(tmp_path, datasets_home) -
     with pytest.raises(Refused, match=text):
         TextDataModule(byte_tokenizer(), dataset=source).setup()
     chat = ChatDataModule(chat_tokenizer(), dataset=source)
-    either = r"has neither column 'messages' nor 'prompt' and 'completion'; its columns: "
+    either = r"has neither column 'messages' nor 'prompt' and 'completion' nor 'instruction' "
+    either += r"and 'output' nor 'conversations'; its columns: "
     with pytest.raises(Refused, match=either + r"\['body', 'id'\]; set data.messages_field"):
         chat.setup()
     # Rows of the other kind: the fix is the data module.

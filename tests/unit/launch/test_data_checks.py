@@ -91,7 +91,8 @@ def test_a_dataset_is_opened_for_its_splits_and_columns_before_anything_loads(
     assert "data.dataset.val_split='test'" in errors[1] and "its splits: ['train']" in errors[1]
     chat = dataset_errors(compose_config(["data=chat", *source, "data.messages_field=turns"]))
     assert chat[0].endswith(
-        "has neither column 'turns' nor 'prompt' and 'completion'; its columns: ['body']; set "
+        "has neither column 'turns' nor 'prompt' and 'completion' nor 'instruction' and "
+        "'output' nor 'conversations'; its columns: ['body']; set "
         "data.messages_field (or data.prompt_field and data.completion_field) to the columns "
         "holding the conversation"
     )
