@@ -220,8 +220,8 @@ def warn_repeats(count: int, total: int, examples: list[str] | None = None) -> N
         return
     where = f"; e.g. {', '.join(examples[:3])}" if examples else ""
     warnings.warn(
-        f"data: removed {count} duplicate document(s) of {total} (identical text), so none is "
-        f"in both training and validation{where}",
+        f"data: removed {count} duplicate document(s) of {total} (identical text), so no text "
+        f"is both trained on and validated on as a whole document{where}",
         stacklevel=3,
     )
 
