@@ -9,6 +9,7 @@ the ranks Lightning Fabric launches write their own shards.
 from __future__ import annotations
 
 import json
+import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -245,3 +246,14 @@ def report(directory: Path, spec, rank: int) -> None:
             f"{summary['mean_top_k_mass']:.4f} of the mass on average)",
             flush=True,
         )
+        if summary["mean_top_k_mass"] < LOW_MASS:
+            warnings.warn(LOW_MASS_TEXT.format(spec.k, summary["mean_top_k_mass"]), stacklevel=2)
+
+
+LOW_MASS = 0.5
+"""The mean mass of the top k under which a cache is said to hold too little of the teacher."""
+LOW_MASS_TEXT = (
+    "teacher cache: the top {} hold {:.2f} of the teacher's mass on average; a run trained from "
+    "it sees the rest as one outcome, in its KD term and in its KL (a lower bound: probe 45); "
+    "raise cache.k, or train online"
+)

@@ -12,41 +12,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning_kd.evaluation.harness import markdown as harness_markdown
 from lightning_kd.models.layer_scores import Ranking
 from lightning_kd.training.rundir import HYDRA_OWN, OUTPUTS
-
-ROWS = (
-    ("val/ppl", "student perplexity (val)", 2),
-    ("val/bpb", "student bits per byte (val)", 4),
-    ("val/agreement", "top-1 agreement with teacher", 3),
-    ("val/aligned", "student positions aligned with the teacher (val)", 3),
-    ("val/kl", "KL(teacher ‖ student) per token", 3),
-    ("val/features", "feature loss (val)", 4),
-    ("val/embedding_cosine", "embedding cosine to teacher (val)", 4),
-)
-"""Validation metrics shown before/after: key, label, decimals."""
-
-
-TEACHER_ROWS = {
-    "val/agreement": "top-1 agreement with teachers[{}]",
-    "val/kl": "KL(teachers[{}] ‖ student) per token",
-    "val/aligned": "student positions aligned with teachers[{}] (val)",
-}
-"""The rows shown per teacher where a run has several (``val/<key>/<name>``)."""
-
-
-def teacher_rows(after: dict[str, float]) -> list[tuple[str, str, int]]:
-    """One row per teacher of each :data:`TEACHER_ROWS` metric logged for several teachers,
-    labelled with its name (the unsuffixed metric is the main teacher's alone)."""
-    return [
-        (key, TEACHER_ROWS[base].format(key.removeprefix(base + "/")), 3)
-        for base in TEACHER_ROWS
-        for key in after
-        if key.startswith(base + "/")
-    ]
-
-
-def per_teacher(key: str, after: dict[str, float]) -> bool:
-    """Whether ``key`` is a :data:`TEACHER_ROWS` metric shown per teacher instead."""
-    return key in TEACHER_ROWS and any(name.startswith(key + "/") for name in after)
+from lightning_kd.training.summary_rows import CACHED, ROWS, TEACHER_ROWS, per_teacher, teacher_rows
 
 
 class TrainTimer(Callback):
@@ -198,8 +164,13 @@ class RunSummary:
             for key, value in {**self.before, **self.after}.items()
             if key.startswith("val/teacher_bpb/")
         ]
+        cached = CACHED if self.teacher_cache is not None else {}  # the cache's top k alone
         return rows + [
-            (label, fixed(self.before.get(key), digits), fixed(self.after.get(key), digits))
+            (
+                cached.get(key, label),
+                fixed(self.before.get(key), digits),
+                fixed(self.after.get(key), digits),
+            )
             for key, label, digits in [*ROWS, *teacher_rows(self.after)]
             if key in self.after and not per_teacher(key, self.after)
         ]

@@ -194,3 +194,13 @@ def test_a_resume_that_reuses_its_final_validation_keeps_the_teachers_perplexity
     summary = RunSummary(after=after, steps=6, train_tokens=1, train_seconds=0.0)
     assert summary.as_dict()["teacher_ppl"] == 14.539
     assert "| teacher perplexity (val) | 14.54 |" in summary.markdown()
+
+
+def test_a_cached_runs_kl_is_labelled_as_the_bound_it_is() -> None:
+    """From a teacher cache, val/kl is the bucketed KL over the top k: it read 0.006 under the
+    online KL's label where the online KL was 0.514 (probe 45)."""
+    after = {"val/kl": 0.006}
+    online = RunSummary(after=after).markdown()
+    cached = RunSummary(after=after, teacher_cache={"in_training": "cached once"}).markdown()
+    assert "| KL(teacher ‖ student) per token | — | 0.006 |" in online
+    assert "per token, over the cache's top k and the rest in one (a lower bound) |" in cached

@@ -1,0 +1,46 @@
+"""The rows of a run's summary table: each validation metric's label and decimals."""
+
+from __future__ import annotations
+
+ROWS = (
+    ("val/ppl", "student perplexity (val)", 2),
+    ("val/bpb", "student bits per byte (val)", 4),
+    ("val/agreement", "top-1 agreement with teacher", 3),
+    ("val/aligned", "student positions aligned with the teacher (val)", 3),
+    ("val/kl", "KL(teacher ‖ student) per token", 3),
+    ("val/features", "feature loss (val)", 4),
+    ("val/embedding_cosine", "embedding cosine to teacher (val)", 4),
+)
+"""Validation metrics shown before/after: key, label, decimals."""
+
+
+TEACHER_ROWS = {
+    "val/agreement": "top-1 agreement with teachers[{}]",
+    "val/kl": "KL(teachers[{}] ‖ student) per token",
+    "val/aligned": "student positions aligned with teachers[{}] (val)",
+}
+"""The rows shown per teacher where a run has several (``val/<key>/<name>``)."""
+
+CACHED = {
+    "val/kl": "KL(teacher ‖ student) per token, over the cache's top k and the rest in one "
+    "(a lower bound)",
+}
+"""Labels of a run trained from a teacher cache: its KL is the bucketed one (``docs/cache.md``),
+which read 0.006 under the online KL's label where the online KL was 0.514 (a flat teacher
+whose top 256 held 6 % of its mass; probe 45)."""
+
+
+def teacher_rows(after: dict[str, float]) -> list[tuple[str, str, int]]:
+    """One row per teacher of each :data:`TEACHER_ROWS` metric logged for several teachers,
+    labelled with its name (the unsuffixed metric is the main teacher's alone)."""
+    return [
+        (key, TEACHER_ROWS[base].format(key.removeprefix(base + "/")), 3)
+        for base in TEACHER_ROWS
+        for key in after
+        if key.startswith(base + "/")
+    ]
+
+
+def per_teacher(key: str, after: dict[str, float]) -> bool:
+    """Whether ``key`` is a :data:`TEACHER_ROWS` metric shown per teacher instead."""
+    return key in TEACHER_ROWS and any(name.startswith(key + "/") for name in after)
