@@ -15,7 +15,7 @@ from hydra.utils import instantiate
 from transformers import PretrainedConfig
 
 from lightning_kd.launch.rules import lookup
-from lightning_kd.models.architecture import architecture_errors
+from lightning_kd.models.architecture import architecture_errors, checkpointing_errors
 from lightning_kd.models.freezing import freeze_errors
 from lightning_kd.models.layer_config import check_index_scaling
 from lightning_kd.models.layer_pairs import (
@@ -57,9 +57,11 @@ def model_setting_errors(cfg: Mapping, read_models: bool = True) -> list[str]:
     key = "teacher.path" if teacher.config is None else "teacher.config"
     if wrong := architecture_errors(base, teacher.task, key):
         return errors + wrong
+    checkpointing = checkpointing_errors if student.activation_checkpointing else lambda *_: []
     if student.config is not None:
         built, wrong = config_from(student.config, base, "student.config")
-        return errors + (wrong or architecture_errors(built, teacher.task, "student.config"))
+        wrong = wrong or architecture_errors(built, teacher.task, "student.config")
+        return errors + (wrong or checkpointing(built, teacher.task))
     if student.path is None:
         try:
             source = base if student.source is None else spec_config(TeacherSpec(student.source))
@@ -67,6 +69,7 @@ def model_setting_errors(cfg: Mapping, read_models: bool = True) -> list[str]:
             return errors
         wrong = architecture_errors(source, teacher.task, "student.source")
         errors += wrong or depth_errors(student, source) or span_errors(student, source, distill)
+        errors += checkpointing(source, teacher.task)
     return errors
 
 

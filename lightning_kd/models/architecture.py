@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from transformers import PretrainedConfig
 
+from lightning_kd.models.loading import auto_class
+
 BIDIRECTIONAL = frozenset(
     {
         "albert",
@@ -62,3 +64,18 @@ def architecture_errors(config: PretrainedConfig, task: str, key: str) -> list[s
             "experiment=minilm does), or choose a decoder-only causal LM"
         ]
     return []
+
+
+def checkpointing_errors(config: PretrainedConfig, task: str) -> list[str]:
+    """Why ``student.activation_checkpointing=true`` cannot be turned on for the model
+    ``config`` describes: a family whose transformers class has no activation checkpointing
+    (openai-gpt, ctrl, xlnet, ...) raised its ValueError once the models had loaded, exit 1
+    (probe 45). Empty where it can, or the class is not transformers' own (custom code)."""
+    model_class = auto_class(task)._model_mapping.get(type(config), None)
+    if model_class is None or getattr(model_class, "supports_gradient_checkpointing", True):
+        return []
+    return [
+        f"student.activation_checkpointing=true: {model_class.__name__} "
+        f"({getattr(config, 'model_type', '?')}) has no activation checkpointing in "
+        "transformers; set student.activation_checkpointing=false"
+    ]

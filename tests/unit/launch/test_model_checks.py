@@ -111,3 +111,21 @@ def test_a_head_pair_runs_where_the_step_runs_the_head() -> None:
     assert (
         model_setting_errors(compose_config(["debug=smoke", head, "distill.chunked=false"])) == []
     )
+
+
+def test_activation_checkpointing_on_a_family_without_it_is_refused_before_it_loads() -> None:
+    """openai-gpt, ctrl, xlnet, ...: transformers' ValueError once the models had loaded, exit 1
+    (probe 45)."""
+    gpt1 = "{model_type: openai-gpt, vocab_size: 257, n_embd: 32, n_layer: 4, n_head: 4}"
+    teacher = ["debug=smoke", "~teacher.config", f"+teacher.config={gpt1}"]
+    on = [*teacher, "student.activation_checkpointing=true"]
+    errors = model_setting_errors(compose_config(on))
+    assert errors == [
+        "student.activation_checkpointing=true: OpenAIGPTLMHeadModel (openai-gpt) has no "
+        "activation checkpointing in transformers; set student.activation_checkpointing=false"
+    ]
+    assert model_setting_errors(compose_config(teacher)) == []
+    llama = model_setting_errors(
+        compose_config(["debug=smoke", "student.activation_checkpointing=true"])
+    )
+    assert llama == []
