@@ -91,6 +91,15 @@ class Rows:
                 return before, piece
 
 
+STREAM_CUT = (
+    "data.pack=false: streamed row {} is longer than data.block_size={} and is cut to it, as "
+    "every longer row will be: the text past the cut is never trained on or scored (said for "
+    "the first such row alone; read whole, the run counts them); raise data.block_size, or set "
+    "data.pack=true"
+)
+"""Said once per stream where ``data.pack=false`` cuts a row (probe 46: silent)."""
+
+
 class Packer:
     """Examples from :class:`Rows`: blocks of ``block_size`` cut from the pieces joined end to
     end (``pack``), or each piece truncated to ``block_size``; ``keep(example)`` leaves out the
@@ -108,6 +117,7 @@ class Packer:
         self.rows, self.block_size, self.pack, self.keep = rows, block_size, pack, keep
         self.pending: deque[tuple[Mark, Piece]] = deque()
         self.offset = offset
+        self.cut_said = False
 
     def position(self) -> tuple[Mark, int]:
         """Where the next example starts: a row's mark and the tokens of it taken already."""
@@ -125,6 +135,11 @@ class Packer:
     def _next(self) -> Piece | None:
         if not self.pack:
             _, piece = next(self.rows, (None, None))
+            if piece is not None and len(piece) > self.block_size and not self.cut_said:
+                self.cut_said = True  # once: a stream's count is known only at its end
+                warnings.warn(
+                    STREAM_CUT.format(self.rows.number - 1, self.block_size), stacklevel=3
+                )
             return None if piece is None else cut(piece, 0, self.block_size)
         while sum(len(piece) for _, piece in self.pending) - self.offset < self.block_size:
             following = next(self.rows, None)

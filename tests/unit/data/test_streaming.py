@@ -258,3 +258,17 @@ def test_a_streamed_chat_whose_answers_start_past_the_block_is_told_to_raise_it(
     source = parquet_source(write_parquet(tmp_path / "c.parquet", conversations(12)))
     with pytest.raises(Refused, match=r"add rows or raise data.block_size \(a conversation whose"):
         streamed(source, ChatDataModule, chat_tokenizer(), block_size=8, val_size=2)
+
+
+@pytest.mark.parametrize("module", [TextDataModule, ChatDataModule], ids=["text", "chat"])
+def test_a_streamed_row_cut_to_the_block_is_said(tmp_path, datasets_home, module) -> None:
+    """Read whole, pack=false counts the rows it cuts; streamed it cut them silently (probe 46)."""
+    if module is ChatDataModule:
+        source = parquet_source(write_parquet(tmp_path / "c.parquet", conversations(12)))
+        options = {"tokenizer": chat_tokenizer(), "block_size": 110, "val_size": 2}
+    else:
+        options = {"block_size": 16, "val_size": 2}
+        source = parquet_source(lettered(tmp_path / "l.parquet"))
+    with pytest.warns(UserWarning, match=r"pack=false: streamed row \d+ is longer than data.bl"):
+        data = streamed(source, module, pack=False, **options)
+        trained(data, 2)
