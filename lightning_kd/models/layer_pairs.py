@@ -93,9 +93,16 @@ def span_order_error(starts: list[int], setting: str) -> str | None:
     are."""
     if all(start < following for start, following in pairwise(starts)):
         return None
+    repeated = sorted({start for start in starts if starts.count(start) > 1})
+    fix = (  # sorting a repeat keeps it (probe 45)
+        f"teacher layer(s) {repeated} are copied twice, and a span between them would be "
+        "empty: copy each once"
+        if repeated
+        else "sort it"
+    )
     return (
         f"{setting} needs student layers copied in teacher order (each stands for the teacher "
-        f"layers up to the next one's); student.layers={starts} is not increasing: sort it, "
+        f"layers up to the next one's); student.layers={starts} is not increasing: {fix}, "
         f"{SPAN_USERS[setting]}"
     )
 

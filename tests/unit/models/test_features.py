@@ -7,7 +7,13 @@ import torch
 
 from lightning_kd.losses.features import cosine, get_feature_loss, masked_feature_sum, mse
 from lightning_kd.models.capture import ModuleChoiceError
-from lightning_kd.models.layer_pairs import LayerPair, layer_pairs, make_projectors, span_ends
+from lightning_kd.models.layer_pairs import (
+    LayerPair,
+    layer_pairs,
+    make_projectors,
+    span_ends,
+    span_order_error,
+)
 from lightning_kd.models.loading import StudentSpec, load_teacher
 from lightning_kd.models.student import build_student
 from lightning_kd.utils.refusal import Refused
@@ -58,6 +64,10 @@ def test_spans_refuse_layers_out_of_teacher_order(tiny_teacher) -> None:
         layer_pairs("spans", models.student, teacher, models.layer_map)
     with pytest.raises(ValueError, match="use 'uniform', 'spans' or a list of pairs"):
         layer_pairs("even", models.student, teacher, models.layer_map)
+    # A repeated layer was told to "sort it", which it already is (probe 45).
+    repeated = span_order_error([0, 1, 1, 3], "distill.features=spans")
+    assert "not increasing: teacher layer(s) [1] are copied twice" in repeated
+    assert "sort it" not in repeated
 
 
 def test_spans_refuse_a_random_student_deeper_than_the_teacher(tiny_teacher) -> None:
