@@ -12,10 +12,11 @@ import errno
 import glob
 import zlib
 from collections import deque
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from lightning_kd.data.dataset_files import flatten, local_files
+from lightning_kd.data.dataset_files import flatten, local_files, looks_empty
 from lightning_kd.data.errors import DataError
 from lightning_kd.data.reading import file_format, numbered_documents, read_records
 
@@ -37,6 +38,8 @@ def open_hint(source: Any, err: Exception) -> str | None:
     is one of the module doc's; None otherwise."""
     if (line := bad_line(source)) is not None:
         return line
+    if (empty := empty_split(source)) is not None:
+        return empty
     path = Path(str(source.path)).expanduser()
     if path.is_file():
         builder = SUFFIX_BUILDERS.get(path.suffix, "json")
@@ -109,3 +112,17 @@ def unreadable_row(where: str, err: Exception) -> str:
         f"{where} cannot be read ({type(err).__name__}: {err}); check its files there (a line "
         "cut short, or not JSON?)"
     )
+
+
+def empty_split(source: Any) -> str | None:
+    """A split of ``source``'s ``{split: files}`` whose files hold no row: ``datasets`` cannot
+    open the dataset then, and the refusal blamed data.dataset.path (probe 46)."""
+    if not isinstance(source.data_files, Mapping):
+        return None
+    for split, files in source.data_files.items():
+        if looks_empty(source.path, {split: files}):
+            return (
+                f"{source.describe()}: split {split!r} ({files}) holds no row, which datasets "
+                "cannot open; give it rows, or leave it out of data.dataset.data_files"
+            )
+    return None

@@ -415,6 +415,18 @@ def test_a_file_that_is_not_utf8_or_cut_short_is_named_by_its_line(
             list(data.train_dataloader())
 
 
+def test_a_split_of_no_row_is_named_not_the_builder(tmp_path, datasets_home) -> None:
+    """datasets cannot open a {split: files} whose split is empty: the refusal said "cannot be
+    opened ... set data.dataset.path" (probe 46)."""
+    train = write_parquet(tmp_path / "tr.parquet", [{"text": "x " * 100}] * 10)
+    empty = tmp_path / "zero.parquet"
+    pq.write_table(pa.Table.from_pylist([], schema=pa.schema([("text", pa.string())])), empty)
+    files = {"train": str(train), "validation": str(empty)}
+    source = {"path": "parquet", "data_files": files, "val_split": "validation"}
+    with pytest.raises(Refused, match=r"split 'validation' \(.*zero.parquet\) holds no row"):
+        TextDataModule(byte_tokenizer(), block_size=32, dataset=source).setup()
+
+
 def test_a_missing_column_names_the_columns_there_are(tmp_path, datasets_home) -> None:
     parquet = write_parquet(tmp_path / "d.parquet", [{"body": "x" * 300, "id": 1}])
     source = {"path": "parquet", "data_files": str(parquet)}
