@@ -15,10 +15,30 @@ import torch
 from torch import Tensor, nn
 
 from lightning_kd.models.layer_config import UnfittingLayers, decoder_layers
+from lightning_kd.models.positions import max_positions
 
-TOKENS = 16
-"""The probe's length: a few tokens show a layer that computes otherwise (a sliding window
-longer than them does not, which ``layer_config`` moves by name)."""
+TOKENS = 128
+"""The probe's least length: a layer that computes otherwise shows in a few tokens, unless it
+differs in its attention window; 16 tokens missed a custom layer whose window of 20 came from
+its index (probe 45). Past a window of the config's, the probe runs longer (:func:`length`)."""
+WINDOWS = ("sliding_window", "attention_window", "window_size", "local_window_size")
+"""Config entries of an attention window's length (one for all layers, or a layer's own)."""
+LONGEST = 1024
+"""The longest probe: the teacher runs whole on it, once, when the student is built."""
+
+
+def length(config) -> int:
+    """The probe's length for ``config``'s model: past its longest attention window (a layer's
+    own too), so that two layers of other windows differ in it; within its positions."""
+    configs = [config, *(getattr(config, "per_layer_config", None) or [])]
+    windows = [
+        w for c in configs for name in WINDOWS if isinstance(w := getattr(c, name, None), int)
+    ]
+    tokens = min(max([TOKENS, *(w + 2 for w in windows)]), LONGEST)
+    limit = max_positions(config)
+    return min(tokens, limit) if limit else tokens
+
+
 TOLERANCE = {torch.float32: 1e-3, torch.float64: 1e-9}
 """Relative difference of the two updates allowed where the coarser model is of that dtype (an
 fp64 teacher's copy is fp32); 5e-2 for a half-precision teacher, whose update the fp32 copy
@@ -32,7 +52,8 @@ def check_copied_layers(source: nn.Module, student: nn.Module, indices: list[int
     differs from its source layer's on the same input (see the module doc)."""
     _, source_blocks = decoder_layers(source)
     _, student_blocks = decoder_layers(student)
-    ids = torch.arange(TOKENS, device=source.device).remainder(source.config.vocab_size)[None]
+    count = length(source.config)
+    ids = torch.arange(count, device=source.device).remainder(source.config.vocab_size)[None]
     seen = run_recording(source, [source_blocks[i] for i in sorted(set(indices))], ids)
     inputs = [seen[id(source_blocks[i])][0] for i in indices]
     got = run_recording(student, list(student_blocks), ids, inputs)

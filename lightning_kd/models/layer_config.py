@@ -32,8 +32,17 @@ from transformers import PretrainedConfig
 
 from lightning_kd.utils.refusal import Refused
 
-PER_LAYER = ("layer_types", "no_rope_layers")
-"""Config lists with one entry per layer, in layer order."""
+PER_LAYER = (
+    "layer_types",
+    "no_rope_layers",
+    "mlp_layer_types",
+    "swiglu_limits",
+    "kv_sharing_modes",
+    "indexer_types",
+)
+"""Config lists with one entry per layer, in layer order (``mlp_layer_types``: dense or
+experts, read by 29 families in transformers 5; left whole, EXAONE-MoE's student trained and
+then failed to save, probe 45)."""
 
 
 def decoder_layers(model: nn.Module) -> tuple[str, nn.ModuleList]:
@@ -72,8 +81,21 @@ def pruned_config(config: PretrainedConfig, indices: list[int]) -> PretrainedCon
         dense = [not sparse_mlp(config, i) for i in indices]
         config.mlp_only_layers = [j for j, is_dense in enumerate(dense) if is_dense]
         config.decoder_sparse_step = 1
+    overrides = per_layer_overrides(config)
     config.num_hidden_layers = len(indices)
+    if overrides is not None:  # transformers' heterogeneous configs (NeoMME's windows)
+        moved = {j: overrides[str(i)] for j, i in enumerate(indices) if str(i) in overrides}
+        config.per_layer_config = moved
     return config
+
+
+def per_layer_overrides(config: PretrainedConfig) -> dict[str, dict] | None:
+    """A heterogeneous config's per-layer overrides by layer index (``{"1": {"sliding_window":
+    1024}}``), or None: left in the teacher's layer order, a student of NeoMME's layers
+    [0, 2, 3] got windows [257, 1025, full] for [257, 257, full] (probe 45)."""
+    if not getattr(config, "is_heterogeneous", False):
+        return None
+    return dict(config.to_dict().get("per_layer_config") or {})
 
 
 def sparse_mlp(config: PretrainedConfig, index: int) -> bool:

@@ -178,3 +178,59 @@ def test_a_copied_layer_that_computes_otherwise_is_refused_by_its_update(monkeyp
             AutoConfig.for_model("llama", num_hidden_layers=4, intermediate_size=64, **SMALL)
         ).to(dtype)
         check_copied_layers(llama, student_from_teacher(llama, [3, 0]), [3, 0])
+
+
+def test_per_layer_overrides_and_mlp_kinds_move_with_their_layers(tmp_path) -> None:
+    """NeoMME's per-layer windows stayed in the teacher's order ([257, 1025, full] for layers
+    [0, 2, 3]: built, trained); EXAONE-MoE's mlp_layer_types stayed whole, and the student
+    trained, then failed to save (probe 45)."""
+    from transformers import AutoConfig, AutoModel
+
+    neomme = AutoConfig.for_model("neomme", num_hidden_layers=4, intermediate_size=64, **SMALL)
+    teacher = AutoModel.from_config(neomme)
+    windows = [layer.self_attn.sliding_window for layer in teacher.layers]
+    for indices in ([0, 2, 3], [1, 2, 3]):
+        student = student_from_teacher(teacher, indices)
+        assert [layer.self_attn.sliding_window for layer in student.layers] == [
+            windows[i] for i in indices
+        ]
+    exaone = AutoConfig.for_model(
+        "exaone_moe", num_hidden_layers=4, intermediate_size=64, num_experts=4,
+        num_experts_per_tok=2, moe_intermediate_size=16, **SMALL,
+    )  # fmt: skip
+    kinds = exaone.mlp_layer_types
+    for indices in ([0, 3], [1, 2]):
+        student = student_from_teacher(AutoModelForCausalLM.from_config(exaone), indices)
+        assert student.config.mlp_layer_types == [kinds[i] for i in indices]
+        student.save_pretrained(tmp_path / "-".join(map(str, indices)))
+
+
+def test_the_copy_check_runs_past_the_longest_window() -> None:
+    """16 tokens missed a copied layer whose window of 20 came from its index (probe 45): the
+    probe runs 128 tokens at least, and past a window the config states, within its positions."""
+    from transformers import AutoConfig
+
+    from lightning_kd.models.copy_check import check_copied_layers, length
+    from lightning_kd.utils.refusal import Refused
+
+    assert length(AutoConfig.for_model("llama", **SMALL)) == 128
+    assert length(AutoConfig.for_model("mistral", sliding_window=300, **SMALL)) == 302
+    assert (
+        length(
+            AutoConfig.for_model(
+                "mistral", sliding_window=300, max_position_embeddings=200, **SMALL
+            )
+        )
+        == 200
+    )
+    gemma2 = AutoConfig.for_model(
+        "gemma2", num_hidden_layers=2, intermediate_size=64, sliding_window=20, head_dim=8,
+        layer_types=["sliding_attention", "sliding_attention"], **SMALL,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    teacher = AutoModelForCausalLM.from_config(gemma2).eval()
+    student = student_from_teacher(teacher, [0, 1])
+    check_copied_layers(teacher, student, [0, 1])
+    student.config.layer_types = ["sliding_attention", "full_attention"]  # as an index decides
+    with pytest.raises(Refused, match="teacher layer 1, copied as student layer 1, computes"):
+        check_copied_layers(teacher, student, [0, 1])
