@@ -136,3 +136,14 @@ def csv_rows(path: Path) -> Iterator[list[str]]:
     dropped, as pandas drops it)."""
     with open(path, newline="", encoding="utf-8-sig", errors="replace") as handle:
         yield from csv.reader(handle)
+
+
+def home(value: Any) -> Any:
+    """``value`` (a path, a list of them, ``{split: paths}``) with a leading ``~`` expanded."""
+    if isinstance(value, str):
+        return str(Path(value).expanduser()) if value.startswith("~") else value
+    if isinstance(value, Mapping):
+        return {key: home(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [home(item) for item in value]
+    return value

@@ -19,6 +19,7 @@ from lightning_kd.data.conversations import is_conversation
 from lightning_kd.data.dataset_files import (
     builder_options,
     content_cache_dir,
+    home,
     is_saved_folder,
     looks_empty,
 )
@@ -57,7 +58,8 @@ class DatasetSource:
         unknown = sorted(set(value) - known)
         if unknown:
             raise DataError(f"data.dataset: unknown key(s) {unknown}; use {sorted(known)}")
-        return cls(**dict(value))
+        given = dict(value)  # ~ as data.files reads it (datasets looked for a folder named ~)
+        return cls(**given | {k: home(given.get(k)) for k in ("path", "data_files") if k in given})
 
     @property
     def given(self) -> bool:

@@ -629,3 +629,12 @@ def test_a_quoted_end_token_is_text_from_files_datasets_and_streams(tmp_path, da
     _, streamed = streamed_tokens(byte_tokenizer(), {"text": text}, "text", True, "row 0")
     assert streamed[-1] == 256 and 256 not in streamed[:-1].tolist()
     assert byte_tokenizer().decode(streamed[:-1]) == text
+
+
+def test_a_home_folder_tilde_is_expanded_as_in_data_files() -> None:
+    """'data.dataset.data_files=~/d.jsonl' looked for a folder named ~ (probe 46)."""
+    source = DatasetSource.of({"path": "json", "data_files": {"train": ["~/a.jsonl"], "v": "~/b"}})
+    home = str(Path.home())
+    assert source.data_files == {"train": [f"{home}/a.jsonl"], "v": f"{home}/b"}
+    assert DatasetSource.of({"path": "~/saved"}).path == f"{home}/saved"
+    assert DatasetSource.of({"path": "json", "data_files": "a/~b"}).data_files == "a/~b"
