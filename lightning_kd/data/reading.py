@@ -26,6 +26,7 @@ from typing import IO
 
 from lightning_kd.data.conversations import CHAT_HINT, is_conversation
 from lightning_kd.data.errors import DataError, MissingData
+from lightning_kd.data.rendered_chat import note_rendered_chat
 from lightning_kd.models.sources import remembered_file_digest
 
 FORMATS = {".txt": "txt", ".jsonl": "jsonl", ".txt.gz": "txt", ".jsonl.gz": "jsonl"}
@@ -243,6 +244,8 @@ def distinct_documents(files: list[Path], text_field: str = "text") -> list[tupl
         for number, text in numbered_documents(path, text_field)
     ]
     read = [(place, text, path) for place, text, path in read if text.strip()]  # blanks out
+    for _, text, _ in read:
+        note_rendered_chat(text)
     with_text = {path for _, _, path in read}
     blank = [str(path) for path in files if path not in with_text]
     if not read:

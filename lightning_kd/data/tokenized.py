@@ -32,6 +32,7 @@ from lightning_kd.data.encoding import text_ids
 from lightning_kd.data.errors import DataError, described
 from lightning_kd.data.provenance import source_record
 from lightning_kd.data.reading import warn_repeats
+from lightning_kd.data.rendered_chat import note_rendered_chat
 from lightning_kd.data.token_bytes import separator_id
 from lightning_kd.models.digests import tokenizer_digest
 from lightning_kd.models.sources import cache_root
@@ -141,6 +142,7 @@ def checked_text(text: Any, field: str, where: str) -> str:
             f"{where}: column {field!r} holds {described(text)}, not a string; give "
             "every row text, or set data.text_field to the column holding it"
         )
+    note_rendered_chat(text)
     return text
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -139,3 +140,20 @@ def test_the_shipped_corpus_repeat_is_not_warned_about() -> None:
         warnings.simplefilter("error")
         documents = distinct_documents(DEFAULT_FILES)
     assert len(documents) == 79 + 224 - 1
+
+
+def test_a_conversation_rendered_to_text_is_said(tmp_path) -> None:
+    """Rendered ChatML in a text column trained its markers as characters and scored its
+    prompts, without a word (probe 46); prose without markers says nothing."""
+    from lightning_kd.data.reading import distinct_documents
+
+    rendered = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello<|im_end|>\n"
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps({"text": rendered}) + "\n" + json.dumps({"text": "prose"}) + "\n")
+    with pytest.warns(UserWarning, match=r"chat turn marker '<\|im_start\|>'.*data=chat"):
+        distinct_documents([path])
+    plain = tmp_path / "p.jsonl"
+    plain.write_text(json.dumps({"text": "prose only"}) + "\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        distinct_documents([plain])
