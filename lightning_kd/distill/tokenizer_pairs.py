@@ -10,7 +10,7 @@ import logging
 from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.models.loading import TeacherSpec, load_tokenizer
-from lightning_kd.models.student import same_tokenizer
+from lightning_kd.models.student import how_tokenizers_differ, same_tokenizer
 from lightning_kd.utils.refusal import Refused
 
 log = logging.getLogger(__name__)
@@ -38,12 +38,13 @@ def teacher_tokenizer_for(
     if refusal := cross_refusal(distill, student, main):
         raise Refused(refusal)
     log.info(  # the run would otherwise say nothing of it until val/aligned is logged
-        "tokenizers: the teacher's (%s, %d ids) is not the student's (%s, %d ids): "
+        "tokenizers: the teacher's (%s, %d ids) is not the student's (%s, %d ids; %s): "
         "cross-tokenizer distillation, distill.cross_loss=%s (docs/cross-tokenizer.md)",
         teacher_tokenizer.name_or_path or type(teacher_tokenizer).__name__,
         len(teacher_tokenizer),
         tokenizer.name_or_path or type(tokenizer).__name__,  # a byte tokenizer has no path
         len(tokenizer),
+        how_tokenizers_differ(teacher_tokenizer, tokenizer),
         distill.cross_loss,
     )
     return teacher_tokenizer

@@ -12,7 +12,7 @@ def test_a_tokenizer_of_the_same_vocabulary_that_splits_otherwise_is_another() -
     from transformers import PreTrainedTokenizerFast
 
     from lightning_kd.models.loading import byte_tokenizer
-    from lightning_kd.models.student import same_tokenizer
+    from lightning_kd.models.student import how_tokenizers_differ, same_tokenizer
 
     student = byte_tokenizer()
     definition = json.loads(student.backend_tokenizer.to_str())
@@ -21,3 +21,8 @@ def test_a_tokenizer_of_the_same_vocabulary_that_splits_otherwise_is_another() -
     assert lower.get_vocab() == student.get_vocab()
     assert not same_tokenizer(student, lower)
     assert same_tokenizer(student, byte_tokenizer())  # the same definition, another object
+    # Said where the run goes across tokenizers: two of one vocabulary gave no reason (probe 45).
+    assert how_tokenizers_differ(lower, student).startswith("the same vocabulary, split otherwise")
+    from tests.conftest import byte_level_bpe
+
+    assert how_tokenizers_differ(byte_level_bpe(), student) == "another vocabulary"
