@@ -110,6 +110,12 @@ def parser() -> argparse.ArgumentParser:
         help="with --lm-eval: the first N examples of each task only (a glance)",
     )
     parser.add_argument("--device", help="with --lm-eval: where the models run (cpu, cuda)")
+    parser.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="run a model's own code (a custom architecture's config.json auto_map), as "
+        "teacher.trust_remote_code does for train; read it first",
+    )
     add_answer_options(parser)
     parser.add_argument(
         "--text-field",

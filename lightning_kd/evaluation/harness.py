@@ -48,6 +48,8 @@ class Harness:
     """At most this many examples of each task (lm-eval's ``--limit``: for a quick look only)."""
     dtype: str = "float32"
     """The weights' dtype, as every ``evaluate`` measurement loads them."""
+    trust_remote_code: bool = False
+    """Run a model's own code (a custom architecture's), as its run did."""
 
 
 def task_names(tasks: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -182,6 +184,8 @@ def run_tasks(model: str, harness: Harness) -> dict[str, dict[str, float | None]
     if Path(location).is_dir():  # lm-eval asks the hub about a relative path shaped like org/name
         location = str(Path(location).resolve())
     arguments = {"pretrained": location, "dtype": harness.dtype}
+    if harness.trust_remote_code:  # lm-eval's hf model refused a custom-code one (probe 45)
+        arguments["trust_remote_code"] = True
     results = simple_evaluate(
         model="hf",
         model_args=arguments,

@@ -21,10 +21,11 @@ def judge_prompts(
     max_new_tokens: int,
     batch_size: int,
     sampling: Sampling | None = None,
+    trust: bool = False,
 ) -> list[dict]:
     """Rows of scores for ``teacher`` and each of ``models`` on ``prompts`` (every model must
     share the teacher's tokenizer, which needs a chat template)."""
-    tokenizer = load_tokenizer(teacher)
+    tokenizer = load_tokenizer(teacher, trust)
     if tokenizer.chat_template is None:  # the prompts are conversations, put as it was taught
         refuse(
             [
@@ -37,9 +38,10 @@ def judge_prompts(
         [*models, teacher], [len(ids) for ids in prompt_ids(tokenizer, prompts)], max_new_tokens
     )
     judge = f"the teacher ({teacher})"
-    loaded = {name: load_model(name, tokenizer, judge) for name in models}
+    loaded = {name: load_model(name, tokenizer, judge, trust) for name in models}
+    teacher_model = load_model(teacher, trust=trust)
     return evaluate_prompts(
-        loaded, load_model(teacher), tokenizer, prompts, max_new_tokens, batch_size, sampling
+        loaded, teacher_model, tokenizer, prompts, max_new_tokens, batch_size, sampling
     )
 
 

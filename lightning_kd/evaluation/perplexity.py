@@ -239,16 +239,17 @@ def score_row(name: str, tokenizer: str, nll: float, windows: Windows) -> dict:
 
 
 def score_documents(
-    models: list[str], documents: list[str], block_size: int, batch_size: int
+    models: list[str], documents: list[str], block_size: int, batch_size: int, trust=False
 ) -> list[dict]:
     """Each model's perplexity and bits per byte over ``documents``, each through its own
-    tokenizer. Every tokenizer reads the text before any model loads."""
-    tokenizers = {name: load_tokenizer(name) for name in models}
+    tokenizer (``trust``: their own code run). Every tokenizer reads the text before any model
+    loads."""
+    tokenizers = {name: load_tokenizer(name, trust) for name in models}
     views = {name: windows_of(documents, tokenizers[name], block_size, name) for name in models}
     rows = []
     ids = {name: view.ids for name, view in views.items()}
     for name, tokenizer in zip(models, tokenizer_names(models, tokenizers, ids), strict=True):
-        nll = nll_sum(load_model(name), views[name], batch_size)
+        nll = nll_sum(load_model(name, trust=trust), views[name], batch_size)
         rows.append(row := score_row(name, tokenizer, nll, views[name]))
         print(
             f"{name}: perplexity {row['perplexity']:.2f} over {row['tokens']} tokens, "

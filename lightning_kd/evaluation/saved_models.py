@@ -43,23 +43,24 @@ def model_location(name: str, key: str = "model") -> str:
     return checked_model_path(name, key)
 
 
-def load_tokenizer(name: str):
-    """``name``'s tokenizer (a damaged file named, with the fix)."""
+def load_tokenizer(name: str, trust: bool = False):
+    """``name``'s tokenizer (a damaged file named, with the fix); ``trust``: its own code run
+    (``--trust-remote-code``)."""
     location = model_location(name)
     with readable(location, f"{name}'s tokenizer"):
-        return AutoTokenizer.from_pretrained(location)
+        return AutoTokenizer.from_pretrained(location, trust_remote_code=trust)
 
 
-def load_model(name: str, tokenizer=None, reference: str = "the first model"):
+def load_model(name: str, tokenizer=None, reference: str = "the first model", trust=False):
     """``name``'s causal LM in fp32, eval mode; refused if its tokenizer is not ``tokenizer``
-    (``reference``'s, named in the refusal)."""
-    if tokenizer is not None and load_tokenizer(name).get_vocab() != tokenizer.get_vocab():
+    (``reference``'s, named in the refusal); ``trust``: its own code run."""
+    if tokenizer is not None and load_tokenizer(name, trust).get_vocab() != tokenizer.get_vocab():
         raise Refused(f"{name} has another tokenizer than {reference}: not comparable")
     location = model_location(name)
     with readable(location, name):
         try:
             load = AutoModelForCausalLM.from_pretrained
-            model = loaded_whole(load, location, name, dtype=torch.float32)
+            model = loaded_whole(load, location, name, dtype=torch.float32, trust_remote_code=trust)
         except ValueError as error:
             if "Unrecognized configuration class" not in str(error):
                 raise

@@ -44,7 +44,8 @@ def evaluate(args: argparse.Namespace) -> list[dict]:
     read = check(args)
     if args.prompts is not None:
         return prompts(args, read)
-    rows = score_documents(args.models, read, args.block_size, args.batch_size)
+    trust = args.trust_remote_code
+    rows = score_documents(args.models, read, args.block_size, args.batch_size, trust)
     print("\n" + markdown(rows))
     if args.out is not None:
         write_rows(args.out, {"files": args.files, "block_size": args.block_size, "rows": rows})
@@ -70,17 +71,22 @@ def check(args: argparse.Namespace) -> list:
         {} if args.prompts is None else {args.teacher: "--teacher"}
     )
     limits = {
-        name: lambda name=name: saved_positions(model_location(name, keys[name]))
+        name: lambda name=name: saved_positions(
+            model_location(name, keys[name]), args.trust_remote_code
+        )
         for name in names
-        # An empty one, or a run that has not saved its student, is named alone (model_errors).
-        if name.strip() and unfinished_run_error(Path(name), keys[name]) is None
+        # An empty one, a run that has not saved its student, or one of code of its own
+        # without --trust-remote-code, is named alone (model_errors).
+        if name.strip()
+        and unfinished_run_error(Path(name), keys[name]) is None
+        and (args.trust_remote_code or not runs_own_code(name))
     }
     read, read_errors = read_inputs(args)
     judge = None if args.prompts is None else args.teacher
     extra = out_file_errors("--out", args.out, ours=is_record) + read_errors
-    extra += model_errors(args.models, judge)  # weights and tokenizer where they are saved
+    extra += model_errors(args.models, judge, args.trust_remote_code)  # where they are saved
     if judge is not None and not extra:
-        extra += judge_tokenizer_errors(args.models, judge)
+        extra += judge_tokenizer_errors(args.models, judge, args.trust_remote_code)
     lengths = [Length(key, tokens, limits)]
     check_entry(command="evaluate", options=numbers, lengths=lengths, extra=extra)
     return read
@@ -121,7 +127,13 @@ def prompts(args: argparse.Namespace, rows_read: list[list[dict]]) -> list[dict]
     if args.samples is not None:
         sampling = Sampling(args.samples, args.temperature, args.seed)
     rows = judge_prompts(
-        args.models, args.teacher, rows_read, args.max_new_tokens, args.batch_size, sampling
+        args.models,
+        args.teacher,
+        rows_read,
+        args.max_new_tokens,
+        args.batch_size,
+        sampling,
+        args.trust_remote_code,
     )
     print("\n" + prompts_markdown(rows))
     if args.out is not None:
@@ -153,6 +165,7 @@ def lm_eval(args: argparse.Namespace) -> list[dict]:
         batch_size=args.batch_size,
         device=args.device or "cpu",
         limit=args.lm_eval_limit,
+        trust_remote_code=args.trust_remote_code,
     )
     numbers = {"--batch-size": args.batch_size}
     if args.lm_eval_limit is not None:  # left out: every example
@@ -161,8 +174,10 @@ def lm_eval(args: argparse.Namespace) -> list[dict]:
         command="evaluate",
         options=numbers,
         extra=out_file_errors("--out", args.out, ours=is_record)
-        + model_errors(args.models, args.teacher)
-        + hub_model_errors([*args.models, *([args.teacher] if args.teacher else [])])
+        + model_errors(args.models, args.teacher, args.trust_remote_code)
+        + hub_model_errors(
+            [*args.models, *([args.teacher] if args.teacher else [])], args.trust_remote_code
+        )
         + task_errors(harness.tasks, harness.include, "--lm-eval", "--lm-eval-include")
         + device_errors(harness.device, "--device"),
     )
@@ -173,9 +188,10 @@ def lm_eval(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
-def model_errors(models: list[str], teacher: str | None) -> list[str]:
+def model_errors(models: list[str], teacher: str | None, trust: bool = False) -> list[str]:
     """Each model (and ``--teacher``) that is neither a directory of a saved model, a Hugging
-    Face id nor a packaged teacher, before any loads."""
+    Face id nor a packaged teacher, before any loads; or one of code of its own, without
+    ``trust`` (``--trust-remote-code``)."""
     judge = [] if teacher is None else [(teacher, "--teacher")]  # "" too: it is refused
     errors = []
     for name, key in [(name, "model") for name in models] + judge:
@@ -196,10 +212,31 @@ def model_errors(models: list[str], teacher: str | None) -> list[str]:
             continue
         if location.is_dir():  # a hub id is for from_pretrained to find
             errors += saved_model_errors(location, key, tokenizer=True)
+            errors += [] if trust else custom_code_errors(location, key)
     return errors
 
 
-def hub_model_errors(names: list[str]) -> list[str]:
+def runs_own_code(name: str) -> bool:
+    """Whether the saved model ``name`` is of code of its own (config.json's ``auto_map``)."""
+    try:
+        config = Path(model_location(name)) / "config.json"
+        return "auto_map" in json.loads(config.read_text())
+    except (OSError, ValueError):  # no such model or config: model_errors names it
+        return False
+
+
+def custom_code_errors(directory: Path, key: str) -> list[str]:
+    """A saved model of code of its own: transformers' refusal told the user to pass
+    ``trust_remote_code=True``, which the command could not (probe 45)."""
+    if not runs_own_code(str(directory)):
+        return []
+    return [
+        f"{key} {directory} runs code of its own (its config.json's auto_map): pass "
+        "--trust-remote-code to run it, having read it"
+    ]
+
+
+def hub_model_errors(names: list[str], trust: bool = False) -> list[str]:
     """Each model named by a Hugging Face id whose config cannot be had here (no network and
     not in the cache, no such id): lm-eval met it only when it loaded the model, a traceback
     after the teacher's whole pass (``--files`` reads each config for its positions first)."""
@@ -212,20 +249,20 @@ def hub_model_errors(names: list[str]) -> list[str]:
         if not name.strip() or Path(location).is_dir():
             continue
         try:
-            AutoConfig.from_pretrained(location)
+            AutoConfig.from_pretrained(location, trust_remote_code=trust)
         except (OSError, ValueError) as error:
             errors.append(f"model {name}: {first_line(error)}")
     return errors
 
 
-def judge_tokenizer_errors(models: list[str], judge: str) -> list[str]:
+def judge_tokenizer_errors(models: list[str], judge: str, trust: bool = False) -> list[str]:
     """A model ``--prompts`` cannot judge: ``--teacher`` scores its answers' tokens, so each
     model must share its tokenizer (found here, before any weights load)."""
-    vocabulary = load_tokenizer(judge).get_vocab()
+    vocabulary = load_tokenizer(judge, trust).get_vocab()
     return [
         f"model {name} has another tokenizer than --teacher {judge}: --prompts scores each "
         "answer's tokens by the teacher; give models of its tokenizer, or compare across "
         "tokenizers with --files (bits per byte)"
         for name in models
-        if load_tokenizer(name).get_vocab() != vocabulary
+        if load_tokenizer(name, trust).get_vocab() != vocabulary
     ]

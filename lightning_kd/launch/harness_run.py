@@ -44,7 +44,18 @@ def harness_of(cfg: Mapping) -> Harness | None:
         batch_size=setting(cfg, "batch_size"),
         device=str(setting(cfg, "device")),
         limit=setting(cfg, "limit"),
+        trust_remote_code=trusts_code(cfg),
     )
+
+
+GROUPS = ("student", "teacher")
+"""The config groups whose ``trust_remote_code`` says the run runs its models' own code."""
+
+
+def trusts_code(cfg: Mapping) -> bool:
+    """Whether the run runs its models' own code (``student``'s or ``teacher``'s
+    ``trust_remote_code``): lm-eval then does too (it refused a custom-code student, probe 45)."""
+    return any(lookup(cfg, f"{group}.trust_remote_code") is True for group in GROUPS)
 
 
 def harness_errors(cfg: Mapping) -> list[str]:
@@ -108,6 +119,7 @@ def evaluate_run(cfg: Mapping, student_dir: Path, trainer) -> list[dict] | None:
         return None
     teacher = teacher_name(cfg)
     again = f"lightning-kd evaluate --lm-eval {','.join(harness.tasks)}"
+    again += " --trust-remote-code" if harness.trust_remote_code else ""
     again += f"{f' --teacher {teacher}' if teacher is not None else ''} -- {student_dir}"
     kept = f"the student and the summary are written; score them with `{again}`"
     try:

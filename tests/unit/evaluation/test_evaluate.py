@@ -13,6 +13,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from lightning_kd.cli.evaluate import main
 from lightning_kd.export.gguf import export_saved
 from lightning_kd.models.loading import byte_tokenizer
+from lightning_kd.utils.refusal import Refused
 from tests.conftest import TEXT, TINY_LLAMA
 
 
@@ -152,3 +153,52 @@ def test_lm_eval_of_a_hub_id_out_of_reach_is_refused_before_any_model_loads(
     argv = ["--lm-eval", "kd_heldout_choice", "--", str(tmp_path / "student"), "org/absent"]
     with pytest.raises(Refused, match=r"model org/absent: We couldn't connect to .* org/absent\.$"):
         main(argv)
+
+
+CUSTOM = """
+from transformers import LlamaConfig, LlamaForCausalLM
+
+
+class OwnConfig(LlamaConfig):
+    model_type = "ownllama"
+
+
+class OwnForCausalLM(LlamaForCausalLM):
+    config_class = OwnConfig
+"""
+
+
+def save_custom(tmp_path, monkeypatch):
+    """A tiny Llama of code of its own (config.json's auto_map), saved with its module."""
+    (tmp_path / "own_arch.py").write_text(CUSTOM)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import own_arch
+
+    own_arch.OwnConfig.register_for_auto_class()
+    own_arch.OwnForCausalLM.register_for_auto_class("AutoModelForCausalLM")
+    config = {k: v for k, v in TINY_LLAMA.items() if k != "model_type"}
+    torch.manual_seed(0)
+    model = own_arch.OwnForCausalLM(own_arch.OwnConfig(**config))
+    model.save_pretrained(tmp_path / "own")
+    byte_tokenizer().save_pretrained(tmp_path / "own")
+    return model.eval()
+
+
+def test_a_model_of_code_of_its_own_is_scored_with_trust_remote_code(tmp_path, monkeypatch) -> None:
+    """A custom architecture train distils could not be scored: transformers told the user to
+    pass trust_remote_code=True, which evaluate had no way to (probe 45)."""
+    model = save_custom(tmp_path, monkeypatch)
+    text = tmp_path / "heldout.jsonl"
+    text.write_text("".join(json.dumps({"text": line}) + "\n" for line in TEXT.split(". ")))
+    argv = ["--files", str(text), "--block-size", "32", "--", str(tmp_path / "own")]
+    with pytest.raises(
+        Refused, match=r"refused:\n  model .*own runs code of its own .*--trust-re"
+    ) as no:
+        main(argv)
+    assert "trust_remote_code=True" not in str(no.value)  # transformers' advice, for Python
+    [row] = main(["--trust-remote-code", *argv])
+    plain = save_tiny(tmp_path / "plain", 0)
+    plain.load_state_dict(model.state_dict())
+    plain.save_pretrained(tmp_path / "plain")
+    [same] = main([*argv[:-1], str(tmp_path / "plain")])
+    assert row["bits_per_byte"] == pytest.approx(same["bits_per_byte"], rel=1e-6)

@@ -38,6 +38,11 @@ def test_the_config_asks_for_nothing_by_default_and_names_the_teacher() -> None:
         limit=5,
     )
     assert teacher_name(cfg) == "smollm2"  # evaluated as `evaluate` names it: its own cache
+    # A run that runs its models' own code has lm-eval run it: it refused them (probe 45).
+    trusting = compose_config(
+        ["lm_eval.tasks=[kd_heldout_choice]", "teacher.trust_remote_code=true"]
+    )
+    assert harness_of(trusting).trust_remote_code and not harness_of(cfg).trust_remote_code
     assert teacher_name(compose_config(["debug=smoke"])) is None  # no saved weights to score
     encoder = compose_config(["experiment=minilm", "lm_eval.tasks=kd_heldout"])
     assert harness_errors(encoder) == [
