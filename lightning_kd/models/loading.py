@@ -262,13 +262,13 @@ def auto_class(task: str) -> type:
 
 
 def model_from_config(
-    overrides: dict[str, Any], task: str, base=None, key: str = "teacher.config"
+    overrides: dict[str, Any], task: str, base=None, key: str = "teacher.config", trust=False
 ) -> PreTrainedModel:
     """A randomly initialised model from ``overrides`` (the setting ``key``), over the config
-    ``base`` or needing ``model_type`` (``model_config.config_from``: each key checked)."""
+    ``base`` or needing ``model_type`` (``config_from``); ``trust``: a custom-code base's."""
     config, errors = config_from(overrides, base, key)
     refuse(errors)
-    return auto_class(task).from_config(config)
+    return auto_class(task).from_config(config, trust_remote_code=trust)
 
 
 def load_teacher(spec: TeacherSpec, precision: str | None = None) -> PreTrainedModel:

@@ -31,11 +31,13 @@ def config_from(
     model_type = overrides.get("model_type", getattr(base, "model_type", None))
     if model_type is None:
         return None, [f"{key} needs model_type (e.g. {{model_type: llama, ...}})"]
-    if model_type not in CONFIG_MAPPING:
+    # The base's own class: a custom-code teacher's is in no transformers mapping (probe 45)
+    own = base is not None and base.model_type == model_type
+    if model_type not in CONFIG_MAPPING and not own:
         near = difflib.get_close_matches(str(model_type), list(CONFIG_MAPPING), n=1)
         hint = f"did you mean {near[0]}?" if near else "e.g. llama, gpt2"
         return None, [f"{key}.model_type={model_type!r} is not a transformers model type; {hint}"]
-    config_class = CONFIG_MAPPING[model_type]
+    config_class = type(base) if own else CONFIG_MAPPING[model_type]
     values = {k: v for k, v in overrides.items() if k != "model_type"}
     if base is not None and base.model_type == model_type:
         values = without(base.to_dict(), config_class, values) | values

@@ -134,7 +134,9 @@ def build_student(
                 dtype=torch.float32,
             )
     elif spec.config is not None:
-        student = model_from_config(spec.config, task, teacher.config, "student.config")
+        student = model_from_config(
+            spec.config, task, teacher.config, "student.config", spec.trust_remote_code
+        )
         student.config.use_cache = True  # not the loaded teacher's false: an exported model
     elif spec.source is not None:
         source = load_teacher(TeacherSpec(path=spec.source, dtype="float32", task=task))

@@ -26,3 +26,17 @@ def test_a_tokenizer_of_the_same_vocabulary_that_splits_otherwise_is_another() -
     from tests.conftest import byte_level_bpe
 
     assert how_tokenizers_differ(byte_level_bpe(), student) == "another vocabulary"
+
+
+def test_a_random_student_of_a_custom_code_teachers_config_is_built(tmp_path, monkeypatch) -> None:
+    """student.config over a trust_remote_code teacher was refused as "model_type='ownllama' is
+    not a transformers model type; did you mean ...?", a key the user never set (probe 45)."""
+    from lightning_kd.models.loading import StudentSpec, TeacherSpec, load_teacher
+    from lightning_kd.models.student import build_student
+    from tests.unit.evaluation.test_evaluate import save_custom
+
+    save_custom(tmp_path, monkeypatch)
+    teacher = load_teacher(TeacherSpec(path=str(tmp_path / "own"), trust_remote_code=True))
+    spec = StudentSpec(config={"num_hidden_layers": 1}, trust_remote_code=True)
+    student = build_student(spec, teacher, "causal_lm").student
+    assert type(student).__name__ == "OwnForCausalLM" and student.config.num_hidden_layers == 1
