@@ -15,6 +15,7 @@ all: it is written under a temporary name beside its target and renamed when com
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from importlib.metadata import version
@@ -235,8 +236,10 @@ def saved_errors(directory: Path) -> list[str]:
     """Why the model saved in ``directory`` cannot be written as a GGUF, from its config and
     tokenizer alone (no weights): its architecture, or a tokenizer GGUF cannot express, or why
     its config cannot be read (not JSON, no ``model_type``)."""
+    if (own := own_code_type(directory)) is not None:  # transformers asked [y/N] (probe 45)
+        return gguf_architecture_errors(PretrainedConfig(model_type=own))
     try:
-        config = AutoConfig.from_pretrained(directory)
+        config = AutoConfig.from_pretrained(directory, trust_remote_code=False)
     except (OSError, ValueError) as error:
         reason = next(iter(str(error).strip().splitlines()), type(error).__name__)[:200]
         return [
@@ -244,6 +247,18 @@ def saved_errors(directory: Path) -> list[str]:
             "save the model again (model.save_pretrained(path))"
         ]
     return writable_errors(config, lambda: AutoTokenizer.from_pretrained(directory))
+
+
+def own_code_type(directory: Path) -> str | None:
+    """The ``model_type`` of a model saved of code of its own (config.json's ``auto_map``),
+    read without running it; None for any other."""
+    try:
+        config = json.loads((directory / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return (
+        str(config.get("model_type")) if isinstance(config, dict) and "auto_map" in config else None
+    )
 
 
 def writable_errors(config: PretrainedConfig, tokenizer: Callable[[], Any]) -> list[str]:

@@ -330,3 +330,17 @@ def test_special_ids_the_tokenizer_lost_come_from_the_config_and_no_eos_is_refus
     bare = PreTrainedTokenizerFast(tokenizer_object=tokenizer.backend_tokenizer)
     with pytest.raises(Refused, match="neither the tokenizer nor the model's config has an EOS"):
         write_gguf(model, bare, tmp_path / "noeos.f16.gguf", "f16")
+
+
+def test_a_student_of_code_of_its_own_is_refused_by_its_type_without_running_it(
+    tmp_path, monkeypatch
+) -> None:
+    """export --gguf asked transformers' "[y/N]" to run the model's code, then advised saving
+    it again (probe 45): its model_type is read from config.json, and refused as any other."""
+    from lightning_kd.export.gguf import saved_errors
+    from tests.unit.evaluation.test_evaluate import save_custom
+
+    save_custom(tmp_path, monkeypatch)
+    [error] = saved_errors(tmp_path / "own")
+    assert error.startswith("the student is a ownllama model (model_type='ownllama'): the GGUF")
+    assert "convert_hf_to_gguf.py" in error
