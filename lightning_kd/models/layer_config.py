@@ -48,14 +48,20 @@ then failed to save, probe 45)."""
 def decoder_layers(model: nn.Module) -> tuple[str, nn.ModuleList]:
     """The module path and the ``ModuleList`` of a transformer's repeated blocks.
 
-    Found as the first ``ModuleList`` whose length is ``config.num_hidden_layers``
-    (``model.layers`` in Llama/Qwen, ``encoder.layer`` in BERT, ``transformer.h`` in GPT-2).
+    Found as the ``ModuleList`` of ``config.num_hidden_layers`` modules that holds the most
+    parameters (``model.layers`` in Llama/Qwen, ``encoder.layer`` in BERT, ``transformer.h`` in
+    GPT-2): the first such list was a custom model's per-layer gates, declared before its
+    blocks, and the blocks were refused as "weights outside its decoder layers" (probe 45).
     """
     count = model.config.num_hidden_layers
-    for name, module in model.named_modules():
-        if isinstance(module, nn.ModuleList) and len(module) == count:
-            return name, module
-    raise ValueError(f"{type(model).__name__} has no ModuleList of {count} decoder layers")
+    lists = [
+        (name, module)
+        for name, module in model.named_modules()
+        if isinstance(module, nn.ModuleList) and len(module) == count
+    ]
+    if not lists:
+        raise ValueError(f"{type(model).__name__} has no ModuleList of {count} decoder layers")
+    return max(lists, key=lambda found: sum(p.numel() for p in found[1].parameters()))
 
 
 def pruned_config(config: PretrainedConfig, indices: list[int]) -> PretrainedConfig:

@@ -234,3 +234,22 @@ def test_the_copy_check_runs_past_the_longest_window() -> None:
     student.config.layer_types = ["sliding_attention", "full_attention"]  # as an index decides
     with pytest.raises(Refused, match="teacher layer 1, copied as student layer 1, computes"):
         check_copied_layers(teacher, student, [0, 1])
+
+
+def test_the_decoder_layers_are_the_list_of_blocks_not_a_per_layer_list_before_it() -> None:
+    """A custom model's per-layer gates, declared before its blocks, were taken for them
+    (probe 45): the list of num_hidden_layers modules holding the most parameters is."""
+    from types import SimpleNamespace
+
+    from lightning_kd.models.layer_config import decoder_layers
+
+    class Gated(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.config = SimpleNamespace(num_hidden_layers=2)
+            self.gates = torch.nn.ModuleList(torch.nn.Linear(1, 1) for _ in range(2))
+            self.body = torch.nn.Module()
+            self.body.layers = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(2))
+
+    model = Gated()
+    assert decoder_layers(model) == ("body.layers", model.body.layers)
