@@ -62,8 +62,8 @@ class LoraSpec:
     """Dropout on the adapters' input in training."""
     target_modules: str | list[str] = ALL_LINEAR
     """Module names to adapt: a path's last parts (``q_proj``, ``self_attn.q_proj``) or a full
-    path; ``all-linear`` (the default) adapts every linear layer of the blocks (Llama: q/k/v/o,
-    gate/up/down_proj)."""
+    path; ``all-linear`` (the default) is peft's: every linear layer but the output head (Llama:
+    q/k/v/o, gate/up/down_proj; OPT-350m's project_in/out outside its blocks too, probe 45)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.r, bool) or not isinstance(self.r, int) or self.r < 1:
