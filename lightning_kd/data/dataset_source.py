@@ -25,7 +25,7 @@ from lightning_kd.data.dataset_files import (
 )
 from lightning_kd.data.dataset_hints import FILE_BUILDERS, open_hint, split_hint, unreadable
 from lightning_kd.data.errors import DataError
-from lightning_kd.data.folder_splits import check_folder_splits
+from lightning_kd.data.folder_splits import check_folder_splits, say_unread_validation
 from lightning_kd.utils.refusal import Refused
 
 STREAM_SHARDS = 64
@@ -152,6 +152,8 @@ def open_split(source: DatasetSource, split: str, streaming: bool):
         options = {"name": source.name, "data_files": source.data_files}
         options |= builder_options(source.path, source.data_files)
         check_folder_splits(source)  # a file no split reads: refused, not left out
+        given = source.data_files if isinstance(source.data_files, Mapping) else {}
+        say_unread_validation(source, list(given))  # {split: files}
         if streaming:
             splits = datasets.load_dataset(source.path, streaming=True, **options)
             return pick_split(splits, source, split)
@@ -190,6 +192,7 @@ def saved_split(loaded, source: DatasetSource, split: str, streaming: bool):
 def pick_split(splits: Mapping[str, Any], source: DatasetSource, split: str):
     if split not in splits:
         raise Refused(split_error(source, split, list(splits)))
+    say_unread_validation(source, list(splits))  # a saved or streamed dataset's own
     return splits[split]
 
 

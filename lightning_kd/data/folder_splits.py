@@ -43,9 +43,7 @@ def check_folder_splits(source: Any) -> None:
     unread = [file for file in unread if file.resolve() not in read]
     if unread:
         raise Refused(unread_message(source.path, splits, unread))
-    unused = sorted(set(splits) - {source.split, source.val_split})
-    if source.val_split is None and unused:
-        warnings.warn(unused_message(source, splits, unused), stacklevel=2)
+    say_unread_validation(source, list(splits), f" (by their names: {named(splits)})")
 
 
 def unread_message(path: str, splits: dict[str, list[Path]], unread: list[Path]) -> str:
@@ -61,13 +59,22 @@ def unread_message(path: str, splits: dict[str, list[Path]], unread: list[Path])
     )
 
 
-def unused_message(source: Any, splits: dict[str, list[Path]], unused: list[str]) -> str:
-    return (
-        f"data.dataset.path={source.path}: datasets gives the folder's files to splits by their "
-        f"names ({named(splits)}); data.dataset.split={source.split} is trained on and "
-        f"validation is held out of it, so the files of {', '.join(unused)} go unread; set "
-        f"data.dataset.val_split={unused[0]} to validate on its files"
-    )
+VALIDATION = ("validation", "valid", "val", "dev", "eval")
+"""Split names a dataset gives its validation data (``test`` is not offered: it is held out)."""
+
+
+def say_unread_validation(source: Any, names: list[str], how: str = "") -> None:
+    """Warn where ``source`` (read without ``data.dataset.val_split``) has a validation split
+    of its own, which goes unread while validation is held out of the training split: its
+    own was unused without a word (probe 46). ``how``: how its splits were found."""
+    own = [name for name in names if name in VALIDATION and name != source.split]
+    if source.val_split is None and own:
+        warnings.warn(
+            f"{source.describe()} has a split {own[0]!r}{how}, which goes unread: validation "
+            f"is held out of data.dataset.split={source.split}; set "
+            f"data.dataset.val_split={own[0]} to validate on it",
+            stacklevel=3,
+        )
 
 
 def named(splits: dict[str, list[Path]]) -> str:

@@ -63,3 +63,22 @@ def test_a_named_validation_split_left_unread_is_said(tmp_path, datasets_home) -
         open_split(DatasetSource.of(source), "train", streaming=True)
         plain = folder(tmp_path / "plain", "notes", "more")  # no names: all of it is train
         open_split(DatasetSource.of({"path": str(plain)}), "train", streaming=True)
+
+
+def test_a_datasets_own_validation_split_left_unread_is_said(tmp_path, datasets_home) -> None:
+    """A DatasetDict's validation split went unused, without a word, while validation was held
+    out of train (probe 46)."""
+    import datasets
+
+    rows = {"text": [f"document {i} " * 8 for i in range(12)]}
+    splits = datasets.DatasetDict(
+        {"train": datasets.Dataset.from_dict(rows), "validation": datasets.Dataset.from_dict(rows)}
+    )
+    splits.save_to_disk(tmp_path / "saved")
+    with pytest.warns(UserWarning, match=r"has a split 'validation', which goes unread"):
+        open_split(DatasetSource.of({"path": str(tmp_path / "saved")}), "train", streaming=False)
+    files = {"train": str(folder(tmp_path / "f", "a") / "a.jsonl")}
+    files["test"] = files["train"]  # a test split is not offered for validation
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        open_split(DatasetSource.of({"path": "json", "data_files": files}), "train", streaming=True)
