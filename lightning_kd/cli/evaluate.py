@@ -97,19 +97,7 @@ def parser() -> argparse.ArgumentParser:
     source.add_argument("--lm-eval", metavar="TASKS", help="lm-eval tasks, comma-separated")
     judge = "with --prompts: the judge; with --lm-eval: scored too, for the ratio (e.g. smollm2)"
     parser.add_argument("--teacher", help=judge)
-    parser.add_argument(
-        "--lm-eval-include",
-        action="append",
-        metavar="DIR",
-        help="with --lm-eval: a directory of task YAMLs of your own (repeatable)",
-    )
-    parser.add_argument(
-        "--lm-eval-limit",
-        type=int,
-        metavar="N",
-        help="with --lm-eval: the first N examples of each task only (a glance)",
-    )
-    parser.add_argument("--device", help="with --lm-eval: where the models run (cpu, cuda)")
+    add_lm_eval_options(parser)
     parser.add_argument(
         "--trust-remote-code",
         action="store_true",
@@ -135,6 +123,23 @@ def parser() -> argparse.ArgumentParser:
         help="write the rows as JSON to this file (its missing directories are created)",
     )
     return parser
+
+
+def add_lm_eval_options(parser: argparse.ArgumentParser) -> None:
+    """The options of ``--lm-eval``: tasks of your own, a limit, the device."""
+    parser.add_argument(
+        "--lm-eval-include",
+        action="append",
+        metavar="DIR",
+        help="with --lm-eval: a directory of task YAMLs of your own (repeatable)",
+    )
+    parser.add_argument(
+        "--lm-eval-limit",
+        type=int,
+        metavar="N",
+        help="with --lm-eval: the first N examples of each task only (a glance)",
+    )
+    parser.add_argument("--device", help="with --lm-eval: where the models run (cpu, cuda)")
 
 
 def add_answer_options(parser: argparse.ArgumentParser) -> None:
