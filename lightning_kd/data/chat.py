@@ -52,7 +52,7 @@ from lightning_kd.data.held_out import val_files_errors
 from lightning_kd.data.loaders import ranks
 from lightning_kd.data.packing import warn_cut, warn_tail
 from lightning_kd.data.provenance import source_record
-from lightning_kd.data.reading import place_name, read_records
+from lightning_kd.data.reading import place_name, read_records, warn_repeats
 from lightning_kd.data.teacher_answers import teacher_answered
 from lightning_kd.data.text import TextDataModule
 from lightning_kd.data.tokenized import cache_key, rows, text_key, tokenized
@@ -188,13 +188,16 @@ class ChatDataModule(TextDataModule):
     def read_chats(self, split: str) -> list[Conversation]:
         """Every row of every file (or of the dataset's ``split``), encoded; repeated
         conversations once (none in both splits)."""
-        chats, seen = [], set()
+        chats, seen, repeats = [], {}, []
         read = self.dataset_chats(split) if self.dataset.given else self.file_chats()
         for chat in read:
             key = tuple(chat.example.tokens.tolist())
-            if key not in seen:
-                seen.add(key)
-                chats.append(chat)
+            if key in seen:  # counted, as text's are: 2 of 3 rows went unsaid (probe 46)
+                repeats.append(f"{chat.where} repeats {seen[key]}")
+                continue
+            seen[key] = chat.where
+            chats.append(chat)
+        warn_repeats(len(repeats), len(chats) + len(repeats), repeats, "conversation")
         return chats
 
     def file_chats(self) -> Iterator[Conversation]:

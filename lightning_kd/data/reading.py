@@ -215,14 +215,14 @@ def unique_files(paths: list[Path]) -> list[Path]:
     return kept
 
 
-def warn_repeats(count: int, total: int, examples: list[str] | None = None) -> None:
-    """Say that ``count`` of ``total`` documents were repeats and went (``examples``: where)."""
+def warn_repeats(count: int, total: int, examples: list | None = None, what="document") -> None:
+    """Say that ``count`` of ``total`` documents (``what``) were repeats, gone (``examples``)."""
     if count == 0:
         return
     where = f"; e.g. {', '.join(examples[:3])}" if examples else ""
     warnings.warn(
-        f"data: removed {count} duplicate document(s) of {total} (identical text), so no text "
-        f"is both trained on and validated on as a whole document{where}",
+        f"data: removed {count} duplicate {what}(s) of {total} (identical text), so no text "
+        f"is both trained on and validated on as a whole {what}{where}",
         stacklevel=3,
     )
 

@@ -488,3 +488,13 @@ def test_alpaca_and_sharegpt_rows_are_read_as_their_conversations(tmp_path) -> N
     assert "Translate.\n\n3" in chat_tokenizer().decode(
         torch.cat([e.tokens for e in [*data.train_examples, *data.val_examples]])
     )
+
+
+def test_repeated_conversations_are_counted_in_a_warning(tmp_path) -> None:
+    """Each conversation three times: two of three rows went without a word (probe 46)."""
+    rows = write_rows(tmp_path / "c.jsonl", conversations(12) * 3)
+    data = ChatDataModule(chat_tokenizer(), files=[str(rows)])
+    said = r"removed 24 duplicate conversation\(s\) of 36 .*c.jsonl:13 repeats .*c.jsonl:1"
+    with pytest.warns(UserWarning, match=said):
+        train, val = data.split()
+    assert len(train) + len(val) == 12
