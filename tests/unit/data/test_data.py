@@ -261,3 +261,12 @@ def test_default_files_are_the_reference_and_the_teachers_english() -> None:
     assert len(answers) == 224 and sum(map(len, answers)) > 200_000
     # the embedded corpora by name, as data.files entries (experiment=long uses one)
     assert expand_files(["python_reference", "smollm2_generated"]) == list(DEFAULT_FILES)
+
+
+def test_unpacked_single_token_documents_left_out_are_said(tmp_path) -> None:
+    """'Yes', 'No': nothing to predict without a separator, dropped unsaid (probe 46)."""
+    from lightning_kd.data.packing import blocks_of
+
+    with pytest.warns(UserWarning, match=r"pack=false: 2 document\(s\) of 3 are of one token"):
+        examples = blocks_of([[5], [6], [7, 8, 9]], 4, pack=False, eos_id=0, needed=1)
+    assert [e.tolist() for e in examples] == [[7, 8, 9]]
