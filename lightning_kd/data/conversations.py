@@ -10,6 +10,7 @@ is asked to complete, and what the train/validation split of ``data=chat`` holds
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,15 @@ class ChatFields:
     messages: str = "messages"
     prompt: str = "prompt"
     completion: str = "completion"
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any]) -> ChatFields:
+        """The keys a run's ``data`` settings name (``data.messages_field``, ...), the
+        defaults where it names none: a prompt file's rows are read with them as the training
+        rows are (``generate`` read its own, probe 46)."""
+        keys = {"messages": "messages_field", "prompt": "prompt_field"}
+        keys["completion"] = "completion_field"
+        return cls(**{name: data[key] for name, key in keys.items() if data.get(key) is not None})
 
 
 CHAT_HINT = "it holds a conversation: read chat rows with data=chat (answers scored)"

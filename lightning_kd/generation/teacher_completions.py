@@ -45,6 +45,7 @@ import torch
 from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, StoppingCriteriaList
 
+from lightning_kd.data.chat_formats import SHAREGPT, alpaca_messages, from_sharegpt
 from lightning_kd.data.chat_tokens import (
     prompt_ids,
     turn_end_id,
@@ -126,7 +127,11 @@ def prompt_messages(record: dict, where: str, fields: ChatFields) -> list[dict[s
     if fields.prompt in record:
         messages = as_messages(record[fields.prompt], "user", where)
     elif fields.messages in record:
-        messages = record[fields.messages]
+        messages = from_sharegpt(record[fields.messages])
+    elif (alpaca := alpaca_messages(record)) is not None:  # as data=chat reads them
+        messages = alpaca
+    elif SHAREGPT in record:
+        messages = from_sharegpt(record[SHAREGPT])
     else:
         raise DataError(
             f"{where} has neither {fields.prompt!r} nor {fields.messages!r}: a prompt row holds "

@@ -129,7 +129,7 @@ def config_prompts(
             else NO_DOCUMENT.format(chars=spec.prefix_chars)
         )
     else:
-        prompts = read_prompts(Path(spec.prompts).expanduser(), ChatFields())
+        prompts = read_prompts(Path(spec.prompts).expanduser(), ChatFields.of(cfg.data))
         fix = "the file holds no row; give rows with 'prompt' or 'messages', a JSON object a line"
     if not prompts:  # found by the tokenizer, it was an IndexError after the teacher loaded
         refuse([f"generate.prompts={spec.prompts} gives no prompt: {fix}"])

@@ -381,3 +381,18 @@ def test_a_chat_answer_ends_with_its_turn_whatever_the_generation_config_says() 
     assert complete(teacher, tokenizer, prompts, GenerateSpec(max_new_tokens=8), 0) == [
         ("Hi", True)
     ]
+
+
+def test_prompt_rows_are_read_as_the_runs_chat_data_reads_them() -> None:
+    """generate read 'prompt' or 'messages' alone: the run's data.messages_field, ShareGPT and
+    Alpaca rows, which training reads, were refused (probe 46)."""
+    fields = ChatFields.of(compose_config(["data=chat", "data.messages_field=conversation"]).data)
+    assert fields == ChatFields(messages="conversation")
+    assert ChatFields.of(compose_config([]).data) == ChatFields()  # data=text: the defaults
+    turn = [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello."}]
+    asked = [{"role": "user", "content": "Hi."}]
+    assert prompt_messages({"conversation": turn}, "r", fields) == asked
+    sharegpt = [{"from": "human", "value": "Hi."}, {"from": "gpt", "value": "Hello."}]
+    assert prompt_messages({"conversations": sharegpt}, "r", ChatFields()) == asked
+    alpaca = {"instruction": "Hi.", "input": "", "output": "Hello."}
+    assert prompt_messages(alpaca, "r", ChatFields()) == asked
