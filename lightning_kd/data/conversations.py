@@ -73,10 +73,8 @@ def row_messages(record: dict, where: str, fields: ChatFields) -> list[dict[str,
             *as_messages(record[fields.prompt], "user", where),
             *as_messages(record[fields.completion], "assistant", where),
         ]
-    elif (alpaca := alpaca_messages(record)) is not None:
-        messages = alpaca
-    elif SHAREGPT in record and fields.messages == ChatFields.messages:
-        messages = from_sharegpt(record[SHAREGPT])
+    elif (shaped := shaped_messages(record, fields)) is not None:
+        messages = shaped
     else:
         fix = (
             "it holds 'text': read text rows with data=text (the default)"
@@ -98,6 +96,17 @@ def row_messages(record: dict, where: str, fields: ChatFields) -> list[dict[str,
     if "prompt_line" not in record:  # a teacher's own empty answer (generate's rows) is its own
         refuse_empty_answers(messages, where)
     return messages
+
+
+def shaped_messages(record: dict, fields: ChatFields) -> list[dict[str, Any]] | None:
+    """The conversation of an Alpaca row, or of ShareGPT's ``conversations`` (where
+    ``data.messages_field`` names none of its own); None for a row of neither shape. Training
+    and ``generate``'s prompt rows read them alike."""
+    if (alpaca := alpaca_messages(record)) is not None:
+        return alpaca
+    if SHAREGPT in record and fields.messages == ChatFields.messages:
+        return from_sharegpt(record[SHAREGPT])
+    return None
 
 
 def refuse_unknown_roles(messages: list[dict[str, Any]], where: str) -> None:

@@ -25,7 +25,7 @@ from lightning_kd.data.dataset_files import (
 )
 from lightning_kd.data.dataset_hints import FILE_BUILDERS, open_hint, split_hint, unreadable
 from lightning_kd.data.errors import DataError
-from lightning_kd.data.folder_splits import check_folder_splits, say_unread_validation
+from lightning_kd.data.folder_splits import known_splits, say_unread_validation
 from lightning_kd.utils.refusal import Refused
 
 STREAM_SHARDS = 64
@@ -151,12 +151,11 @@ def open_split(source: DatasetSource, split: str, streaming: bool):
             return saved_split(datasets.load_from_disk(source.path), source, split, streaming)
         options = {"name": source.name, "data_files": source.data_files}
         options |= builder_options(source.path, source.data_files)
-        check_folder_splits(source)  # a file no split reads: refused, not left out
-        given = source.data_files if isinstance(source.data_files, Mapping) else {}
-        say_unread_validation(source, list(given))  # {split: files}
+        if (known := known_splits(source)) is not None:  # said here, once, streamed or not
+            say_unread_validation(source, *known)
         if streaming:
             splits = datasets.load_dataset(source.path, streaming=True, **options)
-            return pick_split(splits, source, split)
+            return pick_split(splits, source, split, said=known is not None)
         cache = datasets.config.HF_DATASETS_CACHE
         cache_dir = content_cache_dir(cache, source.path, source.data_files)
         return datasets.load_dataset(source.path, split=split, cache_dir=cache_dir, **options)
@@ -189,10 +188,13 @@ def saved_split(loaded, source: DatasetSource, split: str, streaming: bool):
     return dataset.to_iterable_dataset(num_shards=max(1, min(STREAM_SHARDS, len(dataset))))
 
 
-def pick_split(splits: Mapping[str, Any], source: DatasetSource, split: str):
+def pick_split(splits: Mapping[str, Any], source: DatasetSource, split: str, said=False):
+    """``split`` of ``splits``; where it is not said already (``said``), a validation split of
+    the dataset's own that goes unread is said."""
     if split not in splits:
         raise Refused(split_error(source, split, list(splits)))
-    say_unread_validation(source, list(splits))  # a saved or streamed dataset's own
+    if not said:
+        say_unread_validation(source, list(splits))
     return splits[split]
 
 

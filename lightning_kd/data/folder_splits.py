@@ -11,6 +11,7 @@ them all; a folder whose named validation split is left unused is said with a wa
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,23 +28,34 @@ def named_splits(folder: Path) -> dict[str, list[Path]]:
     return {str(split): sorted(Path(f).resolve() for f in files) for split, files in found.items()}
 
 
-def check_folder_splits(source: Any) -> None:
+def check_folder_splits(source: Any) -> dict[str, list[Path]] | None:
     """Refuse a folder ``source.path`` (a ``DatasetSource`` read without ``data_files``) some of
-    whose data files no split reads; warn where a split named by its files goes unused."""
+    whose data files no split reads; its files by split (None: no such folder, or ``datasets``
+    cannot say, which it says when it opens the folder)."""
     folder = Path(str(source.path)).expanduser()
     if source.data_files is not None or not folder.is_dir() or is_saved_folder(source.path):
-        return
+        return None
     try:
         splits = named_splits(folder)
     except Exception:  # datasets' own failure, said with the fix where the folder is opened
-        return
+        return None
     read = {file for files in splits.values() for file in files}
     kinds = {file.suffix for file in read}
     unread = [f for f in local_files(source.path, None) if f.suffix in kinds]
     unread = [file for file in unread if file.resolve() not in read]
     if unread:
         raise Refused(unread_message(source.path, splits, unread))
-    say_unread_validation(source, list(splits), f" (by their names: {named(splits)})")
+    return splits
+
+
+def known_splits(source: Any) -> tuple[list[str], str] | None:
+    """The splits ``source`` names before it opens, and how: a folder's by its files' names
+    (a file no split reads refused), a ``{split: files}``'s keys; None where only opening says."""
+    if (by_names := check_folder_splits(source)) is not None:
+        return list(by_names), f" (by their names: {named(by_names)})"
+    if isinstance(source.data_files, Mapping):
+        return list(source.data_files), ""
+    return None
 
 
 def unread_message(path: str, splits: dict[str, list[Path]], unread: list[Path]) -> str:

@@ -90,7 +90,8 @@ def stop_at_turn_ends(distiller, tokenizer: PreTrainedTokenizerBase | None) -> N
     stops, _ = stop_and_pad(distiller.student, "distill.on_policy", tokenizer)
     ends = text_stop(tokenizer)  # plain's "User:", a marker read as text
     distiller.on_policy = replace(sampler, stop_ids=stops, text_stop=ends)
-    if tokenizer.chat_template is not None and turn_end_id(tokenizer) is None and ends is None:
+    # turn_end_id renders the template: asked only where no end was found in text either
+    if ends is None and tokenizer.chat_template is not None and turn_end_id(tokenizer) is None:
         warnings.warn(NO_TURN_END.format(stops, sampler.max_new_tokens), stacklevel=2)
 
 

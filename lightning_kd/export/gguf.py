@@ -15,7 +15,6 @@ all: it is written under a temporary name beside its target and renamed when com
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from importlib.metadata import version
@@ -39,7 +38,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Pretra
 
 from lightning_kd.export.gguf_names import GGUF_KINDS, gguf_path
 from lightning_kd.export.gguf_vocab import GGUFFile, add_vocabulary, gguf_vocabulary
-from lightning_kd.models.unreadable import loaded_whole, readable
+from lightning_kd.models.unreadable import loaded_whole, own_code_type, readable
 from lightning_kd.utils.atomic import replaced_whole
 from lightning_kd.utils.disk import disk_errors
 from lightning_kd.utils.refusal import Refused, refuse
@@ -247,18 +246,6 @@ def saved_errors(directory: Path) -> list[str]:
             "save the model again (model.save_pretrained(path))"
         ]
     return writable_errors(config, lambda: AutoTokenizer.from_pretrained(directory))
-
-
-def own_code_type(directory: Path) -> str | None:
-    """The ``model_type`` of a model saved of code of its own (config.json's ``auto_map``),
-    read without running it; None for any other."""
-    try:
-        config = json.loads((directory / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return (
-        str(config.get("model_type")) if isinstance(config, dict) and "auto_map" in config else None
-    )
 
 
 def writable_errors(config: PretrainedConfig, tokenizer: Callable[[], Any]) -> list[str]:

@@ -45,7 +45,7 @@ import torch
 from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, StoppingCriteriaList
 
-from lightning_kd.data.chat_formats import SHAREGPT, alpaca_messages, from_sharegpt
+from lightning_kd.data.chat_formats import from_sharegpt
 from lightning_kd.data.chat_tokens import (
     prompt_ids,
     turn_end_id,
@@ -55,6 +55,7 @@ from lightning_kd.data.conversations import (
     as_messages,
     checked_messages,
     checked_prompt,
+    shaped_messages,
 )
 from lightning_kd.data.errors import DataError, MissingData
 from lightning_kd.data.reading import read_records
@@ -128,10 +129,8 @@ def prompt_messages(record: dict, where: str, fields: ChatFields) -> list[dict[s
         messages = as_messages(record[fields.prompt], "user", where)
     elif fields.messages in record:
         messages = from_sharegpt(record[fields.messages])
-    elif (alpaca := alpaca_messages(record)) is not None:  # as data=chat reads them
-        messages = alpaca
-    elif SHAREGPT in record:
-        messages = from_sharegpt(record[SHAREGPT])
+    elif (shaped := shaped_messages(record, fields)) is not None:  # as data=chat reads them
+        messages = shaped
     else:
         raise DataError(
             f"{where} has neither {fields.prompt!r} nor {fields.messages!r}: a prompt row holds "

@@ -32,7 +32,7 @@ from lightning_kd.launch.entry import Length, check_entry
 from lightning_kd.launch.paths import out_file_errors
 from lightning_kd.launch.unfinished import unfinished_run_error
 from lightning_kd.models.positions import saved_positions
-from lightning_kd.models.unreadable import saved_model_errors
+from lightning_kd.models.unreadable import own_code_type, saved_model_errors
 from lightning_kd.utils.atomic import atomic_write_bytes
 from lightning_kd.utils.refusal import first_line
 
@@ -219,9 +219,8 @@ def model_errors(models: list[str], teacher: str | None, trust: bool = False) ->
 def runs_own_code(name: str) -> bool:
     """Whether the saved model ``name`` is of code of its own (config.json's ``auto_map``)."""
     try:
-        config = Path(model_location(name)) / "config.json"
-        return "auto_map" in json.loads(config.read_text())
-    except (OSError, ValueError):  # no such model or config: model_errors names it
+        return own_code_type(Path(model_location(name))) is not None
+    except (OSError, ValueError):  # no such model: model_errors names it
         return False
 
 

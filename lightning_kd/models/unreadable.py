@@ -124,3 +124,15 @@ def loaded_whole(load: Callable[..., Any], location: str | Path, what: str, **kw
             "model.save_pretrained(path)"
         )
     return model
+
+
+def own_code_type(directory: Path) -> str | None:
+    """The ``model_type`` of a model saved of code of its own (config.json's ``auto_map``),
+    read without running it; None for any other."""
+    try:
+        config = json.loads((directory / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return (
+        str(config.get("model_type")) if isinstance(config, dict) and "auto_map" in config else None
+    )

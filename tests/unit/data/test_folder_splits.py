@@ -82,3 +82,17 @@ def test_a_datasets_own_validation_split_left_unread_is_said(tmp_path, datasets_
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         open_split(DatasetSource.of({"path": "json", "data_files": files}), "train", streaming=True)
+
+
+def test_a_streamed_folder_or_split_mapping_says_its_unread_validation_once(
+    tmp_path, datasets_home
+) -> None:
+    """Said where the splits are known before opening, and again by the stream's own splits."""
+    root = folder(tmp_path / "named", "train_a", "dev")
+    mapping = {"train": str(root / "train_a.jsonl"), "validation": str(root / "dev.jsonl")}
+    for source in ({"path": str(root)}, {"path": "json", "data_files": mapping}):
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            open_split(DatasetSource.of(source), "train", streaming=True)
+        unread = [w for w in said if "which goes unread" in str(w.message)]
+        assert len(unread) == 1, [str(w.message) for w in said]
