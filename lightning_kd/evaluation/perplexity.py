@@ -23,7 +23,9 @@ that overlap by one: each window's first token is context only, the last target 
 before, so every token after ``start`` is scored exactly once. Windows are batched by length,
 padded on the right (padding is masked and never scored).
 
-What counts: every token of every document and its closing EOS, each once. An EOS target adds
+What counts: every token of every document and its closing EOS, each once (a row marked
+``"finished": false``, a continuation ``generate`` cut at its budget, has no EOS: it did not end
+there, as training leaves out the separator after one). An EOS target adds
 its NLL and 0 bytes (the end of a document is information: a model must predict it, and it spells
 no text); ``start`` is context, never a target. So B is exactly the documents' UTF-8 bytes for any
 tokenizer whose pieces spell its input back (byte-level BPE, Gemma's SentencePiece; one that adds
@@ -54,7 +56,7 @@ from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.data.encoding import text_ids
-from lightning_kd.data.reading import expand_files, read_documents
+from lightning_kd.data.reading import cut_texts, expand_files, read_documents
 from lightning_kd.data.token_bytes import TokenBytes, decoder_kind, token_bytes
 from lightning_kd.evaluation.saved_models import load_model, load_tokenizer
 from lightning_kd.evaluation.score_table import REWRITES, tokenizer_names
@@ -64,12 +66,20 @@ from lightning_kd.models.heads import check_head, final_hidden, output_head
 from lightning_kd.utils.refusal import Refused
 
 
+class CutText(str):
+    """A document from a row marked ``"finished": false`` (``generate``'s continuation cut at
+    its token budget): it did not end there, so its closing EOS is no target."""
+
+
 def documents_of(files: list[str], text_field: str) -> list[str]:
     """Every distinct non-blank document in ``files``, read as ``data.files`` reads them (a
-    repeat kept once, with a warning: it was scored twice); files of no text are refused."""
+    repeat kept once, with a warning: it was scored twice; a cut row's a :class:`CutText`);
+    files of no text are refused."""
+    paths = expand_files(files, key="--files")
+    cut = cut_texts(paths, text_field)
     documents = [
-        text
-        for path in expand_files(files, key="--files")
+        CutText(text) if text in cut else text
+        for path in paths
         for text in read_documents(path, text_field, key="--text-field")
         if text.strip()
     ]
@@ -152,7 +162,8 @@ def windows_of(
     rows: list[tuple[list[int], list[int]]] = []
     rewritten = 0
     for document, tokens in zip(documents, text_ids(tokenizer, documents), strict=True):
-        rows += document_windows([*start, *tokens, end], len(start), block_size)
+        ending = [] if isinstance(document, CutText) else [end]  # cut by a budget: no end
+        rows += document_windows([*start, *tokens, *ending], len(start), block_size)
         rewritten += not spells(table, document, tokens)
     rows.sort(key=lambda row: len(row[0]))
     targets = torch.tensor([t for _, labels in rows for t in labels if t != IGNORE_INDEX])

@@ -236,3 +236,20 @@ def test_an_encoders_wordpiece_tokenizer_is_refused_as_an_encoders() -> None:
     assert message.startswith("runs/minilm/student's tokenizer is WordPiece (BERT-style)")
     assert "evaluate scores causal language models" in message
     assert "Cross-tokenizer" not in message
+
+
+def test_a_row_cut_at_generates_budget_has_no_closing_eos_scored(tmp_path) -> None:
+    """``--files completions.jsonl`` scored the EOS after a ``"finished": false`` row, a
+    document that did not end there (probe 46); training leaves that separator out."""
+    from lightning_kd.evaluation.perplexity import documents_of
+
+    rows = [{"text": "a whole answer.", "finished": True}, {"text": "cut mid", "finished": False}]
+    path = tmp_path / "completions.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    documents = documents_of([str(path)], "text")
+    windows = windows_of(documents, byte_tokenizer(), 64, "bytes")
+    eos = byte_tokenizer().eos_token_id
+    ends = sorted(labels[-1] == eos for labels in windows.labels)
+    assert ends == [False, True]  # the finished row ends on its EOS target, the cut one not
+    assert windows.tokens == len("a whole answer.") + 1 + len("cut mid")
+    assert windows.text_bytes == len("a whole answer.cut mid")
