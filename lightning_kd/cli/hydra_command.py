@@ -4,7 +4,6 @@ the command line given as a list rather than read from ``sys.argv``."""
 from __future__ import annotations
 
 import functools
-import shlex
 import signal
 import sys
 import time
@@ -20,6 +19,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from lightning_kd.cli.hydra_help import config_dirs
+from lightning_kd.cli.override_grammar import grammar_errors
 from lightning_kd.cli.refused_run_dir import drop_empty_run_dir, run_logged, started_outputs
 from lightning_kd.cli.sweep_values import sweep_value_errors
 from lightning_kd.launch.checks import config_errors
@@ -41,7 +41,6 @@ from lightning_kd.launch.sweeps import (
 from lightning_kd.training.finite import NonFiniteError
 from lightning_kd.training.joining import JoinError
 from lightning_kd.training.peers import PeerLost
-from lightning_kd.training.rerun import hydra_text
 from lightning_kd.training.rundir import is_rank_zero, rank_prefix
 from lightning_kd.utils.disk import full_disk_message
 from lightning_kd.utils.refusal import REFUSED_EXIT, Refused, refuse
@@ -118,10 +117,13 @@ def command_line_errors(argv: Sequence[str]) -> list[str]:
 
 
 def override_errors(argv: Sequence[str]) -> list[str]:
-    """The overrides of ``argv`` that compose no config: a group set to null, a mistyped key,
-    a group option that does not exist (Hydra's own refusals were tracebacks)."""
+    """The overrides of ``argv`` that compose no config: one Hydra's grammar cannot read, a
+    group set to null, a mistyped key, a group option that does not exist (Hydra's own
+    refusals were tracebacks). ``hydra.run.dir`` is :func:`run_dir_override_errors`' to read."""
+    words = [word for word in argv if is_override(word) and not sets_run_dir(word)]
     return (
-        null_group_errors(argv)
+        grammar_errors(words)
+        + null_group_errors(argv)
         + override_key_errors(argv)
         + group_option_errors(argv, [CONF_DIR, *config_dirs(argv)], stored_nodes())
     )
@@ -241,11 +243,8 @@ def run_dir_override_errors(argv: Sequence[str]) -> list[str]:
     try:
         (override,) = OverridesParser.create().parse_overrides(words[-1:])
     except Exception:  # Hydra's lexer error, exit 1, with no fix (probe 33)
-        key, _, value = words[-1].partition("=")
-        if refused := run_dir_errors(value):  # quoted, it would be refused for that (probe 41)
-            return refused
-        quoted = shlex.quote(f"{key}={hydra_text(value)}")
-        return [f"{words[-1]}: Hydra's override grammar cannot read it; quote it: {quoted}"]
+        # quoted, it would be refused for what run_dir_errors finds (probe 41): that first
+        return run_dir_errors(words[-1].partition("=")[2]) or grammar_errors(words[-1:])
     value = override.value()
     if isinstance(value, str) and "${" not in value:  # an interpolation is Hydra's to resolve
         return run_dir_errors(value)

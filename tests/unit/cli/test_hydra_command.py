@@ -72,7 +72,8 @@ def test_a_run_directory_hydra_cannot_read_unquoted_is_refused_with_its_quoted_f
     assert refused.value.code == 2
     err = capsys.readouterr().err
     quoted = f"'hydra.run.dir=\"{tmp_path}/spa ce ü,x=1\"'"
-    assert f"{given}: Hydra's override grammar cannot read it; quote it: {quoted}" in err
+    assert f"{given}: Hydra's override grammar cannot read its " in err
+    assert f"; quote the value: {quoted}" in err
     assert "LexerNoViableAltException" not in err
 
 
@@ -84,4 +85,43 @@ def test_a_run_directory_refused_quoted_too_is_refused_for_that_at_once(capsys) 
         main(["train", "debug=smoke", "hydra.run.dir=~/x"])
     assert refused.value.code == 2
     err = capsys.readouterr().err
-    assert "hydra.run.dir=~/x: Hydra does not expand '~'" in err and "quote it" not in err
+    assert "hydra.run.dir=~/x: Hydra does not expand '~'" in err and "quote the value" not in err
+
+
+@pytest.mark.parametrize(
+    ("given", "what", "quoted"),
+    [
+        ("data.files=~/notes.txt", "its '~' (character 12)", "'data.files=\"~/notes.txt\"'"),
+        ("data.files=[~/a,b]", "its '~' (character 13)", "'data.files=[\"~/a\",b]'"),
+        ("data.files=/d/café.txt", "its 'é' (character 18)", "'data.files=\"/d/café.txt\"'"),
+        ("student.name=a)b", "it (mismatched input ')'", "'student.name=\"a)b\"'"),
+    ],
+)
+def test_an_override_hydra_cannot_read_is_refused_with_its_quoted_form(
+    given, what, quoted, capsys
+) -> None:
+    """``data.files=~/notes.txt`` (bash leaves a dotted key's ``~`` alone) and a non-ASCII path
+    were Hydra's lexer error, exit 1, naming no fix (probe 46)."""
+    from lightning_kd.cli import main
+
+    with pytest.raises(SystemExit) as refused:
+        main(["train", "debug=smoke", given])
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{given}: Hydra's override grammar cannot read {what}" in err
+    assert f"; quote the value: {quoted}" in err and "LexerNoViable" not in err
+
+
+def test_the_quoted_form_of_a_home_path_is_read_from_home(tmp_path, monkeypatch) -> None:
+    """What the refusal above advises reads the file: Hydra passes "~/notes.txt" on, and
+    data.files expands it."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from lightning_kd.cli.override_grammar import quoted
+    from lightning_kd.data.reading import expand_files
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "notes.txt").write_text("text")
+    word = quoted("data.files=~/notes.txt").strip("'")
+    (override,) = OverridesParser.create().parse_overrides([word])
+    assert expand_files(override.value()) == [tmp_path / "notes.txt"]
