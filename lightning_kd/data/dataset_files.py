@@ -7,11 +7,11 @@ from __future__ import annotations
 import csv
 import glob
 import hashlib
-import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from lightning_kd.data.saved_datasets import saved_empty
 from lightning_kd.models.sources import remembered_file_digest
 
 SAVED_MARKERS = ("state.json", "dataset_dict.json")
@@ -77,8 +77,7 @@ def looks_empty(path: str | None, data_files: Any) -> bool:
     """Whether the local data of a dataset at ``path`` holds no row: a saved folder without data
     files, or files each empty (no byte, a parquet file of no row, a CSV file of a header)."""
     if is_saved_folder(path):
-        state = Path(str(path)).expanduser() / "state.json"
-        return state.is_file() and not json.loads(state.read_text()).get("_data_files")
+        return saved_empty(Path(str(path)).expanduser())
     files = local_files(path, data_files)
     return bool(files) and all(rows_at_most_one(path) for path in files)
 

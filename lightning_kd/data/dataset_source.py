@@ -26,10 +26,8 @@ from lightning_kd.data.dataset_files import (
 from lightning_kd.data.dataset_hints import FILE_BUILDERS, open_hint, split_hint, unreadable
 from lightning_kd.data.errors import DataError
 from lightning_kd.data.folder_splits import known_splits, say_unread_validation
+from lightning_kd.data.saved_datasets import open_saved, saved_split_names, streamed
 from lightning_kd.utils.refusal import Refused
-
-STREAM_SHARDS = 64
-"""Shards a saved folder is streamed in: whole shards divide among 1, 2, 4 … 64 ranks."""
 
 
 @dataclass(frozen=True)
@@ -148,7 +146,10 @@ def open_split(source: DatasetSource, split: str, streaming: bool):
     datasets = import_datasets()
     try:
         if source.saved_folder():
-            return saved_split(datasets.load_from_disk(source.path), source, split, streaming)
+            dataset = pick_split(
+                open_saved(datasets, source.path, split, source.describe()), source, split
+            )
+            return streamed(dataset) if streaming else dataset
         options = {"name": source.name, "data_files": source.data_files}
         options |= builder_options(source.path, source.data_files)
         if (known := known_splits(source)) is not None:  # said here, once, streamed or not
@@ -171,21 +172,11 @@ def open_split_names(source: DatasetSource) -> list[str]:
     """The split names ``source`` has (read without preparing any split)."""
     datasets = import_datasets()
     if source.saved_folder():
-        loaded = datasets.load_from_disk(source.path)
-        return list(loaded) if isinstance(loaded, Mapping) else [str(loaded.split or "train")]
+        return saved_split_names(source.path) or [
+            str(datasets.load_from_disk(source.path).split or "train")
+        ]
     options = {"name": source.name, "data_files": source.data_files}
     return list(datasets.load_dataset(source.path, streaming=True, **options))
-
-
-def saved_split(loaded, source: DatasetSource, split: str, streaming: bool):
-    """The ``split`` of what ``load_from_disk`` gave (one dataset: its own split, else train),
-    streamed in :data:`STREAM_SHARDS` shards when ``streaming``."""
-    if not isinstance(loaded, Mapping):
-        loaded = {str(loaded.split or "train"): loaded}
-    dataset = pick_split(loaded, source, split)
-    if not streaming:
-        return dataset
-    return dataset.to_iterable_dataset(num_shards=max(1, min(STREAM_SHARDS, len(dataset))))
 
 
 def pick_split(splits: Mapping[str, Any], source: DatasetSource, split: str, said=False):
