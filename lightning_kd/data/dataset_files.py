@@ -90,7 +90,7 @@ def rows_at_most_one(path: Path) -> bool:
         import pyarrow.parquet as pq  # datasets' own dependency, loaded once a dataset is read
 
         return pq.ParquetFile(path).metadata.num_rows == 0
-    if path.suffix == ".csv":
+    if path.suffix in (".csv", ".tsv"):
         with open(path, "rb") as handle:
             return sum(1 for line in handle if line.strip()) <= 1
     return False
@@ -101,16 +101,21 @@ def csv_options(path: str | None, data_files: Any) -> dict[str, Any]:
     each column's type per chunk of rows (a text cell ``1000`` came back an int, ``007`` a 7, an
     empty cell a null), and a CSV has no types to guess. Every column of its header is a
     string, an empty cell an empty string (a blank row, left out as in JSON lines). None for
-    other builders, and for CSV files not on this machine (their header cannot be read)."""
+    other builders, and for CSV files not on this machine (their header cannot be read).
+    ``.tsv`` files are read with tabs, as ``datasets`` reads a folder of them: named to the
+    ``csv`` builder, they were read with commas, and refused for a missing column (probe 46)."""
     files = local_files(path, data_files)
-    if path != "csv" and not (files and all(file.suffix == ".csv" for file in files)):
+    suffixes = {file.suffix for file in files}
+    if path != "csv" and not (files and suffixes <= {".csv", ".tsv"}):
         return {}
-    header = next((row for file in files[:1] for row in csv_rows(file)), None)
+    sep = {"sep": "\t"} if suffixes == {".tsv"} else {}
+    header = next((row for file in files[:1] for row in csv_rows(file, **sep)), None)
     if not header:
-        return {}
+        return sep
     from datasets import Features, Value  # loaded once a dataset is read (module doc)
 
-    return {"features": Features(dict.fromkeys(header, Value("string"))), "na_filter": False}
+    features = Features(dict.fromkeys(header, Value("string")))
+    return {"features": features, "na_filter": False} | sep
 
 
 def text_options(path: str | None, data_files: Any) -> dict[str, Any]:
@@ -130,11 +135,11 @@ def builder_options(path: str | None, data_files: Any) -> dict[str, Any]:
     return csv_options(path, data_files) | text_options(path, data_files)
 
 
-def csv_rows(path: Path) -> Iterator[list[str]]:
-    """The rows of the CSV file ``path`` (pandas' dialect: commas, double quotes; a BOM
+def csv_rows(path: Path, sep: str = ",") -> Iterator[list[str]]:
+    """The rows of the CSV file ``path`` (pandas' dialect: ``sep``, double quotes; a BOM
     dropped, as pandas drops it)."""
     with open(path, newline="", encoding="utf-8-sig", errors="replace") as handle:
-        yield from csv.reader(handle)
+        yield from csv.reader(handle, delimiter=sep)
 
 
 def home(value: Any) -> Any:

@@ -25,6 +25,7 @@ SUFFIX_BUILDERS = {
     ".json": "json",
     ".parquet": "parquet",
     ".csv": "csv",
+    ".tsv": "csv",
     ".txt": "text",
     ".arrow": "arrow",
 }

@@ -264,6 +264,23 @@ def test_csv_cells_are_read_as_the_text_they_are(tmp_path, datasets_home, where)
     ]
 
 
+@pytest.mark.parametrize("where", ["builder", "folder"])
+def test_a_tsv_is_read_with_tabs(tmp_path, datasets_home, where) -> None:
+    """``data.dataset.path=csv data_files=d.tsv`` was read with commas and refused for its
+    missing text column (probe 46); a folder of them was read with tabs by datasets itself."""
+    texts = ["a, b, c: commas in a tab-separated cell", "007", "", "one\ttab inside quotes"]
+    folder = tmp_path / "tsv"
+    folder.mkdir()
+    with open(folder / "d.tsv", "w", newline="") as handle:
+        csv.writer(handle, delimiter="\t").writerows([["id", "text"], *enumerate(texts)])
+    source = {"path": "csv", "data_files": str(folder / "d.tsv")}
+    if where == "folder":
+        source = {"path": str(folder)}
+    read = open_split(DatasetSource.of(source), "train", streaming=where == "folder")
+    assert [row["text"] for row in read] == texts
+    assert [row["id"] for row in read] == ["0", "1", "2", "3"]  # cells as text, as a CSV's
+
+
 def test_a_validation_split_of_its_own(tmp_path, datasets_home) -> None:
     rows = embedded_rows()
     train = write_parquet(tmp_path / "train.parquet", rows[:30])
