@@ -51,6 +51,19 @@ def test_a_training_document_in_the_val_files_is_left_out(tmp_path, corpus) -> N
     assert b"quick brown fox" not in trained
 
 
+def test_a_training_document_differing_in_whitespace_only_is_left_out(tmp_path, corpus) -> None:
+    """A .txt file's text ends in the newline its .jsonl row lacks: it stayed in training
+    (probe 46)."""
+    text = tmp_path / "held.txt"
+    text.write_text(corpus.read_text().strip() + "\n")
+    generated = write_texts(tmp_path / "gen.jsonl", [corpus.read_text().strip(), "Other. " * 30])
+    with pytest.warns(UserWarning, match=r"left 1 document\(s\) .* \(whitespace aside\)"):
+        data = make_datamodule([generated], val_files=[str(text)])
+        data.setup()
+    trained = b"".join(bytes(e.tolist()) for e in data.train_examples)
+    assert b"quick brown fox" not in trained
+
+
 def test_val_files_settings_that_cannot_be_are_refused(tmp_path, corpus) -> None:
     copy = tmp_path / "copy.txt"
     copy.write_text(corpus.read_text())
