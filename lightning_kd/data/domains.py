@@ -72,14 +72,16 @@ class Domains:
     @classmethod
     def of_column(cls, mapping: Mapping[str, Sequence[str]], column: str) -> Domains:
         """``data.domains`` grouping the values of ``data.dataset``'s column ``column``."""
-        return cls(tuple(mapping), labels_of(mapping, lambda _, values: map(str, values)), column)
+        return cls(tuple(mapping), labels_of(mapping, lambda _, values: map(cell, values)), column)
 
-    def check_labels(self, seen: set[str], where: str) -> None:
+    def check_labels(self, seen: set[str | None], where: str) -> None:
         """Refuse rows of ``where`` whose ``column`` value is in no domain."""
-        if lacking := sorted(seen - set(self.of_label)):
+        if lacking := sorted(seen - set(self.of_label), key=lambda label: (label is None, label)):
+            null = " (null: a row without one; list null in a domain to take them)"
             raise DataError(
                 f"{where}: rows whose {self.column!r} is {lacking[:5]} are in no domain of "
                 f"data.domains ({list(self.names)}): add each value to one domain"
+                + (null if None in lacking else "")
             )
 
     def examples(
@@ -117,7 +119,7 @@ class Domains:
 
     def of_row(self, row: dict, where: str) -> int:
         """The domain of a streamed ``row``, by its ``column`` value (refused in none)."""
-        label = str(row.get(self.column))
+        label = cell(row.get(self.column))
         if label not in self.of_label:
             self.check_labels({label}, where)
         return self.of_label[label]
@@ -192,9 +194,15 @@ def labelled_rows(
     for row in rows(dataset.select_columns([field, domains.column])):
         text = row[field]
         if isinstance(text, str) and text.strip():
-            labels.setdefault(text_key(text), str(row[domains.column]))
+            labels.setdefault(text_key(text), cell(row[domains.column]))
     domains.check_labels(set(labels.values()), where)
     return [(key, (labels[key], tokens)) for key, tokens in found]
+
+
+def cell(value: Any) -> str | None:
+    """A ``data.domain_field`` cell as a label: its text (a number's too, as the command line
+    spells a value), None for a null, which read as the text "None" (probe 46)."""
+    return None if value is None else str(value)
 
 
 def file_label(place: str) -> str:

@@ -162,6 +162,38 @@ def test_a_datasets_domains_are_the_values_of_a_column(files, tmp_path, datasets
         TextDataModule(byte_tokenizer(), domains=domains, domain_field="origin", **settings).setup()
 
 
+def test_a_null_domain_cell_is_no_value_unless_a_domain_lists_null(
+    files, tmp_path, datasets_home
+) -> None:
+    """A null cell read as the text "None": a domain listing "None" took it, and the refusal
+    named 'None' (probe 46). Now it is null, taken by a domain listing null, read or streamed."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [{"text": f"{CODE}# {i}\n", "source": "python"} for i in range(30)]
+    rows += [{"text": f"{PROSE}({i})\n", "source": None} for i in range(30)]
+    table = tmp_path / "rows.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), table)
+    settings = {"block_size": 32, "batch_size": 4, "val_fraction": 0.2}
+    settings["dataset"] = {"path": "parquet", "data_files": str(table)}
+    for streaming in (False, True):
+        with pytest.raises(ValueError, match=r"is \[None\] are in no domain.*\(null: a row"):
+            named = {"code": ["python"], "prose": ["None"]}
+            data = TextDataModule(
+                byte_tokenizer(),
+                domains=named,
+                domain_field="source",
+                streaming=streaming,
+                **settings,
+            )
+            data.setup()
+            next(iter(data.train_dataloader()))
+    taken = {"code": ["python"], "prose": [None]}
+    data = TextDataModule(byte_tokenizer(), domains=taken, domain_field="source", **settings)
+    data.setup()
+    assert_blocks_of_their_domain(data, CODE + "# 0123456789", PROSE + "()0123456789")
+
+
 def test_domains_of_a_dataset_need_its_column(files, tmp_path) -> None:
     code, _ = files
     source = {"path": "json", "data_files": str(tmp_path / "rows.jsonl")}
