@@ -48,7 +48,7 @@ from lightning_kd.data.conversations import ChatFields, opening_key, row_message
 from lightning_kd.data.dataset_hints import unreadable
 from lightning_kd.data.dataset_source import Columns, DatasetSource, open_checked
 from lightning_kd.data.errors import DataError
-from lightning_kd.data.held_out import val_files_errors
+from lightning_kd.data.held_out import outside, val_files_errors
 from lightning_kd.data.loaders import ranks
 from lightning_kd.data.packing import warn_cut, warn_tail
 from lightning_kd.data.provenance import source_record
@@ -150,11 +150,8 @@ class ChatDataModule(TextDataModule):
         if self.dataset.val_split is not None:
             val = self.read_chats(self.dataset.val_split)
             held = {opening_key(chat.messages) for chat in val}
-            train = [
-                c
-                for c in self.read_chats(self.dataset.split)
-                if opening_key(c.messages) not in held
-            ]
+            read = self.read_chats(self.dataset.split)
+            train = outside(((opening_key(c.messages), c) for c in read), held, self.dataset, True)
             return self.shuffled(train), val
         chats = self.read_chats(self.dataset.split)
         groups: dict[str, list[Conversation]] = {}

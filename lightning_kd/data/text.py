@@ -5,9 +5,8 @@ The documents: ``data.files`` (``.txt``, ``.jsonl``, gzipped or not; null: the e
 tokenized once and cached (``tokenized.py``) or with ``data.streaming=true`` read row by row.
 
 Two layouts (``packing.blocks_of``): ``pack=True`` (default) joins documents with the EOS token and
-cuts fixed blocks of ``block_size`` tokens, no padding (the EOS after a row marked ``"finished":
-false`` is no target: ``cut_ends.py``); ``pack=False`` truncates each document to ``block_size``,
-padded per batch (label ``-100``, attention mask 0).
+cuts fixed blocks of ``block_size`` tokens, no padding (the EOS after a ``"finished": false`` row
+is no target: ``cut_ends.py``); ``pack=False`` truncates each document, padded per batch.
 
 Read whole, the train/validation split is a permutation of the examples seeded by
 ``data.split_seed`` (or a ``data.dataset.val_split``, or ``data.val_files``: ``held_out.py``), the
@@ -41,6 +40,7 @@ from lightning_kd.data.held_out import (
     checked_val_files,
     documents_errors,
     leaked_prompt_errors,
+    outside,
     seeded_order,
     split_order,
     untouched_of,
@@ -145,7 +145,7 @@ class TextDataModule(LightningDataModule):
             return
         if self.dataset.val_split is not None:
             val = dict(self.split_documents(self.dataset.val_split))
-            train = [doc for key, doc in self.split_documents(self.dataset.split) if key not in val]
+            train = outside(self.split_documents(self.dataset.split), val, self.dataset)
             what = f"data.dataset's validation split ({self.dataset.val_split})"
             val_examples = self.tagged(list(val.values()), every_domain=False, what=what)
             train_examples = self.tagged(train, needed=1, what=TRAIN_SPLIT)
