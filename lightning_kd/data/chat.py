@@ -45,8 +45,9 @@ from lightning_kd.data.chat_tokens import (
     template_text,
 )
 from lightning_kd.data.conversations import ChatFields, opening_key, row_messages
+from lightning_kd.data.dataset_columns import Columns, open_checked
 from lightning_kd.data.dataset_hints import unreadable
-from lightning_kd.data.dataset_source import Columns, DatasetSource, open_checked
+from lightning_kd.data.dataset_source import DatasetSource
 from lightning_kd.data.errors import DataError
 from lightning_kd.data.held_out import outside, val_files_errors
 from lightning_kd.data.loaders import ranks

@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from lightning_kd.data.conversations import is_conversation
 from lightning_kd.data.dataset_files import (
     builder_options,
     content_cache_dir,
@@ -23,7 +22,7 @@ from lightning_kd.data.dataset_files import (
     is_saved_folder,
     looks_empty,
 )
-from lightning_kd.data.dataset_hints import FILE_BUILDERS, open_hint, split_hint, unreadable
+from lightning_kd.data.dataset_hints import FILE_BUILDERS, open_hint, split_hint
 from lightning_kd.data.errors import DataError
 from lightning_kd.data.folder_splits import known_splits, say_unread_validation
 from lightning_kd.data.saved_datasets import open_saved, saved_split_names, streamed
@@ -212,79 +211,5 @@ def unopenable(source: DatasetSource, split: str, err: Exception):
     )
 
 
-@dataclass(frozen=True)
-class Columns:
-    """The columns a data module reads: all of one of ``choices``, named by ``setting``."""
-
-    choices: tuple[tuple[str, ...], ...]
-    setting: str
-    """The fix: the setting(s) that name them (``data.text_field``)."""
-
-    def error(self, columns: list[str], where: str) -> str | None:
-        """Why ``columns`` hold none of the choices (None when one is there)."""
-        if any(all(column in columns for column in choice) for choice in self.choices):
-            return None
-        wanted = " nor ".join(" and ".join(repr(c) for c in choice) for choice in self.choices)
-        lacks = f"no column {wanted}" if len(self.choices) == 1 else f"neither column {wanted}"
-        return (
-            f"{where} has {lacks}; its columns: {columns}; set {self.setting}{self.kind(columns)}"
-        )
-
-    def kind(self, columns: list[str]) -> str:
-        """The other data module's columns, where ``columns`` are those: the fix is the module."""
-        read = {column for choice in self.choices for column in choice}
-        if is_conversation(dict.fromkeys(columns)) and "messages" not in read:
-            return ", or read the conversations with data=chat"
-        if "text" in columns and "text" not in read:
-            if self.setting == "data.text_field":  # the text module already: name its column
-                return "=text, the column of text there"
-            return ", or read the texts with data=text (the default)"
-        return ""
-
-
 def empty_error(where: str) -> str:
     return f"{where} is empty (no rows); point data.dataset at data (its split, data_files)"
-
-
-def split_errors(dataset, columns: Columns, where: str) -> list[str]:
-    """A split without rows, or without the columns read (map-style or streamed)."""
-    if hasattr(dataset, "__len__"):
-        first = dataset[0] if len(dataset) else None
-        names = list(dataset.column_names)
-    else:
-        rows = iter(dataset)
-        first = next(rows, None)
-        getattr(rows, "close", lambda: None)()  # datasets' generators hold files open
-        names = list(dataset.column_names or (first or {}))
-    if first is None:
-        return [empty_error(where)]
-    error = columns.error(names, where)
-    return [error] if error else []
-
-
-def open_checked(source: DatasetSource, split: str, streaming: bool, columns: Columns):
-    """:func:`open_split`, refused when the split has no rows or lacks ``columns``."""
-    dataset = open_split(source, split, streaming)
-    try:  # the first row is read: a file's fault was a traceback (probe 46)
-        errors = split_errors(dataset, columns, source.describe(split))
-    except (ValueError, OSError) as err:  # datasets' and pyarrow's own: the file at fault
-        raise unreadable(source, source.describe(split), err) from None
-    if errors:
-        raise Refused("\n  ".join(errors))
-    return dataset
-
-
-def source_errors(source: DatasetSource, columns: Columns) -> list[str]:
-    """Everything wrong with reading ``source`` for ``columns``, found by opening each split it
-    reads (streamed: no split is prepared, nothing is tokenized)."""
-    errors = []
-    for split in (source.split, source.val_split):
-        if split is None:
-            continue
-        try:
-            dataset = open_split(source, split, streaming=True)
-        except Refused as err:
-            errors.append(str(err))
-            continue
-        errors += split_errors(dataset, columns, source.describe(split))
-    return errors

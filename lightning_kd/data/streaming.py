@@ -29,7 +29,8 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, IterableDataset
 
-from lightning_kd.data.dataset_source import Columns, DatasetSource, open_checked, open_split
+from lightning_kd.data.dataset_columns import Columns, open_checked
+from lightning_kd.data.dataset_source import DatasetSource, open_split
 from lightning_kd.data.domain_packing import DomainPacker, OpenBlocks
 from lightning_kd.data.errors import DataError
 from lightning_kd.data.packing import Mark, Packer, Piece, Rows

@@ -1,8 +1,7 @@
 """Text data for distillation: read documents, tokenize with the teacher's tokenizer, batch.
 
-The documents: ``data.files`` (``.txt``, ``.jsonl``, gzipped or not; null: the embedded corpus:
-``reading.py``), or ``data.dataset``, anything ``datasets`` opens (``dataset_source.py``),
-tokenized once and cached (``tokenized.py``) or with ``data.streaming=true`` read row by row.
+The documents: ``data.files`` (``.txt``, ``.jsonl``, gzipped or not; null: the embedded corpus),
+or ``data.dataset`` (``dataset_source.py``), tokenized once and cached, or streamed row by row.
 
 Two layouts (``packing.blocks_of``): ``pack=True`` (default) joins documents with the EOS token and
 cuts fixed blocks of ``block_size`` tokens, no padding (the EOS after a ``"finished": false`` row
@@ -29,7 +28,8 @@ from transformers import PreTrainedTokenizerBase
 
 from lightning_kd.data.batches import IndexedBlocks, collate_tokens, pad_for_ranks
 from lightning_kd.data.cut_ends import CutEnds, marked, marked_rows
-from lightning_kd.data.dataset_source import Columns, DatasetSource, open_checked, setting_errors
+from lightning_kd.data.dataset_columns import Columns, open_checked
+from lightning_kd.data.dataset_source import DatasetSource, setting_errors
 from lightning_kd.data.domain_packing import DomainBlock, unzipped
 from lightning_kd.data.domains import Labelled, domain_groups, file_label, labelled_rows
 from lightning_kd.data.encoding import text_ids

@@ -19,7 +19,8 @@ from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 from lightning_kd.data.chat import ChatDataModule
-from lightning_kd.data.dataset_source import DatasetSource, setting_errors, source_errors
+from lightning_kd.data.dataset_columns import source_errors
+from lightning_kd.data.dataset_source import DatasetSource, setting_errors
 from lightning_kd.data.errors import DataError
 from lightning_kd.data.held_out import val_files_errors
 from lightning_kd.data.reading import expand_files
