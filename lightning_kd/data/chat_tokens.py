@@ -20,7 +20,7 @@ from jinja2 import TemplateSyntaxError
 from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
-from lightning_kd.data.conversations import CALLS, ChatFields, row_messages
+from lightning_kd.data.conversations import CALLS, ChatFields, note_unknown_developer, row_messages
 from lightning_kd.data.encoding import SENTINEL, chat_ids, quotes_of
 from lightning_kd.data.errors import DataError, MissingData
 from lightning_kd.losses.logits import IGNORE_INDEX
@@ -111,6 +111,7 @@ def turn_end_text(tokenizer: PreTrainedTokenizerBase) -> tuple[str, int] | None:
 
 def render(tokenizer: PreTrainedTokenizerBase, messages: list[dict], where: str, **kw) -> str:
     """The chat template applied to ``messages`` (text), its errors pointed at the row."""
+    note_unknown_developer(kw.get("chat_template") or tokenizer.chat_template, messages)
     try:
         return tokenizer.apply_chat_template(messages, tokenize=False, **kw)
     except TemplateSyntaxError as err:  # no row renders: the template's fault, not the row's

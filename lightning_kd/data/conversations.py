@@ -10,6 +10,7 @@ is asked to complete, and what the train/validation split of ``data=chat`` holds
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,22 @@ ROLES = ("system", "developer", "user", "assistant", "tool", "function", "ipytho
 """The roles chat templates know (OpenAI's and Llama's tool roles among them)."""
 ASKING = ("system", "developer", "user")
 """The roles whose turn poses a prompt (a tool's result may be empty, and still be answered)."""
+
+
+def note_unknown_developer(template: Any, messages: list[dict]) -> None:
+    """Warn where ``messages`` hold a ``developer`` turn (OpenAI's newer name for the system
+    prompt) and the chat template names no such role: it renders as a turn of its own, after
+    any default system prompt the template puts first (SmolLM2's "You are a helpful AI
+    assistant named SmolLM", probe 46)."""
+    if template is None or "developer" in str(template):
+        return
+    if any(message.get("role") == "developer" for message in messages):
+        warnings.warn(
+            "chat: a 'developer' turn, a role the chat template does not name: it renders as a "
+            "turn of its own (after the template's default system prompt, if it has one); "
+            "rename the role to 'system' where it is the system prompt",
+            stacklevel=3,
+        )
 
 
 @dataclass(frozen=True)

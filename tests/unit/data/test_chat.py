@@ -498,3 +498,21 @@ def test_repeated_conversations_are_counted_in_a_warning(tmp_path) -> None:
     with pytest.warns(UserWarning, match=said):
         train, val = data.split()
     assert len(train) + len(val) == 12
+
+
+def test_a_developer_turn_the_template_does_not_name_is_said() -> None:
+    """OpenAI's 'developer' role rendered after SmolLM2's default system prompt, unsaid
+    (probe 46); a template that names the role, or a system turn, is quiet."""
+    import warnings
+
+    from lightning_kd.data.chat_tokens import render
+
+    developer = [{"role": "developer", "content": "Be brief."}, *TURNS[:2]]
+    with pytest.warns(UserWarning, match="a 'developer' turn, a role the chat template does not"):
+        text = render(chat_tokenizer(), developer, "row 1")
+    assert text.startswith("<|im_start|>system\nYou are helpful<|im_end|>\n<|im_start|>developer")
+    named = CHATML.replace("!= 'system'", "not in ('system', 'developer')")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        render(chat_tokenizer(named), developer, "row 1")
+        render(chat_tokenizer(), [{"role": "system", "content": "Be brief."}, *TURNS[:2]], "r")
