@@ -66,9 +66,6 @@ class ChatFields:
         return cls(**{name: data[key] for name, key in keys.items() if data.get(key) is not None})
 
 
-CHAT_HINT = "it holds a conversation: read chat rows with data=chat (answers scored)"
-
-
 def is_conversation(record: object) -> bool:
     """A row of chat data (the keys ``data=chat`` reads by default), read as text by mistake."""
     chat = ChatFields()

@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from lightning_kd.data.conversations import CHAT_HINT, is_conversation
 from lightning_kd.data.errors import DataError, MissingData
+from lightning_kd.data.file_hints import field_hint, format_hint
 from lightning_kd.data.rendered_chat import note_rendered_chat
 from lightning_kd.models.sources import remembered_file_digest
 
@@ -68,7 +68,7 @@ def expand_files(patterns: list[str] | str, key: str = "data.files") -> list[Pat
             if not path.is_file():
                 raise MissingData(not_a_file(key, name, path))
             if file_format(path) is None:
-                raise DataError(f"{key} entry {name!r}: use one of {', '.join(SUFFIXES)}")
+                raise DataError(format_hint(key, name, SUFFIXES))
             files.append(path)
     return unique_files(files)
 
@@ -183,10 +183,7 @@ def _record_text(line: str, path: Path, number: int, text_field: str, key: str) 
     except json.JSONDecodeError as err:
         raise DataError(f"{path}:{number} is not valid JSON ({err.msg})") from None
     if not isinstance(record, dict) or text_field not in record:
-        raise DataError(
-            f"{path}:{number} has no {text_field!r} field; "
-            + (CHAT_HINT if is_conversation(record) else f"set {key} to the key holding the text")
-        )
+        raise DataError(f"{path}:{number} has no {text_field!r} field; " + field_hint(record, key))
     text = record[text_field]
     if not isinstance(text, str):
         raise DataError(
