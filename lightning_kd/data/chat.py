@@ -46,7 +46,6 @@ from lightning_kd.data.chat_tokens import (
 )
 from lightning_kd.data.conversations import ChatFields, opening_key, row_messages
 from lightning_kd.data.dataset_columns import Columns, open_checked
-from lightning_kd.data.dataset_hints import unreadable
 from lightning_kd.data.dataset_source import DatasetSource
 from lightning_kd.data.errors import DataError
 from lightning_kd.data.held_out import outside, val_files_errors
@@ -216,10 +215,8 @@ class ChatDataModule(TextDataModule):
         parts["source"] = source_record(self.dataset)
         options = {"tokenizer": tokenizer, "fields": self.fields, "where": where}
         key = cache_key(dataset, parts)
-        try:
-            mapped = tokenized(dataset, conversation_tokens, options, key, f"rendering {where}")
-        except UnicodeDecodeError as err:  # datasets' JSON reader keeps the bytes, unchecked
-            raise unreadable(self.dataset, where, err) from None
+        desc = f"rendering {where}"
+        mapped = tokenized(dataset, conversation_tokens, options, key, desc, self.dataset)
         for index, row in enumerate(rows(mapped)):
             example = ChatExample(torch.tensor(row["tokens"]), torch.tensor(row["labels"]))
             yield Conversation(f"{where} row {index}", json.loads(row[MESSAGES]), example)

@@ -64,20 +64,29 @@ def cache_path(key: str) -> Path:
 
 
 def tokenized(
-    dataset, function: Callable[..., dict], fn_kwargs: dict[str, Any], key: str, desc: str
+    dataset,
+    function: Callable[..., dict],
+    fn_kwargs: dict[str, Any],
+    key: str,
+    desc: str,
+    source: DatasetSource,
 ):
-    """``dataset`` mapped by ``function(batch, indices, **fn_kwargs)`` into the cached file of
-    ``key`` (read back when it exists); its own columns dropped. The map writes in a folder of
-    its own, ``<key>.partial``, moved into place whole: a write that fails (a full disk) or is
-    killed leaves nothing there that a later run does not remove."""
+    """``dataset`` (of ``source``) mapped by ``function(batch, indices, **fn_kwargs)`` into the
+    cached file of ``key`` (read back when it exists); its own columns dropped. The map writes
+    in a folder of its own, ``<key>.partial``, moved into place whole: a write that fails (a
+    full disk) or is killed leaves nothing there that a later run does not remove. Bytes that
+    are not UTF-8 are refused at their line (``datasets``' JSON reader keeps them unchecked)."""
     from datasets import Dataset
 
     path = cache_path(key)
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(f"{path}.lock"):
         if not path.exists():
-            with disk_errors(path, "run the same command again"):
-                mapped_into(dataset, function, fn_kwargs, path, desc)
+            try:
+                with disk_errors(path, "run the same command again"):
+                    mapped_into(dataset, function, fn_kwargs, path, desc)
+            except UnicodeDecodeError as err:
+                raise unreadable(source, fn_kwargs["where"], err) from None
         sweep_partials(path.parent)
         return Dataset.from_file(str(path))
 
@@ -195,12 +204,8 @@ def split_documents(
     parts = {"kind": "text", "field": field, "tokenizer": tokenizer_digest(tokenizer)}
     parts["source"] = source_record(source)
     options = {"tokenizer": tokenizer, "field": field, "where": where}
-    try:
-        mapped = tokenized(
-            dataset, document_tokens, options, cache_key(dataset, parts), f"tokenizing {where}"
-        )
-    except UnicodeDecodeError as err:  # datasets' JSON reader keeps the bytes, unchecked
-        raise unreadable(source, where, err) from None
+    key, desc = cache_key(dataset, parts), f"tokenizing {where}"
+    mapped = tokenized(dataset, document_tokens, options, key, desc, source)
     documents: dict[str, list[int]] = {}
     repeats = 0
     for row in rows(mapped):
