@@ -32,21 +32,20 @@ from lightning_kd.launch.stop_report import stop_report
 from lightning_kd.launch.teacher_cache import given_cache
 from lightning_kd.launch.teacher_list import teacher_precisions
 from lightning_kd.launch.train_checks import train_errors
-from lightning_kd.training.checkpoint_files import load_local
+from lightning_kd.launch.work_left import check_work_left
 from lightning_kd.training.checkpoints import resolve_ckpt_path
 from lightning_kd.training.finite import check_finite_model, strict_json
 from lightning_kd.training.joining import joining
 from lightning_kd.training.metrics import check_monitors_first, checked_monitors
 from lightning_kd.training.peers import PeerLost, as_peer_lost
 from lightning_kd.training.rundir import (
-    RunDirError,
     claim_run_dir,
     is_own_checkpoint,
     is_rank_zero,
 )
 from lightning_kd.training.samples import samples_markdown
 from lightning_kd.training.saving import agreed
-from lightning_kd.training.summary import RunSummary, disk_use, early_stop_reason
+from lightning_kd.training.summary import RunSummary, disk_use, stop_reason
 from lightning_kd.utils.atomic import atomic_write_bytes, replaced_directory
 from lightning_kd.utils.disk import disk_errors
 from lightning_kd.utils.refusal import Refused, refuse
@@ -156,6 +155,7 @@ def summarise(module, trainer: L.Trainer, resolved, before: dict, after: dict, t
         for entry in cfg.get("teachers") or []
         if (choice := given_cache(entry.get("cache"), "the entry's cache")) is not None
     } | resolved.entry_caches
+    stopped_by, stopped_early = stop_reason(trainer)
     return RunSummary(
         after=after,
         before=before,
@@ -170,7 +170,8 @@ def summarise(module, trainer: L.Trainer, resolved, before: dict, after: dict, t
         teacher_cache=cache.as_dict() if cache else None,
         entry_caches={name: choice.as_dict() for name, choice in entries.items()},
         blockwise=module.blockwise.as_dict() if module.blockwise is not None else None,
-        stopped_early=early_stop_reason(trainer),
+        stopped_early=stopped_early,
+        stopped_by=stopped_by,
     )
 
 
@@ -219,7 +220,7 @@ def run(cfg: DictConfig, command: Sequence[str] = COMMAND) -> float | None:
     # holding a run, would replace that run's outputs (and splice the two runs' metrics).
     own = is_own_checkpoint(ckpt_path, output_dir)
     if own:
-        check_work_left(ckpt_path, cfg.trainer.max_steps, output_dir)
+        check_work_left(ckpt_path, cfg.trainer, output_dir)
     with STOP.installed(), claim_run_dir(output_dir, resuming=own, overwrite=cfg.overwrite):
         if is_rank_zero() and ckpt_path is None:  # a resume's: once its checkpoint is accepted
             record_job(cfg, output_dir)  # only now that the directory is this launch's
@@ -233,22 +234,6 @@ def run(cfg: DictConfig, command: Sequence[str] = COMMAND) -> float | None:
             if is_rank_zero() and not getattr(stop, "reported", False):
                 print(stop_report(stop, None, output_dir, command), flush=True)
             sys.exit(128 + signal.SIGINT)
-
-
-def check_work_left(ckpt_path: Path, max_steps: int, output_dir: Path) -> None:
-    """Refuse resuming a finished run (its summary written, its checkpoint at
-    ``trainer.max_steps``): it would only export the same student again and rewrite the summary
-    with a run of no steps."""
-    if not ckpt_path.is_file() or not (output_dir / "summary.json").is_file():
-        return  # a DeepSpeed directory, or a run stopped before its end: resumable
-    step = load_local(ckpt_path, "cpu", mmap=True)["global_step"]
-    if max_steps is not None and 0 <= max_steps <= step:
-        raise RunDirError(
-            f"the run in {output_dir} is finished (optimizer step {step} of "
-            f"trainer.max_steps={max_steps}, summary.json written): there is nothing to resume. "
-            "Train it further with a larger trainer.max_steps (and resume_reset_optimizer=true, "
-            "a new schedule), or start a new run"
-        )
 
 
 ONE_STAGE = (

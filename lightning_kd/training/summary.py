@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 from lightning.fabric.utilities.throughput import Throughput
 from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.callbacks import Timer
 
 from lightning_kd.evaluation.harness import markdown as harness_markdown
 from lightning_kd.models.layer_scores import Ranking
@@ -112,8 +114,11 @@ class RunSummary:
     """With ``lm_eval.tasks``: lm-eval's scores of the exported student (and the teacher's, first),
     a row per model (``evaluation.harness.score_models``)."""
     stopped_early: str | None = None
-    """Why an early-stopping callback ended training before ``trainer.max_steps`` (Lightning's
-    reason, with the step); None where training ran to its end."""
+    """Why training ended before ``trainer.max_steps``: an early-stopping callback's reason
+    (Lightning's), or ``trainer.max_time``'s, with the step; None where it ran to its end."""
+    stopped_by: str | None = None
+    """What ended it so: ``early_stopping`` (the run is finished) or ``max_time`` (it is not:
+    ``ckpt_path=last`` with a larger ``trainer.max_time`` goes on)."""
     written: dict[str, dict] = field(default_factory=dict)
     """What the run left on disk: ``{what: {"path": ..., "bytes": ...}}`` (:func:`disk_use`)."""
 
@@ -214,14 +219,31 @@ class RunSummary:
         return "\n".join(lines)
 
 
-def early_stop_reason(trainer: Trainer) -> str | None:
-    """Why an early-stopping callback ended training (Lightning's reason, at which step of
-    ``trainer.max_steps``), or None: the run ended silently as a finished one."""
+EARLY_STOPPING = "early_stopping"
+MAX_TIME = "max_time"
+"""A summary's ``stopped_by``: what ended training before ``trainer.max_steps``."""
+
+
+def stop_reason(trainer: Trainer) -> tuple[str | None, str | None]:
+    """What ended training before ``trainer.max_steps`` (``early_stopping`` or ``max_time``)
+    and why (Lightning's reason, at which step), or ``(None, None)``: both ended the run as a
+    finished one, without a word (probe 47)."""
+    at = f"(optimizer step {trainer.global_step} of {trainer.max_steps})"
     for callback in trainer.early_stopping_callbacks:
         if reason := getattr(callback, "stopping_reason_message", None):
             reason = reason.strip().removesuffix(" Signaling Trainer to stop.")
-            return f"{reason} (optimizer step {trainer.global_step} of {trainer.max_steps})"
-    return None
+            return EARLY_STOPPING, f"{reason} {at}"
+    timers = [callback for callback in trainer.callbacks if isinstance(callback, Timer)]
+    left = [timer.time_remaining() for timer in timers]
+    if any(seconds is not None and seconds <= 0 for seconds in left) and (
+        trainer.max_steps < 0 or trainer.global_step < trainer.max_steps
+    ):
+        spent = timedelta(seconds=round(timers[0].time_elapsed("train")))
+        return MAX_TIME, (
+            f"trainer.max_time reached after {spent} of training, every launch's together "
+            f"{at}: the run is unfinished; ckpt_path=last with a larger trainer.max_time goes on"
+        )
+    return None, None
 
 
 def tree_bytes(path: Path) -> int:

@@ -98,6 +98,7 @@ def test_named_callbacks_run(run_dir: Path) -> None:
     # said in the summary (the run ended as a finished one, without a word)
     assert summary["stopped_early"].startswith("Monitored metric val/ppl did not improve in the")
     assert summary["stopped_early"].endswith("(optimizer step 4 of 6)")
+    assert summary["stopped_by"] == "early_stopping"  # finished: a resume is refused
     assert "| stopped early |  | Monitored metric val/ppl" in (run_dir / "stdout.txt").read_text()
     with open(run_dir / "logs" / "metrics.csv") as handle:
         header = next(csv.reader(handle))

@@ -1,0 +1,76 @@
+"""Whether a run directory's checkpoint has training left to resume, checked before anything
+loads.
+
+A run is finished once its summary is written, at ``trainer.max_steps`` or where early stopping
+ended it (``callbacks/early_stopping.yaml``: "the run then ends as a finished one"); resuming it
+would only export the same student again, or train past the stop (probe 47). A run that
+``trainer.max_time`` ended is not finished: it resumes, but Lightning's timer counts the time of
+every launch together, so a resume with no time left trained no step and rewrote the summary
+(probe 47): refused here, naming the time spent.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from lightning_kd.training.checkpoint_files import load_local
+from lightning_kd.training.rundir import RunDirError
+from lightning_kd.training.summary import EARLY_STOPPING
+
+
+def check_work_left(ckpt_path: Path, trainer: Any, output_dir: Path) -> None:
+    """Refuse resuming ``ckpt_path`` where it has nothing left to train under ``trainer`` (the
+    ``trainer`` config): finished, stopped early, or its ``max_time`` spent."""
+    if not ckpt_path.is_file():
+        return  # a DeepSpeed directory: its state is read by Lightning
+    checkpoint = load_local(ckpt_path, "cpu", mmap=True)
+    step, max_steps = checkpoint["global_step"], trainer.get("max_steps")
+    summary = read_summary(output_dir)
+    if summary is not None and max_steps is not None and 0 <= max_steps <= step:
+        raise RunDirError(
+            f"the run in {output_dir} is finished (optimizer step {step} of "
+            f"trainer.max_steps={max_steps}, summary.json written): there is nothing to resume. "
+            "Train it further with a larger trainer.max_steps (and resume_reset_optimizer=true, "
+            "a new schedule), or start a new run"
+        )
+    if summary is not None and summary.get("stopped_by") == EARLY_STOPPING:
+        raise RunDirError(
+            f"the run in {output_dir} is finished: early stopping ended it at optimizer step "
+            f"{step} ({summary.get('stopped_early')}); resuming would train past that stop. "
+            "To train it further anyway, resume without +callbacks=early_stopping"
+        )
+    spent, limit = time_spent(checkpoint), time_limit(trainer.get("max_time"))
+    if limit is not None and spent is not None and spent >= limit:
+        raise RunDirError(
+            f"trainer.max_time={trainer.get('max_time')} is spent already: the run in "
+            f"{output_dir} trained for {timedelta(seconds=round(spent))} by optimizer step "
+            f"{step}, and Lightning counts every launch's time together. Resume with a larger "
+            "trainer.max_time, or without one"
+        )
+
+
+def read_summary(output_dir: Path) -> dict | None:
+    """``summary.json`` of ``output_dir`` (None where there is none, or it cannot be read)."""
+    try:
+        return json.loads((output_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def time_spent(checkpoint: dict) -> float | None:
+    """The training seconds Lightning's ``Timer`` recorded in ``checkpoint`` (None: no timer)."""
+    state = (checkpoint.get("callbacks") or {}).get("Timer")
+    return None if state is None else state.get("time_elapsed", {}).get("train")
+
+
+def time_limit(value: Any) -> float | None:
+    """``trainer.max_time`` in seconds, as Lightning reads it (``DD:HH:MM:SS``, or a mapping of
+    ``timedelta``'s keys); None without it."""
+    if value is None:
+        return None
+    from lightning.pytorch.callbacks import Timer
+
+    return Timer(duration=value if isinstance(value, str) else dict(value)).time_remaining()

@@ -1,0 +1,66 @@
+"""Whether a run directory's checkpoint has training left to resume (``launch/work_left.py``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from lightning_kd.launch.work_left import check_work_left, time_limit
+from lightning_kd.training.rundir import RunDirError
+
+
+def run_dir(tmp_path, step: int, summary: dict | None = None, trained_s: float | None = None):
+    """A run directory whose checkpoint is at ``step`` (its timer at ``trained_s`` seconds),
+    with ``summary`` written."""
+    checkpoint = {"global_step": step, "callbacks": {}}
+    if trained_s is not None:
+        checkpoint["callbacks"]["Timer"] = {"time_elapsed": {"train": trained_s}}
+    (tmp_path / "checkpoints").mkdir()
+    torch.save(checkpoint, tmp_path / "checkpoints" / "last.ckpt")
+    if summary is not None:
+        (tmp_path / "summary.json").write_text(json.dumps(summary))
+    return tmp_path / "checkpoints" / "last.ckpt"
+
+
+def trainer(**keys) -> object:
+    return OmegaConf.create({"max_steps": 200} | keys)
+
+
+def test_a_run_early_stopping_ended_is_finished(tmp_path) -> None:
+    """It was resumed, trained past the stop and replaced its student (probe 47)."""
+    reason = "Monitored metric val/ppl did not improve in the last 3 records."
+    last = run_dir(tmp_path, 40, {"stopped_by": "early_stopping", "stopped_early": reason})
+    with pytest.raises(RunDirError) as refused:
+        check_work_left(last, trainer(), tmp_path)
+    message = str(refused.value)
+    assert f"early stopping ended it at optimizer step 40 ({reason})" in message
+    assert message.endswith("resume without +callbacks=early_stopping")
+
+
+def test_a_run_max_time_ended_resumes_only_with_time_left(tmp_path) -> None:
+    """Lightning's timer counts every launch's time: a resume with none left trained no step,
+    exit 0, and rewrote the summary (probe 47)."""
+    last = run_dir(tmp_path, 40, {"stopped_by": "max_time", "stopped_early": "..."}, 61.0)
+    with pytest.raises(RunDirError, match=r"max_time=00:00:01:00 is spent already: .* for 0:01:01"):
+        check_work_left(last, trainer(max_time="00:00:01:00"), tmp_path)
+    check_work_left(last, trainer(max_time="00:00:02:00"), tmp_path)  # a minute left
+    check_work_left(last, trainer(max_time={"minutes": 2}), tmp_path)
+    check_work_left(last, trainer(), tmp_path)  # no limit
+
+
+def test_a_run_at_max_steps_is_finished_and_one_stopped_before_resumes(tmp_path) -> None:
+    last = run_dir(tmp_path, 200, {"stopped_by": None})
+    with pytest.raises(RunDirError, match=r"is finished \(optimizer step 200 of .*=200"):
+        check_work_left(last, trainer(), tmp_path)
+    check_work_left(last, trainer(max_steps=400), tmp_path)  # extended
+    (tmp_path / "summary.json").unlink()  # stopped (killed) at its last step, before the summary
+    check_work_left(last, trainer(), tmp_path)
+
+
+def test_max_time_is_read_as_lightning_reads_it() -> None:
+    assert time_limit("01:02:03:04") == 93784.0
+    assert time_limit({"hours": 1}) == 3600.0
+    assert time_limit(None) is None
