@@ -45,7 +45,8 @@ from lightning_kd.training.rundir import (
 )
 from lightning_kd.training.samples import samples_markdown
 from lightning_kd.training.saving import agreed
-from lightning_kd.training.summary import RunSummary, disk_use, stop_reason
+from lightning_kd.training.stop_reason import stop_reason
+from lightning_kd.training.summary import RunSummary, disk_use
 from lightning_kd.utils.atomic import atomic_write_bytes, replaced_directory
 from lightning_kd.utils.disk import disk_errors
 from lightning_kd.utils.refusal import Refused, refuse

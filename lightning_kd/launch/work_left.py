@@ -18,7 +18,7 @@ from typing import Any
 
 from lightning_kd.training.checkpoint_files import load_local
 from lightning_kd.training.rundir import RunDirError
-from lightning_kd.training.summary import EARLY_STOPPING
+from lightning_kd.training.stop_reason import EARLY_STOPPING
 
 
 def check_work_left(ckpt_path: Path, trainer: Any, output_dir: Path) -> None:

@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import timedelta
 from pathlib import Path
 
 from lightning.fabric.utilities.throughput import Throughput
 from lightning.pytorch import Callback, LightningModule, Trainer
-from lightning.pytorch.callbacks import Timer
 
 from lightning_kd.evaluation.harness import markdown as harness_markdown
 from lightning_kd.models.layer_scores import Ranking
 from lightning_kd.training.rundir import HYDRA_OWN, OUTPUTS
-from lightning_kd.training.summary_rows import CACHED, ROWS, TEACHER_ROWS, per_teacher, teacher_rows
+from lightning_kd.training.summary_rows import (
+    CACHED,
+    ROWS,
+    TEACHER_ROWS,
+    per_teacher,
+    teacher_rows,
+    worse_than_before,
+)
 
 
 class TrainTimer(Callback):
@@ -135,8 +140,13 @@ class RunSummary:
         tokens = self.train_tokens if self.timed_tokens is None else self.timed_tokens
         return tokens / self.train_seconds if self.train_seconds and tokens else None
 
+    @property
+    def worse(self) -> str | None:
+        """Why the student ends worse than it started, if it does (``summary_rows``)."""
+        return worse_than_before(self.before, self.after)
+
     def as_dict(self) -> dict:
-        return {**asdict(self), "tokens_per_second": self.tokens_per_second}
+        return {**asdict(self), "tokens_per_second": self.tokens_per_second, "worse": self.worse}
 
     def precision_text(self) -> str:
         """The trainer's precision, the teacher's dtype, and the teachers held otherwise."""
@@ -183,6 +193,7 @@ class RunSummary:
     def markdown(self) -> str:
         """The summary as a markdown table (also what the console shows)."""
         rows = self.metric_rows()
+        rows += [("worse than before training", "", self.worse)] if self.worse else []
         rows += [
             ("optimizer steps", "", str(self.steps)),
             *([("stopped early", "", self.stopped_early)] if self.stopped_early else []),
@@ -217,33 +228,6 @@ class RunSummary:
         if self.lm_eval:
             lines += ["", "lm-eval on the exported student:", "", harness_markdown(self.lm_eval)]
         return "\n".join(lines)
-
-
-EARLY_STOPPING = "early_stopping"
-MAX_TIME = "max_time"
-"""A summary's ``stopped_by``: what ended training before ``trainer.max_steps``."""
-
-
-def stop_reason(trainer: Trainer) -> tuple[str | None, str | None]:
-    """What ended training before ``trainer.max_steps`` (``early_stopping`` or ``max_time``)
-    and why (Lightning's reason, at which step), or ``(None, None)``: both ended the run as a
-    finished one, without a word (probe 47)."""
-    at = f"(optimizer step {trainer.global_step} of {trainer.max_steps})"
-    for callback in trainer.early_stopping_callbacks:
-        if reason := getattr(callback, "stopping_reason_message", None):
-            reason = reason.strip().removesuffix(" Signaling Trainer to stop.")
-            return EARLY_STOPPING, f"{reason} {at}"
-    timers = [callback for callback in trainer.callbacks if isinstance(callback, Timer)]
-    left = [timer.time_remaining() for timer in timers]
-    if any(seconds is not None and seconds <= 0 for seconds in left) and (
-        trainer.max_steps < 0 or trainer.global_step < trainer.max_steps
-    ):
-        spent = timedelta(seconds=round(timers[0].time_elapsed("train")))
-        return MAX_TIME, (
-            f"trainer.max_time reached after {spent} of training, every launch's together "
-            f"{at}: the run is unfinished; ckpt_path=last with a larger trainer.max_time goes on"
-        )
-    return None, None
 
 
 def tree_bytes(path: Path) -> int:

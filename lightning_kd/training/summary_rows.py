@@ -44,3 +44,16 @@ def teacher_rows(after: dict[str, float]) -> list[tuple[str, str, int]]:
 def per_teacher(key: str, after: dict[str, float]) -> bool:
     """Whether ``key`` is a :data:`TEACHER_ROWS` metric shown per teacher instead."""
     return key in TEACHER_ROWS and any(name.startswith(key + "/") for name in after)
+
+
+def worse_than_before(before: dict[str, float], after: dict[str, float]) -> str | None:
+    """What says the student ended worse on the validation split than it started: its
+    perplexity (else its bits per byte) higher after training than before. A diverged run
+    (``optimizer.lr=50``: 241 → 321,939) ended with exit 0 and nothing said (probe 47)."""
+    key = next((key for key in ("val/ppl", "val/bpb") if key in before and key in after), None)
+    if key is None or not after[key] > before[key]:
+        return None
+    return (
+        f"{key} rose over the run, {before[key]:.4g} → {after[key]:.4g}: the student ends worse "
+        "than it started (diverged? a lower optimizer.lr, or gradient clipping, may help)"
+    )

@@ -206,23 +206,11 @@ def test_a_cached_runs_kl_is_labelled_as_the_bound_it_is() -> None:
     assert "per token, over the cache's top k and the rest in one (a lower bound) |" in cached
 
 
-def test_a_run_max_time_ended_is_said_unfinished() -> None:
-    """It ended as a finished one, exit 0, stopped_early null (probe 47)."""
-    from types import SimpleNamespace
-
-    from lightning.pytorch.callbacks import Timer
-
-    from lightning_kd.training.summary import stop_reason
-
-    timer = Timer(duration="00:00:01:00")
-    timer.load_state_dict({"time_elapsed": {"train": 61.0}})
-    trainer = SimpleNamespace(
-        early_stopping_callbacks=[], callbacks=[timer], global_step=40, max_steps=200
-    )
-    kind, reason = stop_reason(trainer)
-    assert kind == "max_time"
-    assert reason.startswith("trainer.max_time reached after 0:01:01 of training")
-    assert "(optimizer step 40 of 200): the run is unfinished; ckpt_path=last" in reason
-    assert stop_reason(SimpleNamespace(**vars(trainer) | {"global_step": 200})) == (None, None)
-    timer.load_state_dict({"time_elapsed": {"train": 30.0}})
-    assert stop_reason(trainer) == (None, None)  # time left: ended at max_steps
+def test_a_student_ending_worse_than_it_started_is_said() -> None:
+    """optimizer.lr=50: val/ppl 241 → 321,939, exit 0, and nothing said (probe 47)."""
+    diverged = RunSummary(before={"val/ppl": 241.0}, after={"val/ppl": 321939.0})
+    assert diverged.as_dict()["worse"].startswith("val/ppl rose over the run, 241 → 3.219e+05")
+    assert "| worse than before training |  | val/ppl rose over the run" in diverged.markdown()
+    learnt = RunSummary(before={"val/ppl": 241.0}, after={"val/ppl": 90.0})
+    assert learnt.as_dict()["worse"] is None and "worse than" not in learnt.markdown()
+    assert RunSummary(after={"val/ppl": 90.0}).worse is None  # nothing validated before
