@@ -7,7 +7,7 @@ import os
 import shutil
 import socket
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from lightning_kd.utils.disk import disk_errors
@@ -36,7 +36,8 @@ def replaced_whole(path: Path) -> Iterator[Path]:
         yield temp
         os.replace(temp, path)
     except BaseException:
-        temp.unlink(missing_ok=True)
+        with suppress(OSError):  # a read-only file system refuses even this: say the first
+            temp.unlink(missing_ok=True)
         raise
 
 
@@ -54,7 +55,8 @@ def drop_orphans(path: Path) -> None:
     for temp in path.parent.glob(f".{path.name}.*{TEMP_SUFFIX}"):
         name, _, pid = temp.name[len(path.name) + 2 : -len(TEMP_SUFFIX)].rpartition("-")
         if name == host and pid.isdigit() and int(pid) != os.getpid() and not running(int(pid)):
-            temp.unlink(missing_ok=True)
+            with suppress(OSError):  # one that cannot be removed stays, as a live writer's
+                temp.unlink(missing_ok=True)
 
 
 def running(pid: int) -> bool:

@@ -1,4 +1,5 @@
-"""A full disk named as one (and a file too large for its file system or a file-size limit):
+"""A full disk named as one (and a file too large for its file system or a file-size limit, and a
+write refused: a read-only mount, a directory this user may not write):
 the path that could not be written, and what to do next.
 
 A full disk reaches the package in several disguises: ``OSError`` ENOSPC with no path (a plain
@@ -20,6 +21,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+UNWRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
+"""A file system mounted read-only, or a directory this user may not write (probe 47: a
+checkpoint directory made read-only mid-run was two chained tracebacks)."""
 FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
 """The errnos of a full disk, or of a quota reached."""
 TOO_LARGE = errno.EFBIG
@@ -60,9 +64,10 @@ def causes(error: BaseException) -> Iterator[BaseException]:
 
 
 def full_disk_message(error: OSError) -> str | None:
-    """What a command prints, alone, for ``error`` where it is a full disk (the message
-    :func:`disk_errors` gave it names the path and the way on); None for any other error."""
-    if error.errno not in (*FULL_DISK, TOO_LARGE):
+    """What a command prints, alone, for ``error`` where it is a full disk, or a write
+    :func:`disk_errors` found refused (the message it gave names the path and the way on);
+    None for any other error."""
+    if error.errno not in (*FULL_DISK, TOO_LARGE) and not isinstance(error, WriteRefused):
         return None
     return f"{error.strerror or error}" + (f" ({error.filename})" if error.filename else "")
 
@@ -81,10 +86,16 @@ def names_full_disk(error: BaseException, path: Path) -> bool:
     return False
 
 
+class WriteRefused(OSError):
+    """A write :func:`disk_errors` found refused (:data:`UNWRITABLE`), its message the path and
+    the way on."""
+
+
 @contextmanager
 def disk_errors(path: str | Path, then: str) -> Iterator[None]:
     """Run a write of ``path``; a full disk leaves as ``OSError(ENOSPC)`` naming ``path`` and
-    ``then``, the next step (e.g. ``resume with ckpt_path=last``)."""
+    ``then``, the next step (e.g. ``resume with ckpt_path=last``), a refused one as
+    :class:`WriteRefused` saying the same."""
     try:
         yield
     except Exception as error:
@@ -94,6 +105,12 @@ def disk_errors(path: str | Path, then: str) -> Iterator[None]:
                 f"{path} is larger than its file system or a file-size limit (ulimit -f, a "
                 "scheduler's) allows: write it to another file system, or raise the limit, then "
                 f"{then}",
+            ) from error
+        if isinstance(error, OSError) and error.errno in UNWRITABLE:
+            raise WriteRefused(
+                error.errno,
+                f"{path} cannot be written ({error.strerror}): make it writable (a read-only "
+                f"mount, a directory's permissions), then {then}",
             ) from error
         if not is_disk_full(error, Path(path)):
             raise

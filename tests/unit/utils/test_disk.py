@@ -69,7 +69,6 @@ def test_a_full_disk_names_the_path_and_keeps_the_earlier_file(tmp_path: Path, m
         (OSError("1572864 requested and 162832 written"), 4096, True),  # numpy, the GGUF's
         (OSError("1572864 requested and 162832 written"), 10**12, False),
         (while_handling(ValueError("x"), OSError(errno.EACCES, "Denied")), 0, False),
-        (OSError(errno.EACCES, "Permission denied"), 0, False),
     ],
 )
 def test_each_disguise_of_a_full_disk_is_recognised(
@@ -128,3 +127,36 @@ def test_numpys_short_write_under_a_file_size_limit_is_named_too_large(tmp_path,
     with pytest.raises(OSError) as error, disk_errors(tmp_path / "x.gguf", "export again"):
         raise short
     assert error.value is short  # no limit and room on the disk: something else, unchanged
+
+
+@pytest.mark.parametrize("code", [errno.EROFS, errno.EACCES, errno.EPERM])
+def test_a_refused_write_names_the_path_and_the_way_on(tmp_path: Path, monkeypatch, code) -> None:
+    """A checkpoint directory made read-only mid-run: the write's EROFS, then the cleanup's
+    own EROFS (unlinking the temporary the failed open never made), two chained tracebacks
+    through Hydra (probe 47). Now one message, as a full disk's."""
+    path = tmp_path / "checkpoints" / "last.ckpt"
+    atomic_write_bytes(path, b"the earlier checkpoint")
+    real_open = open
+
+    def refused(file, *args, **kwargs):
+        if str(file).endswith(".partial"):
+            raise OSError(code, os.strerror(code), str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", refused)
+    monkeypatch.setattr(Path, "unlink", lambda *args, **kwargs: refuse(code))
+    with pytest.raises(OSError) as error:
+        atomic_write_bytes(path, b"the new one", then="resume with ckpt_path=last")
+    monkeypatch.undo()
+    assert isinstance(error.value, disk.WriteRefused) and error.value.errno == code
+    assert str(error.value).endswith(
+        f"{path} cannot be written ({os.strerror(code)}): make it writable (a read-only mount, a "
+        "directory's permissions), then resume with ckpt_path=last"
+    )
+    assert full_disk_message(error.value) == error.value.strerror  # said alone, no traceback
+    assert full_disk_message(OSError(code, "elsewhere")) is None  # one not from a write: as is
+    assert path.read_bytes() == b"the earlier checkpoint"
+
+
+def refuse(code: int):
+    raise OSError(code, os.strerror(code))
