@@ -25,7 +25,8 @@ from lightning_kd.data.text import TextDataModule
 from lightning_kd.distill.teacher_entries import teacher_keys
 from lightning_kd.launch.build import build_datamodule, with_precision, with_values
 from lightning_kd.launch.importance import choose_layers
-from lightning_kd.launch.online_reasons import unresolved
+from lightning_kd.launch.online_reasons import unresolved, why_online
+from lightning_kd.launch.resumed_cache import MAIN, as_trained, checkpoint_records
 from lightning_kd.launch.teacher_cache import CacheChoice, choose, prepare
 from lightning_kd.models.layer_scores import Ranking
 from lightning_kd.models.precision import PrecisionChoice
@@ -57,23 +58,25 @@ def resolve(cfg: DictConfig, ckpt_path: Path | None = None) -> Resolved:
     if (chosen := choose_layers(cfg, ckpt_path)) is not None:
         layers, resolved.ranking = chosen
         resolved.cfg = with_values(resolved.cfg, {"student.layers": layers})
+    trained = checkpoint_records(ckpt_path)  # a resume's teachers reach the loss as they did
     if unresolved(resolved.cfg.distill.get("teacher_cache")):
-        choice, datamodule = resolve_teacher_cache(resolved.cfg, resuming=ckpt_path is not None)
+        choice, datamodule = resolve_teacher_cache(resolved.cfg, ckpt_path is not None, trained)
         resolved.teacher_cache, resolved.datamodule = choice, datamodule
         resolved.cfg = with_values(resolved.cfg, {"distill.teacher_cache": choice.path})
     teachers = resolved.cfg.get("teachers") or []
     if any(unresolved(entry.get("cache")) for entry in teachers):
-        resolving = EntryCaches(resolved.cfg, resolved.datamodule, ckpt_path is not None)
+        resolving = EntryCaches(resolved.cfg, resolved.datamodule, ckpt_path is not None, trained)
         resolved.cfg, resolved.datamodule = resolving.all()
         resolved.entry_caches = resolving.choices
     return resolved
 
 
 def resolve_teacher_cache(
-    cfg: DictConfig, resuming: bool = False
+    cfg: DictConfig, resuming: bool = False, trained: dict[str, str] | None = None
 ) -> tuple[CacheChoice, TextDataModule]:
     """Cache or online for ``cfg`` (whose other settings are concrete), the cache prepared (a
-    resume's without the repair's states), and the set-up data module it was matched to."""
+    resume's without the repair's states; as its checkpoint ``trained``: online or cached),
+    and the set-up data module it was matched to."""
     teacher = instantiate(cfg.teacher, _convert_="all")
     tokenizer = run_tokenizer(teacher, instantiate(cfg.student, _convert_="all"))
     datamodule = build_datamodule(cfg, tokenizer)
@@ -88,6 +91,7 @@ def resolve_teacher_cache(
     if blocks and (error := epoch_problems(blocks, datamodule.batch_size, run)[0]):
         raise DataError(error)
     choice = choose(cfg, blocks, len(datamodule.val_examples or ()))
+    choice = as_trained(choice, (trained or {}).get(MAIN), why_online(cfg) is None)
     if choice.caches:
         choice = prepare(cfg, datamodule, tokenizer, choice, resuming)
     if rank_zero_only.rank == 0:
@@ -103,6 +107,8 @@ class EntryCaches:
     cfg: DictConfig
     datamodule: TextDataModule | None
     resuming: bool
+    trained: dict[str, str] = field(default_factory=dict)
+    """How a resumed checkpoint's teachers reached the loss, by name (kept)."""
     choices: dict[str, CacheChoice] = field(default_factory=dict)
     """Each resolved entry's choice, by name (the summary reports them)."""
 
@@ -133,6 +139,7 @@ class EntryCaches:
         data = self.datamodule
         shares = domain_shares(entry.get("domains"), data)
         choice = choose(cfg, len(data.train_examples), len(data.val_examples or ()), shares)
+        choice = as_trained(choice, self.trained.get(entry["name"]), why_online(cfg) is None)
         if choice.caches:
             choice = prepare(cfg, self.datamodule, tokenizer, choice, self.resuming)
         if rank_zero_only.rank == 0:

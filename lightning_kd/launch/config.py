@@ -42,6 +42,7 @@ from lightning_kd.launch.cluster import register_launchers
 from lightning_kd.launch.config_dir import shipped_config_dir
 from lightning_kd.launch.domain_names import string_domain_names
 from lightning_kd.launch.group_overrides import group_option_errors
+from lightning_kd.launch.work_left import retire_summary
 from lightning_kd.models.loading import StudentSpec, TeacherSpec
 from lightning_kd.utils.atomic import atomic_write_bytes
 from lightning_kd.utils.refusal import Refused
@@ -246,9 +247,10 @@ def config_options(hydra: DictConfig) -> list[str]:
 
 
 class JobRecord(Callback):
-    """:func:`record_job` as a resumed ``fit`` starts: after its checkpoint has been accepted
+    """:func:`record_job` as a resumed ``fit`` starts, and the summary of the run it resumes
+    past kept aside (``work_left.retire_summary``): after its checkpoint has been accepted
     (``training/provenance.py``), so a resume refused for its settings leaves the run's record
-    as the run wrote it."""
+    and summary as the run wrote them."""
 
     def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
         self.cfg, self.run_dir = cfg, run_dir
@@ -256,6 +258,7 @@ class JobRecord(Callback):
     def on_fit_start(self, trainer, pl_module) -> None:
         if trainer.is_global_zero:
             record_job(self.cfg, self.run_dir)
+            retire_summary(self.run_dir)
 
 
 def log_to_file(path: Path) -> None:

@@ -12,12 +12,13 @@ every launch together, so a resume with no time left trained no step and rewrote
 from __future__ import annotations
 
 import json
+import os
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from lightning_kd.training.checkpoint_files import load_local
-from lightning_kd.training.rundir import RunDirError
+from lightning_kd.training.rundir import EARLIER, RunDirError
 from lightning_kd.training.stop_reason import EARLY_STOPPING
 
 
@@ -74,3 +75,18 @@ def time_limit(value: Any) -> float | None:
     from lightning.pytorch.callbacks import Timer
 
     return Timer(duration=value if isinstance(value, str) else dict(value)).time_remaining()
+
+
+def retire_summary(output_dir: Path) -> None:
+    """Move the summary of a run being resumed past it (extended to a larger
+    ``trainer.max_steps``, or going on after ``trainer.max_time``) into :data:`EARLIER`, as
+    ``summary-step-<N>.json`` and ``.md``: it described a finished run while the checkpoint
+    trained on, and a resume killed there left a directory that said nothing of it (probe 47).
+    The student stays until the resumed run exports its own."""
+    summary = read_summary(output_dir)
+    if summary is None:
+        return
+    (output_dir / EARLIER).mkdir(exist_ok=True)
+    for suffix in (".json", ".md"):
+        if (path := output_dir / f"summary{suffix}").is_file():
+            os.replace(path, output_dir / EARLIER / f"summary-step-{summary.get('steps')}{suffix}")

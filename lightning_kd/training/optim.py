@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import torch
 from torch import nn
-from torch.optim import Optimizer
+from torch.optim import SGD, Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 from transformers import get_cosine_with_min_lr_schedule_with_warmup
 
@@ -44,6 +45,25 @@ def warmup_cosine(
     # Where the cosine reaches its floor (one step after a warmup as long as the run).
     end = max(total_steps, warmup + 1)
     return LambdaLR(optimizer, lambda step: factor(step + 1 if step < warmup else min(step, end)))
+
+
+def same_rates_from(scheduler: Callable[..., Any] | None, step: int, then: int, now: int) -> bool:
+    """Whether ``scheduler`` (``(optimizer, total_steps) -> LambdaLR``) planned for ``then``
+    steps and for ``now`` gives the same learning rate from optimizer step ``step`` on: a run
+    extended (a larger ``trainer.max_steps``) past a warmup both plans finished, under a
+    schedule that holds its rate (``scheduler=constant``), trains on as it would have. It was
+    refused as another schedule, whose only way on discards the optimizer's moments (probe 47).
+    Each plan is built on a probe optimizer of its own: the run's is left as it is."""
+    if scheduler is None or min(then, now) < 1:
+        return False
+    rates = []
+    for total in (then, now):
+        plan = scheduler(SGD([torch.zeros(1, requires_grad=True)], lr=1.0), total_steps=total)
+        factors = getattr(plan, "lr_lambdas", None)
+        if not factors:  # not a LambdaLR: its rates are not read here
+            return False
+        rates.append([factor(s) for factor in factors for s in range(step, max(then, now) + 2)])
+    return rates[0] == rates[1]
 
 
 def decay_groups(params: Iterable[nn.Parameter]) -> list[dict]:

@@ -34,6 +34,7 @@ from lightning_kd.models.digests import vocab_digest
 from lightning_kd.models.precision import AUTO, teacher_dtype_for
 from lightning_kd.training.checkpoints import trained_set_error
 from lightning_kd.training.differences import differences, resettable_line
+from lightning_kd.training.optim import same_rates_from
 from lightning_kd.training.step_record import compute_changes, lossy_message, said_line, step_record
 from lightning_kd.training.teacher_provenance import crosses, main_records, teachers_record
 from lightning_kd.utils.refusal import Refused
@@ -148,6 +149,7 @@ class Provenance(Callback):
         self.reset_optimizer = reset_optimizer
         self._record: dict[str, Any] | None = None
         self._fast_forward = False  # the fresh schedule still has to reach the resumed step
+        self._same_rates = False  # a lengthened schedule, its rates from the step on unchanged
 
     def current(self, trainer: Trainer, module: LightningModule) -> dict[str, Any]:
         if self._record is None:  # the teacher, objective and data never change within a run
@@ -170,6 +172,13 @@ class Provenance(Callback):
                 stacklevel=2,
             )
         else:
+            step, then = checkpoint.get("global_step", 0), saved.get("schedule", {})
+            self._same_rates = same_rates_from(
+                getattr(pl_module, "scheduler_factory", None),
+                step,
+                then.get("max_steps", -1),
+                trainer.max_steps,
+            )
             self._compare(saved, self.current(trainer, pl_module), where)
         if error := trained_set_error(checkpoint, trainer, pl_module, where):
             raise ProvenanceMismatch(error)
@@ -178,6 +187,8 @@ class Provenance(Callback):
         """Refuse (or, with ``resume_mismatch=warn``, warn about) what differs from ``saved``;
         say the computations that change (``step_record.py``)."""
         found = differences(saved, current)
+        if self._same_rates:  # lengthened, the same rates from its step on (optim.py)
+            found = [line for line in found if not line.startswith("schedule.max_steps:")]
         lossy, said = compute_changes(saved, current)
         resettable = [line for line in found if resettable_line(line)]
         others = [line for line in found if line not in resettable]

@@ -45,6 +45,8 @@ from lightning_kd.utils.refusal import Refused
 LOCK_NAME = ".lock"
 HYDRA_OWN = (".hydra",)
 """Entries Hydra writes into a run directory before the task runs (plus ``*.log`` files)."""
+EARLIER = "earlier"
+"""Where a resumed run's earlier summaries go (``launch/work_left.retire_summary``)."""
 OUTPUTS = (
     "checkpoints",
     "logs",
@@ -54,6 +56,7 @@ OUTPUTS = (
     "importance.json",
     SAMPLES_NAME,
     *(gguf_path(Path("student"), kind).name for kind in GGUF_KINDS),
+    EARLIER,
 )
 """What a run writes into its directory: what ``overwrite=true`` removes."""
 

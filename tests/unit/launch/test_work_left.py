@@ -64,3 +64,19 @@ def test_max_time_is_read_as_lightning_reads_it() -> None:
     assert time_limit("01:02:03:04") == 93784.0
     assert time_limit({"hours": 1}) == 3600.0
     assert time_limit(None) is None
+
+
+def test_a_resumed_finished_runs_summary_is_kept_aside(tmp_path) -> None:
+    """Extended and then killed, its directory held the earlier run's summary (steps 200) with
+    last.ckpt at 240 of 600: nothing said the run was unfinished (probe 47)."""
+    from lightning_kd.launch.work_left import retire_summary
+
+    run_dir(tmp_path, 200, {"steps": 200})
+    (tmp_path / "summary.md").write_text("| optimizer steps |  | 200 |")
+    retire_summary(tmp_path)
+    assert not (tmp_path / "summary.json").exists() and not (tmp_path / "summary.md").exists()
+    assert json.loads((tmp_path / "earlier" / "summary-step-200.json").read_text()) == {
+        "steps": 200
+    }
+    assert "200" in (tmp_path / "earlier" / "summary-step-200.md").read_text()
+    retire_summary(tmp_path)  # a resume of a run with no summary: nothing to keep

@@ -103,3 +103,19 @@ def test_decay_groups_read_zero3_shapes_and_drop_empty_groups() -> None:
     assert groups[1]["weight_decay"] == 0.0
     only_matrices = decay_groups([torch.nn.Parameter(torch.zeros(2, 2))])
     assert len(only_matrices) == 1 and "weight_decay" not in only_matrices[0]
+
+
+def test_a_lengthened_schedule_is_the_same_from_a_step_its_warmups_passed() -> None:
+    """scheduler=constant, "for runs that will be continued": its extension was refused as
+    another schedule (probe 47). A cosine's is another, as is a warmup the step is inside."""
+    from functools import partial
+
+    from lightning_kd.training.optim import same_rates_from, warmup_cosine
+
+    constant = partial(warmup_cosine, warmup_fraction=0.05, final_lr_fraction=1.0)
+    cosine = partial(warmup_cosine, warmup_fraction=0.05, final_lr_fraction=0.1)
+    assert same_rates_from(constant, 200, then=200, now=600)
+    assert not same_rates_from(constant, 20, then=200, now=600)  # inside the new, longer warmup
+    assert not same_rates_from(cosine, 200, then=200, now=600)
+    assert not same_rates_from(None, 200, then=200, now=600)
+    assert not same_rates_from(constant, 200, then=-1, now=600)  # an epoch-bounded run
