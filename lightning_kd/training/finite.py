@@ -41,6 +41,15 @@ def check_finite_loss(step: int, parts: Mapping[str, Tensor | float]) -> None:
             "distill.divergence=forward_kl, or jsd with distill.beta below 1",
             lower_rate=False,
         )
+    if math.isnan(values.get("kd", 0.0)) and math.isfinite(values.get("ce", math.nan)):
+        raise NonFiniteError(  # the student's own logits are finite: its CE is (probe 47)
+            f"the KD term alone is NaN at optimizer step {step} ({shown}), the student's CE "
+            "finite: the teacher's distribution holds a NaN (its logits in teacher.dtype "
+            "float16 overflowing, a quantized teacher, a damaged teacher cache). A lower "
+            "learning rate cannot help: check the teacher (teacher.dtype=float32 or bfloat16, "
+            "or its cache written again)",
+            lower_rate=False,
+        )
     raise NonFiniteError(
         f"the training loss is not finite at optimizer step {step} ({shown}); the run stops "
         "before applying it. Lower optimizer.lr, or check distill.temperature and the loss "

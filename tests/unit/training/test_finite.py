@@ -35,6 +35,17 @@ def test_an_infinite_kd_term_alone_names_the_divergence_not_the_rate() -> None:
     assert "distill.divergence=forward_kl" in str(e.value) and "optimizer.lr" not in str(e.value)
 
 
+def test_a_nan_kd_term_beside_a_finite_ce_names_the_teacher_not_the_rate() -> None:
+    """A teacher's NaN (kd=nan, ce finite) was told to lower optimizer.lr, and the stop report
+    printed a resume with a tenth of it and a fresh optimizer, which cannot help (probe 47)."""
+    with pytest.raises(NonFiniteError, match=r"KD term alone is NaN at optimizer step 5") as e:
+        check_finite_loss(5, {"loss": math.nan, "kd": math.nan, "ce": 2.5, "features": 0.1})
+    assert "teacher's distribution holds a NaN" in str(e.value) and not e.value.lower_rate
+    with pytest.raises(NonFiniteError) as student:  # the student's own CE NaN too: its rate
+        check_finite_loss(5, {"loss": math.nan, "kd": math.nan, "ce": math.nan})
+    assert student.value.lower_rate and "Lower optimizer.lr" in str(student.value)
+
+
 def test_a_diverging_run_stops_before_the_step_that_would_apply_nan(
     tiny_teacher, corpus: Path, tmp_path: Path
 ) -> None:
