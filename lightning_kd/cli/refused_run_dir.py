@@ -5,6 +5,7 @@ no folder behind. One that wrote outputs is told to rerun with ``overwrite=true`
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from hydra.core.hydra_config import HydraConfig
 
 from lightning_kd.launch.config import JOB_RECORD
 from lightning_kd.training.rundir import LOCK_NAME, run_outputs
+from lightning_kd.utils.locks import LockHeld, take_lock
 
 
 def run_directory() -> Path | None:
@@ -67,12 +69,22 @@ def drop_empty_run_dir(since: float) -> None:
 
 def drop_own_record(directory: Path, since: float) -> None:
     """This launch's record in ``directory`` (its lock, ``.hydra``, an empty job log, all made
-    since ``since``), where the launch wrote no outputs there; a user's own files stay."""
+    since ``since``), where the launch wrote no outputs there; a user's own files stay. Only
+    under the directory's lock: a launch refused because another holds it removed that run's
+    ``.lock`` and ``.hydra`` (made a moment before, so taken for its own), and a third launch
+    then ran in the directory beside it (probe 48)."""
     if not directory.is_dir() or run_outputs(directory):
         return  # the refusal names what to do with them
-    names = {LOCK_NAME, JOB_RECORD, f"{HydraConfig.get().job.name}.log"}
-    own = [e for e in directory.iterdir() if e.name in names and e.stat().st_ctime >= since - 1]
-    if any(e.is_file() and e.stat().st_size for e in own if e.name.endswith(".log")):
-        return  # the records the refused launch logged, with the record of its config
-    for entry in own:
-        shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    try:
+        fd = take_lock(directory / LOCK_NAME)  # held while the record goes, the lock file too
+    except LockHeld:
+        return  # another launch's directory now: its record is its own
+    try:
+        names = {LOCK_NAME, JOB_RECORD, f"{HydraConfig.get().job.name}.log"}
+        own = [e for e in directory.iterdir() if e.name in names and e.stat().st_ctime >= since - 1]
+        if any(e.is_file() and e.stat().st_size for e in own if e.name.endswith(".log")):
+            return  # the records the refused launch logged, with the record of its config
+        for entry in own:
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    finally:
+        os.close(fd)
