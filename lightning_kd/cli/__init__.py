@@ -43,9 +43,20 @@ def usage() -> str:
     return "\n".join(lines)
 
 
+def lossy_streams() -> None:
+    """Print what a terminal cannot encode as escapes: under an ASCII or Latin-1 stdout (a
+    job's ``PYTHONIOENCODING=ascii``, ``LC_ALL=C`` without Python's UTF-8 mode) the summary's
+    ``‖`` failed a finished run with a ``UnicodeEncodeError``, exit 1, after every output was
+    written (probe 48). Files are written as UTF-8 whatever the terminal."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure") and stream.encoding.lower().replace("-", "") != "utf8":
+            stream.reconfigure(errors="backslashreplace")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command ``argv[0]`` with the rest of ``argv``; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    lossy_streams()
     if not argv or argv[0] in ("-h", "--help"):
         print(usage(), file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2

@@ -179,7 +179,9 @@ class RunSummary:
             for key, value in {**self.before, **self.after}.items()
             if key.startswith("val/teacher_bpb/")
         ]
-        cached = CACHED if self.teacher_cache is not None else {}  # the cache's top k alone
+        # The cache's top k alone: not where auto chose the teacher online (probe 48).
+        from_cache = (self.teacher_cache or {}).get("distill.teacher_cache") is not None
+        cached = CACHED if from_cache else {}
         return rows + [
             (
                 cached.get(key, label),

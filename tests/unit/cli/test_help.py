@@ -145,3 +145,16 @@ def test_the_help_prints_no_rest_markup(command, capsys) -> None:
         main([command, "--help"])
     out = capsys.readouterr().out
     assert "``" not in out and "lightning-kd " + command in out
+
+
+def test_a_terminal_that_cannot_encode_the_output_gets_escapes() -> None:
+    """Under PYTHONIOENCODING=ascii the summary's ‖ ended a finished run with a
+    UnicodeEncodeError, exit 1 (probe 48)."""
+    import os
+    import subprocess
+    import sys
+
+    code = "from lightning_kd.cli import lossy_streams; lossy_streams(); print('KL(t ‖ s)')"
+    env = os.environ | {"PYTHONIOENCODING": "ascii"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout == "KL(t \\u2016 s)\n", done.stderr

@@ -201,9 +201,16 @@ def test_a_cached_runs_kl_is_labelled_as_the_bound_it_is() -> None:
     online KL's label where the online KL was 0.514 (probe 45)."""
     after = {"val/kl": 0.006}
     online = RunSummary(after=after).markdown()
-    cached = RunSummary(after=after, teacher_cache={"in_training": "cached once"}).markdown()
+    choice = {"distill.teacher_cache": "/c/teacher_caches/k", "in_training": "cached once"}
+    cached = RunSummary(after=after, teacher_cache=choice).markdown()
     assert "| KL(teacher ‖ student) per token | — | 0.006 |" in online
     assert "per token, over the cache's top k and the rest in one (a lower bound) |" in cached
+    # auto chose the teacher online: its KL is the full one, labelled so (probe 48)
+    auto = {"distill.teacher_cache": None, "in_training": "online", "reason": "auto: 0.55 a block"}
+    assert (
+        "| KL(teacher ‖ student) per token | — | 0.006 |"
+        in RunSummary(after=after, teacher_cache=auto).markdown()
+    )
 
 
 def test_a_student_ending_worse_than_it_started_is_said() -> None:
