@@ -34,7 +34,7 @@ from lightning_kd.launch.teacher_list import teacher_precisions
 from lightning_kd.launch.train_checks import train_errors
 from lightning_kd.launch.work_left import check_work_left
 from lightning_kd.training.checkpoints import resolve_ckpt_path
-from lightning_kd.training.finite import check_finite_model, strict_json
+from lightning_kd.training.finite import check_finite_model, check_finite_validation, strict_json
 from lightning_kd.training.joining import joining
 from lightning_kd.training.metrics import check_monitors_first, checked_monitors
 from lightning_kd.training.peers import PeerLost, as_peer_lost
@@ -100,6 +100,7 @@ def train(
             trainer.fit(module, datamodule, ckpt_path=ckpt_path)
         STOP.check("after training", agreed(trainer), FINISHED_ON_RESUME)  # all ranks' answer
         after = validate_after(trainer, module, datamodule)
+        check_finite_validation(after, trainer.global_step)  # before the student is exported
         STOP.check("after the final validation", agreed(trainer), FINISHED_ON_RESUME)
         STOP.finishing = FINISHING
     except BaseException as err:

@@ -57,6 +57,27 @@ def check_finite_loss(step: int, parts: Mapping[str, Tensor | float]) -> None:
     )
 
 
+STUDENT_FIGURES = ("val/loss", "val/ppl", "val/bpb")
+"""The final validation's figures of the student itself (not the teacher's, not a divergence)."""
+
+
+def check_finite_validation(after: Mapping[str, float], step: int) -> None:
+    """Raise :class:`NonFiniteError` where the final validation's figures of the student are not
+    finite: a run whose last measurement was NaN (early stopping on a NaN validation) ended
+    with exit 0 and its student exported (probe 47). Its weights were finite (checked at each
+    save), so its forward overflows or divides by zero: not a rate to lower."""
+    bad = {key: after[key] for key in STUDENT_FIGURES if not math.isfinite(after.get(key, 0.0))}
+    if bad:
+        shown = ", ".join(f"{key}={value}" for key, value in bad.items())
+        raise NonFiniteError(
+            f"the final validation of the student is not finite at optimizer step {step} "
+            f"({shown}): it is not exported. Its weights are finite, so its forward overflows "
+            "in validation: try trainer.precision=32-true (16-mixed overflows past 65504), or "
+            "check the validation data",
+            lower_rate=False,
+        )
+
+
 def non_finite_parameters(named: Iterable[tuple[str, nn.Parameter]]) -> list[str]:
     """Names of the parameters holding a NaN or an infinity."""
     return [name for name, p in named if p.numel() and not bool(torch.isfinite(p).all())]

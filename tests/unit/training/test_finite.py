@@ -56,3 +56,17 @@ def test_a_diverging_run_stops_before_the_step_that_would_apply_nan(
         trainer.fit(module, make_datamodule([corpus]))
     step = int(re.search(r"step (\d+)", str(error.value)).group(1))
     assert trainer.global_step == step - 1, "the step with the non-finite loss was not applied"
+
+
+def test_a_non_finite_final_validation_is_not_a_finished_run() -> None:
+    """Early stopping on a NaN validation ended with exit 0, the student exported, after-ppl
+    nan (probe 47)."""
+    from lightning_kd.training.finite import check_finite_validation
+
+    check_finite_validation({"val/ppl": 233.3, "val/loss": 5.45, "val/kl": 0.2}, 15)
+    check_finite_validation({}, 15)  # FSDP's skipped final validation: nothing to judge
+    with pytest.raises(
+        NonFiniteError, match=r"not finite at optimizer step 5 \(val/ppl=nan\)"
+    ) as e:
+        check_finite_validation({"val/ppl": math.nan, "val/teacher_ppl": 14.5}, 5)
+    assert "it is not exported" in str(e.value) and not e.value.lower_rate
