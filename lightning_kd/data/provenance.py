@@ -83,6 +83,14 @@ def folder_fingerprints(folder: Path) -> dict[str, str | None]:
     return found
 
 
+TRAINER_KEYS = {
+    "accumulate_grad_batches": "trainer.accumulate_grad_batches",
+    "processes": "processes (trainer.devices x trainer.num_nodes)",
+}
+"""Settings the data record holds that a user sets elsewhere: named by their keys (it said
+``data.accumulate_grad_batches``, a key there is not; probe 47)."""
+
+
 def data_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
     """``data.<key>: checkpoint …, this run …`` for each setting that differs; the files and the
     dataset by name (an edited file, one added, one gone); the examples only when nothing else
@@ -90,7 +98,7 @@ def data_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
     if "split_seed" not in saved:  # saved before data.split_seed: data.seed drew its split
         saved = {**saved, "split_seed": saved.get("seed")}
     found = [
-        f"data.{key}: checkpoint {saved.get(key)!r}, this run {value!r}"
+        f"{TRAINER_KEYS.get(key, f'data.{key}')}: checkpoint {saved.get(key)!r}, this run {value!r}"
         for key, value in now.items()
         if key not in ("files", "examples", "dataset") and saved.get(key) != value
     ]

@@ -218,9 +218,15 @@ def test_a_resume_with_another_number_of_processes_is_refused() -> None:
     processes is not compared on them."""
     saved = {"data": {"batch_size": 2, "accumulate_grad_batches": 1, "processes": 2}}
     now = {"data": {"batch_size": 2, "accumulate_grad_batches": 1, "processes": 1}}
-    assert differences(saved, now) == ["data.processes: checkpoint 2, this run 1"]
+    assert differences(saved, now) == [
+        "processes (trainer.devices x trainer.num_nodes): checkpoint 2, this run 1"
+    ]
     older = {"data": {"batch_size": 2, "accumulate_grad_batches": 1}}
     assert differences(older, now) == [] and differences(now, now) == []
+    accumulated = {"data": now["data"] | {"accumulate_grad_batches": 2}}  # named by its key
+    assert differences(now, accumulated) == [
+        "trainer.accumulate_grad_batches: checkpoint 1, this run 2"  # not data.* (probe 47)
+    ]
 
 
 def test_a_moved_copy_of_the_data_resumes(tmp_path: Path, corpus: Path) -> None:
