@@ -38,6 +38,7 @@ from lightning_kd.launch.sweeps import (
     in_process_ddp_errors,
     sweep_job_errors,
 )
+from lightning_kd.models.unreadable import UnreadableModel
 from lightning_kd.training.finite import NonFiniteError
 from lightning_kd.training.joining import JoinError
 from lightning_kd.training.peers import PeerLost
@@ -75,7 +76,7 @@ def run_hydra(
             string_domain_names(cfg)  # a domain named 2023: a key no dotted path reaches
             refuse(interpolation_errors(cfg))  # before any check reads a value that fails
             return stoppable(task)(cfg)
-        except Refused as refused:
+        except (Refused, UnreadableModel) as refused:  # a damaged model: its file and fix
             drop_empty_run_dir(started)
             exit_refused(refused, started_outputs(started), own_line=run_logged())
         except (NonFiniteError, JoinError, PeerLost, ScoringFailed) as failed:  # said whole

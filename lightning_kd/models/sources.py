@@ -20,6 +20,7 @@ import importlib.util
 import json
 import logging
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,7 +36,7 @@ from lightning_kd.models.packaged import (
     missing_error,
     package_directory,
 )
-from lightning_kd.models.unreadable import readable
+from lightning_kd.models.unreadable import CONVERTED_SOURCE, readable
 from lightning_kd.utils.atomic import atomic_directory, replaced_whole
 from lightning_kd.utils.disk import disk_errors
 from lightning_kd.utils.files import file_digest, remembered_digest
@@ -109,8 +110,6 @@ def minilm_dir() -> Path:
     return package_directory(MINILM) / "model"
 
 
-CONVERTED_SOURCE = "gguf_source.json"
-"""The record inside a converted directory of the GGUF it holds: name, size, sha256."""
 DIGEST_CHARS = 20
 """Hex digits of the GGUF's sha256 in its converted directory's name."""
 
@@ -146,7 +145,19 @@ def converted(target: Path, digest: str) -> bool:
             f"{target} does not hold the conversion of the GGUF of sha256 {digest} (its "
             f"{CONVERTED_SOURCE} records {recorded}); delete it and it is converted anew"
         )
-    return True
+    return not cut_short(target)
+
+
+def cut_short(target: Path) -> list[str]:
+    """The files of the conversion in ``target`` whose size is not the one recorded when it
+    was written (a truncated ``model.safetensors`` was read, and failed as a damaged model of
+    the user's own; probe 48). None are known for a conversion written before sizes were."""
+    sizes = json.loads((target / CONVERTED_SOURCE).read_text()).get("files", {})
+    return [
+        name
+        for name, size in sizes.items()
+        if not (target / name).is_file() or (target / name).stat().st_size != size
+    ]
 
 
 def convert_gguf(gguf: Path) -> Path:
@@ -166,10 +177,14 @@ def convert_gguf(gguf: Path) -> Path:
     with FileLock(str(target) + ".lock"):
         if converted(target, digest):
             return target
+        if target.exists():  # whole once, cut short since: written again
+            log.warning("%s: %s cut short; converting %s again", target, cut_short(target), gguf)
+            shutil.rmtree(target)
         log.info("converting %s to %s (once)", gguf.name, target)
         with atomic_directory(target) as staging:
             save_dequantised(gguf, staging)
             source = {"file": gguf.name, "bytes": gguf.stat().st_size, "sha256": digest}
+            source["files"] = {p.name: p.stat().st_size for p in staging.iterdir() if p.is_file()}
             (staging / CONVERTED_SOURCE).write_text(json.dumps(source, indent=1) + "\n")
     return target
 

@@ -37,6 +37,11 @@ UNPICKLABLE = (
 )
 
 
+CONVERTED_SOURCE = "gguf_source.json"
+"""The record inside a converted directory of the GGUF it holds: name, size, sha256, and each
+file's size (``sources.convert_gguf``)."""
+
+
 class UnreadableModel(OSError):
     """A model, tokenizer or config file that its library could not read."""
 
@@ -63,14 +68,26 @@ def diagnosis(error: Exception, location: Path) -> tuple[str | None, list[Path]]
         unreadable = isinstance(error, struct.error | ValueError | EOFError)
         return (GGUF_DAMAGED if unreadable else None), [location]
     if isinstance(error, SafetensorError):
-        return DAMAGED, weight_files(location, "*.safetensors")
+        return damaged(location), weight_files(location, "*.safetensors")
     if isinstance(error, pickle.UnpicklingError):
         return UNPICKLABLE, weight_files(location, "*.bin")
     if isinstance(error, RuntimeError) and "PytorchStreamReader" in str(error):
-        return DAMAGED, weight_files(location, "*.bin")
+        return damaged(location), weight_files(location, "*.bin")
     if isinstance(error, json.JSONDecodeError):  # a tokenizer.json, a config cut short
-        return DAMAGED, []
+        return damaged(location), []
     return None, []
+
+
+def damaged(location: Path) -> str:
+    """The fix for damaged files at ``location``: a conversion of a GGUF the package wrote into
+    its cache is deleted and converted anew (it was told to re-download or re-export, advice
+    for a user's own model; probe 48)."""
+    if (location / CONVERTED_SOURCE).is_file():
+        return (
+            f"the file is damaged or incomplete, in a conversion this package wrote: delete "
+            f"{location} and it is converted anew from its GGUF"
+        )
+    return DAMAGED
 
 
 def weight_files(location: Path, pattern: str) -> list[Path]:

@@ -102,6 +102,9 @@ def test_two_ggufs_of_one_name_and_size_convert_to_their_own_weights(tmp_path, m
             "file": "tiny.gguf",
             "bytes": path.stat().st_size,
             "sha256": file_digest(path),
+            "files": {
+                p.name: p.stat().st_size for p in directory.iterdir() if p.name != CONVERTED_SOURCE
+            },
         }
     assert not [p for p in (tmp_path / "cache").iterdir() if p.name.endswith(".partial")]
 
@@ -121,6 +124,28 @@ def test_a_converted_directory_of_another_file_is_refused(tmp_path, monkeypatch)
     record.write_text(json.dumps({"sha256": "0" * 64}))
     with pytest.raises(FileExistsError, match=rf"{directory} does not hold .* delete it"):
         convert_gguf(path)
+
+
+def test_a_conversion_cut_short_is_converted_again(tmp_path, monkeypatch, caplog):
+    """A truncated model.safetensors in the cache was trusted, then failed as a damaged model
+    of the user's own, "re-download it, or re-export the model", with a traceback (probe 48)."""
+    from lightning_kd.models.unreadable import UnreadableModel, readable
+
+    monkeypatch.setenv("LIGHTNING_KD_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "tiny.gguf"
+    embedding = write_tiny_gguf(path, seed=0)
+    directory = convert_gguf(path)
+    weights = directory / "model.safetensors"
+    whole = weights.stat().st_size
+    with open(weights, "r+b") as handle:
+        handle.truncate(whole // 2)
+    damaged = rf"delete {directory} and it is converted anew"
+    with pytest.raises(UnreadableModel, match=damaged), readable(directory, "the teacher"):
+        AutoModelForCausalLM.from_pretrained(directory)
+    assert convert_gguf(path) == directory  # found cut short: converted again, with a word
+    assert weights.stat().st_size == whole and "cut short" in caplog.text
+    model = AutoModelForCausalLM.from_pretrained(directory)
+    torch.testing.assert_close(model.get_input_embeddings().weight, torch.from_numpy(embedding))
 
 
 def test_a_runs_checks_read_an_unconverted_ggufs_config_without_converting_it(
