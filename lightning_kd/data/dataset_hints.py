@@ -57,8 +57,8 @@ def open_hint(source: Any, err: Exception) -> str | None:
             f"data.dataset.data_files {unmatched} match(es) no file here (relative to "
             f"{base.resolve()}); give existing files or a glob that matches some"
         )
-    if isinstance(err, OSError) and err.errno in (errno.EROFS, errno.EACCES):
-        return (
+    if isinstance(err, OSError) and err.errno in (errno.EROFS, errno.EACCES, errno.ENOTDIR):
+        return (  # ENOTDIR: the cache is under a file (probe 48)
             f"{source.describe()}: datasets cannot write its cache ({err.strerror}: "
             f"{err.filename}); set HF_DATASETS_CACHE to a directory you can write"
         )

@@ -26,7 +26,16 @@ def run_dir_errors(run_dir: str | Path, key: str = "hydra.run.dir") -> list[str]
             f"{key}={run_dir}: Hydra does not expand '~', so this would make a directory named "
             f"'~'; give $HOME/... or an absolute path, e.g. {key}={Path.home()}/{path.name}"
         ]
+    if long := [part for part in path.parts if len(part.encode()) > NAME_MAX]:
+        return [  # os.stat's ENAMETOOLONG was a raw traceback (probe 48)
+            f"{key}: its name {long[0][:24]}... is {len(long[0].encode())} bytes long, past the "
+            f"{NAME_MAX} a file system takes for one name; give a shorter one"
+        ]
     return out_dir_errors(key, path, sep="=")
+
+
+NAME_MAX = 255
+"""The longest name (in bytes) of one file or directory on the common file systems."""
 
 
 RUN_SUBDIRECTORIES = ("checkpoints", "logs", "student")
@@ -175,8 +184,11 @@ def _blocking_file(path: Path) -> Path | None:
     """``path`` or the nearest directory above it that exists as something else than a
     directory (a file: nothing can be created under it), else None."""
     for candidate in (path, *path.parents):
-        if candidate.exists() or candidate.is_symlink():
-            return None if candidate.is_dir() else candidate
+        try:
+            if candidate.exists() or candidate.is_symlink():
+                return None if candidate.is_dir() else candidate
+        except OSError:  # a name too long to ask about: nothing there to block it
+            continue
     return None
 
 

@@ -45,9 +45,11 @@ log = logging.getLogger(__name__)
 
 
 def cache_root() -> Path:
-    """Where converted GGUF weights live: ``$LIGHTNING_KD_CACHE`` or ``~/.cache/lightning_kd``."""
+    """Where converted GGUF weights live: ``$LIGHTNING_KD_CACHE`` (a ``~`` in it expanded:
+    quoted in a job script it was a directory named ``~``, probe 48) or
+    ``$XDG_CACHE_HOME/lightning_kd`` (``~/.cache/lightning_kd``)."""
     if env := os.environ.get("LIGHTNING_KD_CACHE"):
-        return Path(env)
+        return Path(env).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "lightning_kd"
 

@@ -176,3 +176,23 @@ def test_a_run_directory_the_current_directory_cannot_take_is_refused(
     assert named.startswith("hydra.run.dir=/proc/kd_run: /proc is not writable")
     monkeypatch.chdir(tmp_path)
     assert paths.default_run_dir_errors(["debug=smoke"]) == []
+
+
+def test_a_run_directory_name_longer_than_a_file_system_takes_is_refused() -> None:
+    """os.stat's ENAMETOOLONG was a raw traceback from the package's own check (probe 48)."""
+    from lightning_kd.launch.paths import run_dir_errors
+
+    (error,) = run_dir_errors(f"/tmp/{'x' * 300}/run")
+    assert error.startswith("hydra.run.dir: its name xxxxxxxxxxxxxxxxxxxxxxxx... is 300 bytes")
+    assert run_dir_errors(f"/tmp/{'x' * 200}/{'y' * 200}") == []  # each name short enough
+
+
+def test_the_package_cache_expands_a_home_in_its_variable(monkeypatch) -> None:
+    """LIGHTNING_KD_CACHE='~/kdcache', quoted in a job script, made a directory named '~'
+    (probe 48)."""
+    from pathlib import Path
+
+    from lightning_kd.models.sources import cache_root
+
+    monkeypatch.setenv("LIGHTNING_KD_CACHE", "~/kdcache")
+    assert cache_root() == Path.home() / "kdcache"
