@@ -3,6 +3,7 @@ read (``cache.keep_repair_states`` keeps them); left whole while another run rea
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -10,12 +11,13 @@ from filelock import FileLock
 
 from lightning_kd.cache.format import READERS_LOCK, SHARD_DIR, CacheKey
 from lightning_kd.cache.narrow import without_features
-from lightning_kd.cache.reader import read_index
+from lightning_kd.cache.reader import CacheError, read_index
 from lightning_kd.launch.teacher_cache import CacheChoice, lock_of
 from lightning_kd.utils.atomic import replaced_directory
 from lightning_kd.utils.locks import in_use_elsewhere
 
 IN_USE = "the repair's own hidden states kept: another run reads the cache"
+NOT_NARROWED = "the repair's own hidden states not dropped: the cache was gone or damaged"
 
 
 def drop_repair_states(choice: CacheChoice, training: set[str], keep: bool) -> CacheChoice:
@@ -23,6 +25,21 @@ def drop_repair_states(choice: CacheChoice, training: set[str], keep: bool) -> C
     block-wise repair read (unless ``keep``); ``choice`` with what the run wrote there now."""
     if keep or choice.path is None or not choice.written_bytes:
         return choice
+    try:
+        return narrowed(choice, training)
+    except (CacheError, OSError) as error:  # removed or damaged under the finished run
+        warnings.warn(
+            f"the teacher cache {choice.path} could not be narrowed after the run "
+            f"({error}); the run's outputs are written whole",
+            stacklevel=2,
+        )
+        return replace(choice, reason=f"{choice.reason}; {NOT_NARROWED}")
+
+
+def narrowed(choice: CacheChoice, training: set[str]) -> CacheChoice:
+    """:func:`drop_repair_states`' work, on a cache that is there whole. It failed a finished
+    run (exit 2, no summary, advising ``overwrite=true``) where the cache had been removed
+    under it (probe 48)."""
     directory = Path(choice.path)
     with FileLock(lock_of(directory)):
         features = CacheKey(**read_index(directory)["key"]).features

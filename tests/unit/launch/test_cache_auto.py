@@ -188,6 +188,16 @@ def test_a_cache_missing_what_a_run_reads_is_written_anew_and_kept_when_asked(tm
     assert drop_repair_states(found, set(), keep=False) is found  # another run's cache
 
 
+def test_a_cache_removed_under_a_finished_run_does_not_fail_it(tmp_path) -> None:
+    """rm -rf of the cache while the run trained from it: the run trained to its end, then
+    failed in this optional step, exit 2, no summary, advising overwrite=true (probe 48)."""
+    gone = CacheChoice(str(tmp_path / "gone" / "key"), "auto", caches=True, written_bytes=10)
+    with pytest.warns(UserWarning, match=r"could not be narrowed after the run"):
+        kept = drop_repair_states(gone, {"a"}, keep=False)
+    assert kept.reason.endswith("not dropped: the cache was gone or damaged")
+    assert kept.path == gone.path and kept.written_bytes == 10
+
+
 def test_the_repair_states_stay_while_another_run_reads_the_cache(tmp_path) -> None:
     """Two auto runs of one key: the first to end dropped the repair's states from under the
     second, which died with a KeyError in its repair (probe 23)."""
