@@ -18,6 +18,18 @@ BUILDERS = {".parquet": "parquet", ".csv": "csv", ".tsv": "csv", ".arrow": "arro
 """The ``datasets`` builder of a table file (its suffix)."""
 
 
+def file_fault(key: str, name: str, suffixes: tuple[str, ...], readable: bool) -> str | None:
+    """Why the file ``name`` (an entry of ``key``) is not read: a name that is not UTF-8 (its
+    bytes kept as surrogates, which failed as a ``UnicodeEncodeError`` naming no file: probe
+    48), or a format not ``readable`` (:func:`format_hint`); None where it is read."""
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        shown = name.encode(errors="surrogateescape").decode(errors="backslashreplace")
+        return f"{key} entry {shown}: its name is not UTF-8; rename the file"
+    return None if readable else format_hint(key, name, suffixes)
+
+
 def format_hint(key: str, name: str, suffixes: tuple[str, ...]) -> str:
     """Why ``name`` (an entry of ``key``) is not read, and what reads a table file."""
     said = f"{key} entry {name!r}: use one of {', '.join(suffixes)}"

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import IO
 
 from lightning_kd.data.errors import DataError, MissingData
-from lightning_kd.data.file_hints import field_hint, format_hint
+from lightning_kd.data.file_hints import field_hint, file_fault
 from lightning_kd.data.rendered_chat import note_rendered_chat
 from lightning_kd.models.sources import remembered_file_digest
 
@@ -67,8 +67,8 @@ def expand_files(patterns: list[str] | str, key: str = "data.files") -> list[Pat
             path = Path(name).expanduser()
             if not path.is_file():
                 raise MissingData(not_a_file(key, name, path))
-            if file_format(path) is None:
-                raise DataError(format_hint(key, name, SUFFIXES))
+            if fault := file_fault(key, name, SUFFIXES, file_format(path) is not None):
+                raise DataError(fault)
             files.append(path)
     return unique_files(files)
 

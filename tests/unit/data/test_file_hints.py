@@ -42,3 +42,17 @@ def test_a_conversation_given_to_evaluate_files_is_pointed_at_prompts(tmp_path) 
         list(read_documents(path, key="--text-field"))
     with pytest.raises(ValueError, match=r"read chat rows with data=chat"):
         list(read_documents(path))
+
+
+def test_a_file_whose_name_is_not_utf8_is_named(tmp_path) -> None:
+    """Matched by a glob, it failed the run with a UnicodeEncodeError naming no file (probe 48)."""
+    import os
+
+    folder = os.fsencode(tmp_path)
+    with open(folder + b"/caf\xe9.txt", "wb") as handle:
+        handle.write(b"text")
+    with pytest.raises(ValueError) as refused:
+        expand_files([f"{tmp_path}/*.txt"])
+    assert str(refused.value) == (
+        f"data.files entry {tmp_path}/caf\\xe9.txt: its name is not UTF-8; rename the file"
+    )
