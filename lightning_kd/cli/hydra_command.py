@@ -87,7 +87,8 @@ def run_hydra(
         except OSError as error:  # a full disk is said whole by its message (utils/disk.py)
             if (message := full_disk_message(error)) is None:
                 raise
-            print(f"{rank_prefix()}lightning-kd: {message}", file=sys.stderr)
+            if not getattr(error, "reported", False):  # the stop report said it, with its step
+                print(f"{rank_prefix()}lightning-kd: {message}", file=sys.stderr)
             raise SystemExit(1) from None
 
     register_defaults()

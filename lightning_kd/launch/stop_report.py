@@ -16,6 +16,7 @@ from lightning_kd.training.checkpoints import LAST_NAME
 from lightning_kd.training.finite import NonFiniteError
 from lightning_kd.training.peers import PeerLost
 from lightning_kd.training.rerun import restart_command, restart_extra, resume_command
+from lightning_kd.utils.disk import full_disk_message
 from lightning_kd.utils.stopping import Interrupted
 
 APPLIED_ONCE = ("resume_reset_optimizer=", "resume_mismatch=")
@@ -103,6 +104,8 @@ def told(error: BaseException) -> tuple[str, str]:
     if isinstance(error, PeerLost):
         error.reported = True
         return f"training stopped: {error}", resume_with
+    if isinstance(error, OSError) and full_disk_message(error) is not None:
+        error.reported = True  # the command said it again, alone (probe 47)
     return f"training stopped: {type(error).__name__}: {error}".split("\n")[0], resume_with
 
 

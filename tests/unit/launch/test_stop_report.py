@@ -163,3 +163,17 @@ def test_a_bad_row_is_resumed_past_the_data_check_once_fixed(tmp_path: Path, mon
         "lightning-kd train debug=smoke data.streaming=true resume_mismatch=warn "
         f"hydra.run.dir={tmp_path} ckpt_path=last"
     )
+
+
+def test_a_full_disk_is_told_once(tmp_path: Path) -> None:
+    """The one-line disk refusal came twice: after "training stopped:" and after "lightning-kd:"
+    (probe 47)."""
+    import errno
+
+    full = OSError(errno.ENOSPC, "no space left on /r/last.ckpt: free space and resume")
+    report = stop_report(full, saved_at(tmp_path, 7), tmp_path, ["lightning-kd", "train"])
+    assert "training stopped: OSError: [Errno 28] no space left on /r/last.ckpt" in report
+    assert full.reported  # the command does not print it again
+    other = OSError(errno.EIO, "Input/output error")
+    stop_report(other, saved_at(tmp_path, 7), tmp_path, ["lightning-kd", "train"])
+    assert not getattr(other, "reported", False)  # a traceback still follows it
