@@ -45,3 +45,24 @@ def validation_interval_errors(cfg: Mapping) -> list[str]:
         "trainer.val_check_interval=50, or train by epochs (trainer.max_steps=-1 "
         "trainer.max_epochs=N: each epoch is then validated, or a fraction of it)"
     ]
+
+
+def early_stopping_note(cfg: Mapping) -> str | None:
+    """Where ``+callbacks=early_stopping`` can never stop the run: its patience needs that many
+    validations after the first in training, and ``trainer.max_steps`` over
+    ``trainer.val_check_interval`` gives fewer. It ran without a word (probe 47)."""
+    patience = lookup(cfg, "callbacks.early_stopping.patience")
+    steps, interval = lookup(cfg, "trainer.max_steps"), lookup(cfg, "trainer.val_check_interval")
+    numbers = (patience, steps, interval)
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in numbers):
+        return None  # not set, or by epochs: Lightning's to count
+    checks = steps // interval
+    if checks > patience:
+        return None
+    every = max(1, steps // (patience + 2))
+    return (
+        f"callbacks.early_stopping (patience={patience}) can never stop this run: it validates "
+        f"{checks} time(s) in training (trainer.max_steps={steps}, "
+        f"trainer.val_check_interval={interval}), and stopping takes {patience + 1}; validate "
+        f"more often (e.g. trainer.val_check_interval={every}) or lower the patience"
+    )

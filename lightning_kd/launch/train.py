@@ -27,6 +27,7 @@ from lightning_kd.launch.build import build
 from lightning_kd.launch.config import JobRecord, record_job
 from lightning_kd.launch.gguf_export import export_gguf
 from lightning_kd.launch.harness_run import evaluate_run
+from lightning_kd.launch.length_checks import early_stopping_note
 from lightning_kd.launch.repair_states import drop_repair_states
 from lightning_kd.launch.stop_report import stop_report
 from lightning_kd.launch.teacher_cache import given_cache
@@ -216,6 +217,8 @@ def run(cfg: DictConfig, command: Sequence[str] = COMMAND) -> float | None:
         warnings.filterwarnings("ignore", message=message)
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(not_a_tip)  # once
     refuse(train_errors(cfg))
+    if note := early_stopping_note(cfg):
+        warnings.warn(note, stacklevel=2)
     output_dir = Path(cfg.output_dir)
     ckpt_path = resolve_ckpt_path(cfg.ckpt_path, output_dir / "checkpoints")
     # Only a checkpoint of this directory's run resumes it: another run's, into a directory

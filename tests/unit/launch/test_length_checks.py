@@ -48,3 +48,21 @@ def test_a_run_bounded_by_epochs_validates_each_epoch_by_default(tmp_path) -> No
     assert config_errors(half) == [] and build_trainer(half)[0].val_check_interval == 0.5
     steps = compose_config([], output_dir=tmp_path)
     assert (steps.trainer.val_check_interval, steps.trainer.check_val_every_n_epoch) == (80, None)
+
+
+def test_early_stopping_that_can_never_stop_the_run_is_said() -> None:
+    """One validation in training gives patience nothing to count: it ran without a word
+    (probe 47)."""
+    from lightning_kd.launch.length_checks import early_stopping_note
+
+    def cfg(steps: int, interval: int, patience: int | None = 3) -> dict:
+        callbacks = {} if patience is None else {"early_stopping": {"patience": patience}}
+        trainer = {"max_steps": steps, "val_check_interval": interval}
+        return {"trainer": trainer, "callbacks": callbacks}
+
+    note = early_stopping_note(cfg(12, 12))
+    assert note.startswith("callbacks.early_stopping (patience=3) can never stop this run")
+    assert "validates 1 time(s) in training" in note and "trainer.val_check_interval=2" in note
+    assert early_stopping_note(cfg(12, 3)) is None  # 4 validations: patience 3 can stop it
+    assert early_stopping_note(cfg(12, 12, patience=None)) is None
+    assert early_stopping_note(cfg(-1, 12)) is None  # by epochs
