@@ -35,7 +35,10 @@ def differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
             found += teacher_differences(saved[part], values)
             continue
         for key, now in values.items():
-            if part in ("distill", "teacher", "student") and key not in saved.get(part, {}):
+            # A key recorded since the checkpoint was saved is not compared (nor refused).
+            if part in ("distill", "teacher", "student", "schedule") and key not in saved.get(
+                part, {}
+            ):
                 continue
             then = saved.get(part, {}).get(key)
             if then != now and not is_path(part, key) and not unresolved(part, key, then):

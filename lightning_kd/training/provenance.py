@@ -120,6 +120,8 @@ def run_settings(module: LightningModule, trainer: Trainer) -> dict[str, Any]:
     schedule = factory_settings(getattr(module, "scheduler_factory", None))
     if schedule["name"] is not None:  # its length is the run's: another max_steps reshapes it
         schedule["max_steps"] = trainer.max_steps
+        if trainer.max_steps in (None, -1):  # by epochs: their count is its length (probe 47)
+            schedule["max_epochs"] = trainer.max_epochs
     found["schedule"] = schedule
     return found | step_record(module, trainer)
 

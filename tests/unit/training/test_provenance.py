@@ -394,3 +394,15 @@ def test_only_a_student_dtype_that_cannot_hold_the_checkpoints_values_is_lossy()
 def test_a_checkpoint_that_recorded_teacher_dtype_auto_is_not_compared_on_it() -> None:
     saved = {"teacher": {"dtype": "auto", "path": None}}
     assert differences(saved, {"teacher": {"dtype": "bfloat16", "path": None}}) == []
+
+
+def test_an_epoch_bounded_runs_schedule_length_is_its_epochs() -> None:
+    """max_epochs 2 → 3 was resumed without a word, the cosine re-planned over 9 steps for 6: the
+    rate rose mid-run (probe 47). A checkpoint saved before the epochs were recorded is not
+    compared on them."""
+    schedule = {"name": "lightning_kd.training.optim.warmup_cosine", "max_steps": -1}
+    saved = {"schedule": schedule | {"max_epochs": 2}}
+    assert differences(saved, {"schedule": schedule | {"max_epochs": 3}}) == [
+        "schedule.max_epochs: checkpoint 2, this run 3"
+    ]
+    assert differences({"schedule": schedule}, {"schedule": schedule | {"max_epochs": 3}}) == []
