@@ -28,7 +28,6 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from filelock import FileLock
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
@@ -46,6 +45,7 @@ from lightning_kd.launch.cache import cached_teacher, cross_path, fabric_for, re
 from lightning_kd.launch.online_reasons import AUTO, why_online
 from lightning_kd.launch.teacher_reads import passes, repair_passes, validation_reads
 from lightning_kd.models.sources import cache_root
+from lightning_kd.utils.locks import waiting_lock
 
 SHARED_DIRECTORY = "teacher_caches"
 """The shared cache directory's name under ``cache_root()`` (when ``cache.dir`` is null)."""
@@ -151,7 +151,7 @@ def prepare(
     # Runs of one key wait for each other here (the second then finds the cache whole); the
     # writer lock write_cache takes inside is another file, DIR/.writer.lock, so holding this one
     # cannot deadlock with it: it refuses only a `lightning-kd cache` writing into DIR meanwhile.
-    with FileLock(lock_of(directory)):
+    with waiting_lock(lock_of(directory), f"for the teacher cache {directory.name}"):
         if holds(directory, key):
             return replace(choice, path=str(directory), reason=f"{choice.reason}; {FOUND}")
         stats = write_cache(

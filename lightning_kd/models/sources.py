@@ -40,6 +40,7 @@ from lightning_kd.models.unreadable import CONVERTED_SOURCE, readable
 from lightning_kd.utils.atomic import atomic_directory, replaced_whole
 from lightning_kd.utils.disk import disk_errors
 from lightning_kd.utils.files import file_digest, remembered_digest
+from lightning_kd.utils.locks import waiting_lock
 
 log = logging.getLogger(__name__)
 
@@ -86,12 +87,10 @@ def assembled(target: Path, digest: str, assemble: Callable[[Path], object], fix
     already: once per cache, under a file lock (DDP ranks ask at once), into a temporary file
     renamed into place only when whole and of that digest, so neither a crash mid-write nor a
     wrong file ever counts as done. A wrong digest is refused naming ``fix``."""
-    from filelock import FileLock
-
     if target.is_file() and remembered_file_digest(target) == digest:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(target) + ".lock"):
+    with waiting_lock(str(target) + ".lock", f"for the assembly of {target.name}"):
         if target.is_file() and remembered_file_digest(target) == digest:
             return target
         log.info("assembling %s (once)", target)
@@ -169,14 +168,12 @@ def convert_gguf(gguf: Path) -> Path:
     Safe when several processes (DDP ranks) ask at once: one converts under a file lock, into a
     temporary directory that is renamed into place only when complete.
     """
-    from filelock import FileLock
-
     digest = remembered_file_digest(gguf)
     target = converted_dir(gguf, digest)
     if converted(target, digest):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(target) + ".lock"):
+    with waiting_lock(str(target) + ".lock", f"for the conversion of {gguf.name}"):
         if converted(target, digest):
             return target
         if target.exists():  # whole once, cut short since: written again

@@ -131,3 +131,22 @@ def in_use_elsewhere(path: Path) -> bool:
     finally:
         os.close(fd)
     return False
+
+
+@contextmanager
+def waiting_lock(path: str | Path, what: str) -> Iterator[None]:
+    """``filelock``'s blocking lock on ``path`` for the block: where another process holds it,
+    a line first says what this one waits for (``what``: ``for the conversion of X``). Runs
+    waited minutes on another's conversion or cache write without a word (probe 48)."""
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(path))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        print(f"waiting {what}: another process holds {path}", flush=True)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()

@@ -102,3 +102,35 @@ def test_a_reader_elsewhere_is_found_and_this_process_own_hold_is_not(tmp_path: 
     with read_by_another_process(path):
         assert in_use_elsewhere(path)
     assert not in_use_elsewhere(path)  # the reader gone (its lock with it)
+
+
+def test_a_lock_another_holds_is_waited_for_with_a_word(tmp_path, capsys) -> None:
+    """A run waited minutes on another's conversion or cache write without a word (probe 48)."""
+    import threading
+    import time
+
+    from filelock import FileLock
+
+    from lightning_kd.utils.locks import waiting_lock
+
+    path = tmp_path / "x.lock"
+    taken = threading.Event()
+
+    def hold() -> None:  # another holder (filelock refuses two of one thread)
+        with FileLock(str(path)):
+            taken.set()
+            time.sleep(0.3)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    taken.wait()
+    with waiting_lock(path, "for the conversion of x.gguf"):
+        pass
+    holder.join()
+    assert (
+        capsys.readouterr().out
+        == f"waiting for the conversion of x.gguf: another process holds {path}\n"
+    )
+    with waiting_lock(path, "for nothing"):  # free: nothing said
+        pass
+    assert capsys.readouterr().out == ""
