@@ -67,6 +67,11 @@ def out_dir_errors(option: str, out: Path, sep: str = " ") -> list[str]:
     blocking = _blocking_file(Path(out))
     if blocking is None:
         return unwritable_errors(f"{option}{sep}{out}", Path(out))
+    if blocking.is_symlink() and not blocking.exists():  # said "is a file" (probe 48)
+        return [
+            f"{option}{sep}{out}: {blocking} is a link to {os.readlink(blocking)}, which does "
+            "not exist (a disk not mounted?); mount or create it, or give another directory"
+        ]
     where = "is a file" if blocking == Path(out) else f"is under the file {blocking}"
     # The example sits beside the file, with the rest of the path kept: not under the file.
     example = blocking.with_name(blocking.name + "-out") / Path(out).relative_to(blocking)

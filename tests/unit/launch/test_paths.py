@@ -196,3 +196,16 @@ def test_the_package_cache_expands_a_home_in_its_variable(monkeypatch) -> None:
 
     monkeypatch.setenv("LIGHTNING_KD_CACHE", "~/kdcache")
     assert cache_root() == Path.home() / "kdcache"
+
+
+def test_a_run_directory_through_a_broken_link_is_said_to_be_one(tmp_path) -> None:
+    """A link to a disk not mounted was refused as "is a file" (probe 48)."""
+    from lightning_kd.launch.paths import run_dir_errors
+
+    (tmp_path / "runs").symlink_to(tmp_path / "unmounted" / "runs")
+    (error,) = run_dir_errors(tmp_path / "runs" / "kd")
+    assert error == (
+        f"hydra.run.dir={tmp_path}/runs/kd: {tmp_path}/runs is a link to "
+        f"{tmp_path}/unmounted/runs, which does not exist (a disk not mounted?); mount or create "
+        "it, or give another directory"
+    )
