@@ -161,14 +161,17 @@ def cache_root_errors() -> list[str]:
     weights, teacher caches) cannot be written where ``$LIGHTNING_KD_CACHE`` says: a read-only
     ``$HOME`` on compute nodes failed in the first digest's write, with a traceback."""
     root = cache_root()
-    named = f"$LIGHTNING_KD_CACHE ({root})"
+    set_here = bool(os.environ.get("LIGHTNING_KD_CACHE"))  # else the default: not the user's
+    named = f"$LIGHTNING_KD_CACHE ({root})" if set_here else f"the package's cache {root}"
     if blocking := _blocking_file(root):
         return [f"{named} is under the file {blocking}; set LIGHTNING_KD_CACHE to a directory"]
     if not unwritable_errors(named, root):
         return []
     return [
         f"{named} cannot be written (read-only, or no permission); set LIGHTNING_KD_CACHE to a "
-        "directory you can write, e.g. LIGHTNING_KD_CACHE=/scratch/$USER/lightning_kd"
+        "directory you can write, e.g. LIGHTNING_KD_CACHE=/scratch/$USER/lightning_kd (a "
+        "converted teacher shared read-only is read with teacher.path=<its folder>: "
+        "docs/cache.md#housekeeping)"
     ]
 
 

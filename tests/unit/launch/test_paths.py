@@ -209,3 +209,19 @@ def test_a_run_directory_through_a_broken_link_is_said_to_be_one(tmp_path) -> No
         f"{tmp_path}/unmounted/runs, which does not exist (a disk not mounted?); mount or create "
         "it, or give another directory"
     )
+
+
+def test_an_unwritable_default_cache_is_not_named_as_a_variable_set(tmp_path, monkeypatch) -> None:
+    """With LIGHTNING_KD_CACHE unset and a read-only home, the refusal named the variable as if
+    the user had set it; both ways, it names the read-only teacher's way (probe 48)."""
+    from lightning_kd.launch import paths
+
+    monkeypatch.setattr(paths, "unwritable_errors", lambda named, root: ["read-only"])
+    monkeypatch.delenv("LIGHTNING_KD_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    (unset,) = paths.cache_root_errors()
+    assert unset.startswith(f"the package's cache {tmp_path}/lightning_kd cannot be written")
+    assert "teacher.path=<its folder>" in unset
+    monkeypatch.setenv("LIGHTNING_KD_CACHE", str(tmp_path / "mine"))
+    (named,) = paths.cache_root_errors()
+    assert named.startswith(f"$LIGHTNING_KD_CACHE ({tmp_path}/mine) cannot be written")
