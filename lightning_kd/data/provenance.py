@@ -86,6 +86,8 @@ def folder_fingerprints(folder: Path) -> dict[str, str | None]:
 TRAINER_KEYS = {
     "accumulate_grad_batches": "trainer.accumulate_grad_batches",
     "processes": "processes (trainer.devices x trainer.num_nodes)",
+    "limit_train_batches": "trainer.limit_train_batches",
+    "limit_val_batches": "trainer.limit_val_batches",
 }
 """Settings the data record holds that a user sets elsewhere: named by their keys (it said
 ``data.accumulate_grad_batches``, a key there is not; probe 47)."""

@@ -13,6 +13,8 @@ RESETTABLE = ("optimizer", "schedule", "student.freeze_embeddings", "student.fre
 """Parts (or keys) of the record that ``resume_reset_optimizer=true`` applies instead of
 refusing: another set of trained parameters is another optimizer, whose saved state does not load
 (torch's ``ValueError`` about a parameter group's size, after the restore began)."""
+LATER_DATA = ("processes", "limit_train_batches", "limit_val_batches")
+"""Keys of the data record a checkpoint saved by an older version may lack: not compared then."""
 OPTIONAL = (*RESETTABLE, "data", "teachers", CLIPPING)
 """Parts a checkpoint saved by an older version may lack: not compared then."""
 
@@ -27,8 +29,8 @@ def differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     for part, values in current.items():
         if part == COMPUTE or (part not in saved and part in OPTIONAL):
             continue
-        if part == "data":  # a checkpoint older than its "processes" does not say them
-            known = {k: v for k, v in values.items() if k in saved[part] or k != "processes"}
+        if part == "data":  # a checkpoint older than these trainer settings does not say them
+            known = {k: v for k, v in values.items() if k in saved[part] or k not in LATER_DATA}
             found += data_differences(saved[part], known)
             continue
         if part == "teachers":

@@ -114,6 +114,10 @@ def run_settings(module: LightningModule, trainer: Trainer) -> dict[str, Any]:
             # Each process reads its own batches: another count is another global batch and
             # another order (trainer.devices × trainer.num_nodes).
             "processes": trainer.world_size,
+            # Another share of an epoch moves its boundaries; of validation, what "after" is
+            # measured on (the summary compared 120 blocks before with 10 after; probe 47).
+            "limit_train_batches": trainer.limit_train_batches,
+            "limit_val_batches": trainer.limit_val_batches,
         }
     optimizer = factory_settings(getattr(module, "optimizer_factory", None))
     found["optimizer"] = {k: v for k, v in optimizer.items() if k not in HOW_COMPUTED}

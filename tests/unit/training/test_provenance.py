@@ -406,3 +406,15 @@ def test_an_epoch_bounded_runs_schedule_length_is_its_epochs() -> None:
         "schedule.max_epochs: checkpoint 2, this run 3"
     ]
     assert differences({"schedule": schedule}, {"schedule": schedule | {"max_epochs": 3}}) == []
+
+
+def test_a_resume_with_another_share_of_the_batches_is_refused() -> None:
+    """trainer.limit_val_batches 1.0 → 10 was silent, the summary comparing "before" on 120
+    blocks with "after" on 10; limit_train_batches moved the epoch boundaries (probe 47)."""
+    data = {"batch_size": 2, "processes": 1, "limit_train_batches": 1.0, "limit_val_batches": 1.0}
+    fewer = {"data": data | {"limit_val_batches": 10}}
+    assert differences({"data": data}, fewer) == [
+        "trainer.limit_val_batches: checkpoint 1.0, this run 10"
+    ]
+    older = {"data": {"batch_size": 2, "processes": 1}}  # saved before they were recorded
+    assert differences(older, fewer) == []
