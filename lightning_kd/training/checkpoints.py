@@ -73,6 +73,12 @@ def resolve_ckpt_path(ckpt_path: str | None, checkpoint_dir: Path) -> Path | Non
             "resumes the run whose directory hydra.run.dir names: give it (hydra.run.dir=DIR "
             "ckpt_path=last), as a run without it gets a new timestamped directory"
         )
+        if (checkpoint_dir.parent / "logs").is_dir():  # hydra.run.dir named an earlier run's
+            where = (  # it was told to give hydra.run.dir, which it had (probe 47)
+                f"; the run in {checkpoint_dir.parent} stopped before its first checkpoint "
+                "(checkpoint.every): there is nothing to resume. Start it again there, without "
+                "ckpt_path and with overwrite=true (its logs are replaced)"
+            )
         raise CheckpointError(
             f"ckpt_path={text!r}: no checkpoint file at {path}"
             + (where if text == LAST else "; give the path of a .ckpt file, or ckpt_path=last")

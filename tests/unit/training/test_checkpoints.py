@@ -83,6 +83,11 @@ def test_last_names_the_run_directory_checkpoint(saved: Path, tmp_path: Path) ->
         resolve_ckpt_path("last", tmp_path / "elsewhere")
     with pytest.raises(CheckpointError, match="no checkpoint file at"):
         resolve_ckpt_path(str(tmp_path / "missing.ckpt"), saved.parent)
+    # The run directory named holds a run killed before its first checkpoint: it was told to
+    # give hydra.run.dir, which it had (probe 47).
+    (tmp_path / "stopped" / "logs").mkdir(parents=True)
+    with pytest.raises(CheckpointError, match=r"stopped before its first checkpoint .* overwrite"):
+        resolve_ckpt_path("last", tmp_path / "stopped" / "checkpoints")
 
 
 def test_a_checkpoint_the_disk_has_no_room_for_keeps_the_last_one(tmp_path, monkeypatch) -> None:
