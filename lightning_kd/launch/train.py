@@ -50,6 +50,7 @@ from lightning_kd.training.stop_reason import stop_reason
 from lightning_kd.training.summary import RunSummary, disk_use
 from lightning_kd.utils.atomic import atomic_write_bytes, replaced_directory
 from lightning_kd.utils.disk import disk_errors
+from lightning_kd.utils.files import as_umask_allows
 from lightning_kd.utils.refusal import Refused, refuse
 from lightning_kd.utils.stopping import STOP, Interrupted, as_interrupted
 
@@ -194,6 +195,7 @@ def export_student(module, directory: Path) -> None:
         module.export_student(str(temp))
         if not (temp / "config.json").is_file():
             raise RuntimeError(f"exporting the student wrote no config.json into {directory}")
+        as_umask_allows(temp)  # transformers' 0600 weights: readable as any file written here
 
 
 def write_summary(summary: RunSummary, output_dir: Path) -> None:

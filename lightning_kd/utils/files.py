@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from pathlib import Path
 
@@ -74,3 +75,14 @@ def remembered_digest(path: Path, memo_dir: Path) -> str:
     text = json.dumps(identity | {"sha256": digest}, indent=1, sort_keys=True) + "\n"
     atomic_write_bytes(record, text.encode())
     return digest
+
+
+def as_umask_allows(directory: Path) -> None:
+    """Give the files under ``directory`` the permissions this process's umask allows a new
+    file (``0o666 & ~umask``): transformers writes ``model.safetensors`` 0600, so a student in
+    a team's shared run directory was unreadable to the rest of the team (probe 47)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in directory.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            path.chmod(0o666 & ~umask)

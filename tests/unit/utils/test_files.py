@@ -50,3 +50,22 @@ def test_a_file_changed_a_moment_ago_is_hashed_but_not_remembered(tmp_path) -> N
     fresh.write_bytes(b"x" * 100)
     assert remembered_digest(fresh, tmp_path / "memo") == file_digest(fresh)
     assert not (tmp_path / "memo").exists()
+
+
+def test_written_files_get_the_permissions_the_umask_allows(tmp_path) -> None:
+    """transformers writes model.safetensors 0600: a team's shared run directory held a
+    student the rest of the team could not read (probe 47)."""
+    import os
+
+    from lightning_kd.utils.files import as_umask_allows
+
+    weights = tmp_path / "student" / "model.safetensors"
+    weights.parent.mkdir()
+    weights.write_bytes(b"w")
+    weights.chmod(0o600)
+    old = os.umask(0o022)
+    try:
+        as_umask_allows(tmp_path / "student")
+    finally:
+        os.umask(old)
+    assert weights.stat().st_mode & 0o777 == 0o644
