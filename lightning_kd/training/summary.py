@@ -141,6 +141,13 @@ class RunSummary:
         return tokens / self.train_seconds if self.train_seconds and tokens else None
 
     @property
+    def launch(self) -> str:
+        """``, this launch`` where the run resumed: its time and rate are the last launch's
+        (they read as the whole run's; probe 47)."""
+        resumed = self.timed_tokens is not None and self.timed_tokens != self.train_tokens
+        return ", this launch" if resumed else ""
+
+    @property
     def worse(self) -> str | None:
         """Why the student ends worse than it started, if it does (``summary_rows``)."""
         return worse_than_before(self.before, self.after)
@@ -200,8 +207,8 @@ class RunSummary:
             ("optimizer steps", "", str(self.steps)),
             *([("stopped early", "", self.stopped_early)] if self.stopped_early else []),
             ("training tokens", "", str(self.train_tokens)),
-            ("tokens/s (training)", "", rate(self.tokens_per_second)),
-            ("wall time (s)", "", f"{self.wall_seconds:.1f}"),
+            (f"tokens/s (training{self.launch})", "", rate(self.tokens_per_second)),
+            (f"wall time (s{self.launch})", "", f"{self.wall_seconds:.1f}"),
         ]
         if self.precision is not None:
             rows.append(("precision", "", self.precision_text()))

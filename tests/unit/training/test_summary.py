@@ -221,3 +221,14 @@ def test_a_student_ending_worse_than_it_started_is_said() -> None:
     learnt = RunSummary(before={"val/ppl": 241.0}, after={"val/ppl": 90.0})
     assert learnt.as_dict()["worse"] is None and "worse than" not in learnt.markdown()
     assert RunSummary(after={"val/ppl": 90.0}).worse is None  # nothing validated before
+
+
+def test_a_resumed_runs_time_and_rate_are_said_to_be_the_last_launchs() -> None:
+    """A run resumed 8 times showed its last launch's 35.8 s and 909 tokens/s as the whole
+    run's (probe 47)."""
+    resumed = RunSummary(after={}, train_tokens=75600, timed_tokens=25200, train_seconds=27.7)
+    text = resumed.markdown()
+    assert "| tokens/s (training, this launch) |  | 910 |" in text
+    assert "| wall time (s, this launch) |" in text
+    whole = RunSummary(after={}, train_tokens=600, timed_tokens=600, train_seconds=2.0)
+    assert "| tokens/s (training) |" in whole.markdown()
