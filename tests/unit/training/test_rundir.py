@@ -282,3 +282,24 @@ def test_a_log_saved_again_by_a_spreadsheet_is_read_as_it_was_meant(tmp_path: Pa
     ResumableCSVLogger(tmp_path, name="logs", version="").drop_rows_from(4)
     with open(logs / "metrics.csv", newline="") as handle:
         assert [row["step"] for row in csv.DictReader(handle)] == ["0.0", "1.0", "abc"]
+
+
+def test_a_full_disk_while_a_resume_trims_the_log_names_it_and_keeps_it(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """It said "No space left on device" naming no file, and left metrics.csv.partial beside
+    the log (probe 47)."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "metrics.csv").write_text("step,train/loss\n0,1\n5,3\n")
+
+    def no_space(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", no_space)
+    with pytest.raises(
+        OSError, match=rf"no space left on {logs}/metrics.csv: free space and resume"
+    ):
+        ResumableCSVLogger(tmp_path, name="logs", version="").drop_rows_from(4)
+    assert (logs / "metrics.csv").read_text() == "step,train/loss\n0,1\n5,3\n"
+    assert sorted(p.name for p in logs.iterdir()) == ["metrics.csv"]
