@@ -28,6 +28,7 @@ from lightning_kd.models.precision import PrecisionChoice, probe_hardware, resol
 from lightning_kd.models.student import run_tokenizer
 from lightning_kd.training.module import DistillationModule
 from lightning_kd.training.same_config import SameConfig
+from lightning_kd.training.stop_reason import DecidedStop
 from lightning_kd.training.strategies import check_accelerator
 from lightning_kd.training.summary import TrainTimer
 from lightning_kd.utils.plain_data import plain_data
@@ -119,7 +120,7 @@ def build_trainer(cfg: DictConfig) -> tuple[L.Trainer, TrainTimer]:
     )
     timer = TrainTimer()
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
-    callbacks += [timer, SameConfig(cfg)]  # SameConfig: every process given this config
+    callbacks += [timer, SameConfig(cfg), DecidedStop()]  # SameConfig: every process given it
     # The logger group's {name: config} (logger=[csv,tensorboard] for two); none with ~logger.
     logger = [instantiate(c) for c in logger_configs(cfg).values()] or False
     settings = in_batches(cfg) | logged_steps(cfg)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from lightning.pytorch import Trainer
+from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import Timer
 
 EARLY_STOPPING = "early_stopping"
@@ -34,3 +34,20 @@ def stop_reason(trainer: Trainer) -> tuple[str | None, str | None]:
             f"{at}: the run is unfinished; ckpt_path=last with a larger trainer.max_time goes on"
         )
     return None, None
+
+
+class DecidedStop(Callback):
+    """A resumed run whose early stopping had spent its patience at the checkpoint's
+    validation stops there: the checkpoint holds the callback's counters but not Lightning's
+    ``should_stop``, so a run stopped by a signal in that step trained on until the next
+    validation stopped it again (3 steps more, another student; probe 47)."""
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        for callback in trainer.early_stopping_callbacks:
+            spent = callback.patience and callback.wait_count >= callback.patience
+            if trainer.global_step and spent:
+                trainer.should_stop = True
+                callback.stopping_reason_message = (  # Lightning's words, as it stopped it
+                    f"Monitored metric {callback.monitor} did not improve in the last "
+                    f"{callback.wait_count} records. Best score: {float(callback.best_score):.3f}."
+                )
