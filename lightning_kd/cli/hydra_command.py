@@ -85,11 +85,7 @@ def run_hydra(
                 print(f"{start}{rank_prefix()}lightning-kd: {failed}", file=sys.stderr)
             raise SystemExit(1) from None
         except OSError as error:  # a full disk is said whole by its message (utils/disk.py)
-            if (message := full_disk_message(error)) is None:
-                raise
-            if not getattr(error, "reported", False):  # the stop report said it, with its step
-                print(f"{rank_prefix()}lightning-kd: {message}", file=sys.stderr)
-            raise SystemExit(1) from None
+            exit_write_error(error)
 
     register_defaults()
     JOB_ERRORS[:] = [jobs]
@@ -104,6 +100,16 @@ def run_hydra(
             return main(as_typed)()
     finally:
         sys.argv = typed
+
+
+def exit_write_error(error: OSError) -> NoReturn:
+    """Exit 1 saying a full disk (or a refused write) by its message alone, where the stop
+    report has not said it already, with its step; any other ``OSError`` goes on as it is."""
+    if (message := full_disk_message(error)) is None:
+        raise error
+    if not getattr(error, "reported", False):
+        print(f"{rank_prefix()}lightning-kd: {message}", file=sys.stderr)
+    raise SystemExit(1) from None
 
 
 def command_line_errors(argv: Sequence[str]) -> list[str]:
