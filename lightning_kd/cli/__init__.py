@@ -49,7 +49,8 @@ def lossy_streams() -> None:
     ``‖`` failed a finished run with a ``UnicodeEncodeError``, exit 1, after every output was
     written (probe 48). Files are written as UTF-8 whatever the terminal."""
     for stream in (sys.stdout, sys.stderr):
-        if hasattr(stream, "reconfigure") and stream.encoding.lower().replace("-", "") != "utf8":
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+        if hasattr(stream, "reconfigure") and encoding != "utf8":
             stream.reconfigure(errors="backslashreplace")
 
 
