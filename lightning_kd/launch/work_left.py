@@ -34,8 +34,9 @@ def check_work_left(ckpt_path: Path, trainer: Any, output_dir: Path) -> None:
         raise RunDirError(
             f"the run in {output_dir} is finished (optimizer step {step} of "
             f"trainer.max_steps={max_steps}, summary.json written): there is nothing to resume. "
-            "Train it further with a larger trainer.max_steps (and resume_reset_optimizer=true, "
-            "a new schedule), or start a new run"
+            "Train it further with a larger trainer.max_steps (and resume_reset_optimizer=true "
+            "where the longer schedule changes the rate from here: any but scheduler=constant), "
+            "or start a new run"
         )
     if summary is not None and summary.get("stopped_by") == EARLY_STOPPING:
         raise RunDirError(
