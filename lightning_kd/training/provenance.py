@@ -211,7 +211,7 @@ class Provenance(Callback):
         if lossy:
             message += ("\n" if message else "") + f"{where}: " + lossy_message(lossy)
         if message and self.on_mismatch == "warn" and not refused:
-            warnings.warn(message + "\n(resume_mismatch=warn: continuing)", stacklevel=2)
+            warnings.warn(message + continuing(others), stacklevel=2)
             message = ""
         if refused:  # named with the rest: one refusal says everything to change
             message += ("\n" if message else "") + (
@@ -255,6 +255,22 @@ class Provenance(Callback):
             f"resume_reset_optimizer=true: a fresh optimizer from optimizer step "
             f"{trainer.global_step}, learning rate now {lr_now(trainer):.3g}"
         )
+
+
+BATCHING = ("data.batch_size", "trainer.accumulate_grad_batches", "processes")
+"""Differences that move where in its epoch a resume reads: Lightning keeps the batch index."""
+
+
+def continuing(lines: list[str]) -> str:
+    """The last line of a warned resume: where the batching changed, that the epoch's position
+    is kept as a batch index, so this epoch's data is read again or skipped (a run that halved
+    its batch and doubled its accumulation retrained 32 samples it had seen; probe 47)."""
+    if any(line.startswith(BATCHING) for line in lines):
+        return (
+            "\n(resume_mismatch=warn: continuing; the epoch's position is kept as a batch index, "
+            "not a sample: part of this epoch's data is read again or skipped)"
+        )
+    return "\n(resume_mismatch=warn: continuing)"
 
 
 def check_steps_left(step: int, max_steps: int, where: str) -> None:
