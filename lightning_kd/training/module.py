@@ -39,6 +39,7 @@ from lightning_kd.training.checkpoints import (
     spec_changes,
 )
 from lightning_kd.training.finite import check_finite_loss
+from lightning_kd.training.grad_norm import gradient_norm
 from lightning_kd.training.metrics import ValidationMetrics, checked_monitors, log_at_steps_done
 from lightning_kd.training.optim import optimizer_config
 from lightning_kd.training.repair import BlockwiseRepair
@@ -198,9 +199,8 @@ class DistillationModule(LightningModule):
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: str | None = None,
     ) -> None:
-        # Lightning's FSDP precision refuses clipping by norm (torch's clip_grad_norm_ would clip
-        # each rank by its own shards' norm); FSDP's own clip_grad_norm_ reduces the norm over
-        # ranks. Runs after on_before_optimizer_step, on the window-scaled gradients.
+        # Lightning's FSDP precision refuses clipping by norm: FSDP's own clip_grad_norm_ reduces
+        # the norm over ranks. After on_before_optimizer_step, on the window-scaled gradients.
         fsdp = isinstance(self.trainer.model, FullyShardedDataParallel)
         if fsdp and gradient_clip_val and gradient_clip_algorithm in (None, "norm"):
             self.trainer.model.clip_grad_norm_(gradient_clip_val)
@@ -225,6 +225,7 @@ class DistillationModule(LightningModule):
         check_finite_loss(self.trainer.global_step + 1, parts)
         self.log("train/loss", parts.pop("loss"), prog_bar=True, on_step=True, on_epoch=False)
         logged = {f"train/{name}": value for name, value in parts.items()}
+        logged |= gradient_norm(self.trainer, self.distiller.trainable_parameters())
         if (sampler := self.distiller.on_policy) is not None and sampler.teacher_top_k:
             # NaN where the step wrote nothing: a value Lightning re-logged stale (probe 44).
             share = sampler.tally.take()  # interleaved: how much text was the student's own
@@ -235,9 +236,8 @@ class DistillationModule(LightningModule):
     # ------------------------------------------------------------------------- validation
 
     def on_validation_start(self) -> None:
-        # The metrics' plain tensor states move only with ``module.to``, which neither ZeRO-3 (its
-        # engine places what ``configure_model`` built) nor FSDP (only what it wraps) calls: put
-        # them where the step's tensors are, or the first update fails on a GPU.
+        # The metrics' plain tensor states move only with ``module.to``, which ZeRO-3 and FSDP do
+        # not call: put them where the step's tensors are, or the first update fails on a GPU.
         self.val_metrics.to(self.trainer.strategy.root_device)
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
