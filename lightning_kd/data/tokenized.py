@@ -36,10 +36,9 @@ from lightning_kd.data.reading import warn_repeats
 from lightning_kd.data.rendered_chat import note_rendered_chat
 from lightning_kd.data.token_bytes import separator_id
 from lightning_kd.models.digests import tokenizer_digest
-from lightning_kd.models.sources import cache_root
+from lightning_kd.models.sources import cache_root, remembered_file_digest
 from lightning_kd.utils.atomic import atomic_write_bytes
 from lightning_kd.utils.disk import disk_errors
-from lightning_kd.utils.files import remembered_digest
 from lightning_kd.utils.refusal import Refused
 
 FORMAT = 4
@@ -89,7 +88,7 @@ def tokenized(
             try:
                 with disk_errors(path, "run the same command again"):
                     mapped_into(dataset, function, fn_kwargs, path, desc)
-                    atomic_write_bytes(receipt_of(path), digest_of(path).encode())
+                    atomic_write_bytes(receipt_of(path), remembered_file_digest(path).encode())
             except UnicodeDecodeError as err:
                 raise unreadable(source, fn_kwargs["where"], err) from None
         sweep_partials(path.parent)
@@ -101,18 +100,16 @@ def receipt_of(path: Path) -> Path:
     return path.with_suffix(".sha256")
 
 
-def digest_of(path: Path) -> str:
-    """``path``'s sha256, remembered while the file is unchanged (hashed once per version)."""
-    return remembered_digest(path, cache_root() / "file_digests")
-
-
 def drop_if_damaged(path: Path) -> None:
     """Remove the cached ``path`` where its bytes are not those it was written with (cut short,
     overwritten), saying so: it is written again. A damaged entry failed every later run on that
     data with pyarrow's traceback naming no file, or was read as token ids of -1 and blamed on
     the tokenizer (probe 48). An entry written before receipts were is read as it is."""
     receipt = receipt_of(path)
-    if not (path.exists() and receipt.exists()) or digest_of(path) == receipt.read_text():
+    if (
+        not (path.exists() and receipt.exists())
+        or remembered_file_digest(path) == receipt.read_text()
+    ):
         return
     warnings.warn(
         f"{path}: a tokenized cache entry whose bytes changed since it was written (cut short, "

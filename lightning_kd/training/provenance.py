@@ -155,7 +155,6 @@ class Provenance(Callback):
         self.reset_optimizer = reset_optimizer
         self._record: dict[str, Any] | None = None
         self._fast_forward = False  # the fresh schedule still has to reach the resumed step
-        self._same_rates = False  # a lengthened schedule, its rates from the step on unchanged
 
     def current(self, trainer: Trainer, module: LightningModule) -> dict[str, Any]:
         if self._record is None:  # the teacher, objective and data never change within a run
@@ -179,21 +178,24 @@ class Provenance(Callback):
             )
         else:
             step, then = checkpoint.get("global_step", 0), saved.get("schedule", {})
-            self._same_rates = same_rates_from(
+            same_rates = same_rates_from(
                 getattr(pl_module, "scheduler_factory", None),
                 step,
                 then.get("max_steps", -1),
                 trainer.max_steps,
             )
-            self._compare(saved, self.current(trainer, pl_module), where)
+            self._compare(saved, self.current(trainer, pl_module), where, same_rates)
         if error := trained_set_error(checkpoint, trainer, pl_module, where):
             raise ProvenanceMismatch(error)
 
-    def _compare(self, saved: dict[str, Any], current: dict[str, Any], where: str) -> None:
+    def _compare(
+        self, saved: dict[str, Any], current: dict[str, Any], where: str, same_rates=False
+    ) -> None:
         """Refuse (or, with ``resume_mismatch=warn``, warn about) what differs from ``saved``;
-        say the computations that change (``step_record.py``)."""
+        say the computations that change (``step_record.py``). ``same_rates``: a longer
+        ``max_steps`` whose rates from the checkpoint's step on are its plan's is no change."""
         found = differences(saved, current)
-        if self._same_rates:  # lengthened, the same rates from its step on (optim.py)
+        if same_rates:  # lengthened, the same rates from its step on (optim.py)
             found = [line for line in found if not line.startswith("schedule.max_steps:")]
         lossy, said = compute_changes(saved, current)
         resettable = [line for line in found if resettable_line(line)]
