@@ -58,13 +58,16 @@ def resolve(cfg: DictConfig, ckpt_path: Path | None = None) -> Resolved:
     if (chosen := choose_layers(cfg, ckpt_path)) is not None:
         layers, resolved.ranking = chosen
         resolved.cfg = with_values(resolved.cfg, {"student.layers": layers})
-    trained = checkpoint_records(ckpt_path)  # a resume's teachers reach the loss as they did
-    if unresolved(resolved.cfg.distill.get("teacher_cache")):
+    teachers = resolved.cfg.get("teachers") or []
+    entries_auto = any(unresolved(entry.get("cache")) for entry in teachers)
+    main_auto = unresolved(resolved.cfg.distill.get("teacher_cache"))
+    # A resume's teachers reach the loss as they did (its checkpoint read only for an auto).
+    trained = checkpoint_records(ckpt_path) if main_auto or entries_auto else {}
+    if main_auto:
         choice, datamodule = resolve_teacher_cache(resolved.cfg, ckpt_path is not None, trained)
         resolved.teacher_cache, resolved.datamodule = choice, datamodule
         resolved.cfg = with_values(resolved.cfg, {"distill.teacher_cache": choice.path})
-    teachers = resolved.cfg.get("teachers") or []
-    if any(unresolved(entry.get("cache")) for entry in teachers):
+    if entries_auto:
         resolving = EntryCaches(resolved.cfg, resolved.datamodule, ckpt_path is not None, trained)
         resolved.cfg, resolved.datamodule = resolving.all()
         resolved.entry_caches = resolving.choices

@@ -137,26 +137,33 @@ def converted(target: Path, digest: str) -> bool:
     here)."""
     if not target.exists():
         return False
-    try:
-        recorded = json.loads((target / CONVERTED_SOURCE).read_text())["sha256"]
-    except (OSError, ValueError, KeyError):
-        recorded = None
-    if recorded != digest:
+    record = conversion_record(target)
+    if record.get("sha256") != digest:
         raise FileExistsError(
             f"{target} does not hold the conversion of the GGUF of sha256 {digest} (its "
-            f"{CONVERTED_SOURCE} records {recorded}); delete it and it is converted anew"
+            f"{CONVERTED_SOURCE} records {record.get('sha256')}); delete it and it is "
+            "converted anew"
         )
-    return not cut_short(target)
+    return not cut_short(target, record)
 
 
-def cut_short(target: Path) -> list[str]:
-    """The files of the conversion in ``target`` whose size is not the one recorded when it
-    was written (a truncated ``model.safetensors`` was read, and failed as a damaged model of
-    the user's own; probe 48). None are known for a conversion written before sizes were."""
-    sizes = json.loads((target / CONVERTED_SOURCE).read_text()).get("files", {})
+def conversion_record(target: Path) -> dict:
+    """What ``target``'s ``gguf_source.json`` records; empty where it is missing or unreadable."""
+    try:
+        record = json.loads((target / CONVERTED_SOURCE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def cut_short(target: Path, record: dict) -> list[str]:
+    """The files of the conversion in ``target`` (whose ``gguf_source.json`` says ``record``)
+    whose size is not the one recorded when it was written (a truncated ``model.safetensors``
+    was read, and failed as a damaged model of the user's own; probe 48). None are known for a
+    conversion written before sizes were."""
     return [
         name
-        for name, size in sizes.items()
+        for name, size in record.get("files", {}).items()
         if not (target / name).is_file() or (target / name).stat().st_size != size
     ]
 
@@ -177,7 +184,8 @@ def convert_gguf(gguf: Path) -> Path:
         if converted(target, digest):
             return target
         if target.exists():  # whole once, cut short since: written again
-            log.warning("%s: %s cut short; converting %s again", target, cut_short(target), gguf)
+            short = cut_short(target, conversion_record(target))
+            log.warning("%s: %s cut short; converting %s again", target, short, gguf)
             shutil.rmtree(target)
         log.info("converting %s to %s (once)", gguf.name, target)
         with atomic_directory(target) as staging:
