@@ -10,36 +10,25 @@ run's outputs, appended to (never truncated) by a resume.
   ``*.log``) does not count, nor does anything a run does not write (a teacher cache written
   into the directory, notes): a run is not refused for them, and ``overwrite=true`` keeps them.
 - Only rank 0 checks and locks: a DDP launch re-runs the script per rank into the same directory.
-- :class:`ResumableCSVLogger` appends to an existing ``metrics.csv``, dropping only the rows
-  logged after the checkpoint a resume starts from (the resumed run logs those steps again), and
-  replaces ``hparams.yaml`` whole (a full disk keeps the old one).
+- A resume appends to the run's ``metrics.csv``: ``training/metrics_log.py``.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import torch.distributed as dist
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from lightning.pytorch.core.saving import save_hparams_to_yaml
-from lightning.pytorch.loggers import CSVLogger
-from lightning.pytorch.loggers.csv_logs import ExperimentWriter
-from lightning.pytorch.loggers.logger import rank_zero_experiment
 
 from lightning_kd.export.gguf_names import GGUF_KINDS, gguf_path
-from lightning_kd.training.checkpoints import LAST_NAME, RESUME
+from lightning_kd.training.checkpoints import LAST_NAME
 from lightning_kd.training.samples import SAMPLES_NAME
 from lightning_kd.training.set_aside import set_aside, settle
-from lightning_kd.utils.atomic import atomic_write_bytes, replaced_whole
-from lightning_kd.utils.disk import disk_errors
 from lightning_kd.utils.locks import LockHeld, take_lock
 from lightning_kd.utils.refusal import Refused
 
@@ -213,84 +202,3 @@ def claim_run_dir(run_dir: Path, resuming: bool, overwrite: bool) -> Iterator[No
         settle(run_dir, checkpoint, succeeded=True)
     finally:
         os.close(fd)  # releases the lock
-
-
-def set_aside_unreadable(path: Path) -> bool:
-    """Move ``metrics.csv`` aside (beside it, never removed) where it is no CSV this logger
-    wrote (a crash left it zero-filled, or another program wrote it): a resume appended its rows
-    under a header of NUL bytes. Whether it was moved."""
-    if not path.is_file():
-        return False
-    with open(path, "rb") as handle:
-        first = handle.readline(1 << 16)
-    header = first.decode("utf-8", errors="replace").strip().split(",")
-    if not first or (b"\0" not in first and "step" in header):
-        return False
-    aside = path.with_name(f"{path.name}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}")
-    os.replace(path, aside)
-    print(f"{path} is not a metrics file this logger wrote; moved to {aside}, a new one begins")
-    return True
-
-
-class _AppendingWriter(ExperimentWriter):
-    """Lightning's CSV writer, minus deleting an existing ``metrics.csv`` at start, and with
-    ``hparams.yaml`` replaced whole rather than rewritten in place."""
-
-    def _check_log_dir_exists(self) -> None:
-        set_aside_unreadable(Path(self.metrics_file_path))
-        if os.path.isfile(self.metrics_file_path):
-            with open(self.metrics_file_path, newline="") as handle:
-                self.metrics_keys = sorted(csv.DictReader(handle).fieldnames or [])
-
-    def log_hparams(self, params: dict[str, Any]) -> None:
-        """Record ``params`` and write ``hparams.yaml`` through a temporary file: Lightning
-        truncates it first, so a full disk at a resume left an empty file where the run's
-        hyper-parameters were."""
-        self.hparams.update(params)
-        path = Path(self.log_dir) / self.NAME_HPARAMS_FILE
-        with replaced_whole(path) as temp, disk_errors(path, RESUME):
-            save_hparams_to_yaml(temp, self.hparams)
-
-
-class ResumableCSVLogger(CSVLogger):
-    """A CSV logger that keeps earlier rows of ``metrics.csv`` and flushes every step."""
-
-    def __init__(self, *args, flush_logs_every_n_steps: int = 1, **kwargs) -> None:
-        super().__init__(*args, flush_logs_every_n_steps=flush_logs_every_n_steps, **kwargs)
-
-    @property
-    @rank_zero_experiment
-    def experiment(self) -> ExperimentWriter:
-        if self._experiment is None:
-            os.makedirs(self.root_dir, exist_ok=True)
-            self._experiment = _AppendingWriter(log_dir=self.log_dir)
-        return self._experiment
-
-    def drop_rows_from(self, step: int, validated: bool = False) -> None:
-        """Remove rows logged at ``step`` or later: a resume from step ``step`` logs them again;
-        if ``validated``, that step's validation (which its checkpoint records) is kept."""
-        path = Path(self.log_dir) / ExperimentWriter.NAME_METRICS_FILE
-        if not path.is_file() or set_aside_unreadable(path):
-            return
-        with open(path, newline="") as handle:
-            reader = csv.DictReader(handle)
-            fields, rows = reader.fieldnames or [], list(reader)
-        kept = [row for row in rows if not row.get("step") or kept_row(row, step, validated)]
-        text = io.StringIO(newline="")
-        writer = csv.DictWriter(text, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(kept)
-        # Whole or not at all, a full disk named with the way on and nothing left beside it (a
-        # visible metrics.csv.partial and a message naming no file; probe 47).
-        atomic_write_bytes(path, text.getvalue().encode(), "resume with ckpt_path=last")
-
-
-def kept_row(row: dict[str, str], step: int, validated: bool) -> bool:
-    """Whether a resume from ``step`` keeps ``row`` of metrics.csv: one logged before it, or its
-    validation, which a validation after the step's optimizer update logs at ``step`` itself."""
-    try:  # "1.0" where a spreadsheet or pandas saved the file again
-        logged = float(row["step"])
-    except ValueError:  # no number: kept, as a row without a step is
-        return True
-    validation = any(value for name, value in row.items() if name.startswith("val/"))
-    return logged < step or (logged == step and validated and validation)
