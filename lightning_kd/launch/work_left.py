@@ -1,9 +1,10 @@
 """Whether a run directory's checkpoint has training left to resume, checked before anything
 loads.
 
-A run is finished once its summary is written, at ``trainer.max_steps`` or where early stopping
-ended it (``callbacks/early_stopping.yaml``: "the run then ends as a finished one"); resuming it
-would only export the same student again, or train past the stop (probe 47). A run that
+A run is finished once its summary is written, at ``trainer.max_steps`` or
+``trainer.max_epochs``, or where early stopping ended it (``callbacks/early_stopping.yaml``:
+"the run then ends as a finished one"); resuming it would only export the same student again,
+or train past the stop (probe 47). A run that
 ``trainer.max_time`` ended is not finished: it resumes, but Lightning's timer counts the time of
 every launch together, so a resume with no time left trained no step and rewrote the summary
 (probe 47): refused here, naming the time spent.
@@ -38,6 +39,15 @@ def check_work_left(ckpt_path: Path, trainer: Any, output_dir: Path) -> None:
             "where the longer schedule changes the rate from here: any but scheduler=constant), "
             "or start a new run"
         )
+    epochs, max_epochs = epochs_done(checkpoint), trainer.get("max_epochs")
+    if summary is not None and max_epochs is not None and 0 <= max_epochs <= epochs:
+        raise RunDirError(
+            f"the run in {output_dir} is finished (epoch {epochs} of trainer.max_epochs="
+            f"{max_epochs}, optimizer step {step}, summary.json written): there is nothing to "
+            "resume. Train it further with a larger trainer.max_epochs (and "
+            "resume_reset_optimizer=true where the longer schedule changes the rate from here: "
+            "any but scheduler=constant), or start a new run"
+        )
     if summary is not None and summary.get("stopped_by") == EARLY_STOPPING:
         raise RunDirError(
             f"the run in {output_dir} is finished: early stopping ended it at optimizer step "
@@ -52,6 +62,14 @@ def check_work_left(ckpt_path: Path, trainer: Any, output_dir: Path) -> None:
             f"{step}, and Lightning counts every launch's time together. Resume with a larger "
             "trainer.max_time, or without one"
         )
+
+
+def epochs_done(checkpoint: dict) -> int:
+    """The epochs ``checkpoint``'s run has trained to their end (a checkpoint of the end of
+    training is taken after its last epoch is counted)."""
+    progress = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_progress", {})
+    completed = progress.get("current", {}).get("completed")
+    return int(completed if completed is not None else checkpoint.get("epoch", 0))
 
 
 def read_summary(output_dir: Path) -> dict | None:

@@ -12,10 +12,14 @@ from lightning_kd.launch.work_left import check_work_left, time_limit
 from lightning_kd.training.rundir import RunDirError
 
 
-def run_dir(tmp_path, step: int, summary: dict | None = None, trained_s: float | None = None):
-    """A run directory whose checkpoint is at ``step`` (its timer at ``trained_s`` seconds),
-    with ``summary`` written."""
-    checkpoint = {"global_step": step, "callbacks": {}}
+def run_dir(
+    tmp_path, step: int, summary: dict | None = None, trained_s: float | None = None, epochs=0
+):
+    """A run directory whose checkpoint is at ``step`` after ``epochs`` whole epochs (its timer
+    at ``trained_s`` seconds), with ``summary`` written."""
+    progress = {"current": {"completed": epochs}}  # Lightning's fit loop state, as it saves it
+    checkpoint = {"global_step": step, "callbacks": {}, "epoch": epochs}
+    checkpoint["loops"] = {"fit_loop": {"epoch_progress": progress}}
     if trained_s is not None:
         checkpoint["callbacks"]["Timer"] = {"time_elapsed": {"train": trained_s}}
     (tmp_path / "checkpoints").mkdir()
@@ -58,6 +62,19 @@ def test_a_run_at_max_steps_is_finished_and_one_stopped_before_resumes(tmp_path)
     check_work_left(last, trainer(max_steps=400), tmp_path)  # extended
     (tmp_path / "summary.json").unlink()  # stopped (killed) at its last step, before the summary
     check_work_left(last, trainer(), tmp_path)
+
+
+def test_a_run_at_max_epochs_is_finished(tmp_path) -> None:
+    """An epoch-bounded run resumed at its last epoch with resume_reset_optimizer=true trained
+    no step, exit 0, and rewrote its summary and student (probe 47)."""
+    last = run_dir(tmp_path, 9, {"stopped_by": None}, epochs=3)
+    bounded = trainer(max_steps=-1, max_epochs=3)
+    with pytest.raises(RunDirError, match=r"is finished \(epoch 3 of trainer.max_epochs=3, opt"):
+        check_work_left(last, bounded, tmp_path)
+    check_work_left(last, trainer(max_steps=-1, max_epochs=4), tmp_path)  # extended
+    check_work_left(last, trainer(max_steps=-1, max_epochs=None), tmp_path)  # by steps
+    (tmp_path / "summary.json").unlink()  # killed after its last step: the export is left
+    check_work_left(last, bounded, tmp_path)
 
 
 def test_max_time_is_read_as_lightning_reads_it() -> None:
