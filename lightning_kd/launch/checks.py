@@ -39,6 +39,7 @@ from lightning_kd.launch.precision_checks import precision_errors, zero3_dtype_e
 from lightning_kd.launch.rules import (
     ABSENT,
     CountOrFraction,
+    MetricName,
     Number,
     followed,
     lookup,
@@ -47,7 +48,7 @@ from lightning_kd.launch.rules import (
 from lightning_kd.launch.teacher_list import teachers_errors
 from lightning_kd.models.quantize import STRATEGIES, backend_errors
 
-RULES: dict[str, Number | CountOrFraction] = {
+RULES: dict[str, Number | CountOrFraction | MetricName] = {
     # numpy's seed range: a seed outside it fails in numpy once the run directory is claimed.
     "seed": Number(low=0, high=2**32 - 1, integer=True, example="0"),
     "optimizer.lr": Number(low=0, low_open=True, example="1e-3"),
@@ -103,6 +104,8 @@ RULES: dict[str, Number | CountOrFraction] = {
     "trainer.num_sanity_val_steps": Number(low=-1, integer=True, example="0"),
     "trainer.num_nodes": Number(low=1, integer=True, example="1"),
     "checkpoint.every": Number(low=1, integer=True, example="50"),
+    "checkpoint.keep": Number(low=-1, integer=True, example="3"),
+    "checkpoint.best": MetricName(),
     "callbacks.early_stopping.patience": Number(low=0, integer=True, example="3"),
     "callbacks.early_stopping.min_delta": Number(low=0, example="0.0"),
     "callbacks.samples.every": Number(low=1, integer=True, example="50"),

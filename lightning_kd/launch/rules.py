@@ -98,12 +98,25 @@ class CountOrFraction:
         return isinstance(value, float) and math.isfinite(value) and 0.0 < value <= 1.0
 
 
+@dataclass(frozen=True)
+class MetricName:
+    """A validation metric a callback keeps or stops by: ``val/<name>``, or null (none)."""
+
+    example: str = "val/ppl"
+
+    def describe(self) -> str:
+        return "a validation metric, val/<name> (or null)"
+
+    def accepts(self, value: Any) -> bool:
+        return value is None or (isinstance(value, str) and value.startswith("val/"))
+
+
 def _fmt(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
 def value_errors(
-    values: Mapping[str, Any], rules: Mapping[str, Number | CountOrFraction]
+    values: Mapping[str, Any], rules: Mapping[str, Number | CountOrFraction | MetricName]
 ) -> list[str]:
     """One message per entry of ``values`` (key → value) its rule refuses: the key, the value,
     the allowed range and an example. Config keys and command options (``--block-size``) alike."""

@@ -106,10 +106,11 @@ class ValidationMetrics(nn.Module):
 
 
 def monitored(callbacks: list) -> list[tuple[str, str]]:
-    """``(callback class, metric)`` for each callback that monitors a validation metric (early
-    stopping, a best-model checkpoint)."""
+    """``(what, metric)`` for each callback that monitors a validation metric (early stopping,
+    a best-model checkpoint): ``what`` is the config key that set it where the callback names
+    one (``monitor_key``), else the callback's class."""
     return [
-        (type(callback).__name__, monitor)
+        (getattr(callback, "monitor_key", type(callback).__name__), monitor)
         for callback in callbacks
         if isinstance(monitor := getattr(callback, "monitor", None), str)
         and monitor.startswith("val/")
@@ -129,7 +130,8 @@ def checked_monitors(callbacks: list, metrics: dict[str, float]) -> dict[str, fl
     validation of training, and the resume it advised stopped there again."""
     wrong = [
         f"{name} monitors {monitor!r}, which validation does not log; "
-        f"choose one of {sorted(metrics)} (callbacks.<name>.monitor=...)"
+        f"choose one of {sorted(metrics)} "
+        + (f"({name}=...)" if "." in name else "(callbacks.<name>.monitor=...)")
         + (UNTAUGHT if monitor.count("/") == 2 else "")
         for name, monitor in monitored(callbacks)
         if monitor not in metrics

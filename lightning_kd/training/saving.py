@@ -10,6 +10,9 @@ checkpoint is written after it: a checkpoint taken before a boundary's validatio
 past it (Lightning counts it as done), and early stopping would read another history. A
 validation outside training (before it, or the final one) stops at its next batch. A second
 SIGINT stops at once (the last checkpoint stays).
+
+``checkpoint.keep`` and ``checkpoint.best`` keep earlier checkpoints besides ``last.ckpt``
+(``training/kept_checkpoints.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +28,13 @@ from lightning.pytorch.trainer.states import TrainerFn
 
 from lightning_kd.training.checkpoints import LAST_NAME
 from lightning_kd.training.finite import NonFiniteError, check_finite_model
+from lightning_kd.training.kept_checkpoints import (
+    BEST_NAME,
+    keep_as,
+    keep_best,
+    keep_step,
+    set_aside_after,
+)
 from lightning_kd.utils.compat import validates_after_this_batch
 from lightning_kd.utils.stopping import STOP, Interrupted
 
@@ -49,13 +59,29 @@ def agreed(trainer: Trainer) -> Callable[[bool], bool]:
 
 
 class LastCheckpoint(Checkpoint):
-    """Keeps ``dirpath/last.ckpt`` current (see the module doc)."""
+    """Keeps ``dirpath/last.ckpt`` current (see the module doc), and the ``keep`` most recent
+    besides as ``step-<N>.ckpt`` (-1: every one), and ``best.ckpt``, that of the best
+    validation by the metric ``best`` (None: none)."""
 
-    def __init__(self, dirpath: str, every: int = 50) -> None:
+    def __init__(self, dirpath: str, every: int = 50, keep: int = 0, best: str | None = None):
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ValueError(f"checkpoint.every={every!r}: must be an integer >= 1; e.g. 50")
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < -1:
+            raise ValueError(
+                f"checkpoint.keep={keep!r}: must be an integer, the checkpoints kept besides "
+                "last.ckpt: 0 none, -1 every one; e.g. 3"
+            )
+        if best is not None and not (isinstance(best, str) and best.startswith("val/")):
+            raise ValueError(
+                f"checkpoint.best={best!r}: must name a validation metric; e.g. val/ppl "
+                "(checkpoint.best=null keeps none)"
+            )
         self.dirpath = Path(dirpath)
-        self.every = every
+        self.every, self.keep = every, keep
+        self.monitor = best
+        """The metric ``best.ckpt`` is kept by: checked against validation's names as early
+        stopping's is (``training/metrics.py``)."""
+        self.monitor_key = "checkpoint.best"
         self.saved_step: int | None = None
         """Optimizer step of the checkpoint last written or loaded (None: none yet)."""
         self._installed = False  # whether this callback installed the stop handlers
@@ -84,6 +110,8 @@ class LastCheckpoint(Checkpoint):
         self._at_boundary = True
         if trainer.global_step > 0:  # resumed: that step's checkpoint exists already
             self.saved_step = trainer.global_step
+            if trainer.is_global_zero:
+                self._set_aside_later(trainer, pl_module)
             for logger in trainer.loggers if trainer.is_global_zero else ():
                 if hasattr(logger, "drop_rows_from"):  # rows after the checkpoint come again
                     validated = pl_module.validation_at(trainer.global_step) is not None
@@ -96,6 +124,31 @@ class LastCheckpoint(Checkpoint):
         # have been saved (with a compile of the loss first), and nothing trained is lost.
         if agreed(trainer)(STOP.requested):
             raise Interrupted(STOP.signum or signal.SIGTERM, "as training started")
+
+    def _set_aside_later(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """A rollback (a resume from a kept checkpoint): the abandoned steps' checkpoints and
+        log set aside, and the resumed one made ``last.ckpt`` (``ckpt_path=last`` goes on
+        from it) and, where its own validation is recorded, the best so far."""
+        resumed = Path(trainer.ckpt_path) if trainer.ckpt_path else None
+        logs = [Path(lg.log_dir) / "metrics.csv" for lg in trainer.loggers if lg.log_dir]
+        step = trainer.global_step
+        aside = set_aside_after(self.dirpath, step, resumed, next(iter(logs), None))
+        if aside is None:
+            return
+        if resumed is not None and resumed.is_file():
+            keep_as(resumed, self.path)
+        print(
+            f"rolled back to optimizer step {step}: the later checkpoints and the log as it "
+            f"stood are kept in {aside}"
+        )
+        validated = getattr(pl_module, "validation_at", lambda _: None)(step) or {}
+        if self.monitor and not (self.dirpath / BEST_NAME).exists() and self.monitor in validated:
+            # The best of the steps before is not known to be on disk: it starts again here.
+            keep_best(self.dirpath, self.monitor, validated[self.monitor], step)
+            print(
+                f"{BEST_NAME} starts again at step {step} ({self.monitor} "
+                f"{validated[self.monitor]:.6g})"
+            )
 
     def on_train_batch_start(self, trainer: Trainer, *args) -> None:
         # Raised here, not right after the save: Lightning logs the step's metrics after
@@ -129,6 +182,9 @@ class LastCheckpoint(Checkpoint):
         if self._validating:
             STOP.uninstall()
             self._validating = False
+            # The final validation, of the weights last.ckpt holds: they may be the best.
+            if self.started and self.saved_step == trainer.global_step:
+                self._keep_if_best(trainer)
         self.save_after_validation(trainer, pl_module)
 
     def on_validation_batch_end(self, trainer: Trainer, *args) -> None:
@@ -142,6 +198,12 @@ class LastCheckpoint(Checkpoint):
         if fitting and self._at_boundary:
             self._stopping = self._stopping or agreed(trainer)(STOP.requested)
             self.save(trainer, pl_module)
+            self._keep_if_best(trainer)
+
+    def _keep_if_best(self, trainer: Trainer) -> None:
+        value = trainer.callback_metrics.get(self.monitor) if self.monitor else None
+        if value is not None and trainer.is_global_zero and self.saved_step is not None:
+            keep_best(self.dirpath, self.monitor, float(value), self.saved_step)
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self.save(trainer, pl_module)
@@ -178,6 +240,8 @@ class LastCheckpoint(Checkpoint):
         # Lightning does not log that it defaulted.
         trainer.save_checkpoint(self.path, weights_only=False)
         self.saved_step = trainer.global_step
+        if trainer.is_global_zero:  # after save_checkpoint's barrier: every rank's part is in
+            keep_step(self.dirpath, self.saved_step, self.keep)
         for logger in trainer.loggers:  # the logs on disk match the checkpoint
             logger.save()
 

@@ -44,6 +44,8 @@ BAD = {
     "data.batch_size": (2.5, "an integer >= 1"),
     "data.val_fraction": (1.0, "in (0, 1)"),
     "checkpoint.every": (0, "an integer >= 1"),
+    "checkpoint.keep": (-2, "an integer >= -1"),
+    "checkpoint.best": ("ppl", "a validation metric, val/<name>"),
     "trainer.gradient_clip_val": ("big", "a finite number >= 0"),
 }
 

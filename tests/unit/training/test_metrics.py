@@ -9,6 +9,7 @@ import torch
 from lightning.pytorch.callbacks import EarlyStopping
 
 from lightning_kd.training.metrics import ValidationMetrics, checked_monitors
+from lightning_kd.training.saving import LastCheckpoint
 
 
 def test_token_weighted_mean() -> None:
@@ -77,6 +78,11 @@ def test_a_callback_monitoring_a_metric_validation_lacks_is_refused() -> None:
     assert checked_monitors([EarlyStopping(monitor="val/ppl")], metrics) is metrics
     with pytest.raises(ValueError, match=r"EarlyStopping monitors 'val/nosuch', which validation"):
         checked_monitors([EarlyStopping(monitor="val/nosuch")], metrics)
+    best = LastCheckpoint("checkpoints", best="val/nosuch")  # named by the key that set it
+    with pytest.raises(
+        ValueError, match=r"checkpoint.best monitors 'val/nosuch', .*\(checkpoint.best=...\)"
+    ):
+        checked_monitors([best], metrics)
 
 
 def test_the_sums_stay_fp64_when_the_module_is_cast() -> None:
