@@ -31,6 +31,7 @@ from lightning_kd.training.same_config import SameConfig
 from lightning_kd.training.stop_reason import DecidedStop
 from lightning_kd.training.strategies import check_accelerator
 from lightning_kd.training.summary import TrainTimer
+from lightning_kd.utils.compat import validate_every_steps
 from lightning_kd.utils.plain_data import plain_data
 from lightning_kd.utils.refusal import Refused
 
@@ -125,6 +126,8 @@ def build_trainer(cfg: DictConfig) -> tuple[L.Trainer, TrainTimer]:
     logger = [instantiate(c) for c in logger_configs(cfg).values()] or False
     settings = in_batches(cfg) | logged_steps(cfg)
     trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=logger, **settings)
+    if "val_check_interval" in settings and trainer.check_val_every_n_epoch is None:
+        validate_every_steps(trainer, cfg.trainer.val_check_interval)  # steps, counted as such
     return trainer, timer
 
 

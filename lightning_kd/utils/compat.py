@@ -1,6 +1,6 @@
 """Every use of Lightning's private API, in one place.
 
-Lightning offers no public way to do these seven things, and each is private API that can change
+Lightning offers no public way to do these eight things, and each is private API that can change
 in any release. ``tests/unit/utils/test_compat.py`` checks each one against the installed
 Lightning and fails naming what moved; fix it here, and nothing else needs to change.
 
@@ -10,6 +10,9 @@ Lightning and fails naming what moved; fix it here, and nothing else needs to ch
   on (``fit_loop.restarting``, ``fit_loop.epoch_loop.batch_progress``).
 - :func:`validates_after_this_batch`: whether the fit loop validates right after the training
   batch that just ended (``epoch_loop._should_check_val_fx``, ``_skip_next_val``).
+- :func:`validate_every_steps`: validations every N optimizer steps, counted as steps (a subclass
+  of ``_TrainingEpochLoop`` whose ``_should_check_val_fx`` reads ``global_step``), in the fit
+  loop's ``epoch_loop`` where Lightning's ``Trainer`` puts its own.
 - :func:`silence_eval_mode_warning`: drop the start-of-training warning about modules in eval
   mode when it counts exactly the frozen teacher's (``_FitLoop._warn_if_modules_in_eval_mode``).
 - :func:`attached_trainer`: the trainer a LightningModule is attached to, or None
@@ -28,6 +31,7 @@ import warnings
 from collections.abc import Callable
 
 from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
 from lightning.pytorch.strategies import FSDPStrategy
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from torch import nn
@@ -51,6 +55,34 @@ class FSDPStrategyWithWrapHook(FSDPStrategy):
         # ``configure_model`` (the strategy is built before the models exist).
         self.before_wrap(model)
         return super()._setup_model(model)
+
+
+class StepIntervalLoop(_TrainingEpochLoop):
+    """Lightning's training epoch loop, validating after every ``steps``-th optimizer step.
+
+    Lightning counts an interval in batches across epochs (``val_check_interval`` ×
+    accumulation): an epoch ending in a partial accumulation window shifts every later count, and
+    validations fell inside windows (steps 15, 20, 26 of a run asked for every 5; probe 47),
+    where no checkpoint can be taken and early stopping reads another grid.
+    """
+
+    def __init__(self, trainer: Trainer, min_steps: int | None, max_steps: int, steps: int):
+        super().__init__(trainer, min_steps=min_steps, max_steps=max_steps)
+        self.steps = steps
+
+    def _should_check_val_fx(self, data_fetcher) -> bool:
+        if not self._should_check_val_epoch():
+            return False
+        if self.trainer.should_stop and self.trainer.fit_loop._can_stop_early:
+            return True  # Lightning's own: a stop (early stopping) validates where it stands
+        # After the batch that ended a window (an optimizer step), never inside one.
+        return not self._should_accumulate() and self.trainer.global_step % self.steps == 0
+
+
+def validate_every_steps(trainer: Trainer, steps: int) -> None:
+    """Have ``trainer`` (not fitting yet) validate after every ``steps``-th optimizer step."""
+    loop = trainer.fit_loop.epoch_loop
+    trainer.fit_loop.epoch_loop = StepIntervalLoop(trainer, loop.min_steps, loop.max_steps, steps)
 
 
 def resumed_batches_in_epoch(trainer: Trainer) -> int:

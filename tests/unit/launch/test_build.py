@@ -7,6 +7,7 @@ import pytest
 
 from lightning_kd.launch.build import build, logged_steps, with_precision
 from lightning_kd.launch.config import compose_config
+from lightning_kd.utils.compat import StepIntervalLoop
 
 
 def test_a_config_left_auto_builds_with_the_precision_train_would_choose(tmp_path, capsys):
@@ -32,6 +33,8 @@ def test_the_validation_interval_counts_optimizer_steps_with_accumulation(tmp_pa
         more = [f"trainer.accumulate_grad_batches={accumulate}"]
         _, _, trainer, _ = build(compose_config(overrides + more, output_dir=tmp_path))
         assert trainer.val_check_interval == batches
+        # ... and counted as steps: batches drifted into windows after a partial one (probe 47)
+        assert isinstance(trainer.fit_loop.epoch_loop, StepIntervalLoop) == (accumulate > 1)
     _, _, trainer, _ = build(  # a fraction of an epoch (a Trainer of one's own) is left as it is
         compose_config(
             [

@@ -183,3 +183,36 @@ def test_the_processes_fabrics_launcher_started_are_handed_the_signal() -> None:
     strategy.launcher.procs.append(child)
     signal_started_processes(strategy, signal.SIGTERM)
     assert child.wait(timeout=30) == -signal.SIGTERM
+
+
+class RecordsValidations(BoringModel):
+    """Notes, at each validation inside fit, the optimizer steps done and whether the batch
+    before it left its accumulation window open (no step taken)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[int, bool]] = []
+
+    def on_validation_start(self) -> None:
+        loop = self.trainer.fit_loop.epoch_loop
+        self.seen.append((self.trainer.global_step, loop._should_accumulate()))
+
+
+def test_validations_every_n_steps_stay_on_step_boundaries_across_epochs(tmp_path) -> None:
+    """64 batches an epoch at 3 a step: 21 whole windows and one of a batch. Lightning counts
+    the interval in batches (2 steps: 6) across epochs: from the second epoch on, every
+    validation fell inside a window (probe 47)."""
+    options = {"max_steps": 50, "accumulate_grad_batches": 3, "limit_val_batches": 1}
+    lightning = RecordsValidations()
+    quiet_trainer(tmp_path, val_check_interval=30, check_val_every_n_epoch=None, **options).fit(
+        lightning
+    )
+    assert any(open_window for _, open_window in lightning.seen)  # what was fixed
+
+    stepped = RecordsValidations()
+    trainer = quiet_trainer(
+        tmp_path, val_check_interval=30, check_val_every_n_epoch=None, **options
+    )
+    compat.validate_every_steps(trainer, 10)
+    trainer.fit(stepped)
+    assert stepped.seen == [(step, False) for step in (10, 20, 30, 40, 50)]
