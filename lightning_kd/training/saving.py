@@ -99,6 +99,11 @@ class LastCheckpoint(Checkpoint):
         return self.dirpath / LAST_NAME
 
     @property
+    def stopping(self) -> bool:
+        """Whether the ranks agreed to stop before the next step: it will not be trained."""
+        return self._stopping
+
+    @property
     def wrote_own(self) -> bool:
         """Whether this run wrote a checkpoint past the step it started from (a resume's
         settings, ``resume_reset_optimizer`` among them, are then that checkpoint's own)."""
