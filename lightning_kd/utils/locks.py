@@ -133,18 +133,32 @@ def in_use_elsewhere(path: Path) -> bool:
     return False
 
 
+LOCAL_RANKS = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK")
+"""Where launchers put a process's rank on its machine (torchrun and Lightning, SLURM, MPI)."""
+
+
+def local_rank() -> int:
+    """This process's rank on its machine, as its launcher set it (0 without one)."""
+    for name in LOCAL_RANKS:
+        if (value := os.environ.get(name, "")).isdigit():
+            return int(value)
+    return 0
+
+
 @contextmanager
 def waiting_lock(path: str | Path, what: str) -> Iterator[None]:
     """``filelock``'s blocking lock on ``path`` for the block: where another process holds it,
     a line first says what this one waits for (``what``: ``for the conversion of X``). Runs
-    waited minutes on another's conversion or cache write without a word (probe 48)."""
+    waited minutes on another's conversion or cache write without a word (probe 48). Said by
+    one process of a machine: a DDP launch's ranks all wait on their rank 0's conversion."""
     from filelock import FileLock, Timeout
 
     lock = FileLock(str(path))
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        print(f"waiting {what}: another process holds {path}", flush=True)
+        if local_rank() == 0:
+            print(f"waiting {what}: another process holds {path}", flush=True)
         lock.acquire()
     try:
         yield

@@ -104,8 +104,8 @@ def test_a_reader_elsewhere_is_found_and_this_process_own_hold_is_not(tmp_path: 
     assert not in_use_elsewhere(path)  # the reader gone (its lock with it)
 
 
-def test_a_lock_another_holds_is_waited_for_with_a_word(tmp_path, capsys) -> None:
-    """A run waited minutes on another's conversion or cache write without a word (probe 48)."""
+def wait_for_another(path: Path, what: str) -> None:
+    """Take ``path`` through ``waiting_lock`` while another holder has it for 0.3 s."""
     import threading
     import time
 
@@ -113,7 +113,6 @@ def test_a_lock_another_holds_is_waited_for_with_a_word(tmp_path, capsys) -> Non
 
     from lightning_kd.utils.locks import waiting_lock
 
-    path = tmp_path / "x.lock"
     taken = threading.Event()
 
     def hold() -> None:  # another holder (filelock refuses two of one thread)
@@ -124,13 +123,26 @@ def test_a_lock_another_holds_is_waited_for_with_a_word(tmp_path, capsys) -> Non
     holder = threading.Thread(target=hold)
     holder.start()
     taken.wait()
-    with waiting_lock(path, "for the conversion of x.gguf"):
+    with waiting_lock(path, what):
         pass
     holder.join()
+
+
+def test_a_lock_another_holds_is_waited_for_with_a_word(tmp_path, capsys, monkeypatch) -> None:
+    """A run waited minutes on another's conversion or cache write without a word (probe 48);
+    a DDP launch's further ranks, all waiting on rank 0's conversion, say nothing."""
+    from lightning_kd.utils.locks import waiting_lock
+
+    path = tmp_path / "x.lock"
+    wait_for_another(path, "for the conversion of x.gguf")
     assert (
         capsys.readouterr().out
         == f"waiting for the conversion of x.gguf: another process holds {path}\n"
     )
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    wait_for_another(path, "for the conversion of x.gguf")
+    assert capsys.readouterr().out == ""
+    monkeypatch.delenv("LOCAL_RANK")
     with waiting_lock(path, "for nothing"):  # free: nothing said
         pass
     assert capsys.readouterr().out == ""
