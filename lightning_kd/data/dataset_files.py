@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_kd.data.saved_datasets import saved_empty
-from lightning_kd.models.sources import remembered_file_digest
+from lightning_kd.models.cache_places import remembered_file_digest
 
 SAVED_MARKERS = ("state.json", "dataset_dict.json")
 """Files ``save_to_disk`` writes at a dataset's (``state.json``) or a split dict's top."""

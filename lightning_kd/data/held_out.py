@@ -24,7 +24,7 @@ from lightning_kd.data.dataset_source import DatasetSource
 from lightning_kd.data.domains import members
 from lightning_kd.data.errors import DataError
 from lightning_kd.data.reading import expand_files, prompt_lines
-from lightning_kd.models.sources import remembered_file_digest
+from lightning_kd.models.cache_places import remembered_file_digest
 from lightning_kd.utils.refusal import refuse
 
 

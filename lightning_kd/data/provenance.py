@@ -29,7 +29,7 @@ from torch import Tensor
 from lightning_kd.data.dataset_files import local_files
 from lightning_kd.data.dataset_source import DatasetSource
 from lightning_kd.data.reading import EMBEDDED
-from lightning_kd.models.sources import remembered_file_digest
+from lightning_kd.models.cache_places import remembered_file_digest
 
 
 def examples_digest(examples: Iterable[Any]) -> str:

