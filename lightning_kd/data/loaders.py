@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Callable, Iterator
+from itertools import islice
 
 import torch
 from lightning.fabric.utilities.seed import pl_worker_init_function
@@ -171,13 +172,16 @@ def sharded_loader(
 
 
 def passes_over(
-    loader: DataLoader, passes: int, device: torch.device
+    loader: DataLoader, passes: int, device: torch.device, ended: int = 0, into: int = 0
 ) -> Iterator[Iterator[dict[str, Tensor]]]:
     """``passes`` iterations of ``loader`` (its sampler's epoch set to each pass's number), each
-    batch's tensors moved to ``device``."""
-    for number in range(passes):
+    batch's tensors moved to ``device``; a resumed repair's from its pass ``ended`` on (the
+    passes it ended left out), that pass from its batch ``into`` (all of it read: none)."""
+    for number in range(ended, passes):
         loader.sampler.set_epoch(number)
-        yield (on_device(batch, device) for batch in loader)
+        skip = into if number == ended else 0
+        left = iter(()) if skip >= len(loader) else islice(loader, skip, None)
+        yield (on_device(batch, device) for batch in left)
 
 
 def on_device(batch: dict[str, Tensor], device: torch.device) -> dict[str, Tensor]:

@@ -25,11 +25,12 @@ import signal
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
+from lightning_kd.distill.repair_progress import RepairProgress, RepairReport, all_reduced
 from lightning_kd.losses.features import get_feature_loss, masked_feature_sum
 from lightning_kd.models.capture import ModuleCapture, capture_step, resolve_module
 from lightning_kd.models.heads import final_hidden
@@ -52,42 +53,6 @@ class Span:
     @property
     def teacher_paths(self) -> list[str]:
         return [self.target] if self.source is None else [self.source, self.target]
-
-
-@dataclass
-class RepairReport:
-    """What a repair did: per repaired layer, the mean loss over its first and its last pass."""
-
-    layers: list[str]
-    passes: int
-    steps: int
-    seconds: float = 0.0
-    first: list[float] = field(default_factory=list)
-    last: list[float] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "passes": self.passes,
-            "steps": self.steps,
-            "seconds": self.seconds,
-            "layers": self.layers,
-            "loss_first_pass": self.first,
-            "loss_last_pass": self.last,
-        }
-
-    @classmethod
-    def from_dict(cls, saved: dict) -> RepairReport:
-        """The report :meth:`as_dict` wrote (a checkpoint keeps it for a resumed run)."""
-        names = {"loss_first_pass": "first", "loss_last_pass": "last"}
-        return cls(**{names.get(key, key): value for key, value in saved.items()})
-
-    def line(self) -> str:
-        losses = ", ".join(f"{a:.3f}→{b:.3f}" for a, b in zip(self.first, self.last, strict=True))
-        return (
-            f"blockwise repair: {len(self.layers)} student layers, {self.passes} passes "
-            f"({self.steps} steps) in {self.seconds:.1f} s; feature loss per layer, first pass → "
-            f"last: {losses}"
-        )
 
 
 def repair_plan(distiller) -> list[Span]:
@@ -214,14 +179,6 @@ def repair_sums(
     return sums, mask.sum()
 
 
-def all_reduced(value: Tensor) -> Tensor:
-    """The sum of ``value`` over ranks (itself outside ``torch.distributed``)."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        value = value.clone()
-        torch.distributed.all_reduce(value)
-    return value
-
-
 def schedule(steps: int) -> Callable[[int], float]:
     """Linear warmup over :data:`WARMUP` of ``steps``, then cosine decay to 0."""
     warmup = max(1, round(WARMUP * steps))
@@ -240,12 +197,29 @@ def step(total: Tensor, count: Tensor, params: list[Tensor], optimizer) -> None:
     optimizer.step()
 
 
-def stop_if_asked(stop: Callable[[], bool] | None, done: int, steps: int) -> None:
-    """Raise :class:`Interrupted` after step ``done`` of ``steps`` if ``stop()`` says so (a
-    repair half done is not kept: the run that starts again repairs from the copied layers)."""
-    if stop is not None and stop():
-        where = f"after step {done} of {steps}"
-        raise Interrupted(STOP.signum or signal.SIGTERM, "in the block-wise repair", where)
+def repaired_parameters(distiller, spans: list[Span]) -> dict[str, nn.Parameter]:
+    """The trainable parameters of the repaired student layers, by their path in the student."""
+    return {
+        f"{span.student}.{name}": param
+        for span in spans
+        for name, param in resolve_module(
+            distiller.student, span.student, "student"
+        ).named_parameters()
+        if param.requires_grad
+    }
+
+
+def optimization(
+    params: dict[str, nn.Parameter], lr: float, report: RepairReport, resumed: Resumable | None
+):
+    """The repair's AdamW, its schedule over ``report.steps`` and its progress: a stopped
+    repair's, restored, where ``resumed`` holds one."""
+    optimizer = torch.optim.AdamW(list(params.values()), lr=lr, weight_decay=0.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule(report.steps))
+    if resumed is None or resumed.saved is None:
+        return optimizer, scheduler, RepairProgress(report)
+    saved, rank = resumed.saved, resumed.rank
+    return optimizer, scheduler, RepairProgress.restore(saved, params, optimizer, scheduler, rank)
 
 
 def repair(
@@ -255,46 +229,67 @@ def repair(
     lr: float,
     forward_context: Callable[[], AbstractContextManager] = nullcontext,
     stop: Callable[[], bool] | None = None,
+    resumed: Resumable | None = None,
 ) -> RepairReport:
     """Repair the distiller's student in place over ``passes`` (each an iterable of batches on the
     student's device; ``steps`` batches in all) with AdamW at ``lr``; returns the report.
 
     ``stop()``, asked after each step (on every rank: it may be a collective), says whether to
-    abandon the repair: it raises :class:`~lightning_kd.utils.stopping.Interrupted`. A repair
-    half done is not kept; the run that starts again repairs from the copied layers."""
+    stop: it raises :class:`~lightning_kd.utils.stopping.Interrupted`. ``resumed`` goes on from
+    a stopped repair's saved progress (``passes`` then holds the batches it had left) and keeps
+    this one's, every ``resumed.every`` steps and at a stop."""
     spans = repair_plan(distiller)
     report = RepairReport([s.student for s in spans], 0, steps)
     if not spans:
         return report
-    params = [
-        p
-        for s in spans
-        for p in resolve_module(distiller.student, s.student, "student").parameters()
-        if p.requires_grad
-    ]
-    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule(steps))
-    start, done, was_training = time.perf_counter(), 0, distiller.training
+    params = repaired_parameters(distiller, spans)
+    optimizer, scheduler, progress = optimization(params, lr, report, resumed)
+    start, was_training = time.perf_counter() - progress.report.seconds, distiller.training
     captures = Captures.of(distiller, spans)
     distiller.train()
     try:
         for batches in passes:
-            totals, tokens = None, 0
             for batch in batches:
                 with forward_context():
                     sums, count = repair_sums(distiller, spans, batch, captures)
                 sums = torch.stack(sums)
-                step(sums.sum(), count, params, optimizer)
+                step(sums.sum(), count, list(params.values()), optimizer)
                 scheduler.step()
-                totals = sums.detach().double() + (0 if totals is None else totals)
-                tokens, done = tokens + count.double(), done + 1
-                stop_if_asked(stop, done, steps)
-            means = (all_reduced(totals) / all_reduced(tokens).clamp(min=1)).tolist()
-            report.first = report.first or means
-            report.last, report.passes = means, report.passes + 1
+                progress.add(sums, count)
+                asked = stop is not None and stop()
+                if resumed is not None and resumed.due(progress.done, steps, asked):
+                    seconds = time.perf_counter() - start
+                    resumed.keep(progress.state(params, optimizer, scheduler, seconds))
+                if asked:
+                    where = f"after step {progress.done} of {steps}"
+                    raise Interrupted(STOP.signum or signal.SIGTERM, STAGE, where)
+            progress.end_pass()
     finally:
         optimizer.zero_grad(set_to_none=True)
         captures.remove()
         distiller.train(was_training)
-    report.steps, report.seconds = done, time.perf_counter() - start
+    report = progress.report
+    report.steps, report.seconds = progress.done, time.perf_counter() - start
     return report
+
+
+STAGE = "in the block-wise repair"
+"""Where a stop in the repair says it stopped."""
+
+
+@dataclass
+class Resumable:
+    """How a repair keeps its progress, and the progress a stopped one left."""
+
+    keep: Callable[[dict], None]
+    """Called with :meth:`RepairProgress.state` on every rank (it is a collective)."""
+    every: int
+    """Steps between keeps (besides the one at a stop)."""
+    saved: dict | None = None
+    """A stopped repair's progress to go on from, or None."""
+    rank: int = 0
+
+    def due(self, done: int, steps: int, stopping: bool) -> bool:
+        """Whether the progress is kept after step ``done`` of ``steps``: every ``every``
+        steps, at the end (a stop before training's first step loses none), at a stop."""
+        return stopping or done % self.every == 0 or done == steps

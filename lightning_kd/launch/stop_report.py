@@ -12,7 +12,7 @@ from lightning_kd.data.errors import DataError
 from lightning_kd.launch.cluster_jobs import job_rerun
 from lightning_kd.launch.config import config_options, task_overrides
 from lightning_kd.launch.nodes import launcher
-from lightning_kd.training.checkpoints import LAST_NAME
+from lightning_kd.training.checkpoints import LAST_NAME, REPAIR_NAME
 from lightning_kd.training.finite import NonFiniteError
 from lightning_kd.training.peers import PeerLost
 from lightning_kd.training.rerun import restart_command, restart_extra, resume_command
@@ -61,6 +61,8 @@ def stop_report(
             restart = started_again(command, overrides, output_dir)
             return unseen_checkpoint(why, resume_with, last, resume, restart)
         return f"\n{why}\nThe latest checkpoint is {last}{at}. {resume_with}{where()}:\n  {resume}"
+    if (repair := last.with_name(REPAIR_NAME)).is_file() and not diverged:
+        return repair_kept(why, resume_with, repair, command, overrides, output_dir)
     again = "Start again with"
     if diverged:
         overrides, again = lower_rate(overrides, lr), f"Start again with {RATE}, with"
@@ -68,6 +70,19 @@ def stop_report(
     return (
         f"\n{why}\nNo checkpoint was written: there is nothing to resume from. {again}"
         f"{where()}:\n  {restart}"
+    )
+
+
+def repair_kept(
+    why: str, resume_with: str, repair: Path, command, overrides: list[str], output_dir: Path
+) -> str:
+    """What a run stopped before its first checkpoint says where its block-wise repair kept its
+    progress (``repair``): the command goes on from it."""
+    resume = job_rerun(command, overrides, output_dir, "ckpt_path=last")
+    resume = resume or resume_command(command, overrides, output_dir)
+    return (
+        f"\n{why}\nNo checkpoint was written yet; the block-wise repair's progress is kept in "
+        f"{repair}. {resume_with} (the repair goes on from there){where()}:\n  {resume}"
     )
 
 

@@ -228,7 +228,9 @@ def run(cfg: DictConfig, command: Sequence[str] = COMMAND) -> float | None:
     own = is_own_checkpoint(ckpt_path, output_dir)
     if own:
         check_work_left(ckpt_path, cfg.trainer, output_dir)
-    with STOP.installed(), claim_run_dir(output_dir, resuming=own, overwrite=cfg.overwrite):
+    repairing = cfg.ckpt_path is not None and ckpt_path is None  # goes on with its repair.pt
+    resuming = own or repairing
+    with STOP.installed(), claim_run_dir(output_dir, resuming=resuming, overwrite=cfg.overwrite):
         if is_rank_zero() and ckpt_path is None:  # a resume's: once its checkpoint is accepted
             record_job(cfg, output_dir)  # only now that the directory is this launch's
         try:

@@ -33,6 +33,8 @@ from lightning_kd.utils.disk import disk_errors
 LAST = "last"
 """``ckpt_path`` value meaning "this run directory's latest checkpoint"."""
 LAST_NAME = "last.ckpt"
+REPAIR_NAME = "repair.pt"
+"""Beside ``last.ckpt``: a stopped block-wise repair's progress, until the first checkpoint."""
 
 RESUME = (
     "resume with ckpt_path=last (the last checkpoint written whole is kept; a checkpoint is "
@@ -54,7 +56,8 @@ DEEPSPEED_TAG = "latest"
 def resolve_ckpt_path(ckpt_path: str | None, checkpoint_dir: Path) -> Path | None:
     """The local checkpoint file ``ckpt_path`` names, checked to exist and look whole.
 
-    ``last`` is ``checkpoint_dir/last.ckpt``. Remote paths are refused: Lightning loads them
+    ``last`` is ``checkpoint_dir/last.ckpt`` (None before it where a stopped repair's
+    ``repair.pt`` is there: ``training/repair.py``). Remote paths are refused: Lightning loads them
     through fsspec with ``weights_only=False``, so a crafted file would run code.
     """
     if ckpt_path is None:
@@ -67,6 +70,8 @@ def resolve_ckpt_path(ckpt_path: str | None, checkpoint_dir: Path) -> Path | Non
             "comes from, and pass the local path"
         )
     path = checkpoint_dir / LAST_NAME if text == LAST else Path(text).expanduser()
+    if text == LAST and not path.exists() and (checkpoint_dir / REPAIR_NAME).is_file():
+        return None  # stopped in the block-wise repair: the fit starts, the repair goes on
     if not path.exists():
         where = (
             f"; this run directory has no checkpoint yet ({checkpoint_dir}). ckpt_path=last "

@@ -26,7 +26,7 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import Checkpoint
 from lightning.pytorch.trainer.states import TrainerFn
 
-from lightning_kd.training.checkpoints import LAST_NAME
+from lightning_kd.training.checkpoints import LAST_NAME, REPAIR_NAME
 from lightning_kd.training.finite import NonFiniteError, check_finite_model
 from lightning_kd.training.kept_checkpoints import (
     BEST_NAME,
@@ -247,6 +247,7 @@ class LastCheckpoint(Checkpoint):
         self.saved_step = trainer.global_step
         if trainer.is_global_zero:  # after save_checkpoint's barrier: every rank's part is in
             keep_step(self.dirpath, self.saved_step, self.keep)
+            (self.dirpath / REPAIR_NAME).unlink(missing_ok=True)  # its repair: in last.ckpt
         for logger in trainer.loggers:  # the logs on disk match the checkpoint
             logger.save()
 

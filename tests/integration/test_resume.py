@@ -248,21 +248,35 @@ REPAIR_SIGNALS = {"SIGTERM": "SIGTERM", "SIGINT": pytest.param("SIGINT", marks=p
 
 
 @pytest.mark.parametrize("name", REPAIR_SIGNALS.values(), ids=REPAIR_SIGNALS.keys())
-def test_a_signal_in_the_repair_stops_it_and_the_printed_command_starts_again(
+def test_a_signal_in_the_repair_keeps_its_progress_and_the_printed_command_goes_on(
     tmp_path: Path, name: str
 ) -> None:
-    run_dir = tmp_path / "run"
+    """No training checkpoint exists in the repair: a run stopped there began it again from the
+    copied layers, every time (probe 47). Its progress is kept, and the resume ends with the
+    uninterrupted run's student, bit for bit."""
+    run_dir, whole_dir = tmp_path / "run", tmp_path / "whole"
     repair = ["debug=smoke", "distill.blockwise_passes=2"]
     send = f"+callbacks.signal={{_target_: tests.helpers.SignalAtFitStart, signal: {name}}}"
     result = run_cli(*repair, send, f"hydra.run.dir={run_dir}")
     assert result.returncode == 128 + getattr(signal, name), result.stderr[-3000:]
     assert f"{name} received: stopped in the block-wise repair (after step 1 of" in result.stdout
-    assert "No checkpoint was written" in result.stdout
+    assert "the block-wise repair's progress is kept in" in result.stdout
 
-    again = run_printed(printed_command(result.stdout, "Start again with:\n"))
+    changed = run_cli(
+        *repair[:1], "distill.blockwise_passes=3", f"hydra.run.dir={run_dir}", "ckpt_path=last"
+    )
+    assert changed.returncode != 0 and "holds a block-wise repair of other settings" in (
+        changed.stdout + changed.stderr
+    )
+    again = run_printed(printed_command(result.stdout, "(the repair goes on from there):\n"))
     assert again.returncode == 0, again.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["blockwise"]["passes"] == 2 and summary["steps"] == 6
+    assert not (run_dir / "checkpoints" / "repair.pt").exists()  # in last.ckpt now
+    whole = run_cli(*repair, f"hydra.run.dir={whole_dir}")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    ours, theirs = (load_file(d / "student" / "model.safetensors") for d in (run_dir, whole_dir))
+    assert all(torch.equal(ours[key], theirs[key]) for key in theirs)
 
 
 def test_a_resumed_run_reports_the_repair_its_student_had(tmp_path: Path) -> None:

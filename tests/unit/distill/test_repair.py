@@ -94,6 +94,56 @@ def test_repair_lowers_each_layers_loss_and_moves_nothing_else(corpus) -> None:
     assert distiller.training
 
 
+class StopAfter:
+    """A repair's ``stop``: yes after step ``steps`` (asked once a step)."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps, self.asked = steps, 0
+
+    def __call__(self) -> bool:
+        self.asked += 1
+        return self.asked == self.steps
+
+
+def repaired(corpus, stop_after: int | None = None, saved: dict | None = None):
+    """The student's repaired layer and the report of a 3-pass repair, or of one stopped after
+    step ``stop_after`` (then the progress it kept), or of one going on from ``saved``."""
+    from lightning_kd.distill.repair import Resumable
+    from lightning_kd.utils.stopping import Interrupted
+
+    distiller = distiller_for(StudentSpec(layers=[0, 1, 3]))
+    datamodule = make_datamodule([corpus])
+    datamodule.setup()
+    loader = sharded_loader(datamodule.train_dataloader(), 1, 0)
+    kept: list[dict] = []
+    resumed = Resumable(kept.append, every=1000, saved=saved)
+    done, ended = (saved["done"], saved["report"]["passes"]) if saved else (0, 0)
+    batches = passes_over(loader, 3, torch.device("cpu"), ended, done - ended * len(loader))
+    stop = None if stop_after is None else StopAfter(stop_after)
+    try:
+        report = repair(distiller, batches, 3 * len(loader), 1e-3, stop=stop, resumed=resumed)
+    except Interrupted:
+        return None, None, kept[-1]
+    return distiller.student.model.layers[1].state_dict(), report, kept
+
+
+@pytest.mark.parametrize("stop_after", [2, "pass"])
+def test_a_stopped_repair_goes_on_from_what_it_kept_exactly(corpus, stop_after) -> None:
+    """No training checkpoint holds a repair: a run stopped in it began it again from the
+    copied layers, every time (probe 47). Stopped mid-pass, or after a pass's last batch
+    (before its means are taken), it goes on to the same weights and report."""
+    whole, report, kept = repaired(corpus)
+    assert kept[-1]["done"] == report.steps  # kept at its end too: a stop before step 1 loses none
+    per_pass = report.steps // 3
+    _, _, saved = repaired(corpus, stop_after=per_pass if stop_after == "pass" else stop_after)
+    again, resumed_report, _ = repaired(corpus, saved=saved)
+    for key, value in whole.items():
+        assert torch.equal(again[key], value), key
+    assert (resumed_report.passes, resumed_report.steps) == (report.passes, report.steps)
+    assert resumed_report.first == pytest.approx(report.first)
+    assert resumed_report.last == pytest.approx(report.last)
+
+
 def test_activation_checkpointing_repairs_the_same(corpus) -> None:
     """The checkpointed layer's re-forward in backward is fed the same teacher state."""
     results = []
