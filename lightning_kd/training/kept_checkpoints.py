@@ -3,9 +3,10 @@
 and value), so a run that went wrong on day 3 can go back to day 2 (probe 47).
 
 Each is a hard link to the ``last.ckpt`` just written where the filesystem has them: no second
-copy on disk until ``last.ckpt`` moves on (it is written whole beside itself and renamed over,
-so the link keeps the old file). A checkpoint that is a directory (DeepSpeed's, FSDP's sharded)
-is copied: its files are rewritten in place by the next save.
+copy on disk until ``last.ckpt`` moves on (``SafeCheckpointIO`` writes it whole beside itself
+and renames it over, so the link keeps the old file). A checkpoint that is a directory
+(DeepSpeed's, FSDP's sharded), or one written by another checkpoint IO (which may rewrite the
+file in place), is copied.
 
 Rolling back (a resume from a kept checkpoint before ``last.ckpt``) sets the checkpoints of the
 abandoned steps, and the log as it stood, aside in ``checkpoints/abandoned-after-step-<N>/``:
@@ -46,13 +47,15 @@ def kept_steps(dirpath: Path) -> dict[int, Path]:
     return dict(sorted(found.items()))
 
 
-def keep_as(source: Path, target: Path) -> None:
+def keep_as(source: Path, target: Path, link: bool = True) -> None:
     """``target`` made the checkpoint ``source`` is, whole or not at all: a hard link for a file
-    (a copy where links are refused), a copy for a directory."""
+    where ``link`` (a copy where links are refused), a copy for a directory."""
     temp = target.with_name(f".{target.name}.keeping")
     remove(temp)
     if source.is_dir():
         shutil.copytree(source, temp)
+    elif not link:
+        shutil.copyfile(source, temp)
     else:
         try:
             os.link(source, temp)
@@ -70,12 +73,12 @@ def remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def keep_step(dirpath: Path, step: int, keep: int) -> None:
+def keep_step(dirpath: Path, step: int, keep: int, link: bool = True) -> None:
     """Keep ``dirpath/last.ckpt`` (just written for ``step``) as ``step-<step>.ckpt`` and remove
     the kept checkpoints beyond the ``keep`` most recent (``-1``: every one is kept)."""
     if keep == 0:
         return
-    keep_as(dirpath / LAST_NAME, dirpath / step_name(step))
+    keep_as(dirpath / LAST_NAME, dirpath / step_name(step), link)
     if keep > 0:
         for old in list(kept_steps(dirpath).values())[:-keep]:
             remove(old)
@@ -100,7 +103,7 @@ def read_best(dirpath: Path) -> dict | None:
     return record if isinstance(record, dict) else None
 
 
-def keep_best(dirpath: Path, metric: str, value: float, step: int) -> None:
+def keep_best(dirpath: Path, metric: str, value: float, step: int, link: bool = True) -> None:
     """Keep ``dirpath/last.ckpt`` (of optimizer step ``step``, whose validation gave ``value``
     of ``metric``) as ``best.ckpt`` where it improves on the best kept so far."""
     record = read_best(dirpath)
@@ -108,7 +111,7 @@ def keep_best(dirpath: Path, metric: str, value: float, step: int) -> None:
         record = None  # another metric chosen since: the best is this one's
     if not better(metric, value, None if record is None else record.get("value")):
         return
-    keep_as(dirpath / LAST_NAME, dirpath / BEST_NAME)
+    keep_as(dirpath / LAST_NAME, dirpath / BEST_NAME, link)
     text = json.dumps({"metric": metric, "value": value, "step": step}, indent=1) + "\n"
     atomic_write_bytes(dirpath / BEST_RECORD, text.encode())
 

@@ -26,7 +26,7 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import Checkpoint
 from lightning.pytorch.trainer.states import TrainerFn
 
-from lightning_kd.training.checkpoints import LAST_NAME, REPAIR_NAME
+from lightning_kd.training.checkpoints import LAST_NAME, REPAIR_NAME, SafeCheckpointIO
 from lightning_kd.training.finite import NonFiniteError, check_finite_model
 from lightning_kd.training.kept_checkpoints import (
     BEST_NAME,
@@ -56,6 +56,12 @@ def agreed(trainer: Trainer) -> Callable[[bool], bool]:
         return asked
 
     return any_rank
+
+
+def replaces_whole(trainer: Trainer) -> bool:
+    """Whether ``trainer`` writes a checkpoint beside the old one and renames it over (a hard
+    link to the old one stays whole); another checkpoint IO may rewrite it in place."""
+    return isinstance(trainer.strategy.checkpoint_io, SafeCheckpointIO)
 
 
 class LastCheckpoint(Checkpoint):
@@ -208,7 +214,8 @@ class LastCheckpoint(Checkpoint):
     def _keep_if_best(self, trainer: Trainer) -> None:
         value = trainer.callback_metrics.get(self.monitor) if self.monitor else None
         if value is not None and trainer.is_global_zero and self.saved_step is not None:
-            keep_best(self.dirpath, self.monitor, float(value), self.saved_step)
+            link = replaces_whole(trainer)
+            keep_best(self.dirpath, self.monitor, float(value), self.saved_step, link)
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self.save(trainer, pl_module)
@@ -246,7 +253,7 @@ class LastCheckpoint(Checkpoint):
         trainer.save_checkpoint(self.path, weights_only=False)
         self.saved_step = trainer.global_step
         if trainer.is_global_zero:  # after save_checkpoint's barrier: every rank's part is in
-            keep_step(self.dirpath, self.saved_step, self.keep)
+            keep_step(self.dirpath, self.saved_step, self.keep, replaces_whole(trainer))
             (self.dirpath / REPAIR_NAME).unlink(missing_ok=True)  # its repair: in last.ckpt
         for logger in trainer.loggers:  # the logs on disk match the checkpoint
             logger.save()

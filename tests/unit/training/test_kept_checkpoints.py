@@ -48,6 +48,15 @@ def test_the_most_recent_are_kept_as_links_to_what_last_ckpt_was(tmp_path) -> No
     assert list(kept_steps(tmp_path)) == [6, 8, 10, 12, 14]
 
 
+def test_a_checkpoint_io_that_may_rewrite_in_place_gets_copies(tmp_path) -> None:
+    """Lightning's own TorchCheckpointIO truncates last.ckpt and writes it again: a hard link to
+    it would have become the next step's checkpoint."""
+    write_last(tmp_path, 2)
+    keep_step(tmp_path, 2, keep=-1, link=False)
+    assert not (tmp_path / "step-2.ckpt").samefile(tmp_path / "last.ckpt")
+    assert torch.load(tmp_path / "step-2.ckpt")["global_step"] == 2
+
+
 def test_a_checkpoint_directory_is_copied_not_linked(tmp_path) -> None:
     """DeepSpeed rewrites the files of its checkpoint directory in place: a link would follow."""
     (tmp_path / "last.ckpt").mkdir()
