@@ -10,6 +10,7 @@ from typing import Any
 LOGGER_PACKAGES: dict[str, tuple[str, tuple[str, ...], str]] = {
     "TensorBoardLogger": ("tensorboard", ("tensorboard", "tensorboardX"), "tensorboard"),
     "MLFlowLogger": ("mlflow", ("mlflow",), "mlflow"),
+    "MLflowRunLogger": ("mlflow", ("mlflow",), "mlflow"),  # logger=mlflow (training/mlflow_log)
     "WandbLogger": ("wandb", ("wandb",), "wandb"),
 }
 """Lightning logger class -> (its ``logger=`` option, modules any one of which it runs on, the

@@ -125,8 +125,9 @@ def test_a_missing_logger_package_is_named_before_anything_loads(hydra_conf, mon
     )
     errors = config_errors(compose_run("logger=[csv,mlflow]"))
     assert errors == [
-        "logger=mlflow (lightning.pytorch.loggers.MLFlowLogger) needs the mlflow package, which "
-        "is not installed: pip install mlflow (or choose another logger, e.g. logger=csv)"
+        "logger=mlflow (lightning_kd.training.mlflow_log.MLflowRunLogger) needs the mlflow "
+        "package, which is not installed: pip install mlflow (or choose another logger, e.g. "
+        "logger=csv)"
     ]
     assert config_errors(compose_run("logger=tensorboard")) == []
 
