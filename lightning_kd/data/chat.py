@@ -107,7 +107,8 @@ class ChatDataModule(TextDataModule):
         if tokenizer.chat_template is None:
             raise DataError(
                 f"the tokenizer ({type(tokenizer).__name__}) has no chat template; set "
-                "data.chat_template to one (a Jinja string or a file), or use data=text"
+                "data.chat_template to one (plain: User:/Assistant: lines, as for a base model "
+                "or debug=smoke's tiny teacher; a Jinja string; a file), or use data=text"
             )
         self.fields = ChatFields(messages_field, prompt_field, completion_field)
         self.teacher_answers = None if teacher_answers is None else Path(teacher_answers)

@@ -223,7 +223,9 @@ def test_a_template_whose_turns_are_not_prefixes_is_refused() -> None:
 
 def test_missing_template_and_missing_files_are_named(tmp_path) -> None:
     rows = write_rows(tmp_path / "c.jsonl", [{"messages": TURNS}] * 2)
-    with pytest.raises(ValueError, match=r"has no chat template; set data.chat_template"):
+    with pytest.raises(
+        ValueError, match=r"has no chat template; set data.chat_template to one \(plain: "
+    ):
         ChatDataModule(chat_tokenizer(None), files=[str(rows)])
     with pytest.raises(ValueError, match=r"set data.files=\[chats.jsonl\]"):
         ChatDataModule(chat_tokenizer(), files=None)
