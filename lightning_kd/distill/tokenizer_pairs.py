@@ -37,6 +37,16 @@ def teacher_tokenizer_for(
         return None
     if refusal := cross_refusal(distill, student, main):
         raise Refused(refusal)
+    if same_tokenizer(tokenizer, teacher_tokenizer):  # distill.cross_tokenizer=always, a check
+        log.info(
+            "tokenizers: the teacher's is the student's (%s, %d ids); "
+            "distill.cross_tokenizer=always takes the cross-tokenizer path, "
+            "distill.cross_loss=%s (docs/cross-tokenizer.md)",
+            tokenizer.name_or_path or type(tokenizer).__name__,
+            len(tokenizer),
+            distill.cross_loss,
+        )
+        return teacher_tokenizer
     log.info(  # the run would otherwise say nothing of it until val/aligned is logged
         "tokenizers: the teacher's (%s, %d ids) is not the student's (%s, %d ids; %s): "
         "cross-tokenizer distillation, distill.cross_loss=%s (docs/cross-tokenizer.md)",

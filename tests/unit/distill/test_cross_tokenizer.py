@@ -321,3 +321,19 @@ def test_a_teacher_by_domain_is_judged_on_its_own_domains_blocks(tmp_path, caplo
     refusal = r"tokenizer of teachers entry 'lower' spells back \d\.\d% of the first 8 .*'shouting'"
     with pytest.raises(Refused, match=refusal):
         judge_first_blocks(cross(), data, ["shouting"], "lower")
+
+
+def test_always_on_one_tokenizer_says_it_is_one(caplog) -> None:
+    """``distill.cross_tokenizer=always`` checks the path with one tokenizer: the run's first
+    line said the two differed in their normalizer or pre-tokenizer (probe 49)."""
+    import logging
+
+    from lightning_kd.distill.tokenizer_pairs import teacher_tokenizer_for
+    from lightning_kd.models.loading import TeacherSpec
+
+    teacher = TeacherSpec(path=None, config=dict(TINY_LLAMA))
+    distill = DistillConfig(cross_tokenizer="always", features=None, blockwise_passes=0)
+    with caplog.at_level(logging.INFO, logger="lightning_kd.distill.tokenizer_pairs"):
+        assert teacher_tokenizer_for(teacher, distill, byte_tokenizer()) is not None
+    assert "the teacher's is the student's" in caplog.text
+    assert "is not the student's" not in caplog.text
