@@ -240,10 +240,16 @@ class RunSummary:
 
 
 def tree_bytes(path: Path) -> int:
-    """Bytes of the files under ``path`` (a file's own size; 0 if it does not exist)."""
-    if path.is_file():
-        return path.stat().st_size
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
+    """Bytes of the files under ``path`` (a file's own size; 0 if it does not exist), each file
+    once however many hard links name it, as ``du`` counts: ``checkpoint.keep``'s checkpoints
+    are links to ``last.ckpt`` and took no more room."""
+    files = [path] if path.is_file() else path.rglob("*") if path.is_dir() else []
+    sizes = {}
+    for file in files:
+        if file.is_file():
+            status = file.stat()
+            sizes[status.st_dev, status.st_ino] = status.st_size
+    return sum(sizes.values())
 
 
 def run_bytes(run_dir: Path) -> int:

@@ -148,6 +148,21 @@ def test_the_run_directory_written_counts_what_the_run_wrote(tmp_path) -> None:
     assert written["run directory"]["bytes"] == 110 and written["student"]["bytes"] == 100
 
 
+def test_a_kept_checkpoint_linked_to_last_is_counted_once(tmp_path) -> None:
+    """checkpoint.keep's step-<N>.ckpt and best.ckpt are hard links to last.ckpt: summed per
+    name, one 1 MB checkpoint read as 3 MB written."""
+    import os
+
+    (tmp_path / "checkpoints").mkdir()
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    last.write_bytes(b"x" * 1000)
+    os.link(last, tmp_path / "checkpoints" / "step-4.ckpt")
+    os.link(last, tmp_path / "checkpoints" / "best.ckpt")
+    (tmp_path / "checkpoints" / "step-2.ckpt").write_bytes(b"x" * 1000)
+    written = summary.disk_use(tmp_path)
+    assert written["checkpoints"]["bytes"] == 2000 and written["run directory"]["bytes"] == 2000
+
+
 def test_several_teachers_agreement_and_kl_are_shown_per_teacher_by_name() -> None:
     """The unsuffixed rows were the main teacher's alone, unlabelled: a student three times as
     far from the second teacher read as unchanged (probe 26)."""
