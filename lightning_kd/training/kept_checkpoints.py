@@ -141,8 +141,10 @@ def set_aside_after(
         later += [path for path in (dirpath / BEST_NAME, dirpath / BEST_RECORD) if path.exists()]
     if not later:
         return None
-    aside = dirpath / f"abandoned-after-step-{step}"
-    aside.mkdir(exist_ok=True)
+    aside, again = dirpath / f"abandoned-after-step-{step}", 2
+    while aside.exists():  # rolled back to this step before: that branch is kept too
+        aside, again = dirpath / f"abandoned-after-step-{step}-{again}", again + 1
+    aside.mkdir()
     for path in later:
         os.replace(path, aside / path.name)
     if log is not None and log.is_file():

@@ -149,7 +149,7 @@ class LastCheckpoint(Checkpoint):
         if resumed is not None and resumed.is_file():
             keep_as(resumed, self.path)
         print(
-            f"rolled back to optimizer step {step}: the later checkpoints and the log as it "
+            f"\nrolled back to optimizer step {step}: the later checkpoints and the log as it "
             f"stood are kept in {aside}"
         )
         validated = getattr(pl_module, "validation_at", lambda _: None)(step) or {}

@@ -108,6 +108,12 @@ def test_a_rollback_sets_the_later_steps_aside_with_the_log(tmp_path) -> None:
     ]
     assert list(kept_steps(tmp_path)) == [2]
     assert set_aside_after(tmp_path, 2, tmp_path / "step-2.ckpt", log) is None  # nothing later
+    write_last(tmp_path, 4)  # the new branch reaches step 4, and is rolled back to 2 again
+    keep_step(tmp_path, 4, keep=-1)
+    again = set_aside_after(tmp_path, 2, tmp_path / "step-2.ckpt", log)
+    assert again == tmp_path / "abandoned-after-step-2-2"  # the first branch's stay whole
+    assert torch.load(aside / "step-4.ckpt")["global_step"] == 4
+    assert sorted(p.name for p in again.iterdir()) == ["last.ckpt", "metrics.csv", "step-4.ckpt"]
 
 
 def test_bad_settings_name_the_key_and_a_value(tmp_path) -> None:
