@@ -23,6 +23,7 @@ from omegaconf import DictConfig
 
 from lightning_kd.data.errors import DataError
 from lightning_kd.launch.auto import resolve
+from lightning_kd.launch.best_student import export_best
 from lightning_kd.launch.build import build
 from lightning_kd.launch.config import JobRecord, record_job
 from lightning_kd.launch.gguf_export import export_gguf
@@ -109,15 +110,18 @@ def train(
         stop = as_peer_lost(as_interrupted(err), trainer.global_rank, trainer.world_size)
         report_stop(stop, trainer, cfg, command)
         raise stop  # noqa: B904 (as_interrupted and as_peer_lost chained it)
+    best = None
     if cfg.export_student:
         export_student(module, output_dir / "student")
         export_gguf(cfg, output_dir / "student", FINISH_AGAIN)
+        best = export_best(module, output_dir, export_student)  # checkpoint.best's
     if resolved.teacher_cache is not None and trainer.is_global_zero:
         training = {pair.teacher for pair in module.distiller.layer_pairs}
         keep = bool(cfg.cache.get("keep_repair_states"))
         resolved.teacher_cache = drop_repair_states(resolved.teacher_cache, training, keep)
 
     summary = summarise(module, trainer, resolved, module.before, after, timer)
+    summary.best = best
     try:
         if trainer.is_global_zero:  # lm_eval.tasks: on the exported student, once
             summary.lm_eval = evaluate_run(cfg, output_dir / "student", trainer)

@@ -41,6 +41,7 @@ OUTPUTS = (
     "checkpoints",
     "logs",
     "student",
+    "student-best",
     "summary.json",
     "summary.md",
     "importance.json",

@@ -124,6 +124,9 @@ class RunSummary:
     stopped_by: str | None = None
     """What ended it so: ``early_stopping`` (the run is finished) or ``max_time`` (it is not:
     ``ckpt_path=last`` with a larger ``trainer.max_time`` goes on)."""
+    best: dict | None = None
+    """``checkpoint.best``'s checkpoint: its ``metric``, ``value`` and ``step``, and where its
+    ``student`` is (``student-best``; ``student`` where it is the final one)."""
     written: dict[str, dict] = field(default_factory=dict)
     """What the run left on disk: ``{what: {"path": ..., "bytes": ...}}`` (:func:`disk_use`)."""
 
@@ -221,6 +224,9 @@ class RunSummary:
         if self.blockwise is not None:
             repaired = f"{self.blockwise['passes']} passes, {self.blockwise['seconds']:.1f} s"
             rows.append(("block-wise repair before training", "", repaired))
+        if self.best is not None:
+            best = f"step {self.best['step']}, {self.best['metric']} {self.best['value']:.6g}"
+            rows.append(("best checkpoint", "", f"{best}: {self.best['student']}"))
         if self.peak_cuda_mb is not None:
             rows.append(("peak CUDA memory (MB)", "", f"{self.peak_cuda_mb:.0f}"))
         if self.importance is not None:
@@ -273,7 +279,7 @@ def disk_use(
     named apart) and, where it wrote into a teacher cache, those bytes and its path (each
     ``teachers`` entry's too, by name; a cache it only read is not listed)."""
     written = {"run directory": {"path": str(output_dir), "bytes": run_bytes(output_dir)}}
-    for part in ("checkpoints", "student"):
+    for part in ("checkpoints", "student", "student-best"):
         if (output_dir / part).exists():
             written[part] = {"path": str(output_dir / part), "bytes": tree_bytes(output_dir / part)}
     for gguf in sorted(output_dir.glob("student.*.gguf")):  # export.gguf's files

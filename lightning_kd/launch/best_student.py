@@ -1,0 +1,54 @@
+"""``checkpoint.best``: the best validation's student, exported beside the final one.
+
+``checkpoints/best.ckpt`` holds a training state; what a run ships is a ``save_pretrained``
+student, and none could be had from that checkpoint without training code of one's own (the
+frozen layers a LoRA student leaves out of its checkpoints included). Once the final student is
+exported, the best one is too, as ``student-best/``, where it is another step's: its weights are
+loaded into the run's student (whose frozen ones it shares) and exported the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
+
+from lightning_kd.training.checkpoint_files import load_local
+from lightning_kd.training.checkpoints import STUDENT_PREFIX
+from lightning_kd.training.kept_checkpoints import BEST_NAME, read_best
+
+BEST_DIR = "student-best"
+"""The best validation's student in the run directory (``checkpoint.best``)."""
+
+
+def export_best(module, output_dir: Path, export: Callable[[object, Path], None]) -> dict | None:
+    """Export ``checkpoints/best.ckpt``'s student into ``output_dir/student-best`` with
+    ``export`` (as the final student was) where it is not the final student; ``best.json``'s
+    record with where that student is (``student/`` for the final one), or None without one.
+    The run's student holds the best weights afterwards."""
+    checkpoints = output_dir / "checkpoints"
+    record, trainer = read_best(checkpoints), module.trainer
+    if record is None or not (checkpoints / BEST_NAME).is_file():
+        return None
+    if record.get("step") == trainer.global_step:
+        return record | {"student": "student"}
+    if not isinstance(trainer.strategy, SingleDeviceStrategy | DDPStrategy):
+        return record | {"student": f"not exported under {type(trainer.strategy).__name__}"}
+    state = load_local(checkpoints / BEST_NAME, "cpu")["state_dict"]
+    weights = {
+        key.removeprefix(STUDENT_PREFIX): value
+        for key, value in state.items()
+        if key.startswith(STUDENT_PREFIX)
+    }
+    student = module.distiller.student
+    trainable = {name for name, param in student.named_parameters() if param.requires_grad}
+    loaded = student.load_state_dict(weights, strict=False)  # the frozen: the run's own
+    wrong = loaded.unexpected_keys + sorted(trainable & set(loaded.missing_keys))
+    if wrong:
+        raise ValueError(
+            f"{checkpoints / BEST_NAME} does not hold this run's student (keys {wrong[:3]}): it "
+            "was not written by this run"
+        )
+    export(module, output_dir / BEST_DIR)
+    return record | {"student": BEST_DIR}
