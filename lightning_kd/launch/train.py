@@ -110,11 +110,7 @@ def train(
         stop = as_peer_lost(as_interrupted(err), trainer.global_rank, trainer.world_size)
         report_stop(stop, trainer, cfg, command)
         raise stop  # noqa: B904 (as_interrupted and as_peer_lost chained it)
-    best = None
-    if cfg.export_student:
-        export_student(module, output_dir / "student")
-        export_gguf(cfg, output_dir / "student", FINISH_AGAIN)
-        best = export_best(module, output_dir, export_student)  # checkpoint.best's
+    best = export_students(cfg, module, output_dir)
     if resolved.teacher_cache is not None and trainer.is_global_zero:
         training = {pair.teacher for pair in module.distiller.layer_pairs}
         keep = bool(cfg.cache.get("keep_repair_states"))
@@ -181,6 +177,16 @@ def summarise(module, trainer: L.Trainer, resolved, before: dict, after: dict, t
         stopped_early=stopped_early,
         stopped_by=stopped_by,
     )
+
+
+def export_students(cfg: DictConfig, module, output_dir: Path) -> dict | None:
+    """The final student (with ``export.gguf``'s file), then ``checkpoint.best``'s beside it;
+    the best one's record (None without ``checkpoint.best``, or ``export_student=false``)."""
+    if not cfg.export_student:
+        return None
+    export_student(module, output_dir / "student")
+    export_gguf(cfg, output_dir / "student", FINISH_AGAIN)
+    return export_best(module, output_dir, export_student)
 
 
 def export_student(module, directory: Path) -> None:
