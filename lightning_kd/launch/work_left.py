@@ -32,22 +32,11 @@ def check_work_left(ckpt_path: Path, trainer: Any, output_dir: Path) -> None:
     step, max_steps = checkpoint["global_step"], trainer.get("max_steps")
     summary = read_summary(output_dir)
     if summary is not None and max_steps is not None and 0 <= max_steps <= step:
-        raise RunDirError(
-            f"the run in {output_dir} is finished (optimizer step {step} of "
-            f"trainer.max_steps={max_steps}, summary.json written): there is nothing to resume. "
-            "Train it further with a larger trainer.max_steps (and resume_reset_optimizer=true "
-            "where the longer schedule changes the rate from here: any but scheduler=constant), "
-            "or start a new run"
-        )
+        raise finished(output_dir, f"optimizer step {step} of", "trainer.max_steps", max_steps)
     epochs, max_epochs = epochs_done(checkpoint), trainer.get("max_epochs")
     if summary is not None and max_epochs is not None and 0 <= max_epochs <= epochs:
-        raise RunDirError(
-            f"the run in {output_dir} is finished (epoch {epochs} of trainer.max_epochs="
-            f"{max_epochs}, optimizer step {step}, summary.json written): there is nothing to "
-            "resume. Train it further with a larger trainer.max_epochs (and "
-            "resume_reset_optimizer=true where the longer schedule changes the rate from here: "
-            "any but scheduler=constant), or start a new run"
-        )
+        at = f"optimizer step {step}, epoch {epochs} of"
+        raise finished(output_dir, at, "trainer.max_epochs", max_epochs)
     if summary is not None and summary.get("stopped_by") == EARLY_STOPPING:
         raise RunDirError(
             f"the run in {output_dir} is finished: early stopping ended it at optimizer step "
@@ -62,6 +51,16 @@ def check_work_left(ckpt_path: Path, trainer: Any, output_dir: Path) -> None:
             f"{step}, and Lightning counts every launch's time together. Resume with a larger "
             "trainer.max_time, or without one"
         )
+
+
+def finished(output_dir: Path, at: str, key: str, limit: int) -> RunDirError:
+    """The refusal of a resume of the finished run in ``output_dir``, at its ``key``'s end."""
+    return RunDirError(
+        f"the run in {output_dir} is finished ({at} {key}={limit}, summary.json written): "
+        f"there is nothing to resume. Train it further with a larger {key} (and "
+        "resume_reset_optimizer=true where the longer schedule changes the rate from here: any "
+        "but scheduler=constant), or start a new run"
+    )
 
 
 def epochs_done(checkpoint: dict) -> int:
