@@ -69,9 +69,8 @@ def test_a_run_at_max_epochs_is_finished(tmp_path) -> None:
     no step, exit 0, and rewrote its summary and student (probe 47)."""
     last = run_dir(tmp_path, 9, {"stopped_by": None}, epochs=3)
     bounded = trainer(max_steps=-1, max_epochs=3)
-    with pytest.raises(RunDirError, match=r"finished \(optimizer step 9, epoch 3 of trainer.max_epochs=3"):
-        RunDirError, match=r"is finished \(optimizer step 9, epoch 3 of trainer.max_epochs=3, summ"
-    ):
+    finished = r"is finished \(optimizer step 9, epoch 3 of trainer.max_epochs=3, summary"
+    with pytest.raises(RunDirError, match=finished):
         check_work_left(last, bounded, tmp_path)
     check_work_left(last, trainer(max_steps=-1, max_epochs=4), tmp_path)  # extended
     check_work_left(last, trainer(max_steps=-1, max_epochs=None), tmp_path)  # by steps
