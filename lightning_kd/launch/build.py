@@ -126,7 +126,7 @@ def build_trainer(cfg: DictConfig) -> tuple[L.Trainer, TrainTimer]:
     logger = [instantiate(c) for c in logger_configs(cfg).values()] or False
     settings = in_batches(cfg) | logged_steps(cfg)
     trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=logger, **settings)
-    if "val_check_interval" in settings and trainer.check_val_every_n_epoch is None:
+    if "val_check_interval" in settings and trainer.accumulate_grad_batches > 1:
         validate_every_steps(trainer, cfg.trainer.val_check_interval)  # steps, counted as such
     return trainer, timer
 
@@ -144,16 +144,19 @@ def check_output_dir(cfg: DictConfig) -> None:
         ) from None
 
 
-def in_batches(cfg: DictConfig) -> dict[str, int]:
+def in_batches(cfg: DictConfig) -> dict[str, int | None]:
     """``trainer.val_check_interval``, which the configs give in optimizer steps, in the batches
     Lightning counts (× ``trainer.accumulate_grad_batches``): taken as batches, validations fell
     inside accumulation windows — several a step, of weights no step had changed, early stopping
     counting them — and the checkpoints after them (a resume skipped their window's batches)."""
     interval = cfg.trainer.get("val_check_interval")
     accumulate = cfg.trainer.get("accumulate_grad_batches") or 1
-    if isinstance(interval, bool) or not isinstance(interval, int) or accumulate == 1:
+    if isinstance(interval, bool) or not isinstance(interval, int):
         return {}
-    return {"val_check_interval": interval * accumulate}
+    # Counted over the run, not restarted each epoch: an epoch-bounded run validated on each
+    # epoch's batch grid (steps 3, 7, 11 for every 3), and refused, in Lightning's traceback,
+    # an interval longer than an epoch (probe 50).
+    return {"val_check_interval": interval * accumulate, "check_val_every_n_epoch": None}
 
 
 def logged_steps(cfg: DictConfig) -> dict[str, int]:

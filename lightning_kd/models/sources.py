@@ -145,13 +145,15 @@ def conversion_record(target: Path) -> dict:
 
 def shared_conversion(target: Path, digest: str) -> Path | None:
     """A whole conversion of the GGUF of sha256 ``digest`` in a shared cache (``target``: this
-    user's own), or None. One of another GGUF there is passed over, not refused."""
+    user's own), or None: one of another GGUF, or not known whole (written before its files'
+    sizes were: a damaged one was taken, probe 50), is passed over."""
     return first_shared(Path(target.name), lambda path: whole_conversion(path, digest))
 
 
 def whole_conversion(path: Path, digest: str) -> bool:
     record = conversion_record(path)
-    return record.get("sha256") == digest and not cut_short(path, record)
+    sized = bool(record.get("files"))
+    return record.get("sha256") == digest and sized and not cut_short(path, record)
 
 
 def cut_short(target: Path, record: dict) -> list[str]:

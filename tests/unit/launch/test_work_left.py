@@ -44,6 +44,15 @@ def test_a_run_early_stopping_ended_is_finished(tmp_path) -> None:
     assert message.endswith("resume without +callbacks=early_stopping")
 
 
+def test_a_rollback_of_a_finished_run_to_a_kept_checkpoint_is_not_refused(tmp_path) -> None:
+    """Going back to step 3 of a run early stopping ended at 6 was refused as training past the
+    stop, naming step 3 as the stop (probe 50)."""
+    reason = "Monitored metric val/ppl did not improve in the last 3 records."
+    summary = {"stopped_by": "early_stopping", "stopped_early": reason, "steps": 6}
+    last = run_dir(tmp_path, 3, summary)
+    check_work_left(last, trainer(max_steps=6), tmp_path)
+
+
 def test_a_run_max_time_ended_resumes_only_with_time_left(tmp_path) -> None:
     """Lightning's timer counts every launch's time: a resume with none left trained no step,
     exit 0, and rewrote the summary (probe 47)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import shutil
 import sys
 import types
 from importlib.machinery import ModuleSpec
@@ -170,6 +171,11 @@ def test_a_shared_read_only_cache_is_read_beside_ones_own(tmp_path, monkeypatch)
         handle.truncate(10)
     mine = convert_gguf(path)
     assert mine == tmp_path / "mine" / shared.name
+    shutil.rmtree(mine)
+    record = json.loads((shared / CONVERTED_SOURCE).read_text())
+    del record["files"]  # written before sizes were: not known whole, passed over
+    (shared / CONVERTED_SOURCE).write_text(json.dumps(record))
+    assert convert_gguf(path) == mine
 
 
 def test_a_runs_checks_read_an_unconverted_ggufs_config_without_converting_it(
