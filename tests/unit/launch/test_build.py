@@ -47,6 +47,13 @@ def test_the_validation_interval_counts_optimizer_steps_with_accumulation(tmp_pa
         )
     )
     assert trainer.val_check_interval == 0.5
+    # Bounded by epochs: counted over the run too, not on each epoch's grid (probe 50: steps 3,
+    # 7, 11 for every 3, and Lightning's traceback for an interval longer than an epoch)
+    epochs = ["trainer.max_steps=-1", "trainer.max_epochs=2", "trainer.accumulate_grad_batches=2"]
+    config = compose_config([*overrides[:2], *epochs], output_dir=tmp_path)
+    _, _, trainer, _ = build(config)
+    assert trainer.check_val_every_n_epoch is None and trainer.val_check_interval == 4
+    assert isinstance(trainer.fit_loop.epoch_loop, StepIntervalLoop)
 
 
 def test_a_config_composed_without_its_run_directory_is_told_how_to_give_it() -> None:
