@@ -132,24 +132,52 @@ def set_aside_after(
     """A resume from ``resumed`` at optimizer ``step``: move the checkpoints of later steps
     (``last.ckpt``, kept ones, ``best.ckpt`` with its record) and a copy of ``log`` (the
     metrics of those steps, which the resume trims) into ``abandoned-after-step-<step>/``.
-    The folder, or None where nothing was later."""
-    later = [path for number, path in kept_steps(dirpath).items() if number > step]
+    From a branch set aside before (``resumed`` in such a folder), the steps after that
+    branch's own point go, and that branch's kept steps and log come back. The folder, or
+    None where nothing was later."""
+    branched = branch_point(dirpath, resumed)
+    since = step if branched is None else min(branched, step)
+    later = [path for number, path in kept_steps(dirpath).items() if number > since]
     last = dirpath / LAST_NAME
-    if last.exists() and not same_file(last, resumed) and (checkpoint_step(last) or 0) > step:
+    if last.exists() and not same_file(last, resumed) and (checkpoint_step(last) or 0) > since:
         later.append(last)
-    if (record := read_best(dirpath)) is not None and int(record.get("step", 0)) > step:
+    if (record := read_best(dirpath)) is not None and int(record.get("step", 0)) > since:
         later += [path for path in (dirpath / BEST_NAME, dirpath / BEST_RECORD) if path.exists()]
     if not later:
         return None
-    aside, again = dirpath / f"abandoned-after-step-{step}", 2
+    aside, again = dirpath / f"abandoned-after-step-{since}", 2
     while aside.exists():  # rolled back to this step before: that branch is kept too
-        aside, again = dirpath / f"abandoned-after-step-{step}-{again}", again + 1
+        aside, again = dirpath / f"abandoned-after-step-{since}-{again}", again + 1
     aside.mkdir()
     for path in later:
         os.replace(path, aside / path.name)
     if log is not None and log.is_file():
         shutil.copyfile(log, aside / log.name)
+    if branched is not None:
+        bring_back(resumed.parent, dirpath, step, log)
     return aside
+
+
+ABANDONED = re.compile(r"^abandoned-after-step-(\d+)(?:-\d+)?$")
+
+
+def branch_point(dirpath: Path, resumed: Path | None) -> int | None:
+    """The step a rollback set ``resumed``'s branch aside at, where ``resumed`` lies in one of
+    ``dirpath``'s ``abandoned-after-step-<N>`` folders; None otherwise."""
+    if resumed is None or not same_file(resumed.parent.parent, dirpath):
+        return None
+    match = ABANDONED.match(resumed.parent.name)
+    return int(match.group(1)) if match else None
+
+
+def bring_back(folder: Path, dirpath: Path, step: int, log: Path | None) -> None:
+    """A set-aside branch resumed at ``step``: its kept checkpoints up to that step back into
+    ``dirpath``, and its log (as it stood) in place of the branch left."""
+    for number, path in kept_steps(folder).items():
+        if number <= step:
+            os.replace(path, dirpath / path.name)
+    if log is not None and (folder / log.name).is_file():
+        atomic_write_bytes(log, (folder / log.name).read_bytes(), "resume again")
 
 
 def same_file(path: Path, other: Path | None) -> bool:

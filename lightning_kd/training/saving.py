@@ -146,11 +146,14 @@ class LastCheckpoint(Checkpoint):
         aside = set_aside_after(self.dirpath, step, resumed, next(iter(logs), None))
         if aside is None:
             return
-        if resumed is not None and resumed.is_file():
-            keep_as(resumed, self.path)
+        switched = resumed is not None and not resumed.is_file()  # brought back, its branch too
+        source = self.dirpath / resumed.name if switched else resumed
+        if source is not None and source.is_file():
+            keep_as(source, self.path)
+        went = "went on from a branch set aside, at" if switched else "rolled back to"
         print(
-            f"\nrolled back to optimizer step {step}: the later checkpoints and the log as it "
-            f"stood are kept in {aside}"
+            f"\n{went} optimizer step {step}: the later checkpoints and the log as it stood "
+            f"are kept in {aside}"
         )
         validated = getattr(pl_module, "validation_at", lambda _: None)(step) or {}
         if self.monitor and not (self.dirpath / BEST_NAME).exists() and self.monitor in validated:

@@ -116,6 +116,29 @@ def test_a_rollback_sets_the_later_steps_aside_with_the_log(tmp_path) -> None:
     assert sorted(p.name for p in again.iterdir()) == ["last.ckpt", "metrics.csv", "step-4.ckpt"]
 
 
+def test_going_on_from_a_branch_set_aside_sets_the_current_one_aside_from_their_fork(
+    tmp_path,
+) -> None:
+    """Resuming step 10 of a branch set aside at 6 while the current one stood at 8 set nothing
+    aside: the log and the kept checkpoints mixed the two branches (probe 50)."""
+    for step in (2, 4, 6, 8, 10):  # branch 1
+        write_last(tmp_path, step)
+        keep_step(tmp_path, step, keep=-1)
+    log = tmp_path / "metrics.csv"
+    log.write_text("step,train/loss\n2,1\n10,1\n")
+    first = set_aside_after(tmp_path, 6, tmp_path / "step-6.ckpt", log)  # back to 6
+    write_last(tmp_path, 8)  # branch 2 reaches 8
+    keep_step(tmp_path, 8, keep=-1)
+    log.write_text("step,train/loss\n2,1\n8,2\n")
+    second = set_aside_after(tmp_path, 10, first / "step-10.ckpt", log)
+    assert second == tmp_path / "abandoned-after-step-6-2"  # branch 2, from the fork
+    assert sorted(p.name for p in second.iterdir()) == ["last.ckpt", "metrics.csv", "step-8.ckpt"]
+    assert torch.load(second / "step-8.ckpt")["global_step"] == 8
+    assert list(kept_steps(tmp_path)) == [2, 4, 6, 8, 10]  # branch 1's back
+    assert torch.load(tmp_path / "step-8.ckpt")["global_step"] == 8
+    assert log.read_text() == "step,train/loss\n2,1\n10,1\n"  # branch 1's log, as it stood
+
+
 def test_bad_settings_name_the_key_and_a_value(tmp_path) -> None:
     with pytest.raises(ValueError, match=r"checkpoint.keep=-2: .* 0 none, -1 every one; e.g. 3"):
         LastCheckpoint(str(tmp_path), keep=-2)
