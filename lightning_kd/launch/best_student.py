@@ -9,6 +9,8 @@ loaded into the run's student (whose frozen ones it shares) and exported the sam
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,21 +19,29 @@ from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 from lightning_kd.training.checkpoint_files import load_local
 from lightning_kd.training.checkpoints import STUDENT_PREFIX
 from lightning_kd.training.kept_checkpoints import BEST_NAME, read_best
+from lightning_kd.training.rundir import EARLIER, is_rank_zero
 
 BEST_DIR = "student-best"
 """The best validation's student in the run directory (``checkpoint.best``)."""
 
 
-def export_best(module, output_dir: Path, export: Callable[[object, Path], None]) -> dict | None:
+def export_best(
+    module, output_dir: Path, export: Callable[[object, Path], None], metric: str | None
+) -> dict | None:
     """Export ``checkpoints/best.ckpt``'s student into ``output_dir/student-best`` with
     ``export`` (as the final student was) where it is not the final student; ``best.json``'s
-    record with where that student is (``student/`` for the final one), or None without one.
-    The run's student holds the best weights afterwards."""
+    record with where that student is (``student/`` for the final one), or None without one
+    (``metric``: ``checkpoint.best``, None where it is off). A ``student-best/`` that is not
+    this best's moves to ``earlier/``. The run's student holds the best weights afterwards."""
     checkpoints = output_dir / "checkpoints"
     record, trainer = read_best(checkpoints), module.trainer
-    if record is None or not (checkpoints / BEST_NAME).is_file():
+    if metric is None or record is None or record.get("metric") != metric:
+        retire(output_dir, trainer.global_step)  # off on this resume: best.ckpt is stale
+        return None
+    if not (checkpoints / BEST_NAME).is_file():
         return None
     if record.get("step") == trainer.global_step:
+        retire(output_dir, trainer.global_step)  # a better one since: the final student
         return record | {"student": "student"}
     if not isinstance(trainer.strategy, SingleDeviceStrategy | DDPStrategy):
         return record | {"student": f"not exported under {type(trainer.strategy).__name__}"}
@@ -52,3 +62,13 @@ def export_best(module, output_dir: Path, export: Callable[[object, Path], None]
         )
     export(module, output_dir / BEST_DIR)
     return record | {"student": BEST_DIR}
+
+
+def retire(output_dir: Path, step: int) -> None:
+    """Move a ``student-best/`` that is not this run's best into ``earlier/`` (it read as the
+    best beside a summary naming another; probe 50)."""
+    if (best := output_dir / BEST_DIR).is_dir() and is_rank_zero():
+        (output_dir / EARLIER).mkdir(exist_ok=True)
+        target = output_dir / EARLIER / f"{BEST_DIR}-before-step-{step}"
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(best, target)

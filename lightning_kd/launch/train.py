@@ -186,7 +186,7 @@ def export_students(cfg: DictConfig, module, output_dir: Path) -> dict | None:
         return None
     export_student(module, output_dir / "student")
     export_gguf(cfg, output_dir / "student", FINISH_AGAIN)
-    return export_best(module, output_dir, export_student)
+    return export_best(module, output_dir, export_student, cfg.checkpoint.get("best"))
 
 
 def export_student(module, directory: Path) -> None:

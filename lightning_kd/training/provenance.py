@@ -254,7 +254,7 @@ class Provenance(Callback):
                 for _ in range(steps // config.frequency):
                     config.scheduler.step()
         print(
-            f"resume_reset_optimizer=true: a fresh optimizer from optimizer step "
+            f"\nresume_reset_optimizer=true: a fresh optimizer from optimizer step "
             f"{trainer.global_step}, learning rate now {lr_now(trainer):.3g}"
         )
 

@@ -14,6 +14,7 @@ exactly: the same batches, weights and optimizer state. The first checkpoint rep
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator
 
 from lightning.pytorch import Callback, LightningModule, Trainer
@@ -101,7 +102,12 @@ class RepairStateMismatch(Refused, ValueError):
 
 def signature(trainer: Trainer, pl_module: LightningModule, loader, steps: int) -> dict:
     """What a kept repair must share with the one going on from it."""
+    data = trainer.datamodule
     return {
+        # What the repair's batches are drawn from and in which order: a resume from last.ckpt
+        # refuses another data.seed or seed; one from repair.pt went on silently (probe 50).
+        "data": data.provenance() if hasattr(data, "provenance") else None,
+        "seed": os.environ.get("PL_GLOBAL_SEED"),
         "layers": [span.student for span in repair_plan(pl_module.distiller)],
         "steps": steps,
         "lr": float(pl_module.distill.blockwise_lr),
@@ -110,6 +116,17 @@ def signature(trainer: Trainer, pl_module: LightningModule, loader, steps: int) 
         "batch_size": loader.batch_size,
         "processes": trainer.world_size,
     }
+
+
+def flat(record: dict, prefix: str = "") -> dict:
+    """``record`` with nested mappings as dotted keys (``data.seed``)."""
+    found = {}
+    for key, value in record.items():
+        if isinstance(value, dict):
+            found |= flat(value, f"{prefix}{key}.")
+        else:
+            found[f"{prefix}{key}"] = value
+    return found
 
 
 def resumable(trainer: Trainer, pl_module: LightningModule, loader, steps: int):
@@ -126,10 +143,10 @@ def resumable(trainer: Trainer, pl_module: LightningModule, loader, steps: int):
 
     saved = load_local(path, "cpu") if path.is_file() else None
     if saved is not None and saved.get("signature") != expected:
-        kept = saved.get("signature") or {}
+        kept, now = flat(saved.get("signature") or {}), flat(expected)
         changed = [
-            f"{k}: kept {kept.get(k)}, this run {v}"
-            for k, v in expected.items()
+            f"{k}: kept {kept.get(k)!r:.60}, this run {v!r:.60}"
+            for k, v in now.items()
             if kept.get(k) != v
         ]
         raise RepairStateMismatch(

@@ -34,12 +34,19 @@ def test_the_best_steps_student_is_exported_and_the_final_one_named_where_it_is_
     def export(module, directory: Path) -> None:
         exported[directory.name] = {k: v.clone() for k, v in module.student.state_dict().items()}
 
-    assert export_best(module, tmp_path, export) == record | {"student": "student-best"}
+    assert export_best(module, tmp_path, export, "val/ppl") == record | {"student": "student-best"}
     saved = torch.load(checkpoints / "step-2.ckpt", weights_only=True)["state_dict"]
     for key, value in exported["student-best"].items():
         assert torch.equal(value, saved[STUDENT_PREFIX + key]), key
 
     (checkpoints / "best.json").write_text(json.dumps(record | {"step": 4}))  # the final one
-    assert export_best(module, tmp_path, export)["student"] == "student"
+    assert export_best(module, tmp_path, export, "val/ppl")["student"] == "student"
     (checkpoints / "best.json").unlink()
-    assert export_best(module, tmp_path, export) is None  # no checkpoint.best
+    assert export_best(module, tmp_path, export, "val/ppl") is None  # no checkpoint.best
+    (tmp_path / "student-best").mkdir()  # from an earlier launch
+    (checkpoints / "best.json").write_text(json.dumps(record | {"step": 4}))  # bettered since
+    assert export_best(module, tmp_path, export, "val/ppl")["student"] == "student"
+    assert not (tmp_path / "student-best").exists()  # it read as the best (probe 50)
+    assert (tmp_path / "earlier" / "student-best-before-step-4").is_dir()
+    (checkpoints / "best.json").write_text(json.dumps(record))
+    assert export_best(module, tmp_path, export, None) is None  # checkpoint.best off: stale
