@@ -15,6 +15,7 @@ the resumed run writes its own steps under the same names.
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
@@ -103,17 +104,51 @@ def read_best(dirpath: Path) -> dict | None:
     return record if isinstance(record, dict) else None
 
 
-def keep_best(dirpath: Path, metric: str, value: float, step: int, link: bool = True) -> None:
-    """Keep ``dirpath/last.ckpt`` (of optimizer step ``step``, whose validation gave ``value``
-    of ``metric``) as ``best.ckpt`` where it improves on the best kept so far."""
+def keep_best(
+    dirpath: Path,
+    metric: str,
+    value: float,
+    step: int,
+    link: bool = True,
+    source: Path | None = None,
+) -> None:
+    """Keep ``source`` (``dirpath/last.ckpt``: of optimizer step ``step``, whose validation
+    gave ``value`` of ``metric``) as ``best.ckpt`` where it improves on the best kept so far."""
     record = read_best(dirpath)
     if record is not None and record.get("metric") != metric:
         record = None  # another metric chosen since: the best is this one's
     if not better(metric, value, None if record is None else record.get("value")):
         return
-    keep_as(dirpath / LAST_NAME, dirpath / BEST_NAME, link)
+    keep_as(source or dirpath / LAST_NAME, dirpath / BEST_NAME, link)
     text = json.dumps({"metric": metric, "value": value, "step": step}, indent=1) + "\n"
     atomic_write_bytes(dirpath / BEST_RECORD, text.encode())
+
+
+def best_before(
+    dirpath: Path, metric: str, log: Path | None, step: int, validated: dict[str, float]
+) -> tuple[int, float, Path] | None:
+    """After a rollback to ``step`` set the best aside: the best validation of ``metric`` at
+    or before ``step`` whose checkpoint is on disk (a kept ``step-<N>.ckpt``, or the step's
+    own, ``validated`` in its checkpoint), read from the ``log`` as it stands. Without it the
+    next validation was taken as the best, a worse one than a kept step's (probe 50)."""
+    found: dict[int, tuple[float, Path]] = {}
+    if log is not None and log.is_file():
+        with open(log, newline="") as handle:
+            for row in csv.DictReader(handle):
+                try:
+                    logged, value = int(float(row["step"])), float(row.get(metric) or "nan")
+                except (KeyError, ValueError):
+                    continue
+                kept = dirpath / step_name(logged)
+                if logged <= step and math.isfinite(value) and kept.is_file():
+                    found[logged] = (value, kept)
+    if metric in validated and (dirpath / LAST_NAME).is_file():
+        found[step] = (validated[metric], dirpath / LAST_NAME)
+    best = None
+    for logged, (value, path) in sorted(found.items()):
+        if better(metric, value, None if best is None else best[1]):
+            best = (logged, value, path)
+    return best
 
 
 def checkpoint_step(path: Path) -> int | None:

@@ -34,12 +34,14 @@ class StepProgressBar(TQDMProgressBar):
         bar = self.train_progress_bar
         bar.reset(total=total_steps(trainer))
         bar.n = bar.initial = trainer.global_step  # a resume's rate: this launch's steps
-        bar.set_description("Training")
+        self.on_train_epoch_start(trainer)  # a resume mid-epoch names its epoch too
 
     def on_train_epoch_start(self, trainer: Trainer, *_: Any) -> None:
         """One bar for the run: each epoch named on it, not a new count."""
-        if trainer.current_epoch:
-            self.train_progress_bar.set_description(f"Training (epoch {trainer.current_epoch})")
+        epoch = trainer.current_epoch
+        self.train_progress_bar.set_description(
+            f"Training (epoch {epoch})" if epoch else "Training"
+        )
 
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, index: int

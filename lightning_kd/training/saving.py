@@ -30,6 +30,7 @@ from lightning_kd.training.checkpoints import LAST_NAME, REPAIR_NAME, SafeCheckp
 from lightning_kd.training.finite import NonFiniteError, check_finite_model
 from lightning_kd.training.kept_checkpoints import (
     BEST_NAME,
+    best_before,
     keep_as,
     keep_best,
     keep_step,
@@ -142,8 +143,8 @@ class LastCheckpoint(Checkpoint):
         from it) and, where its own validation is recorded, the best so far."""
         resumed = Path(trainer.ckpt_path) if trainer.ckpt_path else None
         logs = [Path(lg.log_dir) / "metrics.csv" for lg in trainer.loggers if lg.log_dir]
-        step = trainer.global_step
-        aside = set_aside_after(self.dirpath, step, resumed, next(iter(logs), None))
+        step, log = trainer.global_step, next(iter(logs), None)
+        aside = set_aside_after(self.dirpath, step, resumed, log)
         if aside is None:
             return
         switched = resumed is not None and not resumed.is_file()  # brought back, its branch too
@@ -155,14 +156,17 @@ class LastCheckpoint(Checkpoint):
             f"\n{went} optimizer step {step}: the later checkpoints and the log as it stood "
             f"are kept in {aside}"
         )
+        if self.monitor and not (self.dirpath / BEST_NAME).exists():
+            self._best_again(pl_module, step, log)
+
+    def _best_again(self, pl_module: LightningModule, step: int, log: Path | None) -> None:
+        """``best.ckpt`` after a rollback set it aside: the best validation up to ``step`` of
+        those whose checkpoint is on disk."""
         validated = getattr(pl_module, "validation_at", lambda _: None)(step) or {}
-        if self.monitor and not (self.dirpath / BEST_NAME).exists() and self.monitor in validated:
-            # The best of the steps before is not known to be on disk: it starts again here.
-            keep_best(self.dirpath, self.monitor, validated[self.monitor], step)
-            print(
-                f"{BEST_NAME} starts again at step {step} ({self.monitor} "
-                f"{validated[self.monitor]:.6g})"
-            )
+        if found := best_before(self.dirpath, self.monitor, log, step, validated):
+            best_step, value, source = found
+            keep_best(self.dirpath, self.monitor, value, best_step, source=source)
+            print(f"{BEST_NAME} starts again at step {best_step} ({self.monitor} {value:.6g})")
 
     def on_train_batch_start(self, trainer: Trainer, *args) -> None:
         # Raised here, not right after the save: Lightning logs the step's metrics after

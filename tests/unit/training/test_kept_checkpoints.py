@@ -12,6 +12,7 @@ import torch
 
 from lightning_kd.training.checkpoints import SafeCheckpointIO
 from lightning_kd.training.kept_checkpoints import (
+    best_before,
     better,
     keep_as,
     keep_best,
@@ -137,6 +138,21 @@ def test_going_on_from_a_branch_set_aside_sets_the_current_one_aside_from_their_
     assert list(kept_steps(tmp_path)) == [2, 4, 6, 8, 10]  # branch 1's back
     assert torch.load(tmp_path / "step-8.ckpt")["global_step"] == 8
     assert log.read_text() == "step,train/loss\n2,1\n10,1\n"  # branch 1's log, as it stood
+
+
+def test_after_a_rollback_the_best_is_the_best_kept_validation_up_to_the_step(tmp_path) -> None:
+    """Back to step 4 (no validation of its own), the best restarted at the next validation,
+    step 6's 242.1, though step 3's 239.1 was better and on disk (probe 50)."""
+    for step in (3, 4, 6):
+        write_last(tmp_path, step)
+        keep_step(tmp_path, step, keep=-1)
+    log = tmp_path / "metrics.csv"
+    log.write_text("step,train/loss,val/ppl\n0,,241.6\n3,,239.1\n3,2.0,\n6,,242.1\n")
+    (tmp_path / "step-6.ckpt").unlink()  # set aside with the branch left
+    assert best_before(tmp_path, "val/ppl", log, 4, {}) == (3, 239.1, tmp_path / "step-3.ckpt")
+    mine = best_before(tmp_path, "val/ppl", log, 4, {"val/ppl": 238.0})  # its own, better
+    assert mine == (4, 238.0, tmp_path / "last.ckpt")
+    assert best_before(tmp_path, "val/ppl", None, 4, {}) is None
 
 
 def test_bad_settings_name_the_key_and_a_value(tmp_path) -> None:
