@@ -38,12 +38,14 @@ def export_best(
     if metric is None or record is None or record.get("metric") != metric:
         retire(output_dir, trainer.global_step)  # off on this resume: best.ckpt is stale
         return None
-    if not (checkpoints / BEST_NAME).is_file():
+    if not (checkpoints / BEST_NAME).exists():
         return None
     if record.get("step") == trainer.global_step:
         retire(output_dir, trainer.global_step)  # a better one since: the final student
         return record | {"student": "student"}
-    if not isinstance(trainer.strategy, SingleDeviceStrategy | DDPStrategy):
+    # DeepSpeed's checkpoint is a directory; FSDP wraps the student in place.
+    whole = isinstance(trainer.strategy, SingleDeviceStrategy | DDPStrategy)
+    if not (checkpoints / BEST_NAME).is_file() or not whole:
         return record | {"student": f"not exported under {type(trainer.strategy).__name__}"}
     state = load_local(checkpoints / BEST_NAME, "cpu")["state_dict"]
     weights = {
