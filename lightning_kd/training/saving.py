@@ -100,6 +100,7 @@ class LastCheckpoint(Checkpoint):
         self._step_seen = 0
         self._at_boundary = False  # no micro-batch has run since the last optimizer step
         self._stopping = False  # a stop was agreed on: raise before the next batch
+        self._link = True  # kept checkpoints as hard links: replaces_whole, as training starts
 
     @property
     def path(self) -> Path:
@@ -118,6 +119,7 @@ class LastCheckpoint(Checkpoint):
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self.started = True
+        self._link = replaces_whole(trainer)
         self._step_seen = self.start_step = trainer.global_step
         self._at_boundary = True
         if trainer.global_step > 0:  # resumed: that step's checkpoint exists already
@@ -150,7 +152,7 @@ class LastCheckpoint(Checkpoint):
         switched = resumed is not None and not resumed.is_file()  # brought back, its branch too
         source = self.dirpath / resumed.name if switched else resumed
         if source is not None and source.is_file():
-            keep_as(source, self.path)
+            keep_as(source, self.path, self._link)
         went = "went on from a branch set aside, at" if switched else "rolled back to"
         print(
             f"\n{went} optimizer step {step}: the later checkpoints and the log as it stood "
@@ -165,7 +167,7 @@ class LastCheckpoint(Checkpoint):
         validated = getattr(pl_module, "validation_at", lambda _: None)(step) or {}
         if found := best_before(self.dirpath, self.monitor, log, step, validated):
             best_step, value, source = found
-            keep_best(self.dirpath, self.monitor, value, best_step, source=source)
+            keep_best(self.dirpath, self.monitor, value, best_step, self._link, source)
             print(f"{BEST_NAME} starts again at step {best_step} ({self.monitor} {value:.6g})")
 
     def on_train_batch_start(self, trainer: Trainer, *args) -> None:
@@ -221,8 +223,7 @@ class LastCheckpoint(Checkpoint):
     def _keep_if_best(self, trainer: Trainer) -> None:
         value = trainer.callback_metrics.get(self.monitor) if self.monitor else None
         if value is not None and trainer.is_global_zero and self.saved_step is not None:
-            link = replaces_whole(trainer)
-            keep_best(self.dirpath, self.monitor, float(value), self.saved_step, link)
+            keep_best(self.dirpath, self.monitor, float(value), self.saved_step, self._link)
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self.save(trainer, pl_module)
@@ -260,7 +261,7 @@ class LastCheckpoint(Checkpoint):
         trainer.save_checkpoint(self.path, weights_only=False)
         self.saved_step = trainer.global_step
         if trainer.is_global_zero:  # after save_checkpoint's barrier: every rank's part is in
-            keep_step(self.dirpath, self.saved_step, self.keep, replaces_whole(trainer))
+            keep_step(self.dirpath, self.saved_step, self.keep, self._link)
             (self.dirpath / REPAIR_NAME).unlink(missing_ok=True)  # its repair: in last.ckpt
         for logger in trainer.loggers:  # the logs on disk match the checkpoint
             logger.save()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from lightning_kd.training.checkpoints import SafeCheckpointIO
 from lightning_kd.training.kept_checkpoints import (
@@ -50,8 +51,8 @@ def test_the_most_recent_are_kept_as_links_to_what_last_ckpt_was(tmp_path) -> No
 
 
 def test_a_checkpoint_io_that_may_rewrite_in_place_gets_copies(tmp_path) -> None:
-    """Lightning's own TorchCheckpointIO truncates last.ckpt and writes it again: a hard link to
-    it would have become the next step's checkpoint."""
+    """A checkpoint IO of one's own may truncate last.ckpt and write it again: a hard link to it
+    would have become the next step's checkpoint."""
     write_last(tmp_path, 2)
     keep_step(tmp_path, 2, keep=-1, link=False)
     assert not (tmp_path / "step-2.ckpt").samefile(tmp_path / "last.ckpt")
@@ -162,9 +163,20 @@ def test_bad_settings_name_the_key_and_a_value(tmp_path) -> None:
         LastCheckpoint(str(tmp_path), best="ppl")
 
 
-def fit(tmp_path, teacher, corpus, max_steps: int, ckpt_path: Path | None = None) -> None:
+class InPlaceIO(TorchCheckpointIO):
+    """A checkpoint IO that writes over the file itself (the same inode), as one may."""
+
+    def save_checkpoint(self, checkpoint, path, storage_options=None) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        torch.save(checkpoint, path)
+
+
+def fit(
+    tmp_path, teacher, corpus, max_steps: int, ckpt_path: Path | None = None, safe: bool = True
+) -> None:
     saver = LastCheckpoint(str(tmp_path / "checkpoints"), every=1, keep=-1, best="val/ppl")
-    options = {"limit_val_batches": 1, "plugins": [SafeCheckpointIO()], "val_check_interval": 2}
+    plugins = [SafeCheckpointIO() if safe else InPlaceIO()]
+    options = {"limit_val_batches": 1, "plugins": plugins, "val_check_interval": 2}
     logger = ResumableCSVLogger(tmp_path, name="logs", version="")
     trainer = make_trainer(
         tmp_path, callbacks=[saver], max_steps=max_steps, logger=logger, **options
@@ -201,3 +213,23 @@ def test_a_run_keeps_each_step_and_its_best_and_rolls_back(tiny_teacher, corpus,
         assert after["step"] == min((4, 6), key=again.get)
     else:
         assert after == best
+
+
+def test_a_rollback_under_a_checkpoint_io_that_writes_in_place_keeps_copies(
+    tiny_teacher, corpus, tmp_path
+) -> None:
+    """The rollback made last.ckpt a hard link to the step it went back to whatever the
+    checkpoint IO: one that rewrites last.ckpt in place rewrote that step's file with it."""
+    fit(tmp_path, tiny_teacher, corpus, max_steps=4, safe=False)
+    checkpoints = tmp_path / "checkpoints"
+    fit(
+        tmp_path,
+        tiny_teacher,
+        corpus,
+        max_steps=4,
+        ckpt_path=checkpoints / "step-2.ckpt",
+        safe=False,
+    )
+    step_two = torch.load(checkpoints / "step-2.ckpt", weights_only=False)
+    assert step_two["global_step"] == 2
+    assert not (checkpoints / "last.ckpt").samefile(checkpoints / "step-2.ckpt")
