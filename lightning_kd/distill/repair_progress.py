@@ -104,13 +104,16 @@ class RepairProgress:
                 param.copy_(saved["params"][name])
         optimizer.load_state_dict(saved["optimizer"])
         scheduler.load_state_dict(saved["scheduler"])
-        totals = saved["totals"] if rank == 0 or saved["totals"] is None else 0 * saved["totals"]
+        totals, tokens = saved["totals"], saved["tokens"]
+        if rank != 0:  # the pass's sums are every rank's: held by rank 0 alone
+            totals, tokens = None if totals is None else torch.zeros_like(totals), 0.0
         device = next(iter(params.values())).device
-        tokens = saved["tokens"] if rank == 0 else 0.0
-        report = RepairReport.from_dict(saved["report"])
-        totals = None if totals is None else totals.to(device)
-        tokens = torch.as_tensor(tokens, dtype=torch.float64, device=device)
-        return cls(report, saved["done"], totals, tokens)
+        return cls(
+            RepairReport.from_dict(saved["report"]),
+            saved["done"],
+            None if totals is None else totals.to(device),
+            torch.as_tensor(tokens, dtype=torch.float64, device=device),
+        )
 
     def end_pass(self) -> None:
         """The pass's per-layer means (over every rank) into the report."""
