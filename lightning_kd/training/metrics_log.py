@@ -69,15 +69,9 @@ class _AppendingWriter(ExperimentWriter):
         """``metrics.csv`` again under ``fieldnames`` (a metric logged for the first time),
         written beside it and renamed over it: the old log stays whole until the new one is."""
         path = Path(self.metrics_file_path)
-        with open(path, newline="") as handle:
-            reader = csv.DictReader(handle)
-            rows, written = list(reader), reader.fieldnames or []
-        text = io.StringIO(newline="")
-        writer = csv.DictWriter(text, fieldnames=fieldnames)
-        writer.writeheader()
-        writer.writerows(rows)
+        written, rows = read_rows(path)
         try:
-            atomic_write_bytes(path, text.getvalue().encode(), RESUME)
+            write_rows(path, fieldnames, rows, RESUME)
         except BaseException:
             # Lightning counted the new keys as written: the next save would append rows of
             # the wider header under the old one. As the file stands, it widens it again.
@@ -105,17 +99,28 @@ class ResumableCSVLogger(CSVLogger):
         path = Path(self.log_dir) / ExperimentWriter.NAME_METRICS_FILE
         if not path.is_file() or set_aside_unreadable(path):
             return
-        with open(path, newline="") as handle:
-            reader = csv.DictReader(handle)
-            fields, rows = reader.fieldnames or [], list(reader)
+        fields, rows = read_rows(path)
         kept = [row for row in rows if not row.get("step") or kept_row(row, step, validated)]
-        text = io.StringIO(newline="")
-        writer = csv.DictWriter(text, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(kept)
-        # Whole or not at all, a full disk named with the way on and nothing left beside it (a
-        # visible metrics.csv.partial and a message naming no file; probe 47).
-        atomic_write_bytes(path, text.getvalue().encode(), "resume with ckpt_path=last")
+        write_rows(path, fields, kept, "resume with ckpt_path=last")
+
+
+def read_rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    """The header and the rows of the CSV file ``path``."""
+    with open(path, newline="") as handle:
+        reader = csv.DictReader(handle)
+        rows = list(reader)
+    return list(reader.fieldnames or []), rows
+
+
+def write_rows(path: Path, fields: list[str], rows: list[dict[str, str]], then: str) -> None:
+    """``path`` written as the CSV of ``fields`` and ``rows``, whole or not at all: a full disk
+    named with ``then``, the way on, and nothing left beside it (a visible
+    ``metrics.csv.partial`` and a message naming no file; probe 47)."""
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=fields)
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_bytes(path, text.getvalue().encode(), then)
 
 
 def kept_row(row: dict[str, str], step: int, validated: bool) -> bool:
