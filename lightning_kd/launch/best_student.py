@@ -47,7 +47,7 @@ def export_best(
     whole = isinstance(trainer.strategy, SingleDeviceStrategy | DDPStrategy)
     if not (checkpoints / BEST_NAME).is_file() or not whole:
         return record | {"student": f"not exported under {type(trainer.strategy).__name__}"}
-    state = load_local(checkpoints / BEST_NAME, "cpu")["state_dict"]
+    state = load_local(checkpoints / BEST_NAME, "cpu", mmap=True)["state_dict"]  # weights only read
     weights = {
         key.removeprefix(STUDENT_PREFIX): value
         for key, value in state.items()
