@@ -5,8 +5,6 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-import pytest
-
 from lightning_kd.training.mlflow_log import MLflowRunLogger
 from lightning_kd.utils.stopping import Interrupted
 
@@ -14,8 +12,7 @@ from lightning_kd.utils.stopping import Interrupted
 def ended(tmp_path: Path, error: BaseException) -> str:
     """The MLflow status of a run whose fit ended with ``error``, finalized as Lightning does:
     ``finalize("failed")`` inside its handler of the exception."""
-    pytest.importorskip("mlflow")
-    from mlflow.tracking import MlflowClient
+    from mlflow.tracking import MlflowClient  # a dev dependency: never skipped
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     logger = MLflowRunLogger(experiment_name="kd", tracking_uri=uri, save_dir=None)
