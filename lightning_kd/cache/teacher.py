@@ -141,11 +141,12 @@ class CachedTeacher:
                 "distill.teacher_cache: the batch has no 'block_index' (which cached block each "
                 "row is); train with lightning_kd.data.text.TextDataModule, whose batches carry it"
             )
-        index = batch["block_index"].cpu()
+        index = checked_index(batch["block_index"], batch["labels"])
         self.check_rows(batch["input_ids"].cpu(), index, split)
         index = index.clamp(min=0)
         records = self.cache.records(split, index)
         positions = batch["input_ids"].shape[1] - 1
+        check_positions(positions, records.ids.shape[1])
         device = batch["input_ids"].device
 
         def take(tensor: Tensor) -> Tensor:
@@ -195,6 +196,43 @@ class CachedTeacher:
                     "index alone. Give the data module's batches with their own 'block_index': "
                     "training batches to a step, validation batches (val_dataloader) to evaluate"
                 )
+
+
+def checked_index(index: Any, labels: Tensor) -> Tensor:
+    """A batch's ``block_index`` on the CPU: a tensor of one integer a row, and −1 (no block)
+    only on a row with no scored label. Its shape and type were raw torch errors, and a scored
+    row of −1 was distilled against block 0's records without a word (probe 51)."""
+    rows = len(labels)
+    whole = isinstance(index, Tensor) and not (index.is_floating_point() or index.is_complex())
+    if not (whole and index.dtype != torch.bool and index.shape == (rows,)):
+        got = f"{index.dtype} of shape {tuple(index.shape)}" if isinstance(index, Tensor) else None
+        raise ValueError(
+            f"distill.teacher_cache: 'block_index' must be a tensor of {rows} integers, one per "
+            f"row (its block in the cache's split; -1 for a padding row); it is "
+            f"{got or type(index).__name__}"
+        )
+    index = index.cpu()
+    scored = (labels != IGNORE_INDEX).any(-1).cpu()
+    if (wrong := ((index < 0) & scored).nonzero()).numel():
+        row = int(wrong[0])
+        raise ValueError(
+            f"distill.teacher_cache: row {row} of the batch has 'block_index' {int(index[row])} "
+            "(no block, as a padding row has) but scored labels, which would be compared with "
+            "block 0's records; give the row its block's index, or its labels -100"
+        )
+    return index
+
+
+def check_positions(positions: int, stored: int) -> None:
+    """Refuse rows of more ``positions`` than the cache's blocks hold records for (``stored``):
+    an IndexError of a mask in the loss (probe 51)."""
+    if positions > stored:
+        raise ValueError(
+            f"distill.teacher_cache: the batch's rows have {positions + 1} positions, the "
+            f"cache's blocks {stored + 1}: its records cover no position past a block; give "
+            "the data module's batches as they are (no padding past the block, as a "
+            "collator's pad_to_multiple_of adds)"
+        )
 
 
 def _has_spans(cache: TeacherCache) -> bool:

@@ -13,7 +13,7 @@ from hydra.core.hydra_config import HydraConfig
 
 from lightning_kd.launch.config import JOB_RECORD
 from lightning_kd.training.rundir import LOCK_NAME, run_outputs
-from lightning_kd.utils.locks import LockHeld, take_lock
+from lightning_kd.utils.locks import LockHeld, in_use_elsewhere, take_lock
 
 
 def run_directory() -> Path | None:
@@ -34,9 +34,11 @@ def run_logged() -> bool:
 def started_outputs(since: float) -> str:
     """A refused run that wrote outputs after ``since`` (the ``logs/`` of the validation before
     training, which a bad row stopped) would be refused again, for them, once the input is
-    fixed: the advice to rerun with ``overwrite=true``; empty where it wrote none, or where the
-    directory held outputs before it (a resume: overwrite would drop them)."""
-    if (directory := run_directory()) is None:
+    fixed: the advice to rerun with ``overwrite=true``; empty where it wrote none, where the
+    directory held outputs before it (a resume: overwrite would drop them), or where another run
+    holds it: its outputs are that run's, fresh as they are (following the advice deleted them:
+    probe 52)."""
+    if (directory := run_directory()) is None or in_use_elsewhere(directory / LOCK_NAME):
         return ""
     found = run_outputs(directory)
     if not found or any((directory / name).stat().st_mtime < since - 1 for name in found):

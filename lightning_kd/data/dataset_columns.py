@@ -58,14 +58,19 @@ def split_errors(dataset, columns: Columns, where: str) -> list[str]:
     return [error] if error else []
 
 
+def read_errors(dataset, source: DatasetSource, split: str, columns: Columns) -> list[str]:
+    """:func:`split_errors`, a file that cannot be read among them: the first row is read, and
+    a file's fault (a line cut short, bytes that are not UTF-8) was a traceback (probes 46, 52)."""
+    try:
+        return split_errors(dataset, columns, source.describe(split))
+    except (ValueError, OSError) as err:  # datasets' and pyarrow's own: the file at fault
+        return [str(unreadable(source, source.describe(split), err))]
+
+
 def open_checked(source: DatasetSource, split: str, streaming: bool, columns: Columns):
     """:func:`open_split`, refused when the split has no rows or lacks ``columns``."""
     dataset = open_split(source, split, streaming)
-    try:  # the first row is read: a file's fault was a traceback (probe 46)
-        errors = split_errors(dataset, columns, source.describe(split))
-    except (ValueError, OSError) as err:  # datasets' and pyarrow's own: the file at fault
-        raise unreadable(source, source.describe(split), err) from None
-    if errors:
+    if errors := read_errors(dataset, source, split, columns):
         raise Refused("\n  ".join(errors))
     return dataset
 
@@ -83,7 +88,7 @@ def source_errors(source: DatasetSource, columns: Columns) -> list[str]:
         except Refused as err:
             errors.append(str(err))
             continue
-        found = split_errors(dataset, columns, source.describe(split))
+        found = read_errors(dataset, source, split, columns)
         errors += found
         whole += [] if found else [split]
     if whole and errors:

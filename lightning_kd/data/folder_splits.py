@@ -40,12 +40,39 @@ def check_folder_splits(source: Any) -> dict[str, list[Path]] | None:
     except Exception:  # datasets' own failure, said with the fix where the folder is opened
         return None
     read = {file for files in splits.values() for file in files}
+    if mixed := mixed_formats(read):
+        raise Refused(mixed_message(source.path, mixed))
     kinds = {file.suffix for file in read}
     unread = [f for f in local_files(source.path, None) if f.suffix in kinds]
     unread = [file for file in unread if file.resolve() not in read]
     if unread:
         raise Refused(unread_message(source.path, splits, unread))
     return splits
+
+
+def mixed_formats(files: set[Path]) -> dict[str, list[Path]]:
+    """``files`` by the builder that reads them, where more than one builder would: ``datasets``
+    reads a folder with one, its commonest format's, and the others' files go unread without a
+    word (a folder of a.jsonl, b.txt and c.csv trained on a.jsonl alone: probe 52)."""
+    by_builder: dict[str, list[Path]] = {}
+    for file in sorted(files):
+        if (builder := SUFFIX_BUILDERS.get(file.suffix)) is not None:
+            by_builder.setdefault(builder, []).append(file)
+    return by_builder if len(by_builder) > 1 else {}
+
+
+def mixed_message(path: str, by_builder: dict[str, list[Path]]) -> str:
+    kinds = "; ".join(
+        f"{builder}: {', '.join(file.name for file in files[:3])}{' …' if len(files) > 3 else ''}"
+        for builder, files in by_builder.items()
+    )
+    return (
+        f"data.dataset.path={path} holds files of {len(by_builder)} formats ({kinds}): datasets "
+        "reads a folder with one builder, its commonest format's, and leaves the other files "
+        "unread; give each format a folder of its own and read one, convert the files to one "
+        "format, or name one format's files: data.dataset.path=<builder> "
+        f"'data.dataset.data_files={path}/*<suffix>'"
+    )
 
 
 def known_splits(source: Any) -> tuple[list[str], str] | None:

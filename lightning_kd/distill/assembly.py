@@ -181,16 +181,41 @@ def check_teacher_source(
     cache: CachedTeacher | None,
     distill: DistillConfig,
     student: nn.Module,
+    cross: Any = None,
 ) -> None:
     """A distiller learns from a teacher model or from a teacher cache, never both or neither,
-    into a student with weights of its own."""
+    into a student with weights of its own, of the teacher's vocabulary (``cross``: another's)."""
     if (teacher is None) == (cache is None):
         raise ValueError("a Distiller takes a teacher model or a teacher cache (one of them)")
     check_own_weights(teacher, student)
+    if cross is None:
+        check_vocabulary_rows(teacher, student)
     if teacher is None and distill.features:
         raise ValueError(
             "distill.features from a teacher cache: the pairs are resolved on the teacher's "
             "modules; build with Distiller.from_specs (which loads it, then drops it)"
+        )
+
+
+PADDING_ROWS = 256
+"""Rows by which two models of one tokenizer may differ: their vocabularies padded to another
+multiple (Qwen2.5-7B's 152,064 rows, 0.5B's 151,936)."""
+
+
+def check_vocabulary_rows(teacher: nn.Module | None, student: nn.Module) -> None:
+    """Refuse a teacher and a student whose output heads are not one tokenizer's: built by hand,
+    a GPT-2 teacher (50,257 rows) and a Llama student (32,000) were distilled over the rows they
+    share, without a word (probe 51). Padding rows apart (:data:`PADDING_ROWS`, and 1 %)."""
+    heads = [getattr(m, "get_output_embeddings", lambda: None)() for m in (teacher, student)]
+    if teacher is None or any(getattr(head, "weight", None) is None for head in heads):
+        return  # a cache's records are checked against the run's; an encoder has no head
+    rows = [head.weight.shape[0] for head in heads]
+    if abs(rows[0] - rows[1]) > max(PADDING_ROWS, 0.01 * max(rows)):
+        raise ValueError(
+            f"the teacher's head has {rows[0]} rows and the student's {rows[1]}: they are not "
+            "one tokenizer's vocabulary, whose logits the loss compares token by token; give a "
+            "student of the teacher's tokenizer, or distil across tokenizers "
+            "(Distiller.from_specs with distill.cross_tokenizer: docs/cross-tokenizer.md)"
         )
 
 
@@ -204,9 +229,10 @@ def check_own_weights(teacher: nn.Module | None, student: nn.Module) -> None:
     shared = [name for name, p in student.named_parameters() if id(p) in teachers]
     if not shared:
         return
-    whole = "is the teacher" if len(shared) == sum(1 for _ in student.parameters()) else "shares"
+    whole = len(shared) == sum(1 for _ in student.parameters())
+    what = "is the teacher: it holds" if whole else "shares"  # "is the teacher 21 of" read wrong
     raise ValueError(
-        f"the student {whole} {len(shared)} of the teacher's parameter tensors ({shared[0]}"
+        f"the student {what} {len(shared)} of the teacher's parameter tensors ({shared[0]}"
         f"{', ...' if len(shared) > 1 else ''}): the teacher is frozen, so they would not learn. "
         "Give the student weights of its own: copy.deepcopy the teacher's layers you keep, or "
         "build it with Distiller.from_specs / StudentSpec(num_layers=...) (a student copied "

@@ -13,6 +13,8 @@ ends the process on a GPU). The range check reads a few numbers back from the de
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -35,17 +37,21 @@ def checked_batch(
     attention mask leaves a position out or the position before it: no pad is a target, and no
     pad's output is scored. Raises a ``ValueError`` naming what is missing or misshapen, and
     (given the ``model`` that reads it) ids or labels outside its vocabulary."""
+    if not isinstance(batch, Mapping):  # a collator's tuple, a list of rows
+        raise ValueError(f"the batch is a {type(batch).__name__}: {FORM}, in a dict")
     missing = [key for key in NEEDED[task] if batch.get(key) is None]
     if missing:
         raise ValueError(f"the batch lacks {missing} (it has {given_keys(batch)}): {FORM}")
     ids = batch["input_ids"]
-    if not isinstance(ids, Tensor) or ids.dim() != 2:
-        got = f"of shape {tuple(ids.shape)}" if isinstance(ids, Tensor) else type(ids).__name__
-        raise ValueError(
-            f"input_ids is {got}; a batch holds tensors [batch, seq] (one sequence: "
-            "input_ids.unsqueeze(0), and the same for the other keys; from a tokenizer: "
-            "return_tensors='pt')"
-        )
+    for key in ("input_ids", "attention_mask", "labels", "position_ids"):
+        value = batch.get(key)  # a tokenizer called without return_tensors gives lists
+        if value is not None and (not isinstance(value, Tensor) or value.dim() != 2):
+            got = f"of shape {tuple(value.shape)}" if isinstance(value, Tensor) else None
+            raise ValueError(
+                f"{key} is {got or type(value).__name__}; a batch holds tensors [batch, seq] "
+                "(one sequence: input_ids.unsqueeze(0), and the same for the other keys; from a "
+                "tokenizer: return_tensors='pt')"
+            )
     for key in ("attention_mask", "labels", "position_ids"):
         if batch.get(key) is not None and batch[key].shape != ids.shape:
             raise ValueError(
@@ -66,6 +72,8 @@ def checked_batch(
     if model is not None:
         check_range(batch, task, model.get_input_embeddings().num_embeddings)
     if task != "causal_lm":  # an encoder scores every attended position itself
+        if batch.get("attention_mask") is None:  # optional: every position attended (probe 51)
+            batch = {**batch, "attention_mask": torch.ones_like(batch["input_ids"])}
         return batch
     return {**batch, "labels": unpadded_labels(batch["labels"], batch["attention_mask"])}
 

@@ -27,8 +27,8 @@ from lightning_kd.losses.cross_spans import span_grid, teacher_spans_at
 from lightning_kd.losses.cross_top import TeacherSide, TeacherTop, teacher_top
 from lightning_kd.losses.cross_vocab import CrossTeacher, at_column, cross_records, twins
 from lightning_kd.losses.logits import next_token_targets
+from lightning_kd.models.batch_positions import max_positions
 from lightning_kd.models.heads import check_head, final_hidden
-from lightning_kd.models.positions import max_positions
 from lightning_kd.utils.refusal import Refused
 
 MetricSums = dict[str, tuple[Tensor, Tensor]]

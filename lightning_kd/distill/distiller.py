@@ -70,7 +70,7 @@ class Distiller(nn.Module):
         repair_source: PreTrainedModel | None = None,
     ) -> None:
         super().__init__()
-        check_teacher_source(teacher, cache, distill, student)
+        check_teacher_source(teacher, cache, distill, student, cross)
         self.other_sides(cross, extra, teacher_weight, token_lengths)
         self.teacher = None if teacher is None else teacher.requires_grad_(False).eval()
         self.cached_teacher = cache
@@ -142,8 +142,8 @@ class Distiller(nn.Module):
         return self
 
     def trainable_parameters(self) -> Iterator[nn.Parameter]:
-        """Every parameter that learns: the student's (and projectors'), never the teacher's."""
-        return learning(self.parameters(), self.teacher, self.repair_source)
+        """Every parameter that learns: the student's (and projectors'), never a teacher's."""
+        return learning(self.parameters(), self.teacher, self.repair_source, self.extra_teachers)
 
     @property
     def uses_teacher_in_training(self) -> bool:
@@ -249,7 +249,7 @@ class Distiller(nn.Module):
                 metrics |= extra.evaluation_sums(
                     self.task, student_out, batch, heads, own, self.domains, self.token_lengths
                 )
-        return metrics | bits_per_byte(batch["labels"], self.token_lengths, metrics)
+        return metrics | bits_per_byte(batch.get("labels"), self.token_lengths, metrics)
 
     def feature_sum(self, mask: Tensor, cached: dict[str, Tensor] | None = None) -> Tensor:
         """Σ over pairs of weight · Σ over scored positions of the pair's loss; reads and clears

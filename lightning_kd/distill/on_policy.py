@@ -65,7 +65,7 @@ from lightning_kd.generation.decoding import (
 )
 from lightning_kd.generation.interleaved import interleaved_sample
 from lightning_kd.losses.logits import IGNORE_INDEX
-from lightning_kd.models.positions import max_positions
+from lightning_kd.models.batch_positions import max_positions
 
 
 @dataclass

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from lightning_kd.distill.batches import checked_batch
 from lightning_kd.distill.repair_progress import RepairProgress, RepairReport, all_reduced
 from lightning_kd.losses.features import get_feature_loss, masked_feature_sum
 from lightning_kd.models.capture import ModuleCapture, capture_step, resolve_module
@@ -167,7 +168,9 @@ def repair_sums(
     distiller, spans: list[Span], batch: dict[str, Tensor], captures: Captures
 ) -> tuple[list[Tensor], Tensor]:
     """Each span's loss summed over the batch's scored positions (differentiable in its student
-    layer only), and the count of those positions."""
+    layer only), and the count of those positions. A hand-built batch is checked and its pads
+    unscored, as a step reads it: the repair scored them (probe 51)."""
+    batch = checked_batch(batch, distiller.task.name, distiller.student)
     mask = distiller.task.scored_mask(batch)
     with capture_step(*captures.all()):
         states = teacher_states(distiller, captures.teacher, batch)

@@ -176,10 +176,11 @@ def domain_weights(entries: Sequence, domains) -> Tensor | None:
         raise ValueError(NO_DATA_DOMAINS)
     ordered = sorted(entries, key=lambda entry: not entry.main)  # stable: main first
     columns = []
-    for index, entry in enumerate(ordered):
+    for place, entry in enumerate(ordered):
         if entry.domains is None:
             taught = frozenset(range(len(domains.names)))
-        else:
+        else:  # named by its place in the list as given, not in this order (probe 51)
+            index = place if entry.index is None else entry.index
             taught = domains.indices(entry.domains, f"teachers[{index}] ({entry.name})")
         columns.append([entry.weight if d in taught else 0.0 for d in range(len(domains.names))])
     if untaught := untaught_domains(entries, list(domains.names)):
@@ -253,7 +254,13 @@ def domain_terms(
     (its term carries CE); ``rows`` are those the teacher ran on (``taught_rows``)."""
     weights, domain = teaching.required(), teaching.domain(batch)
     total, parts = None, []
-    for d in [d for d in domain.unique().tolist() if d >= 0]:
+    named = [d for d in domain.unique().tolist() if d >= 0]
+    if not named:  # every row of no domain (-1): nothing scored, as labels all -100 (probe 51)
+        name, teacher_out, heads, _ = sides[0]
+        unscored = batch | {"labels": torch.full_like(batch["labels"], IGNORE_INDEX)}
+        value, sums = task.logit_terms(student_out, teacher_out, unscored, heads, ce, 1.0)
+        return value, combined([(name, True, 1.0, sums)], [side[0] for side in sides])
+    for d in named:
         rows = (domain == d).to(batch["labels"].device).unsqueeze(1)
         part = batch | {"labels": batch["labels"].masked_fill(~rows, IGNORE_INDEX)}
         for index, (name, teacher_out, heads, ran_on) in enumerate(sides):

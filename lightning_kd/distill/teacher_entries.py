@@ -9,7 +9,8 @@ import difflib
 import math
 import re
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -35,6 +36,8 @@ class TeacherEntry:
     """Its teacher cache (``lightning-kd cache`` with this entry's ``teacher`` keys), or ``auto``
     (written once, like ``distill.teacher_cache=auto``); None: online. The main entry's is
     ``distill.teacher_cache``."""
+    index: int | None = None
+    """Its place in the ``teachers`` list as given: what messages name it by (``teachers[i]``)."""
 
 
 def teacher_entries(teachers: Any, main: TeacherSpec) -> list[TeacherEntry] | None:
@@ -140,8 +143,28 @@ def read_entry(entry: Any, index: int, main: TeacherSpec) -> tuple[TeacherEntry 
     except ModuleNotFoundError as missing:  # an int8 entry without torchao: said with the rest
         return None, [f"teachers[{index}]: {missing}"]
     except ValueError as invalid:  # TeacherSpec's own checks name teacher.<key>: the entry's
-        return None, [re.sub(r"\bteacher\.(\w+)", rf"teachers[{index}].\1", str(invalid))]
-    return TeacherEntry(str(entry["name"]), weight, spec, not own, domains, entry.get("cache")), []
+        return None, [entry_key(str(invalid), index)]
+    name, cache = str(entry["name"]), entry.get("cache")
+    return TeacherEntry(name, weight, spec, not own, domains, cache, index), []
+
+
+def entry_key(text: str, index: int | None) -> str:
+    """``text`` with the ``teacher`` group's keys (``teacher.path``) named as entry ``index``'s
+    (``teachers[1].path``): TeacherSpec's checks and the model loaders name the group's."""
+    return text if index is None else re.sub(r"\bteacher\.(\w+)", rf"teachers[{index}].\1", text)
+
+
+@contextmanager
+def entry_errors(entry: TeacherEntry) -> Iterator[None]:
+    """Loading ``entry``'s model: a missing or unreadable path named by the entry's key, not by
+    the ``teacher`` group's (which is another model's: probe 51)."""
+    try:
+        yield
+    except (FileNotFoundError, ValueError) as error:
+        renamed = entry_key(str(error), entry.index)
+        if renamed == str(error) or isinstance(error, Refused):
+            raise
+        raise type(error)(renamed) from error
 
 
 def entry_weight(weight: Any, index: int) -> float | ValueError:

@@ -25,7 +25,7 @@ from lightning_kd.distill.cross_tokenizer import CrossTokenizer
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.distill.tasks import bits_per_byte
 from lightning_kd.distill.teacher_domains import PER_TEACHER, DomainTeaching, rows_of
-from lightning_kd.distill.teacher_entries import TeacherEntry
+from lightning_kd.distill.teacher_entries import TeacherEntry, entry_errors
 from lightning_kd.distill.teacher_sources import teacher_source
 from lightning_kd.generation.decoding import decodes_in_step
 from lightning_kd.losses.logits import weighted_sum
@@ -78,7 +78,8 @@ class ExtraTeachers(nn.Module):
         is open, so that cached teachers are never resident at once."""
         sources, crosses, others = [], [], [entry for entry in entries if not entry.main]
         for entry in others:
-            source, cross = teacher_source(entry, distill, tokenizer, student, precision, data)
+            with entry_errors(entry):
+                source, cross = teacher_source(entry, distill, tokenizer, student, precision, data)
             sources.append(source)
             crosses.append(cross)
         names, weights = [e.name for e in others], [e.weight for e in others]

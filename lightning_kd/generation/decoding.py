@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.distributed import fsdp
 from transformers import PreTrainedTokenizerBase
@@ -152,18 +153,22 @@ def device_list(tensor: Tensor) -> list[int]:
 
 
 def prompt_tokens(batch: dict[str, Tensor]) -> list[Tensor]:
-    """Each row's prompt: its attended tokens before the first scored label (all of them for a
-    row without one), wherever the row's padding is (a batch padded on the left, as a tokenizer
-    may pad it, has its pads first: they are neither prompt nor attended)."""
+    """Each row's prompt: its attended tokens before the first scored target (all of them for
+    a row without one), wherever the row's padding is (a batch padded on the left, as a tokenizer
+    may pad it, has its pads first: they are neither prompt nor attended). A row's first token
+    is no target (nothing predicts it), so a row scored from its second token on has no prompt
+    either: its first token's label, left-padded, was masked as the pad's prediction, and the
+    row was read as a one-token prompt where unpadded it was refused (probe 51)."""
     prompts = []
     for ids, labels, mask in zip(
         batch["input_ids"], batch["labels"], batch["attention_mask"], strict=True
     ):
         attended = mask.bool()
-        scored = (attended & (labels != IGNORE_INDEX)).nonzero()
+        targets = attended & F.pad(attended[:-1], (1, 0), value=False)  # after an attended one
+        scored = (targets & (labels != IGNORE_INDEX)).nonzero()
         end = int(scored[0]) if len(scored) else len(ids)
         prompt = ids[:end][attended[:end]]
-        if len(prompt) == 0:
+        if not len(prompt) or (len(prompt) == 1 and len(scored)):
             raise ValueError(
                 "distill.on_policy: a row is scored from its first token, so it has no prompt to "
                 "complete; on-policy KD needs prompts (data=chat labels the answers only)"

@@ -28,7 +28,7 @@ from lightning_kd.launch.rules import Number, lookup, value_errors
 from lightning_kd.launch.teacher_list import config_entries
 from lightning_kd.models.loading import TeacherSpec
 from lightning_kd.models.packaged import PackageMissing
-from lightning_kd.models.positions import position_error, teacher_positions
+from lightning_kd.models.positions import position_error, student_positions, teacher_positions
 from lightning_kd.utils.refusal import refuse
 
 OPTIONS: dict[str, dict[str, Number]] = {
@@ -104,6 +104,16 @@ def teacher_length(cfg: Mapping, key: str) -> Length:
         "the teacher": lambda: teacher_positions(instantiate(cfg["teacher"], _convert_="all"))
     }
     return Length(key, lookup(cfg, key), models | entry_models(cfg))
+
+
+def student_length(cfg: Mapping, key: str) -> Length:
+    """``cfg``'s value at ``key`` against the student's own positions, where it has its own (a
+    saved student, another model's layers, ``student.config``'s): refused after the teacher had
+    loaded and the trainer was built, not with the rest (probe 52)."""
+    models = {
+        "the student": lambda: student_positions(instantiate(cfg["student"], _convert_="all"))
+    }
+    return Length(key, lookup(cfg, key), models)
 
 
 def entry_models(cfg: Mapping) -> dict[str, Callable[[], int | None]]:

@@ -16,6 +16,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import yaml
 from hydra.errors import ConfigCompositionException
 from hydra.utils import get_object
 
@@ -28,8 +29,14 @@ from lightning_kd.launch.config import (
     dotted_keys,
 )
 from lightning_kd.launch.config_dir import CONFIG_DIR_FLAGS
+from lightning_kd.launch.defaults_lists import (
+    GLOBAL_GROUPS,
+    late_override_error,
+    packaged_default_error,
+)
 from lightning_kd.launch.list_overrides import list_override_error
 from lightning_kd.launch.other_options import unknown_key_fix
+from lightning_kd.launch.top_keys import unread_top_key_errors
 from lightning_kd.models.loading import StudentSpec, TeacherSpec
 
 HYDRA_KEYS = {"_target_", "_convert_", "_recursive_", "_partial_", "_args_"}
@@ -41,10 +48,10 @@ PRINT_FLAGS = ("--cfg", "-c")
 
 def override_key_errors(argv: Sequence[str]) -> list[str]:
     """One message per override in the command line ``argv`` that sets a key the composed
-    config does not have, each with the nearest key it has, and per group setting nothing reads
-    (:func:`unknown_setting_errors`); or one per ``--config-dir`` that is not a directory.
-    Command lines with other flags than
-    ``--config-dir`` (``-m``, ``--cfg``, ``--help``) are left to Hydra, as are sweeps."""
+    config does not have, each with the nearest key it has, and per setting nothing reads
+    (:func:`unknown_setting_errors`, ``top_keys.py``); or one per ``--config-dir`` that is not a
+    directory. Command lines with other flags than ``--config-dir`` (``-m``, ``--cfg``,
+    ``--help``) are left to Hydra, as are sweeps."""
     split = _overrides_and_dirs(argv)
     if split is None:
         return []
@@ -74,16 +81,20 @@ def override_key_errors(argv: Sequence[str]) -> list[str]:
                 return [unset]
             missing.append((word, found.group(1)))
             overrides = [w for w in overrides if w != word]
+        except yaml.YAMLError as error:  # a file of one's own: Hydra's traceback (probe 52)
+            return [f"a config file is not valid YAML ({error}); fix the file it names"]
         except Exception:  # a sweep, a missing group option: Hydra's own message says it
             break
     keys = [] if cfg is None else dotted_keys(cfg)
     errors = [_missing_message(word, key, keys) for word, key in missing]
-    return errors + ([] if cfg is None else unknown_setting_errors(cfg))
+    if cfg is None:
+        return errors
+    return errors + unknown_setting_errors(cfg) + unread_top_key_errors(cfg, overrides)
 
 
 def unset_group_error(word: str, key: str, config_dirs: Sequence[str]) -> str | None:
     """``callbacks=early_stopping``: a group the defaults list leaves unset is added with ``+``
-    (the message said the config had no key ``callbacks``, "did you mean callbacks?")."""
+    (the message said: the config has no key ``callbacks``, "did you mean callbacks?")."""
     dirs = [CONF_DIR, *(Path(d).expanduser() for d in config_dirs)]
     if word.startswith("+") or not any((d / key).is_dir() for d in dirs):
         return None
@@ -91,12 +102,6 @@ def unset_group_error(word: str, key: str, config_dirs: Sequence[str]) -> str | 
         f"{word}: the config chooses no {key} option by default, so there is none to "
         f"replace; add it with +{word} (several at once: '+{key}=[a,b]')"
     )
-
-
-GLOBAL_GROUPS = ("experiment", "debug")
-"""Groups whose options set keys all over the config (``# @package _global_``): a file of theirs
-without that line lands under the group's own key (``experiment.trainer.max_steps``), where
-nothing reads it."""
 
 
 def unknown_setting_errors(cfg: Mapping) -> list[str]:
@@ -149,42 +154,6 @@ def flag_errors(
         allowed = "true, false or null" if nullable else "true or false"
         errors.append(f"{group}.{key}={value!r}: give {allowed}, e.g. {group}.{key}=true")
     return errors
-
-
-def packaged_default_error(target: str) -> str | None:
-    """Why Hydra could not apply ``target`` (``data@experiment.data``): a default a global
-    group's file overrides, in a file without ``# @package _global_``, composed under the
-    group's key. Hydra's "Did you mean to override data?" names neither the file nor the fix."""
-    group, _, package = target.partition("@")
-    owner = package.split(".", 1)[0]
-    if owner not in GLOBAL_GROUPS or not group:
-        return None
-    return (
-        f"the {owner} option overrides /{group} in its defaults list, and its file lacks "
-        f"'# @package _global_': the override lands under {owner} ({target}), which Hydra "
-        f"refuses; make '# @package _global_' its file's first line, as in the shipped "
-        f"{CONF_DIR / owner}/*.yaml"
-    )
-
-
-LATE_OVERRIDE = re.compile(r"In '(\w+)/([^']+)': Could not override '(\w+)'")
-
-
-def late_override_error(message: str) -> str | None:
-    """Why Hydra could not apply an option's ``override /debug: smoke``: conf/config.yaml's
-    defaults list puts that group after the option's (``debug`` last, to shrink any experiment),
-    and a defaults list overrides only the groups before it. Hydra said "Could not override
-    'debug'. Did you mean to override debug?" (probe 37)."""
-    found = LATE_OVERRIDE.search(message)
-    if found is None or found.group(3) not in GLOBAL_GROUPS[1:] or found.group(1) == "debug":
-        return None
-    owner, option, group = found.groups()
-    return (
-        f"{owner}/{option} overrides /{group} in its defaults list, which the shipped "
-        f"config.yaml composes after {owner} (so that {group}=... applies over any {owner}): "
-        f"an {owner} cannot set it; drop that line and give {group}=... on the command line, "
-        f"or copy the {group} settings you need into {owner}/{option}.yaml"
-    )
 
 
 def global_group_errors(cfg: Mapping) -> list[str]:

@@ -16,6 +16,7 @@ from huggingface_hub import constants, try_to_load_from_cache
 from lightning_kd.launch.rules import ABSENT, lookup
 from lightning_kd.models.packaged import PACKAGED, missing_error
 from lightning_kd.models.sources import checked_model_path
+from lightning_kd.models.unreadable import saved_model_errors
 
 
 def model_path_errors(cfg: Mapping) -> list[str]:
@@ -52,7 +53,13 @@ def path_error(key: str, path: Any, gguf_file: Any = None) -> str | None:
         local = checked_model_path(str(path), f"{key}.path")
     except FileNotFoundError as error:
         return str(error)
-    return None if Path(local).is_dir() else hub_error(f"{key}.path", local)
+    if not Path(local).is_dir():
+        return hub_error(f"{key}.path", local)
+    # A teacher reads its own tokenizer (the run's, or the one its ids are aligned from); one
+    # without was transformers' traceback advising sentencepiece, after setup began (probe 52).
+    # A student without one is read with the run's.
+    errors = saved_model_errors(Path(local), f"{key}.path", tokenizer=key != "student")
+    return "\n  ".join(errors) or None
 
 
 def hub_error(key: str, repo: str) -> str | None:

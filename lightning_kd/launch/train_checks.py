@@ -16,7 +16,7 @@ from lightning_kd.launch.cache_dtype_checks import cache_dtype_errors
 from lightning_kd.launch.cache_k_checks import cache_k_errors
 from lightning_kd.launch.checks import config_errors
 from lightning_kd.launch.data_checks import data_file_errors, dataset_errors
-from lightning_kd.launch.entry import entry_errors, teacher_length
+from lightning_kd.launch.entry import entry_errors, student_length, teacher_length
 from lightning_kd.launch.gguf_export import gguf_errors
 from lightning_kd.launch.harness_run import harness_errors
 from lightning_kd.launch.model_checks import model_setting_errors
@@ -42,7 +42,7 @@ def train_errors(cfg: Mapping) -> list[str]:
         extra += named_cache_errors(cfg) + cache_k_errors(cfg, "train") + cache_dtype_errors(cfg)
         extra += gguf_errors(cfg)
     # Before a cache is written, as `cache`; a key the config lacks (no samples) is not compared.
-    lengths = [teacher_length(cfg, "data.block_size")]
+    lengths = [teacher_length(cfg, "data.block_size"), student_length(cfg, "data.block_size")]
     lengths.append(teacher_length(cfg, "callbacks.samples.max_new_tokens"))  # prompts add later
     extra += harness_errors(cfg)
     return entry_errors(cfg, lengths=lengths, extra=extra, paths=paths)

@@ -123,7 +123,10 @@ class ModuleCapture:
         if missing:
             raise ModuleChoiceError(
                 f"{self.role} modules {missing} did not run in the armed forward, so their "
-                "feature losses cannot be computed; check distill.features"
+                "feature losses cannot be computed: the step runs the model's body (base_model) "
+                "and the chunked loss applies the output head (lm_head) itself. Match a module "
+                "inside the body (a decoder layer, the final norm) in distill.features, or set "
+                "distill.chunked=false"
             )
         if repeated:
             raise ModuleChoiceError(

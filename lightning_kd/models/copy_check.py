@@ -14,8 +14,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from lightning_kd.models.batch_positions import max_positions
 from lightning_kd.models.layer_config import UnfittingLayers, decoder_layers
-from lightning_kd.models.positions import max_positions
 
 TOKENS = 128
 """The probe's least length: a layer that computes otherwise shows in a few tokens, unless it

@@ -3,8 +3,6 @@ read, the check that they reproduce the model's own logits, and their gathering 
 
 from __future__ import annotations
 
-import functools
-import inspect
 import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -13,6 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from lightning_kd.losses.chunked import OutputHead, matmul_dtype
+from lightning_kd.models.batch_positions import model_positions, takes_positions
 from lightning_kd.utils.refusal import Refused
 
 SCALED_BY_MULTIPLYING = {"hyperclovax": "logits_scaling", "falcon_h1": "lm_head_multiplier"}
@@ -53,7 +52,7 @@ def final_hidden(model: nn.Module, batch: dict[str, Tensor], logits: bool) -> Te
     called = model if logits else body(model)
     inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
     if takes_positions(type(called)):
-        inputs["position_ids"] = positions(batch)
+        inputs["position_ids"] = model_positions(called, batch)
     out = called(**inputs, use_cache=False)
     return out.logits if logits else out.last_hidden_state
 
@@ -66,25 +65,6 @@ def body(model: nn.Module) -> nn.Module:
     if found is model and isinstance(inner := getattr(model, "model", None), nn.Module):
         return inner
     return found
-
-
-def positions(batch: dict[str, Tensor]) -> Tensor:
-    """The batch's ``position_ids``, else each row's count of attended tokens before each
-    position: 0, 1, … from a row's first real token. A left-padded row's text would otherwise sit
-    at positions 5, 6, … after 5 pads, which a model of absolute positions (GPT-2, OPT) reads as
-    other input (its KD term 22 % off, measured on GPT-2); for rotary models only the
-    differences count, and a right-padded or packed row's positions are those the model takes
-    by default."""
-    given = batch.get("position_ids")
-    if given is not None:
-        return given
-    return (batch["attention_mask"].long().cumsum(-1) - 1).clamp(min=0)
-
-
-@functools.cache
-def takes_positions(model_class: type) -> bool:
-    """Whether ``model_class.forward`` names ``position_ids`` (BLOOM's ALiBi takes none)."""
-    return "position_ids" in inspect.signature(model_class.forward).parameters
 
 
 DIVERGED_LOGIT = 1e4

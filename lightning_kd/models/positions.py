@@ -10,20 +10,10 @@ from __future__ import annotations
 
 from transformers import AutoConfig, PretrainedConfig
 
-from lightning_kd.models.loading import TeacherSpec
+from lightning_kd.models.batch_positions import POSITION_KEYS, max_positions
+from lightning_kd.models.loading import StudentSpec, TeacherSpec
 from lightning_kd.models.model_config import config_from
 from lightning_kd.models.sources import config_location
-
-POSITION_KEYS = ("max_position_embeddings", "n_positions")
-
-
-def max_positions(config: PretrainedConfig) -> int | None:
-    """The longest sequence a model of ``config`` covers, if its config says."""
-    for key in POSITION_KEYS:
-        value = getattr(config, key, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
 
 
 def saved_positions(location: str, trust_remote_code: bool = False) -> int | None:
@@ -35,6 +25,18 @@ def teacher_positions(spec: TeacherSpec) -> int | None:
     """The position limit of the teacher ``spec`` describes, without building or loading it."""
     config = spec_config(spec)
     return None if config is None else max_positions(config)
+
+
+def student_positions(student: StudentSpec) -> int | None:
+    """The position limit of the student ``student`` describes where it is its own: a saved
+    student's, another model's whose layers it copies (``student.source``), or one its
+    ``student.config`` sets; None where it is the teacher's (checked as the teacher's)."""
+    if student.path is not None:
+        return saved_positions(student.path, student.trust_remote_code)
+    if student.source is not None:
+        return teacher_positions(TeacherSpec(path=student.source))
+    overrides = student.config or {}
+    return next((overrides[key] for key in POSITION_KEYS if key in overrides), None)
 
 
 def spec_config(spec: TeacherSpec) -> PretrainedConfig | None:

@@ -250,5 +250,22 @@ def check_vocabularies(
         if size < needed:
             raise Refused(
                 f"the {role}'s vocabulary has {size} rows but the tokenizer has {needed} tokens: "
-                "the two do not belong together (different tokenizers)"
+                f"the two do not belong together (different tokenizers){past_rows(tokenizer, size)}"
             )
+
+
+def past_rows(tokenizer: PreTrainedTokenizerBase, rows: int) -> str:
+    """Which of ``tokenizer``'s tokens have no row, where all are tokens added to it: what
+    transformers' GGUF reader does to a byte-level vocabulary without ``<|endoftext|>`` (a
+    smoke student's, Llama 3's), so that an exported GGUF read back as a teacher was refused
+    as "different tokenizers" with no way on (probe 52)."""
+    past = sorted((i, token) for token, i in tokenizer.get_vocab().items() if i >= rows)
+    added = set(tokenizer.get_added_vocab())
+    if not past or any(token not in added for _, token in past):
+        return ""
+    names = ", ".join(repr(token) for _, token in past[:5])
+    return (
+        f"; the tokens past its rows, {names}, were added to the tokenizer (transformers' GGUF "
+        "reader adds <|endoftext|> to a byte-level vocabulary without one): for a model read "
+        "from a GGUF, give the directory it was exported from instead"
+    )

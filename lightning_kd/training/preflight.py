@@ -25,8 +25,9 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.strategies import DeepSpeedStrategy, FSDPStrategy
 from torch import nn
 
+from lightning_kd.models.batch_positions import max_positions
 from lightning_kd.models.heads import final_hidden
-from lightning_kd.models.positions import max_positions, position_error
+from lightning_kd.models.positions import position_error
 from lightning_kd.utils.refusal import Refused
 
 SAMPLE_TOKENS = 8

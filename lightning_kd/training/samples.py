@@ -34,7 +34,8 @@ from lightning_kd.generation.decoding import (
     until_stop,
 )
 from lightning_kd.generation.stop_request import StopRequested
-from lightning_kd.models.positions import max_positions, room_error
+from lightning_kd.models.batch_positions import max_positions
+from lightning_kd.models.positions import room_error
 from lightning_kd.utils.atomic import replaced_whole
 from lightning_kd.utils.refusal import Refused
 from lightning_kd.utils.stopping import STOP

@@ -117,8 +117,9 @@ def let_go(path: Path) -> None:
 
 
 def in_use_elsewhere(path: Path) -> bool:
-    """Whether another process holds ``path`` shared (:func:`hold_shared`); this process's own
-    hold is let go first: it asks because it is done reading."""
+    """Whether another process holds ``path``: shared (:func:`hold_shared`), or as its writer
+    (:func:`take_lock`); this process's own shared hold is let go first: it asks because it is
+    done reading. Only asks: the file and the pid its writer wrote there stay as they are."""
     path = Path(path).absolute()
     let_go(path)
     if not path.is_file():

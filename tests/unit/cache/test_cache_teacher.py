@@ -145,6 +145,26 @@ def test_a_batch_whose_rows_are_not_their_blocks_is_refused(corpus, tmp_path) ->
     with pytest.raises(ValueError, match="'val' split .* validation batches .* to evaluate"):
         distiller.evaluate(batch)
     distiller.evaluate(next(iter(datamodule.val_dataloader())))
+    # Probe 51: a scored row of no block (-1) read block 0's records without a word; a
+    # malformed index, or rows padded past the block, were raw torch errors.
+    rows = len(index)
+    unscored = {"labels": batch["labels"].masked_fill(index.unsqueeze(1) == index[0], -100)}
+    distiller(batch | unscored | {"block_index": index.masked_fill(index == index[0], -1)})
+    with pytest.raises(ValueError, match=r"row 0 of the batch has 'block_index' -1 \(no block"):
+        distiller(batch | {"block_index": index.masked_fill(index == index[0], -1)})
+    malformed = (index[:1], index.float(), index.unsqueeze(1), index.tolist())
+    for wrong in malformed:
+        with pytest.raises(ValueError, match=rf"'block_index' must be a tensor of {rows} integers"):
+            distiller(batch | {"block_index": wrong})
+    width = batch["input_ids"].shape[1]
+    longer = {
+        key: torch.nn.functional.pad(batch[key], (0, 8)) for key in ("input_ids", "attention_mask")
+    }
+    longer["labels"] = torch.nn.functional.pad(batch["labels"], (0, 8), value=-100)
+    with pytest.raises(
+        ValueError, match=rf"have {width + 8} positions, the cache's blocks {width}"
+    ):
+        distiller(batch | longer)
 
 
 def test_a_top_k_cache_gives_the_exact_teacher_perplexity(corpus, tmp_path) -> None:

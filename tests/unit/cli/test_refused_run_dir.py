@@ -38,3 +38,22 @@ def test_a_launch_refused_for_a_held_directory_leaves_the_holders_record(
         os.close(holder)
     drop_own_record(tmp_path, since)  # nobody holds it: the refused launch's own, removed
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_launch_refused_for_a_held_directory_is_not_told_to_overwrite_it(
+    tmp_path, monkeypatch
+) -> None:
+    """The holder's fresh logs were taken for the refused launch's own, and the refusal said to
+    rerun with overwrite=true: which deletes the other run's outputs (probe 52)."""
+    monkeypatch.setattr(refused_run_dir, "run_directory", lambda: tmp_path)
+    since = time.time()
+    recorded(tmp_path)
+    (tmp_path / "logs").mkdir()  # written by the run training there, since the launch began
+    (tmp_path / "logs" / "metrics.csv").write_text("step\n")
+    holder = take_lock(tmp_path / LOCK_NAME)
+    try:
+        assert refused_run_dir.started_outputs(since) == ""
+    finally:
+        os.close(holder)
+    # Nobody holds it: the outputs are the refused launch's own, and the advice stands.
+    assert "overwrite=true" in refused_run_dir.started_outputs(since)

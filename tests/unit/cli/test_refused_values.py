@@ -9,6 +9,7 @@ loaded.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -172,6 +173,29 @@ def test_train_refuses_every_model_path_it_cannot_read_at_once(weightless, tmp_p
     ]
     argv = hydra_argv("train", weightless, tmp_path / "run", *overrides)
     assert_refused(argv, named, capsys)  # the weights are missing: the refusal came first
+
+
+def test_train_refuses_a_block_past_the_students_own_positions_with_the_rest(
+    weightless, tmp_path, capsys
+) -> None:
+    """A saved student of 64 positions, or a student.config of 16, was refused once the teacher
+    had loaded and the trainer was built, alone (probe 52)."""
+    student = tmp_path / "student"
+    shutil.copytree(weightless, student)
+    config = json.loads((student / "config.json").read_text())
+    (student / "config.json").write_text(json.dumps(config | {"n_positions": 32}))
+    block = ["data.block_size=48", "student.config=null", "data.max_train_examples=-5"]
+    named = [
+        "2 values are refused",
+        "data.block_size=48 is longer than the student's 32 positions",
+        "data.max_train_examples=-5",
+    ]
+    saved = [*block, f"student.path={student}"]
+    argv = hydra_argv("train", weightless, tmp_path / "run", *saved)
+    assert_refused(argv, named, capsys)
+    configured = ["data.block_size=20", "student.config={max_position_embeddings: 16}"]
+    argv = hydra_argv("train", weightless, tmp_path / "run", *configured)
+    assert_refused(argv, ["data.block_size=20 is longer than the student's 16 positions"], capsys)
 
 
 def test_train_refuses_lm_eval_tasks_it_cannot_run(weightless, tmp_path, capsys) -> None:

@@ -457,6 +457,29 @@ def test_a_file_that_is_not_utf8_or_cut_short_is_named_by_its_line(
             list(data.train_dataloader())
 
 
+def test_the_launchs_check_names_a_file_it_cannot_read_as_the_data_module_does(
+    tmp_path, datasets_home
+) -> None:
+    """The checks before a launch read each split's first row: a line cut short, or a text file
+    that is not UTF-8, was pyarrow's traceback there, exit 1 (probe 52)."""
+    from lightning_kd.data.dataset_columns import Columns, source_errors
+    from lightning_kd.data.dataset_source import DatasetSource
+
+    lines = [json.dumps({"text": f"row {i} " * 20}).encode() for i in range(7)]
+    cut = tmp_path / "cut.jsonl"
+    cut.write_bytes(b"\n".join([*lines, b'{"text": "broken', *lines]) + b"\n")
+    (tmp_path / "latin.txt").write_bytes("café crème".encode("latin-1"))
+    columns = Columns((("text",),), "data.text_field")
+    found = {
+        ("json", cut): r"cut.jsonl:8 is not valid JSON",
+        ("text", tmp_path / "latin.txt"): r"latin.txt:1: byte 0xe9 at column 4 is not UTF-8",
+    }
+    for (builder, path), refusal in found.items():
+        source = DatasetSource.of({"path": builder, "data_files": str(path)})
+        errors = source_errors(source, columns)
+        assert len(errors) == 1 and re.search(refusal, errors[0]), errors
+
+
 def test_a_split_of_no_row_is_named_not_the_builder(tmp_path, datasets_home) -> None:
     """datasets cannot open a {split: files} whose split is empty: the refusal said "cannot be
     opened ... set data.dataset.path" (probe 46)."""

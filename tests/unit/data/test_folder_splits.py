@@ -53,6 +53,22 @@ def test_a_folder_of_a_test_file_among_others_is_refused_not_offered_its_test_sp
         open_split(DatasetSource.of({"path": str(root)}), "train", streaming=True)
 
 
+def test_a_folder_of_several_formats_is_refused_naming_each(tmp_path, datasets_home) -> None:
+    """datasets reads a folder with its commonest format's builder: b.txt and c.csv beside
+    a.jsonl went unread, without a word (probe 52). Files of one builder's (.json and .jsonl)
+    are one format."""
+    root = folder(tmp_path / "f", "a")
+    (root / "b.txt").write_text("a document of its own " * 8)
+    (root / "c.csv").write_text("text\n" + "a row " * 8 + "\n")
+    refusal = r"holds files of 3 formats \(json: a.jsonl; text: b.txt; csv: c.csv\)"
+    with pytest.raises(Refused, match=refusal):
+        open_split(DatasetSource.of({"path": str(root)}), "train", streaming=True)
+    (root / "b.txt").unlink()
+    (root / "c.csv").unlink()
+    (root / "d.json").write_text(json.dumps({"text": "one more " * 8}) + "\n")
+    open_split(DatasetSource.of({"path": str(root)}), "train", streaming=True)
+
+
 def test_a_named_validation_split_left_unread_is_said(tmp_path, datasets_home) -> None:
     root = folder(tmp_path / "named", "train_a", "dev")
     with pytest.warns(UserWarning, match=r"set data.dataset.val_split=validation to validate"):

@@ -62,6 +62,13 @@ def test_labels_are_masked_on_pads_and_after_them_only() -> None:
         ({"input_ids": IDS, "labels": IDS}, r"lacks \['attention_mask'\]"),
         ({"input_ids": IDS[0], "attention_mask": ONES[0], "labels": IDS[0]}, r"shape \(6,\)"),
         ({"input_ids": [1, 2], "attention_mask": ONES, "labels": IDS}, r"input_ids is list"),
+        # A tokenizer called without return_tensors: every key a list (probe 51 F1).
+        ({"input_ids": IDS, "attention_mask": [[1] * 6], "labels": IDS}, "attention_mask is list"),
+        ({"input_ids": IDS, "attention_mask": ONES, "labels": [[1] * 6]}, "labels is list"),
+        (
+            {"input_ids": IDS, "attention_mask": ONES, "labels": IDS, "position_ids": [0, 1]},
+            "position_ids is list.*return_tensors='pt'",
+        ),
         ({"input_ids": IDS, "attention_mask": ONES, "labels": IDS[:, 1:]}, r"labels has shape"),
         ({"input_ids": IDS, "attention_mask": None, "labels": IDS}, r"lacks \['attention_mask'\]"),
         (
@@ -116,6 +123,13 @@ def test_a_malformed_batch_is_named(batch: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         checked_batch(batch, "causal_lm", student)
     with pytest.raises(ValueError, match=message):
+        distiller()(batch)
+
+
+@pytest.mark.parametrize("batch", [(IDS, ONES, IDS), [{"input_ids": IDS}]], ids=["tuple", "list"])
+def test_a_batch_that_is_no_dict_is_named(batch) -> None:
+    """A collator's tuple reached ``batch.get``: an AttributeError (probe 51 F1)."""
+    with pytest.raises(ValueError, match=f"the batch is a {type(batch).__name__}: .* in a dict"):
         distiller()(batch)
 
 

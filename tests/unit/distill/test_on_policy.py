@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from lightning_kd.data.chat_tokens import PLAIN_TEMPLATE
 from lightning_kd.distill.assembly import stop_at_turn_ends
+from lightning_kd.distill.batches import checked_batch
 from lightning_kd.distill.distiller import Distiller
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.distill.on_policy import OnPolicy, draw_seed
@@ -280,9 +281,18 @@ def test_bad_on_policy_settings_are_refused() -> None:
     # Feature matching over the sampled rows trains on them: not refused.
     DistillConfig(on_policy=1.0, kd_weight=0.0, ce_weight=0.5, features="uniform")
     unprompted = chat_batch()
-    unprompted["labels"][0, 0] = 5
+    unprompted["labels"][0, :6] = unprompted["input_ids"][0, :6]  # labels = input_ids
     with pytest.raises(ValueError, match=r"scored from its first token, so it has no prompt"):
         prompt_tokens(unprompted)
+    # The same row padded on the left: its first token's label is masked as the pad's
+    # prediction (checked_batch), and it was read as a one-token prompt (probe 51).
+    left = {key: torch.roll(value, 2, dims=1) for key, value in unprompted.items()}
+    with pytest.raises(ValueError, match=r"scored from its first token, so it has no prompt"):
+        prompt_tokens(checked_batch(left, "causal_lm"))
+    # A label on a row's first token is no target (nothing predicts it): the prompt stands.
+    first = chat_batch()
+    first["labels"][0, 0] = 5
+    assert [p.tolist() for p in prompt_tokens(first)] == [[5, 6, 7], [11, 12, 13, 14, 15]]
 
 
 def test_the_room_to_sample_in_is_the_writers_stated_limit_and_none_states_no_limit() -> None:

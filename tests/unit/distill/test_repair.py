@@ -78,6 +78,29 @@ def test_a_fed_layer_reads_the_teachers_state_and_its_loss_reaches_it_alone(corp
     assert all(not c.records for c in captures.all()), "captures cleared"
 
 
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_a_hand_built_batchs_pads_are_not_repaired_on(corpus, side: str) -> None:
+    """The python-api loop's batch (labels = input_ids, pads and all): the repair scored its
+    pads, where a step does not, and a batch lacking a key was a KeyError (probe 51)."""
+    distiller = distiller_for(StudentSpec(layers=[0, 1, 3]))
+    plan = repair_plan(distiller)
+    captures = Captures.of(distiller, plan)
+    row = batch_of(corpus)["input_ids"][:1, :20]
+    pads = torch.zeros(1, 6, dtype=torch.long)
+    ids = torch.cat([pads, row] if side == "left" else [row, pads], dim=1)
+    mask = torch.cat(
+        [pads, torch.ones_like(row)] if side == "left" else [torch.ones_like(row), pads], 1
+    )
+    padded = {"input_ids": ids, "attention_mask": mask, "labels": ids.clone()}
+    alone = {"input_ids": row, "attention_mask": torch.ones_like(row), "labels": row.clone()}
+    sums, count = repair_sums(distiller, plan, padded, captures)
+    want, want_count = repair_sums(distiller, plan, alone, captures)
+    assert int(count) == int(want_count) == 19
+    torch.testing.assert_close(sums[0], want[0], rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match=r"the batch lacks \['labels'\]"):
+        repair_sums(distiller, plan, {"input_ids": row, "attention_mask": row}, captures)
+
+
 def test_repair_lowers_each_layers_loss_and_moves_nothing_else(corpus) -> None:
     distiller = distiller_for(StudentSpec(layers=[0, 1, 3]))
     before = {k: v.clone() for k, v in distiller.state_dict().items()}

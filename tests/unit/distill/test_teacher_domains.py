@@ -208,6 +208,23 @@ def test_a_batchs_domain_is_checked_once_per_step(monkeypatch) -> None:
         both(batch | {"domain": torch.tensor([0, 7])})
 
 
+def test_rows_of_no_domain_are_scored_by_no_term() -> None:
+    """A batch whose rows are all of no domain (-1) raised an IndexError in the step (probe 51):
+    it scores nothing, as labels all -100 do, and one row of no domain leaves the others' step."""
+    both, _ = by_domain_with_features()
+    batch = batch_of(TEXT)
+    objective, sums, grads = step(both, batch | {"domain": torch.tensor([-1, -1])})
+    assert float(objective) == 0.0 and int(sums.tokens) == 0
+    assert float(sums.kd) == float(sums.ce) == float(sums.features) == 0.0
+    assert set(sums.teachers) == {"a", "b"} and not any(map(float, sums.teachers.values()))
+    assert all(not grad.any() for grad in grads)
+    mixed = step(both, batch | {"domain": torch.tensor([0, -1])})
+    alone = step(both, only(batch, 0) | {"domain": torch.tensor([0, 0])})
+    torch.testing.assert_close(mixed[0], alone[0], rtol=1e-10, atol=1e-12)
+    for got, want in zip(mixed[2], alone[2], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12)
+
+
 def by_domain_with_features() -> tuple[Distiller, DistillConfig]:
     """Teacher a (the main one, whose layers the features pair) teaches code, b prose."""
     first, second, student = models()

@@ -134,6 +134,24 @@ def test_from_python_a_list_is_taken_as_the_config_holds_it_and_entries_are_chec
         Distiller.from_specs(MAIN, student, distill, byte_tokenizer(), teachers=no_main)
 
 
+def test_an_entrys_missing_model_and_its_domains_are_named_by_its_own_place_in_the_list(
+    tmp_path,
+):
+    """A second teacher's missing path was named teacher.path (the teacher group's key), and a
+    bad domain of the first entry, listed before the main one, teachers[1] (probe 51)."""
+    from lightning_kd.data.domains import Domains
+    from lightning_kd.distill.teacher_domains import domain_weights
+
+    student, distill = StudentSpec(num_layers=2), DistillConfig(features=None, compile=False)
+    missing = [{"name": "a", "weight": 0.5}, {"name": "b", "weight": 0.5, "path": str(tmp_path)}]
+    with pytest.raises(FileNotFoundError, match=r"^teachers\[1\]\.path=.*has no config.json"):
+        Distiller.from_specs(MAIN, student, distill, byte_tokenizer(), teachers=missing)
+    other = {"name": "b", "weight": 0.5, "config": dict(TINY_GPT2), "domains": ["nope"]}
+    entries = teacher_entries([other, {"name": "a", "weight": 0.5}], MAIN)
+    with pytest.raises(ValueError, match=r"teachers\[0\] \(b\) names domains \['nope'\]"):
+        domain_weights(entries, Domains(("code", "web"), {}))
+
+
 def models():
     torch.manual_seed(0)
     teacher = model_from_config(dict(TINY_GPT2), "causal_lm").double().eval()

@@ -172,3 +172,25 @@ def test_compose_config_refuses_a_mistyped_key_as_the_command_does() -> None:
         compose_config(["debug=smoke", "distill.kdweight=0.3"])
     assert "did you mean distill.kd_weight?" in str(refused.value)
     assert "+distill.kdweight" not in str(refused.value)
+
+
+def test_a_top_level_key_added_that_nothing_reads_is_named(tmp_path: Path) -> None:
+    """+seeed=3 composed, trained with seed 0 and exited 0 (probe 52). A key of one's own that an
+    interpolation reads is kept, as is a note in one's own YAML file."""
+    assert override_key_errors(["debug=smoke", "+seeed=3", "++zzz_mine=1"]) == [
+        "+seeed: the config has no key 'seeed', and nothing reads it; did you mean seed? (a key "
+        "of your own is read where an interpolation names it: ${seeed})",
+        "+zzz_mine: the config has no key 'zzz_mine', and nothing reads it; nothing reads a key "
+        "of its own (a key of your own is read where an interpolation names it: ${zzz_mine})",
+    ]
+    assert override_key_errors(["+my_lr=0.1", "optimizer.lr=${my_lr}"]) == []
+
+
+def test_a_config_file_of_ones_own_that_is_not_yaml_is_named(tmp_path: Path) -> None:
+    """Hydra's 89-line traceback, exit 1 (probe 52): the file and line, refused with the rest."""
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "broken.yaml").write_text("distill: [unclosed\n")
+    (error,) = override_key_errors(["--config-dir", str(tmp_path), "experiment=broken"])
+    assert error.startswith("a config file is not valid YAML (while parsing a flow sequence")
+    assert f'in "{tmp_path}/experiment/broken.yaml", line 1, column 10' in error
+    assert error.endswith("; fix the file it names")

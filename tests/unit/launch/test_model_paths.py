@@ -24,6 +24,7 @@ def test_packaged_names_hub_ids_and_missing_keys_pass(tmp_path, monkeypatch):
 def test_each_unreadable_path_is_named_by_its_key(tmp_path):
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text("{}")
+    (tmp_path / "model" / "model.safetensors").write_bytes(b"")
     cfg = OmegaConf.create(
         {
             "teacher": {"path": str(tmp_path / "model"), "gguf_file": "m.gguf"},
@@ -37,6 +38,33 @@ def test_each_unreadable_path_is_named_by_its_key(tmp_path):
         errors[1],
     ]
     assert errors[1].startswith("teachers[1].path=./typo does not exist; give an existing model")
+
+
+def test_a_saved_teacher_without_its_tokenizer_or_a_model_without_weights_is_named(tmp_path):
+    """A teacher directory without a tokenizer was transformers' traceback advising
+    sentencepiece, exit 1, once the set-up had begun (probe 52); a student's is read with the
+    run's tokenizer. A directory without weights is refused for either."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"")
+    cfg = OmegaConf.create(
+        {
+            "teacher": {"path": str(model)},
+            "student": {"path": str(model)},
+            "teachers": [{"name": "a", "weight": 0.5}, {"name": "b", "path": str(model)}],
+        }
+    )
+    tokenizer = "{} {} has no tokenizer (tokenizer.json, tokenizer.model, ...): save the tokenizer"
+    errors = model_path_errors(cfg)
+    assert len(errors) == 2
+    for key, error in zip(("teacher.path", "teachers[1].path"), errors, strict=True):
+        assert error.startswith(tokenizer.format(key, model))
+    (model / "tokenizer.json").write_text("{}")
+    assert model_path_errors(cfg) == []
+    (model / "model.safetensors").unlink()
+    errors = model_path_errors(cfg)
+    assert len(errors) == 3 and all("has a config.json but no weights" in e for e in errors)
 
 
 def test_a_packaged_model_whose_packages_are_missing_is_named_by_each_key(monkeypatch):

@@ -44,3 +44,26 @@ def test_encoder_distillation_by_hidden_states(corpus) -> None:
     assert after["val/features"] < before["val/features"]
     assert after["val/embedding_cosine"] > before["val/embedding_cosine"]
     assert 0.0 < after["val/embedding_cosine"] <= 1.0
+
+
+def test_an_encoders_batch_of_input_ids_alone_is_read_as_every_position_attended() -> None:
+    """Its mask and labels are optional (``distill/batches.py``), yet a batch without the mask
+    was a KeyError in the step, and one without labels in evaluate (probe 51)."""
+    from lightning_kd.distill.distiller import Distiller
+    from lightning_kd.models.loading import model_from_config
+
+    torch.manual_seed(0)
+    teacher = model_from_config(dict(TINY_BERT), "encoder").eval()
+    student = model_from_config({**TINY_BERT, "num_hidden_layers": 2}, "encoder").eval()
+    config = DistillConfig(kd_weight=0.0, ce_weight=0.0, features="uniform", feature_loss="mse")
+    distiller = Distiller(teacher, student, config, task="encoder").eval()
+    ids = torch.randint(1, 257, (2, 8))
+    whole = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
+    objective, sums = distiller({"input_ids": ids})
+    want, want_sums = distiller(whole)
+    assert float(objective.detach()) == float(want.detach())
+    assert int(sums.tokens) == int(want_sums.tokens) == 16
+    got = distiller.evaluate({"input_ids": ids})
+    assert got.keys() == distiller.evaluate(whole).keys() >= {"features", "embedding_cosine"}
+    for name, (total, count) in distiller.evaluate(whole).items():
+        assert float(got[name][0]) == float(total) and float(got[name][1]) == float(count)

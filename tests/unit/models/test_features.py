@@ -168,3 +168,21 @@ def test_shape_mismatch_names_projector() -> None:
         masked_feature_sum(
             torch.ones(1, 2, 3), torch.ones(1, 2, 4), torch.ones(1, 2, dtype=torch.bool), mse
         )
+
+
+def test_a_head_pair_in_a_hand_written_step_says_why_it_never_runs(pair_of_models) -> None:
+    """From Python there is no pre-flight: the step said a module that runs in the model's own
+    forward "did not run", with no word of the chunked loss or its fix (probe 51)."""
+    from lightning_kd.distill.distiller import Distiller
+    from lightning_kd.distill.objective import DistillConfig
+
+    models, teacher = pair_of_models
+    head = [{"student": "lm_head", "teacher": "lm_head"}]
+    ids = torch.randint(0, 257, (1, 8))
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
+    chunked = Distiller(teacher, models.student, DistillConfig(compile=False, features=head))
+    why = r"applies the output head .* distill.chunked=false"
+    with pytest.raises(ModuleChoiceError, match=why):
+        chunked(batch)
+    config = DistillConfig(compile=False, chunked=False, features=head)
+    assert torch.isfinite(Distiller(teacher, models.student, config)(batch)[1].features)

@@ -241,8 +241,21 @@ def test_mismatched_tokenizers_are_an_error(tiny_teacher: TeacherSpec, tmp_path)
     with pytest.raises(ValueError, match="student's tokenizer differs from the teacher's"):
         check_vocabularies(teacher, student, byte_tokenizer(), other)
     small = LlamaForCausalLM(LlamaConfig(**{**TINY_LLAMA, "vocab_size": 100}))
-    with pytest.raises(ValueError, match="the student's vocabulary has 100 rows"):
+    with pytest.raises(ValueError, match="the student's vocabulary has 100 rows") as refused:
         check_vocabularies(teacher, small, byte_tokenizer())
+    assert "GGUF" not in str(refused.value)  # the tokenizer's own tokens: no added one to blame
+
+
+def test_a_token_a_gguf_reader_added_past_the_rows_is_named_with_the_way_on(tiny_teacher) -> None:
+    """transformers' GGUF reader adds <|endoftext|> to a byte-level vocabulary without one: an
+    exported smoke student read back as a teacher was "different tokenizers" (probe 52)."""
+    teacher = load_teacher(tiny_teacher)
+    student = build_student(StudentSpec(num_layers=2), teacher, "causal_lm").student
+    read_back = byte_tokenizer()
+    read_back.add_special_tokens({"unk_token": "<|endoftext|>"})  # as the GGUF reader does
+    added = r"the tokens past its rows, '<\|endoftext\|>', were added to the tokenizer"
+    with pytest.raises(ValueError, match=rf"has 258 tokens.*{added}.*give the directory"):
+        check_vocabularies(teacher, student, read_back)
 
 
 def test_padded_vocabulary_is_accepted(tiny_teacher: TeacherSpec) -> None:

@@ -146,3 +146,18 @@ def test_a_lock_another_holds_is_waited_for_with_a_word(tmp_path, capsys, monkey
     with waiting_lock(path, "for nothing"):  # free: nothing said
         pass
     assert capsys.readouterr().out == ""
+
+
+def test_asking_whether_a_writers_lock_is_held_leaves_it_as_it_is(tmp_path) -> None:
+    """``in_use_elsewhere`` of a writer's lock (a run directory's) takes nothing: the holder's
+    pid stays in the file, and no file is made where there is none."""
+    from lightning_kd.utils.locks import take_lock
+
+    path = tmp_path / "lock"
+    assert not in_use_elsewhere(path) and not path.exists()
+    holder = take_lock(path)
+    try:
+        assert in_use_elsewhere(path)
+    finally:
+        os.close(holder)
+    assert not in_use_elsewhere(path) and path.read_text() == str(os.getpid())
