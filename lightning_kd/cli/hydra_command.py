@@ -93,6 +93,8 @@ def run_hydra(
         refuse(command_line_errors(argv))
     except Refused as refused:
         exit_refused(refused)
+    if "--hydra-help" in argv:  # composed without the config: any override failed (probe 52)
+        argv = [word for word in argv if not is_override(word)]
     sys.argv = [typed[0] if typed else "lightning-kd", *argv]
     main = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
     try:

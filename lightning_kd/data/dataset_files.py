@@ -89,7 +89,10 @@ def rows_at_most_one(path: Path) -> bool:
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq  # datasets' own dependency, loaded once a dataset is read
 
-        return pq.ParquetFile(path).metadata.num_rows == 0
+        try:
+            return pq.ParquetFile(path).metadata.num_rows == 0
+        except (OSError, ValueError):  # not a parquet file: named where datasets reads it
+            return False
     if path.suffix in (".csv", ".tsv"):
         with open(path, "rb") as handle:
             return sum(1 for line in handle if line.strip()) <= 1

@@ -88,9 +88,13 @@ def bad_line(source: Any) -> str | None:
                 deque(read_records(path), maxlen=0)
             elif kind == "txt":
                 deque(numbered_documents(path), maxlen=0)
+            elif path.suffix == ".parquet":  # its footer: one cut short is no parquet (probe 52)
+                import pyarrow.parquet as pq  # datasets' own dependency
+
+                pq.read_metadata(path)
         except DataError as err:
             return str(err)
-        except (EOFError, OSError, zlib.error) as err:
+        except (EOFError, OSError, ValueError, zlib.error) as err:  # ValueError: ArrowInvalid
             return f"{path} cannot be read ({type(err).__name__}: {err}); check the file"
     return None
 

@@ -22,7 +22,6 @@ import zlib
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
 from lightning_kd.data.errors import DataError, MissingData
 from lightning_kd.data.file_hints import field_hint, file_fault
@@ -123,8 +122,20 @@ def _decode(data: bytes, path: Path, line: int) -> str:
     return text.removeprefix(BOM) if line == 1 else text
 
 
-def _open(path: Path) -> IO[bytes]:
-    return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
+def numbered_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """Each line of ``path`` (gunzipped where its name ends in .gz) with its number; a file that
+    is not the gzip its name says (cut short, or not compressed) refused at the line reached.
+    Chat rows, prompts and the scan for cut rows read it unwrapped: a traceback (probe 52)."""
+    number = 0
+    try:
+        with gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb") as handle:
+            for number, raw in enumerate(handle, start=1):
+                yield number, raw
+    except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+        raise DataError(
+            f"{path}:{number + 1}: not a readable gzip file ({type(err).__name__}: {err}); "
+            "check the file, or drop .gz from a name whose content is not compressed"
+        ) from None
 
 
 def read_documents(
@@ -142,39 +153,30 @@ def numbered_documents(
     kind = file_format(path)
     if kind is None:
         raise DataError(f"{path}: name a .txt or .jsonl file (optionally .gz)")
-    number = 1
-    try:
-        with _open(path) as handle:
-            if kind == "txt":
-                yield 1, _decode(handle.read(), path, 1)
-                return
-            for number, raw in enumerate(handle, start=1):
-                line = _decode(raw, path, number)
-                if line.strip():
-                    yield number, _record_text(line, path, number, text_field, key)
-    except (gzip.BadGzipFile, EOFError, zlib.error) as err:
-        raise DataError(
-            f"{path}:{number}: not a readable gzip file ({type(err).__name__}: {err}); "
-            "check the file, or drop .gz from a name whose content is not compressed"
-        ) from None
+    if kind == "txt":
+        yield 1, _decode(b"".join(raw for _, raw in numbered_lines(path)), path, 1)
+        return
+    for number, raw in numbered_lines(path):
+        line = _decode(raw, path, number)
+        if line.strip():
+            yield number, _record_text(line, path, number, text_field, key)
 
 
 def read_records(path: Path) -> Iterator[tuple[int, dict]]:
     """Each non-blank line of a .jsonl file (optionally .gz) as ``(line number, object)``."""
     if file_format(path) != "jsonl":
         raise DataError(f"{path}: chat data is read from .jsonl files (one conversation a line)")
-    with _open(path) as handle:
-        for number, raw in enumerate(handle, start=1):
-            line = _decode(raw, path, number)
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DataError(f"{path}:{number} is not valid JSON ({err.msg})") from None
-            if not isinstance(record, dict):
-                raise DataError(f"{path}:{number} holds {type(record).__name__}, not an object")
-            yield number, record
+    for number, raw in numbered_lines(path):
+        line = _decode(raw, path, number)
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataError(f"{path}:{number} is not valid JSON ({err.msg})") from None
+        if not isinstance(record, dict):
+            raise DataError(f"{path}:{number} holds {type(record).__name__}, not an object")
+        yield number, record
 
 
 def _record_text(line: str, path: Path, number: int, text_field: str, key: str) -> str:
@@ -270,16 +272,15 @@ def rows_naming(files: list[Path], key: str) -> Iterator[dict]:
     for path in files:
         if file_format(path) != "jsonl":
             continue
-        with _open(path) as handle:
-            for number, raw in enumerate(handle, start=1):
-                if needle not in raw:
-                    continue
-                try:
-                    record = json.loads(_decode(raw, path, number))
-                except json.JSONDecodeError:
-                    continue
-                if isinstance(record, dict) and key in record:
-                    yield record
+        for number, raw in numbered_lines(path):
+            if needle not in raw:
+                continue
+            try:
+                record = json.loads(_decode(raw, path, number))
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record, dict) and key in record:
+                yield record
 
 
 def cut_texts(files: list[Path], text_field: str = "text") -> set[str]:

@@ -11,7 +11,9 @@ from hydra.core.hydra_config import HydraConfig
 from lightning_kd.data.errors import DataError
 from lightning_kd.launch.cluster_jobs import job_rerun
 from lightning_kd.launch.config import config_options, task_overrides
+from lightning_kd.launch.config_paths import config_file_paths
 from lightning_kd.launch.nodes import launcher
+from lightning_kd.launch.sweep_resume import sweep_note
 from lightning_kd.training.checkpoints import LAST_NAME, REPAIR_NAME
 from lightning_kd.training.finite import NonFiniteError
 from lightning_kd.training.peers import PeerLost
@@ -35,12 +37,27 @@ def stop_report(
     """What a stopped run tells its user: why, what is kept, and the command that resumes it
     from its latest checkpoint — or, with none, starts it again without losing the teacher
     cache. A run that diverged at learning rate ``lr`` is given a tenth of it. Process
-    ``rank`` tells it (process 0 but where another was lost, ``training/peers.py``)."""
+    ``rank`` tells it (process 0 but where another was lost, ``training/peers.py``). A job of
+    a sweep run here names the jobs after it and the sweep's command (``sweep_resume.py``)."""
+    report = run_report(error, callback, output_dir, command, lr, rank)
+    return report + sweep_note(command)
+
+
+def run_report(
+    error: BaseException,
+    callback: object,
+    output_dir: Path,
+    command: Sequence[str],
+    lr: float | None,
+    rank: int,
+) -> str:
+    """:func:`stop_report` of the run alone."""
     why, resume_with = told(error)
     overrides = []
     if HydraConfig.initialized():  # --config-dir DIR: the run's experiment may live there
         hydra = HydraConfig.get()
         overrides, command = task_overrides(hydra), [*command, *config_options(hydra)]
+        overrides += config_file_paths(output_dir, overrides)  # an experiment's own (probe 52)
     diverged = isinstance(error, NonFiniteError) and error.lower_rate
     diverged = diverged and isinstance(lr, int | float) and lr > 0
     last = Path(getattr(callback, "path", output_dir / "checkpoints" / LAST_NAME))

@@ -31,6 +31,7 @@ from lightning_kd.launch.harness_run import evaluate_run
 from lightning_kd.launch.length_checks import early_stopping_note
 from lightning_kd.launch.repair_states import drop_repair_states
 from lightning_kd.launch.stop_report import stop_report
+from lightning_kd.launch.sweep_resume import unstarted_job
 from lightning_kd.launch.teacher_cache import given_cache
 from lightning_kd.launch.teacher_list import teacher_precisions
 from lightning_kd.launch.train_checks import train_errors
@@ -232,6 +233,8 @@ def run(cfg: DictConfig, command: Sequence[str] = COMMAND) -> float | None:
     if note := early_stopping_note(cfg):
         warnings.warn(note, stacklevel=2)
     output_dir = Path(cfg.output_dir)
+    if unstarted_job(cfg.ckpt_path, output_dir):  # a job a stopped -m sweep never reached
+        cfg.ckpt_path = None
     ckpt_path = resolve_ckpt_path(cfg.ckpt_path, output_dir / "checkpoints")
     # Only a checkpoint of this directory's run resumes it: another run's, into a directory
     # holding a run, would replace that run's outputs (and splice the two runs' metrics).

@@ -31,6 +31,9 @@ def check_work_left(ckpt_path: Path, trainer: Any, output_dir: Path) -> None:
     checkpoint = load_local(ckpt_path, "cpu", mmap=True)
     step, max_steps = checkpoint["global_step"], trainer.get("max_steps")
     summary = read_summary(output_dir)
+    if summary is None and ckpt_path.parent.name == "checkpoints":  # another run's, by its path
+        output_dir = ckpt_path.parent.parent  # finished, it "trained" 0 steps and exited 0
+        summary = read_summary(output_dir)
     if summary is not None and step < int(summary.get("steps") or 0):
         summary = None  # a rollback to a kept checkpoint before the end: not past it (probe 50)
     if summary is not None and max_steps is not None and 0 <= max_steps <= step:

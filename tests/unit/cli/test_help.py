@@ -158,3 +158,15 @@ def test_a_terminal_that_cannot_encode_the_output_gets_escapes() -> None:
     env = os.environ | {"PYTHONIOENCODING": "ascii"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout == "KL(t \\u2016 s)\n", done.stderr
+
+
+def test_hydras_own_help_is_printed_whatever_overrides_the_line_holds(capsys) -> None:
+    """Hydra composes --hydra-help without the primary config: every override failed, with the
+    advice to add it with + (probe 52)."""
+    try:
+        status = main(["train", "debug=smoke", "seed=1", "--hydra-help"])
+    except SystemExit as stop:
+        status = stop.code
+    printed = capsys.readouterr()
+    assert status in (0, None), printed.err
+    assert "Hydra (" in printed.out and "Traceback" not in printed.err

@@ -460,8 +460,9 @@ def test_a_file_that_is_not_utf8_or_cut_short_is_named_by_its_line(
 def test_the_launchs_check_names_a_file_it_cannot_read_as_the_data_module_does(
     tmp_path, datasets_home
 ) -> None:
-    """The checks before a launch read each split's first row: a line cut short, or a text file
-    that is not UTF-8, was pyarrow's traceback there, exit 1 (probe 52)."""
+    """The checks before a launch read each split's first row: a line cut short, a text file
+    that is not UTF-8, a parquet file cut short or a CSV quote left open was a traceback there,
+    exit 1 (probe 52)."""
     from lightning_kd.data.dataset_columns import Columns, source_errors
     from lightning_kd.data.dataset_source import DatasetSource
 
@@ -469,10 +470,15 @@ def test_the_launchs_check_names_a_file_it_cannot_read_as_the_data_module_does(
     cut = tmp_path / "cut.jsonl"
     cut.write_bytes(b"\n".join([*lines, b'{"text": "broken', *lines]) + b"\n")
     (tmp_path / "latin.txt").write_bytes("café crème".encode("latin-1"))
+    parquet = write_parquet(tmp_path / "whole.parquet", [{"text": "row " * 30}] * 200)
+    (tmp_path / "cut.parquet").write_bytes(parquet.read_bytes()[: parquet.stat().st_size // 2])
+    (tmp_path / "quote.csv").write_text('text,id\n"unclosed quote,1\nok,2\n')
     columns = Columns((("text",),), "data.text_field")
     found = {
         ("json", cut): r"cut.jsonl:8 is not valid JSON",
         ("text", tmp_path / "latin.txt"): r"latin.txt:1: byte 0xe9 at column 4 is not UTF-8",
+        ("parquet", tmp_path / "cut.parquet"): r"cut.parquet cannot be read \(ArrowInvalid: ",
+        ("csv", tmp_path / "quote.csv"): r"cannot be read \(ParserError: .*EOF inside string",
     }
     for (builder, path), refusal in found.items():
         source = DatasetSource.of({"path": builder, "data_files": str(path)})

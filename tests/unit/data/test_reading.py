@@ -12,6 +12,7 @@ import pytest
 from lightning_kd.data.errors import DataError
 from lightning_kd.data.reading import (
     DEFAULT_FILES,
+    cut_texts,
     distinct_documents,
     expand_files,
     read_documents,
@@ -46,6 +47,12 @@ def test_gzip_errors_name_the_file(tmp_path: Path) -> None:
     cut.write_bytes(whole[: len(whole) // 2])
     with pytest.raises(ValueError, match=rf"{cut}:\d+: not a readable gzip file"):
         list(read_documents(cut))
+    # Chat rows and prompts (read_records) and the scan for rows cut short (evaluate --files)
+    # read the same files unwrapped: EOFError and BadGzipFile tracebacks (probe 52).
+    for reading in (read_records, lambda path: cut_texts([path])):
+        for bad in (fake, cut):
+            with pytest.raises(DataError, match=rf"{bad}:\d+: not a readable gzip file"):
+                list(reading(bad))
 
 
 def test_the_format_comes_from_the_suffix_only(tmp_path: Path) -> None:

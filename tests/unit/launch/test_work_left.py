@@ -73,6 +73,17 @@ def test_a_run_at_max_steps_is_finished_and_one_stopped_before_resumes(tmp_path)
     check_work_left(last, trainer(), tmp_path)
 
 
+def test_a_finished_runs_checkpoint_given_by_path_to_a_new_directory_is_finished(tmp_path):
+    """It "trained" nothing, exported the same student and wrote a summary of 6 steps into the
+    new directory, exit 0 (probe 52). Given a longer run, it goes on there."""
+    (tmp_path / "old").mkdir()
+    last = run_dir(tmp_path / "old", 200, {"stopped_by": None})
+    new = tmp_path / "new"
+    with pytest.raises(RunDirError, match=rf"the run in {tmp_path / 'old'} is finished"):
+        check_work_left(last, trainer(), new)
+    check_work_left(last, trainer(max_steps=400), new)
+
+
 def test_a_run_at_max_epochs_is_finished(tmp_path) -> None:
     """An epoch-bounded run resumed at its last epoch with resume_reset_optimizer=true trained
     no step, exit 0, and rewrote its summary and student (probe 47)."""
