@@ -74,7 +74,7 @@ def run_hydra(
         sys.argv = typed
         try:
             string_domain_names(cfg)  # a domain named 2023: a key no dotted path reaches
-            refuse(interpolation_errors(cfg))  # before any check reads a value that fails
+            refuse(interpolation_errors(cfg, typed))  # before any check reads a failing value
             return stoppable(task)(cfg)
         except (Refused, UnreadableModel) as refused:  # a damaged model: its file and fix
             drop_empty_run_dir(started)
@@ -148,7 +148,7 @@ def composed(argv: Sequence[str]) -> DictConfig:
     try:
         refuse(override_errors(argv))
         cfg = compose_config(overrides, config_dirs=[str(d) for d in config_dirs(argv)])
-        refuse(interpolation_errors(cfg))
+        refuse(interpolation_errors(cfg, argv))
         return cfg
     except Refused as refused:
         exit_refused(refused)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Sequence
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import (
@@ -32,9 +33,10 @@ UNRESOLVED = (
 ``${hydra:...}`` outside a launch) are left to the checks of the value they read."""
 
 
-def interpolation_errors(cfg: DictConfig) -> list[str]:
+def interpolation_errors(cfg: DictConfig, argv: Sequence[str] = ()) -> list[str]:
     """One message per key of ``cfg`` (Hydra's own node aside) whose interpolation does not
-    resolve; a key that only repeats such a one (``${data.batch_size}``) is named through it."""
+    resolve; a key that only repeats such a one (``${data.batch_size}``) is named through it.
+    ``argv``: the command line, whose ``~key`` may have removed what the key names."""
     keys = [key for key in dotted_keys(cfg) if key != "hydra" and not key.startswith("hydra.")]
     errors = []
     for key in keys:
@@ -44,7 +46,7 @@ def interpolation_errors(cfg: DictConfig) -> list[str]:
         try:
             OmegaConf.select(cfg, key, throw_on_resolution_failure=True, throw_on_missing=False)
         except UNRESOLVED as error:
-            if (message := _message(key, raw, error, keys)) is not None:
+            if (message := _message(key, raw, error, keys, argv)) is not None:
                 errors.append(message)
         except InterpolationResolutionError:
             continue  # a resolver's own refusal, or ${hydra:...} outside a launch: not ours
@@ -61,7 +63,9 @@ def _raw(cfg: DictConfig, key: str) -> object:
     return None if child is None else child._value()
 
 
-def _message(key: str, raw: str, error: Exception, keys: list[str]) -> str | None:
+def _message(
+    key: str, raw: str, error: Exception, keys: list[str], argv: Sequence[str] = ()
+) -> str | None:
     """What is wrong with ``key: raw``, and the fix; None where the failure is another key's
     (``raw`` does not name what failed)."""
     text = str(error).splitlines()[0]
@@ -74,6 +78,11 @@ def _message(key: str, raw: str, error: Exception, keys: list[str]) -> str | Non
         if near and difflib.SequenceMatcher(None, name, near[0]).ratio() >= 0.9:
             near = near[:1]  # a typo of one key: that key alone
         hint = f"did you mean {' or '.join(near)}?" if near else "name a key the config has"
+        if removed := removal_of(name, argv):  # '~distill': keys the config reads (probe 52)
+            hint = (
+                f"{removed} removed it, and {key} reads it: give the setting another value "
+                f"(e.g. {name}=<value>) rather than removing its node"
+            )
         return f"{key}={raw}: the config has no key {name!r} to interpolate; {hint}"
     if isinstance(error, UnsupportedInterpolationType):
         resolver = text.rsplit(" ", 1)[-1]
@@ -86,3 +95,12 @@ def _message(key: str, raw: str, error: Exception, keys: list[str]) -> str | Non
     if isinstance(error, InterpolationToMissingValueError):
         return f"{key}={raw}: it names a key without a value (???); set that key"
     return f"{key}={raw}: {text}; write the interpolation as ${{some.key}}"
+
+
+def removal_of(name: str, argv: Sequence[str]) -> str | None:
+    """The ``~key`` override of ``argv`` that removed ``name`` (or a node holding it), if one."""
+    for word in argv:
+        removed = word[1:].split("=", 1)[0] if word.startswith("~") else None
+        if removed and (name == removed or name.startswith(f"{removed}.")):
+            return word
+    return None

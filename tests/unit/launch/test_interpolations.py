@@ -35,3 +35,16 @@ def test_what_follows_a_bad_interpolation_is_named_through_it_alone() -> None:
         "a.e=${a.d}: it names a key without a value (???); set that key",
     ]
     assert interpolation_errors(compose_config(["debug=smoke"], output_dir="/x")) == []
+
+
+def test_a_node_removed_with_a_tilde_is_named_as_what_the_interpolation_lost() -> None:
+    """'~distill' was answered about cache.temperature's interpolation, with the nearest keys
+    (distill.feature_weight or generate.temperature) as the fix (probe 52)."""
+    argv = ["debug=smoke", "~distill"]
+    cfg = compose_config(argv, output_dir="/x")
+    (error,) = [e for e in interpolation_errors(cfg, argv) if e.startswith("cache.temperature")]
+    assert error.endswith(
+        "the config has no key 'distill.temperature' to interpolate; ~distill removed it, and "
+        "cache.temperature reads it: give the setting another value (e.g. "
+        "distill.temperature=<value>) rather than removing its node"
+    )
