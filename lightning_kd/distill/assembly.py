@@ -219,6 +219,14 @@ def check_vocabulary_rows(teacher: nn.Module | None, student: nn.Module) -> None
         )
 
 
+def id_rows(teacher: nn.Module | None, cross: Any) -> int | None:
+    """The embedding rows of a ``teacher`` that reads the batch's own ids (online, of the
+    student's tokenizer; ``cross``: another's), which bound them as the student's do: an id
+    past a smaller teacher's rows was its embedding's bare ``IndexError`` (probe 51)."""
+    embedding = None if teacher is None or cross is not None else teacher.get_input_embeddings()
+    return getattr(embedding, "num_embeddings", None)
+
+
 def check_own_weights(teacher: nn.Module | None, student: nn.Module) -> None:
     """Refuse a student holding any of the teacher's parameters (the teacher itself, or layers
     taken from it rather than copied): the teacher is frozen, so they would silently not learn,

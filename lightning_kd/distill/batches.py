@@ -24,6 +24,11 @@ from lightning_kd.losses.logits import IGNORE_INDEX
 NEEDED = {"causal_lm": ("input_ids", "attention_mask", "labels"), "encoder": ("input_ids",)}
 """The keys each task reads (an encoder's mask and labels are optional)."""
 
+SAME_SHAPE = ("attention_mask", "labels", "position_ids", "token_type_ids")
+"""The keys beside ``input_ids`` that hold a value per position, when given."""
+INDICES = ("input_ids", "labels", "position_ids")
+"""The keys that index a table (an embedding's, the vocabulary's)."""
+
 FORM = (
     "a distillation batch holds input_ids, attention_mask and labels [batch, seq] (labels -100 "
     "where nothing is scored), as lightning_kd.data's data modules write them"
@@ -31,19 +36,20 @@ FORM = (
 
 
 def checked_batch(
-    batch: dict[str, Tensor], task: str, model: nn.Module | None = None
+    batch: dict[str, Tensor], task: str, model: nn.Module | None = None, rows: int | None = None
 ) -> dict[str, Tensor]:
     """``batch`` (of a ``task``'s), a causal LM's with its labels masked (−100) wherever the
     attention mask leaves a position out or the position before it: no pad is a target, and no
     pad's output is scored. Raises a ``ValueError`` naming what is missing or misshapen, and
-    (given the ``model`` that reads it) ids or labels outside its vocabulary."""
+    (given the ``model`` that reads it) ids or labels outside its vocabulary, or past ``rows``
+    (a teacher that reads the same ids with fewer embedding rows: probe 51)."""
     if not isinstance(batch, Mapping):  # a collator's tuple, a list of rows
         raise ValueError(f"the batch is a {type(batch).__name__}: {FORM}, in a dict")
     missing = [key for key in NEEDED[task] if batch.get(key) is None]
     if missing:
         raise ValueError(f"the batch lacks {missing} (it has {given_keys(batch)}): {FORM}")
     ids = batch["input_ids"]
-    for key in ("input_ids", "attention_mask", "labels", "position_ids"):
+    for key in ("input_ids", *SAME_SHAPE):
         value = batch.get(key)  # a tokenizer called without return_tensors gives lists
         if value is not None and (not isinstance(value, Tensor) or value.dim() != 2):
             got = f"of shape {tuple(value.shape)}" if isinstance(value, Tensor) else None
@@ -52,7 +58,7 @@ def checked_batch(
                 "(one sequence: input_ids.unsqueeze(0), and the same for the other keys; from a "
                 "tokenizer: return_tensors='pt')"
             )
-    for key in ("attention_mask", "labels", "position_ids"):
+    for key in SAME_SHAPE:
         if batch.get(key) is not None and batch[key].shape != ids.shape:
             raise ValueError(
                 f"{key} has shape {tuple(batch[key].shape)}, input_ids {tuple(ids.shape)}: "
@@ -60,17 +66,18 @@ def checked_batch(
             )
     if not ids.numel():
         raise ValueError(f"input_ids has shape {tuple(ids.shape)}: no row or no position to score")
-    for key in ("input_ids", "labels", "position_ids"):  # indices: a float one reached gather
+    for key in (*INDICES, "token_type_ids"):  # indices: a float one reached gather
         value = batch.get(key)
         if value is not None and (
             value.is_floating_point() or value.is_complex() or value.dtype == torch.bool
         ):
             raise ValueError(f"{key} are {value.dtype}; {key} are integers (torch.long)")
     # Other integers (int16, uint8, int32) as the embedding and gather take them: int64.
-    indices = ("input_ids", "labels", "position_ids")
+    indices = (*INDICES, "token_type_ids")
     batch = {**batch, **{k: batch[k].long() for k in indices if batch.get(k) is not None}}
     if model is not None:
-        check_range(batch, task, model.get_input_embeddings().num_embeddings)
+        vocab = model.get_input_embeddings().num_embeddings
+        check_range(batch, task, vocab if rows is None else min(vocab, rows))
     if task != "causal_lm":  # an encoder scores every attended position itself
         if batch.get("attention_mask") is None:  # optional: every position attended (probe 51)
             batch = {**batch, "attention_mask": torch.ones_like(batch["input_ids"])}

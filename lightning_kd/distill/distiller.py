@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lightning_kd.cache.teacher import CachedTeacher
-from lightning_kd.distill.assembly import assemble, check_teacher_source, learning
+from lightning_kd.distill.assembly import assemble, check_teacher_source, id_rows, learning
 from lightning_kd.distill.batches import checked_batch
 from lightning_kd.distill.cross_tokenizer import CrossTokenizer
 from lightning_kd.distill.objective import DistillConfig
@@ -86,8 +86,8 @@ class Distiller(nn.Module):
         )
         self.on_policy = on_policy_for(distill, student, task, extra)
         self.draws = 0  # micro-batches numbered here when the caller does not number them
-        self.layer_map = layer_map
-        """``layer_map[j]``: the teacher layer student layer j was copied from (or None)."""
+        self.layer_map = layer_map  # [j]: the teacher layer student layer j copies (or None)
+        self.teacher_rows = id_rows(teacher, cross)  # it reads the batch's ids too, if not None
         self.repair_source = None if repair_source is None else repair_source.requires_grad_(False)
         """``student.source``'s model, whose layers the student copied: what the repair reads."""
         own = layer_map if repair_source is None else None  # a source's map is not the teacher's
@@ -182,7 +182,7 @@ class Distiller(nn.Module):
         ``distill.on_policy``, maybe of the student's completions (``draw`` numbers the batch,
         ``step`` is the optimizer step ``distill.on_policy_warmup`` counts; both default to this
         distiller's count of micro-batches), scored without the CE term (``on_policy.py``)."""
-        given = batch = checked_batch(batch, self.task.name, self.student)
+        given = batch = checked_batch(batch, self.task.name, self.student, self.teacher_rows)
         if self.on_policy is not None:
             count, self.draws = self.draws, self.draws + 1
             draw, step = (count if draw is None else draw), (count if step is None else step)
@@ -231,7 +231,7 @@ class Distiller(nn.Module):
     @torch.no_grad()
     def evaluate(self, batch: dict[str, Tensor]) -> MetricSums:
         """Validation metrics of one batch as ``name → (sum, count)`` (see ``tasks``)."""
-        batch = checked_batch(batch, self.task.name, self.student)
+        batch = checked_batch(batch, self.task.name, self.student, self.teacher_rows)
         heads = self.heads(batch, ROLES)
         with capture_step(*self.captures.values()):
             metrics, (teacher_out, cached) = {}, self.teacher_output(batch, "val")

@@ -170,7 +170,7 @@ def repair_sums(
     """Each span's loss summed over the batch's scored positions (differentiable in its student
     layer only), and the count of those positions. A hand-built batch is checked and its pads
     unscored, as a step reads it: the repair scored them (probe 51)."""
-    batch = checked_batch(batch, distiller.task.name, distiller.student)
+    batch = checked_batch(batch, distiller.task.name, distiller.student, distiller.teacher_rows)
     mask = distiller.task.scored_mask(batch)
     with capture_step(*captures.all()):
         states = teacher_states(distiller, captures.teacher, batch)

@@ -41,10 +41,15 @@ def positions(batch: dict[str, Tensor]) -> Tensor:
     return (batch["attention_mask"].long().cumsum(-1) - 1).clamp(min=0)
 
 
-@functools.cache
 def takes_positions(model_class: type) -> bool:
     """Whether ``model_class.forward`` names ``position_ids`` (BLOOM's ALiBi takes none)."""
-    return "position_ids" in inspect.signature(model_class.forward).parameters
+    return takes(model_class, "position_ids")
+
+
+@functools.cache
+def takes(model_class: type, name: str) -> bool:
+    """Whether ``model_class.forward`` names the input ``name`` (not through ``**kwargs``)."""
+    return name in inspect.signature(model_class.forward).parameters
 
 
 def model_positions(model: nn.Module, batch: dict[str, Tensor]) -> Tensor:

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from lightning_kd.losses.chunked import OutputHead, matmul_dtype
-from lightning_kd.models.batch_positions import model_positions, takes_positions
+from lightning_kd.models.batch_positions import model_positions, takes, takes_positions
 from lightning_kd.utils.refusal import Refused
 
 SCALED_BY_MULTIPLYING = {"hyperclovax": "logits_scaling", "falcon_h1": "lm_head_multiplier"}
@@ -53,6 +53,9 @@ def final_hidden(model: nn.Module, batch: dict[str, Tensor], logits: bool) -> Te
     inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
     if takes_positions(type(called)):
         inputs["position_ids"] = model_positions(called, batch)
+    segments = batch.get("token_type_ids")  # a sentence pair's (BERT): not all segment A
+    if segments is not None and takes(type(called), "token_type_ids"):
+        inputs["token_type_ids"] = segments
     out = called(**inputs, use_cache=False)
     return out.logits if logits else out.last_hidden_state
 

@@ -72,4 +72,10 @@ def test_a_teacher_and_student_of_two_vocabularies_are_refused_built_by_hand() -
     padded = model_from_config(
         {**TINY_LLAMA, "vocab_size": 320, "num_hidden_layers": 2}, "causal_lm"
     )
-    Distiller(model, padded, CONFIG)  # 63 padding rows: one tokenizer's
+    distiller = Distiller(model, padded, CONFIG)  # 63 padding rows: one tokenizer's
+    # An id the student has a row for and the smaller teacher has not: the teacher's
+    # embedding's bare IndexError (probe 51).
+    ids = torch.tensor([[5, 300, 7]])
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
+    with pytest.raises(ValueError, match=r"input_ids hold 300, outside .* \[0, 257\)"):
+        distiller(batch)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from lightning_kd.distill.objective import DistillConfig
@@ -67,3 +68,23 @@ def test_an_encoders_batch_of_input_ids_alone_is_read_as_every_position_attended
     assert got.keys() == distiller.evaluate(whole).keys() >= {"features", "embedding_cosine"}
     for name, (total, count) in distiller.evaluate(whole).items():
         assert float(got[name][0]) == float(total) and float(got[name][1]) == float(count)
+
+
+def test_an_encoders_sentence_pair_is_read_with_its_segments() -> None:
+    """token_type_ids were dropped: a sentence pair was distilled as all segment A (verify 53)."""
+    from lightning_kd.distill.distiller import Distiller
+    from lightning_kd.models.loading import model_from_config
+
+    torch.manual_seed(0)
+    teacher = model_from_config(dict(TINY_BERT), "encoder").eval()
+    student = model_from_config({**TINY_BERT, "num_hidden_layers": 2}, "encoder").eval()
+    config = DistillConfig(kd_weight=0.0, ce_weight=0.0, features="uniform", feature_loss="mse")
+    distiller = Distiller(teacher, student, config, task="encoder").eval()
+    ids = torch.randint(1, 257, (2, 8))
+    pair = torch.tensor([[0] * 4 + [1] * 4] * 2)
+    one, _ = distiller({"input_ids": ids})
+    two, _ = distiller({"input_ids": ids, "token_type_ids": pair})
+    same, _ = distiller({"input_ids": ids, "token_type_ids": torch.zeros_like(pair)})
+    assert float(same.detach()) == float(one.detach()) != float(two.detach())
+    with pytest.raises(ValueError, match=r"token_type_ids is list"):
+        distiller({"input_ids": ids, "token_type_ids": pair.tolist()})
