@@ -50,14 +50,7 @@ def test_encoder_distillation_by_hidden_states(corpus) -> None:
 def test_an_encoders_batch_of_input_ids_alone_is_read_as_every_position_attended() -> None:
     """Its mask and labels are optional (``distill/batches.py``), yet a batch without the mask
     was a KeyError in the step, and one without labels in evaluate (probe 51)."""
-    from lightning_kd.distill.distiller import Distiller
-    from lightning_kd.models.loading import model_from_config
-
-    torch.manual_seed(0)
-    teacher = model_from_config(dict(TINY_BERT), "encoder").eval()
-    student = model_from_config({**TINY_BERT, "num_hidden_layers": 2}, "encoder").eval()
-    config = DistillConfig(kd_weight=0.0, ce_weight=0.0, features="uniform", feature_loss="mse")
-    distiller = Distiller(teacher, student, config, task="encoder").eval()
+    distiller = encoder_distiller()
     ids = torch.randint(1, 257, (2, 8))
     whole = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
     objective, sums = distiller({"input_ids": ids})
@@ -72,14 +65,7 @@ def test_an_encoders_batch_of_input_ids_alone_is_read_as_every_position_attended
 
 def test_an_encoders_sentence_pair_is_read_with_its_segments() -> None:
     """token_type_ids were dropped: a sentence pair was distilled as all segment A (verify 53)."""
-    from lightning_kd.distill.distiller import Distiller
-    from lightning_kd.models.loading import model_from_config
-
-    torch.manual_seed(0)
-    teacher = model_from_config(dict(TINY_BERT), "encoder").eval()
-    student = model_from_config({**TINY_BERT, "num_hidden_layers": 2}, "encoder").eval()
-    config = DistillConfig(kd_weight=0.0, ce_weight=0.0, features="uniform", feature_loss="mse")
-    distiller = Distiller(teacher, student, config, task="encoder").eval()
+    distiller = encoder_distiller()
     ids = torch.randint(1, 257, (2, 8))
     pair = torch.tensor([[0] * 4 + [1] * 4] * 2)
     one, _ = distiller({"input_ids": ids})
@@ -88,3 +74,15 @@ def test_an_encoders_sentence_pair_is_read_with_its_segments() -> None:
     assert float(same.detach()) == float(one.detach()) != float(two.detach())
     with pytest.raises(ValueError, match=r"token_type_ids is list"):
         distiller({"input_ids": ids, "token_type_ids": pair.tolist()})
+
+
+def encoder_distiller():
+    """A 4-layer BERT teacher and a 2-layer one, feature matching alone, in eval mode."""
+    from lightning_kd.distill.distiller import Distiller
+    from lightning_kd.models.loading import model_from_config
+
+    torch.manual_seed(0)
+    teacher = model_from_config(dict(TINY_BERT), "encoder").eval()
+    student = model_from_config({**TINY_BERT, "num_hidden_layers": 2}, "encoder").eval()
+    config = DistillConfig(kd_weight=0.0, ce_weight=0.0, features="uniform", feature_loss="mse")
+    return Distiller(teacher, student, config, task="encoder").eval()
