@@ -18,6 +18,7 @@ from hydra.types import RunMode
 
 from lightning_kd.launch.sweeps import split_arguments
 from lightning_kd.training.checkpoints import LAST
+from lightning_kd.training.rerun import anchored
 from lightning_kd.training.rundir import run_outputs
 
 
@@ -62,7 +63,8 @@ def sweep_note(command: Sequence[str], argv: Sequence[str] = ()) -> str:
     left = jobs - hydra.job.num - 1
     if left <= 0:
         return ""
-    kept = [word for word in words if word.split("=", 1)[0].lstrip("+") != "ckpt_path"]
+    # Its relative paths (hydra.sweep.dir, data.files) made absolute: it works from anywhere.
+    kept = [anchored(w) for w in words if w.split("=", 1)[0].lstrip("+") != "ckpt_path"]
     again = shlex.join([*command, *kept, "ckpt_path=last"])
     return (
         f"\nThis is job {hydra.job.num} of the -m sweep in {hydra.sweep.dir}: the {left} job(s) "

@@ -25,13 +25,18 @@ def job(monkeypatch):
     return at
 
 
-def test_a_stopped_job_names_the_jobs_after_it_and_the_sweeps_command(job) -> None:
-    """The stop named the running job alone; the jobs after it were not mentioned (probe 52)."""
+def test_a_stopped_job_names_the_jobs_after_it_and_the_sweeps_command(
+    job, tmp_path, monkeypatch
+) -> None:
+    """The stop named the running job alone; the jobs after it were not mentioned (probe 52).
+    The command names the sweep directory absolute: it works from any directory."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sw").mkdir()
     job(0)
     note = sweep_note(["lightning-kd", "train"], SWEEP)
     assert "job 0 of the -m sweep in sw: the 2 job(s) after it did not run" in note
     assert note.endswith(
-        "lightning-kd train -m debug=smoke seed=0,1,2 hydra.sweep.dir=sw ckpt_path=last"
+        f"lightning-kd train -m debug=smoke seed=0,1,2 hydra.sweep.dir={tmp_path}/sw ckpt_path=last"
     )
     job(2)
     assert sweep_note(["lightning-kd", "train"], SWEEP) == ""  # the last job: none after it
