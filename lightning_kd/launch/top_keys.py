@@ -31,18 +31,20 @@ def unread_top_key_errors(cfg: Mapping, overrides: Sequence[str]) -> list[str]:
     if not isinstance(cfg, DictConfig):
         return []
     keys = [word.lstrip("+").split("=", 1)[0] for word in overrides if word.startswith("+")]
-    added = [key for key in keys if "." not in key and key not in shipped_keys()]
+    # +distil.temperature=2 (distill mistyped) adds a node: its first part is the key added.
+    tops = {key: key.split(".", 1)[0] for key in keys if "/" not in key}  # not a group's option
+    added = {key: top for key, top in tops.items() if top not in {*shipped_keys(), "hydra"}}
     if not added:
         return []
     text = OmegaConf.to_yaml(cfg, resolve=False)  # interpolations as written
     errors = []
-    for key in added:
-        if re.search(r"\$\{\s*" + re.escape(key) + r"\s*[.}\[]", text):
+    for key, top in added.items():
+        if re.search(r"\$\{\s*" + re.escape(top) + r"\s*[.}\[]", text):
             continue  # the user's own, read by an interpolation
-        near = difflib.get_close_matches(key, sorted(shipped_keys()), n=1, cutoff=0.7)
+        near = difflib.get_close_matches(top, sorted(shipped_keys()), n=1, cutoff=0.7)
         hint = f"did you mean {near[0]}?" if near else "nothing reads a key of its own"
         errors.append(
-            f"+{key}: the config has no key {key!r}, and nothing reads it; {hint} (a key of "
-            f"your own is read where an interpolation names it: ${{{key}}})"
+            f"+{key}: the config has no key {top!r}, and nothing reads it; {hint} (a key of "
+            f"your own is read where an interpolation names it: ${{{top}}})"
         )
     return errors

@@ -184,6 +184,11 @@ def test_a_top_level_key_added_that_nothing_reads_is_named(tmp_path: Path) -> No
         "of its own (a key of your own is read where an interpolation names it: ${zzz_mine})",
     ]
     assert override_key_errors(["+my_lr=0.1", "optimizer.lr=${my_lr}"]) == []
+    assert override_key_errors(["+hydra.job.env_set.FOO=1", "+callbacks=early_stopping"]) == []
+    assert override_key_errors(["+distil.temperature=2"]) == [  # a node added (verify 53)
+        "+distil.temperature: the config has no key 'distil', and nothing reads it; did you mean "
+        "distill? (a key of your own is read where an interpolation names it: ${distil})"
+    ]
 
 
 def test_a_config_file_of_ones_own_that_is_not_yaml_is_named(tmp_path: Path) -> None:
