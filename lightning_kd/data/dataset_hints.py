@@ -115,7 +115,7 @@ def unreadable_row(where: str, err: Exception) -> str:
         )
     return (
         f"{where} cannot be read ({type(err).__name__}: {err}); check its files there (a line "
-        "cut short, or not JSON?)"
+        "cut short, a quote left open, or another format than its name's?)"
     )
 
 
