@@ -250,7 +250,8 @@ def check_vocabularies(
         if size < needed:
             raise Refused(
                 f"the {role}'s vocabulary has {size} rows but the tokenizer has {needed} tokens: "
-                f"the two do not belong together (different tokenizers){past_rows(tokenizer, size)}"
+                "the two do not belong together"
+                + (past_rows(tokenizer, size) or " (different tokenizers)")
             )
 
 
