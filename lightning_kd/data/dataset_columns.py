@@ -4,6 +4,7 @@ and ``data.completion_field``), found at the first row, read whole or streamed."
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 
 from lightning_kd.data.conversations import is_conversation
@@ -63,7 +64,7 @@ def read_errors(dataset, source: DatasetSource, split: str, columns: Columns) ->
     a file's fault (a line cut short, bytes that are not UTF-8) was a traceback (probes 46, 52)."""
     try:
         return split_errors(dataset, columns, source.describe(split))
-    except (ValueError, OSError) as err:  # datasets' and pyarrow's own: the file at fault
+    except (ValueError, OSError, EOFError, zlib.error) as err:  # the file at fault: a .gz cut short
         return [str(unreadable(source, source.describe(split), err))]
 
 

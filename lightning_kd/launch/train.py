@@ -239,7 +239,7 @@ def run(cfg: DictConfig, command: Sequence[str] = COMMAND) -> float | None:
     # Only a checkpoint of this directory's run resumes it: another run's, into a directory
     # holding a run, would replace that run's outputs (and splice the two runs' metrics).
     own = is_own_checkpoint(ckpt_path, output_dir)
-    if own:
+    if ckpt_path is not None:  # another run's too: a finished one's "trained" 0 steps, exit 0
         check_work_left(ckpt_path, cfg.trainer, output_dir)
     repairing = cfg.ckpt_path is not None and ckpt_path is None  # goes on with its repair.pt
     resuming = own or repairing

@@ -131,6 +131,10 @@ def test_smoke_run_writes_everything_under_the_run_dir(tmp_path: Path, capsys) -
     code, output = run_in_process([*smoke, "ckpt_path=last", f"hydra.run.dir={run_dir}"], capsys)
     assert code == 2 and f"the run in {run_dir} is finished" in output
     assert changed_files(run_dir, record) == []
+    # Its checkpoint given by path to a new directory "trained" 0 steps and exited 0 (probe 52).
+    fresh = [f"ckpt_path={run_dir}/checkpoints/last.ckpt", f"hydra.run.dir={tmp_path}/fresh"]
+    code, output = run_in_process([*smoke, *fresh], capsys)
+    assert code == 2 and f"the run in {run_dir} is finished" in output
     # The same for a launch refused because another process holds the directory (a running run;
     # in its own interpreter, since this one's claim would not stop this one).
     with claim_run_dir(run_dir, resuming=True, overwrite=False):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import errno
+import gzip
 import json
 import os
 import re
@@ -473,12 +474,15 @@ def test_the_launchs_check_names_a_file_it_cannot_read_as_the_data_module_does(
     parquet = write_parquet(tmp_path / "whole.parquet", [{"text": "row " * 30}] * 200)
     (tmp_path / "cut.parquet").write_bytes(parquet.read_bytes()[: parquet.stat().st_size // 2])
     (tmp_path / "quote.csv").write_text('text,id\n"unclosed quote,1\nok,2\n')
+    whole = gzip.compress(b"".join(b"line %d of a text\n" % i for i in range(4000)))
+    (tmp_path / "cut.txt.gz").write_bytes(whole[: len(whole) // 2])
     columns = Columns((("text",),), "data.text_field")
     found = {
         ("json", cut): r"cut.jsonl:8 is not valid JSON",
         ("text", tmp_path / "latin.txt"): r"latin.txt:1: byte 0xe9 at column 4 is not UTF-8",
         ("parquet", tmp_path / "cut.parquet"): r"cut.parquet cannot be read \(ArrowInvalid: ",
         ("csv", tmp_path / "quote.csv"): r"cannot be read \(ParserError: .*EOF inside string",
+        ("text", tmp_path / "cut.txt.gz"): r"cut.txt.gz:\d+: not a readable gzip file",
     }
     for (builder, path), refusal in found.items():
         source = DatasetSource.of({"path": builder, "data_files": str(path)})
