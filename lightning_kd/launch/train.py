@@ -35,7 +35,7 @@ from lightning_kd.launch.sweep_resume import unstarted_job
 from lightning_kd.launch.teacher_cache import given_cache
 from lightning_kd.launch.teacher_list import teacher_precisions
 from lightning_kd.launch.train_checks import train_errors
-from lightning_kd.launch.work_left import check_work_left
+from lightning_kd.launch.work_left import check_work_left, run_of
 from lightning_kd.training.checkpoints import resolve_ckpt_path
 from lightning_kd.training.finite import check_finite_model, check_finite_validation, strict_json
 from lightning_kd.training.joining import joining
@@ -239,8 +239,8 @@ def run(cfg: DictConfig, command: Sequence[str] = COMMAND) -> float | None:
     # Only a checkpoint of this directory's run resumes it: another run's, into a directory
     # holding a run, would replace that run's outputs (and splice the two runs' metrics).
     own = is_own_checkpoint(ckpt_path, output_dir)
-    if ckpt_path is not None:  # another run's too: a finished one's "trained" 0 steps, exit 0
-        check_work_left(ckpt_path, cfg.trainer, output_dir)
+    if (checked := run_of(ckpt_path, output_dir, own)) is not None:  # another's too (probe 52)
+        check_work_left(ckpt_path, cfg.trainer, checked)
     repairing = cfg.ckpt_path is not None and ckpt_path is None  # goes on with its repair.pt
     resuming = own or repairing
     with STOP.installed(), claim_run_dir(output_dir, resuming=resuming, overwrite=cfg.overwrite):

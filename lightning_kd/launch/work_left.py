@@ -31,9 +31,6 @@ def check_work_left(ckpt_path: Path, trainer: Any, output_dir: Path) -> None:
     checkpoint = load_local(ckpt_path, "cpu", mmap=True)
     step, max_steps = checkpoint["global_step"], trainer.get("max_steps")
     summary = read_summary(output_dir)
-    if summary is None and ckpt_path.parent.name == "checkpoints":  # another run's, by its path
-        output_dir = ckpt_path.parent.parent  # finished, it "trained" 0 steps and exited 0
-        summary = read_summary(output_dir)
     if summary is not None and step < int(summary.get("steps") or 0):
         summary = None  # a rollback to a kept checkpoint before the end: not past it (probe 50)
     if summary is not None and max_steps is not None and 0 <= max_steps <= step:
@@ -56,6 +53,16 @@ def check_work_left(ckpt_path: Path, trainer: Any, output_dir: Path) -> None:
             f"{step}, and Lightning counts every launch's time together. Resume with a larger "
             "trainer.max_time, or without one"
         )
+
+
+def run_of(ckpt_path: Path | None, output_dir: Path, own: bool) -> Path | None:
+    """The run directory whose summary says whether ``ckpt_path`` has work left: this run's
+    (``output_dir``) for its ``own`` checkpoint, else the checkpoint's own run's
+    (``RUN/checkpoints/<name>.ckpt``): a finished run's checkpoint given to a new directory
+    "trained" 0 steps and exited 0 (probe 52). None: no checkpoint, or one outside a run."""
+    if ckpt_path is None or own:
+        return None if ckpt_path is None else output_dir
+    return ckpt_path.parent.parent if ckpt_path.parent.name == "checkpoints" else None
 
 
 def finished(output_dir: Path, at: str, key: str, limit: int) -> RunDirError:

@@ -8,7 +8,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from lightning_kd.launch.work_left import check_work_left, time_limit
+from lightning_kd.launch.work_left import check_work_left, run_of, time_limit
 from lightning_kd.training.rundir import RunDirError
 
 
@@ -79,9 +79,12 @@ def test_a_finished_runs_checkpoint_given_by_path_to_a_new_directory_is_finished
     (tmp_path / "old").mkdir()
     last = run_dir(tmp_path / "old", 200, {"stopped_by": None})
     new = tmp_path / "new"
+    assert run_of(last, new, own=False) == tmp_path / "old"
     with pytest.raises(RunDirError, match=rf"the run in {tmp_path / 'old'} is finished"):
-        check_work_left(last, trainer(), new)
-    check_work_left(last, trainer(max_steps=400), new)
+        check_work_left(last, trainer(), run_of(last, new, own=False))
+    check_work_left(last, trainer(max_steps=400), run_of(last, new, own=False))
+    assert run_of(last, new, own=True) == new and run_of(None, new, own=False) is None
+    assert run_of(tmp_path / "elsewhere.ckpt", new, own=False) is None  # outside a run
 
 
 def test_a_run_at_max_epochs_is_finished(tmp_path) -> None:
