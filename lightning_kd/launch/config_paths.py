@@ -9,14 +9,14 @@ Each such setting is added to the command as an override of its absolute path.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from omegaconf import OmegaConf
 
 from lightning_kd.launch.config import JOB_RECORD
 from lightning_kd.training.rerun import PATH_KEYS, anchored, is_local
+from lightning_kd.utils.plain_data import flat
 
 
 def config_file_paths(output_dir: Path, overrides: Sequence[str]) -> list[str]:
@@ -29,7 +29,7 @@ def config_file_paths(output_dir: Path, overrides: Sequence[str]) -> list[str]:
         return []
     given = {word.split("=", 1)[0].lstrip("+~") for word in overrides}
     pinned = []
-    for key, value in dotted(saved):
+    for key, value in flat(saved).items():
         if key.rsplit(".", 1)[-1] not in PATH_KEYS or key in given:
             continue
         items = value if isinstance(value, list) else [value]
@@ -39,15 +39,3 @@ def config_file_paths(output_dir: Path, overrides: Sequence[str]) -> list[str]:
             listed = f"[{','.join(items)}]" if isinstance(value, list) else items[0]
             pinned.append(anchored(f"{key}={listed}"))
     return pinned
-
-
-def dotted(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """Each setting of the mappings in ``node`` by its dotted key (lists are values)."""
-    if not isinstance(node, dict):
-        return
-    for key, value in node.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, dict):
-            yield from dotted(value, f"{path}.")
-        else:
-            yield path, value

@@ -15,7 +15,6 @@ the resumed run writes its own steps under the same names.
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import os
@@ -25,6 +24,7 @@ from pathlib import Path
 
 from lightning_kd.training.checkpoint_files import load_local
 from lightning_kd.training.checkpoints import LAST_NAME
+from lightning_kd.training.metrics_log import read_rows
 from lightning_kd.utils.atomic import atomic_write_bytes
 
 BEST_NAME = "best.ckpt"
@@ -132,16 +132,14 @@ def best_before(
     own, ``validated`` in its checkpoint), read from the ``log`` as it stands. Without it the
     next validation was taken as the best, a worse one than a kept step's (probe 50)."""
     found: dict[int, tuple[float, Path]] = {}
-    if log is not None and log.is_file():
-        with open(log, newline="") as handle:
-            for row in csv.DictReader(handle):
-                try:
-                    logged, value = int(float(row["step"])), float(row.get(metric) or "nan")
-                except (KeyError, ValueError):
-                    continue
-                kept = dirpath / step_name(logged)
-                if logged <= step and math.isfinite(value) and kept.is_file():
-                    found[logged] = (value, kept)
+    for row in read_rows(log)[1] if log is not None and log.is_file() else []:
+        try:
+            logged, value = int(float(row["step"])), float(row.get(metric) or "nan")
+        except (KeyError, ValueError):
+            continue
+        kept = dirpath / step_name(logged)
+        if logged <= step and math.isfinite(value) and kept.is_file():
+            found[logged] = (value, kept)
     if metric in validated and (dirpath / LAST_NAME).is_file():
         found[step] = (validated[metric], dirpath / LAST_NAME)
     best = None

@@ -27,6 +27,7 @@ from lightning_kd.distill.repair_progress import RepairReport
 from lightning_kd.training.checkpoint_files import load_local
 from lightning_kd.training.checkpoints import REPAIR_NAME, atomic_torch_save
 from lightning_kd.training.saving import LastCheckpoint, agreed
+from lightning_kd.utils.plain_data import flat
 from lightning_kd.utils.refusal import Refused
 from lightning_kd.utils.stopping import STOP
 
@@ -116,17 +117,6 @@ def signature(trainer: Trainer, pl_module: LightningModule, loader, steps: int) 
         "batch_size": loader.batch_size,
         "processes": trainer.world_size,
     }
-
-
-def flat(record: dict, prefix: str = "") -> dict:
-    """``record`` with nested mappings as dotted keys (``data.seed``)."""
-    found = {}
-    for key, value in record.items():
-        if isinstance(value, dict):
-            found |= flat(value, f"{prefix}{key}.")
-        else:
-            found[f"{prefix}{key}"] = value
-    return found
 
 
 def resumable(trainer: Trainer, pl_module: LightningModule, loader, steps: int):

@@ -1,4 +1,5 @@
-"""Specs as plain data and back: what a checkpoint read with ``weights_only=True`` can hold."""
+"""Specs as plain data and back: what a checkpoint read with ``weights_only=True`` can hold;
+plain nested mappings read flat, by dotted keys."""
 
 from __future__ import annotations
 
@@ -22,3 +23,15 @@ def plain_data(value: Any) -> Any:
 def as_spec(value: Any, spec: type) -> Any:
     """``value`` as a ``spec`` dataclass (checkpoints store specs as plain dicts)."""
     return value if isinstance(value, spec) else spec(**value)
+
+
+def flat(record: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``record`` with nested mappings as dotted keys (``data.seed``); other values, lists
+    included, as they are."""
+    found: dict[str, Any] = {}
+    for key, value in record.items():
+        if isinstance(value, Mapping):
+            found |= flat(value, f"{prefix}{key}.")
+        else:
+            found[f"{prefix}{key}"] = value
+    return found
