@@ -35,6 +35,7 @@ from lightning_kd.models.precision import AUTO, teacher_dtype_for
 from lightning_kd.training.checkpoints import trained_set_error
 from lightning_kd.training.differences import differences, resettable_line
 from lightning_kd.training.optim import same_rates_from
+from lightning_kd.training.regrouping import Regrouping, continuing, regrouping, step_hint
 from lightning_kd.training.step_record import compute_changes, lossy_message, said_line, step_record
 from lightning_kd.training.teacher_provenance import crosses, main_records, teachers_record
 from lightning_kd.utils.refusal import Refused
@@ -155,6 +156,7 @@ class Provenance(Callback):
         self.reset_optimizer = reset_optimizer
         self._record: dict[str, Any] | None = None
         self._fast_forward = False  # the fresh schedule still has to reach the resumed step
+        self._split: Regrouping | None = None  # the epoch's position to move (regrouping.py)
 
     def current(self, trainer: Trainer, module: LightningModule) -> dict[str, Any]:
         if self._record is None:  # the teacher, objective and data never change within a run
@@ -177,6 +179,10 @@ class Provenance(Callback):
                 stacklevel=2,
             )
         else:
+            current, regrouped = self.current(trainer, pl_module), []
+            if split := regrouping(saved, current, checkpoint):  # the same steps, other batches
+                current, regrouped = split.as_saved(current), split.lines()
+                self._split = split if trainer.state.fn == "fit" else None
             step, then = checkpoint.get("global_step", 0), saved.get("schedule", {})
             same_rates = same_rates_from(
                 getattr(pl_module, "scheduler_factory", None),
@@ -184,20 +190,27 @@ class Provenance(Callback):
                 then.get("max_steps", -1),
                 trainer.max_steps,
             )
-            self._compare(saved, self.current(trainer, pl_module), where, same_rates)
+            self._compare(saved, current, where, same_rates, regrouped)
         if error := trained_set_error(checkpoint, trainer, pl_module, where):
             raise ProvenanceMismatch(error)
 
     def _compare(
-        self, saved: dict[str, Any], current: dict[str, Any], where: str, same_rates=False
+        self,
+        saved: dict[str, Any],
+        current: dict[str, Any],
+        where: str,
+        same_rates: bool = False,
+        regrouped: list[str] | None = None,
     ) -> None:
         """Refuse (or, with ``resume_mismatch=warn``, warn about) what differs from ``saved``;
-        say the computations that change (``step_record.py``). ``same_rates``: a longer
-        ``max_steps`` whose rates from the checkpoint's step on are its plan's is no change."""
+        say the computations that change (``step_record.py``), ``regrouped`` among them (the
+        same steps in other batches, ``regrouping.py``). ``same_rates``: a longer ``max_steps``
+        whose rates from the checkpoint's step on are its plan's is no change."""
         found = differences(saved, current)
         if same_rates:  # lengthened, the same rates from its step on (optim.py)
             found = [line for line in found if not line.startswith("schedule.max_steps:")]
         lossy, said = compute_changes(saved, current)
+        said += regrouped or []
         resettable = [line for line in found if resettable_line(line)]
         others = [line for line in found if line not in resettable]
         refused = [] if self._fast_forward else resettable
@@ -207,6 +220,7 @@ class Provenance(Callback):
                 f"{where} was trained with a different teacher, tokenizer, objective, data or "
                 "gradient clipping:\n  "
                 + "\n  ".join(others)
+                + step_hint(saved, current)
                 + "\nResume with the same settings, start a new run, or pass "
                 "resume_mismatch=warn to continue anyway"
             )
@@ -244,6 +258,9 @@ class Provenance(Callback):
         self._fast_forward = True
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._split is not None:
+            self._split.move(trainer)
+            self._split = None
         if not self._fast_forward:
             return
         self._fast_forward = False
@@ -257,22 +274,6 @@ class Provenance(Callback):
             f"\nresume_reset_optimizer=true: a fresh optimizer from optimizer step "
             f"{trainer.global_step}, learning rate now {lr_now(trainer):.3g}"
         )
-
-
-BATCHING = ("data.batch_size", "trainer.accumulate_grad_batches", "processes")
-"""Differences that move where in its epoch a resume reads: Lightning keeps the batch index."""
-
-
-def continuing(lines: list[str]) -> str:
-    """The last line of a warned resume: where the batching changed, that the epoch's position
-    is kept as a batch index, so this epoch's data is read again or skipped (a run that halved
-    its batch and doubled its accumulation retrained 32 samples it had seen; probe 47)."""
-    if any(line.startswith(BATCHING) for line in lines):
-        return (
-            "\n(resume_mismatch=warn: continuing; the epoch's position is kept as a batch index, "
-            "not a sample: part of this epoch's data is read again or skipped)"
-        )
-    return "\n(resume_mismatch=warn: continuing)"
 
 
 def check_steps_left(step: int, max_steps: int, where: str) -> None:

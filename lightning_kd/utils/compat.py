@@ -1,6 +1,6 @@
 """Every use of Lightning's private API, in one place.
 
-Lightning offers no public way to do these eight things, and each is private API that can change
+Lightning offers no public way to do these nine things, and each is private API that can change
 in any release. ``tests/unit/utils/test_compat.py`` checks each one against the installed
 Lightning and fails naming what moved; fix it here, and nothing else needs to change.
 
@@ -8,6 +8,8 @@ Lightning and fails naming what moved; fix it here, and nothing else needs to ch
   (``FSDPStrategy._setup_model``), when the models exist (``configure_model`` has run).
 - :func:`resumed_batches_in_epoch`: the batches of the current epoch a resumed fit has trained
   on (``fit_loop.restarting``, ``fit_loop.epoch_loop.batch_progress``).
+- :func:`move_resumed_batches`: have a resumed fit count another number of its epoch's batches
+  done, before its epoch loop resets (the same ``batch_progress``, ``current`` and ``total``).
 - :func:`validates_after_this_batch`: whether the fit loop validates right after the training
   batch that just ended (``epoch_loop._should_check_val_fx``, ``_skip_next_val``).
 - :func:`validate_every_steps`: validations every N optimizer steps, counted as steps (a subclass
@@ -92,6 +94,18 @@ def resumed_batches_in_epoch(trainer: Trainer) -> int:
     if not loop.restarting:
         return 0
     return loop.epoch_loop.batch_progress.current.processed
+
+
+def move_resumed_batches(trainer: Trainer, processed: int) -> None:
+    """Have a fit resumed from a checkpoint count ``processed`` training batches of its epoch
+    done. Call it before the epoch loop resets (``on_train_start``): every count moves by the
+    same amount, so their differences — which tell Lightning where in a batch the checkpoint
+    was saved — are kept."""
+    progress = trainer.fit_loop.epoch_loop.batch_progress
+    shift = processed - progress.current.processed
+    for counts in (progress.current, progress.total):
+        for name in ("ready", "started", "processed", "completed"):
+            setattr(counts, name, getattr(counts, name) + shift)
 
 
 def validates_after_this_batch(trainer: Trainer) -> bool:

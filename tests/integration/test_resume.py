@@ -98,6 +98,40 @@ def test_killed_run_resumes_with_the_same_losses(
     assert_same_run(run_dir, reference)
 
 
+SPLITS = {
+    # a smaller GPU: half the micro-batch, twice the accumulation (probe 47 F27)
+    "half_the_batch": ([], ["data.batch_size=2", "trainer.accumulate_grad_batches=4"]),
+    # two processes of 2 blocks resumed in one of 4: the same 8 blocks a step
+    "two_processes_to_one": pytest.param(
+        (["strategy=ddp", "trainer.devices=2", "data.batch_size=2"], []), marks=pytest.mark.slow
+    ),
+}
+
+
+@pytest.mark.parametrize("split", SPLITS.values(), ids=SPLITS.keys())
+def test_a_resume_that_splits_its_steps_otherwise_continues_the_run(
+    tmp_path: Path, split: tuple[list[str], list[str]], uninterrupted: Path
+) -> None:
+    """Another micro-batch, accumulation or process count whose product is the checkpoint's
+    trains the uninterrupted run's steps: the same losses and student, to rounding."""
+    before, after = split
+    run_dir = tmp_path / "run"
+    kill = "+callbacks.kill={_target_: tests.helpers.KillAtStep, step: 5}"
+    result = run_cli(*COMMON, *before, kill, f"hydra.run.dir={run_dir}")
+    assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
+    result = run_cli(*COMMON, *after, "ckpt_path=last", f"hydra.run.dir={run_dir}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "the same 8 blocks per optimizer step, read in other batches" in result.stdout
+    expected, got = train_losses(uninterrupted), train_losses(run_dir)
+    assert sorted(got) == sorted(expected) == list(range(8)), got
+    for step, loss in got.items():
+        assert loss == pytest.approx(expected[step], rel=1e-5), step
+    final = load_file(uninterrupted / "student" / "model.safetensors")
+    again = load_file(run_dir / "student" / "model.safetensors")
+    for key, value in final.items():
+        torch.testing.assert_close(again[key], value, rtol=1e-4, atol=1e-5, msg=key)
+
+
 SIGNALS = {
     "SIGTERM": "SIGTERM",
     "SIGINT": pytest.param("SIGINT", marks=pytest.mark.slow),

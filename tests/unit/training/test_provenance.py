@@ -423,7 +423,7 @@ def test_a_resume_with_another_share_of_the_batches_is_refused() -> None:
 def test_a_warned_resume_with_other_batching_says_the_position_is_lost() -> None:
     """Half the batch and twice the accumulation, warned: the resume retrained 32 samples it had
     seen this epoch, and the warning said only "continuing" (probe 47)."""
-    from lightning_kd.training.provenance import continuing
+    from lightning_kd.training.regrouping import continuing
 
     batching = ["data.batch_size: checkpoint 4, this run 2"]
     assert "the epoch's position is kept as a batch index" in continuing(batching)

@@ -83,6 +83,18 @@ def test_resumed_batches_in_epoch_reads_the_restored_loop(tmp_path) -> None:
     assert again.resumed == [3], "a fit resumed after 3 of 64 batches must read 3"
 
 
+def test_move_resumed_batches_keeps_where_in_a_batch_the_checkpoint_was_saved(tmp_path) -> None:
+    """Saved on a batch's end: every count 6 but ``completed`` 5; moved to 12, the same."""
+    trainer = quiet_trainer(tmp_path)
+    progress = trainer.fit_loop.epoch_loop.batch_progress
+    for counts in (progress.current, progress.total):
+        counts.ready, counts.started, counts.processed, counts.completed = 6, 6, 6, 5
+    compat.move_resumed_batches(trainer, 12)
+    for counts in (progress.current, progress.total):
+        moved = (counts.ready, counts.started, counts.processed, counts.completed)
+        assert moved == (12, 12, 12, 11), "epoch_loop.batch_progress's counts moved"
+
+
 class WithEvalModule(BoringModel):
     """A BoringModel with one module in eval mode, silencing the warning for ``silenced``."""
 

@@ -1,0 +1,142 @@
+"""A resume that splits each optimizer step's blocks otherwise: ``data.batch_size``,
+``trainer.accumulate_grad_batches`` and the process count (``trainer.devices`` ×
+``trainer.num_nodes``) changed together, their product — the blocks of one step — the
+checkpoint's. Halving the micro-batch and doubling the accumulation to fit a smaller GPU is the
+common case; so is moving from two GPUs to one with twice the accumulation.
+
+Every step then trains the very blocks it would have: the epoch's permutation is dealt as one
+sequence (rank r takes every N-th block, ``data/loaders.py``), so step s reads the permutation's
+s-th run of ``batch × accumulation × processes`` blocks however they are split, and the
+token-sum accumulation (``distill/accumulation.py``) gives the gradient of their tokens whatever
+the micro-batches. Only the epoch's position has to move: Lightning keeps it as a count of this
+process's micro-batches, which the new split reads at another rate. The resume rewrites that
+count once Lightning has restored it, before the epoch loop reads it; before, the old count was
+read in the new micro-batches and part of the epoch was trained again (probe 47 F27).
+
+Not regrouped (the differences refused, or warned about, as any other): a streamed run (each
+process reads its own share of the stream), on-policy sampling (its draws follow the
+micro-batches), a share of the epoch (``trainer.limit_train_batches``, counted in batches), and a
+checkpoint saved inside an accumulation window (but after an epoch's last batch).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from lightning.pytorch import Trainer
+
+from lightning_kd.data.provenance import TRAINER_KEYS
+from lightning_kd.utils.compat import move_resumed_batches, resumed_batches_in_epoch
+
+GROUPING = ("batch_size", "accumulate_grad_batches", "processes")
+"""The data record's keys whose product is the blocks of one optimizer step."""
+PROGRESS = ("loops", "fit_loop", "epoch_loop.batch_progress")
+"""Where a Lightning checkpoint keeps the training epoch's batch counts."""
+
+
+@dataclass(frozen=True)
+class Regrouping:
+    """The checkpoint's split of a step (``then``) and this run's (``now``), by ``GROUPING``."""
+
+    then: dict[str, int]
+    now: dict[str, int]
+
+    def lines(self) -> list[str]:
+        """Each changed setting, named as a user sets it, and the step they all keep."""
+        changed = [
+            f"{TRAINER_KEYS.get(key, f'data.{key}')}: checkpoint {self.then[key]!r}, "
+            f"this run {self.now[key]!r}"
+            for key in GROUPING
+            if self.then[key] != self.now[key]
+        ]
+        blocks = math.prod(self.now.values())
+        return [*changed, f"the same {blocks} blocks per optimizer step, read in other batches"]
+
+    def as_saved(self, current: dict[str, Any]) -> dict[str, Any]:
+        """``current`` (a provenance record) with the checkpoint's split: compared so, the rest
+        of the data record (the examples' digest included) is judged as it would be."""
+        return current | {"data": current["data"] | self.then}
+
+    def micro_batches(self, done: int) -> int:
+        """This process's micro-batches that read what ``done`` of the checkpoint's did."""
+        then = self.then["batch_size"] * self.then["processes"]
+        # Exact inside an epoch: a step's blocks divide by the new batch (after its last batch,
+        # rounded up, and at most the epoch's batches: see move).
+        return -(-done * then // (self.now["batch_size"] * self.now["processes"]))
+
+    def move(self, trainer: Trainer) -> None:
+        """Rewrite a resumed fit's count of its epoch's batches in this run's micro-batches
+        (``on_train_start``, the loop restored): at most the epoch's, so that one saved after its
+        last batch ends it here too."""
+        if done := resumed_batches_in_epoch(trainer):
+            moved = min(self.micro_batches(done), trainer.num_training_batches)
+            move_resumed_batches(trainer, moved)
+
+
+def batch_progress(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """The checkpoint's training batch progress (``{"current": ..., "total": ...}``)."""
+    found = checkpoint
+    for key in PROGRESS:
+        found = found[key]
+    return found
+
+
+def regrouping(
+    saved: dict[str, Any], current: dict[str, Any], checkpoint: dict[str, Any]
+) -> Regrouping | None:
+    """The regrouping from ``saved`` (a checkpoint's provenance record) to ``current``: None where
+    the split is the same, the step's blocks differ, or the position cannot be moved exactly
+    (see the module doc)."""
+    then, now = saved.get("data"), current.get("data")
+    if then is None or now is None or any(key not in then for key in GROUPING):
+        return None
+    split = Regrouping({k: then[k] for k in GROUPING}, {k: now[k] for k in GROUPING})
+    if split.then == split.now or math.prod(split.then.values()) != math.prod(split.now.values()):
+        return None
+    if then.get("streaming") or now.get("streaming") or current["distill"].get("on_policy"):
+        return None
+    whole = [then.get("limit_train_batches"), now.get("limit_train_batches")]
+    if any(not isinstance(share, float) or share != 1.0 for share in whole):
+        return None
+    try:
+        progress = batch_progress(checkpoint)
+        done, last = progress["current"]["processed"], progress.get("is_last_batch", False)
+    except (KeyError, TypeError):
+        return None
+    if done % split.then["accumulate_grad_batches"] and not last:  # saved inside a window
+        return None
+    return split
+
+
+BATCHING = ("data.batch_size", "trainer.accumulate_grad_batches", "processes")
+"""Differences that move where in its epoch a resume reads: Lightning keeps the batch index."""
+
+
+def continuing(lines: list[str]) -> str:
+    """The last line of a warned resume: where the batching changed and could not be regrouped
+    (another step, or one of the module doc's cases), that the epoch's position is kept as a
+    batch index, so this epoch's data is read again or skipped."""
+    if any(line.startswith(BATCHING) for line in lines):
+        return (
+            "\n(resume_mismatch=warn: continuing; the epoch's position is kept as a batch index, "
+            "not a sample: part of this epoch's data is read again or skipped)"
+        )
+    return "\n(resume_mismatch=warn: continuing)"
+
+
+def step_hint(saved: dict[str, Any], current: dict[str, Any]) -> str:
+    """Where the blocks of one optimizer step changed, the checkpoint's split of them: keeping
+    their product is what lets a resume read the same steps in other batches."""
+    then, now = saved.get("data") or {}, current.get("data") or {}
+    if any(key not in then or key not in now for key in GROUPING):
+        return ""
+    blocks = [math.prod(record[key] for key in GROUPING) for record in (then, now)]
+    if blocks[0] == blocks[1]:
+        return ""
+    split = " × ".join(f"{TRAINER_KEYS.get(key, f'data.{key}')} {then[key]}" for key in GROUPING)
+    return (
+        f"\nA step of the checkpoint read {blocks[0]} blocks ({split}), this run's {blocks[1]}: "
+        "a resume whose product is the checkpoint's reads the same steps in other batches"
+    )
