@@ -4,7 +4,10 @@ and ``data.completion_field``), found at the first row, read whole or streamed."
 
 from __future__ import annotations
 
+import logging
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from lightning_kd.data.conversations import is_conversation
@@ -63,14 +66,30 @@ def read_errors(dataset, source: DatasetSource, split: str, columns: Columns) ->
     """:func:`split_errors`, a file that cannot be read among them: the first row is read, and
     a file's fault (a line cut short, bytes that are not UTF-8) was a traceback (probes 46, 52)."""
     try:
-        return split_errors(dataset, columns, source.describe(split))
+        with datasets_errors_unlogged():
+            return split_errors(dataset, columns, source.describe(split))
     except (ValueError, OSError, EOFError, zlib.error) as err:  # the file at fault: a .gz cut short
         return [str(unreadable(source, source.describe(split), err))]
 
 
+@contextmanager
+def datasets_errors_unlogged() -> Iterator[None]:
+    """``datasets`` logs a file its builder cannot read ("[ERROR] - Failed to load JSON from file
+    ...", twice under Hydra's logging) before it raises; the refusal that follows names the file,
+    its line and the fix, so its log is left out while a split's first rows are read."""
+    logger = logging.getLogger("datasets")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def open_checked(source: DatasetSource, split: str, streaming: bool, columns: Columns):
     """:func:`open_split`, refused when the split has no rows or lacks ``columns``."""
-    dataset = open_split(source, split, streaming)
+    with datasets_errors_unlogged():
+        dataset = open_split(source, split, streaming)
     if errors := read_errors(dataset, source, split, columns):
         raise Refused("\n  ".join(errors))
     return dataset
@@ -85,7 +104,8 @@ def source_errors(source: DatasetSource, columns: Columns) -> list[str]:
         if split is None:
             continue
         try:
-            dataset = open_split(source, split, streaming=True)
+            with datasets_errors_unlogged():  # a parquet footer is read as the split opens
+                dataset = open_split(source, split, streaming=True)
         except Refused as err:
             errors.append(str(err))
             continue

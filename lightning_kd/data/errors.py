@@ -22,3 +22,10 @@ def described(value: Any) -> str:
     """``value`` said by its type and start (``int 7``, ``dict {"nested": 1}``), for a refusal
     that names what a row holds in place of text."""
     return f"{type(value).__name__} {json.dumps(value, default=str)[:40]}"
+
+
+def json_problem(err: json.JSONDecodeError) -> str:
+    """What is wrong with a line, and where (``Invalid control character at column 15``): the
+    decoder's ``msg`` alone ended in a dangling "at"."""
+    where = "column" if err.msg.endswith(" at") else "at column"
+    return f"{err.msg} {where} {err.colno}"

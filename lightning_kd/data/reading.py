@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-from lightning_kd.data.errors import DataError, MissingData
+from lightning_kd.data.errors import DataError, MissingData, json_problem
 from lightning_kd.data.file_hints import field_hint, file_fault
 from lightning_kd.data.rendered_chat import note_rendered_chat
 from lightning_kd.models.cache_places import remembered_file_digest
@@ -173,7 +173,7 @@ def read_records(path: Path) -> Iterator[tuple[int, dict]]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as err:
-            raise DataError(f"{path}:{number} is not valid JSON ({err.msg})") from None
+            raise DataError(f"{path}:{number} is not valid JSON ({json_problem(err)})") from None
         if not isinstance(record, dict):
             raise DataError(f"{path}:{number} holds {type(record).__name__}, not an object")
         yield number, record
@@ -183,7 +183,7 @@ def _record_text(line: str, path: Path, number: int, text_field: str, key: str) 
     try:
         record = json.loads(line)
     except json.JSONDecodeError as err:
-        raise DataError(f"{path}:{number} is not valid JSON ({err.msg})") from None
+        raise DataError(f"{path}:{number} is not valid JSON ({json_problem(err)})") from None
     if not isinstance(record, dict) or text_field not in record:
         raise DataError(f"{path}:{number} has no {text_field!r} field; " + field_hint(record, key))
     text = record[text_field]

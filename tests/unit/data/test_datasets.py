@@ -459,11 +459,12 @@ def test_a_file_that_is_not_utf8_or_cut_short_is_named_by_its_line(
 
 
 def test_the_launchs_check_names_a_file_it_cannot_read_as_the_data_module_does(
-    tmp_path, datasets_home
+    tmp_path, datasets_home, caplog, capsys
 ) -> None:
     """The checks before a launch read each split's first row: a line cut short, a text file
     that is not UTF-8, a parquet file cut short or a CSV quote left open was a traceback there,
-    exit 1 (probe 52)."""
+    exit 1 (probe 52). datasets' own "[ERROR] Failed to load JSON" log line no longer comes
+    first, and the JSON fault says where it is (it ended in "character at")."""
     from lightning_kd.data.dataset_columns import Columns, source_errors
     from lightning_kd.data.dataset_source import DatasetSource
 
@@ -478,7 +479,7 @@ def test_the_launchs_check_names_a_file_it_cannot_read_as_the_data_module_does(
     (tmp_path / "cut.txt.gz").write_bytes(whole[: len(whole) // 2])
     columns = Columns((("text",),), "data.text_field")
     found = {
-        ("json", cut): r"cut.jsonl:8 is not valid JSON",
+        ("json", cut): r"cut.jsonl:8 is not valid JSON \(Invalid control character at column 17\)",
         ("text", tmp_path / "latin.txt"): r"latin.txt:1: byte 0xe9 at column 4 is not UTF-8",
         ("parquet", tmp_path / "cut.parquet"): r"cut.parquet cannot be read \(ArrowInvalid: ",
         ("csv", tmp_path / "quote.csv"): r"cannot be read \(ParserError: .*EOF inside string",
@@ -488,6 +489,8 @@ def test_the_launchs_check_names_a_file_it_cannot_read_as_the_data_module_does(
         source = DatasetSource.of({"path": builder, "data_files": str(path)})
         errors = source_errors(source, columns)
         assert len(errors) == 1 and re.search(refusal, errors[0]), errors
+    assert not [r for r in caplog.records if r.name.startswith("datasets")], caplog.text
+    assert "Failed to load" not in capsys.readouterr().err
 
 
 def test_a_split_of_no_row_is_named_not_the_builder(tmp_path, datasets_home) -> None:
