@@ -58,9 +58,9 @@ def sweep_note(command: Sequence[str], argv: Sequence[str] = ()) -> str:
         return ""
     words = sweep_words(argv)
     overrides = [word for word in words if not word.startswith("-") and "=" in word]
-    jobs = sum(len(batch) for batch in split_arguments(overrides))
+    jobs = [job for batch in split_arguments(overrides) for job in batch]
     hydra = HydraConfig.get()
-    left = jobs - hydra.job.num - 1
+    left = len(jobs) - hydra.job.num - 1
     if left <= 0:
         return ""
     # Its relative paths (hydra.sweep.dir, data.files) made absolute: it works from anywhere.
@@ -68,6 +68,20 @@ def sweep_note(command: Sequence[str], argv: Sequence[str] = ()) -> str:
     again = shlex.join([*command, *kept, "ckpt_path=last"])
     return (
         f"\nThis is job {hydra.job.num} of the -m sweep in {hydra.sweep.dir}: the {left} job(s) "
-        "after it did not run. To go on with the whole sweep (each job that ran resumes from "
-        f"its checkpoint, the others start):\n  {again}"
+        f"after it did not run ({jobs_named(jobs, hydra.job.num + 1)}). To go on with the whole "
+        f"sweep (each job that ran resumes from its checkpoint, the others start):\n  {again}"
     )
+
+
+def jobs_named(jobs: list[list[str]], first: int, most: int = 5) -> str:
+    """Jobs ``first`` on, each by its number and the overrides that tell the jobs apart
+    (``job 1: seed=1; job 2: seed=2``), the first ``most`` of them."""
+    same_places = len({len(job) for job in jobs}) == 1  # each job's overrides in one order
+    swept = [i for i, values in enumerate(zip(*jobs, strict=False)) if len(set(values)) > 1]
+    named = [
+        f"job {num}: "
+        + " ".join([jobs[num][i] for i in swept] if same_places and swept else jobs[num])
+        for num in range(first, min(len(jobs), first + most))
+    ]
+    more = len(jobs) - first - most
+    return "; ".join(named) + (f"; and {more} more" if more > 0 else "")

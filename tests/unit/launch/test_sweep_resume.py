@@ -34,13 +34,24 @@ def test_a_stopped_job_names_the_jobs_after_it_and_the_sweeps_command(
     (tmp_path / "sw").mkdir()
     job(0)
     note = sweep_note(["lightning-kd", "train"], SWEEP)
-    assert "job 0 of the -m sweep in sw: the 2 job(s) after it did not run" in note
+    assert "job 0 of the -m sweep in sw: the 2 job(s) after it did not run (job 1: seed=1; " in note
+    assert "job 2: seed=2). To go on" in note
     assert note.endswith(
         f"lightning-kd train -m debug=smoke seed=0,1,2 hydra.sweep.dir={tmp_path}/sw ckpt_path=last"
     )
     job(2)
     assert sweep_note(["lightning-kd", "train"], SWEEP) == ""  # the last job: none after it
     assert sweep_words(["run.py", "-m", "seed=0,1"]) == ["-m", "seed=0,1"]
+
+
+def test_the_jobs_left_are_named_by_what_tells_them_apart() -> None:
+    from lightning_kd.launch.sweep_resume import jobs_named
+    from lightning_kd.launch.sweeps import split_arguments
+
+    jobs = split_arguments(["debug=smoke", "seed=0,1,2", "distill.temperature=1,2"])[0]
+    assert jobs_named(jobs, 1, most=2) == (
+        "job 1: seed=0 distill.temperature=2; job 2: seed=1 distill.temperature=1; and 3 more"
+    )
 
 
 def test_outside_a_sweep_there_is_no_note_and_every_job_is_checked() -> None:
