@@ -46,6 +46,8 @@ class Window:
         trained = sums.ce if sums.ce_trained else torch.zeros_like(sums.ce)
         parts = [sums.kd, sums.ce, features, sums.tokens.to(sums.kd), trained, *span]
         parts += teachers.values()
+        counts = sums.teacher_tokens or {}
+        parts += [counts.get(name, sums.tokens).to(sums.kd) for name in teachers]
         values = torch.stack([part.to(sums.kd) for part in parts]).detach().to(torch.float64)
         self.totals = values if self.totals is None else self.totals + values
 
@@ -59,15 +61,22 @@ class Window:
             totals = strategy.reduce(totals, reduce_op="sum")
         span = ["span"] if self.span else []
         names = (*TERMS, *span, *(f"kd/{name}" for name in self.teachers))
+        names += tuple(f"tokens/{name}" for name in self.teachers)
         return dict(zip(names, totals, strict=True))
 
     @staticmethod
     def means(totals: dict[str, Tensor], objective: LogitObjective) -> dict[str, Tensor]:
         """The window's token means of each term and of the objective it trained (``loss``:
-        without the CE of sampled completions, which ``ce`` still reports)."""
+        without the CE of sampled completions, which ``ce`` still reports); each teacher's
+        divergence (``kd/<name>``) over the tokens it scored: with teachers by domain, the rows it
+        teaches (over all of them, a teacher of 5 % of the tokens logged 1/20 of its divergence,
+        not comparable with its ``val/kl/<name>``; probe 54)."""
         tokens = totals["tokens"].clamp(min=1)
-        names = [name for name in totals if name not in ("tokens", "ce_trained")]
+        names = [n for n in totals if n not in ("tokens", "ce_trained") and n[:7] != "tokens/"]
         means = {name: (totals[name] / tokens).float() for name in names}
+        for name in counted_teachers(totals):
+            own = totals[f"tokens/{name}"].clamp(min=1)
+            means[f"kd/{name}"] = (totals[f"kd/{name}"] / own).float()
         trained_ce = (totals["ce_trained"] / tokens).float()
         return {"loss": objective.combine(means["kd"], trained_ce) + means["features"], **means}
 
@@ -83,6 +92,11 @@ class Window:
         scale = accumulate * world_size / tokens.clamp(min=1)
         for param in params:
             scale_gradient(param, scale)
+
+
+def counted_teachers(totals: dict[str, Tensor]) -> list[str]:
+    """The teachers a window's totals count tokens for (``tokens/<name>``), by name."""
+    return [name.split("/", 1)[1] for name in totals if name.startswith("tokens/")]
 
 
 def scale_gradient(param: nn.Parameter, scale: Tensor) -> None:

@@ -14,10 +14,10 @@ A :class:`Distiller` holds
   :meth:`evaluate` and read-and-cleared before they return (a re-forward by activation
   checkpointing finds them disarmed; an unread capture is an error, see ``capture.py``).
 
-``distiller(batch)`` returns the step's objective as a *token sum* and its parts
-(:class:`~lightning_kd.losses.logits.LossSums`): divide by the tokens of the whole accumulation
-window (``accumulation.Window``) for the exact token mean. ``distiller.evaluate(batch)`` returns
-the validation metrics as ``(sum, count)`` pairs. Nothing here imports Lightning.
+``distiller(batch)`` returns the step's objective as a *token sum* and its parts (``LossSums``):
+divide by the tokens of the whole accumulation window (``accumulation.Window``) for the exact
+token mean. ``distiller.evaluate(batch)`` returns the validation metrics as ``(sum, count)``
+pairs, each over its own rows. Nothing here imports Lightning.
 """
 
 from __future__ import annotations
@@ -104,15 +104,14 @@ class Distiller(nn.Module):
                 self.captures[role] = ModuleCapture(getattr(self, role), paths, role)
         self._heads_checked: set[str] = set()
 
-    def other_sides(self, cross, extra, teacher_weight, token_lengths) -> None:
+    def other_sides(self, cross, extra, teacher_weight, lengths) -> None:
         """Besides the teacher: another tokenizer's path, the other teachers and this one's
         name and weight, each student id's bytes (for bits per byte)."""
         self.cross: CrossTokenizer | None = cross
         self.extra_teachers: ExtraTeachers | None = extra
         self.teacher_name, self.teacher_weight = teacher_weight
         self.domains = DomainTeaching()  # teachers by data domain: who teaches which rows
-        lengths = cross.student_lengths if token_lengths is None and cross else token_lengths
-        self.token_lengths: Tensor | None = lengths
+        self.token_lengths = cross.student_lengths if cross and lengths is None else lengths
 
     from_specs = classmethod(assemble)  # specs → models loaded, its sides chosen (assembly.py)
 
@@ -243,13 +242,14 @@ class Distiller(nn.Module):
                 metrics["features"] = (self.feature_sum(mask, cached), mask.sum())
         with gathered(heads):
             metrics |= self.task.metric_sums(student_out, teacher_out, batch, heads)
-            metrics |= self.domains.own_figures(self.task, student_out, teacher_out, batch, heads)
+            own = (student_out, teacher_out, batch, heads, self.token_lengths)
+            metrics |= self.domains.own_figures(self.task, *own)
             if (extra := self.extra_teachers) is not None:  # kl/<name>, agreement/<name>, loss
                 own = (self.teacher_name, metrics, self.teacher_weight)
                 metrics |= extra.evaluation_sums(
                     self.task, student_out, batch, heads, own, self.domains, self.token_lengths
                 )
-        return metrics | bits_per_byte(batch.get("labels"), self.token_lengths, metrics)
+        return bits_per_byte(batch.get("labels"), self.token_lengths, metrics) | metrics  # own rows
 
     def feature_sum(self, mask: Tensor, cached: dict[str, Tensor] | None = None) -> Tensor:
         """Σ over pairs of weight · Σ over scored positions of the pair's loss; reads and clears

@@ -202,7 +202,11 @@ class Encoder:
     def metric_sums(
         self, student: Tensor, teacher: Tensor, batch: dict[str, Tensor], heads: Heads | None
     ) -> MetricSums:
-        """Cosine of mean-pooled sentence embeddings, per passage."""
+        """Cosine of mean-pooled sentence embeddings, per passage; none for a student of
+        another width, whose embeddings are in another space (it was a torch error in the first
+        validation; its features still train, through projectors)."""
+        if student.shape[-1] != teacher.shape[-1]:
+            return {}
         attention = batch["attention_mask"]
         cosine = F.cosine_similarity(
             mean_pool(student, attention), mean_pool(teacher, attention), dim=-1

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from lightning_kd.distill.tasks import bits_per_byte
 from lightning_kd.losses.logits import IGNORE_INDEX, LossSums, weighted_sum
 from lightning_kd.utils.refusal import Refused
 
@@ -109,13 +110,21 @@ class DomainTeaching:
         rows = taught.to(batch["labels"].device).unsqueeze(1)
         return batch | {"labels": batch["labels"].masked_fill(~rows, IGNORE_INDEX)}
 
-    def own_figures(self, task, student_out: Tensor, teacher_out, batch: dict, heads) -> dict:
-        """The main teacher's :data:`PER_TEACHER` figures over the rows it teaches (none to
-        replace without named domains; the student's own, its perplexity, stay over every row)."""
+    def own_figures(
+        self, task, student_out: Tensor, teacher_out, batch: dict, heads, lengths: Tensor | None
+    ) -> dict:
+        """The main teacher's :data:`PER_TEACHER` figures and its own perplexity and bits per
+        byte (``lengths``: bytes per student id) over the rows it teaches, as each other
+        teacher's are (its ``teacher_ppl`` was over every row, other text than its ``kl``;
+        probe 54). None to replace without named domains; the student's own stay over every
+        row."""
         if not self.named:
             return {}
-        sums = task.metric_sums(student_out, teacher_out, self.taught_batch(batch, 0), heads)
-        return {key: sums[key] for key in PER_TEACHER if key in sums}
+        taught = self.taught_batch(batch, 0)
+        sums = task.metric_sums(student_out, teacher_out, taught, heads)
+        found = {key: sums[key] for key in (*PER_TEACHER, "teacher_ppl") if key in sums}
+        bits = bits_per_byte(taught.get("labels"), lengths, sums)
+        return found | ({"teacher_bpb": bits["teacher_bpb"]} if "teacher_bpb" in bits else {})
 
     def domain(self, batch: dict) -> Tensor:
         """``batch``'s ``domain`` (:func:`batch_domains`), checked once per batch: a step reads
@@ -284,16 +293,17 @@ def domain_terms(
 def combined(parts: list[tuple], names: list[str]) -> LossSums:
     """One step's parts from each (domain, teacher) term's: ``kd`` their weighted sum, ``ce`` and
     ``tokens`` the main terms' (one per domain), each teacher's own divergence over the rows it
-    teaches, by name, and the weighted span terms where there are some."""
+    teaches and their tokens, by name, and the weighted span terms where there are some."""
     main = [sums for _, is_main, _, sums in parts if is_main]
-    zero = main[0].kd * 0
-    teachers = dict.fromkeys(names, zero)
+    zero, none = main[0].kd * 0, main[0].tokens * 0
+    teachers, counts = dict.fromkeys(names, zero), dict.fromkeys(names, none)
     kd = zero
     for name, _, weight, sums in parts:
         if weight > 0:  # a main term on another teacher's domain carries CE alone
             teachers[name] = teachers[name] + sums.kd
+            counts[name] = counts[name] + sums.tokens
             kd = kd + weight * sums.kd
     ce = sum((sums.ce for sums in main), main[0].ce * 0)
-    tokens = sum((sums.tokens for sums in main), main[0].tokens * 0)
+    tokens = sum((sums.tokens for sums in main), none)
     span = weighted_sum([(weight, sums.span) for _, _, weight, sums in parts if weight > 0])
-    return LossSums(kd=kd, ce=ce, tokens=tokens, teachers=teachers, span=span)
+    return LossSums(kd, ce, tokens, teachers=teachers, teacher_tokens=counts, span=span)

@@ -62,6 +62,9 @@ class LossSums:
     teachers: dict[str, Tensor] | None = None
     """With several teachers: each one's own (unweighted) divergence sum, by name; ``kd`` is
     then their weighted sum."""
+    teacher_tokens: dict[str, Tensor] | None = None
+    """With several teachers: the tokens each one's sum is over (the rows it teaches), by name,
+    for its own mean (``train/kd/<name>``)."""
     span: Tensor | None = None
     """With a span-level term (``distill.cross_span_weight``): its weighted sum, a part of
     ``kd`` reported on its own (``train/span``)."""

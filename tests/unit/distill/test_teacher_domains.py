@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from lightning_kd.data.domains import Domains
+from lightning_kd.distill.accumulation import Window
 from lightning_kd.distill.distiller import Distiller
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.distill.teacher_domains import DomainTeaching, domain_weights
@@ -119,6 +120,27 @@ def test_each_domain_learns_from_its_own_teacher_as_alone() -> None:
     assert sums.tokens == alone_a[1].tokens + alone_b[1].tokens
     for g, a, b in zip(got[2], alone_a[2], alone_b[2], strict=True):
         torch.testing.assert_close(g, a + b, rtol=1e-9, atol=1e-12)
+
+
+def test_each_teachers_logged_divergence_is_its_mean_over_the_rows_it_teaches() -> None:
+    """``train/kd/<name>`` divided a teacher's sum by every row's tokens: a teacher of 5 % of
+    them logged 1/20 of its divergence, not comparable with its ``val/kl/<name>`` (probe 54)."""
+    first, second, student = models()
+    config = DistillConfig(compile=False)
+    batch = batch_of(TEXT) | {"domain": torch.tensor([0, 1])}
+    extra = ExtraTeachers(["b"], [0.5], [copy.deepcopy(second)], [None])
+    both = Distiller(first, copy.deepcopy(student), config, extra=extra, teacher_weight=("a", 0.5))
+    both.domains = known(entries(["code"], ["prose"], (0.5, 0.5)))
+    window = Window()
+    with torch.no_grad():
+        window.add(both(batch)[1])
+    means = Window.means(window.reduced(), both.objective)
+    assert not [name for name in means if name.startswith("tokens")]
+    for name, model, row in (("a", first, 0), ("b", second, 1)):
+        with torch.no_grad():
+            alone = Distiller(model, copy.deepcopy(student), config)(only(batch, row))[1]
+        own = (alone.kd / alone.tokens).float()
+        torch.testing.assert_close(means[f"kd/{name}"], own, rtol=1e-6, atol=0)
 
 
 def test_teachers_of_every_domain_are_the_plain_several_teacher_step() -> None:
@@ -287,6 +309,24 @@ def test_each_teachers_validation_figures_are_over_the_rows_it_teaches() -> None
     torch.testing.assert_close(metrics["ppl"], every["ppl"], rtol=1e-10, atol=0)
     code_only = both.evaluate(batch | {"domain": torch.tensor([0, 0])})  # b teaches none of it
     assert float(code_only["kl/b"][1]) == 0
+
+
+def test_the_main_teachers_perplexity_and_bits_are_over_the_rows_it_teaches() -> None:
+    """Its ``teacher_ppl`` and ``teacher_bpb`` counted every row, its ``kl`` and the other
+    teachers' ``teacher_bpb/<name>`` their own: figures over other text (probe 54)."""
+    first, second, student = models()
+    both, config = by_domain_with_features()
+    lengths = torch.arange(first.config.vocab_size) % 3 + 1  # each id's bytes
+    both.token_lengths = lengths
+    batch = batch_of(TEXT)
+    metrics = both.eval().evaluate(batch | {"domain": torch.tensor([0, 1])})
+    for model, row, name in ((first, 0, ""), (second, 1, "/b")):
+        alone = Distiller(model, copy.deepcopy(student), config, token_lengths=lengths)
+        figures = alone.eval().evaluate(only(batch, row))
+        for key in ("teacher_bpb", *(() if name else ("teacher_ppl",))):
+            torch.testing.assert_close(metrics[key + name], figures[key], rtol=1e-10, atol=0)
+    every = Distiller(first, copy.deepcopy(student), config, token_lengths=lengths)
+    torch.testing.assert_close(metrics["bpb"], every.eval().evaluate(batch)["bpb"])
 
 
 def test_a_teacher_whose_domains_have_no_training_block_is_refused() -> None:

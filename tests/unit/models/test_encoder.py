@@ -63,6 +63,17 @@ def test_an_encoders_batch_of_input_ids_alone_is_read_as_every_position_attended
         assert float(got[name][0]) == float(total) and float(got[name][1]) == float(count)
 
 
+def test_a_narrower_encoder_student_validates_without_an_embedding_cosine() -> None:
+    """Its sentence embeddings are in another space: the cosine to the teacher's was a torch
+    error in the first validation (probe 54); its features still train through projectors."""
+    distiller = encoder_distiller(hidden_size=24, intermediate_size=48)
+    ids = torch.randint(1, 257, (2, 8))
+    objective, _ = distiller({"input_ids": ids})
+    assert float(objective) > 0 and len(distiller.projectors) == 2
+    figures = distiller.evaluate({"input_ids": ids})
+    assert "features" in figures and "embedding_cosine" not in figures
+
+
 def test_an_encoders_sentence_pair_is_read_with_its_segments() -> None:
     """token_type_ids were dropped: a sentence pair was distilled as all segment A (verify 53)."""
     distiller = encoder_distiller()
@@ -76,13 +87,14 @@ def test_an_encoders_sentence_pair_is_read_with_its_segments() -> None:
         distiller({"input_ids": ids, "token_type_ids": pair.tolist()})
 
 
-def encoder_distiller():
-    """A 4-layer BERT teacher and a 2-layer one, feature matching alone, in eval mode."""
+def encoder_distiller(**student):
+    """A 4-layer BERT teacher and a 2-layer one (``student``: other config values), feature
+    matching alone, in eval mode."""
     from lightning_kd.distill.distiller import Distiller
     from lightning_kd.models.loading import model_from_config
 
     torch.manual_seed(0)
     teacher = model_from_config(dict(TINY_BERT), "encoder").eval()
-    student = model_from_config({**TINY_BERT, "num_hidden_layers": 2}, "encoder").eval()
+    student = model_from_config({**TINY_BERT, "num_hidden_layers": 2, **student}, "encoder").eval()
     config = DistillConfig(kd_weight=0.0, ce_weight=0.0, features="uniform", feature_loss="mse")
     return Distiller(teacher, student, config, task="encoder").eval()
