@@ -9,10 +9,12 @@ step, and its tokenizer spells its answer. The run's summary (``launch/train.py`
 step's rows to ``summary.md``. Rank 0 alone generates: no collective runs inside ``generate`` of
 the unwrapped models.
 
-A resume drops the rows after its checkpoint's step (written again), and a prompt with
-``max_new_tokens`` beyond a model's positions is refused before the first step. A stop request
-(SIGTERM, Ctrl+C) ends the completions at the next token, unwritten: the run then stops as it does
-after any step.
+A teacher read from its cache (``distill.teacher_cache``) is not run: its column says so, and
+so does the run before its first step (the column was left empty, as if it had answered
+nothing; probe 55). A resume drops the rows after its checkpoint's step (written again), and a
+prompt with ``max_new_tokens`` beyond a model's positions is refused before the first step. A
+stop request (SIGTERM, Ctrl+C) ends the completions at the next token, unwritten: the run then
+stops as it does after any step.
 """
 
 from __future__ import annotations
@@ -42,6 +44,13 @@ from lightning_kd.utils.stopping import STOP
 
 SAMPLES_NAME = "samples.csv"
 FIELDS = ("step", "prompt", "student", "teacher")
+NOT_RUN = "[not run: the teacher is read from its cache]"
+"""The teacher's column where a run reads its cache: its empty cells read as empty answers."""
+CACHED_NOTE = (
+    "callbacks.samples: the teacher is read from its cache (distill.teacher_cache), not run: "
+    "samples.csv has the student's completions alone; distill.teacher_cache=null runs the "
+    "teacher online and writes its completions too"
+)
 
 
 class CompletionSamples(L.Callback):
@@ -75,6 +84,8 @@ class CompletionSamples(L.Callback):
             if error := room_error(key, self.max_new_tokens, lengths, limit, f"the {role}"):
                 raise Refused(error)
         drop_rows_after(Path(trainer.default_root_dir) / SAMPLES_NAME, trainer.global_step)
+        if distiller.teacher is None:
+            print(CACHED_NOTE)
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
@@ -95,7 +106,7 @@ class CompletionSamples(L.Callback):
         teacher = (
             self.complete(distiller.teacher, *teacher_reading(distiller, prompts, tokenizer))
             if distiller.teacher is not None
-            else [""] * len(prompts)
+            else [NOT_RUN] * len(prompts)
         )
         if STOP.requested:  # cut short: the run stops after this step, and a resume writes them
             return

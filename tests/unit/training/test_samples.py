@@ -90,3 +90,29 @@ def test_a_stop_request_ends_a_generation_at_the_next_token() -> None:
 def test_overwrite_removes_the_samples_of_the_run_it_replaces() -> None:
     """They were kept, and the new run appended to the old run's rows."""
     assert SAMPLES_NAME in OUTPUTS
+
+
+def test_a_cached_teachers_column_says_it_was_not_run(tiny_teacher, corpus, tmp_path, capsys):
+    """Its cells were empty, as if the teacher had answered nothing, without a word (probe 55):
+    a run reading its teacher's cache has no teacher to run."""
+    from types import SimpleNamespace
+
+    from lightning_kd.models.loading import load_teacher
+    from lightning_kd.training.samples import CACHED_NOTE, NOT_RUN
+
+    data = make_datamodule([corpus])
+    data.setup("fit")
+    student = load_teacher(tiny_teacher, "32-true")
+    distiller = SimpleNamespace(student=student, teacher=None, cross=None)
+    module = SimpleNamespace(distiller=distiller, tokenizer=data.tokenizer)
+    trainer = SimpleNamespace(
+        is_global_zero=True, global_step=0, default_root_dir=str(tmp_path), datamodule=data
+    )
+    samples = CompletionSamples(prompts=2, max_new_tokens=3)
+    samples.on_train_start(trainer, module)
+    assert CACHED_NOTE in capsys.readouterr().out
+    samples.write(trainer, module, 4)
+    with open(tmp_path / SAMPLES_NAME, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 2 and all(row["teacher"] == NOT_RUN for row in rows)
+    assert NOT_RUN in samples_markdown(tmp_path)
