@@ -172,7 +172,7 @@ def summarise(module, trainer: L.Trainer, resolved, before: dict, after: dict, t
         peak_cuda_mb=torch.cuda.max_memory_allocated() / 2**20 if cuda else None,
         precision=resolved.precision.as_dict() | teacher_precisions(resolved.cfg, module.teachers),
         importance=resolved.ranking.as_dict() if resolved.ranking is not None else None,
-        teacher_cache=cache.as_dict() if cache else None,
+        teacher_cache=cache.as_dict() | {"name": module.distiller.teacher_name} if cache else None,
         entry_caches={name: choice.as_dict() for name, choice in entries.items()},
         blockwise=module.blockwise.as_dict() if module.blockwise is not None else None,
         stopped_early=stopped_early,

@@ -192,13 +192,15 @@ class RunSummary:
         # The cache's top k alone: not where auto chose the teacher online (probe 48).
         from_cache = (self.teacher_cache or {}).get("distill.teacher_cache") is not None
         cached = CACHED if from_cache else {}
+        names = {self.teacher_cache.get("name")} if from_cache else set()
+        names |= {n for n, c in self.entry_caches.items() if c.get("distill.teacher_cache")}
         return rows + [
             (
                 cached.get(key, label),
                 fixed(self.before.get(key), digits),
                 fixed(self.after.get(key), digits),
             )
-            for key, label, digits in [*ROWS, *teacher_rows(self.after)]
+            for key, label, digits in [*ROWS, *teacher_rows(self.after, names)]
             if key in self.after and not per_teacher(key, self.after)
         ]
 

@@ -30,15 +30,27 @@ which read 0.006 under the online KL's label where the online KL was 0.514 (a fl
 whose top 256 held 6 % of its mass; probe 45)."""
 
 
-def teacher_rows(after: dict[str, float]) -> list[tuple[str, str, int]]:
+CACHED_TEACHER_KL = (
+    "KL(teachers[{}] ‖ student) per token, over its cache's top k and the rest in one "
+    "(a lower bound)"
+)
+"""A cached teacher's row among several: its KL is the bucketed one too (it read 0.001 under
+the online KL's label where the online KL was 0.008; probe 55)."""
+
+
+def teacher_rows(after: dict[str, float], cached: set[str] = frozenset()) -> list:
     """One row per teacher of each :data:`TEACHER_ROWS` metric logged for several teachers,
-    labelled with its name (the unsuffixed metric is the main teacher's alone)."""
-    return [
-        (key, TEACHER_ROWS[base].format(key.removeprefix(base + "/")), 3)
-        for base in TEACHER_ROWS
-        for key in after
-        if key.startswith(base + "/")
-    ]
+    labelled with its name (the unsuffixed metric is the main teacher's alone); the KL of a
+    teacher trained from its cache (``cached``: names) labelled as the bound it is."""
+    rows = []
+    for base in TEACHER_ROWS:
+        for key in after:
+            if key.startswith(base + "/"):
+                name = key.removeprefix(base + "/")
+                bound = base == "val/kl" and name in cached
+                label = CACHED_TEACHER_KL if bound else TEACHER_ROWS[base]
+                rows.append((key, label.format(name), 3))
+    return rows
 
 
 def per_teacher(key: str, after: dict[str, float]) -> bool:

@@ -228,6 +228,24 @@ def test_a_cached_runs_kl_is_labelled_as_the_bound_it_is() -> None:
     )
 
 
+def test_each_cached_teachers_kl_among_several_is_labelled_as_the_bound_it_is() -> None:
+    """With several teachers the per-teacher rows kept the online KL's label: a cached one's
+    bucketed KL read 0.001 where its online KL was 0.008 (probe 55)."""
+    after = {"val/kl": 0.001, "val/kl/tiny": 0.001, "val/kl/b2": 0.003, "val/kl/c": 0.02}
+    main = {"distill.teacher_cache": "/c/k", "in_training": "cached once", "name": "tiny"}
+    entries = {
+        "b2": {"distill.teacher_cache": "/c/b", "in_training": "cached once"},
+        "c": {"distill.teacher_cache": None, "in_training": "online"},
+    }
+    report = RunSummary(after=after, teacher_cache=main, entry_caches=entries).markdown()
+    bound = "per token, over its cache's top k and the rest in one (a lower bound) | — |"
+    for name in ("tiny", "b2"):
+        assert f"| KL(teachers[{name}] ‖ student) {bound}" in report
+    assert "| KL(teachers[c] ‖ student) per token | — | 0.020 |" in report  # online
+    online = RunSummary(after=after, entry_caches=entries).markdown()  # the main one online
+    assert "| KL(teachers[tiny] ‖ student) per token | — | 0.001 |" in online
+
+
 def test_a_student_ending_worse_than_it_started_is_said() -> None:
     """optimizer.lr=50: val/ppl 241 → 321,939, exit 0, and nothing said (probe 47)."""
     diverged = RunSummary(before={"val/ppl": 241.0}, after={"val/ppl": 321939.0})
