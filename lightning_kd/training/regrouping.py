@@ -28,12 +28,14 @@ from typing import Any
 from lightning.pytorch import Trainer
 
 from lightning_kd.data.provenance import TRAINER_KEYS
-from lightning_kd.utils.compat import move_resumed_batches, resumed_batches_in_epoch
+from lightning_kd.utils.compat import (
+    move_resumed_batches,
+    resumed_batches_in_epoch,
+    saved_batches_in_epoch,
+)
 
 GROUPING = ("batch_size", "accumulate_grad_batches", "processes")
 """The data record's keys whose product is the blocks of one optimizer step."""
-PROGRESS = ("loops", "fit_loop", "epoch_loop.batch_progress")
-"""Where a Lightning checkpoint keeps the training epoch's batch counts."""
 
 
 @dataclass(frozen=True)
@@ -75,14 +77,6 @@ class Regrouping:
             move_resumed_batches(trainer, moved)
 
 
-def batch_progress(checkpoint: dict[str, Any]) -> dict[str, Any]:
-    """The checkpoint's training batch progress (``{"current": ..., "total": ...}``)."""
-    found = checkpoint
-    for key in PROGRESS:
-        found = found[key]
-    return found
-
-
 def regrouping(
     saved: dict[str, Any], current: dict[str, Any], checkpoint: dict[str, Any]
 ) -> Regrouping | None:
@@ -100,11 +94,9 @@ def regrouping(
     whole = [then.get("limit_train_batches"), now.get("limit_train_batches")]
     if any(not isinstance(share, float) or share != 1.0 for share in whole):
         return None
-    try:
-        progress = batch_progress(checkpoint)
-        done, last = progress["current"]["processed"], progress.get("is_last_batch", False)
-    except (KeyError, TypeError):
+    if (saved := saved_batches_in_epoch(checkpoint)) is None:
         return None
+    done, last = saved
     if done % split.then["accumulate_grad_batches"] and not last:  # saved inside a window
         return None
     return split

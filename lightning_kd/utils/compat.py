@@ -1,6 +1,6 @@
 """Every use of Lightning's private API, in one place.
 
-Lightning offers no public way to do these nine things, and each is private API that can change
+Lightning offers no public way to do these ten things, and each is private API that can change
 in any release. ``tests/unit/utils/test_compat.py`` checks each one against the installed
 Lightning and fails naming what moved; fix it here, and nothing else needs to change.
 
@@ -8,6 +8,8 @@ Lightning and fails naming what moved; fix it here, and nothing else needs to ch
   (``FSDPStrategy._setup_model``), when the models exist (``configure_model`` has run).
 - :func:`resumed_batches_in_epoch`: the batches of the current epoch a resumed fit has trained
   on (``fit_loop.restarting``, ``fit_loop.epoch_loop.batch_progress``).
+- :func:`saved_batches_in_epoch`: a checkpoint's count of its epoch's batches, and whether the
+  last was its epoch's last (``loops.fit_loop["epoch_loop.batch_progress"]``).
 - :func:`move_resumed_batches`: have a resumed fit count another number of its epoch's batches
   done, before its epoch loop resets (the same ``batch_progress``, ``current`` and ``total``).
 - :func:`validates_after_this_batch`: whether the fit loop validates right after the training
@@ -94,6 +96,16 @@ def resumed_batches_in_epoch(trainer: Trainer) -> int:
     if not loop.restarting:
         return 0
     return loop.epoch_loop.batch_progress.current.processed
+
+
+def saved_batches_in_epoch(checkpoint: dict) -> tuple[int, bool] | None:
+    """``(batches processed, whether the last was the epoch's last)`` of the training epoch a
+    checkpoint (its loaded dict) was saved in; None where it holds no such state."""
+    try:
+        progress = checkpoint["loops"]["fit_loop"]["epoch_loop.batch_progress"]
+        return int(progress["current"]["processed"]), bool(progress.get("is_last_batch", False))
+    except (KeyError, TypeError):
+        return None
 
 
 def move_resumed_batches(trainer: Trainer, processed: int) -> None:

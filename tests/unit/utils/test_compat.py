@@ -14,6 +14,7 @@ import sys
 import warnings
 
 import pytest
+import torch
 from lightning.pytorch import Trainer
 from lightning.pytorch.demos.boring_classes import BoringModel
 from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy
@@ -77,6 +78,9 @@ def test_resumed_batches_in_epoch_reads_the_restored_loop(tmp_path) -> None:
     assert first.resumed == [0]  # a fresh fit
     checkpoint = tmp_path / "mid_epoch.ckpt"
     first.trainer.save_checkpoint(checkpoint)
+    saved = torch.load(checkpoint, weights_only=False)
+    assert compat.saved_batches_in_epoch(saved) == (3, False), "loops.fit_loop batch_progress"
+    assert compat.saved_batches_in_epoch({"loops": {}}) is None
 
     again = RecordsResumedBatches()
     quiet_trainer(tmp_path, max_steps=5).fit(again, ckpt_path=checkpoint)
