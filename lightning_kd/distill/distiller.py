@@ -34,10 +34,11 @@ from lightning_kd.cache.teacher import CachedTeacher
 from lightning_kd.distill.assembly import assemble, check_teacher_source, id_rows, learning
 from lightning_kd.distill.batches import checked_batch
 from lightning_kd.distill.cross_tokenizer import CrossTokenizer
+from lightning_kd.distill.domain_terms import domain_terms
 from lightning_kd.distill.objective import DistillConfig
 from lightning_kd.distill.on_policy import on_policy_for
 from lightning_kd.distill.tasks import Heads, MetricSums, bits_per_byte, make_task
-from lightning_kd.distill.teacher_domains import DomainTeaching, domain_terms, extra_rows
+from lightning_kd.distill.teacher_domains import DomainTeaching, extra_rows
 from lightning_kd.distill.teachers import ExtraTeachers
 from lightning_kd.losses.chunked import OutputHead
 from lightning_kd.losses.features import get_feature_loss, masked_feature_sum
@@ -151,10 +152,9 @@ class Distiller(nn.Module):
 
     def run(self, role: str, batch: dict[str, Tensor]) -> Tensor:
         """One forward of ``role`` with its capture armed: final hidden states (after the last
-        norm), or full logits where the task wants them.
-
-        The teacher runs without a graph. Only this forward records captures: a forward
-        elsewhere, or activation checkpointing's re-forward in backward, finds them disarmed."""
+        norm), or full logits where the task wants them. The teacher runs without a graph. Only
+        this forward records captures: a forward elsewhere, or activation checkpointing's
+        re-forward in backward, finds them disarmed."""
         if (capture := self.captures.get(role)) is not None:
             capture.ensure_attached()
         armed = capture.arm() if capture else nullcontext()

@@ -31,6 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from lightning_kd.distill.batches import checked_batch
+from lightning_kd.distill.repair_checks import check_plan
 from lightning_kd.distill.repair_progress import RepairProgress, RepairReport, all_reduced
 from lightning_kd.losses.features import get_feature_loss, masked_feature_sum
 from lightning_kd.models.capture import ModuleCapture, capture_step, resolve_module
@@ -73,34 +74,19 @@ def repair_plan(distiller) -> list[Span]:
         )
     pairs = distiller.repair_pairs
     ends = [int(pair.teacher.rsplit(".", 1)[1]) for pair in pairs]
-    spans = []
+    spans, frozen = [], []
     for j, pair in enumerate(pairs):
         layer = resolve_module(distiller.student, pair.student, "student")
         # The first reads the embeddings: its span starts at teacher layer 0 (probe 43).
         length = ends[j] - (distiller.layer_map[j] if j else 0) + 1
-        if length > 1 and any(p.requires_grad for p in layer.parameters()):
+        trains = any(p.requires_grad for p in layer.parameters())
+        if length > 1 and not trains:
+            frozen.append(pair.student)
+        elif length > 1:
             source = pairs[j - 1].teacher if j > 0 else None
             spans.append(Span(pair.student, source, pair.teacher))
-    check_cached_states(distiller, spans)
+    check_plan(distiller, spans, frozen)
     return spans
-
-
-def check_cached_states(distiller, spans: list[Span]) -> None:
-    """From a teacher cache, the repair reads the states it stores: refuse one without them
-    (written for a resume, or with cache.keep_repair_states=false after its run) before any
-    step, naming the fix."""
-    cache = distiller.cached_teacher
-    if cache is None or distiller.repair_source is not None:  # the source runs itself
-        return
-    needed = {path for span in spans for path in (span.source, span.target) if path}
-    lacking = sorted(needed - set(cache.key.features))
-    if lacking:
-        raise ValueError(
-            f"distill.blockwise_passes reads the teacher's outputs of {lacking}, which the "
-            f"teacher cache in {cache.cache.directory} does not hold; use a cache written for "
-            "this repair (distill.teacher_cache=auto writes one), or set "
-            "distill.blockwise_passes=0"
-        )
 
 
 @contextmanager

@@ -21,6 +21,7 @@ from lightning_kd.launch.teacher_cache import choose
 from lightning_kd.launch.teacher_reads import passes
 from lightning_kd.models.loading import StudentSpec, TeacherSpec, byte_tokenizer, load_teacher
 from lightning_kd.training.summary import RunSummary
+from lightning_kd.utils.refusal import Refused
 from tests.conftest import TINY_LLAMA, make_datamodule, make_module, make_trainer
 from tests.integration.test_cli import command_here
 from tests.unit.cache.test_cache_teacher import STUDENT, write
@@ -53,8 +54,19 @@ def test_the_plan_repairs_trainable_layers_whose_span_holds_several_teacher_laye
     # teacher 0-1 (it was left out, as if it stood for teacher 1 alone: probe 43).
     plan = repair_plan(distiller_for(StudentSpec(layers=[1, 2, 3])))
     assert plan == [Span("model.layers.0", None, "model.layers.1")]
-    # A frozen layer is not repaired: student [0, 2, 3] with its first layer frozen.
-    assert repair_plan(distiller_for(StudentSpec(layers=[0, 2, 3], freeze_layers=1))) == []
+    # A frozen layer is not repaired: student [0, 2], its first layer (teacher 0-1) frozen.
+    plan = repair_plan(distiller_for(StudentSpec(layers=[0, 2], freeze_layers=1)))
+    assert plan == [Span("model.layers.1", "model.layers.1", "model.layers.3")]
+
+
+def test_a_repair_of_no_layer_is_refused_naming_why() -> None:
+    """It ran 0 passes of 0 layers without a word, and teacher_cache=auto wrote a cache for
+    its passes, which changed the KD term to the cache's (probe 55)."""
+    frozen = distiller_for(StudentSpec(layers=[0, 2, 3], freeze_layers=1))
+    with pytest.raises(Refused, match=r"\['model.layers.0'\] each stand for several teacher"):
+        repair_plan(frozen)
+    with pytest.raises(Refused, match="each copies one teacher layer as it is, none stands"):
+        repair_plan(distiller_for(StudentSpec(layers=[0, 1, 2, 3])))
 
 
 def test_a_fed_layer_reads_the_teachers_state_and_its_loss_reaches_it_alone(corpus) -> None:
