@@ -11,7 +11,8 @@ Lightning and fails naming what moved; fix it here, and nothing else needs to ch
 - :func:`saved_batches_in_epoch`: a checkpoint's count of its epoch's batches, and whether the
   last was its epoch's last (``loops.fit_loop["epoch_loop.batch_progress"]``).
 - :func:`move_resumed_batches`: have a resumed fit count another number of its epoch's batches
-  done, before its epoch loop resets (the same ``batch_progress``, ``current`` and ``total``).
+  done, and of the run's, before its epoch loop resets (``batch_progress``, ``current`` and
+  ``total``; ``fit_loop.epoch_progress``).
 - :func:`validates_after_this_batch`: whether the fit loop validates right after the training
   batch that just ended (``epoch_loop._should_check_val_fx``, ``_skip_next_val``).
 - :func:`validate_every_steps`: validations every N optimizer steps, counted as steps (a subclass
@@ -110,14 +111,19 @@ def saved_batches_in_epoch(checkpoint: dict) -> tuple[int, bool] | None:
 
 def move_resumed_batches(trainer: Trainer, processed: int) -> None:
     """Have a fit resumed from a checkpoint count ``processed`` training batches of its epoch
-    done. Call it before the epoch loop resets (``on_train_start``): every count moves by the
-    same amount, so their differences — which tell Lightning where in a batch the checkpoint
-    was saved — are kept."""
+    done, and its run-wide count what the same epochs hold in its own batches
+    (``trainer.num_training_batches`` each) — Lightning validates on that count where it counts
+    batches. Call it before the epoch loop resets (``on_train_start``). The counts move
+    together, so their differences, which tell Lightning where in a batch the checkpoint was
+    saved, are kept."""
     progress = trainer.fit_loop.epoch_loop.batch_progress
+    epochs = trainer.fit_loop.epoch_progress.current.processed  # the epochs before this one
+    before = epochs * trainer.num_training_batches
     shift = processed - progress.current.processed
-    for counts in (progress.current, progress.total):
-        for name in ("ready", "started", "processed", "completed"):
-            setattr(counts, name, getattr(counts, name) + shift)
+    for name in ("ready", "started", "processed", "completed"):
+        now = getattr(progress.current, name) + shift
+        setattr(progress.current, name, now)
+        setattr(progress.total, name, before + now)
 
 
 def validates_after_this_batch(trainer: Trainer) -> bool:

@@ -24,10 +24,14 @@ class StepBlocks(Callback):
 
     def __init__(self) -> None:
         self.steps: dict[int, list[tuple[int, ...]]] = {}
+        self.counts: list[tuple[int, int, int]] = []
+        """Lightning's counts at each batch: (optimizer step, batch of the epoch, of the run)."""
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
         rows = [tuple(row.tolist()) for row in batch["input_ids"]]
         self.steps.setdefault(trainer.global_step, []).extend(rows)
+        run_wide = trainer.fit_loop.epoch_loop.total_batch_idx
+        self.counts.append((trainer.global_step, batch_idx, run_wide))
 
 
 def fit(
@@ -46,7 +50,7 @@ def fit(
     )
     data = make_datamodule([corpus_file(where)], batch_size=batch, max_train_examples=10)
     trainer.fit(module, data, ckpt_path=ckpt)
-    return module.student, blocks.steps, where / "checkpoints" / "last.ckpt"
+    return module.student, blocks, where / "checkpoints" / "last.ckpt"
 
 
 def corpus_file(where: Path) -> Path:
@@ -77,12 +81,23 @@ def test_a_resume_with_the_steps_split_otherwise_trains_the_same_steps(
 ) -> None:
     """Before, Lightning's count of micro-batches was read in the new ones: half the batch and
     twice the accumulation trained 32 blocks of the epoch again (probe 47 F27)."""
-    whole, whole_steps, _ = fit(tmp_path / "whole", *then, steps=5)
+    whole, whole_blocks, _ = fit(tmp_path / "whole", *then, steps=5)
     _, first, checkpoint = fit(tmp_path / "split", *then, steps=stop)
     student, rest, _ = fit(tmp_path / "split", *now, steps=5, ckpt=checkpoint)
-    same_steps(whole_steps, first, rest)
+    same_steps(whole_blocks.steps, first.steps, rest.steps)
     for (name, a), b in zip(whole.state_dict().items(), student.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize(("then", "now"), [((2, 2), (4, 1)), ((4, 1), (1, 4))])
+def test_a_regrouped_resume_counts_batches_as_a_run_of_its_split_does(tmp_path, then, now):
+    """Where Lightning counts batches it validates on its run-wide count: left in the
+    checkpoint's batches, a resume into accumulation 1 after the first epoch validated at other
+    steps and logged each later step one step early (probe 56)."""
+    _, own, _ = fit(tmp_path / "own", *now, steps=5)  # the new split throughout
+    _, _, checkpoint = fit(tmp_path / "split", *then, steps=4)  # in the second epoch
+    _, resumed, _ = fit(tmp_path / "split", *now, steps=5, ckpt=checkpoint)
+    assert resumed.counts == [count for count in own.counts if count[0] >= 4]
 
 
 def test_the_resume_says_it_reads_the_same_steps_in_other_batches(tmp_path, capsys) -> None:

@@ -88,15 +88,18 @@ def test_resumed_batches_in_epoch_reads_the_restored_loop(tmp_path) -> None:
 
 
 def test_move_resumed_batches_keeps_where_in_a_batch_the_checkpoint_was_saved(tmp_path) -> None:
-    """Saved on a batch's end: every count 6 but ``completed`` 5; moved to 12, the same."""
+    """Saved on a batch's end in the second epoch: every count 6 but ``completed`` 5; moved to
+    12 of an epoch of 20 batches, the run-wide count is the first epoch's 20 and these 12."""
     trainer = quiet_trainer(tmp_path)
+    trainer.fit_loop.max_batches = 20  # trainer.num_training_batches
+    trainer.fit_loop.epoch_progress.current.processed = 1  # one epoch done
     progress = trainer.fit_loop.epoch_loop.batch_progress
     for counts in (progress.current, progress.total):
         counts.ready, counts.started, counts.processed, counts.completed = 6, 6, 6, 5
     compat.move_resumed_batches(trainer, 12)
-    for counts in (progress.current, progress.total):
+    for counts, before in ((progress.current, 0), (progress.total, 20)):
         moved = (counts.ready, counts.started, counts.processed, counts.completed)
-        assert moved == (12, 12, 12, 11), "epoch_loop.batch_progress's counts moved"
+        assert moved == (before + 12, before + 12, before + 12, before + 11), "batch_progress"
 
 
 class WithEvalModule(BoringModel):
