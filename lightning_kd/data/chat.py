@@ -51,7 +51,7 @@ from lightning_kd.data.errors import DataError
 from lightning_kd.data.held_out import outside, val_files_errors
 from lightning_kd.data.loaders import ranks
 from lightning_kd.data.packing import warn_cut, warn_tail
-from lightning_kd.data.provenance import source_record
+from lightning_kd.data.provenance import chat_record, source_record, text_record
 from lightning_kd.data.reading import place_name, read_records, warn_repeats
 from lightning_kd.data.teacher_answers import teacher_answered
 from lightning_kd.data.text import TextDataModule
@@ -112,6 +112,11 @@ class ChatDataModule(TextDataModule):
             )
         self.fields = ChatFields(messages_field, prompt_field, completion_field)
         self.teacher_answers = None if teacher_answers is None else Path(teacher_answers)
+        self.template_setting = chat_template  # recorded by name (data/provenance.py)
+
+    def provenance(self) -> dict[str, Any]:
+        """The text module's record, the teacher's answers and the template with it."""
+        return text_record(self) | chat_record(self)
 
     @classmethod
     def dataset_columns(cls, settings: Mapping[str, Any]) -> Columns:

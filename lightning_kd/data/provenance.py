@@ -93,6 +93,12 @@ TRAINER_KEYS = {
 ``data.accumulate_grad_batches``, a key there is not; probe 47)."""
 
 
+FILE_KEYS = ("files", "val_files", "teacher_answers", "chat_template")
+"""The data record's files (``name → digest``): a difference names each file edited, new or
+gone. The teacher's answers and a template file were "the same files and settings" giving
+other examples, blamed on the tokenizer (probe 55)."""
+
+
 def data_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
     """``data.<key>: checkpoint …, this run …`` for each setting that differs; the files and the
     dataset by name (an edited file, one added, one gone); the examples only when nothing else
@@ -102,11 +108,12 @@ def data_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
     found = [
         f"{TRAINER_KEYS.get(key, f'data.{key}')}: checkpoint {saved.get(key)!r}, this run {value!r}"
         for key, value in now.items()
-        if key not in ("files", "examples", "dataset") and saved.get(key) != value
+        if key not in (*FILE_KEYS, "examples", "dataset") and saved.get(key) != value
     ]
-    then_files, now_files = saved.get("files", {}), now.get("files", {})
-    if sorted(then_files.values()) != sorted(now_files.values()):
-        found.append(f"data.files: {files_change(then_files, now_files)}")
+    for key in FILE_KEYS:  # each file named: edited, new or gone
+        then_files, now_files = saved.get(key) or {}, now.get(key) or {}
+        if key in now and sorted(then_files.values()) != sorted(now_files.values()):
+            found.append(f"data.{key}: {files_change(then_files, now_files)}")
     found += dataset_differences(saved.get("dataset"), now.get("dataset"))
     if not found and saved.get("examples") != now.get("examples"):
         found.append(
@@ -182,3 +189,24 @@ def text_record(data: Any) -> dict[str, Any]:
         found |= {"streaming": True, "val_size": data.val_size}
         found["shuffle_buffer"] = data.shuffle_buffer
     return found
+
+
+def chat_record(data: Any) -> dict[str, Any]:
+    """What a checkpoint records of a ``ChatDataModule`` besides :func:`text_record`: the
+    teacher's answers file (none: empty) and the chat template, as :data:`FILE_KEYS` records,
+    by content digest (a template by its file, its shipped name, or as given inline)."""
+    answers = data.teacher_answers
+    template = hashlib.sha256((data.tokenizer.chat_template or "").encode()).hexdigest()[:20]
+    return {
+        "teacher_answers": files_record([answers], {}) if answers is not None else {},
+        "chat_template": {template_name(data.template_setting): template},
+    }
+
+
+def template_name(setting: str | None) -> str:
+    """How a record names the chat template ``data.chat_template`` gave."""
+    if setting is None:
+        return "the tokenizer's"
+    if "{{" in setting or "{%" in setting:
+        return "the template given inline"
+    return setting

@@ -13,7 +13,10 @@ RESETTABLE = ("optimizer", "schedule", "student.freeze_embeddings", "student.fre
 """Parts (or keys) of the record that ``resume_reset_optimizer=true`` applies instead of
 refusing: another set of trained parameters is another optimizer, whose saved state does not load
 (torch's ``ValueError`` about a parameter group's size, after the restore began)."""
-LATER_DATA = ("processes", "limit_train_batches", "limit_val_batches")
+LATER_DATA = (
+    *("processes", "limit_train_batches", "limit_val_batches"),
+    *("teacher_answers", "chat_template"),
+)
 """Keys of the data record a checkpoint saved by an older version may lack: not compared then."""
 OPTIONAL = (*RESETTABLE, "data", "teachers", CLIPPING)
 """Parts a checkpoint saved by an older version may lack: not compared then."""

@@ -101,3 +101,35 @@ def test_bad_answer_rows_are_named(tmp_path) -> None:
     same = answers_file(tmp_path / "same.jsonl", train + train[:1], lambda i: "t")
     module(rows, same).setup()  # the same answer twice is one answer
     assert json.loads(same.read_text().splitlines()[0])["messages"][-1]["content"] == "t"
+
+
+def test_a_resume_names_an_edited_answers_file_or_template_file(tmp_path) -> None:
+    """Either edited was refused as "the same files and settings give other examples (another
+    tokenizer ...)", naming neither (probe 55)."""
+    from lightning_kd.data.provenance import data_differences
+    from tests.unit.data.test_chat import CHATML
+
+    rows = chats(tmp_path)
+    train, _ = module(rows).split()
+    answers = answers_file(tmp_path / "a.jsonl", train)
+    template = tmp_path / "chatml.jinja"
+    template.write_text(CHATML)
+
+    def record() -> dict:
+        data = ChatDataModule(
+            chat_tokenizer(None),
+            files=[str(rows)],
+            val_fraction=0.25,
+            teacher_answers=str(answers),
+            chat_template=str(template),
+        )
+        data.setup()
+        return data.provenance()
+
+    saved = record()
+    assert data_differences(saved, record()) == []
+    answers_file(answers, train, answer=lambda i: f"another {i}")
+    assert data_differences(saved, record()) == [f"data.teacher_answers: edited ['{answers}']"]
+    answers_file(answers, train)
+    template.write_text(CHATML.replace("<|im_start|>", "<|start|>"))
+    assert data_differences(saved, record()) == [f"data.chat_template: edited ['{template}']"]
