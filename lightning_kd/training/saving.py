@@ -36,7 +36,7 @@ from lightning_kd.training.kept_checkpoints import (
     keep_step,
     set_aside_after,
 )
-from lightning_kd.utils.compat import validates_after_this_batch
+from lightning_kd.utils.compat import reopen_cut_epoch, validates_after_this_batch
 from lightning_kd.utils.stopping import STOP, Interrupted
 
 
@@ -101,6 +101,7 @@ class LastCheckpoint(Checkpoint):
         self._at_boundary = False  # no micro-batch has run since the last optimizer step
         self._stopping = False  # a stop was agreed on: raise before the next batch
         self._link = True  # kept checkpoints as hard links: replaces_whole, as training starts
+        self._ending = False  # saving as fit ends: a cut epoch is saved open (on_save_checkpoint)
 
     @property
     def path(self) -> Path:
@@ -226,8 +227,14 @@ class LastCheckpoint(Checkpoint):
             keep_best(self.dirpath, self.monitor, float(value), self.saved_step, self._link)
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._ending = True
         self.save(trainer, pl_module)
+        self._ending = False
         self._uninstall()
+
+    def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint) -> None:
+        if self._ending:  # a fit cut inside its epoch resumes inside it
+            reopen_cut_epoch(trainer, checkpoint)
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception) -> None:
         self._uninstall()

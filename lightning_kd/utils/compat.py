@@ -1,6 +1,6 @@
 """Every use of Lightning's private API, in one place.
 
-Lightning offers no public way to do these ten things, and each is private API that can change
+Lightning offers no public way to do these eleven things, and each is private API that can change
 in any release. ``tests/unit/utils/test_compat.py`` checks each one against the installed
 Lightning and fails naming what moved; fix it here, and nothing else needs to change.
 
@@ -10,6 +10,8 @@ Lightning and fails naming what moved; fix it here, and nothing else needs to ch
   on (``fit_loop.restarting``, ``fit_loop.epoch_loop.batch_progress``).
 - :func:`saved_batches_in_epoch`: a checkpoint's count of its epoch's batches, and whether the
   last was its epoch's last (``loops.fit_loop["epoch_loop.batch_progress"]``).
+- :func:`reopen_cut_epoch`: have a checkpoint saved as ``fit`` ends inside an epoch (at
+  ``trainer.max_steps`` or ``max_time``) resume inside it (``fit_loop["epoch_progress"]``).
 - :func:`move_resumed_batches`: have a resumed fit count another number of its epoch's batches
   done, and of the run's, before its epoch loop resets (``batch_progress``, ``current`` and
   ``total``; ``fit_loop.epoch_progress``).
@@ -107,6 +109,22 @@ def saved_batches_in_epoch(checkpoint: dict) -> tuple[int, bool] | None:
         return int(progress["current"]["processed"]), bool(progress.get("is_last_batch", False))
     except (KeyError, TypeError):
         return None
+
+
+def reopen_cut_epoch(trainer: Trainer, checkpoint: dict) -> None:
+    """Where ``fit`` ended before its epoch's last batch (``trainer.max_steps``, ``max_time``),
+    Lightning closes the epoch on the way out: a checkpoint then saved counted it done while
+    keeping its batch count, and a resume began the next epoch that many batches in (a
+    finished run extended to more steps trained other blocks; probe 56). The saved epoch count
+    is set back, so that the resume goes on inside the epoch, as one saved at that step's end
+    does."""
+    if trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
+        return  # the epoch ran to its end: done, rightly
+    epochs = checkpoint["loops"]["fit_loop"]["epoch_progress"]
+    for counts in (epochs["current"], epochs["total"]):
+        if counts["completed"] == counts["ready"]:  # closed on the way out
+            counts["processed"] -= 1
+            counts["completed"] -= 1
 
 
 def move_resumed_batches(trainer: Trainer, processed: int) -> None:

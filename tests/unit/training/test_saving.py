@@ -114,3 +114,36 @@ def test_a_stop_asked_before_the_first_step_stops_before_it(tiny_teacher, corpus
         with pytest.raises(Interrupted, match=r"^SIGTERM received: stopped as training started$"):
             fit(tmp_path, tiny_teacher, corpus, record)
     assert record.steps == [] and not (tmp_path / "checkpoints" / "last.ckpt").exists()
+
+
+class Blocks(Callback):
+    """The first token of each block trained, by optimizer step."""
+
+    def __init__(self) -> None:
+        self.steps: dict[int, list[int]] = {}
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
+        firsts = batch["input_ids"][:, 0].tolist()
+        self.steps.setdefault(trainer.global_step, []).extend(firsts)
+
+
+def test_a_finished_run_extended_goes_on_inside_the_epoch_it_ended_in(
+    tiny_teacher, corpus, tmp_path
+) -> None:
+    """Lightning closes the epoch as fit ends at trainer.max_steps: the checkpoint then saved
+    counted it done, and the extension began the next epoch two batches in, training other
+    blocks than the longer run does (probe 56)."""
+
+    def run(where, steps: int, ckpt=None) -> Blocks:
+        blocks = Blocks()
+        saver = LastCheckpoint(str(where / "checkpoints"), every=10)  # saved at the end alone
+        options = {"max_steps": steps, "limit_val_batches": 0, "enable_checkpointing": True}
+        trainer = make_trainer(callbacks=[saver, blocks], **options)
+        data = make_datamodule([corpus], max_train_examples=10)  # 3 batches an epoch
+        trainer.fit(make_module(tiny_teacher), data, ckpt_path=ckpt)
+        return blocks
+
+    whole = run(tmp_path / "whole", 5)
+    first = run(tmp_path / "run", 2)
+    extended = run(tmp_path / "run", 5, ckpt=tmp_path / "run" / "checkpoints" / "last.ckpt")
+    assert first.steps | extended.steps == whole.steps

@@ -81,6 +81,8 @@ def test_resumed_batches_in_epoch_reads_the_restored_loop(tmp_path) -> None:
     saved = torch.load(checkpoint, weights_only=False)
     assert compat.saved_batches_in_epoch(saved) == (3, False), "loops.fit_loop batch_progress"
     assert compat.saved_batches_in_epoch({"loops": {}}) is None
+    epochs = saved["loops"]["fit_loop"]["epoch_progress"]  # what reopen_cut_epoch sets back
+    assert {"ready", "processed", "completed"} <= set(epochs["current"]) & set(epochs["total"])
 
     again = RecordsResumedBatches()
     quiet_trainer(tmp_path, max_steps=5).fit(again, ckpt_path=checkpoint)
