@@ -180,8 +180,9 @@ class Provenance(Callback):
             )
         else:
             current, regrouped = self.current(trainer, pl_module), []
+            hint = step_hint(saved, current, checkpoint)
             if split := regrouping(saved, current, checkpoint):  # the same steps, other batches
-                current, regrouped = split.as_saved(current), split.lines()
+                current, regrouped = split.as_saved(current), split.lines(pl_module.student)
                 self._split = split if trainer.state.fn == "fit" else None
             step, then = checkpoint.get("global_step", 0), saved.get("schedule", {})
             same_rates = same_rates_from(
@@ -190,7 +191,7 @@ class Provenance(Callback):
                 then.get("max_steps", -1),
                 trainer.max_steps,
             )
-            self._compare(saved, current, where, same_rates, regrouped)
+            self._compare(saved, current, where, same_rates, regrouped, hint)
         if error := trained_set_error(checkpoint, trainer, pl_module, where):
             raise ProvenanceMismatch(error)
 
@@ -201,11 +202,13 @@ class Provenance(Callback):
         where: str,
         same_rates: bool = False,
         regrouped: list[str] | None = None,
+        hint: str = "",
     ) -> None:
         """Refuse (or, with ``resume_mismatch=warn``, warn about) what differs from ``saved``;
         say the computations that change (``step_record.py``), ``regrouped`` among them (the
-        same steps in other batches, ``regrouping.py``). ``same_rates``: a longer ``max_steps``
-        whose rates from the checkpoint's step on are its plan's is no change."""
+        same steps in other batches, ``regrouping.py``; ``hint``: why a split could not be).
+        ``same_rates``: a longer ``max_steps`` whose rates from the checkpoint's step on are its
+        plan's is no change."""
         found = differences(saved, current)
         if same_rates:  # lengthened, the same rates from its step on (optim.py)
             found = [line for line in found if not line.startswith("schedule.max_steps:")]
@@ -220,7 +223,7 @@ class Provenance(Callback):
                 f"{where} was trained with a different teacher, tokenizer, objective, data or "
                 "gradient clipping:\n  "
                 + "\n  ".join(others)
-                + step_hint(saved, current)
+                + hint
                 + "\nResume with the same settings, start a new run, or pass "
                 "resume_mismatch=warn to continue anyway"
             )

@@ -13,10 +13,13 @@ process's micro-batches, which the new split reads at another rate. The resume r
 count once Lightning has restored it, before the epoch loop reads it; before, the old count was
 read in the new micro-batches and part of the epoch was trained again (probe 47 F27).
 
-Not regrouped (the differences refused, or warned about, as any other): a streamed run (each
-process reads its own share of the stream), on-policy sampling (its draws follow the
-micro-batches), a share of the epoch (``trainer.limit_train_batches``, counted in batches), and a
-checkpoint saved inside an accumulation window (but after an epoch's last batch).
+Not regrouped (the differences refused, or warned about, as any other, the refusal saying why):
+a streamed run (each process reads its own share of the stream), on-policy sampling (its draws
+follow the micro-batches), a share of the epoch or of validation (``trainer.limit_train_batches``
+or ``limit_val_batches``, counted in batches: validation read other blocks after the resume,
+probe 56), and a checkpoint saved inside an accumulation window (but after an epoch's last
+batch). A student with dropout is regrouped, the same blocks in each step, but its masks are
+drawn in the new batches: the line says so.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lightning.pytorch import Trainer
+from torch import nn
 
 from lightning_kd.data.provenance import TRAINER_KEYS
 from lightning_kd.utils.compat import (
@@ -45,8 +49,9 @@ class Regrouping:
     then: dict[str, int]
     now: dict[str, int]
 
-    def lines(self) -> list[str]:
-        """Each changed setting, named as a user sets it, and the step they all keep."""
+    def lines(self, student: nn.Module | None = None) -> list[str]:
+        """Each changed setting, named as a user sets it, and the step they all keep; where the
+        ``student`` trains with dropout, that its masks are drawn otherwise."""
         changed = [
             f"{TRAINER_KEYS.get(key, f'data.{key}')}: checkpoint {self.then[key]!r}, "
             f"this run {self.now[key]!r}"
@@ -54,7 +59,10 @@ class Regrouping:
             if self.then[key] != self.now[key]
         ]
         blocks = math.prod(self.now.values())
-        return [*changed, f"the same {blocks} blocks per optimizer step, read in other batches"]
+        kept = f"the same {blocks} blocks per optimizer step, read in other batches"
+        if student is not None and drops_out(student):  # a plain resume draws the same masks
+            kept += " (the student's dropout draws other masks in them)"
+        return [*changed, kept]
 
     def as_saved(self, current: dict[str, Any]) -> dict[str, Any]:
         """``current`` (a provenance record) with the checkpoint's split: compared so, the rest
@@ -77,29 +85,62 @@ class Regrouping:
             move_resumed_batches(trainer, moved)
 
 
+def drops_out(model: nn.Module) -> bool:
+    """Whether ``model`` trains with dropout: a dropout module above 0 (a LoRA adapter's), or a
+    config's dropout probability above 0 (applied functionally, as Llama's attention's)."""
+    if any(isinstance(m, nn.Dropout) and m.p > 0 for m in model.modules()):
+        return True
+    config = getattr(model, "config", None)
+    settings = vars(config) if config is not None else {}
+    return any(
+        ("dropout" in name or "pdrop" in name) and isinstance(value, float) and value > 0
+        for name, value in settings.items()
+    )
+
+
 def regrouping(
     saved: dict[str, Any], current: dict[str, Any], checkpoint: dict[str, Any]
 ) -> Regrouping | None:
     """The regrouping from ``saved`` (a checkpoint's provenance record) to ``current``: None where
-    the split is the same, the step's blocks differ, or the position cannot be moved exactly
-    (see the module doc)."""
+    the split is the same, the step's blocks differ, or the steps cannot be read in the new
+    batches (:func:`blockers`)."""
+    split = proposed(saved, current)
+    if split is None or blockers(saved, current, checkpoint, split):
+        return None
+    return split
+
+
+def proposed(saved: dict[str, Any], current: dict[str, Any]) -> Regrouping | None:
+    """The split of the checkpoint's blocks per step otherwise, where only that changed."""
     then, now = saved.get("data"), current.get("data")
-    if then is None or now is None or any(key not in then for key in GROUPING):
+    if then is None or now is None or any(key not in then or key not in now for key in GROUPING):
         return None
     split = Regrouping({k: then[k] for k in GROUPING}, {k: now[k] for k in GROUPING})
     if split.then == split.now or math.prod(split.then.values()) != math.prod(split.now.values()):
         return None
-    if then.get("streaming") or now.get("streaming") or current["distill"].get("on_policy"):
-        return None
-    whole = [then.get("limit_train_batches"), now.get("limit_train_batches")]
-    if any(not isinstance(share, float) or share != 1.0 for share in whole):
-        return None
-    if (saved := saved_batches_in_epoch(checkpoint)) is None:
-        return None
-    done, last = saved
-    if done % split.then["accumulate_grad_batches"] and not last:  # saved inside a window
-        return None
     return split
+
+
+def blockers(
+    saved: dict[str, Any], current: dict[str, Any], checkpoint: dict[str, Any], split: Regrouping
+) -> list[str]:
+    """Why the same blocks per step, split otherwise, are not the same steps (the module doc)."""
+    then, now = saved["data"], current["data"]
+    found = []
+    if then.get("streaming") or now.get("streaming"):
+        found.append("data.streaming: each process reads its own share of the stream")
+    if current["distill"].get("on_policy"):
+        found.append("distill.on_policy: its draws follow the micro-batches")
+    for key in ("limit_train_batches", "limit_val_batches"):  # counted in batches: other ones
+        shares = then.get(key), now.get(key)
+        if any(not isinstance(share, float) or share != 1.0 for share in shares):
+            found.append(f"trainer.{key}={shares[1]}: a share counted in batches of another size")
+    saved_count = saved_batches_in_epoch(checkpoint)
+    if saved_count is None:
+        found.append("the checkpoint holds no loop state to move")
+    elif saved_count[0] % split.then["accumulate_grad_batches"] and not saved_count[1]:
+        found.append("the checkpoint was saved inside an accumulation window")
+    return found
 
 
 BATCHING = ("data.batch_size", "trainer.accumulate_grad_batches", "processes")
@@ -118,15 +159,23 @@ def continuing(lines: list[str]) -> str:
     return "\n(resume_mismatch=warn: continuing)"
 
 
-def step_hint(saved: dict[str, Any], current: dict[str, Any]) -> str:
+def step_hint(saved: dict[str, Any], current: dict[str, Any], checkpoint: dict[str, Any]) -> str:
     """Where the blocks of one optimizer step changed, the checkpoint's split of them: keeping
-    their product is what lets a resume read the same steps in other batches."""
+    their product is what lets a resume read the same steps in other batches; where it kept
+    them but cannot, why (it said only "resume with the same settings"; probe 56)."""
     then, now = saved.get("data") or {}, current.get("data") or {}
     if any(key not in then or key not in now for key in GROUPING):
         return ""
     blocks = [math.prod(record[key] for key in GROUPING) for record in (then, now)]
     if blocks[0] == blocks[1]:
-        return ""
+        split = proposed(saved, current)
+        reasons = blockers(saved, current, checkpoint, split) if split else []
+        return (
+            f"\nThe same {blocks[0]} blocks per optimizer step, but not read as the same steps "
+            f"in other batches: {'; '.join(reasons)}"
+            if reasons
+            else ""
+        )
     split = " × ".join(f"{TRAINER_KEYS.get(key, f'data.{key}')} {then[key]}" for key in GROUPING)
     return (
         f"\nA step of the checkpoint read {blocks[0]} blocks ({split}), this run's {blocks[1]}: "

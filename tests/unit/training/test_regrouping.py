@@ -120,7 +120,8 @@ def test_another_number_of_blocks_per_step_is_refused_with_the_product_to_keep(t
 
 def record(batch: int, accumulate: int, processes: int = 1, **data) -> dict:
     split = {"batch_size": batch, "accumulate_grad_batches": accumulate, "processes": processes}
-    return {"data": split | {"limit_train_batches": 1.0} | data, "distill": {}}
+    whole = {"limit_train_batches": 1.0, "limit_val_batches": 1.0}
+    return {"data": split | whole | data, "distill": {}}
 
 
 def progress(processed: int, last: bool = False) -> dict:
@@ -145,6 +146,31 @@ def test_only_an_exact_move_is_regrouped() -> None:
     on_policy = record(2, 2) | {"distill": {"on_policy": 0.5}}
     assert regrouping(record(4, 1), on_policy, progress(6)) is None
     assert regrouping(record(4, 1), record(2, 2, limit_train_batches=0.5), progress(6)) is None
+    # validation counted in batches: other blocks once they are of another size (probe 56)
+    assert regrouping(record(4, 1), record(2, 2, limit_val_batches=2), progress(6)) is None
     assert regrouping(record(2, 2), record(4, 1), progress(3)) is None  # inside a window
     assert regrouping(record(2, 2), record(4, 1), progress(3, last=True)) is not None
     assert regrouping(record(2, 2), record(4, 1), {"loops": {}}) is None
+
+
+def test_a_split_that_keeps_the_step_but_cannot_be_read_so_says_why() -> None:
+    """It was refused naming the batch size and accumulation alone, "resume with the same
+    settings", where the docs say such a split continues the run (probe 56)."""
+    from lightning_kd.training.regrouping import step_hint
+
+    hint = step_hint(record(4, 1), record(2, 2, limit_train_batches=0.5), progress(3))
+    assert hint == (
+        "\nThe same 4 blocks per optimizer step, but not read as the same steps in other "
+        "batches: trainer.limit_train_batches=0.5: a share counted in batches of another size"
+    )
+    assert step_hint(record(4, 1), record(2, 2), progress(6)) == ""  # it is regrouped
+    assert "A step of the checkpoint read 4 blocks" in step_hint(record(4, 1), record(2, 1), {})
+
+
+def test_a_student_with_dropout_is_said_to_draw_other_masks() -> None:
+    """Regrouped, each block gets another dropout mask: the same blocks, not the same numbers
+    (a plain resume is bit-identical; probe 56)."""
+    split = regrouping(record(4, 1), record(2, 2), progress(6))
+    plain, dropping = torch.nn.Linear(2, 2), torch.nn.Sequential(torch.nn.Dropout(0.1))
+    assert split.lines(plain)[-1].endswith("read in other batches")
+    assert split.lines(dropping)[-1].endswith("(the student's dropout draws other masks in them)")
