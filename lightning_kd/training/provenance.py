@@ -233,16 +233,7 @@ class Provenance(Callback):
             warnings.warn(message + continuing(others), stacklevel=2)
             message = ""
         if refused:  # named with the rest: one refusal says everything to change
-            message += ("\n" if message else "") + (
-                f"{where} was trained with other optimizer, schedule or trained-parameter "
-                "settings, which a resume would ignore (the optimizer's state), apply silently "
-                "mid-run (the schedule) or fail to load (another set of trained parameters):"
-                "\n  "
-                + "\n  ".join(refused)
-                + "\nResume with the checkpoint's settings, or apply the new ones on purpose "
-                "with resume_reset_optimizer=true (a fresh optimizer, the new schedule at the "
-                "checkpoint's step)"
-            )
+            message += ("\n" if message else "") + resettable_message(refused, where)
         if message:
             raise ProvenanceMismatch(message)
         if said:
@@ -277,6 +268,19 @@ class Provenance(Callback):
             f"\nresume_reset_optimizer=true: a fresh optimizer from optimizer step "
             f"{trainer.global_step}, learning rate now {lr_now(trainer):.3g}"
         )
+
+
+def resettable_message(refused: list[str], where: str) -> str:
+    """The refusal's paragraph for the optimizer, schedule and trained-set differences."""
+    return (
+        f"{where} was trained with other optimizer, schedule or trained-parameter settings, "
+        "which a resume would ignore (the optimizer's state), apply silently mid-run (the "
+        "schedule) or fail to load (another set of trained parameters):\n  "
+        + "\n  ".join(refused)
+        + "\nResume with the checkpoint's settings, or apply the new ones on purpose with "
+        "resume_reset_optimizer=true (a fresh optimizer, the new schedule at the checkpoint's "
+        "step)"
+    )
 
 
 def check_steps_left(step: int, max_steps: int, where: str) -> None:
