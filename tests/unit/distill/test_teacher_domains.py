@@ -100,15 +100,21 @@ def step(distiller: Distiller, batch: dict):
     return objective.detach(), sums, grads
 
 
-def test_each_domain_learns_from_its_own_teacher_as_alone() -> None:
-    """Row 0 (code) taught by a alone, row 1 (prose) by b alone: the objective, its parts and the
-    gradients are those of a on row 0 plus b on row 1, each a one-teacher step."""
-    first, second, student = models()
+def code_and_prose(first, second, student) -> tuple[DistillConfig, dict, Distiller]:
+    """Teacher a (main) teaches code, b prose, half each; a batch of a code and a prose row."""
     config = DistillConfig(compile=False)
     batch = batch_of(TEXT) | {"domain": torch.tensor([0, 1])}
     extra = ExtraTeachers(["b"], [0.5], [copy.deepcopy(second)], [None])
     both = Distiller(first, copy.deepcopy(student), config, extra=extra, teacher_weight=("a", 0.5))
     both.domains = known(entries(["code"], ["prose"], (0.5, 0.5)))
+    return config, batch, both
+
+
+def test_each_domain_learns_from_its_own_teacher_as_alone() -> None:
+    """Row 0 (code) taught by a alone, row 1 (prose) by b alone: the objective, its parts and the
+    gradients are those of a on row 0 plus b on row 1, each a one-teacher step."""
+    first, second, student = models()
+    config, batch, both = code_and_prose(first, second, student)
     got = step(both, batch)
     alone_a = step(Distiller(first, copy.deepcopy(student), config), only(batch, 0))
     alone_b = step(Distiller(second, copy.deepcopy(student), config), only(batch, 1))
@@ -126,11 +132,7 @@ def test_each_teachers_logged_divergence_is_its_mean_over_the_rows_it_teaches() 
     """``train/kd/<name>`` divided a teacher's sum by every row's tokens: a teacher of 5 % of
     them logged 1/20 of its divergence, not comparable with its ``val/kl/<name>`` (probe 54)."""
     first, second, student = models()
-    config = DistillConfig(compile=False)
-    batch = batch_of(TEXT) | {"domain": torch.tensor([0, 1])}
-    extra = ExtraTeachers(["b"], [0.5], [copy.deepcopy(second)], [None])
-    both = Distiller(first, copy.deepcopy(student), config, extra=extra, teacher_weight=("a", 0.5))
-    both.domains = known(entries(["code"], ["prose"], (0.5, 0.5)))
+    config, batch, both = code_and_prose(first, second, student)
     window = Window()
     with torch.no_grad():
         window.add(both(batch)[1])
