@@ -36,7 +36,7 @@ from lightning_kd.distill.repair_progress import RepairProgress, RepairReport, a
 from lightning_kd.losses.features import get_feature_loss, masked_feature_sum
 from lightning_kd.models.capture import ModuleCapture, capture_step, resolve_module
 from lightning_kd.models.heads import final_hidden
-from lightning_kd.models.layer_pairs import REPAIR_LOSS
+from lightning_kd.models.layer_pairs import REPAIR_LOSS, span_lengths
 from lightning_kd.utils.stopping import STOP, Interrupted
 
 WARMUP = 0.05
@@ -74,11 +74,11 @@ def repair_plan(distiller) -> list[Span]:
         )
     pairs = distiller.repair_pairs
     ends = [int(pair.teacher.rsplit(".", 1)[1]) for pair in pairs]
+    # The first reads the embeddings: its span starts at teacher layer 0 (probe 43).
+    lengths = span_lengths(distiller.layer_map, ends[-1] + 1) if pairs else []
     spans, frozen = [], []
-    for j, pair in enumerate(pairs):
+    for j, (pair, length) in enumerate(zip(pairs, lengths, strict=True)):
         layer = resolve_module(distiller.student, pair.student, "student")
-        # The first reads the embeddings: its span starts at teacher layer 0 (probe 43).
-        length = ends[j] - (distiller.layer_map[j] if j else 0) + 1
         trains = any(p.requires_grad for p in layer.parameters())
         if length > 1 and not trains:
             frozen.append(pair.student)

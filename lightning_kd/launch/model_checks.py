@@ -14,6 +14,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from transformers import PretrainedConfig
 
+from lightning_kd.distill.repair_checks import nothing_to_repair
 from lightning_kd.launch.rules import lookup
 from lightning_kd.models.architecture import architecture_errors, checkpointing_errors
 from lightning_kd.models.freezing import freeze_errors
@@ -22,6 +23,7 @@ from lightning_kd.models.layer_pairs import (
     SPANS,
     listed_pairs,
     projector_errors,
+    span_lengths,
     span_order_error,
 )
 from lightning_kd.models.loading import StudentSpec, TeacherSpec
@@ -69,6 +71,7 @@ def model_setting_errors(cfg: Mapping, read_models: bool = True) -> list[str]:
             return errors
         wrong = architecture_errors(source, teacher.task, "student.source")
         errors += wrong or depth_errors(student, source) or span_errors(student, source, distill)
+        errors += [] if wrong else repair_errors(student, source, distill)
         errors += checkpointing(source, teacher.task)
     return errors
 
@@ -132,3 +135,22 @@ def depth_errors(student: StudentSpec, source: PretrainedConfig) -> list[str]:
     except ValueError as error:
         return [str(error)]
     return freeze_errors(student.freeze_layers, len(indices))
+
+
+def repair_errors(student: StudentSpec, source: PretrainedConfig, distill) -> list[str]:
+    """A block-wise repair with no layer to repair (each student layer standing for several
+    teacher layers frozen by ``student.freeze_layers``, or none standing for several), from the
+    configs alone: refused at the repair, ``auto`` had counted its passes and written a cache
+    for them (verify 57)."""
+    if not distill.blockwise_passes or student.by_importance:
+        return []  # importance: the layers are chosen later
+    try:
+        lengths = span_lengths(
+            student_layer_indices(student, source.num_hidden_layers), source.num_hidden_layers
+        )
+    except ValueError:  # refused by depth_errors or span_errors
+        return []
+    frozen = [f"student layer {j}" for j, n in enumerate(lengths[: student.freeze_layers]) if n > 1]
+    if any(n > 1 for n in lengths[student.freeze_layers :]):
+        return []
+    return [nothing_to_repair(frozen)]

@@ -117,6 +117,15 @@ def span_ends(starts: list[int], teacher_layers: int, setting: str) -> list[int]
     return [*ends, teacher_layers - 1]
 
 
+def span_lengths(starts: list[int], teacher_layers: int) -> list[int]:
+    """How many teacher layers each copied student layer stands for: from the layer it copies
+    (the first from teacher layer 0: it reads the embeddings) to :func:`span_ends`'s end. One
+    that stands for one alone is the teacher's own layer, which the block-wise repair leaves."""
+    ends = span_ends(starts, teacher_layers, "distill.blockwise_passes")
+    firsts = [0, *starts[1:]]
+    return [end - first + 1 for first, end in zip(firsts, ends, strict=True)]
+
+
 def layer_pairs(
     features: str | list[dict[str, Any]] | None,
     student: nn.Module,

@@ -129,3 +129,18 @@ def test_activation_checkpointing_on_a_family_without_it_is_refused_before_it_lo
         compose_config(["debug=smoke", "student.activation_checkpointing=true"])
     )
     assert llama == []
+
+
+def test_a_repair_of_no_layer_is_refused_before_anything_loads() -> None:
+    """Refused at the repair, distill.teacher_cache=auto had counted its passes and written a
+    cache for them (verify 57): the configs tell it first."""
+    cases = {
+        ("student.num_layers=2", "student.freeze_layers=1"): "['student layer 0'] each stand for",
+        ("student.layers=[0,1,2,3]",): "each copies one teacher layer as it is, none stands",
+    }
+    for overrides, message in cases.items():
+        cfg = compose_config(["debug=smoke", "distill.blockwise_passes=2", *overrides])
+        errors = model_setting_errors(cfg)
+        assert len(errors) == 1 and message in errors[0], errors
+    repairs = ["debug=smoke", "distill.blockwise_passes=2", "student.layers=[0,2]"]
+    assert model_setting_errors(compose_config([*repairs, "student.freeze_layers=1"])) == []
