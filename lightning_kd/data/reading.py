@@ -171,7 +171,7 @@ def read_records(path: Path) -> Iterator[tuple[int, dict]]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = json.loads(line.rstrip("\r\n"))  # a string cut short is not a newline's fault
         except json.JSONDecodeError as err:
             raise DataError(f"{path}:{number} is not valid JSON ({json_problem(err)})") from None
         if not isinstance(record, dict):
@@ -181,7 +181,7 @@ def read_records(path: Path) -> Iterator[tuple[int, dict]]:
 
 def _record_text(line: str, path: Path, number: int, text_field: str, key: str) -> str:
     try:
-        record = json.loads(line)
+        record = json.loads(line.rstrip("\r\n"))
     except json.JSONDecodeError as err:
         raise DataError(f"{path}:{number} is not valid JSON ({json_problem(err)})") from None
     if not isinstance(record, dict) or text_field not in record:
