@@ -29,24 +29,28 @@ INERT = {
     "data.shuffle_buffer": "data.streaming",
     "distill.on_policy_tokens": "distill.on_policy",
     "distill.on_policy_temperature": "distill.on_policy",
+    "distill.on_policy_warmup": "distill.on_policy",
+    "distill.on_policy_seed": "distill.on_policy",
     "distill.blockwise_lr": "distill.blockwise_passes",
+    "cache.keep_repair_states": "distill.blockwise_passes",
 }
 """Each key that only its mode reads, by the switch of that mode."""
 
 
 def defaults() -> dict[str, Any]:
     """The default of each :data:`INERT` key, where it is written once: the data module's
-    arguments and ``DistillConfig``'s fields."""
+    arguments, ``DistillConfig``'s and ``CacheSpec``'s fields."""
+    from lightning_kd.cache.format import CacheSpec
     from lightning_kd.data.text import TextDataModule
     from lightning_kd.distill.objective import DistillConfig
 
     data = inspect.signature(TextDataModule.__init__).parameters
-    distill = {field.name: field.default for field in dataclasses.fields(DistillConfig)}
-    found = {}
-    for key in INERT:
-        group, name = key.split(".", 1)
-        found[key] = data[name].default if group == "data" else distill[name]
-    return found
+    groups = {
+        "data": {name: value.default for name, value in data.items()},
+        "distill": {field.name: field.default for field in dataclasses.fields(DistillConfig)},
+        "cache": {field.name: field.default for field in dataclasses.fields(CacheSpec)},
+    }
+    return {key: groups[key.split(".")[0]][key.split(".", 1)[1]] for key in INERT}
 
 
 def inert_notes(cfg: Mapping) -> list[str]:
@@ -56,6 +60,7 @@ def inert_notes(cfg: Mapping) -> list[str]:
         value = lookup(cfg, key)
         if value != default[key] and not lookup(cfg, mode):
             what, switch, instead = MODES[mode]
+            value = str(value).lower() if isinstance(value, bool) else value  # as typed
             notes.append(
                 f"{key}={value} does nothing in this run: only {what} reads it ({switch})"
                 f"{instead}; drop it, or turn {what} on"

@@ -134,7 +134,7 @@ def blockers(
     for key in ("limit_train_batches", "limit_val_batches"):  # counted in batches: other ones
         shares = then.get(key), now.get(key)
         if any(not isinstance(share, float) or share != 1.0 for share in shares):
-            found.append(f"trainer.{key}={shares[1]}: a share counted in batches of another size")
+            found.append(f"trainer.{key}={shares[1]}: a share counted in batches, not blocks")
     saved_count = saved_batches_in_epoch(checkpoint)
     if saved_count is None:
         found.append("the checkpoint holds no loop state to move")

@@ -28,6 +28,11 @@ def test_a_setting_of_a_mode_that_is_off_is_said_naming_the_mode() -> None:
     ]
     repair = notes("debug=smoke", "distill.blockwise_lr=0.5")
     assert repair[0].startswith("distill.blockwise_lr=0.5 does nothing in this run")
+    others = notes("debug=smoke", "cache.keep_repair_states=true", "distill.on_policy_seed=5")
+    assert [note.split(" does")[0] for note in others] == [
+        "distill.on_policy_seed=5",
+        "cache.keep_repair_states=true",
+    ]
     assert notes("data.val_size=4", "data.streaming=true") == []  # its mode is on
     assert notes("data=chat", "distill.on_policy=0.5", "distill.on_policy_tokens=16") == []
 

@@ -161,7 +161,7 @@ def test_a_split_that_keeps_the_step_but_cannot_be_read_so_says_why() -> None:
     hint = step_hint(record(4, 1), record(2, 2, limit_train_batches=0.5), progress(3))
     assert hint == (
         "\nThe same 4 blocks per optimizer step, but not read as the same steps in other "
-        "batches: trainer.limit_train_batches=0.5: a share counted in batches of another size"
+        "batches: trainer.limit_train_batches=0.5: a share counted in batches, not blocks"
     )
     assert step_hint(record(4, 1), record(2, 2), progress(6)) == ""  # it is regrouped
     assert "A step of the checkpoint read 4 blocks" in step_hint(record(4, 1), record(2, 1), {})
