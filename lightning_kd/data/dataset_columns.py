@@ -4,15 +4,17 @@ and ``data.completion_field``), found at the first row, read whole or streamed."
 
 from __future__ import annotations
 
-import logging
 import zlib
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 from lightning_kd.data.conversations import is_conversation
 from lightning_kd.data.dataset_hints import unreadable
-from lightning_kd.data.dataset_source import DatasetSource, empty_error, open_split
+from lightning_kd.data.dataset_source import (
+    DatasetSource,
+    datasets_errors_unlogged,
+    empty_error,
+    open_split,
+)
 from lightning_kd.utils.refusal import Refused
 
 
@@ -72,24 +74,9 @@ def read_errors(dataset, source: DatasetSource, split: str, columns: Columns) ->
         return [str(unreadable(source, source.describe(split), err))]
 
 
-@contextmanager
-def datasets_errors_unlogged() -> Iterator[None]:
-    """``datasets`` logs a file its builder cannot read ("[ERROR] - Failed to load JSON from file
-    ...", twice under Hydra's logging) before it raises; the refusal that follows names the file,
-    its line and the fix, so its log is left out while a split's first rows are read."""
-    logger = logging.getLogger("datasets")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
 def open_checked(source: DatasetSource, split: str, streaming: bool, columns: Columns):
     """:func:`open_split`, refused when the split has no rows or lacks ``columns``."""
-    with datasets_errors_unlogged():
-        dataset = open_split(source, split, streaming)
+    dataset = open_split(source, split, streaming)
     if errors := read_errors(dataset, source, split, columns):
         raise Refused("\n  ".join(errors))
     return dataset
@@ -104,8 +91,7 @@ def source_errors(source: DatasetSource, columns: Columns) -> list[str]:
         if split is None:
             continue
         try:
-            with datasets_errors_unlogged():  # a parquet footer is read as the split opens
-                dataset = open_split(source, split, streaming=True)
+            dataset = open_split(source, split, streaming=True)
         except Refused as err:
             errors.append(str(err))
             continue

@@ -11,7 +11,9 @@ never pay for it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -141,30 +143,52 @@ def import_datasets():
 
 def open_split(source: DatasetSource, split: str, streaming: bool):
     """The ``split`` of ``source``: a ``datasets.Dataset``, or an ``IterableDataset`` read row
-    by row when ``streaming``; refused, naming the splits there are, when it has no such one."""
+    by row when ``streaming``; refused, naming the splits there are, when it has no such one.
+    ``datasets``' own log of a file it cannot read is left out: the refusal names the file."""
     datasets = import_datasets()
     try:
-        if source.saved_folder():
-            dataset = pick_split(
-                open_saved(datasets, source.path, split, source.describe()), source, split
-            )
-            return streamed(dataset) if streaming else dataset
-        options = {"name": source.name, "data_files": source.data_files}
-        options |= builder_options(source.path, source.data_files)
-        if (known := known_splits(source)) is not None:  # said here, once, streamed or not
-            say_unread_validation(source, *known)
-        if streaming:
-            splits = datasets.load_dataset(source.path, streaming=True, **options)
-            return pick_split(splits, source, split, said=known is not None)
-        cache = datasets.config.HF_DATASETS_CACHE
-        cache_dir = content_cache_dir(cache, source.path, source.data_files)
-        return datasets.load_dataset(source.path, split=split, cache_dir=cache_dir, **options)
+        with datasets_errors_unlogged():
+            return opened(datasets, source, split, streaming)
     except Refused:
         raise
     except Exception as err:  # datasets' own: not found, offline, unreadable, wrong builder
         if not str(err).startswith("Unknown split"):
             raise unopenable(source, split, err) from None
     raise Refused(split_error(source, split, open_split_names(source)))
+
+
+def opened(datasets, source: DatasetSource, split: str, streaming: bool):
+    """:func:`open_split`'s reading, its failures left to it to name."""
+    if source.saved_folder():
+        dataset = pick_split(
+            open_saved(datasets, source.path, split, source.describe()), source, split
+        )
+        return streamed(dataset) if streaming else dataset
+    options = {"name": source.name, "data_files": source.data_files}
+    options |= builder_options(source.path, source.data_files)
+    if (known := known_splits(source)) is not None:  # said here, once, streamed or not
+        say_unread_validation(source, *known)
+    if streaming:
+        splits = datasets.load_dataset(source.path, streaming=True, **options)
+        return pick_split(splits, source, split, said=known is not None)
+    cache = datasets.config.HF_DATASETS_CACHE
+    cache_dir = content_cache_dir(cache, source.path, source.data_files)
+    return datasets.load_dataset(source.path, split=split, cache_dir=cache_dir, **options)
+
+
+@contextmanager
+def datasets_errors_unlogged() -> Iterator[None]:
+    """``datasets`` logs a file its builder cannot read ("[ERROR] - Failed to load JSON from file
+    ...", twice under Hydra's logging) before it raises; the refusal that follows names the file,
+    its line and the fix, so its log is left out while a split opens and its first rows are
+    read."""
+    logger = logging.getLogger("datasets")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def open_split_names(source: DatasetSource) -> list[str]:
