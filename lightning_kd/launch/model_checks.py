@@ -70,8 +70,12 @@ def model_setting_errors(cfg: Mapping, read_models: bool = True) -> list[str]:
         except (ValueError, OSError):  # refused by model_path_errors, with the rest
             return errors
         wrong = architecture_errors(source, teacher.task, "student.source")
-        errors += wrong or depth_errors(student, source) or span_errors(student, source, distill)
-        errors += [] if wrong else repair_errors(student, source, distill)
+        errors += (
+            wrong
+            or depth_errors(student, source)
+            or span_errors(student, source, distill)
+            or repair_errors(student, source, distill)
+        )
         errors += checkpointing(source, teacher.task)
     return errors
 
@@ -144,12 +148,8 @@ def repair_errors(student: StudentSpec, source: PretrainedConfig, distill) -> li
     for them (verify 57)."""
     if not distill.blockwise_passes or student.by_importance:
         return []  # importance: the layers are chosen later
-    try:
-        lengths = span_lengths(
-            student_layer_indices(student, source.num_hidden_layers), source.num_hidden_layers
-        )
-    except ValueError:  # refused by depth_errors or span_errors
-        return []
+    depth = source.num_hidden_layers  # its layers checked by depth_errors and span_errors first
+    lengths = span_lengths(student_layer_indices(student, depth), depth)
     frozen = [f"student layer {j}" for j, n in enumerate(lengths[: student.freeze_layers]) if n > 1]
     if any(n > 1 for n in lengths[student.freeze_layers :]):
         return []
