@@ -73,9 +73,9 @@ def repair_plan(distiller) -> list[Span]:
             "distill.blockwise_passes=0 or drop student.lora"
         )
     pairs = distiller.repair_pairs
-    ends = [int(pair.teacher.rsplit(".", 1)[1]) for pair in pairs]
+    depth = int(pairs[-1].teacher.rsplit(".", 1)[1]) + 1 if pairs else 0  # the last span's end
     # The first reads the embeddings: its span starts at teacher layer 0 (probe 43).
-    lengths = span_lengths(distiller.layer_map, ends[-1] + 1) if pairs else []
+    lengths = span_lengths(distiller.layer_map, depth) if pairs else []
     spans, frozen = [], []
     for j, (pair, length) in enumerate(zip(pairs, lengths, strict=True)):
         layer = resolve_module(distiller.student, pair.student, "student")
