@@ -30,6 +30,7 @@ from lightning_kd.data.dataset_files import local_files
 from lightning_kd.data.dataset_source import DatasetSource
 from lightning_kd.data.reading import EMBEDDED
 from lightning_kd.models.cache_places import remembered_file_digest
+from lightning_kd.models.digests import chat_template_digest
 
 
 def examples_digest(examples: Iterable[Any]) -> str:
@@ -196,7 +197,7 @@ def chat_record(data: Any) -> dict[str, Any]:
     teacher's answers file (none: empty) and the chat template, as :data:`FILE_KEYS` records,
     by content digest (a template by its file, its shipped name, or as given inline)."""
     answers = data.teacher_answers
-    template = hashlib.sha256((data.tokenizer.chat_template or "").encode()).hexdigest()[:20]
+    template = chat_template_digest(data.tokenizer)  # a chat module's tokenizer has one
     return {
         "teacher_answers": files_record([answers], {}) if answers is not None else {},
         "chat_template": {template_name(data.template_setting): template},
