@@ -66,23 +66,3 @@ def early_stopping_note(cfg: Mapping) -> str | None:
         f"trainer.val_check_interval={interval}), and stopping takes {patience + 1}; validate "
         f"more often (e.g. trainer.val_check_interval={every}) or lower the patience"
     )
-
-
-def warmup_note(cfg: Mapping) -> str | None:
-    """Where ``distill.on_policy_warmup`` lasts the whole run: no step samples the student's own
-    completions, and the run trains as ``distill.on_policy=0`` would. It said "on-policy KD
-    scores the student's own completions" and trained the same student (probe 55). A warning,
-    not a refusal: an extension by resume can reach the warm-up's end."""
-    share, warmup = lookup(cfg, "distill.on_policy"), lookup(cfg, "distill.on_policy_warmup")
-    steps = lookup(cfg, "trainer.max_steps")
-    numbers = (warmup, steps)
-    if not all(isinstance(n, int) and not isinstance(n, bool) for n in numbers):
-        return None
-    if not isinstance(share, int | float) or share <= 0 or steps <= 0 or warmup < steps:
-        return None
-    return (
-        f"distill.on_policy_warmup={warmup} is not below trainer.max_steps={steps}: no step "
-        "samples the student's own completions, and the run trains as distill.on_policy=0 "
-        f"would; lower the warm-up, or extend the run past step {warmup} (ckpt_path=last with a "
-        "larger trainer.max_steps)"
-    )

@@ -29,7 +29,7 @@ from lightning_kd.launch.config import JobRecord, record_job
 from lightning_kd.launch.gguf_export import export_gguf
 from lightning_kd.launch.harness_run import evaluate_run
 from lightning_kd.launch.inert_keys import inert_notes
-from lightning_kd.launch.length_checks import early_stopping_note, warmup_note
+from lightning_kd.launch.length_checks import early_stopping_note
 from lightning_kd.launch.repair_states import drop_repair_states
 from lightning_kd.launch.stop_report import stop_report
 from lightning_kd.launch.sweep_resume import unstarted_job
@@ -231,7 +231,7 @@ def run(cfg: DictConfig, command: Sequence[str] = COMMAND) -> float | None:
         warnings.filterwarnings("ignore", message=message)
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(not_a_tip)  # once
     refuse(train_errors(cfg))
-    for note in [*filter(None, (early_stopping_note(cfg), warmup_note(cfg))), *inert_notes(cfg)]:
+    for note in [*filter(None, [early_stopping_note(cfg)]), *inert_notes(cfg)]:
         warnings.warn(note, stacklevel=2)
     output_dir = Path(cfg.output_dir)
     if unstarted_job(cfg.ckpt_path, output_dir):  # a job a stopped -m sweep never reached

@@ -12,6 +12,7 @@ Left to the step, each fails at step 1 (or later) with an error that names neith
 The feature and causality checks run each model forward on a 1 × 8 token batch, as the step runs
 it (its captures armed). As training starts, a warning names feature pairs that no trained
 parameter feeds (``student.freeze_layers``): their terms are constants computed for nothing.
+Another names an on-policy warm-up that lasts the whole run, however its steps are counted.
 Under FSDP and DeepSpeed, whose root parameters are sharded outside the step, only the length is
 checked here; the first step's capture errors name a bad feature module.
 """
@@ -28,6 +29,7 @@ from torch import nn
 from lightning_kd.models.batch_positions import max_positions
 from lightning_kd.models.heads import final_hidden
 from lightning_kd.models.positions import position_error
+from lightning_kd.training.progress import total_steps
 from lightning_kd.utils.refusal import Refused
 
 SAMPLE_TOKENS = 8
@@ -131,6 +133,25 @@ def warn_untrained(module: LightningModule) -> None:
         )
 
 
+def warmup_note(module: LightningModule, trainer: Trainer) -> str | None:
+    """Where ``distill.on_policy_warmup`` lasts the whole run, its steps given or counted from
+    its epochs: no step samples the student's own completions, and the run trains as
+    ``distill.on_policy=0`` would. It said "on-policy KD scores the student's own completions"
+    and trained the same student (probe 55; by epochs, re-check 57). A warning, not a refusal:
+    an extension by resume can reach the warm-up's end."""
+    on_policy = module.distiller.on_policy
+    steps = total_steps(trainer)  # None: a stream, whose end nobody knows
+    if on_policy is None or steps is None or on_policy.warmup < steps:
+        return None
+    ends = f"trainer.max_steps={steps}" if trainer.max_steps > 0 else f"the run's {steps} steps"
+    return (
+        f"distill.on_policy_warmup={on_policy.warmup} is not below {ends}: no step samples the "
+        "student's own completions, and the run trains as distill.on_policy=0 would; lower the "
+        f"warm-up, or extend the run past step {on_policy.warmup} (ckpt_path=last with a larger "
+        "trainer.max_steps)"
+    )
+
+
 def check_causal(module: LightningModule) -> None:
     """Each causal LM (teacher, student) predicts a token from the ones before it alone: its
     outputs at the first positions do not move when the last token changes. A model whose
@@ -194,6 +215,8 @@ class Preflight(Callback):
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not isinstance(trainer.strategy, FSDPStrategy | DeepSpeedStrategy):
             warn_untrained(pl_module)
+        if trainer.is_global_zero and (note := warmup_note(pl_module, trainer)):
+            warnings.warn(note, stacklevel=2)
 
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._check(trainer, pl_module)

@@ -66,21 +66,3 @@ def test_early_stopping_that_can_never_stop_the_run_is_said() -> None:
     assert early_stopping_note(cfg(12, 3)) is None  # 4 validations: patience 3 can stop it
     assert early_stopping_note(cfg(12, 12, patience=None)) is None
     assert early_stopping_note(cfg(-1, 12)) is None  # by epochs
-
-
-def test_an_on_policy_warm_up_as_long_as_the_run_is_said() -> None:
-    """No step sampled, the student was the one distill.on_policy=0 trains, and the run said
-    on-policy KD scored the student's own completions (probe 55)."""
-    from lightning_kd.launch.length_checks import warmup_note
-
-    def cfg(share: float, warmup: int, steps: int) -> dict:
-        distill = {"on_policy": share, "on_policy_warmup": warmup}
-        return {"distill": distill, "trainer": {"max_steps": steps}}
-
-    note = warmup_note(cfg(0.5, 10, 6))
-    assert note.startswith("distill.on_policy_warmup=10 is not below trainer.max_steps=6")
-    assert "trains as distill.on_policy=0 would" in note
-    assert warmup_note(cfg(1.0, 6, 6)) is not None
-    assert warmup_note(cfg(0.5, 5, 6)) is None  # step 5 samples
-    assert warmup_note(cfg(0.0, 10, 6)) is None  # no on-policy asked
-    assert warmup_note(cfg(0.5, 10, -1)) is None  # by epochs

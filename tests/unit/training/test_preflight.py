@@ -76,3 +76,33 @@ def test_a_feature_pair_no_trained_parameter_feeds_is_said(tiny_teacher, corpus:
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message="distill.features: no trained parameter")
         fit(tiny_teacher, corpus, features=pairs)
+
+
+def test_an_on_policy_warm_up_as_long_as_the_run_is_said(tiny_teacher, corpus: Path) -> None:
+    """No step sampled, the student was the one distill.on_policy=0 trains, and the run said
+    on-policy KD scored the student's own completions (probe 55); a run by epochs, whose steps
+    are known only once its data is, ran without a word (re-check 57)."""
+    from lightning.pytorch import Callback
+
+    from lightning_kd.distill.on_policy import OnPolicy
+
+    class WarmedUp(Callback):  # a sampler that never samples: its warm-up outlasts the run
+        def __init__(self, warmup: int) -> None:
+            self.warmup = warmup
+
+        def on_fit_start(self, trainer, module) -> None:
+            module.distiller.on_policy = OnPolicy(0.5, 4, 1.0, 0, (), 0, warmup=self.warmup)
+
+    def fit_with_warmup(warmup: int, **trainer) -> None:
+        callbacks = [WarmedUp(warmup), Preflight()]
+        datamodule = make_datamodule([corpus], block_size=32)
+        make_trainer(callbacks=callbacks, **trainer).fit(make_module(tiny_teacher), datamodule)
+
+    by_epochs = {"max_steps": -1, "max_epochs": 1, "limit_train_batches": 3}
+    with pytest.warns(UserWarning, match=r"on_policy_warmup=3 is not below the run's 3 steps"):
+        fit_with_warmup(3, **by_epochs)
+    with pytest.warns(UserWarning, match=r"on_policy_warmup=9 is not below trainer.max_steps=2: "):
+        fit_with_warmup(9, max_steps=2)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="distill.on_policy_warmup")
+        fit_with_warmup(2, **by_epochs)  # step 2 samples
