@@ -14,7 +14,7 @@ RESETTABLE = ("optimizer", "schedule", "student.freeze_embeddings", "student.fre
 refusing: another set of trained parameters is another optimizer, whose saved state does not load
 (torch's ``ValueError`` about a parameter group's size, after the restore began)."""
 LATER_DATA = (
-    *("processes", "limit_train_batches", "limit_val_batches"),
+    *("processes", "limit_train_batches", "limit_val_batches", "val_batch_size"),
     *("teacher_answers", "chat_template"),
 )
 """Keys of the data record a checkpoint saved by an older version may lack: not compared then."""

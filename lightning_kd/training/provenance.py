@@ -35,7 +35,13 @@ from lightning_kd.models.precision import AUTO, teacher_dtype_for
 from lightning_kd.training.checkpoints import trained_set_error
 from lightning_kd.training.differences import differences, resettable_line
 from lightning_kd.training.optim import same_rates_from
-from lightning_kd.training.regrouping import Regrouping, continuing, regrouping, step_hint
+from lightning_kd.training.regrouping import (
+    Regrouping,
+    continuing,
+    grouping_record,
+    regrouping,
+    step_hint,
+)
 from lightning_kd.training.step_record import compute_changes, lossy_message, said_line, step_record
 from lightning_kd.training.teacher_provenance import crosses, main_records, teachers_record
 from lightning_kd.utils.refusal import Refused
@@ -110,16 +116,7 @@ def run_settings(module: LightningModule, trainer: Trainer) -> dict[str, Any]:
     found: dict[str, Any] = {}
     datamodule = trainer.datamodule
     if datamodule is not None and hasattr(datamodule, "provenance"):
-        found["data"] = datamodule.provenance() | {
-            "accumulate_grad_batches": trainer.accumulate_grad_batches,
-            # Each process reads its own batches: another count is another global batch and
-            # another order (trainer.devices × trainer.num_nodes).
-            "processes": trainer.world_size,
-            # Another share of an epoch moves its boundaries; of validation, what "after" is
-            # measured on (the summary compared 120 blocks before with 10 after; probe 47).
-            "limit_train_batches": trainer.limit_train_batches,
-            "limit_val_batches": trainer.limit_val_batches,
-        }
+        found["data"] = datamodule.provenance() | grouping_record(trainer)
     optimizer = factory_settings(getattr(module, "optimizer_factory", None))
     found["optimizer"] = {k: v for k, v in optimizer.items() if k not in HOW_COMPUTED}
     schedule = factory_settings(getattr(module, "scheduler_factory", None))

@@ -15,9 +15,10 @@ read in the new micro-batches and part of the epoch was trained again (probe 47 
 
 Not regrouped (the differences refused, or warned about, as any other, the refusal saying why):
 a streamed run (each process reads its own share of the stream), on-policy sampling (its draws
-follow the micro-batches), a share of the epoch or of validation (``trainer.limit_train_batches``
-or ``limit_val_batches``, counted in batches: validation read other blocks after the resume,
-probe 56), and a checkpoint saved inside an accumulation window (but after an epoch's last
+follow the micro-batches), a share of the epoch (``trainer.limit_train_batches``, counted in
+batches), a share of validation (``limit_val_batches``) whose batches hold other blocks
+(``data.val_batch_size`` × processes: validation read other blocks after the resume, probe 56),
+and a checkpoint saved inside an accumulation window (but after an epoch's last
 batch). A student with dropout is regrouped, the same blocks in each step, but its masks are
 drawn in the new batches: the line says so.
 """
@@ -40,6 +41,25 @@ from lightning_kd.utils.compat import (
 
 GROUPING = ("batch_size", "accumulate_grad_batches", "processes")
 """The data record's keys whose product is the blocks of one optimizer step."""
+
+
+def grouping_record(trainer: Trainer) -> dict[str, Any]:
+    """The data record's trainer settings: how a step's blocks are grouped, and which share of
+    an epoch and of validation is read (with, where validation is counted in batches, their
+    size: which blocks it reads; a plain resume with another read other blocks)."""
+    found = {
+        "accumulate_grad_batches": trainer.accumulate_grad_batches,
+        # Each process reads its own batches: another count is another global batch and
+        # another order (trainer.devices × trainer.num_nodes).
+        "processes": trainer.world_size,
+        # Another share of an epoch moves its boundaries; of validation, what "after" is
+        # measured on (the summary compared 120 blocks before with 10 after; probe 47).
+        "limit_train_batches": trainer.limit_train_batches,
+        "limit_val_batches": trainer.limit_val_batches,
+    }
+    if counts_batches(trainer.limit_val_batches):
+        found["val_batch_size"] = getattr(trainer.datamodule, "val_batch_size", None)
+    return found
 
 
 @dataclass(frozen=True)
@@ -131,16 +151,30 @@ def blockers(
         found.append("data.streaming: each process reads its own share of the stream")
     if current["distill"].get("on_policy"):
         found.append("distill.on_policy: its draws follow the micro-batches")
-    for key in ("limit_train_batches", "limit_val_batches"):  # counted in batches: other ones
-        shares = then.get(key), now.get(key)
-        if any(not isinstance(share, float) or share != 1.0 for share in shares):
-            found.append(f"trainer.{key}={shares[1]}: a share counted in batches, not blocks")
+    shares = then.get("limit_train_batches"), now.get("limit_train_batches")
+    if any(map(counts_batches, shares)):  # counted in batches: other ones
+        share = f"trainer.limit_train_batches={shares[1]}"
+        found.append(f"{share}: a share counted in batches, not blocks")
+    if any(counts_batches(record.get("limit_val_batches")) for record in (then, now)):
+        sizes = [record.get("val_batch_size", 0) * record["processes"] for record in (then, now)]
+        if sizes[0] != sizes[1] or not sizes[0]:  # the same blocks in each validation batch
+            found.append(
+                f"trainer.limit_val_batches={now.get('limit_val_batches')}: counted in "
+                f"validation batches of {sizes[0]} blocks then, {sizes[1]} now "
+                "(data.val_batch_size x processes)"
+            )
     saved_count = saved_batches_in_epoch(checkpoint)
     if saved_count is None:
         found.append("the checkpoint holds no loop state to move")
     elif saved_count[0] % split.then["accumulate_grad_batches"] and not saved_count[1]:
         found.append("the checkpoint was saved inside an accumulation window")
     return found
+
+
+def counts_batches(share: Any) -> bool:
+    """Whether ``trainer.limit_*_batches`` reads part of its loader, a count of batches or a
+    share of them: which blocks then depends on the batches' size (1.0: every block)."""
+    return not isinstance(share, float) or share != 1.0
 
 
 BATCHING = ("data.batch_size", "trainer.accumulate_grad_batches", "processes")

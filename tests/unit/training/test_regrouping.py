@@ -146,8 +146,14 @@ def test_only_an_exact_move_is_regrouped() -> None:
     on_policy = record(2, 2) | {"distill": {"on_policy": 0.5}}
     assert regrouping(record(4, 1), on_policy, progress(6)) is None
     assert regrouping(record(4, 1), record(2, 2, limit_train_batches=0.5), progress(6)) is None
-    # validation counted in batches: other blocks once they are of another size (probe 56)
+    # validation counted in batches: other blocks once they are of another size (probe 56),
+    # the same while data.val_batch_size x processes is (it was refused whatever the size)
+    counted = {"limit_val_batches": 2, "val_batch_size": 8}
     assert regrouping(record(4, 1), record(2, 2, limit_val_batches=2), progress(6)) is None
+    assert regrouping(record(4, 1, **counted), record(2, 2, **counted), progress(6)) is not None
+    assert regrouping(record(4, 1, 2, **counted), record(4, 2, 1, **counted), progress(6)) is None
+    halved = record(4, 2, 1, limit_val_batches=2, val_batch_size=16)
+    assert regrouping(record(4, 1, 2, **counted), halved, progress(6)) is not None
     assert regrouping(record(2, 2), record(4, 1), progress(3)) is None  # inside a window
     assert regrouping(record(2, 2), record(4, 1), progress(3, last=True)) is not None
     assert regrouping(record(2, 2), record(4, 1), {"loops": {}}) is None
@@ -164,6 +170,12 @@ def test_a_split_that_keeps_the_step_but_cannot_be_read_so_says_why() -> None:
         "batches: trainer.limit_train_batches=0.5: a share counted in batches, not blocks"
     )
     assert step_hint(record(4, 1), record(2, 2), progress(6)) == ""  # it is regrouped
+    counted = record(2, 2, limit_val_batches=2, val_batch_size=2)
+    assert step_hint(record(4, 1, limit_val_batches=2, val_batch_size=4), counted, progress(6)) == (
+        "\nThe same 4 blocks per optimizer step, but not read as the same steps in other "
+        "batches: trainer.limit_val_batches=2: counted in validation batches of 4 blocks then, "
+        "2 now (data.val_batch_size x processes)"
+    )
     assert "A step of the checkpoint read 4 blocks" in step_hint(record(4, 1), record(2, 1), {})
 
 
@@ -174,3 +186,28 @@ def test_a_student_with_dropout_is_said_to_draw_other_masks() -> None:
     plain, dropping = torch.nn.Linear(2, 2), torch.nn.Sequential(torch.nn.Dropout(0.1))
     assert split.lines(plain)[-1].endswith("read in other batches")
     assert split.lines(dropping)[-1].endswith("(the student's dropout draws other masks in them)")
+
+
+def test_validation_counted_in_batches_records_their_size() -> None:
+    """A plain resume with another data.val_batch_size under trainer.limit_val_batches=N read
+    other blocks, its "after" measured on another set, without a word (stop 73's open item);
+    with every validation batch read, the size is not recorded: any reads the same blocks."""
+    from types import SimpleNamespace
+
+    from lightning_kd.training.differences import differences
+    from lightning_kd.training.regrouping import grouping_record
+
+    def trainer(limit_val_batches: float | int, val_batch_size: int) -> SimpleNamespace:
+        data = SimpleNamespace(val_batch_size=val_batch_size)
+        counts = {"accumulate_grad_batches": 1, "world_size": 1, "limit_train_batches": 1.0}
+        return SimpleNamespace(limit_val_batches=limit_val_batches, datamodule=data, **counts)
+
+    def data(limit_val_batches: float | int, val_batch_size: int) -> dict:
+        return {"data": grouping_record(trainer(limit_val_batches, val_batch_size))}
+
+    assert "val_batch_size" not in data(1.0, 8)["data"]
+    assert data(1, 8)["data"]["val_batch_size"] == 8  # one batch, not all of them
+    assert differences(data(1.0, 8), data(1.0, 4)) == []
+    assert differences(data(2, 8), data(2, 4)) == ["data.val_batch_size: checkpoint 8, this run 4"]
+    older = {"data": {k: v for k, v in data(2, 8)["data"].items() if k != "val_batch_size"}}
+    assert differences(older, data(2, 4)) == []  # saved before the size was recorded
