@@ -63,7 +63,8 @@ class CrossTokenizer:
             )
         self.loss, self.uld_weight, self.span_weight = loss, uld_weight, span_weight
         self.spelled, self.head_checked = SpelledShare(min_aligned), False
-        self.kept: MetricSums | None = None
+        self.kept: tuple[Tensor, Tensor] | None = None
+        """Validation: each row's teacher NLL and bytes, for :meth:`teacher_sums`."""
         """A validation batch's teacher sums, until :meth:`teacher_sums` reads them."""
 
     @classmethod
@@ -158,7 +159,7 @@ class CrossTokenizer:
         """The teacher's records at the student positions 0 .. seq − 2 of ``batch``; ``keep``
         holds the teacher's bits per byte for :meth:`teacher_sums` (validation)."""
         side = self.teacher_side(teacher, head, batch, temperature, keep)
-        self.kept = self._bits(side.nll, side.text_bytes) if keep else None
+        self.kept = (side.nll, side.text_bytes) if keep else None
         return self.mapped(side.top, side.wanted, side.span, batch["labels"])
 
     @torch.no_grad()
@@ -262,12 +263,8 @@ class CrossTokenizer:
             )
         self.kept = None
         if counted is not None:
-            self.kept = self._bits(stored.nll[counted], stored.text_bytes[counted])
+            self.kept = (stored.nll.where(counted, 0), stored.text_bytes.where(counted, 0))
         return self.mapped(top, wanted, span, labels)
-
-    @staticmethod
-    def _bits(nll: Tensor, text_bytes: Tensor) -> MetricSums:
-        return {"teacher_bpb": (nll.sum() / math.log(2), text_bytes.sum())}
 
     @staticmethod
     def _with_scored(view: TeacherView, index: Tensor, device) -> tuple[Tensor, Tensor, Tensor]:
@@ -283,10 +280,14 @@ class CrossTokenizer:
 
     # ------------------------------------------------------------------------- validation
 
-    def teacher_sums(self) -> MetricSums:
+    def teacher_sums(self, rows: Tensor | None = None) -> MetricSums:
         """The teacher's bits per byte over the student's scored text, which the last
-        ``records(..., keep=True)`` measured (then dropped)."""
+        ``records(..., keep=True)`` measured (then dropped), over ``rows`` (a ``[batch]`` mask:
+        those it teaches; None: every row)."""
         if self.kept is None:
             raise RuntimeError("teacher_sums reads what records(..., keep=True) measured")
-        sums, self.kept = self.kept, None
-        return sums
+        (nll, text_bytes), self.kept = self.kept, None
+        if rows is not None:  # not a product: a row another teacher teaches may be NaN here
+            rows = rows.to(nll.device)
+            nll, text_bytes = nll.where(rows, 0), text_bytes.where(rows, 0)
+        return {"teacher_bpb": (nll.sum() / math.log(2), text_bytes.sum())}

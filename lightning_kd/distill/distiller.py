@@ -235,7 +235,7 @@ class Distiller(nn.Module):
         with capture_step(*self.captures.values()):
             metrics, (teacher_out, cached) = {}, self.teacher_output(batch, "val")
             if self.cross is not None:  # its own numbers on its own tokens
-                metrics = self.cross.teacher_sums()
+                metrics = self.cross.teacher_sums(self.domains.main_taught(batch))
             student_out = self.run("student", batch)
             if self.layer_pairs:  # over the rows the main teacher teaches, as in training
                 mask = self.domains.main_rows(batch, self.task.scored_mask(batch))

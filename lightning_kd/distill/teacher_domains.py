@@ -98,8 +98,12 @@ class DomainTeaching:
         teacher's rows do not learn from them (they did, from a teacher said not to teach them)."""
         if not self.named:
             return mask
-        taught = taught_mask(self.required(), self.domain(batch), 0)
-        return mask & taught.to(mask.device).unsqueeze(1)
+        return mask & self.main_taught(batch).to(mask.device).unsqueeze(1)
+
+    def main_taught(self, batch: dict) -> Tensor | None:
+        """``[batch]``: whether the main teacher teaches each row (None without named domains):
+        its own figures are over those rows, as each other teacher's are."""
+        return taught_mask(self.required(), self.domain(batch), 0) if self.named else None
 
     def taught_batch(self, batch: dict, column: int) -> dict:
         """``batch`` scored only on the rows teacher ``column`` teaches (its labels ignored on

@@ -342,3 +342,31 @@ def test_a_teacher_whose_domains_have_no_training_block_is_refused() -> None:
     teaching.know_data(SimpleNamespace(domains=DOMAINS, train_domains=[1, 0, 1]))  # both taught
     assert teaching.weights is not None
     teaching.know_data(SimpleNamespace(domains=DOMAINS, train_domains=None))  # a stream: unknown
+
+
+def test_a_cross_tokenizer_main_teachers_bits_are_over_the_rows_it_teaches() -> None:
+    """Its ``teacher_bpb``, read off its own tokens, still counted every row where a main
+    teacher of the student's tokenizer counted its own (stop 73's open item)."""
+    from lightning_kd.distill.cross_tokenizer import CrossTokenizer
+    from lightning_kd.models.loading import byte_tokenizer
+    from tests.unit.distill.test_cross_tokenizer import distillers
+
+    alone = distillers("forward_kl", 1.0)[1].eval()
+    tokenizer = byte_tokenizer()
+    size = len(tokenizer)
+    cross = CrossTokenizer(tokenizer, tokenizer, size, size, top_k=size)
+    extra = ExtraTeachers(["b"], [0.5], [copy.deepcopy(alone.teacher)], [None])
+    both = Distiller(
+        copy.deepcopy(alone.teacher),
+        copy.deepcopy(alone.student),
+        alone.distill,
+        cross=cross,
+        extra=extra,
+        teacher_weight=("a", 0.5),
+    )
+    both.domains = known(entries(["code"], ["prose"], (0.5, 0.5)))
+    batch = batch_of(TEXT)
+    metrics = both.eval().evaluate(batch | {"domain": torch.tensor([0, 1])})
+    own = alone.evaluate(only(batch, 0))["teacher_bpb"]
+    torch.testing.assert_close(metrics["teacher_bpb"], own, rtol=1e-10, atol=0)
+    assert own[1] < alone.evaluate(batch)["teacher_bpb"][1]  # fewer bytes than every row's
