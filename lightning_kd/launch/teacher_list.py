@@ -102,13 +102,17 @@ def domain_errors(entries: Sequence[TeacherEntry], domains: Any, cfg: Mapping) -
     return errors
 
 
-def teacher_precisions(cfg: Mapping, entries: Sequence[TeacherEntry] | None) -> dict[str, str]:
-    """For the summary's precision row: ``{"quantize": "int8"}`` when the teacher is quantized,
-    and for each other ``teachers`` entry held otherwise than the main teacher,
+def held_precisions(cfg: Mapping, entries: Sequence[TeacherEntry] | None) -> dict[str, str]:
+    """For the summary's precision row, how the models are held where not as the trainer's
+    precision says: ``{"student.dtype": "bfloat16"}`` for a student's weights in another dtype
+    (left out: the row read ``32-true``; probe 55), ``{"quantize": "int8"}`` when the teacher is
+    quantized, and for each other ``teachers`` entry held otherwise than the main teacher,
     ``quantize[<name>]`` (``int8``, or ``full-precision``) and ``dtype[<name>]`` (its own
     ``dtype``: an entry in bfloat16 was left out, the row naming the main teacher's alone)."""
     mode, dtype = cfg["teacher"].get("quantize"), cfg["teacher"].get("dtype")
-    found = {"quantize": mode} if mode else {}
+    student = cfg["student"].get("dtype", "float32")
+    found = {"student.dtype": student} if student not in (None, "float32") else {}
+    found |= {"quantize": mode} if mode else {}
     for entry in (entry for entry in entries or () if not entry.main):
         if entry.spec.quantize != mode:
             found[f"quantize[{entry.name}]"] = entry.spec.quantize or "full-precision"

@@ -34,7 +34,7 @@ from lightning_kd.launch.repair_states import drop_repair_states
 from lightning_kd.launch.stop_report import stop_report
 from lightning_kd.launch.sweep_resume import unstarted_job
 from lightning_kd.launch.teacher_cache import given_cache
-from lightning_kd.launch.teacher_list import teacher_precisions
+from lightning_kd.launch.teacher_list import held_precisions
 from lightning_kd.launch.train_checks import train_errors
 from lightning_kd.launch.work_left import check_work_left, run_of
 from lightning_kd.training.checkpoints import resolve_ckpt_path
@@ -171,7 +171,7 @@ def summarise(module, trainer: L.Trainer, resolved, before: dict, after: dict, t
         train_seconds=timer.seconds,
         timed_tokens=module.tokens_seen - timer.tokens_at_start,
         peak_cuda_mb=torch.cuda.max_memory_allocated() / 2**20 if cuda else None,
-        precision=resolved.precision.as_dict() | teacher_precisions(resolved.cfg, module.teachers),
+        precision=resolved.precision.as_dict() | held_precisions(resolved.cfg, module.teachers),
         importance=resolved.ranking.as_dict() if resolved.ranking is not None else None,
         teacher_cache=cache.as_dict() | {"name": module.distiller.teacher_name} if cache else None,
         entry_caches={name: choice.as_dict() for name, choice in entries.items()},

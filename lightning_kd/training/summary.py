@@ -17,6 +17,7 @@ from lightning_kd.training.summary_rows import (
     ROWS,
     TEACHER_ROWS,
     per_teacher,
+    precision_text,
     teacher_rows,
     worse_than_before,
 )
@@ -103,8 +104,8 @@ class RunSummary:
     """``torch.cuda.max_memory_allocated`` of this process, on a GPU."""
     precision: dict[str, str] | None = None
     """The resolved ``trainer.precision`` and ``teacher.dtype``, and why (``auto`` or explicit);
-    ``quantize`` when the teacher's weights are quantized (``teacher.quantize``), and
-    ``quantize[<name>]`` for a ``teachers`` entry quantized otherwise."""
+    ``student.dtype`` where not float32, ``quantize`` when the teacher's weights are quantized
+    (``teacher.quantize``), and ``[<name>]``'s for a ``teachers`` entry held otherwise."""
     importance: dict | None = None
     """With ``student.layers=importance``: the layer scores and the layers kept
     (``layer_scores.Ranking.as_dict``)."""
@@ -158,20 +159,6 @@ class RunSummary:
     def as_dict(self) -> dict:
         return {**asdict(self), "tokens_per_second": self.tokens_per_second, "worse": self.worse}
 
-    def precision_text(self) -> str:
-        """The trainer's precision, the teacher's dtype, and the teachers held otherwise."""
-        teacher = f"teacher {self.precision['teacher.dtype']}"
-        if self.precision.get("quantize"):
-            teacher += f", {self.precision['quantize']} weights"
-        teacher += "".join(  # a teachers entry held otherwise: dtype[<name>], quantize[<name>]
-            f", teachers{key.removeprefix('dtype')} {value}"
-            if key.startswith("dtype[")
-            else f", teachers{key.removeprefix('quantize')} {value} weights"
-            for key, value in self.precision.items()
-            if key.startswith(("quantize[", "dtype["))
-        )
-        return f"{self.precision['trainer.precision']}, {teacher}"
-
     def metric_rows(self) -> list[tuple[str, str, str]]:
         """The validation rows: the teacher's figures, then each metric before and after."""
         rows = []
@@ -216,7 +203,7 @@ class RunSummary:
             (f"wall time (s{self.launch})", "", f"{self.wall_seconds:.1f}"),
         ]
         if self.precision is not None:
-            rows.append(("precision", "", self.precision_text()))
+            rows.append(("precision", "", precision_text(self.precision)))
         if self.teacher_cache is not None:
             rows.append(("teacher in training", "", self.teacher_cache["in_training"]))
         rows += [

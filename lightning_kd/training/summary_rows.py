@@ -1,4 +1,5 @@
-"""The rows of a run's summary table: each validation metric's label and decimals."""
+"""The rows of a run's summary table: each validation metric's label and decimals, and the
+precision row."""
 
 from __future__ import annotations
 
@@ -69,3 +70,21 @@ def worse_than_before(before: dict[str, float], after: dict[str, float]) -> str 
         f"{key} rose over the run, {before[key]:.4g} → {after[key]:.4g}: the student ends worse "
         "than it started (diverged? a lower optimizer.lr, or gradient clipping, may help)"
     )
+
+
+def precision_text(held: dict[str, str]) -> str:
+    """The precision row of ``held`` (``RunSummary.precision``): the trainer's precision, a
+    student's dtype of its own, the teacher's dtype, and the teachers held otherwise."""
+    parts = [held["trainer.precision"], f"teacher {held['teacher.dtype']}"]
+    if held.get("student.dtype"):
+        parts.insert(1, f"student {held['student.dtype']}")
+    if held.get("quantize"):
+        parts.append(f"{held['quantize']} weights")
+    parts += [  # a teachers entry held otherwise: dtype[<name>], quantize[<name>]
+        f"teachers{key.removeprefix('dtype')} {value}"
+        if key.startswith("dtype[")
+        else f"teachers{key.removeprefix('quantize')} {value} weights"
+        for key, value in held.items()
+        if key.startswith(("quantize[", "dtype["))
+    ]
+    return ", ".join(parts)

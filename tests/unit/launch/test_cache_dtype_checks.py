@@ -67,7 +67,7 @@ def test_an_auto_dtype_over_a_cache_is_said_as_the_caches(tmp_path) -> None:
 
 def test_an_auto_entry_over_a_cache_of_another_dtype_is_in_the_precision_row(tmp_path) -> None:
     from lightning_kd.distill.teacher_entries import teacher_entries
-    from lightning_kd.launch.teacher_list import teacher_precisions
+    from lightning_kd.launch.teacher_list import held_precisions
     from lightning_kd.models.loading import TeacherSpec
     from tests.conftest import TINY_LLAMA
 
@@ -79,4 +79,4 @@ def test_an_auto_entry_over_a_cache_of_another_dtype_is_in_the_precision_row(tmp
         {"name": "b", "weight": 0.5, "config": other, "cache": str(cache)},
     ]
     entries = teacher_entries(listed, TeacherSpec(path=None, config=dict(TINY_LLAMA)))
-    assert teacher_precisions(cfg, entries) == {"dtype[b]": "bfloat16"}
+    assert held_precisions(cfg, entries) == {"dtype[b]": "bfloat16"}

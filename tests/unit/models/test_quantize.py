@@ -12,7 +12,7 @@ import torch
 from lightning_kd.launch.cache import write
 from lightning_kd.launch.checks import config_errors
 from lightning_kd.launch.config import compose_config
-from lightning_kd.launch.teacher_list import teacher_precisions
+from lightning_kd.launch.teacher_list import held_precisions
 from lightning_kd.models import quantize
 from lightning_kd.models.layer_config import decoder_layers
 from lightning_kd.models.loading import TeacherSpec, load_teacher
@@ -134,7 +134,7 @@ def test_a_teachers_entry_is_quantized_as_it_says_or_as_the_teacher_group_is() -
         assert ("distiller.teacher.lm_head.weight" in ignored) == main_int8
         cfg = compose_config(["debug=smoke", f"teacher.quantize={main.quantize or 'null'}"])
         precision = {"trainer.precision": "32-true", "teacher.dtype": "float32"}
-        summary = RunSummary({}, precision=precision | teacher_precisions(cfg, module.teachers))
+        summary = RunSummary({}, precision=precision | held_precisions(cfg, module.teachers))
         row = summary.markdown().split("| precision |  | ")[1].split(" |")[0]
         expected = {
             (False, True): "32-true, teacher float32, teachers[b] int8 weights",

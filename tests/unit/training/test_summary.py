@@ -113,7 +113,7 @@ def test_a_teachers_entry_of_its_own_dtype_is_in_the_precision_row() -> None:
     """An entry in bfloat16 beside a float32 teacher: the row named the main teacher's alone."""
     from lightning_kd.distill.teacher_entries import teacher_entries
     from lightning_kd.launch.config import compose_config
-    from lightning_kd.launch.teacher_list import teacher_precisions
+    from lightning_kd.launch.teacher_list import held_precisions
     from lightning_kd.models.loading import TeacherSpec
     from tests.conftest import TINY_LLAMA
 
@@ -128,10 +128,14 @@ def test_a_teachers_entry_of_its_own_dtype_is_in_the_precision_row() -> None:
     ]
     entries = teacher_entries(listed, TeacherSpec(path=None, config=dict(TINY_LLAMA)))
     precision = {"trainer.precision": "32-true", "teacher.dtype": "float32"}
-    precision |= teacher_precisions(cfg, entries)
+    precision |= held_precisions(cfg, entries)
     assert precision["dtype[b]"] == "bfloat16" and "dtype[c]" not in precision
     row = RunSummary({}, precision=precision).markdown().split("| precision |  | ")[1]
     assert row.split(" |")[0] == "32-true, teacher float32, teachers[b] bfloat16"
+    cfg = compose_config(["debug=smoke", "teacher.dtype=float32", "student.dtype=bfloat16"])
+    precision |= held_precisions(cfg, None)  # the row said 32-true of a bf16 student (probe 55)
+    row = RunSummary({}, precision=precision).markdown().split("| precision |  | ")[1]
+    assert row.split(" |")[0] == "32-true, student bfloat16, teacher float32, teachers[b] bfloat16"
 
 
 def test_the_run_directory_written_counts_what_the_run_wrote(tmp_path) -> None:
