@@ -266,6 +266,12 @@ def fmt(value: float | None) -> str:
     return f"{value:.4f}" if abs(value) < 1e6 else f"{value:.4g}"
 
 
+def marked(row: dict) -> str:
+    """The teacher row's mark, with how its model was held otherwise than the run held it
+    (``held``: an int8 teacher's lm-eval scores its float weights)."""
+    return f"teacher, {row['held']}" if row.get("held") else "teacher"
+
+
 def markdown(rows: list[dict]) -> str:
     """The rows as one markdown table: a line per task, metric and model, with its stderr and,
     when a teacher row is there, the model's value over the teacher's."""
@@ -276,7 +282,7 @@ def markdown(rows: list[dict]) -> str:
         for metric in (m for m in metrics if not m.endswith("_stderr")):
             for row in rows:
                 value = row["scores"][task][metric]
-                name = f"{row['model']} (teacher)" if row["teacher"] else row["model"]
+                name = f"{row['model']} ({marked(row)})" if row["teacher"] else row["model"]
                 line = f"| {task} | {metric} | {name} | {fmt(value)} | "
                 line += f"{fmt(row['scores'][task].get(f'{metric}_stderr'))} |"
                 if teacher:

@@ -131,6 +131,8 @@ def evaluate_run(cfg: Mapping, student_dir: Path, trainer) -> list[dict] | None:
             f"lm_eval.tasks failed after training ({type(error).__name__}: {error}); the student "
             f"and the summary are written: score it again with `{again}`"
         ) from error
+    if teacher is not None and (mode := lookup(cfg, "teacher.quantize")) not in (None, ABSENT):
+        rows[0]["held"] = f"float weights: the run distilled its {mode} copy"  # probe 55
     metrics = logged_metrics(rows[-1]["scores"])
     if teacher is not None:
         metrics |= logged_metrics(rows[0]["scores"], prefix="teacher_")

@@ -90,3 +90,24 @@ def test_a_device_lm_eval_cannot_run_on_is_refused_before_the_run(monkeypatch) -
         "lm_eval.device='bogus' is not a device; give cpu, cuda or cuda:N"
     ]
     assert harness_errors(compose_config([*tasks, "lm_eval.device=cpu"])) == []
+
+
+def test_an_int8_teachers_row_says_lm_eval_scored_its_float_weights(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """lm-eval loads the teacher's saved weights: with teacher.quantize=int8 the row named "the
+    teacher" scored the float model, not the int8 one the student learnt from (probe 55)."""
+    scores = {"kd_heldout_choice": {"acc": 0.5, "acc_stderr": 0.1}}
+
+    def scored(models, harness, teacher, before_each):
+        named = [(teacher, True), *((model, False) for model in models)]
+        return [{"model": m, "teacher": t, "scores": scores} for m, t in named]
+
+    monkeypatch.setattr("lightning_kd.launch.harness_run.score_models", scored)
+    overrides = ["lm_eval.tasks=kd_heldout_choice", "lm_eval.teacher=true"]
+    trainer = SimpleNamespace(loggers=[], global_step=6)
+    held = evaluate_run(compose_config([*overrides, "teacher.quantize=int8"]), tmp_path, trainer)
+    table = RunSummary(after={}, lm_eval=held).markdown()
+    assert "| smollm2 (teacher, float weights: the run distilled its int8 copy) |" in table
+    plain = evaluate_run(compose_config(overrides), tmp_path, trainer)
+    assert "| smollm2 (teacher) |" in RunSummary(after={}, lm_eval=plain).markdown()
