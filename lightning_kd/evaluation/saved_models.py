@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from lightning_kd.models.finite_weights import nonfinite_error
 from lightning_kd.models.names import shadowing_error
 from lightning_kd.models.packaged import PACKAGED, missing_error
 from lightning_kd.models.sources import (
@@ -69,6 +70,8 @@ def load_model(name: str, tokenizer=None, reference: str = "the first model", tr
                 "config, e.g. an encoder-decoder like T5): evaluate scores causal LMs"
             ) from None
     model.eval()
+    if error := nonfinite_error(model, name, "Export it again, or score an earlier checkpoint"):
+        raise Refused(error)  # its NaN logits read as a model that reads ahead (probe 59)
     if reads_ahead(model):
         raise Refused(
             f"{name} reads ahead: its prediction at a position changes with a later token (a "

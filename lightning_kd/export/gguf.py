@@ -184,7 +184,7 @@ def gguf_tensors(model, wanted: GGMLQuantizationType):
     config = model.config
     names = get_tensor_name_map(MODEL_ARCH.LLAMA, config.num_hidden_layers)
     tied = getattr(config, "tie_word_embeddings", False)
-    unknown, too_large = [], []
+    unknown, too_large, nonfinite = [], [], []
     for key, tensor in model.state_dict().items():
         if key.endswith(SKIPPED) or (tied and key == "lm_head.weight"):
             continue
@@ -195,11 +195,24 @@ def gguf_tensors(model, wanted: GGMLQuantizationType):
         data = rotary_rows(name, tensor.detach().to(torch.float32).cpu().numpy(), config)
         stored = storage(name, data, wanted)
         largest = float(np.abs(data).max()) if data.size else 0.0
-        if largest > F16_LARGEST.get(stored, np.inf):
+        finite = bool(np.isfinite(data).all())  # "largest > limit" is False for NaN (probe 59)
+        if not finite:
+            nonfinite.append(key)
+        elif largest > F16_LARGEST.get(stored, np.inf):
             too_large.append(f"{key} ({largest:.3g})")
-        yield name, quants.quantize(data, stored), stored
+        with np.errstate(invalid="warn" if finite else "ignore"):  # refused below, by name
+            quantized = quants.quantize(data, stored)
+        yield name, quantized, stored
     if unknown:
         refuse([f"export.gguf: the student has tensors a Llama GGUF has no name for: {unknown}"])
+    if nonfinite:  # a file of NaN logits, written as fine
+        refuse(
+            [
+                f"export.gguf: the student's weights {nonfinite} hold NaN or infinity: its "
+                "training diverged, or its file is damaged; export an earlier checkpoint or an "
+                "intact copy"
+            ]
+        )
     if too_large:  # f16 turns them into inf: a file whose every logit is NaN, written as fine
         refuse(
             [

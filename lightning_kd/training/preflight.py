@@ -7,7 +7,8 @@ Left to the step, each fails at step 1 (or later) with an error that names neith
   the chunked loss applies the output head itself, so a hook on ``lm_head`` would never fire;
 - a projector whose widths were read off the module structure wrongly (``features.output_width``
   guesses, e.g., the residual width for an MLP's inner activation);
-- a "causal" LM whose outputs at a position move with later tokens (an encoder loaded as one).
+- a "causal" LM whose outputs at a position move with later tokens (an encoder loaded as one),
+  and before it, weights that are NaN or infinite (``models/finite_weights.py``).
 
 The feature and causality checks run each model forward on a 1 × 8 token batch, as the step runs
 it (its captures armed). As training starts, a warning names feature pairs that no trained
@@ -27,12 +28,16 @@ from lightning.pytorch.strategies import DeepSpeedStrategy, FSDPStrategy
 from torch import nn
 
 from lightning_kd.models.batch_positions import max_positions
+from lightning_kd.models.finite_weights import nonfinite_error
 from lightning_kd.models.heads import final_hidden
 from lightning_kd.models.positions import position_error
 from lightning_kd.training.progress import total_steps
 from lightning_kd.utils.refusal import Refused
 
 SAMPLE_TOKENS = 8
+DAMAGED_FIX = (
+    "Load an intact copy (teacher.path, student.path), or resume from an earlier checkpoint"
+)
 
 
 def check_block_size(block_size: int, module: LightningModule) -> None:
@@ -164,6 +169,8 @@ def check_causal(module: LightningModule) -> None:
         model = getattr(distiller, role)
         if model is None:  # a cached teacher: its writer ran the same check's model
             continue
+        if error := nonfinite_error(model, f"the {role}", DAMAGED_FIX):  # NaN ≠ NaN: "not causal"
+            raise Refused(error)
         ids = sample_ids(model, module.device)
         changed = ids.clone()
         changed[0, -1] = (changed[0, -1] + 1) % model.get_input_embeddings().num_embeddings

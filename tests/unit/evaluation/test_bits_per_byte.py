@@ -166,6 +166,24 @@ def test_a_model_that_reads_ahead_is_refused(tmp_path, capsys) -> None:
     assert "reads ahead" in capsys.readouterr().err
 
 
+def test_a_saved_model_of_nan_weights_is_named_not_called_an_encoder(tmp_path, capsys) -> None:
+    """Its NaN logits differed from themselves: "reads ahead ... a bidirectional encoder" of a
+    plain causal LM whose file was damaged (probe 59)."""
+    model = save_tiny(tmp_path / "damaged", byte_tokenizer(), seed=0)
+    with torch.no_grad():
+        model.model.layers[0].mlp.up_proj.weight[:2] = float("nan")
+    model.save_pretrained(tmp_path / "damaged")
+    text = tmp_path / "heldout.txt"
+    text.write_text("some held-out text")
+    from lightning_kd.cli import main as cli
+
+    damaged = str(tmp_path / "damaged")
+    assert cli(["evaluate", "--files", str(text), "--block-size", "32", "--", damaged]) == 2
+    err = capsys.readouterr().err
+    assert "has weights that are NaN or infinite: model.layers.0.mlp.up_proj.weight (" in err
+    assert "reads ahead" not in err
+
+
 def test_models_evaluate_cannot_score_are_refused_with_the_fix(tmp_path, capsys) -> None:
     """Each was a traceback: an encoder-decoder (a ValueError listing 300 config classes), a
     tokenizer with no document boundary; a run's directory said only "has no config.json"."""

@@ -184,6 +184,23 @@ def test_a_weight_beyond_f16_is_refused_by_name_and_nothing_is_written(saved, tm
     assert [p.name for p in tmp_path.iterdir()] == ["big.q8_0.gguf"]
 
 
+@pytest.mark.parametrize("kind", ["f16", "q8_0"])
+def test_a_weight_of_nan_or_infinity_is_refused_by_name_and_nothing_is_written(
+    saved, kind, tmp_path
+) -> None:
+    """NaN compared False with the f16 limit, and a norm's inf is stored in f32: a damaged
+    student was written with "wrote" and exit 0 (probe 59)."""
+    model = AutoModelForCausalLM.from_pretrained(saved)
+    with torch.no_grad():
+        model.model.layers[0].self_attn.v_proj.weight[0, :4] = float("nan")
+        model.model.norm.weight[0] = float("inf")
+    tokenizer = AutoTokenizer.from_pretrained(saved)
+    names = r"\['model.layers.0.self_attn.v_proj.weight', 'model.norm.weight'\] hold NaN"
+    with pytest.raises(Refused, match=names):
+        write_gguf(model, tokenizer, tmp_path / f"nan.{kind}.gguf", kind)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_llama_variants_it_does_not_write_are_named() -> None:
     model = model_from_config({**TINY_LLAMA_CONFIG, "vocab_size": 257}, "causal_lm")
     model.config.hidden_act = "gelu"

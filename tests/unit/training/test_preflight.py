@@ -6,6 +6,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+import torch
 
 from lightning_kd.launch.checks import config_errors
 from lightning_kd.launch.config import compose_config
@@ -106,3 +107,22 @@ def test_an_on_policy_warm_up_as_long_as_the_run_is_said(tiny_teacher, corpus: P
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message="distill.on_policy_warmup")
         fit_with_warmup(2, **by_epochs)  # step 2 samples
+
+
+@pytest.mark.parametrize("role", ["student", "teacher"])
+def test_weights_of_nan_are_named_not_called_an_encoder(tiny_teacher, corpus: Path, role) -> None:
+    """The causality check compared NaN with NaN: a damaged file was "not causal", or a
+    RuntimeError about a negative tolerance (probe 59)."""
+    from lightning.pytorch import Callback
+
+    class Damaged(Callback):
+        def on_fit_start(self, trainer, module) -> None:
+            model = getattr(module.distiller, role)
+            with torch.no_grad():
+                model.model.layers[1].self_attn.v_proj.weight[0, :5] = float("nan")
+
+    module = make_module(tiny_teacher)
+    trainer = make_trainer(max_steps=1, callbacks=[Damaged(), Preflight()])
+    weights = rf"^the {role} \(LlamaForCausalLM\) has weights that are NaN or infinite: "
+    with pytest.raises(Refused, match=weights + r"model.layers.1.self_attn.v_proj.weight \(5\)"):
+        trainer.fit(module, make_datamodule([corpus], block_size=32))
