@@ -15,7 +15,6 @@ writer), so of a writer and a reader starting together at least one finds the ot
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -34,6 +33,7 @@ from lightning_kd.cache.key_mismatch import mismatches
 from lightning_kd.cache.reader import CacheError
 from lightning_kd.cache.shard_files import write_json
 from lightning_kd.utils.locks import in_use_elsewhere, writer_lock
+from lightning_kd.utils.records import read_record
 
 
 @contextmanager
@@ -96,7 +96,8 @@ def check_earlier(directory: Path, meta: dict[str, Any], overwrite: bool) -> Non
                 "to replace them, or write this cache into another hydra.run.dir"
             )
         return
-    earlier = json.loads(path.read_text())
+    again = "pass overwrite=true to write the cache anew, or write it into another hydra.run.dir"
+    earlier = read_record(path, again)
     # No shard yet: a writer refused after recording its settings (a module its teacher lacks)
     # left nothing to keep, and the corrected command was refused as "other settings".
     if earlier == meta or not any((directory / SHARD_DIR).glob("*.safetensors")):

@@ -33,6 +33,7 @@ from lightning_kd.models.digests import (
 )
 from lightning_kd.utils.atomic import atomic_write_bytes
 from lightning_kd.utils.locks import writer_lock
+from lightning_kd.utils.records import read_record
 from lightning_kd.utils.refusal import Refused
 
 DECODING = ("max_new_tokens", "do_sample", "temperature", "top_p", "batch_size")
@@ -131,7 +132,8 @@ def check_record(out: Path, current: dict[str, Any]) -> None:
         )
         write_record(path, current)
         return
-    found = differences(json.loads(path.read_text()), current)
+    fix = f"restore it, or delete {out} (overwrite=true does) to generate anew"
+    found = differences(read_record(path, fix), current)
     if found:
         raise CompletionsMismatch(
             f"{out} was begun with other generate settings or another teacher ({path.name}):\n  "

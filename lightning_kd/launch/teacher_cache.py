@@ -24,7 +24,6 @@ online teacher: only a run resolves it.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -46,6 +45,7 @@ from lightning_kd.launch.online_reasons import AUTO, why_online
 from lightning_kd.launch.teacher_reads import passes, repair_passes, validation_reads
 from lightning_kd.models.cache_places import cache_root
 from lightning_kd.utils.locks import waiting_lock
+from lightning_kd.utils.records import DamagedRecord, read_record
 
 SHARED_DIRECTORY = "teacher_caches"
 """The shared cache directory's name under ``cache_root()`` (when ``cache.dir`` is null)."""
@@ -185,7 +185,10 @@ def holds(directory: Path, key: CacheKey) -> bool:
     to run a writer that ``auto`` users never ran; the writer now rewrites it, keeping the rest."""
     if not (directory / INDEX_NAME).is_file():
         return False
-    index = read_index(directory)
+    try:
+        index = read_index(directory)
+    except CacheError:  # damaged: the shared cache is the package's to write again
+        return False
     if mismatches(CacheKey(**index["key"]), key):
         return False
     try:
@@ -198,6 +201,12 @@ def holds(directory: Path, key: CacheKey) -> bool:
 
 def stale(directory: Path, key: CacheKey) -> bool:
     """Whether ``directory`` holds a cache (whole or begun) of the same teacher and data with
-    other hidden states than ``key``'s (its repair states dropped, say): written anew."""
+    other hidden states than ``key``'s (its repair states dropped, say), or a damaged record of
+    its settings (a raw JSONDecodeError in every later run of the key; probe 59): written anew."""
     meta = directory / META_NAME
-    return meta.is_file() and CacheKey(**json.loads(meta.read_text())["key"]) != key
+    if not meta.is_file():
+        return False
+    try:
+        return CacheKey(**read_record(meta, "")["key"]) != key
+    except (DamagedRecord, KeyError, TypeError):  # a damaged record: the cache written anew
+        return True

@@ -94,6 +94,23 @@ def test_shards_without_the_record_of_their_settings_are_not_completed(
     assert TeacherCache.open(directory).key.temperature == 2.0
 
 
+def test_a_damaged_record_of_the_settings_is_named_with_the_fix(tiny_teacher, corpus, tmp_path):
+    """A meta.json cut short was a JSONDecodeError traceback that named no file (probe 59)."""
+    teacher = load_teacher(tiny_teacher)
+    datamodule = make_datamodule([corpus])
+    datamodule.setup()
+    directory = tmp_path / "cache"
+    write_cache(teacher, datamodule.tokenizer, datamodule, SPEC, directory)
+    meta = directory / "meta.json"
+    meta.write_text(meta.read_text()[:100])
+    (directory / "index.json").unlink()
+    refused = rf"^{meta} cannot be read \(.*\): pass overwrite=true to write"
+    with pytest.raises(Refused, match=refused):
+        write_cache(teacher, datamodule.tokenizer, datamodule, SPEC, directory)
+    write_cache(teacher, datamodule.tokenizer, datamodule, SPEC, directory, overwrite=True)
+    TeacherCache.open(directory)
+
+
 def test_a_cache_a_run_reads_is_not_replaced_under_it(tiny_teacher, corpus, tmp_path) -> None:
     """`lightning-kd cache overwrite=true` into a cache a training run read went ahead: the run
     stopped at its next shard read, its cache gone (probe 23, F2). Now the writer is refused

@@ -95,6 +95,20 @@ def test_a_file_begun_without_a_record_is_continued_with_a_warning(teacher, tmp_
     assert out.read_text() == whole and record_path(out).is_file()
 
 
+def test_a_damaged_record_is_named_with_the_fix(teacher, tmp_path) -> None:
+    """A completions.meta.json cut short was a JSONDecodeError traceback that named no file
+    (probe 59); a damaged record is not a missing one: the rows' settings are unknown."""
+    from lightning_kd.utils.records import DamagedRecord
+
+    prompts = write_prompts(tmp_path / "p.jsonl", 4)
+    out = generate(config(tmp_path / "g", prompts), teacher, tokenizer())
+    out.write_text(out.read_text().splitlines(keepends=True)[0])
+    record_path(out).write_text(record_path(out).read_text()[:60])
+    refused = rf"^{record_path(out)} cannot be read \(.*\): restore it, or delete {out} \(over"
+    with pytest.raises(DamagedRecord, match=refused):
+        generate(config(tmp_path / "g", prompts), teacher, tokenizer())
+
+
 def test_a_second_generate_into_one_output_is_refused(teacher, tmp_path) -> None:
     prompts = write_prompts(tmp_path / "p.jsonl", 2)
     out = tmp_path / "g" / "completions.jsonl"

@@ -260,6 +260,22 @@ def test_a_damaged_shard_of_the_shared_cache_is_rewritten_by_the_next_run(tmp_pa
     assert "found whole in the shared cache" in third.reason
 
 
+@pytest.mark.parametrize("record", ["meta.json", "index.json"])
+def test_a_damaged_record_of_the_shared_cache_is_written_anew(tmp_path, record) -> None:
+    """A meta.json cut short (with its index gone, as a writer killed before it leaves) was a
+    JSONDecodeError traceback naming no file, in every later run of the key (probe 59)."""
+    caches = tmp_path / "caches"
+    cfg = compose_config(cached_smoke(caches), output_dir=tmp_path / "run")
+    directory = Path(resolve_teacher_cache(cfg)[0].path)
+    (directory / record).write_bytes((directory / record).read_bytes()[:100])
+    if record == "meta.json":
+        (directory / "index.json").unlink()
+    again, _ = resolve_teacher_cache(cfg)
+    assert "written to the shared cache" in again.reason
+    TeacherCache.open(directory)  # whole again
+    assert "found whole in the shared cache" in resolve_teacher_cache(cfg)[0].reason
+
+
 def test_a_repair_the_data_cannot_batch_is_refused_before_auto_writes(tmp_path) -> None:
     """It was refused by the repair's sampler once auto had written a 43 MB cache for the run
     that could not start."""
