@@ -20,7 +20,18 @@ import torch
 from lightning_kd.utils.files import file_identity
 from lightning_kd.utils.refusal import Refused
 
-AFRESH = "resume from an earlier checkpoint or start afresh"
+REPAIR_NAME = "repair.pt"
+"""Beside ``last.ckpt``: a stopped block-wise repair's progress, until the first checkpoint."""
+
+
+def afresh(path: Path) -> str:
+    """The way on from a damaged ``path``: an earlier checkpoint, or a fresh start, by the
+    settings that give them (a damaged ``repair.pt`` has no earlier copy: it was told to resume
+    from one, and given no command; probe 59)."""
+    if path.name == REPAIR_NAME:
+        return "the repair's progress has no earlier copy: start the run afresh (overwrite=true)"
+    return "resume from an earlier checkpoint (ckpt_path=PATH) or start afresh (overwrite=true)"
+
 
 _INTACT: set[tuple] = set()
 """The :func:`file_identity` of each file whose members' CRCs were checked in this process."""
@@ -37,7 +48,7 @@ def check_whole(path: Path) -> None:
     stat = path.stat()
     if stat.st_size == 0:
         raise CheckpointError(
-            f"checkpoint {path} is empty (0 bytes): a write of it was interrupted; {AFRESH}"
+            f"checkpoint {path} is empty (0 bytes): a write of it was interrupted; {afresh(path)}"
         )
     key = tuple(file_identity(path).values())
     if key in _INTACT:
@@ -47,12 +58,13 @@ def check_whole(path: Path) -> None:
             damaged = archive.testzip()
     except (zipfile.BadZipFile, OSError) as err:
         raise CheckpointError(
-            f"checkpoint {path} ({stat.st_size} bytes) is truncated or corrupt ({err}); {AFRESH}"
+            f"checkpoint {path} ({stat.st_size} bytes) is truncated or corrupt ({err}); "
+            + afresh(path)
         ) from None
     if damaged is not None:
         raise CheckpointError(
             f"checkpoint {path} is corrupt: its part {damaged} does not match the checksum "
-            f"written with it (the file changed on disk or in a copy); {AFRESH}"
+            f"written with it (the file changed on disk or in a copy); {afresh(path)}"
         )
     _INTACT.add(key)
 
@@ -72,7 +84,7 @@ def load_local(path: Path, map_location: Any = None, mmap: bool = False) -> dict
     except (EOFError, RuntimeError, OSError, zipfile.BadZipFile) as err:
         raise CheckpointError(
             f"checkpoint {path} cannot be read ({type(err).__name__}: {err}); it is truncated "
-            f"or corrupt: {AFRESH}"
+            f"or corrupt: {afresh(path)}"
         ) from None
 
 

@@ -26,15 +26,18 @@ from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 from torch import nn
 
 from lightning_kd.models.lora import LoraSpec
-from lightning_kd.training.checkpoint_files import CheckpointError, check_whole, load_local
+from lightning_kd.training.checkpoint_files import (
+    REPAIR_NAME,
+    CheckpointError,
+    check_whole,
+    load_local,
+)
 from lightning_kd.utils.atomic import replaced_whole
 from lightning_kd.utils.disk import disk_errors
 
 LAST = "last"
 """``ckpt_path`` value meaning "this run directory's latest checkpoint"."""
 LAST_NAME = "last.ckpt"
-REPAIR_NAME = "repair.pt"
-"""Beside ``last.ckpt``: a stopped block-wise repair's progress, until the first checkpoint."""
 
 RESUME = (
     "resume with ckpt_path=last (the last checkpoint written whole is kept; a checkpoint is "

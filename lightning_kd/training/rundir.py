@@ -26,7 +26,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
 from lightning_kd.export.gguf_names import GGUF_KINDS, gguf_path
-from lightning_kd.training.checkpoints import LAST_NAME
+from lightning_kd.training.checkpoints import LAST_NAME, REPAIR_NAME
 from lightning_kd.training.samples import SAMPLES_NAME
 from lightning_kd.training.set_aside import set_aside, settle
 from lightning_kd.utils.locks import LockHeld, take_lock
@@ -134,11 +134,16 @@ def older(path: Path) -> bool:
 def outputs_error(run_dir: Path, found: list[str]) -> str:
     """The refusal of a fresh run into ``run_dir``, which holds a run's outputs ``found``; only
     a run that saved a checkpoint can be resumed, and the advice says so."""
-    resume = (
-        "resume that run (ckpt_path=last), "
-        if (run_dir / "checkpoints" / LAST_NAME).exists()
-        else "it saved no checkpoint to resume from; "
-    )
+    checkpoints = run_dir / "checkpoints"
+    if (checkpoints / LAST_NAME).exists():
+        resume = "resume that run (ckpt_path=last), "
+    elif (checkpoints / REPAIR_NAME).is_file():  # stopped in its repair (probe 59)
+        resume = (
+            f"it stopped in its block-wise repair, whose progress {REPAIR_NAME} keeps: resume "
+            "that run (ckpt_path=last; overwrite=true would remove that progress), "
+        )
+    else:
+        resume = "it saved no checkpoint to resume from; "
     return (
         f"run directory {run_dir} already holds a run's outputs ({', '.join(found)}); "
         f"{resume}start afresh there (overwrite=true removes {', '.join(OUTPUTS)}), or "

@@ -41,9 +41,23 @@ def test_bytes_changed_inside_are_refused_before_loading(saved: Path, member, by
     message = str(error.value)
     assert message.startswith(f"checkpoint {saved} is corrupt: its part ")
     assert "does not match the checksum written with it" in message
-    assert message.endswith("resume from an earlier checkpoint or start afresh")
+    assert message.endswith(
+        "resume from an earlier checkpoint (ckpt_path=PATH) or start afresh (overwrite=true)"
+    )
     with pytest.raises(CheckpointError, match="is corrupt"):
         load_local(saved)
+
+
+def test_a_damaged_repair_state_is_told_to_start_afresh(saved: Path) -> None:
+    """It was told to resume from an earlier checkpoint, which a repair's progress has none of,
+    and given no command (probe 59)."""
+    repair = saved.with_name("repair.pt")
+    repair.write_bytes(saved.read_bytes()[:100])
+    with pytest.raises(CheckpointError) as error:
+        check_whole(repair)
+    assert str(error.value).endswith(
+        "the repair's progress has no earlier copy: start the run afresh (overwrite=true)"
+    )
 
 
 def test_an_intact_file_is_read_once_per_version(saved: Path, monkeypatch) -> None:

@@ -190,3 +190,18 @@ def test_a_further_process_says_which_it_is(environ, prefix, monkeypatch) -> Non
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
     assert rundir.rank_prefix() == prefix
+
+
+def test_a_run_stopped_in_its_repair_is_told_to_resume_not_to_overwrite(tmp_path: Path) -> None:
+    """Launched again without ckpt_path, it was told it "saved no checkpoint to resume from",
+    and to pass overwrite=true, which removes the repair's kept progress (probe 59)."""
+    from lightning_kd.training.rundir import outputs_error
+
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "repair.pt").write_bytes(b"kept")
+    message = outputs_error(tmp_path, ["checkpoints"])
+    assert "it stopped in its block-wise repair, whose progress repair.pt keeps: resume that " in (
+        message
+    )
+    assert "(ckpt_path=last; overwrite=true would remove that progress)" in message
+    assert "saved no checkpoint" not in message
