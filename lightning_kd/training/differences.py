@@ -71,11 +71,15 @@ def unresolved(part: str, key: str, then: Any) -> bool:
 
 
 def moved_paths(saved: dict[str, Any], current: dict[str, Any], found: list[str]) -> list[str]:
-    """The teacher's path where its model differs (digests, config, dtype), beside that
-    difference: where it was and where it is now."""
-    if not any(line.startswith("teacher.") for line in found):
+    """The teacher's path where its model differs (its weights' or config's digest), beside that
+    difference: where it was and where it is now, or that the same place holds another model
+    (it printed ``checkpoint 'smollm2', this run 'smollm2'`` beside a difference of another
+    key, ``teacher.records``, as if the path differed; probe 58)."""
+    if not any(line.startswith(("teacher.weights:", "teacher.config:")) for line in found):
         return []
     paths = (saved.get("teacher", {}).get("path"), current["teacher"]["path"])
     if paths == (None, None):  # teachers built from teacher.config: no place to show
         return []
+    if paths[0] == paths[1]:
+        return [f"teacher.path: {paths[0]!r} in both: the model there is another now"]
     return [f"teacher.path: checkpoint {paths[0]!r}, this run {paths[1]!r}"]
