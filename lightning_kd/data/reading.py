@@ -47,13 +47,14 @@ EMBEDDED = {"python_reference": DEFAULT_CORPUS, "smollm2_generated": TEACHER_COR
 SUFFIXES = tuple(FORMATS)
 
 
-def expand_files(patterns: list[str] | str, key: str = "data.files") -> list[Path]:
+def expand_files(patterns: list[str | Path] | str | Path, key: str = "data.files") -> list[Path]:
     """The files named by ``patterns`` — paths, globs, or the names of the embedded corpora
     (``python_reference``, ``smollm2_generated``); one string is one of them
     (``data.files=notes.txt``, which was read letter by letter) — checked to exist and be
     readable here; the errors name ``key``, the setting that gave them (``--files``)."""
     files: list[Path] = []
-    for pattern in [patterns] if isinstance(patterns, str | Path) else patterns:
+    for given in [patterns] if isinstance(patterns, str | Path) else patterns:
+        pattern = str(given)  # a Path from Python: a TypeError in the glob check (probe 58)
         if pattern in EMBEDDED:
             files.append(EMBEDDED[pattern])
             continue

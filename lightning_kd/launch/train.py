@@ -31,6 +31,7 @@ from lightning_kd.launch.harness_run import evaluate_run
 from lightning_kd.launch.inert_keys import inert_notes
 from lightning_kd.launch.length_checks import early_stopping_note
 from lightning_kd.launch.repair_states import drop_repair_states
+from lightning_kd.launch.resume_settings import check_resume_settings
 from lightning_kd.launch.stop_report import stop_report
 from lightning_kd.launch.sweep_resume import unstarted_job
 from lightning_kd.launch.teacher_cache import given_cache
@@ -42,11 +43,7 @@ from lightning_kd.training.finite import check_finite_model, check_finite_valida
 from lightning_kd.training.joining import joining
 from lightning_kd.training.metrics import check_monitors_first, checked_monitors
 from lightning_kd.training.peers import PeerLost, as_peer_lost
-from lightning_kd.training.rundir import (
-    claim_run_dir,
-    is_own_checkpoint,
-    is_rank_zero,
-)
+from lightning_kd.training.rundir import claim_run_dir, is_own_checkpoint, is_rank_zero
 from lightning_kd.training.samples import samples_markdown
 from lightning_kd.training.saving import agreed
 from lightning_kd.training.stop_reason import stop_reason
@@ -242,8 +239,8 @@ def run(cfg: DictConfig, command: Sequence[str] = COMMAND) -> float | None:
     own = is_own_checkpoint(ckpt_path, output_dir)
     if (checked := run_of(ckpt_path, output_dir, own)) is not None:  # another's too (probe 52)
         check_work_left(ckpt_path, cfg.trainer, checked)
-    repairing = cfg.ckpt_path is not None and ckpt_path is None  # goes on with its repair.pt
-    resuming = own or repairing
+        check_resume_settings(ckpt_path, cfg)  # before a teacher cache is written for them
+    resuming = own or (cfg.ckpt_path is not None and ckpt_path is None)  # or its repair.pt
     with STOP.installed(), claim_run_dir(output_dir, resuming=resuming, overwrite=cfg.overwrite):
         if is_rank_zero() and ckpt_path is None:  # a resume's: once its checkpoint is accepted
             record_job(cfg, output_dir)  # only now that the directory is this launch's

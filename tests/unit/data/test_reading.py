@@ -164,3 +164,13 @@ def test_a_conversation_rendered_to_text_is_said(tmp_path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         distinct_documents([plain])
+
+
+def test_paths_from_python_are_read_as_their_strings_are(tmp_path) -> None:
+    """``TextDataModule(files=[Path(...)])`` failed with "argument of type 'PosixPath' is not
+    iterable" inside the glob check (probe 58's re-run)."""
+    from lightning_kd.data.reading import expand_files
+
+    (tmp_path / "a.txt").write_text("some text")
+    assert expand_files([tmp_path / "a.txt"]) == expand_files([str(tmp_path / "a.txt")])
+    assert expand_files(Path(tmp_path / "*.txt")) == [tmp_path / "a.txt"]

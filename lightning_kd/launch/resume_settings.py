@@ -1,0 +1,64 @@
+"""A resume's settings that its config gives as they are recorded — the objective's and the
+data's — compared with its checkpoint's record before anything loads.
+
+The whole record is compared as the checkpoint is restored (``training/provenance.py``), once
+the models and the data are built: a resume that forgot its first launch's overrides (the
+commonest slip) loaded the teacher and wrote a teacher cache for settings it was refused for
+minutes later, leaving that cache behind (probe 58). Only values a config states as the record
+holds them are compared here; what needs a model (digests, a cache's records) waits for the
+restore, as do the settings a resume may change (the batches' split, the schedule's length, the
+optimizer: ``resume_reset_optimizer``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from lightning_kd.launch.rules import lookup
+from lightning_kd.training.checkpoint_files import load_local
+from lightning_kd.training.provenance import (
+    CROSS_FIELDS,
+    KEY,
+    OBJECTIVE_FIELDS,
+    ON_POLICY_FIELDS,
+)
+from lightning_kd.utils.refusal import Refused
+
+COMPARED = {
+    "distill": (*OBJECTIVE_FIELDS, *CROSS_FIELDS, *ON_POLICY_FIELDS),
+    "data": (
+        *("block_size", "pack", "seed", "split_seed", "val_fraction", "max_train_examples"),
+        "text_field",
+    ),
+}
+"""The record's keys a config sets as they are recorded, by part."""
+SCALARS = (bool, int, float, str)
+
+
+def early_differences(saved: Mapping, cfg: Mapping) -> list[str]:
+    """``part.key: checkpoint X, this run Y`` for each :data:`COMPARED` key whose value, given
+    on both sides (a null, resolved later, is not), differs."""
+    found = []
+    for part, keys in COMPARED.items():
+        record = saved.get(part) or {}
+        for key in keys:
+            then, now = record.get(key), lookup(cfg, f"{part}.{key}")
+            if isinstance(then, SCALARS) and isinstance(now, SCALARS) and then != now:
+                found.append(f"{part}.{key}: checkpoint {then!r}, this run {now!r}")
+    return found
+
+
+def check_resume_settings(ckpt_path: Path, cfg: Mapping) -> None:
+    """Refuse resuming ``ckpt_path`` with another objective or data than its record's, named
+    as the restore names them; ``resume_mismatch=warn`` leaves them to the restore's warning."""
+    if lookup(cfg, "resume_mismatch") == "warn" or not ckpt_path.is_file():
+        return  # not a file: a DeepSpeed directory, read by Lightning
+    saved = load_local(ckpt_path, "cpu", mmap=True).get(KEY)
+    if saved and (found := early_differences(saved, cfg)):
+        raise Refused(
+            f"{ckpt_path} was trained with a different objective or data:\n  "
+            + "\n  ".join(found)
+            + "\nResume with the same settings (the overrides its run was launched with), "
+            "start a new run, or pass resume_mismatch=warn to continue anyway"
+        )
