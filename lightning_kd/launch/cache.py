@@ -254,6 +254,6 @@ LOW_MASS = 0.5
 """The mean mass of the top k under which a cache is said to hold too little of the teacher."""
 LOW_MASS_TEXT = (
     "teacher cache: the top {} hold {:.2f} of the teacher's mass on average; a run trained from "
-    "it sees the rest as one outcome, in its KD term and in its KL (a lower bound: probe 45); "
-    "raise cache.k, or train online"
+    "it sees the rest as one outcome, in its KD term and in its KL (a lower bound of the full "
+    "one); raise cache.k, or train online"
 )
