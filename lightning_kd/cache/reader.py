@@ -168,6 +168,24 @@ def no_writer(directory: Path, state: str) -> None:
         )
 
 
+def missing_directory_error(directory: Path) -> str | None:
+    """Where ``directory`` is no directory: a file (or under one), or nothing at all, with the
+    directory a relative path was read from. Both were said to hold "no complete teacher cache",
+    with advice to write one there: at a mistyped ``cache.source``, or a file (probes 58, 59)."""
+    for place in (directory, *directory.parents):
+        if place.exists() and not place.is_dir():
+            where = "is a file" if place == directory else f"is under {place}, a file"
+            return f"{directory} {where}, not a teacher cache directory"
+    if directory.exists():
+        return None
+    relative = "" if directory.is_absolute() else f" (read from {Path.cwd()})"
+    return (
+        f"{directory} does not exist{relative}: check the path, or write one with `lightning-kd "
+        f"cache hydra.run.dir={directory} <this run's teacher=, data=, distill.temperature and "
+        "cache.k overrides>`"
+    )
+
+
 def read_index(directory: Path) -> dict[str, Any]:
     """``index.json`` of a complete cache, or a :class:`CacheError` saying what is missing."""
     path = directory / INDEX_NAME
@@ -178,6 +196,8 @@ def read_index(directory: Path) -> dict[str, Any]:
             "hydra.run.dir=DIR`) and pass distill.teacher_cache=DIR"
         )
     if not path.is_file():
+        if error := missing_directory_error(directory):
+            raise CacheError(error)
         no_writer(directory, "holds no complete teacher cache yet")
         partial = ": its writer stopped before finishing; run it again to complete it"
         raise CacheError(
