@@ -4,7 +4,6 @@ the command line given as a list rather than read from ``sys.argv``."""
 from __future__ import annotations
 
 import functools
-import signal
 import sys
 import time
 import traceback
@@ -21,6 +20,7 @@ from omegaconf import DictConfig
 from lightning_kd.cli.hydra_help import config_dirs
 from lightning_kd.cli.override_grammar import grammar_errors
 from lightning_kd.cli.refused_run_dir import drop_empty_run_dir, run_logged, started_outputs
+from lightning_kd.cli.stoppable import stoppable
 from lightning_kd.cli.sweep_values import sweep_value_errors
 from lightning_kd.launch.checks import config_errors
 from lightning_kd.launch.cluster import launcher_errors, launcher_override_errors, submitit_kind
@@ -42,10 +42,9 @@ from lightning_kd.models.unreadable import UnreadableModel
 from lightning_kd.training.finite import NonFiniteError
 from lightning_kd.training.joining import JoinError
 from lightning_kd.training.peers import PeerLost
-from lightning_kd.training.rundir import is_rank_zero, rank_prefix
+from lightning_kd.training.rundir import rank_prefix
 from lightning_kd.utils.disk import full_disk_message
 from lightning_kd.utils.refusal import REFUSED_EXIT, Refused, refuse
-from lightning_kd.utils.stopping import STOP, Interrupted
 
 JOB_ERRORS: list[JobErrors] = [config_job_errors]
 """How the running command checks each job of a ``-m`` sweep before the first runs
@@ -259,33 +258,6 @@ def run_dir_override_errors(argv: Sequence[str]) -> list[str]:
     if isinstance(value, str) and "${" not in value:  # an interpolation is Hydra's to resolve
         return run_dir_errors(value)
     return []
-
-
-SECOND_CTRL_C = (
-    "SIGINT again: stopped at once; what was written whole (rows, shards) is kept. "
-    "Run the same command again to continue."
-)
-
-
-def stoppable(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], Any]:
-    """``task`` under the process's stop request: SIGINT/SIGTERM stop it at its next clean
-    point (a written shard, a generated batch) and exit 130/143 saying what is kept; running the
-    same command again continues. (``train`` installs it too and says more: how to resume.)"""
-
-    def run(cfg: DictConfig) -> Any:
-        with STOP.installed():
-            try:
-                return task(cfg)
-            except Interrupted as stop:
-                if not stop.reported and is_rank_zero():  # each rank stops: one tells it
-                    print(f"\n{stop}\nRun the same command again to continue.", flush=True)
-                sys.exit(stop.exit_code)
-            except KeyboardInterrupt:  # a second Ctrl+C
-                if is_rank_zero():
-                    print(f"\n{SECOND_CTRL_C}", flush=True)
-                sys.exit(128 + signal.SIGINT)
-
-    return run
 
 
 def typed_command(verb: str) -> list[str]:

@@ -2,43 +2,10 @@
 
 from __future__ import annotations
 
-import signal
-
 import pytest
 
-from lightning_kd.cli.hydra_command import SECOND_CTRL_C, exit_refused, stoppable
+from lightning_kd.cli.hydra_command import exit_refused
 from lightning_kd.utils.refusal import Refused
-from lightning_kd.utils.stopping import Interrupted
-
-
-def test_a_second_ctrl_c_says_what_is_kept_and_how_to_go_on(capsys) -> None:
-    """generate and cache stopped at once on a second Ctrl+C printed nothing after the first
-    one's notice (train prints its stop report)."""
-
-    def interrupted(cfg) -> None:
-        raise KeyboardInterrupt  # what the stop request raises on a second Ctrl+C
-
-    with pytest.raises(SystemExit) as exit_:
-        stoppable(interrupted)(None)
-    assert exit_.value.code == 128 + signal.SIGINT
-    assert SECOND_CTRL_C in capsys.readouterr().out
-    assert "Run the same command again to continue" in SECOND_CTRL_C
-
-
-@pytest.mark.parametrize("rank", ["0", "1"])
-def test_a_stopped_rank_tells_it_only_on_rank_zero(capsys, monkeypatch, rank) -> None:
-    """Every rank of a 2-process cache is stopped by the same Ctrl+C: each printed the stop
-    line, with its own step. Rank 0 tells it; every rank exits 130."""
-
-    def interrupted(cfg) -> None:
-        raise Interrupted(signal.SIGINT, "between shards")
-
-    monkeypatch.setenv("LOCAL_RANK", rank)
-    with pytest.raises(SystemExit) as exit_:
-        stoppable(interrupted)(None)
-    assert exit_.value.code == 128 + signal.SIGINT
-    told = "Run the same command again to continue" in capsys.readouterr().out
-    assert told == (rank == "0")
 
 
 def test_a_refusal_after_the_run_wrote_starts_on_a_line_of_its_own(capsys) -> None:
