@@ -7,7 +7,8 @@ setting wrong only once the models are built (a LoRA target the student lacks, a
 a bad streamed row) — and they removed a finished run's student, checkpoint and summary for a
 run that never started. So:
 
-- the new run writes a checkpoint of its own, or ends well: what was set aside is removed;
+- the new run writes a checkpoint of its own (its block-wise repair's progress, ``repair.pt``,
+  counts), or ends well: what was set aside is removed;
 - it stops before its first checkpoint (refused, failed, interrupted): its partial outputs are
   removed and the earlier ones put back, as if ``overwrite=true`` had not been given;
 - it was killed (``kill -9``) before either: the next launch into the directory does the same
@@ -19,6 +20,8 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+
+from lightning_kd.training.checkpoint_files import REPAIR_NAME
 
 ASIDE = ".overwritten"
 """Where an overwritten run's outputs wait, inside the run directory."""
@@ -34,12 +37,14 @@ def set_aside(run_dir: Path, names: list[str]) -> None:
 
 def settle(run_dir: Path, checkpoint: Path, succeeded: bool) -> None:
     """After a run that set outputs aside (or found some left by a killed one): remove them
-    where the run ``succeeded`` or wrote ``checkpoint``, else put them back in place of what
-    the run wrote."""
+    where the run ``succeeded`` or wrote ``checkpoint`` (or its repair's progress beside it),
+    else put them back in place of what the run wrote."""
     aside = run_dir / ASIDE
     if not aside.is_dir():
         return
-    if succeeded or checkpoint.exists():
+    # A repair's kept progress is the new run's first checkpoint: its stop said to resume from
+    # it, and the undo removed it (probe 59).
+    if succeeded or checkpoint.exists() or (checkpoint.parent / REPAIR_NAME).is_file():
         shutil.rmtree(aside)
         return
     for entry in list(aside.iterdir()):

@@ -78,3 +78,17 @@ def test_a_killed_overwriting_run_is_settled_by_the_next_launch(tmp_path: Path) 
     with refused, claim_run_dir(run_dir, resuming=False, overwrite=False):
         pass
     assert contents(run_dir) == before
+
+
+def test_a_repair_stopped_with_its_progress_kept_is_the_new_runs(tmp_path: Path) -> None:
+    """Stopped in its block-wise repair, the run said its progress was kept in repair.pt and
+    to resume from it; the undo then put the earlier run back over checkpoints/ and the
+    resume was refused as a finished run's (probe 59)."""
+    run_dir = tmp_path / "run"
+    finished_run(run_dir)
+    with pytest.raises(KeyboardInterrupt), claim_run_dir(run_dir, resuming=False, overwrite=True):
+        (run_dir / "checkpoints").mkdir()
+        (run_dir / "checkpoints" / "repair.pt").write_text("the repair's progress")
+        raise KeyboardInterrupt  # a stop in the repair
+    assert contents(run_dir) == {"checkpoints/repair.pt": "the repair's progress"}
+    assert not (run_dir / ASIDE).exists()
