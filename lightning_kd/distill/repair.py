@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from lightning_kd.distill.batches import checked_batch
-from lightning_kd.distill.repair_checks import check_plan
+from lightning_kd.distill.repair_checks import check_plan, diverged
 from lightning_kd.distill.repair_progress import RepairProgress, RepairReport, all_reduced
 from lightning_kd.losses.features import get_feature_loss, masked_feature_sum
 from lightning_kd.models.capture import ModuleCapture, capture_step, resolve_module
@@ -174,16 +174,19 @@ def schedule(steps: int) -> Callable[[int], float]:
     return lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * s / steps))
 
 
-def step(total: Tensor, count: Tensor, params: list[Tensor], optimizer) -> None:
+def step(total: Tensor, count: Tensor, params: list[Tensor], optimizer) -> bool:
     """One optimizer step on the global batch's token mean: each rank's loss sum over all ranks'
-    tokens, gradients summed over ranks — one process's step over the same blocks."""
+    tokens, gradients summed over ranks — one process's step over the same blocks. False, and
+    no step, where the gradients are not finite (every rank's alike: they are summed)."""
     optimizer.zero_grad(set_to_none=True)
     (total / all_reduced(count.double()).clamp(min=1)).backward()
     for param in params:
         if param.grad is not None:
             param.grad = all_reduced(param.grad)
-    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    if not torch.isfinite(torch.nn.utils.clip_grad_norm_(params, 1.0)):
+        return False  # clipped, they would write NaN into the weights a keep saves
     optimizer.step()
+    return True
 
 
 def repaired_parameters(distiller, spans: list[Span]) -> dict[str, nn.Parameter]:
@@ -242,7 +245,9 @@ def repair(
                 with forward_context():
                     sums, count = repair_sums(distiller, spans, batch, captures)
                 sums = torch.stack(sums)
-                step(sums.sum(), count, list(params.values()), optimizer)
+                finite = torch.isfinite(all_reduced(sums.detach().sum()))  # every rank alike
+                if not (finite and step(sums.sum(), count, list(params.values()), optimizer)):
+                    raise diverged(progress.done + 1, lr, spans)
                 scheduler.step()
                 progress.add(sums, count)
                 asked = stop is not None and stop()

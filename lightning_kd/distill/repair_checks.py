@@ -1,5 +1,6 @@
 """What the block-wise repair needs before its first step (``repair.py``): a student layer to
-repair, and from a teacher cache the teacher states each repaired layer reads."""
+repair, and from a teacher cache the teacher states each repaired layer reads; and at each step,
+a finite loss."""
 
 from __future__ import annotations
 
@@ -46,3 +47,20 @@ def check_cached_states(distiller, spans: list) -> None:
             "this repair (distill.teacher_cache=auto writes one), or set "
             "distill.blockwise_passes=0"
         )
+
+
+class RepairDiverged(Refused):
+    """A repair step whose loss is NaN or infinite: its layers diverged."""
+
+
+def diverged(at: int, lr: float, spans: list) -> RepairDiverged:
+    """The refusal of repair step ``at``'s non-finite loss, naming the repair's own rate. The
+    repair went on to its end (``nan→nan``) and said it was done; training then failed at its
+    first step and blamed ``optimizer.lr``, printing a command that failed the same way
+    (probe 59)."""
+    layers = ", ".join(span.student for span in spans)
+    return RepairDiverged(
+        f"the block-wise repair's loss is not finite at repair step {at} (layers {layers}): "
+        f"they diverged at distill.blockwise_lr={lr:g}, and the student was not trained. "
+        f"Lower distill.blockwise_lr (e.g. {lr / 10:g}), or set distill.blockwise_passes=0"
+    )

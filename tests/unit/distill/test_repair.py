@@ -14,7 +14,14 @@ from lightning_kd.cache.hidden_states import mapped_paths
 from lightning_kd.data.loaders import FullBatchShare, passes_over, sharded_loader
 from lightning_kd.distill.distiller import Distiller
 from lightning_kd.distill.objective import DistillConfig
-from lightning_kd.distill.repair import Captures, Span, repair, repair_plan, repair_sums
+from lightning_kd.distill.repair import (
+    Captures,
+    Resumable,
+    Span,
+    repair,
+    repair_plan,
+    repair_sums,
+)
 from lightning_kd.launch.checks import config_errors
 from lightning_kd.launch.config import compose_config
 from lightning_kd.launch.teacher_cache import choose
@@ -127,6 +134,24 @@ def test_repair_lowers_each_layers_loss_and_moves_nothing_else(corpus) -> None:
     moved = {k for k in before if not torch.equal(before[k], after[k])}
     assert moved and all(k.startswith("student.model.layers.1.") for k in moved)
     assert distiller.training
+
+
+def test_a_repair_that_diverges_stops_naming_its_own_rate(corpus) -> None:
+    """At distill.blockwise_lr=1e9 it went on to its end (nan→nan) and said it was done;
+    training then failed and blamed optimizer.lr, in a loop (probe 59)."""
+    from lightning_kd.distill.repair_checks import RepairDiverged
+
+    distiller = distiller_for(StudentSpec(layers=[0, 1, 3]))
+    datamodule = make_datamodule([corpus])
+    datamodule.setup()
+    loader = sharded_loader(datamodule.train_dataloader(), 1, 0)
+    kept = []
+    resumable = Resumable(keep=kept.append, every=1)
+    refused = r"^the block-wise repair's loss is not finite at repair step \d+ \(layers model.lay"
+    refused += r".*Lower distill.blockwise_lr \(e.g. 1e\+08"
+    with pytest.raises(RepairDiverged, match=refused):
+        repair(distiller, passes_over(loader, 3, torch.device("cpu")), 30, 1e9, resumed=resumable)
+    assert all(all(torch.isfinite(t).all() for t in state["params"].values()) for state in kept)
 
 
 class StopAfter:
