@@ -3,11 +3,12 @@
 Both read ``.txt`` and ``.jsonl`` text (gzipped or not). A parquet, CSV or Arrow file is
 ``data.dataset``'s to read, and a row of chat is ``data=chat``'s; ``evaluate --files``, which
 takes no config, was told the same ("read chat rows with data=chat"), advice it cannot take
-(probe 46).
+(probe 46). A generation's output that it has not finished is not read as a whole corpus.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from lightning_kd.data.conversations import is_conversation
@@ -21,13 +22,33 @@ BUILDERS = {".parquet": "parquet", ".csv": "csv", ".tsv": "csv", ".arrow": "arro
 def file_fault(key: str, name: str, suffixes: tuple[str, ...], readable: bool) -> str | None:
     """Why the file ``name`` (an entry of ``key``) is not read: a name that is not UTF-8 (its
     bytes kept as surrogates, which failed as a ``UnicodeEncodeError`` naming no file: probe
-    48), or a format not ``readable`` (:func:`format_hint`); None where it is read."""
+    48), a format not ``readable`` (:func:`format_hint`), or an unfinished generation's output
+    (:func:`unfinished_generation`); None where it is read."""
     try:
         name.encode()
     except UnicodeEncodeError:
         shown = name.encode(errors="surrogateescape").decode(errors="backslashreplace")
         return f"{key} entry {shown}: its name is not UTF-8; rename the file"
-    return None if readable else format_hint(key, name, suffixes)
+    return unfinished_generation(key, name) if readable else format_hint(key, name, suffixes)
+
+
+def unfinished_generation(key: str, name: str) -> str | None:
+    """Why the file ``name`` is not read as it is: the output of a ``generate`` that stopped
+    before answering every prompt, as the record beside it says. It was trained on as the whole
+    corpus (8 of 113 answers) without a word, after a preempted generate (probe 59)."""
+    path = Path(name).expanduser()
+    meta = path.with_name(f"{path.stem}.meta.json")
+    try:
+        record = json.loads(meta.read_text(encoding="utf-8")) if meta.is_file() else {}
+    except (OSError, ValueError):  # a damaged record: generate names it when it goes on
+        return None
+    if not isinstance(record, dict) or record.get("finished") is not False:
+        return None
+    return (
+        f"{key} entry {name}: a generation stopped before answering its {record.get('prompts')} "
+        f"prompts ({meta.name} beside it says so). Run its generate command again to finish it "
+        f"(it goes on where it stopped), or delete {meta} to read the answers it holds"
+    )
 
 
 def format_hint(key: str, name: str, suffixes: tuple[str, ...]) -> str:

@@ -143,6 +143,19 @@ def check_record(out: Path, current: dict[str, Any]) -> None:
         )
 
 
+def mark_progress(out: Path, prompts: int, finished: bool) -> None:
+    """Record beside ``out`` how many prompts its generation answers and whether it has
+    answered them all: a stopped generation's file was trained on as the whole corpus (8 of
+    113 answers), without a word (probe 59; ``data/file_hints.py`` reads it). Not a setting:
+    a resume compares none of it."""
+    path = record_path(out)
+    write_record(path, read_record(path, "restore it") | {PROMPTS: prompts, FINISHED: finished})
+
+
+PROMPTS, FINISHED = "prompts", "finished"
+"""The record's progress keys (:func:`mark_progress`)."""
+
+
 def write_record(path: Path, record: dict[str, Any]) -> None:
     atomic_write_bytes(path, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
 

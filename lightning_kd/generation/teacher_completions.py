@@ -64,6 +64,7 @@ from lightning_kd.generation.completions_record import (
     SPLIT_TOKENIZER,
     check_record,
     completions_lock,
+    mark_progress,
     settings_record,
 )
 from lightning_kd.generation.decoding import generate_in_eval, left_padded, text_stop
@@ -238,6 +239,7 @@ def write_completions(
             out.unlink()
         check_record(out, record)
         done = len(completed_rows(out, prompts))
+        mark_progress(out, len(prompts), finished=done == len(prompts))
         if done and done == len(prompts):  # a rerun of a finished generation: said, not silent
             print(
                 f"all {done} prompts are answered in {out} already: nothing generated "
@@ -245,6 +247,7 @@ def write_completions(
                 flush=True,
             )
         append_completions(teacher, tokenizer, prompts, spec, out, seed, done)
+        mark_progress(out, len(prompts), finished=True)
     return out
 
 

@@ -17,7 +17,7 @@ from transformers import GenerationConfig
 from lightning_kd.cli import main as cli_main
 from lightning_kd.data.chat import ChatDataModule
 from lightning_kd.data.conversations import ChatFields
-from lightning_kd.data.errors import MissingData
+from lightning_kd.data.errors import DataError, MissingData
 from lightning_kd.generation.completion_rows import answer_row, completed_rows
 from lightning_kd.generation.completions_record import CompletionsMismatch, record_path
 from lightning_kd.generation.teacher_completions import GenerateSpec, complete, prompt_messages
@@ -141,8 +141,14 @@ def test_a_stop_during_a_batch_ends_it_at_the_next_token_unwritten(teacher, tmp_
     assert len(calls) == 10  # no token decoded after the request
     written = (tmp_path / "b" / "completions.jsonl").read_text()
     assert written == "".join(expected.splitlines(keepends=True)[:3])
+    # Read as a corpus now, it was the whole of one: 3 of 7 answers, without a word (probe 59).
+    partial = str(tmp_path / "b" / "completions.jsonl")
+    unfinished = rf"^data.files entry {partial}: a generation stopped before answering its 7 "
+    with pytest.raises(DataError, match=unfinished + r"prompts \(completions.meta.json beside"):
+        ChatDataModule(tokenizer(), files=[partial], val_fraction=0.3)
     resumed = generate(config(tmp_path / "b", prompts), teacher, tokenizer())
     assert resumed.read_text() == expected
+    ChatDataModule(tokenizer(), files=[partial], val_fraction=0.3)  # finished: read
 
 
 def test_completions_are_chat_rows_that_data_chat_reads(teacher, tmp_path) -> None:
