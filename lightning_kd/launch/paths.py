@@ -14,8 +14,10 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from lightning_kd.cache.format import INDEX_NAME, SHARD_DIR
+from lightning_kd.generation.teacher_completions import OUTPUT_NAME
 from lightning_kd.models.cache_places import SHARED_ENV, cache_root
-from lightning_kd.training.rundir import run_outputs
+from lightning_kd.training.rundir import OUTPUTS, run_outputs
 
 
 def run_dir_errors(run_dir: str | Path, key: str = "hydra.run.dir") -> list[str]:
@@ -211,4 +213,30 @@ def training_run_errors(directory: Path, command: str) -> list[str]:
         f"hydra.run.dir={directory} holds a training run's outputs ({', '.join(found)}); "
         f"lightning-kd {command} would write its record (.hydra/) over that run's: give it a "
         f"directory of its own, e.g. hydra.run.dir={directory}-{command}"
+    ]
+
+
+def foreign_directory_errors(directory: Path) -> list[str]:
+    """Why ``lightning-kd train`` may not write into ``directory``: it is a directory of another
+    training run's outputs (its ``student/``: that run's next export or ``overwrite=true``
+    replaced it whole, this run's checkpoints with it, without a word; probe 59), or it holds a
+    teacher cache or a generation, whose record (``.hydra/``) this run's would replace (the
+    reverse, ``cache`` or ``generate`` into a training run's directory, was refused already)."""
+    directory, parent = Path(directory), Path(directory).parent
+    if directory.name in OUTPUTS and run_outputs(parent) and (parent / ".hydra").is_dir():
+        return [
+            f"hydra.run.dir={directory} is the {directory.name}/ of the training run in "
+            f"{parent}, which replaces it whole when it exports or is overwritten: give this run "
+            f"a directory of its own, e.g. hydra.run.dir={parent}-2"
+        ]
+    holds = {
+        "cache": (directory / INDEX_NAME).is_file() or (directory / SHARD_DIR).is_dir(),
+        "generate": (directory / OUTPUT_NAME).is_file(),
+    }
+    return [
+        f"hydra.run.dir={directory} holds the output of lightning-kd {command}; lightning-kd "
+        "train would write its record (.hydra/) over that one's: give it a directory of its "
+        f"own, e.g. hydra.run.dir={directory}-train"
+        for command, found in holds.items()
+        if found
     ]

@@ -11,6 +11,9 @@ it had trained (probe 37).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
+
+from omegaconf.errors import OmegaConfBaseException
 
 from lightning_kd.launch.cache_dtype_checks import cache_dtype_errors
 from lightning_kd.launch.cache_k_checks import cache_k_errors
@@ -23,6 +26,7 @@ from lightning_kd.launch.model_checks import model_setting_errors
 from lightning_kd.launch.model_paths import model_path_errors
 from lightning_kd.launch.named_cache_checks import named_cache_errors
 from lightning_kd.launch.nodes import node_errors
+from lightning_kd.launch.paths import foreign_directory_errors
 from lightning_kd.launch.rules import ABSENT, lookup
 from lightning_kd.launch.tokenizer_checks import tokenizer_pair_errors
 
@@ -36,7 +40,7 @@ def train_errors(cfg: Mapping) -> list[str]:
     paths = model_path_errors(cfg)  # each may ask the hub: asked once, given to entry_errors
     readable = not paths
     extra = model_setting_errors(cfg, readable) + nodes + data_file_errors(cfg)
-    extra += dataset_errors(cfg)
+    extra += dataset_errors(cfg) + directory_errors(cfg)
     if readable:
         extra += tokenizer_pair_errors(cfg)  # tokenizers load only where it asks the cross path
         extra += named_cache_errors(cfg) + cache_k_errors(cfg, "train") + cache_dtype_errors(cfg)
@@ -46,6 +50,15 @@ def train_errors(cfg: Mapping) -> list[str]:
     lengths.append(teacher_length(cfg, "callbacks.samples.max_new_tokens"))  # prompts add later
     extra += harness_errors(cfg)
     return entry_errors(cfg, lengths=lengths, extra=extra, paths=paths)
+
+
+def directory_errors(cfg: Mapping) -> list[str]:
+    """The run directory, where it is another run's or command's (``paths.py``)."""
+    try:
+        directory = lookup(cfg, "output_dir")
+    except OmegaConfBaseException:  # ${hydra:...} outside a launch: no directory to judge yet
+        return []
+    return foreign_directory_errors(Path(directory)) if isinstance(directory, str) else []
 
 
 def train_job_errors(cfg: Mapping, here: bool) -> list[str]:

@@ -226,3 +226,32 @@ def test_an_unwritable_default_cache_is_not_named_as_a_variable_set(tmp_path, mo
     monkeypatch.setenv("LIGHTNING_KD_CACHE", str(tmp_path / "mine"))
     (named,) = paths.cache_root_errors()
     assert named.startswith(f"$LIGHTNING_KD_CACHE ({tmp_path}/mine) cannot be written")
+
+
+def test_a_run_into_another_runs_outputs_or_another_commands_directory_is_refused(
+    tmp_path: Path,
+) -> None:
+    """A run launched into another run's student/ was accepted; that run's next export removed
+    it whole, checkpoints and all, without a word. A run into a teacher cache's or a
+    generation's directory wrote its record (.hydra/) over theirs (probe 59)."""
+    from lightning_kd.launch.paths import foreign_directory_errors
+
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / "student").mkdir()
+    (run / "student" / "config.json").write_text("{}")
+    assert foreign_directory_errors(run / "student") == [
+        f"hydra.run.dir={run / 'student'} is the student/ of the training run in {run}, which "
+        f"replaces it whole when it exports or is overwritten: give this run a directory of its "
+        f"own, e.g. hydra.run.dir={run}-2"
+    ]
+    assert foreign_directory_errors(run) == []  # its own directory: a resume
+    assert foreign_directory_errors(tmp_path / "elsewhere" / "student") == []
+    cache, generated = tmp_path / "cache", tmp_path / "gen"
+    (cache / "shards").mkdir(parents=True)
+    generated.mkdir()
+    (generated / "completions.jsonl").write_text("")
+    for directory, command in ((cache, "cache"), (generated, "generate")):
+        (error,) = foreign_directory_errors(directory)
+        said = f"hydra.run.dir={directory} holds the output of lightning-kd {command};"
+        assert error.startswith(said)
