@@ -41,7 +41,7 @@ _EXPORTS = {
     "ChatDataModule": "lightning_kd.data.chat",
     # the configuration users run, and a whole run from it
     "compose_config": "lightning_kd.launch.config",
-    "train": "lightning_kd.launch.train",
+    "train": "lightning_kd.launch.run_from_python",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -154,7 +154,9 @@ def outputs_error(run_dir: Path, found: list[str]) -> str:
 def another_directory() -> str:
     """How a run chooses another directory: ``hydra.run.dir``, which a ``-m`` sweep's job
     does not read (its directory is ``hydra.sweep.dir``/``hydra.sweep.subdir``)."""
-    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+    if not HydraConfig.initialized():  # from Python: compose_config's output_dir
+        return "another directory (output_dir=... of compose_config; hydra.run.dir=... of a launch)"
+    if HydraConfig.get().mode == RunMode.MULTIRUN:
         return "another sweep directory (hydra.sweep.dir=...: a -m launch reads no hydra.run.dir)"
     return "another directory (hydra.run.dir=...)"
 
