@@ -9,6 +9,7 @@ takes no config, was told the same ("read chat rows with data=chat"), advice it 
 from __future__ import annotations
 
 import json
+import unicodedata
 from pathlib import Path
 
 from lightning_kd.data.conversations import is_conversation
@@ -87,3 +88,10 @@ def field_hint(record: object, key: str) -> str:
         if is_conversation(record)
         else f"set {key} to the key holding the text"
     )
+
+
+def has_text(document: str) -> bool:
+    """Whether ``document`` holds text: not only whitespace, and not only control characters.
+    A file zero-filled by a crash or a failed copy is valid UTF-8, 65,536 NULs, and was trained
+    on as a corpus of them without a word (probe 59)."""
+    return bool(document.strip()) and not all(unicodedata.category(c) == "Cc" for c in document)

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from lightning_kd.data.errors import DataError, MissingData, json_problem
-from lightning_kd.data.file_hints import field_hint, file_fault
+from lightning_kd.data.file_hints import field_hint, file_fault, has_text
 from lightning_kd.data.rendered_chat import note_rendered_chat
 from lightning_kd.models.cache_places import remembered_file_digest
 
@@ -243,13 +243,13 @@ def distinct_documents(files: list[Path], text_field: str = "text") -> list[tupl
         for path in files
         for number, text in numbered_documents(path, text_field)
     ]
-    read = [(place, text, path) for place, text, path in read if text.strip()]  # blanks out
+    read = [(place, text, path) for place, text, path in read if has_text(text)]  # blanks out
     for _, text, _ in read:
         note_rendered_chat(text)
     with_text = {path for _, _, path in read}
     blank = [str(path) for path in files if path not in with_text]
     if not read:
-        raise DataError(f"no text in {blank}: the files are empty or hold only whitespace")
+        raise DataError(f"no text in {blank}: empty, or only whitespace or NULs (zero-filled?)")
     where: dict[str, str] = {}
     repeats = []
     for place, text, path in read:
@@ -261,7 +261,7 @@ def distinct_documents(files: list[Path], text_field: str = "text") -> list[tupl
     warn_repeats(len(repeats), len(read), repeats)
     documents = [(where[text], text) for text in where]
     if blank:  # a file named to be read gave nothing: a wrong file, or a failed download
-        warnings.warn(f"data: {blank} hold no text (empty or whitespace only)", stacklevel=2)
+        warnings.warn(f"data: {blank} hold no text (empty, whitespace or NULs only)", stacklevel=2)
     return documents
 
 

@@ -230,10 +230,20 @@ def test_default_corpus_is_embedded() -> None:
 def test_empty_data_is_an_error_and_a_blank_file_beside_text_is_named(tmp_path, corpus) -> None:
     """A whitespace-only file was called "empty"; beside others, it went without a word."""
     (tmp_path / "blank.txt").write_text("   \n\t\n")
-    with pytest.raises(ValueError, match=r"no text in \[.*blank.txt'\]: the files are empty or"):
+    with pytest.raises(ValueError, match=r"no text in \[.*blank.txt'\]: empty, or only white"):
         make_datamodule([tmp_path / "blank.txt"]).setup("fit")
-    with pytest.warns(UserWarning, match=r"data: \[.*blank.txt'\] hold no text \(empty or white"):
+    with pytest.warns(UserWarning, match=r"data: \[.*blank.txt'\] hold no text \(empty, white"):
         make_datamodule([corpus, tmp_path / "blank.txt"]).setup("fit")
+
+
+def test_a_file_of_nuls_is_no_text(tmp_path, corpus) -> None:
+    """A data file zero-filled by a crash or a failed copy (valid UTF-8: 65,536 NULs) was
+    trained on as a corpus, exit 0, without a word (probe 59)."""
+    (tmp_path / "zero.txt").write_bytes(b"\0" * 65536)
+    with pytest.raises(ValueError, match=r"no text in \[.*zero.txt'\]: empty, or only .* NULs"):
+        make_datamodule([tmp_path / "zero.txt"]).setup("fit")
+    with pytest.warns(UserWarning, match=r"data: \[.*zero.txt'\] hold no text"):
+        make_datamodule([corpus, tmp_path / "zero.txt"]).setup("fit")
 
 
 def test_too_little_data_is_an_error(tmp_path) -> None:
