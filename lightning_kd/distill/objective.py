@@ -11,6 +11,9 @@ from typing import Any
 from lightning_kd.losses.divergences import get_divergence
 from lightning_kd.losses.logits import LogitObjective
 
+MIN_TEMPERATURE = 0.01
+"""The least ``distill.temperature``: at 1e-30 the KD term was exactly 0.0 at every step."""
+
 
 @dataclass
 class DistillConfig:
@@ -115,8 +118,11 @@ class DistillConfig:
         self._check_finite()
         get_divergence(self.divergence, beta=self.beta, skew=self.skew)  # raises on bad values
         self._check_on_policy()
-        if self.temperature <= 0:
-            raise ValueError(f"distill.temperature={self.temperature}; it must be positive")
+        if not self.temperature >= MIN_TEMPERATURE:
+            raise ValueError(
+                f"distill.temperature={self.temperature}; it must be >= {MIN_TEMPERATURE} (below, "
+                "the KD term's T² factor underflows to 0)"
+            )
         for name in ("kd_weight", "ce_weight"):
             if getattr(self, name) < 0:
                 raise ValueError(f"distill.{name}={getattr(self, name)}: must be >= 0")

@@ -57,7 +57,8 @@ RULES: dict[str, Number | CountOrFraction | MetricName] = {
     "optimizer.momentum": Number(low=0, high=1, high_open=True, example="0.9"),
     "scheduler.warmup_fraction": Number(low=0, high=1, high_open=True, example="0.05"),
     "scheduler.final_lr_fraction": Number(low=0, high=1, example="0.1"),
-    "distill.temperature": Number(low=0, low_open=True, example="1.0"),
+    # objective.MIN_TEMPERATURE: 1e-30 trained a KD term of 0.0 (T² underflows; probe 59)
+    "distill.temperature": Number(low=0.01, example="1.0"),
     "distill.kd_weight": Number(low=0, example="0.5"),
     "distill.ce_weight": Number(low=0, example="0.5"),
     "distill.feature_weight": Number(low=0, example="1.0"),
@@ -76,7 +77,7 @@ RULES: dict[str, Number | CountOrFraction | MetricName] = {
     "distill.cross_span_weight": Number(low=0, example="0.0"),
     "distill.cross_min_aligned": Number(low=0, high=1, example="0.9"),
     "cache.k": Number(low=1, integer=True, example="32"),
-    "cache.temperature": Number(low=0, low_open=True, example="1.0"),
+    "cache.temperature": Number(low=0.01, example="1.0"),
     "cache.shard_blocks": Number(low=1, integer=True, example="64"),
     "cache.batch_size": Number(low=1, integer=True, example="8"),
     "data.split_seed": Number(low=0, high=2**32 - 1, integer=True, example="0"),
