@@ -47,7 +47,8 @@ RUN_SUBDIRECTORIES = ("checkpoints", "logs", "student")
 def run_subdirectory_errors(run_dir: str | Path, key: str = "hydra.run.dir") -> list[str]:
     """Why a directory a run writes into, already in ``run_dir`` (a run resumed, or run again),
     cannot take its files: a file by its name, or one not writable (another owner, a read-only
-    mount). Found at the first checkpoint, the steps since the last one were lost."""
+    mount), and a directory where it writes a file. Found at the first checkpoint, the steps
+    since the last one were lost."""
     errors = []
     for name in RUN_SUBDIRECTORIES:
         path = Path(run_dir) / name
@@ -61,7 +62,17 @@ def run_subdirectory_errors(run_dir: str | Path, key: str = "hydra.run.dir") -> 
                 f"{key}={run_dir}: {path} is not writable (read-only, or no permission), and the "
                 f"run writes its {name} there; make it writable, or give another {key}"
             )
+    for name in RUN_FILES:  # it trained and exported, then failed on an IsADirectoryError
+        if (Path(run_dir) / name).is_dir():
+            errors.append(
+                f"{key}={run_dir}: {Path(run_dir) / name} is a directory where the run writes "
+                "its file of that name; move it away"
+            )
     return errors
+
+
+RUN_FILES = ("summary.json", "summary.md")
+"""The files a training run writes into its run directory (probe 59)."""
 
 
 def out_dir_errors(option: str, out: Path, sep: str = " ") -> list[str]:

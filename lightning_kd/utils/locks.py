@@ -41,6 +41,8 @@ def take_lock(path: Path) -> int:
     """A descriptor holding an exclusive ``flock`` on ``path`` (created if needed), this
     process's pid written in it; :class:`LockHeld` at once if another process holds it."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir():  # a copy tool's or a hand's: an IsADirectoryError traceback (probe 59)
+        raise Refused(f"{path} is a directory where a lock file belongs: remove it (rmdir)")
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from lightning_kd.launch import paths
 from lightning_kd.launch.checks import config_errors
 from lightning_kd.launch.config import compose_config
@@ -255,3 +257,19 @@ def test_a_run_into_another_runs_outputs_or_another_commands_directory_is_refuse
         (error,) = foreign_directory_errors(directory)
         said = f"hydra.run.dir={directory} holds the output of lightning-kd {command};"
         assert error.startswith(said)
+
+
+def test_a_directory_where_a_lock_or_a_run_file_belongs_is_named(tmp_path: Path) -> None:
+    """Each was an IsADirectoryError traceback: a lock at the start, summary.json after the
+    run had trained and exported (probe 59)."""
+    from lightning_kd.launch.paths import run_subdirectory_errors
+    from lightning_kd.utils.locks import take_lock
+    from lightning_kd.utils.refusal import Refused
+
+    (tmp_path / ".lock").mkdir()
+    with pytest.raises(Refused, match=r"\.lock is a directory where a lock file belongs: remove"):
+        take_lock(tmp_path / ".lock")
+    (tmp_path / "summary.json").mkdir()
+    (error,) = run_subdirectory_errors(tmp_path)
+    said = "summary.json is a directory where the run writes its file of that name; move it"
+    assert error.endswith(said + " away")
