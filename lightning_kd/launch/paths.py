@@ -62,6 +62,13 @@ def run_subdirectory_errors(run_dir: str | Path, key: str = "hydra.run.dir") -> 
                 f"{key}={run_dir}: {path} is not writable (read-only, or no permission), and the "
                 f"run writes its {name} there; make it writable, or give another {key}"
             )
+    for name in ("student", "student-best"):  # replaced whole: the link, not its target
+        if (link := Path(run_dir) / name).is_symlink():
+            errors.append(
+                f"{key}={run_dir}: {link} is a link (to {os.readlink(link)}); the run replaces its "
+                f"{name}/ whole, so the link would become a directory and its target keep the "
+                "old student. Remove the link, and copy the student there after the run"
+            )
     for name in RUN_FILES:  # it trained and exported, then failed on an IsADirectoryError
         if (Path(run_dir) / name).is_dir():
             errors.append(

@@ -273,3 +273,15 @@ def test_a_directory_where_a_lock_or_a_run_file_belongs_is_named(tmp_path: Path)
     (error,) = run_subdirectory_errors(tmp_path)
     said = "summary.json is a directory where the run writes its file of that name; move it"
     assert error.endswith(said + " away")
+
+
+def test_a_student_directory_that_is_a_link_is_refused(tmp_path: Path) -> None:
+    """The export renamed the link aside and wrote a directory in its place: the link's target,
+    a shared models directory, kept the old student without a word (probe 59)."""
+    from lightning_kd.launch.paths import run_subdirectory_errors
+
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "student").symlink_to(tmp_path / "shared")
+    (error,) = run_subdirectory_errors(tmp_path / "run")
+    assert f"student is a link (to {tmp_path / 'shared'}); the run replaces its student/" in error
