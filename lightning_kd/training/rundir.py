@@ -131,9 +131,23 @@ def older(path: Path) -> bool:
     return path.stat().st_mtime < launched
 
 
+RUN_MARKS = (
+    *(".hydra", "summary.json", "importance.json", "student/config.json"),
+    *(f"checkpoints/{LAST_NAME}", f"checkpoints/{REPAIR_NAME}", "logs/metrics.csv"),
+)
+"""Files only a run writes: a directory whose output names hold none of them is a user's own
+(``logs/notes.txt``): it was called a run's outputs, and ``overwrite=true`` advised."""
+
+
 def outputs_error(run_dir: Path, found: list[str]) -> str:
     """The refusal of a fresh run into ``run_dir``, which holds a run's outputs ``found``; only
     a run that saved a checkpoint can be resumed, and the advice says so."""
+    if not any((run_dir / mark).exists() for mark in RUN_MARKS):  # a user's own (probe 59)
+        return (
+            f"run directory {run_dir} already holds {', '.join(found)}, which no lightning-kd "
+            f"run wrote (none of its files is there): choose {another_directory()} "
+            "(overwrite=true would remove them)"
+        )
     checkpoints = run_dir / "checkpoints"
     if (checkpoints / LAST_NAME).exists():
         resume = "resume that run (ckpt_path=last), "

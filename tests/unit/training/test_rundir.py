@@ -205,3 +205,17 @@ def test_a_run_stopped_in_its_repair_is_told_to_resume_not_to_overwrite(tmp_path
     )
     assert "(ckpt_path=last; overwrite=true would remove that progress)" in message
     assert "saved no checkpoint" not in message
+
+
+def test_folders_of_the_users_own_are_not_called_a_runs_outputs(tmp_path: Path) -> None:
+    """A directory with a logs/ and a student/ of the user's own notes was said to hold "a
+    run's outputs", with overwrite=true advised, which deleted the notes (probe 59)."""
+    from lightning_kd.training.rundir import outputs_error
+
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "notes.txt").write_text("mine")
+    message = outputs_error(tmp_path, ["logs"])
+    assert "already holds logs, which no lightning-kd run wrote (none of its files is" in message
+    assert "resume" not in message and "start afresh" not in message
+    (tmp_path / "logs" / "metrics.csv").write_text("step\n")  # a run's
+    assert "already holds a run's outputs (logs)" in outputs_error(tmp_path, ["logs"])
