@@ -14,11 +14,15 @@ from lightning_kd.models.batch_positions import POSITION_KEYS, max_positions
 from lightning_kd.models.loading import StudentSpec, TeacherSpec
 from lightning_kd.models.model_config import config_from
 from lightning_kd.models.sources import config_location
+from lightning_kd.models.unreadable import readable
 
 
 def saved_positions(location: str, trust_remote_code: bool = False) -> int | None:
-    """The position limit of the model saved at ``location`` (its ``config.json``, no weights)."""
-    return max_positions(AutoConfig.from_pretrained(location, trust_remote_code=trust_remote_code))
+    """The position limit of the model saved at ``location`` (its ``config.json``, no weights);
+    a damaged config is named with the fix (``unreadable.py``)."""
+    with readable(location, "the model"):
+        config = AutoConfig.from_pretrained(location, trust_remote_code=trust_remote_code)
+    return max_positions(config)
 
 
 def teacher_positions(spec: TeacherSpec) -> int | None:

@@ -75,6 +75,9 @@ def diagnosis(error: Exception, location: Path) -> tuple[str | None, list[Path]]
         return damaged(location), weight_files(location, "*.bin")
     if isinstance(error, json.JSONDecodeError):  # a tokenizer.json, a config cut short
         return damaged(location), []
+    if isinstance(error, OSError) and "is not a valid JSON file" in str(error):
+        # transformers' own words for a config.json cut short: the fix was not said (probe 59)
+        return damaged(location), [location / "config.json"]
     return None, []
 
 

@@ -103,3 +103,14 @@ def test_a_damaged_model_given_to_a_command_is_refused_without_a_traceback(tmp_p
     assert main(["evaluate", "--block-size", "16", "--files", str(text), "--", str(path)]) == 2
     err = capsys.readouterr().err
     assert "cannot read" in err and "re-download it" in err and "Traceback" not in err
+
+
+def test_a_config_cut_short_is_named_with_the_fix(tmp_path) -> None:
+    """transformers' "is not a valid JSON file" came without the fix a damaged weights or
+    tokenizer file gets (probe 59)."""
+    from lightning_kd.models.positions import saved_positions
+    from lightning_kd.models.unreadable import UnreadableModel
+
+    (tmp_path / "config.json").write_text('{"model_type": "llama", "hidden')
+    with pytest.raises(UnreadableModel, match=r"config.json: .*the file is damaged or incomplete"):
+        saved_positions(str(tmp_path))
