@@ -2,7 +2,7 @@
 answers to held-out prompts judged by a teacher, or lm-eval's tasks.
 
     lightning-kd evaluate --files heldout.jsonl -- smollm2 runs/kd/student runs/ce/student
-    lightning-kd evaluate --prompts heldout.jsonl --teacher smollm2 -- runs/kd/student
+    lightning-kd evaluate --prompts prompts.jsonl --teacher smollm2 -- runs/kd/student
     lightning-kd evaluate --lm-eval kd_heldout --teacher smollm2 -- runs/kd/student
 
 Each model (a ``save_pretrained`` directory, a Hugging Face id, ``smollm2`` or ``gemma3_270m`` for

@@ -1,6 +1,6 @@
 """``lightning-kd train [overrides]``: one distillation run (``python run.py`` in a checkout).
 
-lightning-kd train                                  # SmolLM2-135M → 6-layer student
+lightning-kd train                                  # SmolLM2-135M-Instruct → 6 layers
 lightning-kd train debug=smoke hydra.run.dir=x      # tiny models, seconds
 lightning-kd train --config-dir my_conf experiment=mine
 """

@@ -2,7 +2,7 @@
 ``lightning-kd evaluate --files``).
 
     lightning-kd evaluate --files heldout.jsonl -- smollm2 runs/kd/student runs/ce/student
-    lightning-kd evaluate --prompts heldout.jsonl --teacher smollm2 -- runs/kd/student
+    lightning-kd evaluate --prompts prompts.jsonl --teacher smollm2 -- runs/kd/student
 
 Each model (a ``save_pretrained`` directory, a Hugging Face id, or ``smollm2`` for the packaged
 teacher) reads the same documents (as ``data.files`` reads them) through its own tokenizer, the

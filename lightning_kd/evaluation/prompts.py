@@ -1,6 +1,6 @@
 """Answers to held-out prompts, judged by the teacher: ``evaluate --prompts``.
 
-    lightning-kd evaluate --prompts heldout.jsonl --teacher smollm2 -- runs/kd/student
+    lightning-kd evaluate --prompts prompts.jsonl --teacher smollm2 -- runs/kd/student
 
 Every model (and the teacher) answers each prompt greedily — rendered with the teacher's chat
 template and the generation prompt, up to ``--max-new-tokens`` tokens, stopped after its end
