@@ -13,6 +13,7 @@ nothing is prepared or tokenized, so a bad split or column costs a second, not a
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from hydra.utils import get_class
@@ -154,8 +155,18 @@ def data_file_errors(cfg: Mapping) -> list[str]:
         patterns = data.get(key)
         if patterns is None:
             continue
-        try:
-            expand_files(patterns, f"data.{key}")
-        except DataError as error:
-            errors.append(str(error))
+        # each entry on its own: all refused at once (the first alone was, then the next)
+        for pattern in [patterns] if isinstance(patterns, str) else patterns:
+            try:
+                expand_files([pattern], f"data.{key}")
+            except DataError as error:
+                errors.append(relative_note(str(error), pattern))
     return errors
+
+
+def relative_note(error: str, pattern: object) -> str:
+    """``error`` of a relative entry that names nothing here, with the directory it was read
+    from: from another directory, the same words named no place (probe 58)."""
+    relative = isinstance(pattern, str) and not Path(pattern).expanduser().is_absolute()
+    missing = "does not exist" in error or "matches no file" in error
+    return f"{error} (read from {Path.cwd()})" if relative and missing else error

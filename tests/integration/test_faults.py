@@ -16,7 +16,7 @@ def test_bad_inputs_are_refused_before_anything_loads(tmp_path: Path, capsys) ->
     cases = {
         "ckpt_path=http://127.0.0.1:9/x.ckpt": "is a URL; only local checkpoint files are loaded",
         f"ckpt_path={empty}": f"checkpoint {empty} is empty (0 bytes)",
-        "distill.temperature=nan": "distill.temperature=nan: must be a finite number > 0",
+        "distill.temperature=nan": "distill.temperature=nan: must be a finite number >= 0.01",
         "trainer.limit_val_batches=0": "trainer.limit_val_batches=0: must be an integer >= 1",
         "data.files=[]": "data.files is empty",
     }

@@ -418,7 +418,10 @@ TRAIN = {
     ),
     "NaN temperature": (
         ["distill.temperature=nan"],
-        ["distill.temperature=nan: must be a finite number > 0", "e.g. distill.temperature=1.0"],
+        [
+            "distill.temperature=nan: must be a finite number >= 0.01",
+            "e.g. distill.temperature=1.0",
+        ],
     ),
     "every weight 0 with features, said once": (
         ["distill.kd_weight=0", "distill.ce_weight=0", "distill.feature_weight=0"],

@@ -30,7 +30,7 @@ def test_the_shipped_configs_pass(default_cfg) -> None:
 
 BAD = {
     "optimizer.lr": (math.nan, "a finite number > 0"),
-    "distill.temperature": (math.inf, "a finite number > 0"),
+    "distill.temperature": (math.inf, "a finite number >= 0.01"),
     "distill.kd_weight": (math.nan, "a finite number >= 0"),
     "distill.ce_weight": (-1.0, "a finite number >= 0"),
     "distill.feature_weight": (math.nan, ">= 0"),

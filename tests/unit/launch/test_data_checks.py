@@ -109,3 +109,17 @@ def test_on_policy_kd_without_chat_prompts_is_refused_with_the_config() -> None:
     (error,) = config_errors(compose_config(packed))
     assert "distill.on_policy=0.5 with data.pack=true" in error and "set data.pack=false" in error
     assert config_errors(compose_config(packed[:2])) == []
+
+
+def test_every_missing_entry_is_named_with_where_it_was_read_from(tmp_path, monkeypatch) -> None:
+    """Only the first missing entry was named, the next on the next try, and a relative one
+    named no directory: from another directory than the user thought, no place (probe 58)."""
+    from lightning_kd.launch.config import compose_config
+    from lightning_kd.launch.data_checks import data_file_errors
+
+    monkeypatch.chdir(tmp_path)
+    cfg = compose_config(["debug=smoke", "data.files=[notes.txt,corpus/*.jsonl]"])
+    assert data_file_errors(cfg) == [
+        f"data.files entry 'notes.txt' does not exist (read from {tmp_path})",
+        f"data.files pattern 'corpus/*.jsonl' matches no file (read from {tmp_path})",
+    ]

@@ -110,7 +110,7 @@ def test_a_wrong_type_is_said_once_by_its_rule_not_again_by_hydra() -> None:
     with pytest.raises(Refused) as refused:
         check_entry(cfg, extra=model_setting_errors(cfg))
     message = str(refused.value)
-    assert "distill.temperature='hot': must be a finite number > 0" in message
+    assert "distill.temperature='hot': must be a finite number >= 0.01" in message
     assert "Error in call to target" not in message and "TypeError" not in message
     # cache.temperature repeats it (${distill.temperature}): refused once, where it was set.
     assert "cache.temperature" not in message and message.count("refused") == 1
