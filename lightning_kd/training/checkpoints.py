@@ -87,6 +87,12 @@ def resolve_ckpt_path(ckpt_path: str | None, checkpoint_dir: Path) -> Path | Non
                 "(checkpoint.every): there is nothing to resume. Start it again there, without "
                 "ckpt_path and with overwrite=true (its logs are replaced)"
             )
+        if (checkpoint_dir.parent / ".overwritten").is_dir():  # set_aside.ASIDE (probe 59)
+            where = (
+                f"; an overwrite=true run in {checkpoint_dir.parent} stopped before its first "
+                "checkpoint, and the earlier run's outputs wait in .overwritten/: launch there "
+                "without ckpt_path and without overwrite=true to put them back, then resume"
+            )
         raise CheckpointError(
             f"ckpt_path={text!r}: no checkpoint file at {path}"
             + (where if text == LAST else "; give the path of a .ckpt file, or ckpt_path=last")

@@ -92,3 +92,19 @@ def test_a_repair_stopped_with_its_progress_kept_is_the_new_runs(tmp_path: Path)
         raise KeyboardInterrupt  # a stop in the repair
     assert contents(run_dir) == {"checkpoints/repair.pt": "the repair's progress"}
     assert not (run_dir / ASIDE).exists()
+
+
+def test_a_resume_of_a_directory_whose_earlier_run_waits_aside_says_how_to_get_it_back(
+    tmp_path: Path,
+) -> None:
+    """After an overwriting run was killed before its first checkpoint, ckpt_path=last said
+    there was nothing to resume and to pass overwrite=true, which sets the earlier run aside
+    again and removes it at the new run's first checkpoint (probe 59)."""
+    from lightning_kd.training.checkpoints import resolve_ckpt_path
+
+    run_dir = tmp_path / "run"
+    finished_run(run_dir)
+    set_aside(run_dir, ["checkpoints", "student", "logs", "summary.json"])  # then kill -9
+    (run_dir / "logs").mkdir()
+    with pytest.raises(Refused, match=r"the earlier run's outputs wait in .overwritten/: launch"):
+        resolve_ckpt_path("last", run_dir / "checkpoints")
