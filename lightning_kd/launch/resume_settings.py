@@ -5,9 +5,9 @@ The whole record is compared as the checkpoint is restored (``training/provenanc
 the models and the data are built: a resume that forgot its first launch's overrides (the
 commonest slip) loaded the teacher and wrote a teacher cache for settings it was refused for
 minutes later, leaving that cache behind (probe 58). Only values a config states as the record
-holds them are compared here; what needs a model (digests, a cache's records) waits for the
-restore, as do the settings a resume may change (the batches' split, the schedule's length, the
-optimizer: ``resume_reset_optimizer``).
+holds them are compared here, and the data files' contents; what needs a model (digests, a
+cache's records) waits for the restore, as do the settings a resume may change (the batches'
+split, the schedule's length, the optimizer: ``resume_reset_optimizer``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from lightning_kd.launch.rules import lookup
+from lightning_kd.data.errors import DataError
+from lightning_kd.data.provenance import data_differences, files_record
+from lightning_kd.data.reading import DEFAULT_FILES, EMBEDDED, expand_files
+from lightning_kd.launch.rules import ABSENT, lookup
 from lightning_kd.training.checkpoint_files import load_local
 from lightning_kd.training.provenance import (
     CROSS_FIELDS,
@@ -49,13 +52,29 @@ def early_differences(saved: Mapping, cfg: Mapping) -> list[str]:
     return found
 
 
+def files_differences(saved: Mapping, cfg: Mapping) -> list[str]:
+    """How ``data.files`` differ from the record's, by content (an edited file, one added, one
+    gone), where the run reads files (a dataset's are the restore's to compare). A resume of
+    an edited file wrote a teacher cache for it first (probe 59)."""
+    then = (saved.get("data") or {}).get("files")
+    patterns = lookup(cfg, "data.files")
+    if not isinstance(then, Mapping) or lookup(cfg, "data.dataset.path") not in (None, ABSENT):
+        return []
+    try:
+        files = DEFAULT_FILES if patterns in (None, ABSENT) else expand_files(patterns)
+    except (DataError, TypeError):  # refused by the data checks, by name
+        return []
+    now = files_record(files, {path: name for name, path in EMBEDDED.items()})
+    return data_differences({"files": dict(then)}, {"files": now})
+
+
 def check_resume_settings(ckpt_path: Path, cfg: Mapping) -> None:
     """Refuse resuming ``ckpt_path`` with another objective or data than its record's, named
     as the restore names them; ``resume_mismatch=warn`` leaves them to the restore's warning."""
     if lookup(cfg, "resume_mismatch") == "warn" or not ckpt_path.is_file():
         return  # not a file: a DeepSpeed directory, read by Lightning
     saved = load_local(ckpt_path, "cpu", mmap=True).get(KEY)
-    if saved and (found := early_differences(saved, cfg)):
+    if saved and (found := early_differences(saved, cfg) + files_differences(saved, cfg)):
         raise Refused(
             f"{ckpt_path} was trained with a different objective or data:\n  "
             + "\n  ".join(found)

@@ -67,3 +67,23 @@ def test_a_resume_with_another_objective_or_data_is_refused_before_anything_load
     split = ["data.batch_size=2", "trainer.accumulate_grad_batches=2"]
     split = compose_config(["debug=smoke", *split])
     check_resume_settings(checkpoint, split)  # a regroup: the restore judges it
+
+
+def test_a_resume_of_an_edited_data_file_is_refused_before_anything_loads(tmp_path) -> None:
+    """It wrote a teacher cache for the edited data (the shared cache's), then was refused
+    (probe 59)."""
+    from lightning_kd.data.provenance import files_record
+    from lightning_kd.launch.resume_settings import files_differences
+
+    text = tmp_path / "ed.txt"
+    text.write_text("the first words of a corpus")
+    smoke = compose_config(["debug=smoke", f"data.files=[{text}]"])
+    saved = {"data": {"files": files_record([text], {})}}
+    assert files_differences(saved, smoke) == []
+    text.write_text("the first words of a corpus, and more")
+    assert files_differences(saved, smoke) == [f"data.files: edited ['{text}']"]
+    saved = {"data": {"files": {"python_reference": "x", "smollm2_generated": "y"}}}
+    default = compose_config(["debug=smoke"])  # the embedded corpora, by their names
+    assert files_differences(saved, default) == [
+        "data.files: edited ['python_reference', 'smollm2_generated']"
+    ]
