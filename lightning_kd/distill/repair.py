@@ -177,7 +177,9 @@ def schedule(steps: int) -> Callable[[int], float]:
 def step(total: Tensor, count: Tensor, params: list[Tensor], optimizer) -> bool:
     """One optimizer step on the global batch's token mean: each rank's loss sum over all ranks'
     tokens, gradients summed over ranks — one process's step over the same blocks. False, and
-    no step, where the gradients are not finite (every rank's alike: they are summed)."""
+    no step, where the loss or the gradients are not finite (every rank's alike: summed)."""
+    if not torch.isfinite(all_reduced(total.detach())):
+        return False
     optimizer.zero_grad(set_to_none=True)
     (total / all_reduced(count.double()).clamp(min=1)).backward()
     for param in params:
@@ -245,8 +247,7 @@ def repair(
                 with forward_context():
                     sums, count = repair_sums(distiller, spans, batch, captures)
                 sums = torch.stack(sums)
-                finite = torch.isfinite(all_reduced(sums.detach().sum()))  # every rank alike
-                if not (finite and step(sums.sum(), count, list(params.values()), optimizer)):
+                if not step(sums.sum(), count, list(params.values()), optimizer):
                     raise diverged(progress.done + 1, lr, spans)
                 scheduler.step()
                 progress.add(sums, count)

@@ -56,6 +56,28 @@ DEEPSPEED_TAG = "latest"
 """The file naming the latest tag in a DeepSpeed checkpoint directory."""
 
 
+def no_last_reason(checkpoint_dir: Path) -> str:
+    """Why ``ckpt_path=last`` finds no checkpoint in ``checkpoint_dir``, and the way on."""
+    where = (
+        f"; this run directory has no checkpoint yet ({checkpoint_dir}). ckpt_path=last "
+        "resumes the run whose directory hydra.run.dir names: give it (hydra.run.dir=DIR "
+        "ckpt_path=last), as a run without it gets a new timestamped directory"
+    )
+    if (checkpoint_dir.parent / "logs").is_dir():  # hydra.run.dir named an earlier run's
+        where = (  # it was told to give hydra.run.dir, which it had (probe 47)
+            f"; the run in {checkpoint_dir.parent} stopped before its first checkpoint "
+            "(checkpoint.every): there is nothing to resume. Start it again there, without "
+            "ckpt_path and with overwrite=true (its logs are replaced)"
+        )
+    if (checkpoint_dir.parent / ".overwritten").is_dir():  # set_aside.ASIDE (probe 59)
+        where = (
+            f"; an overwrite=true run in {checkpoint_dir.parent} stopped before its first "
+            "checkpoint, and the earlier run's outputs wait in .overwritten/: launch there "
+            "without ckpt_path and without overwrite=true to put them back, then resume"
+        )
+    return where
+
+
 def resolve_ckpt_path(ckpt_path: str | None, checkpoint_dir: Path) -> Path | None:
     """The local checkpoint file ``ckpt_path`` names, checked to exist and look whole.
 
@@ -76,23 +98,7 @@ def resolve_ckpt_path(ckpt_path: str | None, checkpoint_dir: Path) -> Path | Non
     if text == LAST and not path.exists() and (checkpoint_dir / REPAIR_NAME).is_file():
         return None  # stopped in the block-wise repair: the fit starts, the repair goes on
     if not path.exists():
-        where = (
-            f"; this run directory has no checkpoint yet ({checkpoint_dir}). ckpt_path=last "
-            "resumes the run whose directory hydra.run.dir names: give it (hydra.run.dir=DIR "
-            "ckpt_path=last), as a run without it gets a new timestamped directory"
-        )
-        if (checkpoint_dir.parent / "logs").is_dir():  # hydra.run.dir named an earlier run's
-            where = (  # it was told to give hydra.run.dir, which it had (probe 47)
-                f"; the run in {checkpoint_dir.parent} stopped before its first checkpoint "
-                "(checkpoint.every): there is nothing to resume. Start it again there, without "
-                "ckpt_path and with overwrite=true (its logs are replaced)"
-            )
-        if (checkpoint_dir.parent / ".overwritten").is_dir():  # set_aside.ASIDE (probe 59)
-            where = (
-                f"; an overwrite=true run in {checkpoint_dir.parent} stopped before its first "
-                "checkpoint, and the earlier run's outputs wait in .overwritten/: launch there "
-                "without ckpt_path and without overwrite=true to put them back, then resume"
-            )
+        where = no_last_reason(checkpoint_dir)
         raise CheckpointError(
             f"ckpt_path={text!r}: no checkpoint file at {path}"
             + (where if text == LAST else "; give the path of a .ckpt file, or ckpt_path=last")
