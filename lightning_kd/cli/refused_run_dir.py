@@ -14,6 +14,7 @@ from hydra.core.hydra_config import HydraConfig
 from lightning_kd.launch.config import JOB_RECORD
 from lightning_kd.training.rundir import LOCK_NAME, run_outputs
 from lightning_kd.utils.locks import LockHeld, in_use_elsewhere, take_lock
+from lightning_kd.utils.refusal import Refused
 
 
 def run_directory() -> Path | None:
@@ -79,8 +80,8 @@ def drop_own_record(directory: Path, since: float) -> None:
         return  # the refusal names what to do with them
     try:
         fd = take_lock(directory / LOCK_NAME)  # held while the record goes, the lock file too
-    except LockHeld:
-        return  # another launch's directory now: its record is its own
+    except (LockHeld, Refused):  # another launch's directory now, or a lock path not a file
+        return  # (the refusal named it: raised again here, it was a traceback; verify 60)
     try:
         names = {LOCK_NAME, JOB_RECORD, f"{HydraConfig.get().job.name}.log"}
         own = [e for e in directory.iterdir() if e.name in names and e.stat().st_ctime >= since - 1]

@@ -269,6 +269,12 @@ def test_a_directory_where_a_lock_or_a_run_file_belongs_is_named(tmp_path: Path)
     (tmp_path / ".lock").mkdir()
     with pytest.raises(Refused, match=r"\.lock is a directory where a lock file belongs: remove"):
         take_lock(tmp_path / ".lock")
+    from lightning_kd.cli import main as cli
+
+    # through the command: the refusal's clean-up took the lock again, a traceback (verify 60)
+    with pytest.raises(SystemExit) as refused:
+        cli(["train", "debug=smoke", f"hydra.run.dir={tmp_path}"])
+    assert refused.value.code == 2
     (tmp_path / "summary.json").mkdir()
     (error,) = run_subdirectory_errors(tmp_path)
     said = "summary.json is a directory where the run writes its file of that name; move it"
