@@ -240,12 +240,19 @@ def foreign_directory_errors(directory: Path) -> list[str]:
     replaced it whole, this run's checkpoints with it, without a word; probe 59), or it holds a
     teacher cache or a generation, whose record (``.hydra/``) this run's would replace (the
     reverse, ``cache`` or ``generate`` into a training run's directory, was refused already)."""
-    directory, parent = Path(directory), Path(directory).parent
-    if directory.name in OUTPUTS and run_outputs(parent) and (parent / ".hydra").is_dir():
+    directory = Path(directory)
+    for inner in (directory, *directory.parents):  # its student/, or a folder inside that
+        parent = inner.parent
+        if inner.name in OUTPUTS and run_outputs(parent) and (parent / ".hydra").is_dir():
+            return [
+                f"hydra.run.dir={directory} is inside the {inner.name}/ of the training run in "
+                f"{parent}, which replaces it whole when it exports or is overwritten: give this "
+                f"run a directory of its own, e.g. hydra.run.dir={parent}-2"
+            ]
+    if (directory / "config.json").is_file() and any(directory.glob("*.safetensors")):
         return [
-            f"hydra.run.dir={directory} is the {directory.name}/ of the training run in "
-            f"{parent}, which replaces it whole when it exports or is overwritten: give this run "
-            f"a directory of its own, e.g. hydra.run.dir={parent}-2"
+            f"hydra.run.dir={directory} holds a saved model (config.json and its weights): give "
+            f"the run a directory of its own, e.g. hydra.run.dir={directory}-run"
         ]
     holds = {
         "cache": (directory / INDEX_NAME).is_file() or (directory / SHARD_DIR).is_dir(),

@@ -243,12 +243,23 @@ def test_a_run_into_another_runs_outputs_or_another_commands_directory_is_refuse
     (run / "student").mkdir()
     (run / "student" / "config.json").write_text("{}")
     assert foreign_directory_errors(run / "student") == [
-        f"hydra.run.dir={run / 'student'} is the student/ of the training run in {run}, which "
-        f"replaces it whole when it exports or is overwritten: give this run a directory of its "
-        f"own, e.g. hydra.run.dir={run}-2"
+        f"hydra.run.dir={run / 'student'} is inside the student/ of the training run in {run}, "
+        f"which replaces it whole when it exports or is overwritten: give this run a directory "
+        f"of its own, e.g. hydra.run.dir={run}-2"
     ]
+    (nested,) = foreign_directory_errors(run / "student" / "sub")  # one level down (verify 60)
+    assert nested.startswith(f"hydra.run.dir={run / 'student' / 'sub'} is inside the student/")
+    (run / "student" / "model.safetensors").write_bytes(b"")  # a saved model, no run around it
+    (saved,) = foreign_directory_errors(run / "student")[:1]
+    assert "is inside the student/" in saved
     assert foreign_directory_errors(run) == []  # its own directory: a resume
     assert foreign_directory_errors(tmp_path / "elsewhere" / "student") == []
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"")
+    (error,) = foreign_directory_errors(model)
+    assert error.startswith(f"hydra.run.dir={model} holds a saved model (config.json and its")
     cache, generated = tmp_path / "cache", tmp_path / "gen"
     (cache / "shards").mkdir(parents=True)
     generated.mkdir()
