@@ -41,8 +41,12 @@ def unfinished_generation(key: str, name: str) -> str | None:
     meta = path.with_name(f"{path.stem}.meta.json")
     try:
         record = json.loads(meta.read_text(encoding="utf-8")) if meta.is_file() else {}
-    except (OSError, ValueError):  # a damaged record: generate names it when it goes on
-        return None
+    except (OSError, ValueError):  # whether it finished is unknown (verify 60)
+        return (
+            f"{key} entry {name}: {meta.name} beside it cannot be read, so whether its generation "
+            f"answered every prompt is unknown; restore it, or delete {meta} to read the "
+            "answers the file holds"
+        )
     if not isinstance(record, dict) or record.get("finished") is not False:
         return None
     return (

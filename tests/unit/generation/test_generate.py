@@ -146,6 +146,12 @@ def test_a_stop_during_a_batch_ends_it_at_the_next_token_unwritten(teacher, tmp_
     unfinished = rf"^data.files entry {partial}: a generation stopped before answering its 7 "
     with pytest.raises(DataError, match=unfinished + r"prompts \(completions.meta.json beside"):
         ChatDataModule(tokenizer(), files=[partial], val_fraction=0.3)
+    record = tmp_path / "b" / "completions.meta.json"
+    whole = record.read_bytes()
+    record.write_bytes(whole[:60])  # damaged: whether it finished is unknown (verify 60)
+    with pytest.raises(DataError, match=r"completions.meta.json beside it cannot be read, so"):
+        ChatDataModule(tokenizer(), files=[partial], val_fraction=0.3)
+    record.write_bytes(whole)
     resumed = generate(config(tmp_path / "b", prompts), teacher, tokenizer())
     assert resumed.read_text() == expected
     ChatDataModule(tokenizer(), files=[partial], val_fraction=0.3)  # finished: read
