@@ -188,8 +188,14 @@ def _lock(run_dir: Path) -> int:
 
 def is_own_checkpoint(ckpt_path: Path | None, run_dir: Path) -> bool:
     """Whether ``ckpt_path`` is a checkpoint of the run in ``run_dir`` (inside it, links
-    resolved): only such a one makes a launch a resume of that run."""
-    return ckpt_path is not None and ckpt_path.resolve().is_relative_to(run_dir.resolve())
+    resolved, or through a ``checkpoints/`` that links to another disk: its resume was refused
+    as another run's, with advice to resume it; verify 60): only such a one makes a launch a
+    resume of that run."""
+    if ckpt_path is None:
+        return False
+    found = ckpt_path.resolve()
+    homes = (run_dir.resolve(), (run_dir / "checkpoints").resolve())  # wherever that links to
+    return any(found.is_relative_to(home) for home in homes)
 
 
 @contextmanager

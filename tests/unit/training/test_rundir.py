@@ -219,3 +219,17 @@ def test_folders_of_the_users_own_are_not_called_a_runs_outputs(tmp_path: Path) 
     assert "resume" not in message and "start afresh" not in message
     (tmp_path / "logs" / "metrics.csv").write_text("step\n")  # a run's
     assert "already holds a run's outputs (logs)" in outputs_error(tmp_path, ["logs"])
+
+
+def test_a_checkpoint_through_a_linked_checkpoints_directory_is_the_runs_own(tmp_path) -> None:
+    """checkpoints/ linked to another disk: ckpt_path=last resolved outside the run directory,
+    was taken for another run's checkpoint, and refused with advice to resume the run with
+    ckpt_path=last (verify 60)."""
+    from lightning_kd.training.rundir import is_own_checkpoint
+
+    (tmp_path / "disk").mkdir()
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "checkpoints").symlink_to(tmp_path / "disk")
+    assert is_own_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt", tmp_path / "run")
+    assert is_own_checkpoint(tmp_path / "disk" / "last.ckpt", tmp_path / "run")  # the same file
+    assert not is_own_checkpoint(tmp_path / "other" / "last.ckpt", tmp_path / "run")
