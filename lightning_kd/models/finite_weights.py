@@ -14,15 +14,14 @@ SHOWN = 3
 
 def nonfinite_tensors(model: nn.Module) -> list[tuple[str, int]]:
     """``(name, count)`` of each of ``model``'s floating-point parameters and buffers holding NaN
-    or infinity, in state-dict order (a quantized tensor's not read)."""
+    or infinity (a quantized tensor's not read: torchao's have no ``isfinite``, and under
+    inference mode not even a ``state_dict``)."""
     found = []
-    for name, tensor in model.state_dict().items():
-        if type(tensor) is not torch.Tensor:  # an int8 teacher's (torchao): no isfinite there
+    for name, tensor in (*model.named_parameters(), *model.named_buffers()):
+        if type(tensor) not in (torch.Tensor, nn.Parameter) or not tensor.is_floating_point():
             continue
-        if tensor.is_floating_point() and tensor.numel():
-            bad = int((~torch.isfinite(tensor.detach())).sum())
-            if bad:
-                found.append((name, bad))
+        if tensor.numel() and (bad := int((~torch.isfinite(tensor.detach())).sum())):
+            found.append((name, bad))
     return found
 
 
