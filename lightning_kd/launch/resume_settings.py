@@ -15,16 +15,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from hydra.utils import instantiate
+
 from lightning_kd.data.errors import DataError
 from lightning_kd.data.provenance import data_differences, files_record
 from lightning_kd.data.reading import DEFAULT_FILES, EMBEDDED, expand_files
 from lightning_kd.launch.rules import ABSENT, lookup
 from lightning_kd.training.checkpoint_files import load_local
+from lightning_kd.training.optim import same_rates_from
 from lightning_kd.training.provenance import (
     CROSS_FIELDS,
     KEY,
     OBJECTIVE_FIELDS,
     ON_POLICY_FIELDS,
+    resettable_message,
 )
 from lightning_kd.utils.refusal import Refused
 
@@ -68,16 +72,42 @@ def files_differences(saved: Mapping, cfg: Mapping) -> list[str]:
     return data_differences({"files": dict(then)}, {"files": now})
 
 
+def schedule_refusal(saved: Mapping, cfg: Mapping, step: int, where: str) -> str | None:
+    """The restore's refusal of another ``trainer.max_steps`` (the schedule's length), said
+    before anything loads: where the rates from ``step`` on differ and the run does not reset
+    its optimizer on purpose (``resume_reset_optimizer=true``). A forgotten ``max_steps`` was
+    refused once the models had loaded (verify 60)."""
+    then, now = (saved.get("schedule") or {}).get("max_steps"), lookup(cfg, "trainer.max_steps")
+    lengths = all(type(n) is int and n > 0 for n in (then, now))
+    if not lengths or then == now or now < step or lookup(cfg, "resume_reset_optimizer") is True:
+        return None
+    scheduler = lookup(cfg, "scheduler")
+    factory = instantiate(scheduler) if isinstance(scheduler, Mapping) and scheduler else None
+    if same_rates_from(factory, step, then, now):
+        return None
+    return resettable_message([f"schedule.max_steps: checkpoint {then}, this run {now}"], where)
+
+
 def check_resume_settings(ckpt_path: Path, cfg: Mapping) -> None:
     """Refuse resuming ``ckpt_path`` with another objective or data than its record's, named
-    as the restore names them; ``resume_mismatch=warn`` leaves them to the restore's warning."""
-    if lookup(cfg, "resume_mismatch") == "warn" or not ckpt_path.is_file():
-        return  # not a file: a DeepSpeed directory, read by Lightning
-    saved = load_local(ckpt_path, "cpu", mmap=True).get(KEY)
-    if saved and (found := early_differences(saved, cfg) + files_differences(saved, cfg)):
-        raise Refused(
+    as the restore names them (``resume_mismatch=warn`` leaves them to the restore's warning),
+    or with another schedule length it would apply silently mid-run."""
+    if not ckpt_path.is_file():
+        return  # a DeepSpeed directory, read by Lightning
+    checkpoint = load_local(ckpt_path, "cpu", mmap=True)
+    saved, said = checkpoint.get(KEY), []
+    if not saved:
+        return
+    found = early_differences(saved, cfg) + files_differences(saved, cfg)
+    if found and lookup(cfg, "resume_mismatch") != "warn":
+        said.append(
             f"{ckpt_path} was trained with a different objective or data:\n  "
             + "\n  ".join(found)
             + "\nResume with the same settings (the overrides its run was launched with), "
             "start a new run, or pass resume_mismatch=warn to continue anyway"
         )
+    step = checkpoint.get("global_step", 0)
+    if refusal := schedule_refusal(saved, cfg, step, str(ckpt_path)):
+        said.append(refusal)
+    if said:
+        raise Refused("\n".join(said))

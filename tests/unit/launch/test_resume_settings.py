@@ -87,3 +87,16 @@ def test_a_resume_of_an_edited_data_file_is_refused_before_anything_loads(tmp_pa
     assert files_differences(saved, default) == [
         "data.files: edited ['python_reference', 'smollm2_generated']"
     ]
+
+
+def test_a_resume_with_another_schedule_length_is_refused_before_anything_loads(tmp_path):
+    """A forgotten trainer.max_steps was refused once the models had loaded and the restore
+    began (verify 60); a lengthened constant schedule, or a reset on purpose, goes on."""
+    checkpoint = tmp_path / "last.ckpt"
+    torch.save({"provenance": {"schedule": {"max_steps": 6}}, "global_step": 6}, checkpoint)
+    longer = ["debug=smoke", "trainer.max_steps=12"]
+    with pytest.raises(Refused, match=r"schedule.max_steps: checkpoint 6, this run 12\n.*reset"):
+        check_resume_settings(checkpoint, compose_config(longer))
+    check_resume_settings(checkpoint, compose_config([*longer, "resume_reset_optimizer=true"]))
+    check_resume_settings(checkpoint, compose_config([*longer, "scheduler=constant"]))
+    check_resume_settings(checkpoint, compose_config(["debug=smoke", "trainer.max_steps=6"]))
