@@ -59,6 +59,13 @@ def unfinished_run_error(path: Path, key: str) -> str | None:
         return None  # a finished run: the model loader points at its student/
     else:
         what = f"{key} {path}: the run {run} has not saved its student"
+    if (run / ".overwritten" / STUDENT / "config.json").is_file():  # set_aside.ASIDE
+        return (  # it advised overwrite=true, which set that run aside again (probe 59)
+            f"{what}: an overwrite=true run there stopped before its first checkpoint, and the "
+            f"earlier run's student waits in {run / '.overwritten' / STUDENT}; "
+            f"`{' '.join(TRAIN)} hydra.run.dir={run}` (without ckpt_path or overwrite=true) puts "
+            f"it back; then give {student}"
+        )
     finish, note = finishing_command(run)
     return (
         f"{what} (a run writes {student}/ when training ends; this one was stopped or is "

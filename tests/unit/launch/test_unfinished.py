@@ -63,6 +63,17 @@ def test_a_run_stopped_before_its_first_checkpoint_is_started_again(tmp_path) ->
     assert f"hydra.run.dir={run} overwrite=true`" in error
 
 
+def test_an_earlier_run_waiting_aside_is_pointed_at_not_overwritten(tmp_path) -> None:
+    """After an overwriting run was killed before its first checkpoint, export and evaluate
+    advised overwrite=true, which sets the earlier finished run aside again (probe 59)."""
+    run = stopped_run(tmp_path, checkpoint=False)
+    (run / ".overwritten" / "student").mkdir(parents=True)
+    (run / ".overwritten" / "student" / "config.json").write_text("{}")
+    error = unfinished_run_error(run / "student", "model")
+    assert "the earlier run's student waits in" in error and "overwrite=true`" not in error
+    assert f"`lightning-kd train hydra.run.dir={run}` (without ckpt_path or overwrite" in error
+
+
 def test_a_finished_runs_checkpoint_points_at_its_student_and_other_paths_pass(tmp_path) -> None:
     run = stopped_run(tmp_path)
     (run / "student").mkdir()
