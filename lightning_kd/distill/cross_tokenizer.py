@@ -64,8 +64,8 @@ class CrossTokenizer:
         self.loss, self.uld_weight, self.span_weight = loss, uld_weight, span_weight
         self.spelled, self.head_checked = SpelledShare(min_aligned), False
         self.kept: tuple[Tensor, Tensor] | None = None
-        """Validation: each row's teacher NLL and bytes, for :meth:`teacher_sums`."""
-        """A validation batch's teacher sums, until :meth:`teacher_sums` reads them."""
+        """A validation batch's teacher NLL and bytes per row, until :meth:`teacher_sums` reads
+        them."""
 
     @classmethod
     def for_models(
