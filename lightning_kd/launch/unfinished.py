@@ -20,6 +20,7 @@ from lightning_kd.generation.teacher_completions import OUTPUT_NAME
 from lightning_kd.launch.config import config_options
 from lightning_kd.training.checkpoints import LAST_NAME
 from lightning_kd.training.rerun import restart_command, resume_command
+from lightning_kd.training.set_aside import ASIDE
 
 TRAIN = ("lightning-kd", "train")
 STUDENT = "student"
@@ -59,10 +60,10 @@ def unfinished_run_error(path: Path, key: str) -> str | None:
         return None  # a finished run: the model loader points at its student/
     else:
         what = f"{key} {path}: the run {run} has not saved its student"
-    if (run / ".overwritten" / STUDENT / "config.json").is_file():  # set_aside.ASIDE
+    if (run / ASIDE / STUDENT / "config.json").is_file():
         return (  # it advised overwrite=true, which set that run aside again (probe 59)
             f"{what}: an overwrite=true run there stopped before its first checkpoint, and the "
-            f"earlier run's student waits in {run / '.overwritten' / STUDENT}; "
+            f"earlier run's student waits in {run / ASIDE / STUDENT}; "
             f"`{' '.join(TRAIN)} hydra.run.dir={run}` (without ckpt_path or overwrite=true) puts "
             f"it back; then give {student}"
         )

@@ -32,6 +32,7 @@ from lightning_kd.training.checkpoint_files import (
     check_whole,
     load_local,
 )
+from lightning_kd.training.set_aside import ASIDE
 from lightning_kd.utils.atomic import replaced_whole
 from lightning_kd.utils.disk import disk_errors
 
@@ -58,24 +59,24 @@ DEEPSPEED_TAG = "latest"
 
 def no_last_reason(checkpoint_dir: Path) -> str:
     """Why ``ckpt_path=last`` finds no checkpoint in ``checkpoint_dir``, and the way on."""
-    where = (
+    run_dir = checkpoint_dir.parent
+    if (run_dir / ASIDE).is_dir():  # the earlier run waits there (probe 59)
+        return (
+            f"; an overwrite=true run in {run_dir} stopped before its first checkpoint, and the "
+            f"earlier run's outputs wait in {ASIDE}/: launch there without ckpt_path and without "
+            "overwrite=true to put them back, then resume"
+        )
+    if (run_dir / "logs").is_dir():  # hydra.run.dir named an earlier run's
+        return (  # it was told to give hydra.run.dir, which it had (probe 47)
+            f"; the run in {run_dir} stopped before its first checkpoint (checkpoint.every): "
+            "there is nothing to resume. Start it again there, without ckpt_path and with "
+            "overwrite=true (its logs are replaced)"
+        )
+    return (
         f"; this run directory has no checkpoint yet ({checkpoint_dir}). ckpt_path=last "
         "resumes the run whose directory hydra.run.dir names: give it (hydra.run.dir=DIR "
         "ckpt_path=last), as a run without it gets a new timestamped directory"
     )
-    if (checkpoint_dir.parent / "logs").is_dir():  # hydra.run.dir named an earlier run's
-        where = (  # it was told to give hydra.run.dir, which it had (probe 47)
-            f"; the run in {checkpoint_dir.parent} stopped before its first checkpoint "
-            "(checkpoint.every): there is nothing to resume. Start it again there, without "
-            "ckpt_path and with overwrite=true (its logs are replaced)"
-        )
-    if (checkpoint_dir.parent / ".overwritten").is_dir():  # set_aside.ASIDE (probe 59)
-        where = (
-            f"; an overwrite=true run in {checkpoint_dir.parent} stopped before its first "
-            "checkpoint, and the earlier run's outputs wait in .overwritten/: launch there "
-            "without ckpt_path and without overwrite=true to put them back, then resume"
-        )
-    return where
 
 
 def resolve_ckpt_path(ckpt_path: str | None, checkpoint_dir: Path) -> Path | None:
