@@ -24,7 +24,7 @@ from lightning_kd.cache.format import (
 )
 from lightning_kd.cache.key_mismatch import mismatches
 from lightning_kd.cache.shard_files import sha256_file
-from lightning_kd.utils.files import current_identity
+from lightning_kd.utils.files import blocking_file, current_identity
 from lightning_kd.utils.locks import hold_shared, let_go, lock_holder
 from lightning_kd.utils.refusal import Refused
 
@@ -172,10 +172,9 @@ def missing_directory_error(directory: Path) -> str | None:
     """Where ``directory`` is no directory: a file (or under one), or nothing at all, with the
     directory a relative path was read from. Both were said to hold "no complete teacher cache",
     with advice to write one there: at a mistyped ``cache.source``, or a file (probes 58, 59)."""
-    for place in (directory, *directory.parents):
-        if place.exists() and not place.is_dir():
-            where = "is a file" if place == directory else f"is under {place}, a file"
-            return f"{directory} {where}, not a teacher cache directory"
+    if (place := blocking_file(directory)) is not None:
+        where = "is a file" if place == directory else f"is under {place}, a file"
+        return f"{directory} {where}, not a teacher cache directory"
     if directory.exists():
         return None
     relative = "" if directory.is_absolute() else f" (read from {Path.cwd()})"

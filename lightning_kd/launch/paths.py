@@ -18,6 +18,7 @@ from lightning_kd.cache.format import INDEX_NAME, SHARD_DIR
 from lightning_kd.generation.teacher_completions import OUTPUT_NAME
 from lightning_kd.models.cache_places import SHARED_ENV, cache_root
 from lightning_kd.training.rundir import OUTPUTS, run_outputs
+from lightning_kd.utils.files import blocking_file
 
 
 def run_dir_errors(run_dir: str | Path, key: str = "hydra.run.dir") -> list[str]:
@@ -84,7 +85,7 @@ RUN_FILES = ("summary.json", "summary.md")
 
 def out_dir_errors(option: str, out: Path, sep: str = " ") -> list[str]:
     """Why ``out`` cannot be the output directory ``option`` names (a file, or under one)."""
-    blocking = _blocking_file(Path(out))
+    blocking = blocking_file(Path(out))
     if blocking is None:
         return unwritable_errors(f"{option}{sep}{out}", Path(out))
     if blocking.is_symlink() and not blocking.exists():  # said "is a file" (probe 48)
@@ -122,7 +123,7 @@ def out_file_errors(
             f"{option} {out} exists and is not a file this command writes ({example}); it would "
             f"be replaced: move it away, or give another path, e.g. {option} {other}"
         ]
-    blocking = _blocking_file(out.parent)
+    blocking = blocking_file(out.parent)
     if blocking is None:
         return unwritable_errors(f"{option} {out}", out.parent)
     return [f"{option} {out} is under the file {blocking}; give a path in a directory"]
@@ -183,7 +184,7 @@ def cache_root_errors() -> list[str]:
     root = cache_root()
     set_here = bool(os.environ.get("LIGHTNING_KD_CACHE"))  # else the default: not the user's
     named = f"$LIGHTNING_KD_CACHE ({root})" if set_here else f"the package's cache {root}"
-    if blocking := _blocking_file(root):
+    if blocking := blocking_file(root):
         return [f"{named} is under the file {blocking}; set LIGHTNING_KD_CACHE to a directory"]
     if not unwritable_errors(named, root):
         return []
@@ -202,22 +203,10 @@ def cache_dir_errors(directory: object) -> list[str]:
     if not isinstance(directory, str | Path) or not str(directory):
         return []  # null: the package's cache; another type is the rules' to name
     path = Path(directory).expanduser()
-    if blocking := _blocking_file(path):
+    if blocking := blocking_file(path):
         where = "is a file" if blocking == path else f"is under the file {blocking}"
         return [f"cache.dir={directory} {where}; give a directory (or null: the package's cache)"]
     return unwritable_errors(f"cache.dir={directory}", path)
-
-
-def _blocking_file(path: Path) -> Path | None:
-    """``path`` or the nearest directory above it that exists as something else than a
-    directory (a file: nothing can be created under it), else None."""
-    for candidate in (path, *path.parents):
-        try:
-            if candidate.exists() or candidate.is_symlink():
-                return None if candidate.is_dir() else candidate
-        except OSError:  # a name too long to ask about: nothing there to block it
-            continue
-    return None
 
 
 def training_run_errors(directory: Path, command: str) -> list[str]:

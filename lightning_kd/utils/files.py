@@ -7,6 +7,9 @@ the digest in a small record keyed by what changes when the file does: path, siz
 changes the inode. A file modified within the last :data:`SETTLE_SECONDS` is hashed but not
 recorded: a rewrite of the same size within one tick of the file system's clock (coarse: up to
 2 s on some) would keep the mtime the record holds ("racy git").
+
+Also: files written as the user's umask allows, and the file that blocks a path from being a
+directory (:func:`blocking_file`), for the commands' output checks and the cache reader alike.
 """
 
 from __future__ import annotations
@@ -86,3 +89,15 @@ def as_umask_allows(directory: Path) -> None:
     for path in directory.rglob("*"):
         if path.is_file() and not path.is_symlink():
             path.chmod(0o666 & ~umask)
+
+
+def blocking_file(path: Path) -> Path | None:
+    """``path`` or the nearest directory above it that exists as something else than a
+    directory (a file: nothing can be created under it), else None."""
+    for candidate in (path, *path.parents):
+        try:
+            if candidate.exists() or candidate.is_symlink():
+                return None if candidate.is_dir() else candidate
+        except OSError:  # a name too long to ask about: nothing there to block it
+            continue
+    return None
