@@ -33,12 +33,22 @@ def file_fault(key: str, name: str, suffixes: tuple[str, ...], readable: bool) -
     return unfinished_generation(key, name) if readable else format_hint(key, name, suffixes)
 
 
+def generation_record(output: Path) -> Path:
+    """The record ``generate`` keeps beside its ``output`` (``completions.meta.json`` beside
+    ``completions.jsonl``): its settings, and :data:`PROMPTS` and :data:`FINISHED`."""
+    return output.with_name(f"{output.stem}.meta.json")
+
+
+PROMPTS, FINISHED = "prompts", "finished"
+"""The record's progress keys: how many prompts the generation answers, and whether it has
+answered them all (``generation/completions_record.mark_progress`` writes them)."""
+
+
 def unfinished_generation(key: str, name: str) -> str | None:
     """Why the file ``name`` is not read as it is: the output of a ``generate`` that stopped
     before answering every prompt, as the record beside it says. It was trained on as the whole
     corpus (8 of 113 answers) without a word, after a preempted generate (probe 59)."""
-    path = Path(name).expanduser()
-    meta = path.with_name(f"{path.stem}.meta.json")
+    meta = generation_record(Path(name).expanduser())
     try:
         record = json.loads(meta.read_text(encoding="utf-8")) if meta.is_file() else {}
     except (OSError, ValueError):  # whether it finished is unknown (verify 60)
@@ -47,10 +57,10 @@ def unfinished_generation(key: str, name: str) -> str | None:
             f"answered every prompt is unknown; restore it, or delete {meta} to read the "
             "answers the file holds"
         )
-    if not isinstance(record, dict) or record.get("finished") is not False:
+    if not isinstance(record, dict) or record.get(FINISHED) is not False:
         return None
     return (
-        f"{key} entry {name}: a generation stopped before answering its {record.get('prompts')} "
+        f"{key} entry {name}: a generation stopped before answering its {record.get(PROMPTS)} "
         f"prompts ({meta.name} beside it says so). Run its generate command again to finish it "
         f"(it goes on where it stopped), or delete {meta} to read the answers it holds"
     )

@@ -25,6 +25,7 @@ from typing import Any
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from lightning_kd.data.file_hints import FINISHED, PROMPTS, generation_record
 from lightning_kd.models.digests import (
     chat_template_digest,
     config_digest,
@@ -56,8 +57,9 @@ class CompletionsMismatch(Refused):
 
 
 def record_path(out: Path) -> Path:
-    """``completions.meta.json`` beside ``completions.jsonl``."""
-    return out.with_name(f"{out.stem}.meta.json")
+    """``completions.meta.json`` beside ``completions.jsonl`` (``data.file_hints``' name for it:
+    a run reads whether the generation finished there)."""
+    return generation_record(out)
 
 
 ROWS_FORMAT = 2
@@ -150,10 +152,6 @@ def mark_progress(out: Path, prompts: int, finished: bool) -> None:
     a resume compares none of it."""
     path = record_path(out)
     write_record(path, read_record(path, "restore it") | {PROMPTS: prompts, FINISHED: finished})
-
-
-PROMPTS, FINISHED = "prompts", "finished"
-"""The record's progress keys (:func:`mark_progress`)."""
 
 
 def write_record(path: Path, record: dict[str, Any]) -> None:
