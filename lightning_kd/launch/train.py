@@ -228,7 +228,7 @@ def run(cfg: DictConfig, command: Sequence[str] = COMMAND) -> float | None:
         warnings.filterwarnings("ignore", message=message)
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(not_a_tip)  # once
     refuse(train_errors(cfg))
-    for note in [*filter(None, [early_stopping_note(cfg)]), *inert_notes(cfg)]:
+    for note in filter(None, [early_stopping_note(cfg), *inert_notes(cfg)]):
         warnings.warn(note, stacklevel=2)
     output_dir = Path(cfg.output_dir)
     if unstarted_job(cfg.ckpt_path, output_dir):  # a job a stopped -m sweep never reached
